@@ -1,0 +1,82 @@
+// Package runtime is the seam between the service and whatever runs sandboxes.
+// runtime/docker is the implementation today; a Firecracker one can follow.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Labels every managed container carries, so a restarted daemon can reconcile
+// the engine with the store.
+const (
+	LabelManaged   = "sandpit.managed"
+	LabelSandboxID = "sandpit.sandbox-id"
+	// LabelRun is optional: tests set it to tag what one test run created.
+	LabelRun = "sandpit.run"
+)
+
+// AgentPort is the port the in-sandbox agent listens on.
+const AgentPort = 49983
+
+var (
+	// ErrNotFound: the engine has no such container.
+	ErrNotFound = errors.New("container not found")
+	// ErrImageNotFound: the image is not available locally.
+	ErrImageNotFound = errors.New("image not found")
+)
+
+// Spec describes a sandbox's container.
+type Spec struct {
+	SandboxID string
+	Image     string
+	Env       map[string]string // default environment of every process
+	Labels    map[string]string // extra labels, added to the managed ones
+	CPU       float64           // cores; 0 = no limit
+	MemoryMB  int64             // 0 = no limit
+	PidsLimit int64             // 0 = 1024
+	// AgentBinary is the host path of the sandpit executable, bind-mounted
+	// read-only and run as PID 1 with `agent` as its argument.
+	AgentBinary string
+	AgentToken  string
+}
+
+// Container is the engine's view of one sandbox.
+type Container struct {
+	ID        string
+	SandboxID string
+	Name      string
+	Image     string
+	State     string // engine state: created, running, paused, exited, ...
+	IP        string // address the host reaches it on
+	Labels    map[string]string
+	CreatedAt time.Time
+}
+
+// Stats is a point-in-time resource sample.
+type Stats struct {
+	CPUCount    int
+	CPUUsedPct  float64
+	MemUsed     int64
+	MemTotal    int64
+	DiskUsed    int64
+	DiskTotal   int64
+	Timestamp   time.Time
+}
+
+// Runtime creates and controls sandbox containers.
+type Runtime interface {
+	// Create makes (does not start) the container and returns its id.
+	Create(ctx context.Context, spec Spec) (string, error)
+	Start(ctx context.Context, containerID string) error
+	Stop(ctx context.Context, containerID string, timeout time.Duration) error
+	// Remove force-removes the container; removing a missing one is not an error.
+	Remove(ctx context.Context, containerID string) error
+	Inspect(ctx context.Context, containerID string) (Container, error)
+	// List returns the containers carrying every given label.
+	List(ctx context.Context, labels map[string]string) ([]Container, error)
+	Pause(ctx context.Context, containerID string) error
+	Unpause(ctx context.Context, containerID string) error
+	Stats(ctx context.Context, containerID string) (Stats, error)
+}

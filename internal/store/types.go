@@ -1,0 +1,194 @@
+// Package store is Sandpit's only writer. Every mutation goes through one
+// SQLite connection, and uniqueness is decided by the schema (primary keys and
+// partial unique indexes), never by a SELECT followed by an INSERT.
+package store
+
+import (
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Callers test them with errors.Is; the API layer maps them to
+// HTTP statuses in one place.
+var (
+	ErrNotFound          = errors.New("not found")
+	ErrNameConflict      = errors.New("name already in use")
+	ErrHostnameConflict  = errors.New("hostname already bound to another sandbox")
+	ErrPortPoolExhausted = errors.New("host port pool exhausted")
+	ErrTapPoolExhausted  = errors.New("tap pool exhausted")
+	ErrDataDirLocked     = errors.New("data directory is locked by another sandpit process")
+	ErrClaimLost         = errors.New("idempotency claim no longer held")
+)
+
+// Sandbox states.
+const (
+	StateRunning = "running"
+	StateStopped = "stopped"
+	StatePaused  = "paused"
+	StateError   = "error"
+)
+
+// Sandbox is one row of the sandboxes table.
+type Sandbox struct {
+	ID          string
+	Name        string // "" means unnamed; non-empty names are unique
+	Image       string
+	Template    string // facade template / snapshot name, informational
+	State       string
+	Labels      map[string]string // E2B metadata and Daytona labels live here
+	Env         map[string]string
+	CPU         float64 // cores; 0 = engine default
+	MemoryMB    int64   // 0 = engine default
+	ContainerID string
+	AccessToken string // the agent's per-sandbox token
+	EndAt       time.Time // zero = no deadline
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// ListOptions filters and pages a sandbox listing. Paging is stable: rows are
+// ordered by (created_at, id) and the page token encodes the last row seen.
+type ListOptions struct {
+	Labels    map[string]string // every pair must match
+	States    []string          // empty = any
+	Limit     int               // <= 0 means 100
+	PageToken string
+}
+
+// ExposedPort is one row of exposed_ports.
+type ExposedPort struct {
+	SandboxID string
+	Port      int
+	Protocol  string // "http" or "tcp"
+	HostPort  int    // 0 for http (no host port)
+	PublicURL string
+	CreatedAt time.Time
+}
+
+// ReserveOutcome is the three-state result of TryReserveHostPort.
+type ReserveOutcome int
+
+const (
+	// Reserved: this call inserted the row.
+	Reserved ReserveOutcome = iota + 1
+	// Existing: (sandbox_id, port) was already exposed; Row is that exposure.
+	Existing
+	// Taken: another exposure owns the candidate host port; walk on.
+	Taken
+)
+
+func (o ReserveOutcome) String() string {
+	switch o {
+	case Reserved:
+		return "reserved"
+	case Existing:
+		return "existing"
+	case Taken:
+		return "taken"
+	}
+	return "unknown"
+}
+
+// ReserveResult carries the outcome and, for Reserved and Existing, the row.
+type ReserveResult struct {
+	Outcome ReserveOutcome
+	Row     ExposedPort
+}
+
+// PortRange is an inclusive host-port pool.
+type PortRange struct{ Lo, Hi int }
+
+// Size is the number of ports in the range.
+func (r PortRange) Size() int { return r.Hi - r.Lo + 1 }
+
+// ClaimOutcome is the result of ClaimIdempotentRequest.
+type ClaimOutcome int
+
+const (
+	// Acquired: this caller owns the work (a new row, or a stale row reset).
+	Acquired ClaimOutcome = iota + 1
+	// Replay: a completed attempt is within its replay window; reuse its outcome.
+	Replay
+	// InFlight: another attempt holds an unexpired pending lock.
+	InFlight
+	// Mismatch: the row exists but was made by a request with another hash.
+	Mismatch
+)
+
+func (o ClaimOutcome) String() string {
+	switch o {
+	case Acquired:
+		return "acquired"
+	case Replay:
+		return "replay"
+	case InFlight:
+		return "in_flight"
+	case Mismatch:
+		return "mismatch"
+	}
+	return "unknown"
+}
+
+// ClaimRequest names the request being claimed.
+type ClaimRequest struct {
+	Scope       string
+	Fingerprint string
+	// RequestHash, when non-empty, must equal the stored hash or the claim is a
+	// Mismatch (an Idempotency-Key reused for a different request).
+	RequestHash string
+	PendingTTL  time.Duration
+}
+
+// Claim is the state of a request_idempotency row as seen by a claimer.
+type Claim struct {
+	Outcome     ClaimOutcome
+	Scope       string
+	Fingerprint string
+	// Generation starts at 1. A reset of a stale *pending* row keeps it (the
+	// retry of a crashed attempt is the same attempt); a reset of a *ready* row
+	// whose replay window expired increments it (a genuinely new request).
+	Generation  int64
+	TargetID    string // recorded by SetIdempotentTarget or Complete
+	State       string // "pending" or "ready"
+	RequestHash string
+	// The stored response, for Replay of keyed requests.
+	ResponseStatus int
+	ResponseBody   []byte
+	LockedUntil    time.Time
+	ReplayUntil    time.Time
+}
+
+// Completion is what CompleteIdempotentRequest records.
+type Completion struct {
+	Scope          string
+	Fingerprint    string
+	Generation     int64
+	TargetID       string
+	ResponseStatus int
+	ResponseBody   []byte
+	ReplayTTL      time.Duration
+}
+
+// TapSlot is one row of firecracker_tap_pool.
+type TapSlot struct {
+	Slot      int
+	TapName   string
+	VsockCID  int64
+	SandboxID string // "" when free
+}
+
+// CustomDomain is one row of sandbox_custom_domains.
+type CustomDomain struct {
+	Hostname  string
+	SandboxID string
+	Port      int
+	CreatedAt time.Time
+}
+
+// AddOutcome tells an AddCustomDomain caller whether it inserted the row.
+type AddOutcome int
+
+const (
+	Added AddOutcome = iota + 1
+	AlreadyBound
+)
