@@ -56,13 +56,13 @@ type Container struct {
 
 // Stats is a point-in-time resource sample.
 type Stats struct {
-	CPUCount    int
-	CPUUsedPct  float64
-	MemUsed     int64
-	MemTotal    int64
-	DiskUsed    int64
-	DiskTotal   int64
-	Timestamp   time.Time
+	CPUCount   int
+	CPUUsedPct float64
+	MemUsed    int64
+	MemTotal   int64
+	DiskUsed   int64
+	DiskTotal  int64
+	Timestamp  time.Time
 }
 
 // Runtime creates and controls sandbox containers.

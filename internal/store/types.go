@@ -22,10 +22,13 @@ var (
 
 // Sandbox states.
 const (
-	StateRunning = "running"
-	StateStopped = "stopped"
-	StatePaused  = "paused"
-	StateError   = "error"
+	// StateCreating marks a row inserted before any side effect: the row claims
+	// the id and the name first, so a losing duplicate never touches the engine.
+	StateCreating = "creating"
+	StateRunning  = "running"
+	StateStopped  = "stopped"
+	StatePaused   = "paused"
+	StateError    = "error"
 )
 
 // Sandbox is one row of the sandboxes table.
@@ -40,7 +43,7 @@ type Sandbox struct {
 	CPU         float64 // cores; 0 = engine default
 	MemoryMB    int64   // 0 = engine default
 	ContainerID string
-	AccessToken string // the agent's per-sandbox token
+	AccessToken string    // the agent's per-sandbox token
 	EndAt       time.Time // zero = no deadline
 	CreatedAt   time.Time
 	UpdatedAt   time.Time

@@ -1,0 +1,271 @@
+// Package client is the Go SDK of Sandpit's native API. Every mutating call
+// carries an automatically generated Idempotency-Key and is retried on
+// transport errors, 429, 502, 503 and 504 with the same key, so a retry never
+// makes a second resource.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Client talks to one Sandpit daemon.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+	retry RetryPolicy
+}
+
+// RetryPolicy bounds the retries of a call.
+type RetryPolicy struct {
+	MaxAttempts int           // including the first; default 5
+	BaseDelay   time.Duration // default 100ms
+	MaxDelay    time.Duration // default 3s
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient replaces the HTTP client.
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// WithRetry replaces the retry policy.
+func WithRetry(p RetryPolicy) Option { return func(c *Client) { c.retry = p } }
+
+// New returns a client for the daemon at addr ("127.0.0.1:7420" or a URL).
+func New(addr, token string, opts ...Option) *Client {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	c := &Client{base: strings.TrimRight(addr, "/"), token: token, http: &http.Client{}}
+	c.retry = RetryPolicy{MaxAttempts: 5, BaseDelay: 100 * time.Millisecond, MaxDelay: 3 * time.Second}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// FromEnv builds a client from SANDPIT_ADDR and SANDPIT_TOKEN, falling back to
+// 127.0.0.1:7420 and the token file in the local data directory.
+func FromEnv(defaultDataDir string) (*Client, error) {
+	addr := os.Getenv("SANDPIT_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:7420"
+	}
+	token := os.Getenv("SANDPIT_TOKEN")
+	if token == "" {
+		dir := os.Getenv("SANDPIT_DATA_DIR")
+		if dir == "" {
+			dir = defaultDataDir
+		}
+		b, err := os.ReadFile(dir + "/token")
+		if err != nil {
+			return nil, fmt.Errorf("no SANDPIT_TOKEN and no token file in %s: %w", dir, err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	return New(addr, token), nil
+}
+
+// Error is a non-2xx answer of the API.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("sandpit: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// IsCode reports whether err is an API error with the given code.
+func IsCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// request describes one call.
+type request struct {
+	method string
+	path   string
+	query  url.Values
+	body   any    // JSON-encoded when non-nil
+	raw    []byte // sent as-is when body is nil
+	// idempotent marks a call that is safe to retry: reads, and writes that
+	// carry an Idempotency-Key.
+	idempotent bool
+	keyed      bool
+	header     http.Header
+}
+
+// Response is a finished call's status and headers, for callers that care.
+type Response struct {
+	Status int
+	Header http.Header
+}
+
+func (c *Client) do(ctx context.Context, rq request, out any) (Response, error) {
+	var payload []byte
+	if rq.body != nil {
+		b, err := json.Marshal(rq.body)
+		if err != nil {
+			return Response{}, err
+		}
+		payload = b
+	} else {
+		payload = rq.raw
+	}
+	key := ""
+	if rq.keyed {
+		key = uuid.NewString()
+	}
+	attempts := c.retry.MaxAttempts
+	if attempts < 1 || !rq.idempotent {
+		attempts = 1
+	}
+	var lastErr error
+	for attempt := 0; attempt < attempts; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, c.backoff(attempt, lastErr)); err != nil {
+				return Response{}, err
+			}
+		}
+		resp, err := c.once(ctx, rq, payload, key, out)
+		if err == nil {
+			return resp, nil
+		}
+		lastErr = err
+		if !retryable(err) || ctx.Err() != nil {
+			return resp, err
+		}
+	}
+	return Response{}, lastErr
+}
+
+func (c *Client) once(ctx context.Context, rq request, payload []byte, key string, out any) (Response, error) {
+	u := c.base + rq.path
+	if len(rq.query) > 0 {
+		u += "?" + rq.query.Encode()
+	}
+	var body io.Reader
+	if payload != nil {
+		body = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, rq.method, u, body)
+	if err != nil {
+		return Response{}, err
+	}
+	for k, vs := range rq.header {
+		req.Header[k] = vs
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if rq.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return Response{}, &transportError{err}
+	}
+	defer resp.Body.Close()
+	r := Response{Status: resp.StatusCode, Header: resp.Header}
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		e := &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
+		var eb struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
+			e.Code, e.Message = eb.Error.Code, eb.Error.Message
+		}
+		if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+			return r, &retryAfterError{e, time.Duration(ra) * time.Second}
+		}
+		return r, e
+	}
+	switch o := out.(type) {
+	case nil:
+		_, _ = io.Copy(io.Discard, resp.Body)
+	case io.Writer:
+		if _, err := io.Copy(o, resp.Body); err != nil {
+			return r, &transportError{err}
+		}
+	default:
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return r, &transportError{fmt.Errorf("decode response: %w", err)}
+		}
+	}
+	return r, nil
+}
+
+type transportError struct{ err error }
+
+func (e *transportError) Error() string { return "sandpit: transport: " + e.err.Error() }
+func (e *transportError) Unwrap() error { return e.err }
+
+type retryAfterError struct {
+	*Error
+	after time.Duration
+}
+
+func (e *retryAfterError) Unwrap() error { return e.Error }
+
+func retryable(err error) bool {
+	var te *transportError
+	if errors.As(err, &te) {
+		var ne net.Error
+		return errors.As(te.err, &ne) || errors.Is(te.err, io.ErrUnexpectedEOF) || errors.Is(te.err, io.EOF) ||
+			strings.Contains(te.err.Error(), "connection reset") || strings.Contains(te.err.Error(), "connection refused")
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		switch e.Status {
+		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			// A full port pool is a 503 that no retry will cure.
+			return e.Code != "port_pool_exhausted"
+		}
+	}
+	return false
+}
+
+// backoff is capped exponential backoff with full jitter, or the server's
+// Retry-After when it gave one.
+func (c *Client) backoff(attempt int, last error) time.Duration {
+	var ra *retryAfterError
+	if errors.As(last, &ra) && ra.after > 0 {
+		return min(ra.after, c.retry.MaxDelay)
+	}
+	d := c.retry.BaseDelay << (attempt - 1)
+	if d <= 0 || d > c.retry.MaxDelay {
+		d = c.retry.MaxDelay
+	}
+	return time.Duration(rand.Int64N(int64(d)) + 1)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

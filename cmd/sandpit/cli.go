@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/daemon"
+)
+
+func newClient() (*client.Client, error) { return client.FromEnv(daemon.DefaultDataDir()) }
+
+func kvFlags(pairs []string, what string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%s wants KEY=VALUE, got %q", what, p)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func clientCmds() []*cobra.Command {
+	return []*cobra.Command{createCmd(), lsCmd(), execCmd(), cpCmd(), rmCmd(), exposeCmd(), portsCmd(), unexposeCmd(), domainCmd()}
+}
+
+func createCmd() *cobra.Command {
+	var req client.CreateRequest
+	var envs, labels []string
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create a sandbox and print its id",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if req.Env, err = kvFlags(envs, "--env"); err != nil {
+				return err
+			}
+			if req.Labels, err = kvFlags(labels, "--label"); err != nil {
+				return err
+			}
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			sb, err := c.Create(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Name, "name", "", "unique name")
+	f.StringVar(&req.Image, "image", "", "image (default: the daemon's default image)")
+	f.StringArrayVarP(&envs, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringArrayVarP(&labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
+	f.Float64Var(&req.CPU, "cpu", 0, "CPU cores")
+	f.Int64Var(&req.MemoryMB, "memory", 0, "memory limit in MiB")
+	f.Int64Var(&req.TimeoutS, "timeout", 0, "seconds until the sandbox is removed (0: never)")
+	return cmd
+}
+
+func lsCmd() *cobra.Command {
+	var labels []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List sandboxes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			lf, err := kvFlags(labels, "--label")
+			if err != nil {
+				return err
+			}
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			var all []client.Sandbox
+			token := ""
+			for {
+				page, next, err := c.List(cmd.Context(), client.ListOptions{Labels: lf, Limit: 500, PageToken: token})
+				if err != nil {
+					return err
+				}
+				all = append(all, page...)
+				if next == "" {
+					break
+				}
+				token = next
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), all)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tIMAGE\tSTATE\tCREATED")
+			for _, sb := range all {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Name, sb.Image, sb.State, sb.CreatedAt.Format("2006-01-02 15:04:05"))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with label KEY=VALUE (repeatable)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func execCmd() *cobra.Command {
+	var envs []string
+	var cwd string
+	var timeout int64
+	cmd := &cobra.Command{
+		Use:   "exec ID -- CMD [ARGS...]",
+		Short: "Run a command in a sandbox, streaming its output; exits with its code",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			env, err := kvFlags(envs, "--env")
+			if err != nil {
+				return err
+			}
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			code, err := c.ExecStream(cmd.Context(), args[0], client.ExecRequest{Cmd: args[1], Args: args[2:], Env: env, Cwd: cwd, TimeoutS: timeout}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return &exitError{code}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&envs, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	cmd.Flags().StringVarP(&cwd, "workdir", "w", "", "working directory")
+	cmd.Flags().Int64Var(&timeout, "timeout", 0, "seconds before the command is killed (0: none)")
+	return cmd
+}
+
+// splitRemote parses "ID:/path"; a local path has no "ID:" prefix.
+func splitRemote(s string) (id, path string, remote bool) {
+	id, path, ok := strings.Cut(s, ":")
+	if !ok || id == "" || strings.Contains(id, "/") || !strings.HasPrefix(path, "/") {
+		return "", s, false
+	}
+	return id, path, true
+}
+
+func cpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy a file into or out of a sandbox (either side ID:/path; - is stdin/stdout)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sid, spath, sremote := splitRemote(args[0])
+			did, dpath, dremote := splitRemote(args[1])
+			if sremote == dremote {
+				return fmt.Errorf("exactly one of SRC and DST must be ID:/path")
+			}
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			if dremote {
+				var data []byte
+				if spath == "-" {
+					data, err = io.ReadAll(cmd.InOrStdin())
+				} else {
+					data, err = os.ReadFile(spath)
+				}
+				if err != nil {
+					return err
+				}
+				return c.WriteFile(cmd.Context(), did, dpath, data)
+			}
+			var buf bytes.Buffer
+			if err := c.ReadFile(cmd.Context(), sid, spath, &buf); err != nil {
+				return err
+			}
+			if dpath == "-" {
+				_, err = cmd.OutOrStdout().Write(buf.Bytes())
+				return err
+			}
+			return os.WriteFile(dpath, buf.Bytes(), 0o644)
+		},
+	}
+}
+
+func rmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm ID...",
+		Short: "Remove sandboxes",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			var failed bool
+			for _, id := range args {
+				if err := c.Delete(cmd.Context(), id); err != nil {
+					fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", err)
+					failed = true
+					continue
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), id)
+			}
+			if failed {
+				return &exitError{1}
+			}
+			return nil
+		},
+	}
+}
+
+func parsePort(s string) (int, error) {
+	p, err := strconv.Atoi(s)
+	if err != nil || p < 1 || p > 65535 {
+		return 0, fmt.Errorf("invalid port %q", s)
+	}
+	return p, nil
+}
+
+func exposeCmd() *cobra.Command {
+	var tcp bool
+	cmd := &cobra.Command{
+		Use:   "expose ID PORT",
+		Short: "Expose a sandbox port and print its public URL",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			port, err := parsePort(args[1])
+			if err != nil {
+				return err
+			}
+			proto := "http"
+			if tcp {
+				proto = "tcp"
+			}
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			p, err := c.ExposePort(cmd.Context(), args[0], port, proto)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), p.PublicURL)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&tcp, "tcp", false, "raw TCP through a host port instead of an HTTP preview URL")
+	return cmd
+}
+
+func portsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ports ID",
+		Short: "List a sandbox's exposed ports",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			ports, err := c.ListPorts(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PORT\tPROTOCOL\tHOST PORT\tURL")
+			for _, p := range ports {
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", p.Port, p.Protocol, p.HostPort, p.PublicURL)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func unexposeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "unexpose ID PORT",
+		Short: "Remove a port exposure",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			port, err := parsePort(args[1])
+			if err != nil {
+				return err
+			}
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			return c.UnexposePort(cmd.Context(), args[0], port)
+		},
+	}
+}
+
+func domainCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "domain", Short: "Manage custom hostnames of a sandbox"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "add ID HOSTNAME PORT",
+		Short: "Route HOSTNAME to a sandbox port",
+		Args:  cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			port, err := parsePort(args[2])
+			if err != nil {
+				return err
+			}
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			d, err := c.AddDomain(cmd.Context(), args[0], args[1], port)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), d.URL)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "rm ID HOSTNAME",
+		Short: "Unbind a hostname",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			return c.RemoveDomain(cmd.Context(), args[0], args[1])
+		},
+	}, &cobra.Command{
+		Use:   "ls ID",
+		Short: "List a sandbox's hostnames",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			ds, err := c.ListDomains(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "HOSTNAME\tPORT\tURL")
+			for _, d := range ds {
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", d.Hostname, d.Port, d.URL)
+			}
+			return tw.Flush()
+		},
+	})
+	return cmd
+}

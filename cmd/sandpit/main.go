@@ -1,0 +1,56 @@
+// Command sandpit is the one binary of Sandpit: the daemon (`serve`), the
+// in-sandbox agent (`agent`) and the CLI (`create`, `ls`, `exec`, ...).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+// exitError carries a process exit code out of a command (sandpit exec exits
+// with the command's code).
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := &cobra.Command{
+		Use:           "sandpit",
+		Short:         "Self-hosted sandboxes that are safe under client retries",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serveCmd(), agentCmd(), versionCmd())
+	root.AddCommand(clientCmds()...)
+	err := root.ExecuteContext(ctx)
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		os.Exit(ee.code)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "sandpit:", err)
+		os.Exit(1)
+	}
+}
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "sandpit", version)
+		},
+	}
+}

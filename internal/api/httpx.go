@@ -1,0 +1,69 @@
+package api
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// MaxBodyBytes bounds control-plane JSON bodies; file uploads have their own.
+const MaxBodyBytes = 1 << 20
+
+// DecodeJSON reads a bounded JSON body into v, refusing unknown fields only
+// when strict is set (the facades must accept fields their SDKs add later).
+// An empty body decodes as {}.
+func DecodeJSON(r *http.Request, v any, strict bool) error {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("%w: limit is %d bytes", ErrBodyTooLarge, MaxBodyBytes)
+		}
+		return fmt.Errorf("%w: %v", ErrBadJSON, err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadJSON, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: trailing data after the JSON value", ErrBadJSON)
+	}
+	return nil
+}
+
+// WriteJSON writes v with the given status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, `{"error":{"code":"internal","message":"encode response"}}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// TokenEqual compares a presented token with the daemon's in constant time.
+func TokenEqual(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// BearerToken extracts the token of an "Authorization: Bearer" header.
+func BearerToken(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}

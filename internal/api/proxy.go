@@ -1,0 +1,49 @@
+package api
+
+import (
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+)
+
+// AgentProxy forwards requests to sandbox agents. FlushInterval -1 flushes
+// every write at once, so Connect server streams (command output) pass
+// through unbuffered.
+type AgentProxy struct {
+	transport http.RoundTripper
+}
+
+// NewAgentProxy builds a proxy with its own connection pool to the agents.
+func NewAgentProxy() *AgentProxy {
+	return &AgentProxy{transport: &http.Transport{
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 0, // streams may take as long as the command
+	}}
+}
+
+// Forward sends r to http://addr<path> (query kept). When token is non-empty
+// it is set as the agent's X-Access-Token, replacing whatever the client sent.
+func (p *AgentProxy) Forward(w http.ResponseWriter, r *http.Request, addr, path, token string) {
+	rp := &httputil.ReverseProxy{
+		Transport:     p.transport,
+		FlushInterval: -1,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL = &url.URL{Scheme: "http", Host: addr, Path: path, RawQuery: r.URL.RawQuery}
+			pr.Out.Host = addr
+			if token != "" {
+				pr.Out.Header.Set("X-Access-Token", token)
+			}
+			pr.Out.Header.Del("Authorization")
+			if u := r.Header.Get("Authorization"); u != "" && len(u) > 6 && u[:6] == "Basic " {
+				// The E2B SDK names the process user with Basic auth.
+				pr.Out.Header.Set("Authorization", u)
+			}
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			WriteJSON(w, http.StatusBadGateway, map[string]any{"error": map[string]string{"code": CodeUpstream, "message": "sandbox agent unreachable: " + err.Error()}})
+		},
+	}
+	rp.ServeHTTP(w, r)
+}

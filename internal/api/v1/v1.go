@@ -1,0 +1,396 @@
+// Package v1 is Sandpit's native REST API under /v1.
+package v1
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// Handler serves /v1.
+type Handler struct {
+	svc   *service.Service
+	token string
+	proxy *api.AgentProxy
+	mux   *http.ServeMux
+}
+
+// New builds the /v1 handler. Every route needs "Authorization: Bearer
+// <token>".
+func New(svc *service.Service, token string, wrap func(pattern string, h http.HandlerFunc) http.Handler) *Handler {
+	h := &Handler{svc: svc, token: token, proxy: api.NewAgentProxy(), mux: http.NewServeMux()}
+	if wrap == nil {
+		wrap = func(_ string, f http.HandlerFunc) http.Handler { return f }
+	}
+	route := func(pattern string, f http.HandlerFunc) {
+		h.mux.Handle(pattern, wrap(pattern, f))
+	}
+	route("POST /v1/sandboxes", h.create)
+	route("GET /v1/sandboxes", h.list)
+	route("GET /v1/sandboxes/{id}", h.get)
+	route("DELETE /v1/sandboxes/{id}", h.delete)
+	route("POST /v1/sandboxes/{id}/start", h.start)
+	route("POST /v1/sandboxes/{id}/stop", h.stop)
+	route("POST /v1/sandboxes/{id}/exec", h.exec)
+	route("GET /v1/sandboxes/{id}/files", h.files)
+	route("PUT /v1/sandboxes/{id}/files", h.files)
+	route("/v1/sandboxes/{id}/agent/{rest...}", h.agent)
+	route("POST /v1/sandboxes/{id}/ports", h.expose)
+	route("GET /v1/sandboxes/{id}/ports", h.listPorts)
+	route("DELETE /v1/sandboxes/{id}/ports/{port}", h.unexpose)
+	route("POST /v1/sandboxes/{id}/custom-domains", h.addDomain)
+	route("GET /v1/sandboxes/{id}/custom-domains", h.listDomains)
+	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", h.removeDomain)
+	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, api.Problem{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+	})
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !api.TokenEqual(api.BearerToken(r), h.token) {
+		writeError(w, api.Problem{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or invalid bearer token"})
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// ErrorBody is the native error shape.
+type ErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, p api.Problem) {
+	var b ErrorBody
+	b.Error.Code, b.Error.Message = p.Code, p.Message
+	api.WriteJSON(w, p.Status, b)
+}
+
+func fail(w http.ResponseWriter, err error) { writeError(w, api.Classify(err)) }
+
+// Sandbox is the native representation of a sandbox.
+type Sandbox struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name,omitempty"`
+	Image     string            `json:"image"`
+	State     string            `json:"state"`
+	Labels    map[string]string `json:"labels"`
+	Env       map[string]string `json:"env"`
+	CPU       float64           `json:"cpu,omitempty"`
+	MemoryMB  int64             `json:"memory_mb,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	EndAt     *time.Time        `json:"end_at,omitempty"`
+}
+
+func toSandbox(sb store.Sandbox) Sandbox {
+	out := Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: sb.State, Labels: sb.Labels, Env: sb.Env,
+		CPU: sb.CPU, MemoryMB: sb.MemoryMB, CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt}
+	if !sb.EndAt.IsZero() {
+		t := sb.EndAt
+		out.EndAt = &t
+	}
+	return out
+}
+
+// CreateRequest is the body of POST /v1/sandboxes.
+type CreateRequest struct {
+	Image    string            `json:"image,omitempty"`
+	Name     string            `json:"name,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	CPU      float64           `json:"cpu,omitempty"`
+	MemoryMB int64             `json:"memory_mb,omitempty"`
+	TimeoutS int64             `json:"timeout_s,omitempty"`
+}
+
+func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	var req CreateRequest
+	if err := api.DecodeJSON(r, &req, true); err != nil {
+		fail(w, err)
+		return
+	}
+	if req.TimeoutS < 0 {
+		fail(w, errors.Join(service.ErrInvalid, errors.New("timeout_s must not be negative")))
+		return
+	}
+	sb, err := h.svc.CreateSandbox(r.Context(), service.CreateRequest{
+		ID: IDFromContext(r.Context()), Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels,
+		CPU: req.CPU, MemoryMB: req.MemoryMB, Timeout: time.Duration(req.TimeoutS) * time.Second,
+	})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusCreated, toSandbox(sb))
+}
+
+// ListResponse is the body of GET /v1/sandboxes.
+type ListResponse struct {
+	Sandboxes     []Sandbox `json:"sandboxes"`
+	NextPageToken string    `json:"next_page_token,omitempty"`
+}
+
+func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	opts := store.ListOptions{PageToken: q.Get("page_token"), Labels: map[string]string{}}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			fail(w, errors.Join(service.ErrInvalid, errors.New("limit must be 1-1000")))
+			return
+		}
+		opts.Limit = n
+	}
+	for _, kv := range q["label"] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			fail(w, errors.Join(service.ErrInvalid, errors.New("label filter must be key=value")))
+			return
+		}
+		opts.Labels[k] = v
+	}
+	if st := q.Get("state"); st != "" {
+		opts.States = strings.Split(st, ",")
+	}
+	page, next, err := h.svc.ListSandboxes(r.Context(), opts)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := ListResponse{Sandboxes: make([]Sandbox, 0, len(page)), NextPageToken: next}
+	for _, sb := range page {
+		out.Sandboxes = append(out.Sandboxes, toSandbox(sb))
+	}
+	api.WriteJSON(w, http.StatusOK, out)
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
+	sb, err := h.svc.GetSandbox(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, toSandbox(sb))
+}
+
+func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
+	if err := h.svc.DeleteSandbox(r.Context(), r.PathValue("id")); err != nil {
+		fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) start(w http.ResponseWriter, r *http.Request) {
+	sb, err := h.svc.StartSandbox(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, toSandbox(sb))
+}
+
+func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
+	sb, err := h.svc.StopSandbox(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, toSandbox(sb))
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
+type ExecRequest struct {
+	Cmd      string            `json:"cmd"`
+	Args     []string          `json:"args,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Cwd      string            `json:"cwd,omitempty"`
+	TimeoutS int64             `json:"timeout_s,omitempty"`
+}
+
+// ExecResponse is the result of a finished command.
+type ExecResponse struct {
+	ExitCode int    `json:"exit_code"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+}
+
+func (h *Handler) exec(w http.ResponseWriter, r *http.Request) {
+	var req ExecRequest
+	if err := api.DecodeJSON(r, &req, true); err != nil {
+		fail(w, err)
+		return
+	}
+	res, err := h.svc.Exec(r.Context(), r.PathValue("id"), service.ExecRequest{
+		Cmd: req.Cmd, Args: req.Args, Env: req.Env, Cwd: req.Cwd, Timeout: time.Duration(req.TimeoutS) * time.Second,
+	})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, ExecResponse{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)})
+}
+
+// files proxies GET (read) and PUT (write, raw body) of one file to the
+// agent's /files endpoint.
+func (h *Handler) files(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("path") == "" {
+		fail(w, errors.Join(service.ErrInvalid, errors.New("query parameter path is required")))
+		return
+	}
+	addr, token, err := h.svc.AgentTarget(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	if r.Method == http.MethodPut {
+		r.Method = http.MethodPost
+		if r.Header.Get("Content-Type") == "" || !strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+			r.Header.Set("Content-Type", "application/octet-stream")
+		}
+	}
+	h.proxy.Forward(w, r, addr, "/files", token)
+}
+
+// agent proxies the whole agent protocol (Connect RPC and /files) so native
+// clients can stream.
+func (h *Handler) agent(w http.ResponseWriter, r *http.Request) {
+	addr, token, err := h.svc.AgentTarget(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	h.proxy.Forward(w, r, addr, "/"+r.PathValue("rest"), token)
+}
+
+// ExposeRequest is the body of POST /v1/sandboxes/{id}/ports.
+type ExposeRequest struct {
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol,omitempty"`
+}
+
+// Port is an exposure.
+type Port struct {
+	Port      int       `json:"port"`
+	Protocol  string    `json:"protocol"`
+	HostPort  int       `json:"host_port"`
+	PublicURL string    `json:"public_url"`
+	Reused    bool      `json:"reused"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func toPort(p store.ExposedPort, reused bool) Port {
+	return Port{Port: p.Port, Protocol: p.Protocol, HostPort: p.HostPort, PublicURL: p.PublicURL, Reused: reused, CreatedAt: p.CreatedAt}
+}
+
+func (h *Handler) expose(w http.ResponseWriter, r *http.Request) {
+	var req ExposeRequest
+	if err := api.DecodeJSON(r, &req, true); err != nil {
+		fail(w, err)
+		return
+	}
+	res, err := h.svc.ExposePort(r.Context(), r.PathValue("id"), req.Port, req.Protocol)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	status := http.StatusCreated
+	if res.Reuse {
+		status = http.StatusOK
+	}
+	api.WriteJSON(w, status, toPort(res.Port, res.Reuse))
+}
+
+func (h *Handler) listPorts(w http.ResponseWriter, r *http.Request) {
+	ports, err := h.svc.ListPorts(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := make([]Port, 0, len(ports))
+	for _, p := range ports {
+		out = append(out, toPort(p, false))
+	}
+	api.WriteJSON(w, http.StatusOK, map[string]any{"ports": out})
+}
+
+func (h *Handler) unexpose(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		fail(w, errors.Join(service.ErrInvalid, errors.New("port must be between 1 and 65535")))
+		return
+	}
+	if err := h.svc.UnexposePort(r.Context(), r.PathValue("id"), port); err != nil {
+		fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// DomainRequest is the body of POST /v1/sandboxes/{id}/custom-domains.
+type DomainRequest struct {
+	Hostname string `json:"hostname"`
+	Port     int    `json:"port"`
+}
+
+// Domain is a custom-domain binding.
+type Domain struct {
+	Hostname  string    `json:"hostname"`
+	SandboxID string    `json:"sandbox_id"`
+	Port      int       `json:"port"`
+	URL       string    `json:"url"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func (h *Handler) toDomain(d store.CustomDomain) Domain {
+	return Domain{Hostname: d.Hostname, SandboxID: d.SandboxID, Port: d.Port, URL: h.svc.CustomDomainURL(d.Hostname), CreatedAt: d.CreatedAt}
+}
+
+func (h *Handler) addDomain(w http.ResponseWriter, r *http.Request) {
+	var req DomainRequest
+	if err := api.DecodeJSON(r, &req, true); err != nil {
+		fail(w, err)
+		return
+	}
+	d, added, err := h.svc.AddCustomDomain(r.Context(), r.PathValue("id"), req.Hostname, req.Port)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	status := http.StatusOK
+	if added {
+		status = http.StatusCreated
+	}
+	api.WriteJSON(w, status, h.toDomain(d))
+}
+
+func (h *Handler) listDomains(w http.ResponseWriter, r *http.Request) {
+	ds, err := h.svc.ListCustomDomains(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := make([]Domain, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, h.toDomain(d))
+	}
+	api.WriteJSON(w, http.StatusOK, map[string]any{"custom_domains": out})
+}
+
+func (h *Handler) removeDomain(w http.ResponseWriter, r *http.Request) {
+	if err := h.svc.RemoveCustomDomain(r.Context(), r.PathValue("id"), r.PathValue("hostname")); err != nil {
+		fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,273 @@
+// Package daemon assembles `sandpit serve`: the store, the runtime, the
+// router, the service and the HTTP surfaces, and runs them until the context
+// ends.
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/api"
+	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
+	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// Config is everything `sandpit serve` takes.
+type Config struct {
+	DataDir      string
+	Listen       string
+	ProxyListen  string
+	Token        string
+	DefaultImage string
+	Templates    map[string]string
+	Domain       string
+	PublicHost   string
+	PortRange    store.PortRange
+	ExtraLabels  map[string]string
+
+	E2BPendingTTL        time.Duration
+	E2BReplayWindow      time.Duration
+	IdempotencyWait      time.Duration
+	IdempotencyRetention time.Duration
+
+	SweepInterval time.Duration
+	Logger        *slog.Logger
+	// Ready, when set, is called once the listeners are bound, with their
+	// addresses (tests start the daemon on port 0).
+	Ready func(apiAddr, proxyAddr string)
+}
+
+// Defaults fills zero fields with the documented defaults.
+func (c *Config) Defaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7420"
+	}
+	if c.ProxyListen == "" {
+		c.ProxyListen = "127.0.0.1:7480"
+	}
+	if c.DefaultImage == "" {
+		c.DefaultImage = "sandpit/base:test"
+	}
+	if c.Domain == "" {
+		c.Domain = "localhost"
+	}
+	if c.PublicHost == "" {
+		c.PublicHost = "127.0.0.1"
+	}
+	if c.PortRange.Lo == 0 {
+		c.PortRange = store.PortRange{Lo: 22000, Hi: 23000}
+	}
+	if c.E2BPendingTTL == 0 {
+		c.E2BPendingTTL = 2 * time.Minute
+	}
+	if c.IdempotencyWait == 0 {
+		c.IdempotencyWait = 30 * time.Second
+	}
+	if c.IdempotencyRetention == 0 {
+		c.IdempotencyRetention = 24 * time.Hour
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// DefaultDataDir is /var/lib/sandpit for root, else ~/.local/share/sandpit.
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/sandpit"
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "sandpit")
+	}
+	return filepath.Join(os.TempDir(), "sandpit")
+}
+
+// ParsePortRange parses "LO-HI".
+func ParsePortRange(s string) (store.PortRange, error) {
+	lo, hi, ok := strings.Cut(s, "-")
+	a, err1 := strconv.Atoi(strings.TrimSpace(lo))
+	b, err2 := strconv.Atoi(strings.TrimSpace(hi))
+	if !ok || err1 != nil || err2 != nil || a < 1 || b > 65535 || a > b {
+		return store.PortRange{}, fmt.Errorf("invalid port range %q: want LO-HI within 1-65535", s)
+	}
+	return store.PortRange{Lo: a, Hi: b}, nil
+}
+
+// LoadOrCreateToken returns the configured token, or the one stored in
+// <data-dir>/token, generating it (mode 0600) on first start. created reports
+// a fresh token, which the caller prints once.
+func LoadOrCreateToken(dataDir, configured string) (token string, created bool, err error) {
+	if configured != "" {
+		return configured, false, nil
+	}
+	path := filepath.Join(dataDir, "token")
+	b, err := os.ReadFile(path)
+	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), false, nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", false, err
+	}
+	var raw [24]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", false, err
+	}
+	token = "sp_" + hex.EncodeToString(raw[:])
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", false, err
+	}
+	// O_EXCL: two first starts racing must not each write a different token.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return LoadOrCreateToken(dataDir, "")
+		}
+		return "", false, err
+	}
+	defer f.Close()
+	if _, err := f.WriteString(token + "\n"); err != nil {
+		return "", false, err
+	}
+	return token, true, f.Sync()
+}
+
+// Run serves until ctx ends, then shuts down: in-flight requests finish and
+// the store is closed.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.Defaults()
+	log := cfg.Logger
+	st, err := store.Open(ctx, cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	token, created, err := LoadOrCreateToken(cfg.DataDir, cfg.Token)
+	if err != nil {
+		return fmt.Errorf("token: %w", err)
+	}
+	if created {
+		fmt.Fprintf(os.Stderr, "sandpit: generated API token (stored in %s):\n%s\n", filepath.Join(cfg.DataDir, "token"), token)
+	}
+
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("locate own executable: %w", err)
+	}
+	if exe, err = filepath.EvalSymlinks(exe); err != nil {
+		return fmt.Errorf("locate own executable: %w", err)
+	}
+
+	rt, err := docker.New(ctx, docker.Options{Logger: log})
+	if err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
+
+	apiLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	proxyLn, err := net.Listen("tcp", cfg.ProxyListen)
+	if err != nil {
+		apiLn.Close()
+		return fmt.Errorf("proxy listen %s: %w", cfg.ProxyListen, err)
+	}
+	proxyPort := proxyLn.Addr().(*net.TCPAddr).Port
+
+	rtr := newRouter(cfg, log)
+	svc := service.New(service.Config{
+		DefaultImage: cfg.DefaultImage,
+		Templates:    cfg.Templates,
+		AgentBinary:  exe,
+		Domain:       cfg.Domain,
+		ProxyPort:    proxyPort,
+		PublicHost:   cfg.PublicHost,
+		PortRange:    cfg.PortRange,
+		ExtraLabels:  cfg.ExtraLabels,
+		CrashPoint:   os.Getenv(service.CrashPointEnv),
+		Logger:       log,
+	}, st, rt, rtr)
+
+	if err := svc.Reconcile(ctx); err != nil {
+		apiLn.Close()
+		proxyLn.Close()
+		return fmt.Errorf("reconcile: %w", err)
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	surfaces(ctx, mux, cfg, svc, token)
+
+	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	proxySrv := &http.Server{Handler: rtr.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+
+	bg, stopBG := context.WithCancel(ctx)
+	defer stopBG()
+	go svc.RunSweeper(bg, cfg.SweepInterval)
+	go reapIdempotency(bg, st, log)
+
+	errc := make(chan error, 2)
+	go func() { errc <- apiSrv.Serve(apiLn) }()
+	go func() { errc <- proxySrv.Serve(proxyLn) }()
+	log.Info("sandpit serving", "api", apiLn.Addr().String(), "proxy", proxyLn.Addr().String(), "data_dir", cfg.DataDir)
+	if cfg.Ready != nil {
+		cfg.Ready(apiLn.Addr().String(), proxyLn.Addr().String())
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	log.Info("sandpit shutting down")
+	stopBG()
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = apiSrv.Shutdown(shutCtx)
+	_ = proxySrv.Shutdown(shutCtx)
+	_ = rtr.Close()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}
+
+// reapIdempotency deletes idempotency rows past both of their TTLs.
+func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := st.ReapIdempotentRequests(ctx, time.Now().UTC()); err != nil && ctx.Err() == nil {
+				log.Error("reap idempotency rows", "err", err)
+			}
+		}
+	}
+}
+
+// surfaces mounts the native API and the facades.
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string) {
+	mux.Handle("/v1/", v1.New(svc, token, nil))
+}

@@ -1,0 +1,316 @@
+// Package builtin is Sandpit's default router: an in-process HTTP reverse
+// proxy that routes by Host, and one TCP listener per exposed host port.
+package builtin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/router"
+)
+
+var _ router.Router = (*Builtin)(nil)
+
+// Options configure the builtin router.
+type Options struct {
+	// Domain is the suffix of preview hosts: <id>-<port>.<Domain> and
+	// <port>-<id>.<Domain> both route to a sandbox port.
+	Domain string
+	// TCPBindHost is the address TCP exposures listen on.
+	TCPBindHost string
+	Logger      *slog.Logger
+}
+
+// Builtin routes HTTP by Host and forwards TCP host ports.
+type Builtin struct {
+	opts      Options
+	log       *slog.Logger
+	transport *http.Transport
+
+	mu      sync.RWMutex
+	http    map[string]router.Route // "<id>:<port>"
+	domains map[string]router.Route // hostname
+	tcp     map[int]*forwarder      // host port
+	closed  bool
+}
+
+// New builds a Builtin router.
+func New(opts Options) *Builtin {
+	if opts.Domain == "" {
+		opts.Domain = "localhost"
+	}
+	if opts.TCPBindHost == "" {
+		opts.TCPBindHost = "127.0.0.1"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Builtin{
+		opts: opts,
+		log:  opts.Logger,
+		transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 32,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		http:    map[string]router.Route{},
+		domains: map[string]router.Route{},
+		tcp:     map[int]*forwarder{},
+	}
+}
+
+func httpKey(id string, port int) string { return id + ":" + strconv.Itoa(port) }
+
+// Install adds or replaces a route.
+func (b *Builtin) Install(ctx context.Context, r router.Route) error {
+	if _, _, err := net.SplitHostPort(r.Upstream); err != nil {
+		return fmt.Errorf("route %s: bad upstream %q: %w", r.Key(), r.Upstream, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return errors.New("router closed")
+	}
+	switch r.Kind {
+	case router.KindHTTP:
+		b.http[httpKey(r.SandboxID, r.Port)] = r
+	case router.KindDomain:
+		b.domains[r.Hostname] = r
+	case router.KindTCP:
+		if f, ok := b.tcp[r.HostPort]; ok {
+			// Keep the listener (clients may be connected); point it anew.
+			f.setRoute(r)
+			return nil
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(b.opts.TCPBindHost, strconv.Itoa(r.HostPort)))
+		if err != nil {
+			return fmt.Errorf("listen on host port %d: %w", r.HostPort, err)
+		}
+		f := &forwarder{ln: ln, log: b.log, conns: map[net.Conn]struct{}{}}
+		f.setRoute(r)
+		b.tcp[r.HostPort] = f
+		go f.serve()
+	default:
+		return fmt.Errorf("unknown route kind %q", r.Kind)
+	}
+	return nil
+}
+
+// Remove deletes a route; a missing route is not an error.
+func (b *Builtin) Remove(ctx context.Context, r router.Route) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch r.Kind {
+	case router.KindHTTP:
+		delete(b.http, httpKey(r.SandboxID, r.Port))
+	case router.KindDomain:
+		delete(b.domains, r.Hostname)
+	case router.KindTCP:
+		if f, ok := b.tcp[r.HostPort]; ok {
+			f.close()
+			delete(b.tcp, r.HostPort)
+		}
+	}
+	return nil
+}
+
+// Routes lists the installed routes in a stable order.
+func (b *Builtin) Routes(ctx context.Context) ([]router.Route, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make([]router.Route, 0, len(b.http)+len(b.domains)+len(b.tcp))
+	for _, r := range b.http {
+		out = append(out, r)
+	}
+	for _, r := range b.domains {
+		out = append(out, r)
+	}
+	for _, f := range b.tcp {
+		out = append(out, f.route())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
+	return out, nil
+}
+
+// Close stops every TCP listener.
+func (b *Builtin) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for p, f := range b.tcp {
+		f.close()
+		delete(b.tcp, p)
+	}
+	return nil
+}
+
+// Resolve finds the upstream for a Host header.
+func (b *Builtin) Resolve(host string) (router.Route, bool) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if r, ok := b.domains[host]; ok {
+		return r, true
+	}
+	suffix := "." + b.opts.Domain
+	if !strings.HasSuffix(host, suffix) {
+		return router.Route{}, false
+	}
+	label := strings.TrimSuffix(host, suffix)
+	if strings.Contains(label, ".") {
+		return router.Route{}, false
+	}
+	id, port, ok := ParsePreviewLabel(label)
+	if !ok {
+		return router.Route{}, false
+	}
+	r, ok := b.http[httpKey(id, port)]
+	return r, ok
+}
+
+// ParsePreviewLabel splits "<id>-<port>" (Sandpit's form) or "<port>-<id>"
+// (the form E2B clients build) into id and port. Sandbox ids never start with
+// a digit, so the two forms cannot be confused.
+func ParsePreviewLabel(label string) (id string, port int, ok bool) {
+	if first, rest, found := strings.Cut(label, "-"); found {
+		if p, err := strconv.Atoi(first); err == nil && rest != "" {
+			return rest, p, p > 0 && p < 65536
+		}
+	}
+	i := strings.LastIndexByte(label, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	p, err := strconv.Atoi(label[i+1:])
+	if err != nil || p <= 0 || p > 65535 {
+		return "", 0, false
+	}
+	return label[:i], p, true
+}
+
+// Handler is the HTTP side of the proxy.
+func (b *Builtin) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rt, ok := b.Resolve(r.Host)
+		if !ok {
+			http.Error(w, "sandpit: no route for host "+r.Host, http.StatusNotFound)
+			return
+		}
+		rp := &httputil.ReverseProxy{
+			Transport:     b.transport,
+			FlushInterval: -1,
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(&url.URL{Scheme: "http", Host: rt.Upstream})
+				pr.Out.Host = r.Host
+				pr.SetXForwarded()
+			},
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				http.Error(w, "sandpit: sandbox port unreachable: "+err.Error(), http.StatusBadGateway)
+			},
+		}
+		rp.ServeHTTP(w, r)
+	})
+}
+
+// forwarder is one TCP exposure: a listener whose connections are spliced to
+// the sandbox port.
+type forwarder struct {
+	ln  net.Listener
+	log *slog.Logger
+
+	mu    sync.Mutex
+	r     router.Route
+	conns map[net.Conn]struct{}
+	done  bool
+}
+
+func (f *forwarder) setRoute(r router.Route) {
+	f.mu.Lock()
+	f.r = r
+	f.mu.Unlock()
+}
+
+func (f *forwarder) route() router.Route {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.r
+}
+
+func (f *forwarder) track(c net.Conn, add bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if add {
+		if f.done {
+			return false
+		}
+		f.conns[c] = struct{}{}
+	} else {
+		delete(f.conns, c)
+	}
+	return true
+}
+
+func (f *forwarder) close() {
+	f.mu.Lock()
+	f.done = true
+	conns := f.conns
+	f.conns = map[net.Conn]struct{}{}
+	f.mu.Unlock()
+	f.ln.Close()
+	for c := range conns {
+		c.Close()
+	}
+}
+
+func (f *forwarder) serve() {
+	for {
+		c, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		go f.splice(c)
+	}
+}
+
+func (f *forwarder) splice(client net.Conn) {
+	defer client.Close()
+	up, err := net.DialTimeout("tcp", f.route().Upstream, 5*time.Second)
+	if err != nil {
+		f.log.Debug("tcp forward: dial upstream", "err", err)
+		return
+	}
+	defer up.Close()
+	if !f.track(client, true) || !f.track(up, true) {
+		return
+	}
+	defer f.track(client, false)
+	defer f.track(up, false)
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		// Half-close so the far side sees EOF but can still answer.
+		if tc, ok := dst.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go pipe(up, client)
+	go pipe(client, up)
+	<-done
+	<-done
+}

@@ -1,0 +1,110 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sandpit-dev/sandpit/proto/process"
+	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
+)
+
+// ExecRequest runs one command to completion.
+type ExecRequest struct {
+	Cmd     string
+	Args    []string
+	Env     map[string]string
+	Cwd     string
+	Timeout time.Duration // 0 = until the caller's context ends
+}
+
+// ExecResult is a finished command's output.
+type ExecResult struct {
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+}
+
+// maxExecOutput bounds what a non-streaming exec buffers per stream; longer
+// output belongs on the streaming agent protocol.
+const maxExecOutput = 16 << 20
+
+// Exec runs a command in a sandbox through its agent and collects the output.
+func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
+	if req.Cmd == "" {
+		return ExecResult{}, invalidf("cmd is required")
+	}
+	if req.Timeout < 0 {
+		return ExecResult{}, invalidf("timeout must not be negative")
+	}
+	for k := range req.Env {
+		if !envKey.MatchString(k) {
+			return ExecResult{}, invalidf("invalid environment variable name %q", k)
+		}
+	}
+	addr, token, err := s.AgentTarget(ctx, id)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	client := processconnect.NewProcessClient(s.agentHTTP, "http://"+addr, connect.WithProtoJSON())
+	cfg := &process.ProcessConfig{Cmd: req.Cmd, Args: req.Args, Envs: req.Env}
+	if req.Cwd != "" {
+		cfg.Cwd = &req.Cwd
+	}
+	creq := connect.NewRequest(&process.StartRequest{Process: cfg})
+	creq.Header().Set("X-Access-Token", token)
+	stream, err := client.Start(ctx, creq)
+	if err != nil {
+		return ExecResult{}, agentError(err)
+	}
+	defer stream.Close()
+	var res ExecResult
+	ended := false
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if d := ev.GetData(); d != nil {
+			if len(res.Stdout)+len(d.GetStdout()) <= maxExecOutput {
+				res.Stdout = append(res.Stdout, d.GetStdout()...)
+			}
+			if len(res.Stderr)+len(d.GetStderr()) <= maxExecOutput {
+				res.Stderr = append(res.Stderr, d.GetStderr()...)
+			}
+		}
+		if e := ev.GetEnd(); e != nil {
+			res.ExitCode = int(e.GetExitCode())
+			ended = true
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return res, agentError(err)
+	}
+	if !ended {
+		return res, fmt.Errorf("%w: the command's stream closed without an end event", ErrRuntime)
+	}
+	return res, nil
+}
+
+// agentError maps an agent RPC failure onto the service's error kinds.
+func agentError(err error) error {
+	var cerr *connect.Error
+	if errors.As(err, &cerr) {
+		switch cerr.Code() {
+		case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeFailedPrecondition:
+			return fmt.Errorf("%w: %s", ErrInvalid, cerr.Message())
+		case connect.CodeDeadlineExceeded:
+			return fmt.Errorf("command timed out: %w", context.DeadlineExceeded)
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("command timed out: %w", context.DeadlineExceeded)
+	}
+	return fmt.Errorf("%w: agent: %v", ErrRuntime, err)
+}

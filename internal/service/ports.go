@@ -1,0 +1,235 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/sandpit-dev/sandpit/internal/router"
+	"github.com/sandpit-dev/sandpit/internal/runtime"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// Protocols an exposure can use.
+const (
+	ProtoHTTP = "http"
+	ProtoTCP  = "tcp"
+)
+
+// ExposeResult is an exposure and whether this call made it.
+type ExposeResult struct {
+	Port  store.ExposedPort
+	Reuse bool // true: the exposure already existed (a retry)
+}
+
+func upstream(ip string, port int) string { return net.JoinHostPort(ip, strconv.Itoa(port)) }
+
+func portRoute(p store.ExposedPort, ip string) router.Route {
+	if p.Protocol == ProtoTCP {
+		return router.Route{Kind: router.KindTCP, SandboxID: p.SandboxID, Port: p.Port, HostPort: p.HostPort, Upstream: upstream(ip, p.Port)}
+	}
+	return router.Route{Kind: router.KindHTTP, SandboxID: p.SandboxID, Port: p.Port, Upstream: upstream(ip, p.Port)}
+}
+
+func domainRoute(d store.CustomDomain, ip string) router.Route {
+	return router.Route{Kind: router.KindDomain, SandboxID: d.SandboxID, Port: d.Port, Hostname: d.Hostname, Upstream: upstream(ip, d.Port)}
+}
+
+// PreviewURL is the HTTP URL of a sandbox port through the builtin proxy.
+func (s *Service) PreviewURL(id string, port int) string {
+	return "http://" + s.PreviewHost(id, port) + s.proxyPortSuffix()
+}
+
+// PreviewHost is the Host the proxy routes to a sandbox port.
+func (s *Service) PreviewHost(id string, port int) string {
+	return id + "-" + strconv.Itoa(port) + "." + s.cfg.Domain
+}
+
+func (s *Service) proxyPortSuffix() string {
+	if s.cfg.ProxyPort == 0 || s.cfg.ProxyPort == 80 {
+		return ""
+	}
+	return ":" + strconv.Itoa(s.cfg.ProxyPort)
+}
+
+func (s *Service) tcpURL(hostPort int) string {
+	return "tcp://" + net.JoinHostPort(s.cfg.PublicHost, strconv.Itoa(hostPort))
+}
+
+// ExposePort exposes a sandbox port. The store decides whether this is a new
+// exposure or a retry of an existing one; the router install follows, and if
+// it fails the row is deleted only when this call inserted it: a row another
+// caller installed is not ours to undo.
+func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol string) (ExposeResult, error) {
+	if port < 1 || port > 65535 {
+		return ExposeResult{}, invalidf("port must be between 1 and 65535")
+	}
+	if port == runtime.AgentPort {
+		return ExposeResult{}, invalidf("port %d is reserved for the sandbox agent", port)
+	}
+	if protocol == "" {
+		protocol = ProtoHTTP
+	}
+	if protocol != ProtoHTTP && protocol != ProtoTCP {
+		return ExposeResult{}, invalidf("protocol must be %q or %q", ProtoHTTP, ProtoTCP)
+	}
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return ExposeResult{}, err
+	}
+	now := s.now()
+	want := store.ExposedPort{SandboxID: id, Port: port, Protocol: protocol, CreatedAt: now}
+	var row store.ExposedPort
+	var reused bool
+	if protocol == ProtoTCP {
+		row, reused, err = s.store.AllocateHostPort(ctx, want, s.cfg.PortRange, s.tcpURL, now)
+		if err != nil {
+			return ExposeResult{}, err
+		}
+	} else {
+		want.PublicURL = s.PreviewURL(id, port)
+		res, err := s.store.TryReserveHostPort(ctx, want, now)
+		if err != nil {
+			return ExposeResult{}, err
+		}
+		row, reused = res.Row, res.Outcome == store.Existing
+	}
+	if row.Protocol != protocol {
+		return ExposeResult{}, fmt.Errorf("%w: port %d is exposed as %s; unexpose it first", ErrProtocolConflict, port, row.Protocol)
+	}
+	if sb.State == store.StateRunning && s.router != nil {
+		ip, ierr := s.sandboxIP(ctx, id)
+		if ierr == nil {
+			ierr = s.router.Install(ctx, portRoute(row, ip))
+		}
+		if ierr != nil {
+			if !reused {
+				if derr := s.store.DeletePort(context.WithoutCancel(ctx), id, port); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+					s.log.Error("expose rollback: delete row", "sandbox", id, "port", port, "err", derr)
+				}
+			}
+			return ExposeResult{}, fmt.Errorf("%w: install route for port %d: %v", ErrRouter, port, ierr)
+		}
+	}
+	return ExposeResult{Port: row, Reuse: reused}, nil
+}
+
+// UnexposePort removes the route, then the row.
+func (s *Service) UnexposePort(ctx context.Context, id string, port int) error {
+	row, err := s.store.GetPort(ctx, id, port)
+	if err != nil {
+		return err
+	}
+	if s.router != nil {
+		if err := s.router.Remove(ctx, portRoute(row, "")); err != nil {
+			return fmt.Errorf("%w: remove route: %v", ErrRouter, err)
+		}
+	}
+	return s.store.DeletePort(ctx, id, port)
+}
+
+// ListPorts lists a sandbox's exposures.
+func (s *Service) ListPorts(ctx context.Context, id string) ([]store.ExposedPort, error) {
+	if _, err := s.store.GetSandbox(ctx, id); err != nil {
+		return nil, err
+	}
+	return s.store.ListPorts(ctx, id)
+}
+
+var hostnameLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// NormalizeHostname lower-cases and validates an RFC 1123 hostname; wildcards
+// and IP addresses are refused.
+func NormalizeHostname(h string) (string, error) {
+	h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
+	if h == "" || len(h) > 253 {
+		return "", invalidf("hostname must be 1-253 characters")
+	}
+	if net.ParseIP(h) != nil {
+		return "", invalidf("hostname %q is an IP address", h)
+	}
+	labels := strings.Split(h, ".")
+	if len(labels) < 2 {
+		return "", invalidf("hostname %q needs at least two labels", h)
+	}
+	for _, l := range labels {
+		if !hostnameLabel.MatchString(l) {
+			return "", invalidf("invalid hostname %q: labels are 1-63 of a-z, 0-9 and '-', not starting or ending with '-', no wildcards", h)
+		}
+	}
+	return h, nil
+}
+
+// AddCustomDomain binds a hostname to a sandbox port. The hostname primary key
+// decides between two sandboxes racing for it.
+func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port int) (store.CustomDomain, bool, error) {
+	h, err := NormalizeHostname(hostname)
+	if err != nil {
+		return store.CustomDomain{}, false, err
+	}
+	if port < 1 || port > 65535 {
+		return store.CustomDomain{}, false, invalidf("port must be between 1 and 65535")
+	}
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return store.CustomDomain{}, false, err
+	}
+	d, outcome, err := s.store.AddCustomDomain(ctx, store.CustomDomain{Hostname: h, SandboxID: id, Port: port, CreatedAt: s.now()}, s.now())
+	if err != nil {
+		return store.CustomDomain{}, false, err
+	}
+	added := outcome == store.Added
+	if sb.State == store.StateRunning && s.router != nil {
+		ip, ierr := s.sandboxIP(ctx, id)
+		if ierr == nil {
+			ierr = s.router.Install(ctx, domainRoute(d, ip))
+		}
+		if ierr != nil {
+			if added {
+				if derr := s.store.RemoveCustomDomain(context.WithoutCancel(ctx), id, h); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+					s.log.Error("domain rollback", "hostname", h, "err", derr)
+				}
+			}
+			return store.CustomDomain{}, false, fmt.Errorf("%w: install route for %s: %v", ErrRouter, h, ierr)
+		}
+	}
+	return d, added, nil
+}
+
+// RemoveCustomDomain unbinds a hostname from a sandbox.
+func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) error {
+	h, err := NormalizeHostname(hostname)
+	if err != nil {
+		return err
+	}
+	d, err := s.store.GetCustomDomain(ctx, h)
+	if err != nil {
+		return err
+	}
+	if d.SandboxID != id {
+		return fmt.Errorf("%w: hostname %s is not bound to sandbox %s", store.ErrNotFound, h, id)
+	}
+	if s.router != nil {
+		if err := s.router.Remove(ctx, domainRoute(d, "")); err != nil {
+			return fmt.Errorf("%w: remove route: %v", ErrRouter, err)
+		}
+	}
+	return s.store.RemoveCustomDomain(ctx, id, h)
+}
+
+// ListCustomDomains lists a sandbox's hostnames.
+func (s *Service) ListCustomDomains(ctx context.Context, id string) ([]store.CustomDomain, error) {
+	if _, err := s.store.GetSandbox(ctx, id); err != nil {
+		return nil, err
+	}
+	return s.store.ListCustomDomains(ctx, id)
+}
+
+// CustomDomainURL is the URL a custom hostname serves on through the proxy.
+func (s *Service) CustomDomainURL(hostname string) string {
+	return "http://" + hostname + s.proxyPortSuffix()
+}

@@ -1,0 +1,565 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/router"
+	"github.com/sandpit-dev/sandpit/internal/runtime"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// CreateRequest is a validated-on-entry sandbox create.
+type CreateRequest struct {
+	// ID, when set, is the id to use: the facades derive it from an
+	// idempotency claim so that a retry of a crashed attempt reuses it.
+	ID       string
+	Name     string
+	Image    string // wins over Template
+	Template string // resolved through Config.Templates
+	Env      map[string]string
+	Labels   map[string]string
+	CPU      float64
+	MemoryMB int64
+	// Timeout sets the sandbox's end time; zero means no deadline.
+	Timeout time.Duration
+}
+
+var (
+	nameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+	idRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	envKey  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	imageRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$`)
+)
+
+// Limits on create input; beyond them the request is refused, not clamped.
+const (
+	maxCPU      = 64
+	maxMemoryMB = 256 * 1024
+	maxTimeout  = 30 * 24 * time.Hour
+	maxLabels   = 64
+	maxEnv      = 256
+)
+
+// ResolveImage maps a template or an image to the image to run.
+func (s *Service) ResolveImage(image, template string) (string, error) {
+	switch {
+	case image != "":
+		if !imageRE.MatchString(image) {
+			return "", invalidf("invalid image reference %q", image)
+		}
+		return image, nil
+	case template != "":
+		if img, ok := s.cfg.Templates[template]; ok {
+			return img, nil
+		}
+		return "", fmt.Errorf("%w: %q", ErrUnknownTemplate, template)
+	case s.cfg.DefaultImage != "":
+		return s.cfg.DefaultImage, nil
+	}
+	return "", invalidf("no image given and the daemon has no default image")
+}
+
+func (s *Service) validateCreate(req *CreateRequest) error {
+	if req.ID != "" && !idRE.MatchString(req.ID) {
+		return invalidf("invalid sandbox id %q", req.ID)
+	}
+	if req.Name != "" && !nameRE.MatchString(req.Name) {
+		return invalidf("invalid name %q: use 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit", req.Name)
+	}
+	if req.CPU < 0 || req.CPU > maxCPU {
+		return invalidf("cpu must be between 0 and %d", maxCPU)
+	}
+	if req.MemoryMB < 0 || req.MemoryMB > maxMemoryMB {
+		return invalidf("memory must be between 0 and %d MiB", maxMemoryMB)
+	}
+	if req.MemoryMB != 0 && req.MemoryMB < 16 {
+		return invalidf("memory must be at least 16 MiB")
+	}
+	if req.Timeout < 0 || req.Timeout > maxTimeout {
+		return invalidf("timeout must be between 0 and %s", maxTimeout)
+	}
+	if len(req.Labels) > maxLabels {
+		return invalidf("at most %d labels", maxLabels)
+	}
+	for k, v := range req.Labels {
+		if k == "" || len(k) > 128 || len(v) > 1024 {
+			return invalidf("label keys must be 1-128 bytes and values at most 1024 bytes")
+		}
+	}
+	if len(req.Env) > maxEnv {
+		return invalidf("at most %d environment variables", maxEnv)
+	}
+	for k := range req.Env {
+		if !envKey.MatchString(k) {
+			return invalidf("invalid environment variable name %q", k)
+		}
+	}
+	return nil
+}
+
+// CreateSandbox makes a running sandbox. The row is inserted first, in state
+// creating, so the schema rejects a duplicate id or name before any container
+// exists; then the container is created and started, the agent is awaited,
+// and the row flips to running. Any failure unwinds every step taken, so a
+// failed create leaves no container and no row.
+func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
+	if err := s.validateCreate(&req); err != nil {
+		return store.Sandbox{}, err
+	}
+	image, err := s.ResolveImage(req.Image, req.Template)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	id := req.ID
+	if id == "" {
+		id = NewSandboxID()
+	}
+	now := s.now()
+	sb := store.Sandbox{
+		ID:          id,
+		Name:        req.Name,
+		Image:       image,
+		Template:    req.Template,
+		State:       store.StateCreating,
+		Labels:      nonNil(req.Labels),
+		Env:         nonNil(req.Env),
+		CPU:         req.CPU,
+		MemoryMB:    req.MemoryMB,
+		ContainerID: containerName(id),
+		AccessToken: newToken(),
+		CreatedAt:   now,
+		UpdatedAt:   now,
+	}
+	if req.Timeout > 0 {
+		sb.EndAt = now.Add(req.Timeout)
+	}
+	if err := s.store.CreateSandbox(ctx, sb); err != nil {
+		return store.Sandbox{}, err
+	}
+	// From here on every failure must undo what was made. The rollback runs
+	// without the caller's cancellation: a client hanging up mid-create must
+	// not leave a half-made sandbox behind.
+	fail := func(cause error) (store.Sandbox, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := s.rt.Remove(rctx, sb.ContainerID); err != nil {
+			s.log.Error("rollback: remove container", "sandbox", id, "err", err)
+		}
+		if err := s.store.DeleteSandbox(rctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.log.Error("rollback: delete row", "sandbox", id, "err", err)
+		}
+		s.forgetIP(id)
+		return store.Sandbox{}, cause
+	}
+
+	spec := runtime.Spec{
+		SandboxID:   id,
+		Image:       image,
+		Env:         sb.Env,
+		Labels:      s.cfg.ExtraLabels,
+		CPU:         req.CPU,
+		MemoryMB:    req.MemoryMB,
+		PidsLimit:   s.cfg.PidsLimit,
+		AgentBinary: s.cfg.AgentBinary,
+		AgentToken:  sb.AccessToken,
+	}
+	if _, err := s.rt.Create(ctx, spec); err != nil {
+		if errors.Is(err, runtime.ErrImageNotFound) {
+			return fail(fmt.Errorf("%w: %s", ErrUnknownImage, image))
+		}
+		return fail(fmt.Errorf("%w: create container: %v", ErrRuntime, err))
+	}
+	s.crash(CrashAfterContainerCreate)
+	if err := s.startAndAwait(ctx, &sb); err != nil {
+		return fail(err)
+	}
+	if err := s.store.UpdateSandboxState(ctx, id, store.StateRunning, s.now()); err != nil {
+		return fail(err)
+	}
+	sb.State = store.StateRunning
+	return sb, nil
+}
+
+// startAndAwait starts the container, learns its address, waits for the agent
+// and (re)installs the sandbox's routes, which point at that address.
+func (s *Service) startAndAwait(ctx context.Context, sb *store.Sandbox) error {
+	s.forgetIP(sb.ID)
+	if err := s.rt.Start(ctx, sb.ContainerID); err != nil {
+		return fmt.Errorf("%w: start container: %v", ErrRuntime, err)
+	}
+	c, err := s.rt.Inspect(ctx, sb.ContainerID)
+	if err != nil {
+		return fmt.Errorf("%w: inspect container: %v", ErrRuntime, err)
+	}
+	if c.IP == "" {
+		return fmt.Errorf("%w: container has no address", ErrRuntime)
+	}
+	if err := s.waitHealthy(ctx, c.IP); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ips[sb.ID] = c.IP
+	s.mu.Unlock()
+	return s.installRoutes(ctx, sb.ID, c.IP)
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return maps.Clone(m)
+}
+
+// GetSandbox returns a sandbox by id.
+func (s *Service) GetSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+	return s.store.GetSandbox(ctx, id)
+}
+
+// GetSandboxByIDOrName resolves an id first, then a name, as Daytona does.
+func (s *Service) GetSandboxByIDOrName(ctx context.Context, idOrName string) (store.Sandbox, error) {
+	sb, err := s.store.GetSandbox(ctx, idOrName)
+	if errors.Is(err, store.ErrNotFound) {
+		return s.store.GetSandboxByName(ctx, idOrName)
+	}
+	return sb, err
+}
+
+// ListSandboxes lists sandboxes.
+func (s *Service) ListSandboxes(ctx context.Context, opts store.ListOptions) ([]store.Sandbox, string, error) {
+	return s.store.ListSandboxes(ctx, opts)
+}
+
+// DeleteSandbox removes the container, the routes and the row (its ports and
+// domains go with it by cascade).
+func (s *Service) DeleteSandbox(ctx context.Context, id string) error {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
+		return fmt.Errorf("%w: remove container: %v", ErrRuntime, err)
+	}
+	s.forgetIP(id)
+	s.removeRoutes(ctx, id)
+	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// StopSandbox stops a sandbox's container, keeping its filesystem.
+func (s *Service) StopSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	switch sb.State {
+	case store.StateStopped:
+		return sb, nil
+	case store.StateCreating:
+		return sb, fmt.Errorf("%w: sandbox %s is still being created", ErrNotRunning, id)
+	case store.StatePaused:
+		if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
+			return sb, fmt.Errorf("%w: unpause: %v", ErrRuntime, err)
+		}
+	}
+	if err := s.rt.Stop(ctx, sb.ContainerID, 5*time.Second); err != nil {
+		return sb, fmt.Errorf("%w: stop container: %v", ErrRuntime, err)
+	}
+	s.forgetIP(id)
+	if err := s.store.UpdateSandboxState(ctx, id, store.StateStopped, s.now()); err != nil {
+		return sb, err
+	}
+	return s.store.GetSandbox(ctx, id)
+}
+
+// StartSandbox starts a stopped sandbox (or resumes a paused one) and waits
+// for its agent.
+func (s *Service) StartSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	switch sb.State {
+	case store.StateRunning:
+		return sb, nil
+	case store.StatePaused:
+		return s.ResumeSandbox(ctx, id)
+	case store.StateCreating:
+		return sb, fmt.Errorf("%w: sandbox %s is still being created", ErrNotRunning, id)
+	}
+	if err := s.startAndAwait(ctx, &sb); err != nil {
+		return sb, err
+	}
+	if err := s.store.UpdateSandboxState(ctx, id, store.StateRunning, s.now()); err != nil {
+		return sb, err
+	}
+	return s.store.GetSandbox(ctx, id)
+}
+
+// PauseSandbox freezes a running sandbox's processes.
+func (s *Service) PauseSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	if sb.State != store.StateRunning {
+		return sb, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
+	}
+	if err := s.rt.Pause(ctx, sb.ContainerID); err != nil {
+		return sb, fmt.Errorf("%w: pause: %v", ErrRuntime, err)
+	}
+	if err := s.store.UpdateSandboxState(ctx, id, store.StatePaused, s.now()); err != nil {
+		return sb, err
+	}
+	sb.State = store.StatePaused
+	return sb, nil
+}
+
+// ResumeSandbox unfreezes a paused sandbox.
+func (s *Service) ResumeSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	if sb.State != store.StatePaused {
+		return sb, nil
+	}
+	if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
+		return sb, fmt.Errorf("%w: unpause: %v", ErrRuntime, err)
+	}
+	if err := s.store.UpdateSandboxState(ctx, id, store.StateRunning, s.now()); err != nil {
+		return sb, err
+	}
+	sb.State = store.StateRunning
+	return sb, nil
+}
+
+// SetTimeout moves a sandbox's end time to now+timeout.
+func (s *Service) SetTimeout(ctx context.Context, id string, timeout time.Duration) (store.Sandbox, error) {
+	if timeout <= 0 || timeout > maxTimeout {
+		return store.Sandbox{}, invalidf("timeout must be between 1s and %s", maxTimeout)
+	}
+	now := s.now()
+	if err := s.store.SetSandboxEndAt(ctx, id, now.Add(timeout), now); err != nil {
+		return store.Sandbox{}, err
+	}
+	return s.store.GetSandbox(ctx, id)
+}
+
+// SetLabels replaces a sandbox's labels.
+func (s *Service) SetLabels(ctx context.Context, id string, labels map[string]string) (store.Sandbox, error) {
+	if err := s.validateCreate(&CreateRequest{Labels: labels}); err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := s.store.SetSandboxLabels(ctx, id, nonNil(labels), s.now()); err != nil {
+		return store.Sandbox{}, err
+	}
+	return s.store.GetSandbox(ctx, id)
+}
+
+// Stats samples a running sandbox's resource use.
+func (s *Service) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return runtime.Stats{}, err
+	}
+	st, err := s.rt.Stats(ctx, sb.ContainerID)
+	if err != nil {
+		return st, fmt.Errorf("%w: stats: %v", ErrRuntime, err)
+	}
+	return st, nil
+}
+
+// SweepExpired kills every sandbox whose end time has passed.
+func (s *Service) SweepExpired(ctx context.Context) (int, error) {
+	expired, err := s.store.ListExpiredSandboxes(ctx, s.now())
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, sb := range expired {
+		if sb.State == store.StateCreating {
+			continue
+		}
+		if err := s.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.log.Error("sweep: delete expired sandbox", "sandbox", sb.ID, "err", err)
+			continue
+		}
+		s.log.Info("sandbox expired", "sandbox", sb.ID)
+		n++
+	}
+	return n, nil
+}
+
+// RunSweeper sweeps expired sandboxes every interval until ctx ends.
+func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("sweep", "err", err)
+			}
+		}
+	}
+}
+
+// Reconcile makes the store and the engine agree after a restart: a managed
+// container the store does not know is removed; a row left in creating (its
+// create died with the previous process) is unwound; a row whose container is
+// gone is marked error; a stopped row's running container is stopped. Then
+// every durable route is installed again.
+func (s *Service) Reconcile(ctx context.Context) error {
+	containers, err := s.rt.List(ctx, map[string]string{runtime.LabelManaged: "true"})
+	if err != nil {
+		return fmt.Errorf("%w: list containers: %v", ErrRuntime, err)
+	}
+	byID := map[string]runtime.Container{}
+	for _, c := range containers {
+		byID[c.SandboxID] = c
+	}
+	var all []store.Sandbox
+	token := ""
+	for {
+		page, next, err := s.store.ListSandboxes(ctx, store.ListOptions{Limit: 500, PageToken: token})
+		if err != nil {
+			return err
+		}
+		all = append(all, page...)
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	known := map[string]bool{}
+	for _, sb := range all {
+		known[sb.ID] = true
+		c, exists := byID[sb.ID]
+		switch {
+		case sb.State == store.StateCreating:
+			s.log.Warn("reconcile: unwinding interrupted create", "sandbox", sb.ID)
+			if exists {
+				if err := s.rt.Remove(ctx, c.ID); err != nil {
+					return fmt.Errorf("%w: remove %s: %v", ErrRuntime, c.ID, err)
+				}
+			}
+			if err := s.store.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		case !exists:
+			if sb.State != store.StateError {
+				s.log.Warn("reconcile: container gone", "sandbox", sb.ID)
+				if err := s.store.UpdateSandboxState(ctx, sb.ID, store.StateError, s.now()); err != nil {
+					return err
+				}
+			}
+		case sb.State == store.StateStopped && c.State == "running":
+			if err := s.rt.Stop(ctx, c.ID, 5*time.Second); err != nil {
+				return fmt.Errorf("%w: stop %s: %v", ErrRuntime, c.ID, err)
+			}
+		case sb.State == store.StateRunning && c.State != "running":
+			// The engine restarted or the container died: bring it back so
+			// the sandbox answers as the store says it does.
+			if err := s.startAndAwait(ctx, &sb); err != nil {
+				s.log.Error("reconcile: restart sandbox", "sandbox", sb.ID, "err", err)
+				_ = s.store.UpdateSandboxState(ctx, sb.ID, store.StateError, s.now())
+			}
+		case sb.State == store.StatePaused && c.State == "running":
+			_ = s.store.UpdateSandboxState(ctx, sb.ID, store.StateRunning, s.now())
+		}
+	}
+	for id, c := range byID {
+		if !known[id] {
+			s.log.Warn("reconcile: removing orphan container", "container", c.ID, "sandbox", id)
+			if err := s.rt.Remove(ctx, c.ID); err != nil {
+				return fmt.Errorf("%w: remove orphan %s: %v", ErrRuntime, c.ID, err)
+			}
+		}
+	}
+	return s.ReinstallRoutes(ctx)
+}
+
+// installRoutes installs every route of one sandbox towards ip: the agent's
+// preview route (E2B clients reach 49983-<id>.<domain>), each exposed port
+// and each custom domain.
+func (s *Service) installRoutes(ctx context.Context, id, ip string) error {
+	if s.router == nil {
+		return nil
+	}
+	routes := []router.Route{{Kind: router.KindHTTP, SandboxID: id, Port: runtime.AgentPort, Upstream: upstream(ip, runtime.AgentPort)}}
+	ports, err := s.store.ListPorts(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, p := range ports {
+		routes = append(routes, portRoute(p, ip))
+	}
+	domains, err := s.store.ListCustomDomains(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, d := range domains {
+		routes = append(routes, domainRoute(d, ip))
+	}
+	for _, r := range routes {
+		if err := s.router.Install(ctx, r); err != nil {
+			return fmt.Errorf("%w: install %s: %v", ErrRouter, r.Key(), err)
+		}
+	}
+	return nil
+}
+
+// removeRoutes removes every route that belongs to a sandbox; failures are
+// logged, since the routes point at a container that no longer exists.
+func (s *Service) removeRoutes(ctx context.Context, id string) {
+	if s.router == nil {
+		return
+	}
+	routes, err := s.router.Routes(ctx)
+	if err != nil {
+		s.log.Error("list routes", "err", err)
+		return
+	}
+	for _, r := range routes {
+		if r.SandboxID == id {
+			if err := s.router.Remove(ctx, r); err != nil {
+				s.log.Error("remove route", "route", r.Key(), "err", err)
+			}
+		}
+	}
+}
+
+// ReinstallRoutes installs the routes of every running sandbox; routes are
+// durable intent in the store, so a restarted daemon serves them again.
+func (s *Service) ReinstallRoutes(ctx context.Context) error {
+	token := ""
+	for {
+		page, next, err := s.store.ListSandboxes(ctx, store.ListOptions{Limit: 500, PageToken: token, States: []string{store.StateRunning, store.StatePaused}})
+		if err != nil {
+			return err
+		}
+		for _, sb := range page {
+			c, err := s.rt.Inspect(ctx, sb.ContainerID)
+			if err != nil || c.IP == "" {
+				s.log.Error("reinstall routes: no address", "sandbox", sb.ID, "err", err)
+				continue
+			}
+			if err := s.installRoutes(ctx, sb.ID, c.IP); err != nil {
+				return err
+			}
+		}
+		if next == "" {
+			return nil
+		}
+		token = next
+	}
+}

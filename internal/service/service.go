@@ -1,0 +1,255 @@
+// Package service holds Sandpit's domain operations (create a sandbox, expose a
+// port, bind a domain, ...) with their rollback chains. It is the only package
+// that calls the store, the runtime and the router together; the API layers
+// call it and know nothing about SQL or Docker.
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/router"
+	"github.com/sandpit-dev/sandpit/internal/runtime"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// Sentinel errors of the service layer. The API maps them (and the store's) to
+// HTTP statuses in one place: internal/api.
+var (
+	ErrInvalid          = errors.New("invalid request")
+	ErrUnknownImage     = errors.New("unknown image")
+	ErrUnknownTemplate  = errors.New("unknown template")
+	ErrNotRunning       = errors.New("sandbox is not running")
+	ErrProtocolConflict = errors.New("port already exposed with another protocol")
+	ErrAgentUnhealthy   = errors.New("sandbox agent did not become healthy")
+	ErrRuntime          = errors.New("container runtime failed")
+	ErrRouter           = errors.New("router failed")
+)
+
+// CrashPointEnv names the environment variable that makes the daemon kill
+// itself at a named point of an operation. Only crash tests set it; it lets a
+// test prove that a daemon dying between two side effects leaves nothing
+// behind after restart.
+const CrashPointEnv = "SANDPIT_TEST_CRASH_POINT"
+
+// Crash points.
+const (
+	CrashAfterContainerCreate = "after-container-create"
+	CrashBeforeResponse       = "before-response"
+)
+
+// Config is the service's configuration. Zero values take the defaults noted.
+type Config struct {
+	DefaultImage  string            // image used when a create names none
+	Templates     map[string]string // template/snapshot name -> image
+	AgentBinary   string            // host path of the sandpit executable
+	HealthTimeout time.Duration     // default 30s
+	PidsLimit     int64             // default 1024
+	Domain        string            // default "localhost"
+	ProxyPort     int               // port of the builtin proxy, for URLs; 80 omits it
+	PublicHost    string            // host in tcp:// URLs; default 127.0.0.1
+	PortRange     store.PortRange   // TCP host-port pool
+	ExtraLabels   map[string]string // added to every container (tests tag runs)
+	CrashPoint    string            // see CrashPointEnv
+	Logger        *slog.Logger
+	Now           func() time.Time
+}
+
+// Service is Sandpit's domain layer.
+type Service struct {
+	cfg    Config
+	store  *store.Store
+	rt     runtime.Runtime
+	router router.Router
+	log    *slog.Logger
+	http   *http.Client
+	// agentHTTP carries agent RPCs; it has no overall timeout, since a
+	// command's stream lasts as long as the command.
+	agentHTTP *http.Client
+
+	// ips caches each running sandbox's container address so the hot paths
+	// (proxying, exec) do not inspect the container on every request. It is
+	// dropped whenever the container is started, stopped or removed.
+	mu  sync.Mutex
+	ips map[string]string
+}
+
+// New builds a Service.
+func New(cfg Config, st *store.Store, rt runtime.Runtime, rtr router.Router) *Service {
+	if cfg.HealthTimeout <= 0 {
+		cfg.HealthTimeout = 30 * time.Second
+	}
+	if cfg.PidsLimit <= 0 {
+		cfg.PidsLimit = 1024
+	}
+	if cfg.Domain == "" {
+		cfg.Domain = "localhost"
+	}
+	if cfg.PublicHost == "" {
+		cfg.PublicHost = "127.0.0.1"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Templates == nil {
+		cfg.Templates = map[string]string{}
+	}
+	return &Service{
+		cfg:       cfg,
+		store:     st,
+		rt:        rt,
+		router:    rtr,
+		log:       cfg.Logger,
+		http:      &http.Client{Timeout: 2 * time.Second},
+		agentHTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}},
+		ips:       map[string]string{},
+	}
+}
+
+// Config returns the effective configuration.
+func (s *Service) Config() Config { return s.cfg }
+
+// Store exposes the store to the facades for read-only lookups and the
+// idempotency primitive; mutations of sandboxes go through the service.
+func (s *Service) Store() *store.Store { return s.store }
+
+func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
+
+// crash kills the process at a named point when the test crash point is set.
+func (s *Service) crash(point string) {
+	if s.cfg.CrashPoint == point {
+		s.log.Warn("crash point reached, exiting", "point", point)
+		os.Exit(86)
+	}
+}
+
+// NewSandboxID returns a random id that is safe as a DNS label (lower-case
+// base32), since ids appear in preview hostnames.
+func NewSandboxID() string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return "sb" + strings.ToLower(strings.TrimRight(base32.StdEncoding.EncodeToString(b[:]), "="))
+}
+
+// DeriveSandboxID maps a deterministic seed (a request fingerprint and claim
+// generation) to a sandbox id, so a retry of a crashed attempt picks the very
+// id the first attempt used.
+func DeriveSandboxID(seed []byte) string {
+	if len(seed) > 12 {
+		seed = seed[:12]
+	}
+	return "sb" + strings.ToLower(strings.TrimRight(base32.StdEncoding.EncodeToString(seed), "="))
+}
+
+func newToken() string {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+func containerName(id string) string { return "sandpit-" + id }
+
+// AgentAddr returns "ip:49983" of a running sandbox's agent.
+func (s *Service) AgentAddr(ctx context.Context, id string) (string, error) {
+	ip, err := s.sandboxIP(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(ip, strconv.Itoa(runtime.AgentPort)), nil
+}
+
+func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
+	s.mu.Lock()
+	ip, ok := s.ips[id]
+	s.mu.Unlock()
+	if ok {
+		return ip, nil
+	}
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if sb.State != store.StateRunning {
+		return "", fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
+	}
+	c, err := s.rt.Inspect(ctx, sb.ContainerID)
+	if err != nil {
+		return "", fmt.Errorf("%w: inspect %s: %v", ErrRuntime, id, err)
+	}
+	if c.IP == "" {
+		return "", fmt.Errorf("%w: sandbox %s has no address", ErrNotRunning, id)
+	}
+	s.mu.Lock()
+	s.ips[id] = c.IP
+	s.mu.Unlock()
+	return c.IP, nil
+}
+
+func (s *Service) forgetIP(id string) {
+	s.mu.Lock()
+	delete(s.ips, id)
+	s.mu.Unlock()
+}
+
+// waitHealthy polls the agent's /health until it answers or the budget ends.
+func (s *Service) waitHealthy(ctx context.Context, ip string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.HealthTimeout)
+	defer cancel()
+	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(runtime.AgentPort)) + "/health"
+	delay := 5 * time.Millisecond
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := s.http.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode < 300 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w within %s", ErrAgentUnhealthy, s.cfg.HealthTimeout)
+		case <-time.After(delay):
+		}
+		if delay < 100*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// AgentTarget returns the address and access token of a running sandbox's
+// agent, for the API layers that proxy the agent protocol.
+func (s *Service) AgentTarget(ctx context.Context, id string) (addr, token string, err error) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return "", "", err
+	}
+	addr, err = s.AgentAddr(ctx, id)
+	if err != nil {
+		return "", "", err
+	}
+	return addr, sb.AccessToken, nil
+}
