@@ -1,0 +1,459 @@
+// Package docker implements runtime.Runtime on a Docker Engine through the
+// official Go client, negotiating the API version so that old engines
+// (Debian's docker.io 20.10, API 1.41) work.
+//
+// Every sandbox is one container named "sandpit-<sandbox id>" whose PID 1 is
+// the sandpit executable itself ("sandpit agent"), bind-mounted read-only from
+// the host at AgentPath. Containers run untrusted code, so they are never
+// privileged, keep Docker's default seccomp profile, get no-new-privileges, a
+// pids limit and a reduced capability set.
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs" // same checks as containerd/errdefs, which go.mod only has as indirect
+
+	"github.com/sandpit-dev/sandpit/internal/runtime"
+)
+
+const (
+	// AgentPath is where the agent executable is mounted inside a container.
+	AgentPath = "/.sandpit/sandpit"
+	// EnvAgentToken carries the agent's access token into the container.
+	EnvAgentToken = "SANDPIT_AGENT_TOKEN"
+	// NamePrefix prefixes the sandbox id in container names.
+	NamePrefix = "sandpit-"
+	// DefaultNetwork is the engine network containers join unless told otherwise.
+	DefaultNetwork = "bridge"
+	// DefaultPidsLimit applies when Spec.PidsLimit is 0.
+	DefaultPidsLimit = 1024
+)
+
+// droppedCaps are removed from Docker's default capability set. What stays
+// (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID, SETPCAP,
+// NET_BIND_SERVICE) is enough for a root shell, package managers and the agent
+// switching to another user; what goes is raw sockets, device nodes, chroot,
+// audit and file capabilities.
+var droppedCaps = []string{"NET_RAW", "MKNOD", "SYS_CHROOT", "AUDIT_WRITE", "SETFCAP"}
+
+// Options configures New.
+type Options struct {
+	// Logger receives debug and warning messages; nil discards them.
+	Logger *slog.Logger
+	// Network is the engine network sandboxes join and whose address Inspect
+	// reports; "" means DefaultNetwork.
+	Network string
+}
+
+// Docker is a runtime.Runtime backed by a Docker Engine.
+type Docker struct {
+	cli     *client.Client
+	log     *slog.Logger
+	network string
+}
+
+var _ runtime.Runtime = (*Docker)(nil)
+
+// New connects to the engine named by the environment (DOCKER_HOST, ...,
+// default the local socket), negotiates the API version and checks that the
+// engine answers.
+func New(ctx context.Context, opts Options) (*Docker, error) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	if _, err := cli.Ping(ctx); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker engine at %s: %w", cli.DaemonHost(), err)
+	}
+	cli.NegotiateAPIVersion(ctx)
+	d := &Docker{cli: cli, log: opts.Logger, network: opts.Network}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.network == "" {
+		d.network = DefaultNetwork
+	}
+	d.log.Debug("docker runtime ready", "host", cli.DaemonHost(), "api", cli.ClientVersion(), "network", d.network)
+	return d, nil
+}
+
+// Close releases the client's connections.
+func (d *Docker) Close() error { return d.cli.Close() }
+
+// Ping checks that the engine answers.
+func (d *Docker) Ping(ctx context.Context) error {
+	_, err := d.cli.Ping(ctx)
+	return err
+}
+
+// ContainerName is the name of the container of a sandbox.
+func ContainerName(sandboxID string) string { return NamePrefix + sandboxID }
+
+// Create makes (does not start) the sandbox's container and returns its id.
+func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) {
+	cfg, hostCfg, err := d.configs(spec)
+	if err != nil {
+		return "", err
+	}
+	name := ContainerName(spec.SandboxID)
+	resp, err := d.cli.ContainerCreate(ctx, cfg, hostCfg, &network.NetworkingConfig{}, nil, name)
+	if err != nil {
+		if errdefs.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image") {
+			return "", fmt.Errorf("%w: %s", runtime.ErrImageNotFound, spec.Image)
+		}
+		return "", fmt.Errorf("create container %s: %w", name, err)
+	}
+	for _, w := range resp.Warnings {
+		d.log.Debug("docker create warning", "container", name, "warning", w)
+	}
+	d.log.Debug("container created", "container", name, "id", resp.ID, "image", spec.Image)
+	return resp.ID, nil
+}
+
+// configs turns a Spec into the engine's container and host configuration.
+func (d *Docker) configs(spec runtime.Spec) (*container.Config, *container.HostConfig, error) {
+	switch {
+	case spec.SandboxID == "":
+		return nil, nil, errors.New("spec: empty sandbox id")
+	case spec.Image == "":
+		return nil, nil, errors.New("spec: empty image")
+	case spec.AgentBinary == "" || !filepath.IsAbs(spec.AgentBinary):
+		return nil, nil, fmt.Errorf("spec: agent binary %q is not an absolute path", spec.AgentBinary)
+	case spec.CPU < 0 || math.IsNaN(spec.CPU) || math.IsInf(spec.CPU, 0):
+		return nil, nil, fmt.Errorf("spec: invalid cpu %v", spec.CPU)
+	case spec.MemoryMB < 0:
+		return nil, nil, fmt.Errorf("spec: invalid memory %d MB", spec.MemoryMB)
+	case spec.PidsLimit < 0:
+		return nil, nil, fmt.Errorf("spec: invalid pids limit %d", spec.PidsLimit)
+	}
+
+	env := make([]string, 0, len(spec.Env)+1)
+	for k, v := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.Contains(v, "\x00") {
+			return nil, nil, fmt.Errorf("spec: invalid environment variable %q", k)
+		}
+		if k == EnvAgentToken {
+			continue
+		}
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	env = append(env, EnvAgentToken+"="+spec.AgentToken)
+
+	// The managed labels go last so that spec.Labels cannot override them.
+	labels := make(map[string]string, len(spec.Labels)+2)
+	for k, v := range spec.Labels {
+		labels[k] = v
+	}
+	labels[runtime.LabelManaged] = "true"
+	labels[runtime.LabelSandboxID] = spec.SandboxID
+
+	pids := spec.PidsLimit
+	if pids == 0 {
+		pids = DefaultPidsLimit
+	}
+	noInit := false
+
+	cfg := &container.Config{
+		Image:  spec.Image,
+		Env:    env,
+		Labels: labels,
+		// The agent runs as root whatever USER the image names: it starts
+		// processes as the user each request asks for.
+		User:       "0:0",
+		Entrypoint: []string{AgentPath},
+		Cmd:        []string{"agent"},
+		// WorkingDir stays empty: the image's, or "/" when it names none.
+		Tty:          false,
+		OpenStdin:    false,
+		AttachStdin:  false,
+		AttachStdout: false,
+		AttachStderr: false,
+	}
+	hostCfg := &container.HostConfig{
+		NetworkMode: container.NetworkMode(d.network),
+		Mounts: []mount.Mount{{
+			// A mount (unlike a bind string) fails when the source is missing
+			// rather than creating an empty directory in its place.
+			Type:     mount.TypeBind,
+			Source:   spec.AgentBinary,
+			Target:   AgentPath,
+			ReadOnly: true,
+		}},
+		Privileged:    false,
+		SecurityOpt:   []string{"no-new-privileges"},
+		CapDrop:       append([]string(nil), droppedCaps...),
+		Init:          &noInit, // the agent is PID 1 and reaps
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		Resources: container.Resources{
+			PidsLimit: &pids,
+		},
+	}
+	if spec.CPU > 0 {
+		hostCfg.NanoCPUs = int64(math.Round(spec.CPU * 1e9))
+	}
+	if spec.MemoryMB > 0 {
+		hostCfg.Memory = spec.MemoryMB << 20
+		hostCfg.MemorySwap = hostCfg.Memory // no swap beyond the limit
+	}
+	return cfg, hostCfg, nil
+}
+
+// Start starts a created or stopped container.
+func (d *Docker) Start(ctx context.Context, containerID string) error {
+	if err := d.cli.ContainerStart(ctx, containerID, container.StartOptions{}); err != nil {
+		return d.wrap("start", containerID, err)
+	}
+	d.log.Debug("container started", "container", containerID)
+	return nil
+}
+
+// Stop sends SIGTERM, then SIGKILL after timeout (rounded up to whole
+// seconds; 0 kills at once). Stopping a stopped container is not an error.
+func (d *Docker) Stop(ctx context.Context, containerID string, timeout time.Duration) error {
+	secs := int(math.Ceil(timeout.Seconds()))
+	if secs < 0 {
+		secs = 0
+	}
+	if err := d.cli.ContainerStop(ctx, containerID, container.StopOptions{Timeout: &secs}); err != nil {
+		return d.wrap("stop", containerID, err)
+	}
+	d.log.Debug("container stopped", "container", containerID)
+	return nil
+}
+
+// Remove force-removes the container and its anonymous volumes; a missing
+// container is not an error.
+func (d *Docker) Remove(ctx context.Context, containerID string) error {
+	err := d.cli.ContainerRemove(ctx, containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	switch {
+	case err == nil, errdefs.IsNotFound(err):
+		d.log.Debug("container removed", "container", containerID)
+		return nil
+	case errdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"):
+		// Someone else is removing it: wait until it is gone.
+		return d.waitGone(ctx, containerID)
+	}
+	return d.wrap("remove", containerID, err)
+}
+
+func (d *Docker) waitGone(ctx context.Context, containerID string) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		_, err := d.cli.ContainerInspect(ctx, containerID)
+		if errdefs.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("remove container %s: %w", containerID, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Inspect returns the engine's view of one container (by id or name).
+func (d *Docker) Inspect(ctx context.Context, containerID string) (runtime.Container, error) {
+	info, err := d.cli.ContainerInspect(ctx, containerID)
+	if err != nil {
+		return runtime.Container{}, d.wrap("inspect", containerID, err)
+	}
+	c := runtime.Container{
+		ID:   info.ID,
+		Name: strings.TrimPrefix(info.Name, "/"),
+	}
+	if info.Config != nil {
+		c.Image = info.Config.Image
+		c.Labels = info.Config.Labels
+		c.SandboxID = info.Config.Labels[runtime.LabelSandboxID]
+	}
+	if info.State != nil {
+		c.State = string(info.State.Status)
+	}
+	if info.NetworkSettings != nil {
+		c.IP = d.pickIP(info.NetworkSettings.Networks)
+	}
+	if t, err := time.Parse(time.RFC3339Nano, info.Created); err == nil {
+		c.CreatedAt = t
+	}
+	return c, nil
+}
+
+// pickIP prefers the configured network, then any network with an address.
+func (d *Docker) pickIP(nets map[string]*network.EndpointSettings) string {
+	if ep := nets[d.network]; ep != nil && ep.IPAddress != "" {
+		return ep.IPAddress
+	}
+	names := make([]string, 0, len(nets))
+	for n := range nets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if ep := nets[n]; ep != nil && ep.IPAddress != "" {
+			return ep.IPAddress
+		}
+	}
+	return ""
+}
+
+// List returns every container (running or not) carrying all given labels.
+// An empty value matches any value of that label.
+func (d *Docker) List(ctx context.Context, labels map[string]string) ([]runtime.Container, error) {
+	args := filters.NewArgs()
+	for k, v := range labels {
+		if v == "" {
+			args.Add("label", k)
+		} else {
+			args.Add("label", k+"="+v)
+		}
+	}
+	list, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	out := make([]runtime.Container, 0, len(list))
+	for _, s := range list {
+		c := runtime.Container{
+			ID:        s.ID,
+			SandboxID: s.Labels[runtime.LabelSandboxID],
+			Image:     s.Image,
+			State:     string(s.State),
+			Labels:    s.Labels,
+			CreatedAt: time.Unix(s.Created, 0),
+		}
+		if len(s.Names) > 0 {
+			c.Name = strings.TrimPrefix(s.Names[0], "/")
+		}
+		if s.NetworkSettings != nil {
+			c.IP = d.pickIP(s.NetworkSettings.Networks)
+		}
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// Pause freezes every process of the container.
+func (d *Docker) Pause(ctx context.Context, containerID string) error {
+	if err := d.cli.ContainerPause(ctx, containerID); err != nil {
+		return d.wrap("pause", containerID, err)
+	}
+	return nil
+}
+
+// Unpause thaws a paused container.
+func (d *Docker) Unpause(ctx context.Context, containerID string) error {
+	if err := d.cli.ContainerUnpause(ctx, containerID); err != nil {
+		return d.wrap("unpause", containerID, err)
+	}
+	return nil
+}
+
+// Stats samples the container's resource use. It takes about a second: the
+// engine waits for a second CPU sample to compute the usage over that interval.
+//
+// CPUCount is the CPU limit rounded up (the host's CPUs without a limit);
+// CPUUsedPct is the share of those CPUs in use, 0 to 100. MemUsed excludes
+// the inactive page cache (as `docker stats` does); MemTotal is the memory
+// limit (the host's memory without one). DiskUsed is the size of the
+// container's writable layer; DiskTotal is 0, as the engine sets no disk quota.
+func (d *Docker) Stats(ctx context.Context, containerID string) (runtime.Stats, error) {
+	info, _, err := d.cli.ContainerInspectWithRaw(ctx, containerID, true)
+	if err != nil {
+		return runtime.Stats{}, d.wrap("stats", containerID, err)
+	}
+	resp, err := d.cli.ContainerStats(ctx, containerID, false)
+	if err != nil {
+		return runtime.Stats{}, d.wrap("stats", containerID, err)
+	}
+	defer resp.Body.Close()
+	var s container.StatsResponse
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		return runtime.Stats{}, fmt.Errorf("stats %s: decode: %w", containerID, err)
+	}
+
+	out := runtime.Stats{Timestamp: s.Read}
+	if out.Timestamp.IsZero() || out.Timestamp.Year() < 2000 {
+		out.Timestamp = time.Now()
+	}
+
+	online := int(s.CPUStats.OnlineCPUs)
+	if online == 0 {
+		online = len(s.CPUStats.CPUUsage.PercpuUsage)
+	}
+	out.CPUCount = online
+	var limit float64 // cores
+	if info.HostConfig != nil && info.HostConfig.NanoCPUs > 0 {
+		limit = float64(info.HostConfig.NanoCPUs) / 1e9
+		out.CPUCount = int(math.Ceil(limit))
+	}
+	if out.CPUCount == 0 {
+		out.CPUCount = 1
+	}
+	// Cores busy over the sample interval: the container's CPU time delta
+	// over the host's CPU time delta, times the host's CPUs.
+	cpuDelta := float64(s.CPUStats.CPUUsage.TotalUsage) - float64(s.PreCPUStats.CPUUsage.TotalUsage)
+	sysDelta := float64(s.CPUStats.SystemUsage) - float64(s.PreCPUStats.SystemUsage)
+	if cpuDelta > 0 && sysDelta > 0 && online > 0 && s.PreCPUStats.SystemUsage > 0 {
+		cores := cpuDelta / sysDelta * float64(online)
+		capacity := float64(out.CPUCount)
+		if limit > 0 {
+			capacity = limit
+		}
+		out.CPUUsedPct = math.Min(100, 100*cores/capacity)
+	}
+
+	used := s.MemoryStats.Usage
+	inactive, ok := s.MemoryStats.Stats["total_inactive_file"] // cgroup v1
+	if !ok {
+		inactive = s.MemoryStats.Stats["inactive_file"] // cgroup v2
+	}
+	if inactive < used {
+		used -= inactive
+	}
+	out.MemUsed = clampInt64(used)
+	out.MemTotal = clampInt64(s.MemoryStats.Limit)
+	if info.SizeRw != nil {
+		out.DiskUsed = *info.SizeRw
+	}
+	return out, nil
+}
+
+func clampInt64(v uint64) int64 {
+	if v > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(v)
+}
+
+// wrap maps a missing container to runtime.ErrNotFound and otherwise keeps
+// the engine's error (so errdefs checks still work) with some context.
+func (d *Docker) wrap(op, containerID string, err error) error {
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("%s %s: %w", op, containerID, runtime.ErrNotFound)
+	}
+	return fmt.Errorf("%s container %s: %w", op, containerID, err)
+}
