@@ -220,12 +220,14 @@ type transportError struct{ err error }
 func (e *transportError) Error() string { return "sandpit: transport: " + e.err.Error() }
 func (e *transportError) Unwrap() error { return e.err }
 
+// retryAfterError is an API error whose answer named a Retry-After delay.
 type retryAfterError struct {
-	*Error
-	after time.Duration
+	apiErr *Error
+	after  time.Duration
 }
 
-func (e *retryAfterError) Unwrap() error { return e.Error }
+func (e *retryAfterError) Error() string { return e.apiErr.Error() }
+func (e *retryAfterError) Unwrap() error { return e.apiErr }
 
 func retryable(err error) bool {
 	var te *transportError

@@ -117,7 +117,12 @@ func LoadOrCreateToken(dataDir, configured string) (token string, created bool, 
 	if configured != "" {
 		return configured, false, nil
 	}
-	path := filepath.Join(dataDir, "token")
+	return loadOrCreate(filepath.Join(dataDir, "token"), "sp_")
+}
+
+// loadOrCreate reads a one-line secret file, or creates it with a random value
+// and mode 0600.
+func loadOrCreate(path, prefix string) (value string, created bool, err error) {
 	b, err := os.ReadFile(path)
 	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
 		return strings.TrimSpace(string(b)), false, nil
@@ -129,23 +134,23 @@ func LoadOrCreateToken(dataDir, configured string) (token string, created bool, 
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", false, err
 	}
-	token = "sp_" + hex.EncodeToString(raw[:])
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	value = prefix + hex.EncodeToString(raw[:])
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return "", false, err
 	}
-	// O_EXCL: two first starts racing must not each write a different token.
+	// O_EXCL: two first starts racing must not each write a different value.
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return LoadOrCreateToken(dataDir, "")
+			return loadOrCreate(path, prefix)
 		}
 		return "", false, err
 	}
 	defer f.Close()
-	if _, err := f.WriteString(token + "\n"); err != nil {
+	if _, err := f.WriteString(value + "\n"); err != nil {
 		return "", false, err
 	}
-	return token, true, f.Sync()
+	return value, true, f.Sync()
 }
 
 // Run serves until ctx ends, then shuts down: in-flight requests finish and
@@ -166,6 +171,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if created {
 		fmt.Fprintf(os.Stderr, "sandpit: generated API token (stored in %s):\n%s\n", filepath.Join(cfg.DataDir, "token"), token)
 	}
+
+	// The instance id labels every container this daemon makes, so that its
+	// reconcile removes only its own orphans on an engine shared with other
+	// daemons (other data dirs, test runs).
+	instance, _, err := loadOrCreate(filepath.Join(cfg.DataDir, "instance"), "")
+	if err != nil {
+		return fmt.Errorf("instance id: %w", err)
+	}
+	instance = instance[:16]
 
 	exe, err := os.Executable()
 	if err != nil {
@@ -201,6 +215,7 @@ func Run(ctx context.Context, cfg Config) error {
 		PublicHost:   cfg.PublicHost,
 		PortRange:    cfg.PortRange,
 		ExtraLabels:  cfg.ExtraLabels,
+		Instance:     instance,
 		CrashPoint:   os.Getenv(service.CrashPointEnv),
 		Logger:       log,
 	}, st, rt, rtr)
@@ -269,5 +284,8 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 
 // surfaces mounts the native API and the facades.
 func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string) {
-	mux.Handle("/v1/", v1.New(svc, token, nil))
+	idem := v1.NewIdempotency(svc.Store(), token, v1.IdempotencyConfig{
+		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
+	})
+	mux.Handle("/v1/", v1.New(svc, token, idem.Wrap))
 }

@@ -13,6 +13,9 @@ import (
 const (
 	LabelManaged   = "sandpit.managed"
 	LabelSandboxID = "sandpit.sandbox-id"
+	// LabelInstance names the daemon instance (its data directory) that
+	// owns the container.
+	LabelInstance = "sandpit.instance"
 	// LabelRun is optional: tests set it to tag what one test run created.
 	LabelRun = "sandpit.run"
 )

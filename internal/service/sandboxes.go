@@ -161,7 +161,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (store.S
 		SandboxID:   id,
 		Image:       image,
 		Env:         sb.Env,
-		Labels:      s.cfg.ExtraLabels,
+		Labels:      s.containerLabels(),
 		CPU:         req.CPU,
 		MemoryMB:    req.MemoryMB,
 		PidsLimit:   s.cfg.PidsLimit,
@@ -174,7 +174,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (store.S
 		}
 		return fail(fmt.Errorf("%w: create container: %v", ErrRuntime, err))
 	}
-	s.crash(CrashAfterContainerCreate)
+	s.Crash(CrashAfterContainerCreate)
 	if err := s.startAndAwait(ctx, &sb); err != nil {
 		return fail(err)
 	}
@@ -206,6 +206,27 @@ func (s *Service) startAndAwait(ctx context.Context, sb *store.Sandbox) error {
 	s.ips[sb.ID] = c.IP
 	s.mu.Unlock()
 	return s.installRoutes(ctx, sb.ID, c.IP)
+}
+
+// ownLabels select the containers of this daemon instance.
+func (s *Service) ownLabels() map[string]string {
+	l := map[string]string{runtime.LabelManaged: "true"}
+	if s.cfg.Instance != "" {
+		l[runtime.LabelInstance] = s.cfg.Instance
+	}
+	return l
+}
+
+// containerLabels are the extra labels of every container this daemon makes.
+func (s *Service) containerLabels() map[string]string {
+	l := maps.Clone(s.cfg.ExtraLabels)
+	if l == nil {
+		l = map[string]string{}
+	}
+	if s.cfg.Instance != "" {
+		l[runtime.LabelInstance] = s.cfg.Instance
+	}
+	return l
 }
 
 func nonNil(m map[string]string) map[string]string {
@@ -419,7 +440,7 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 // gone is marked error; a stopped row's running container is stopped. Then
 // every durable route is installed again.
 func (s *Service) Reconcile(ctx context.Context) error {
-	containers, err := s.rt.List(ctx, map[string]string{runtime.LabelManaged: "true"})
+	containers, err := s.rt.List(ctx, s.ownLabels())
 	if err != nil {
 		return fmt.Errorf("%w: list containers: %v", ErrRuntime, err)
 	}

@@ -62,9 +62,12 @@ type Config struct {
 	PublicHost    string            // host in tcp:// URLs; default 127.0.0.1
 	PortRange     store.PortRange   // TCP host-port pool
 	ExtraLabels   map[string]string // added to every container (tests tag runs)
-	CrashPoint    string            // see CrashPointEnv
-	Logger        *slog.Logger
-	Now           func() time.Time
+	// Instance identifies this daemon's containers (label sandpit.instance):
+	// reconcile touches only those, so daemons can share an engine.
+	Instance   string
+	CrashPoint string // see CrashPointEnv
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 // Service is Sandpit's domain layer.
@@ -130,8 +133,8 @@ func (s *Service) Store() *store.Store { return s.store }
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
 
-// crash kills the process at a named point when the test crash point is set.
-func (s *Service) crash(point string) {
+// Crash kills the process at a named point when the test crash point is set.
+func (s *Service) Crash(point string) {
 	if s.cfg.CrashPoint == point {
 		s.log.Warn("crash point reached, exiting", "point", point)
 		os.Exit(86)

@@ -123,14 +123,24 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		fail(w, errors.Join(service.ErrInvalid, errors.New("timeout_s must not be negative")))
 		return
 	}
+	id := IDFromContext(r.Context())
+	if id != "" {
+		// A keyed retry whose first attempt finished the sandbox but died
+		// before answering: adopt it rather than fail on the taken id.
+		if sb, err := h.svc.GetSandbox(r.Context(), id); err == nil && sb.State == store.StateRunning {
+			api.WriteJSON(w, http.StatusCreated, toSandbox(sb))
+			return
+		}
+	}
 	sb, err := h.svc.CreateSandbox(r.Context(), service.CreateRequest{
-		ID: IDFromContext(r.Context()), Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels,
+		ID: id, Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Timeout: time.Duration(req.TimeoutS) * time.Second,
 	})
 	if err != nil {
 		fail(w, err)
 		return
 	}
+	h.svc.Crash(service.CrashBeforeResponse)
 	api.WriteJSON(w, http.StatusCreated, toSandbox(sb))
 }
 

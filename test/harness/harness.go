@@ -1,0 +1,303 @@
+// Package harness runs a real sandpit daemon for black-box tests: the binary
+// built from this checkout, a t.TempDir() data directory, loopback ports and a
+// label on every container it makes, so a test run can clean up after itself
+// on an engine it shares with other runs.
+package harness
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/client"
+)
+
+// Build compiles cmd/sandpit into dir and returns the binary's path. Call it
+// once from TestMain.
+func Build(dir string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "sandpit")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sandpit")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("not inside the module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// RequireDocker skips the test when no engine answers, except in CI
+// (CI=true), where a missing engine is a failure.
+func RequireDocker(t testing.TB) {
+	t.Helper()
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("docker engine not reachable in CI: %v", err)
+		}
+		t.Skipf("docker engine not reachable: %v", err)
+	}
+	if err := exec.Command("docker", "image", "inspect", "sandpit/base:test").Run(); err != nil {
+		t.Fatalf("test image sandpit/base:test missing: run scripts/build-test-image.sh")
+	}
+}
+
+// Options adjust one daemon.
+type Options struct {
+	Args []string // extra serve flags
+	Env  []string // extra environment
+	// PortRange overrides the TCP pool ("LO-HI"); by default each daemon
+	// gets its own small range so parallel daemons never share ports.
+	PortRange string
+}
+
+// Daemon is one running `sandpit serve`.
+type Daemon struct {
+	t         testing.TB
+	bin       string
+	opts      Options
+	DataDir   string
+	Addr      string
+	ProxyAddr string
+	Token     string
+	Label     string // value of the sandpit.run label on its containers
+	PortRange string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	logs *strings.Builder
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// freeRange finds n consecutive free loopback ports in 30000-39999.
+func freeRange(t testing.TB, n int) string {
+	t.Helper()
+	for tries := 0; tries < 200; tries++ {
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		lo := 30000 + int(b[0])<<8%9000 + int(b[1])%900
+		ok := true
+		for p := lo; p < lo+n && ok; p++ {
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				ok = false
+				break
+			}
+			ln.Close()
+		}
+		if ok {
+			return fmt.Sprintf("%d-%d", lo, lo+n-1)
+		}
+	}
+	t.Fatal("no free port range")
+	return ""
+}
+
+// Start runs a daemon and stops it (and removes its containers) when the test
+// ends.
+func Start(t testing.TB, bin string, opts Options) *Daemon {
+	t.Helper()
+	RequireDocker(t)
+	d := &Daemon{t: t, bin: bin, opts: opts, DataDir: t.TempDir(), Token: "test-" + randHex(8), Label: "t" + randHex(6)}
+	d.PortRange = opts.PortRange
+	if d.PortRange == "" {
+		d.PortRange = freeRange(t, 20)
+	}
+	d.Addr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+	d.ProxyAddr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+	t.Cleanup(func() {
+		d.Stop()
+		RemoveLabelled(d.Label)
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", d.Logs())
+		}
+	})
+	d.Restart(nil)
+	return d
+}
+
+// Restart starts the daemon (again), with extra environment for this run
+// only (crash points), and waits until /health answers.
+func (d *Daemon) Restart(env []string) {
+	d.t.Helper()
+	args := append([]string{"serve", "--data-dir", d.DataDir, "--listen", d.Addr, "--proxy-listen", d.ProxyAddr,
+		"--token", d.Token, "--container-label", "sandpit.run=" + d.Label, "--port-range", d.PortRange,
+		"--log-level", "debug"}, d.opts.Args...)
+	cmd := exec.Command(d.bin, args...)
+	cmd.Env = append(append(os.Environ(), d.opts.Env...), env...)
+	logs := &strings.Builder{}
+	stderr, _ := cmd.StderrPipe()
+	cmd.Stdout = nil
+	if err := cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var lmu sync.Mutex
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			lmu.Lock()
+			logs.WriteString(sc.Text() + "\n")
+			lmu.Unlock()
+		}
+		_ = cmd.Wait()
+		close(done)
+	}()
+	d.mu.Lock()
+	d.cmd, d.done = cmd, done
+	if d.logs != nil {
+		logs.WriteString("--- previous run ---\n" + d.logs.String())
+	}
+	d.logs = logs
+	d.mu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			d.t.Fatalf("daemon exited during start:\n%s", d.Logs())
+		default:
+		}
+		resp, err := http.Get("http://" + d.Addr + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.t.Fatalf("daemon did not answer /health:\n%s", d.Logs())
+}
+
+// Logs returns what the daemon wrote to stderr.
+func (d *Daemon) Logs() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.logs == nil {
+		return ""
+	}
+	return d.logs.String()
+}
+
+// Wait waits for the daemon process to exit on its own (a crash point).
+func (d *Daemon) Wait(timeout time.Duration) bool {
+	d.mu.Lock()
+	done := d.done
+	d.mu.Unlock()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// Kill sends SIGKILL and waits for the process to go.
+func (d *Daemon) Kill() { d.signal(syscall.SIGKILL) }
+
+// Stop sends SIGTERM (a clean shutdown) and waits.
+func (d *Daemon) Stop() { d.signal(syscall.SIGTERM) }
+
+func (d *Daemon) signal(sig syscall.Signal) {
+	d.mu.Lock()
+	cmd, done := d.cmd, d.done
+	d.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(40 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Client returns a Go client for the daemon.
+func (d *Daemon) Client(opts ...client.Option) *client.Client {
+	return client.New(d.Addr, d.Token, opts...)
+}
+
+// URL is the daemon's API base URL.
+func (d *Daemon) URL() string { return "http://" + d.Addr }
+
+// Containers lists the ids of this daemon's containers carrying extra label
+// filters ("sandpit.sandbox-id=...").
+func (d *Daemon) Containers(t testing.TB, filters ...string) []string {
+	t.Helper()
+	args := []string{"ps", "-aq", "--no-trunc", "--filter", "label=sandpit.run=" + d.Label}
+	for _, f := range filters {
+		args = append(args, "--filter", "label="+f)
+	}
+	out, err := exec.Command("docker", args...).Output()
+	if err != nil {
+		t.Fatalf("docker ps: %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+// RemoveLabelled force-removes every container of one test run.
+func RemoveLabelled(label string) {
+	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=sandpit.run="+label).Output()
+	if err != nil {
+		return
+	}
+	ids := strings.Fields(string(out))
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_ = exec.CommandContext(ctx, "docker", append([]string{"rm", "-f"}, ids...)...).Run()
+}
