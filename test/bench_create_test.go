@@ -1,0 +1,93 @@
+package sandpit_test
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	dockerclient "github.com/docker/docker/client"
+
+	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/test/harness"
+)
+
+// reportPercentiles adds p50 and p95 (milliseconds) of the samples.
+func reportPercentiles(b *testing.B, samples []time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	pct := func(p float64) float64 {
+		i := int(float64(len(samples)-1) * p)
+		return float64(samples[i].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.95), "p95-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+}
+
+// BenchmarkCreateToFirstExec times a native create until the first exec
+// returns. Run with -benchtime=30x for the figure over 30 sandboxes.
+func BenchmarkCreateToFirstExec(b *testing.B) {
+	d := harness.Start(b, sandpitBin, harness.Options{})
+	c := d.Client()
+	ctx := context.Background()
+	samples := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		sb, err := c.Create(ctx, client.CreateRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "true"}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("first exec: %v %v", res, err)
+		}
+		samples = append(samples, time.Since(start))
+		b.StopTimer()
+		if err := c.Delete(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	reportPercentiles(b, samples)
+}
+
+// BenchmarkDockerCreateStart is the baseline: the bare Docker create+start of
+// the same image, with no agent and no store.
+func BenchmarkDockerCreateStart(b *testing.B) {
+	harness.RequireDocker(b)
+	ctx := context.Background()
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	label := "bench-" + time.Now().Format("150405.000000")
+	b.Cleanup(func() { harness.RemoveLabelled(label) })
+	samples := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		created, err := cli.ContainerCreate(ctx, &container.Config{
+			Image: "sandpit/base:test", Cmd: []string{"sleep", "3600"}, Labels: map[string]string{"sandpit.run": label},
+		}, nil, nil, nil, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, time.Since(start))
+		b.StopTimer()
+		if err := cli.ContainerRemove(ctx, created.ID, container.RemoveOptions{Force: true}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	reportPercentiles(b, samples)
+}
