@@ -1,0 +1,132 @@
+package sandpit_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/test/harness"
+)
+
+func TestVersionAndHealth(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(sandpitBin, "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "sandpit ") {
+		t.Fatalf("version = %q %v", out, err)
+	}
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	resp, err := http.Get(d.URL() + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]string
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 200 || body["status"] != "ok" {
+		t.Fatalf("health = %d %v %v", resp.StatusCode, body, err)
+	}
+}
+
+// TestSecondDaemonOnSameDataDirRefuses: two processes would be two writers.
+func TestSecondDaemonOnSameDataDirRefuses(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, sandpitBin, "serve", "--data-dir", d.DataDir,
+		"--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0", "--token", "x")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("second daemon started on the same data dir:\n%s", out)
+	}
+	if !strings.Contains(string(out), "locked") || !strings.Contains(string(out), d.DataDir) {
+		t.Fatalf("second daemon's message does not say the data dir is locked:\n%s", out)
+	}
+	// The first one is unharmed.
+	if _, _, err := d.Client().List(ctx, client.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGracefulShutdown: SIGTERM lets an in-flight request finish, then the
+// process exits 0 with the store closed (the data dir can be reopened).
+func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	c := d.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		res client.ExecResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "sleep 2; echo finished"}})
+		done <- result{res, err}
+	}()
+	time.Sleep(700 * time.Millisecond)
+	d.Stop()
+	r := <-done
+	if r.err != nil || r.res.Stdout != "finished\n" {
+		t.Fatalf("in-flight exec across shutdown = %q %v", r.res.Stdout, r.err)
+	}
+	if !strings.Contains(d.Logs(), "shutting down") {
+		t.Fatalf("no clean shutdown in the log:\n%s", d.Logs())
+	}
+	if _, err := os.Stat(filepath.Join(d.DataDir, "sandpit.db")); err != nil {
+		t.Fatal(err)
+	}
+	// The lock was released: the same data dir serves again, and the
+	// sandbox is still there.
+	d.Restart(nil)
+	if got, err := c.Get(ctx, sb.ID); err != nil || got.State != "running" {
+		t.Fatalf("after restart: %v %v", got.State, err)
+	}
+}
+
+// TestSchemaOnDisk reads the data file with the sqlite3 command-line tool:
+// the partial unique indexes exist and the journal is WAL.
+func TestSchemaOnDisk(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("sqlite3"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("sqlite3 missing in CI")
+		}
+		t.Skip("sqlite3 not installed")
+	}
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	db := filepath.Join(d.DataDir, "sandpit.db")
+	st, err := os.Stat(db)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("db mode = %v %v, want 0600", st.Mode().Perm(), err)
+	}
+	schema, err := exec.Command("sqlite3", db, ".schema").CombinedOutput()
+	if err != nil {
+		t.Fatalf("sqlite3 .schema: %v\n%s", err, schema)
+	}
+	for _, want := range []string{
+		"idx_sandboxes_name", "WHERE name <> ''",
+		"idx_exposed_ports_host_port", "WHERE host_port > 0",
+		"idx_firecracker_tap_pool_sandbox", "WHERE sandbox_id IS NOT NULL",
+		"CREATE TABLE sandbox_custom_domains", "CREATE TABLE request_idempotency",
+	} {
+		if !strings.Contains(string(schema), want) {
+			t.Errorf(".schema lacks %q", want)
+		}
+	}
+	mode, err := exec.Command("sqlite3", db, "PRAGMA journal_mode;").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(mode)) != "wal" {
+		t.Fatalf("journal_mode = %q %v", mode, err)
+	}
+}
