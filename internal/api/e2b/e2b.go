@@ -1,0 +1,187 @@
+// Package e2b is the E2B-compatible facade: the control plane the official
+// e2b SDKs call (E2B_API_URL=http://HOST:PORT/e2b) and the sandbox gateway
+// they send agent ("envd") calls to (E2B_SANDBOX_URL=http://HOST:PORT/e2b/envd).
+// It translates E2B's wire shapes to the service's operations; the one error
+// classification is api.Classify, rendered in E2B's {"code","message"} shape.
+package e2b
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/runtime"
+	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// Prefix is where the daemon mounts the facade.
+const Prefix = "/e2b"
+
+// Backend is what the facade needs of the service layer; *service.Service
+// implements it. The facade's own tests put a fake in its place so that the
+// create dedupe can be exercised without Docker.
+type Backend interface {
+	ResolveImage(image, template string) (string, error)
+	CreateSandbox(ctx context.Context, req service.CreateRequest) (store.Sandbox, error)
+	GetSandbox(ctx context.Context, id string) (store.Sandbox, error)
+	ListSandboxes(ctx context.Context, opts store.ListOptions) ([]store.Sandbox, string, error)
+	DeleteSandbox(ctx context.Context, id string) error
+	PauseSandbox(ctx context.Context, id string) (store.Sandbox, error)
+	StartSandbox(ctx context.Context, id string) (store.Sandbox, error)
+	SetTimeout(ctx context.Context, id string, timeout time.Duration) (store.Sandbox, error)
+	Stats(ctx context.Context, id string) (runtime.Stats, error)
+	AgentAddr(ctx context.Context, id string) (string, error)
+	Crash(point string)
+}
+
+var _ Backend = (*service.Service)(nil)
+
+// Config configures the facade.
+type Config struct {
+	// Token is the daemon's API token; E2B clients send it as X-API-KEY.
+	Token string
+	// Domain is the create response's domain. Without E2B_SANDBOX_URL the
+	// SDK reaches a sandbox's agent at 49983-<id>.<domain>, which the
+	// daemon's proxy listener routes; see DomainFor.
+	Domain string
+	// PendingTTL is how long an in-flight create holds its claim before a
+	// duplicate may take it over (default 2 minutes).
+	PendingTTL time.Duration
+	// ReplayWindow is how long an identical create replays the sandbox the
+	// first one made. Zero turns create dedupe off entirely.
+	ReplayWindow time.Duration
+	// WaitBudget bounds how long a duplicate waits for an in-flight create
+	// before it answers 429 with Retry-After (which the SDK retries); the
+	// default is the pending TTL, capped at 60 seconds.
+	WaitBudget time.Duration
+	Logger     *slog.Logger
+	Now        func() time.Time
+}
+
+// DomainFor returns the domain to report for a proxy listening on proxyPort:
+// the port is part of it unless it is the default HTTP or HTTPS port, since
+// the SDK appends nothing to "<port>-<id>.<domain>".
+func DomainFor(domain string, proxyPort int) string {
+	if proxyPort == 0 || proxyPort == 80 || proxyPort == 443 {
+		return domain
+	}
+	return domain + ":" + strconv.Itoa(proxyPort)
+}
+
+// Handler serves everything under /e2b.
+type Handler struct {
+	be    Backend
+	st    *store.Store
+	cfg   Config
+	log   *slog.Logger
+	proxy *api.AgentProxy
+	mux   *http.ServeMux
+
+	// held counts, per fingerprint, the create claims this process holds.
+	// The data directory admits one daemon, so a pending claim that no
+	// request of this process holds was left by a daemon that has since
+	// died, and may be taken over at once instead of after its pending TTL.
+	// claimMu also makes "claim, then mark held" one step, so no duplicate
+	// can see a claim of this process before it is marked.
+	claimMu sync.Mutex
+	held    map[string]int
+}
+
+// New builds the facade over the service (be) and its store (st).
+func New(be Backend, st *store.Store, cfg Config) *Handler {
+	if cfg.PendingTTL <= 0 {
+		cfg.PendingTTL = 2 * time.Minute
+	}
+	if cfg.WaitBudget <= 0 {
+		cfg.WaitBudget = min(cfg.PendingTTL, 60*time.Second)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Domain == "" {
+		cfg.Domain = "localhost"
+	}
+	h := &Handler{
+		be:    be,
+		st:    st,
+		cfg:   cfg,
+		log:   cfg.Logger.With("surface", "e2b"),
+		proxy: api.NewAgentProxy(),
+		mux:   http.NewServeMux(),
+		held:  map[string]int{},
+	}
+	m := h.mux
+	// The v2 routes are what SDK 2.x calls; the unversioned ones are what
+	// older SDKs (and E2B's own v1 API) call for the same operations.
+	m.HandleFunc("POST /v2/sandboxes", h.create)
+	m.HandleFunc("POST /sandboxes", h.create)
+	m.HandleFunc("GET /v2/sandboxes", h.list)
+	m.HandleFunc("GET /sandboxes", h.listV1)
+	m.HandleFunc("GET /sandboxes/{id}", h.get)
+	m.HandleFunc("DELETE /sandboxes/{id}", h.kill)
+	m.HandleFunc("POST /sandboxes/{id}/timeout", h.setTimeout)
+	m.HandleFunc("POST /sandboxes/{id}/refreshes", h.refresh)
+	m.HandleFunc("POST /v2/sandboxes/{id}/connect", h.connect)
+	m.HandleFunc("POST /sandboxes/{id}/connect", h.connect)
+	m.HandleFunc("POST /sandboxes/{id}/resume", h.resume)
+	m.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
+	m.HandleFunc("GET /sandboxes/{id}/metrics", h.metrics)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+Prefix+r.URL.Path)
+	})
+	return h
+}
+
+// ServeHTTP strips /e2b and dispatches: /envd/... is the sandbox gateway,
+// authenticated by the sandbox's own access token (checked by its agent);
+// everything else is the control plane, authenticated by X-API-KEY.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rest, ok := strings.CutPrefix(r.URL.Path, Prefix)
+	if !ok || (rest != "" && rest[0] != '/') {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+		return
+	}
+	if rest == "/envd" || strings.HasPrefix(rest, "/envd/") {
+		h.gateway(w, r, strings.TrimPrefix(rest, "/envd"))
+		return
+	}
+	if !api.TokenEqual(r.Header.Get("X-API-KEY"), h.cfg.Token) {
+		writeError(w, http.StatusUnauthorized, "missing or invalid X-API-KEY")
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = rest
+	r2.URL.RawPath = ""
+	h.mux.ServeHTTP(w, r2)
+}
+
+func (h *Handler) now() time.Time { return h.cfg.Now().UTC() }
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	api.WriteJSON(w, status, ErrorBody{Code: status, Message: msg})
+}
+
+// fail renders err with the one shared classification. A missing sandbox gets
+// a plain message naming it, since the SDK shows the message to the user.
+func fail(w http.ResponseWriter, err error, id string) {
+	if id != "" && errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "sandbox "+id+" not found")
+		return
+	}
+	if errors.Is(err, errCreateInProgress) {
+		writeError(w, http.StatusConflict, err.Error())
+		return
+	}
+	p := api.Classify(err)
+	writeError(w, p.Status, p.Message)
+}

@@ -1,0 +1,74 @@
+package e2b
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/sandpit-dev/sandpit/internal/runtime"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// Headers the SDK sets on every agent call when E2B_SANDBOX_URL is set.
+const (
+	headerSandboxID   = "E2b-Sandbox-Id"
+	headerSandboxPort = "E2b-Sandbox-Port"
+)
+
+// gateway forwards /e2b/envd/<path> to <path> on the sandbox named by the
+// E2b-Sandbox-Id header, at the port named by E2b-Sandbox-Port (the agent's
+// 49983 when absent). Responses stream through unbuffered.
+//
+// The client's X-Access-Token passes through untouched and the agent checks
+// it: the agent is the one authority on its token, so the gateway neither
+// needs the daemon's API key (the SDK does not send it to sandboxes) nor
+// weakens the check by injecting the token itself.
+//
+// A sandbox that is unknown, paused or otherwise not running answers 502,
+// as E2B's edge does: the SDK reads 502 as "the sandbox is not running".
+func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
+	id := r.Header.Get(headerSandboxID)
+	if id == "" {
+		writeError(w, http.StatusBadRequest, "missing "+headerSandboxID+" header")
+		return
+	}
+	port := runtime.AgentPort
+	if p := r.Header.Get(headerSandboxPort); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			writeError(w, http.StatusBadRequest, headerSandboxPort+" must be a port number")
+			return
+		}
+		port = n
+	}
+	sb, err := h.be.GetSandbox(r.Context(), id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, http.StatusBadGateway, "sandbox "+id+" not found")
+		return
+	case err != nil:
+		fail(w, err, id)
+		return
+	case sb.State != store.StateRunning:
+		writeError(w, http.StatusBadGateway, "sandbox "+id+" is not running (state "+sb.State+")")
+		return
+	}
+	addr, err := h.be.AgentAddr(r.Context(), id)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, "sandbox "+id+" is not reachable: "+err.Error())
+		return
+	}
+	if port != runtime.AgentPort {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			fail(w, err, id)
+			return
+		}
+		addr = net.JoinHostPort(host, strconv.Itoa(port))
+	}
+	if path == "" {
+		path = "/"
+	}
+	h.proxy.Forward(w, r, addr, path, "")
+}

@@ -1,0 +1,252 @@
+package e2b
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// EnvdVersion is the envd version the facade reports. The SDK gates
+// behaviour on it: below 0.1.0 it kills the sandbox as too old, below 0.4.0 it
+// forces the user "user"; 0.6.4 is the protocol the agent implements.
+const EnvdVersion = "0.6.4"
+
+// clientID fills E2B's clientID field, which names the cluster client that
+// runs a sandbox; sandpit has one.
+const clientID = "sandpit"
+
+// maxTimeoutSeconds mirrors the service's limit so that an out-of-range
+// timeout is refused before the create is claimed.
+const maxTimeoutSeconds = 30 * 24 * 3600
+
+// pausedRetention is how long a paused sandbox is kept: E2B keeps paused
+// sandboxes until they are resumed or killed (for up to 30 days), while the
+// service's sweeper deletes any sandbox whose end time has passed, so pausing
+// moves the end time out by the longest lifetime the service allows.
+const pausedRetention = maxTimeoutSeconds * time.Second
+
+// neverEnds is the endAt of a sandbox without a deadline (one made through
+// the native API): E2B has no such sandbox, and the SDK parses whatever
+// endAt says as a date.
+var neverEnds = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+
+// errUnsupported marks a create option sandpit cannot honour. Ignoring it
+// would be worse than refusing: a caller asking for denied egress must not
+// silently get open egress.
+var errUnsupported = errors.New("not supported by sandpit")
+
+// CreateBody is the body of POST /v2/sandboxes (and of the older
+// POST /sandboxes). Unknown fields are ignored: the SDK adds fields over time.
+type CreateBody struct {
+	TemplateID          string            `json:"templateID"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Timeout             *int64            `json:"timeout"`
+	AutoPause           *bool             `json:"autoPause"`
+	AutoResume          *AutoResume       `json:"autoResume"`
+	Secure              *bool             `json:"secure"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             *Network          `json:"network"`
+	VolumeMounts        []json.RawMessage `json:"volumeMounts"`
+	IAM                 json.RawMessage   `json:"iam"`
+}
+
+// AutoResume is the create's autoResume object.
+type AutoResume struct {
+	Enabled bool `json:"enabled"`
+}
+
+// Network is the create's network object.
+type Network struct {
+	AllowOut           []string        `json:"allowOut"`
+	DenyOut            []string        `json:"denyOut"`
+	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
+	EgressProxy        json.RawMessage `json:"egressProxy"`
+	Rules              json.RawMessage `json:"rules"`
+}
+
+func (b CreateBody) template() string {
+	if b.TemplateID == "" {
+		return "base"
+	}
+	return b.TemplateID
+}
+
+func (b CreateBody) timeoutSeconds() int64 {
+	if b.Timeout == nil {
+		return DefaultTimeoutSeconds
+	}
+	return *b.Timeout
+}
+
+func present(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && !bytes.Equal(raw, []byte("null")) && !bytes.Equal(raw, []byte("{}"))
+}
+
+// validate refuses, before anything is claimed or created, the creates that
+// cannot succeed: a bad timeout or an option sandpit does not implement.
+func (b CreateBody) validate() error {
+	if t := b.timeoutSeconds(); t < 1 || t > maxTimeoutSeconds {
+		return fmt.Errorf("%w: timeout must be between 1 and %d seconds", service.ErrInvalid, maxTimeoutSeconds)
+	}
+	unsupported := func(what string) error {
+		return fmt.Errorf("%w: %s is %w", service.ErrInvalid, what, errUnsupported)
+	}
+	switch {
+	case b.AutoPause != nil && *b.AutoPause:
+		return unsupported("pausing on timeout (lifecycle.onTimeout 'pause')")
+	case b.AutoResume != nil && b.AutoResume.Enabled:
+		return unsupported("autoResume")
+	case len(b.VolumeMounts) > 0:
+		return unsupported("volumeMounts")
+	case present(b.IAM):
+		return unsupported("iam")
+	case b.AllowInternetAccess != nil && !*b.AllowInternetAccess:
+		return unsupported("allowInternetAccess false")
+	}
+	if n := b.Network; n != nil {
+		switch {
+		case len(n.DenyOut) > 0:
+			return unsupported("network.denyOut")
+		case n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic:
+			return unsupported("network.allowPublicTraffic false")
+		case present(n.EgressProxy):
+			return unsupported("network.egressProxy")
+		case present(n.Rules):
+			return unsupported("network.rules")
+		}
+	}
+	return nil
+}
+
+// CreatedSandbox is the response of a create or a connect.
+type CreatedSandbox struct {
+	SandboxID       string `json:"sandboxID"`
+	TemplateID      string `json:"templateID"`
+	Alias           string `json:"alias,omitempty"`
+	ClientID        string `json:"clientID"`
+	EnvdVersion     string `json:"envdVersion"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+	Domain          string `json:"domain"`
+}
+
+// SandboxDetail is the response of GET /sandboxes/{id}.
+type SandboxDetail struct {
+	ListedSandbox
+	EnvdAccessToken string `json:"envdAccessToken"`
+	Domain          string `json:"domain"`
+}
+
+// ListedSandbox is one entry of GET /v2/sandboxes.
+type ListedSandbox struct {
+	SandboxID   string            `json:"sandboxID"`
+	TemplateID  string            `json:"templateID"`
+	Alias       string            `json:"alias,omitempty"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int64             `json:"memoryMB"`
+	DiskSizeMB  int64             `json:"diskSizeMB"`
+	EnvdVersion string            `json:"envdVersion"`
+	Metadata    map[string]string `json:"metadata"`
+	State       string            `json:"state"`
+}
+
+// SandboxMetric is one sample of GET /sandboxes/{id}/metrics.
+type SandboxMetric struct {
+	Timestamp     time.Time `json:"timestamp"`
+	TimestampUnix int64     `json:"timestampUnix"`
+	CPUCount      int       `json:"cpuCount"`
+	CPUUsedPct    float64   `json:"cpuUsedPct"`
+	MemUsed       int64     `json:"memUsed"`
+	MemTotal      int64     `json:"memTotal"`
+	DiskUsed      int64     `json:"diskUsed"`
+	DiskTotal     int64     `json:"diskTotal"`
+}
+
+// ErrorBody is E2B's error shape. The SDK reads "not found" from code, so even
+// a 404 carries it.
+type ErrorBody struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// E2B sandbox states.
+const (
+	stateRunning = "running"
+	statePaused  = "paused"
+)
+
+// e2bState maps a store state to E2B's. A stopped sandbox (stopped through the
+// native API) keeps its filesystem and comes back on connect, as a paused one
+// does. Sandboxes still being created, or whose container is gone, have no
+// E2B state and are not shown.
+func e2bState(state string) (string, bool) {
+	switch state {
+	case store.StateRunning:
+		return stateRunning, true
+	case store.StatePaused, store.StateStopped:
+		return statePaused, true
+	}
+	return "", false
+}
+
+func templateOf(sb store.Sandbox) string {
+	if sb.Template != "" {
+		return sb.Template
+	}
+	return sb.Image
+}
+
+func (h *Handler) created(sb store.Sandbox) CreatedSandbox {
+	return CreatedSandbox{
+		SandboxID:       sb.ID,
+		TemplateID:      templateOf(sb),
+		Alias:           sb.Template,
+		ClientID:        clientID,
+		EnvdVersion:     EnvdVersion,
+		EnvdAccessToken: sb.AccessToken,
+		Domain:          h.cfg.Domain,
+	}
+}
+
+func (h *Handler) listed(sb store.Sandbox, state string) ListedSandbox {
+	cpus := int(sb.CPU + 0.999)
+	if cpus <= 0 {
+		// No CPU limit: the sandbox may use every host core.
+		cpus = runtime.NumCPU()
+	}
+	end := sb.EndAt
+	if end.IsZero() {
+		end = neverEnds
+	}
+	md := sb.Labels
+	if md == nil {
+		md = map[string]string{}
+	}
+	return ListedSandbox{
+		SandboxID:   sb.ID,
+		TemplateID:  templateOf(sb),
+		Alias:       sb.Template,
+		ClientID:    clientID,
+		StartedAt:   sb.CreatedAt.UTC(),
+		EndAt:       end.UTC(),
+		CPUCount:    cpus,
+		MemoryMB:    sb.MemoryMB,
+		EnvdVersion: EnvdVersion,
+		Metadata:    md,
+		State:       state,
+	}
+}
+
+func (h *Handler) detail(sb store.Sandbox, state string) SandboxDetail {
+	return SandboxDetail{ListedSandbox: h.listed(sb, state), EnvdAccessToken: sb.AccessToken, Domain: h.cfg.Domain}
+}
