@@ -1,0 +1,60 @@
+package store_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// t0 is the tests' fixed clock; tests advance it explicitly.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func openStore(t testing.TB) (*store.Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := store.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s, dir
+}
+
+func createSandbox(t testing.TB, s *store.Store, id, name string) store.Sandbox {
+	t.Helper()
+	sb := store.Sandbox{
+		ID:        id,
+		Name:      name,
+		Image:     "busybox",
+		State:     store.StateRunning,
+		CreatedAt: t0,
+	}
+	if err := s.CreateSandbox(context.Background(), sb); err != nil {
+		t.Fatalf("CreateSandbox(%s): %v", id, err)
+	}
+	return sb
+}
+
+// parallel runs fn(i) for i in [0, n) on n goroutines released together, so
+// that the calls genuinely contend, and waits for all of them.
+func parallel(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			fn(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}

@@ -1,0 +1,374 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrSandboxExists is returned by CreateSandbox when the id is taken. It is
+	// distinct from ErrNameConflict: a duplicate id is a caller bug or a retry
+	// of a create that already happened, not a user-visible name clash.
+	ErrSandboxExists = errors.New("sandbox id already exists")
+	// ErrInvalidPageToken is returned by ListSandboxes for a page token it did
+	// not issue.
+	ErrInvalidPageToken = errors.New("invalid page token")
+)
+
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+)
+
+const sandboxColumns = `id, name, image, template, state, labels, env, cpu, memory_mb,
+	container_id, access_token, end_at, created_at, updated_at`
+
+const (
+	qSandboxInsert = `INSERT INTO sandboxes (` + sandboxColumns + `)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	qSandboxByID = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
+)
+
+// CreateSandbox inserts a new sandbox row. A duplicate non-empty name fails
+// with ErrNameConflict and a duplicate id with ErrSandboxExists; both are
+// decided by the schema's unique indexes, not by a prior lookup. A zero
+// CreatedAt means now; a zero UpdatedAt means CreatedAt.
+func (s *Store) CreateSandbox(ctx context.Context, sb Sandbox) error {
+	if sb.ID == "" {
+		return errors.New("create sandbox: id must not be empty")
+	}
+	labels, err := encodeMap(sb.Labels)
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: labels: %w", sb.ID, err)
+	}
+	env, err := encodeMap(sb.Env)
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: env: %w", sb.ID, err)
+	}
+	created := clock(sb.CreatedAt)
+	updated := sb.UpdatedAt
+	if updated.IsZero() {
+		updated = created
+	}
+	_, err = s.exec(ctx, nil, qSandboxInsert,
+		sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
+		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated))
+	switch {
+	case err == nil:
+		return nil
+	case isUniqueViolation(err):
+		// The only UNIQUE index on sandboxes besides the primary key is
+		// idx_sandboxes_name; the primary key reports its own code.
+		return fmt.Errorf("create sandbox %s: name %q: %w", sb.ID, sb.Name, ErrNameConflict)
+	case isPrimaryKeyViolation(err):
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, ErrSandboxExists)
+	default:
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
+}
+
+// GetSandbox returns the sandbox with the given id, or ErrNotFound.
+func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
+	row := s.queryRow(ctx, nil, qSandboxByID, id)
+	sb, err := scanSandbox(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// GetSandboxByName returns the sandbox with the given non-empty name, or
+// ErrNotFound.
+func (s *Store) GetSandboxByName(ctx context.Context, name string) (Sandbox, error) {
+	if name == "" {
+		// Unnamed sandboxes share the empty name, so it identifies nothing.
+		return Sandbox{}, fmt.Errorf("get sandbox by empty name: %w", ErrNotFound)
+	}
+	row := s.db.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE name = ?`, name)
+	sb, err := scanSandbox(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", name, err)
+	}
+	return sb, nil
+}
+
+// ListSandboxes returns one page of sandboxes ordered by (created_at, id) and
+// the token for the next page, which is empty on the last page. Rows created
+// or deleted between pages neither shift nor repeat the rows already returned,
+// because the token records the position of the last row rather than an
+// offset.
+func (s *Store) ListSandboxes(ctx context.Context, opts ListOptions) ([]Sandbox, string, error) {
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	if limit > maxListLimit {
+		limit = maxListLimit
+	}
+
+	var where []string
+	var args []any
+	if opts.PageToken != "" {
+		created, id, err := decodePageToken(opts.PageToken)
+		if err != nil {
+			return nil, "", fmt.Errorf("list sandboxes: %w", err)
+		}
+		where = append(where, `(created_at, id) > (?, ?)`)
+		args = append(args, created, id)
+	}
+	if len(opts.States) > 0 {
+		where = append(where, `state IN (?`+strings.Repeat(`, ?`, len(opts.States)-1)+`)`)
+		for _, st := range opts.States {
+			args = append(args, st)
+		}
+	}
+	// Label keys are matched through json_each rather than json_extract:
+	// a json_extract path cannot quote a key that itself contains '"', while
+	// json_each compares keys as plain strings. Keys are sorted only to keep
+	// the generated SQL deterministic.
+	keys := make([]string, 0, len(opts.Labels))
+	for k := range opts.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		where = append(where, `EXISTS (SELECT 1 FROM json_each(sandboxes.labels) AS l
+			WHERE l.key = ? AND l.type = 'text' AND l.value = ?)`)
+		args = append(args, k, opts.Labels[k])
+	}
+
+	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	// One extra row tells us whether another page exists.
+	q += ` ORDER BY created_at, id LIMIT ?`
+	args = append(args, limit+1)
+
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("list sandboxes: %w", err)
+	}
+	defer rows.Close()
+	out := make([]Sandbox, 0, limit)
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, "", fmt.Errorf("list sandboxes: %w", err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("list sandboxes: %w", err)
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		last := out[limit-1]
+		next = encodePageToken(toNanos(last.CreatedAt), last.ID)
+	}
+	return out, next, nil
+}
+
+// UpdateSandboxState sets the sandbox's state, or returns ErrNotFound.
+func (s *Store) UpdateSandboxState(ctx context.Context, id, state string, now time.Time) error {
+	return s.updateSandbox(ctx, "update state of sandbox", id,
+		`UPDATE sandboxes SET state = ?, updated_at = ? WHERE id = ?`,
+		state, toNanos(clock(now)), id)
+}
+
+// SetSandboxEndAt sets the sandbox's deadline; the zero time clears it.
+func (s *Store) SetSandboxEndAt(ctx context.Context, id string, endAt time.Time, now time.Time) error {
+	return s.updateSandbox(ctx, "set end_at of sandbox", id,
+		`UPDATE sandboxes SET end_at = ?, updated_at = ? WHERE id = ?`,
+		nullableNanos(endAt), toNanos(clock(now)), id)
+}
+
+// SetSandboxLabels replaces the sandbox's labels.
+func (s *Store) SetSandboxLabels(ctx context.Context, id string, labels map[string]string, now time.Time) error {
+	enc, err := encodeMap(labels)
+	if err != nil {
+		return fmt.Errorf("set labels of sandbox %s: %w", id, err)
+	}
+	return s.updateSandbox(ctx, "set labels of sandbox", id,
+		`UPDATE sandboxes SET labels = ?, updated_at = ? WHERE id = ?`,
+		enc, toNanos(clock(now)), id)
+}
+
+// SetSandboxContainerID records the engine's container id once it is known.
+func (s *Store) SetSandboxContainerID(ctx context.Context, id, containerID string, now time.Time) error {
+	return s.updateSandbox(ctx, "set container id of sandbox", id,
+		`UPDATE sandboxes SET container_id = ?, updated_at = ? WHERE id = ?`,
+		containerID, toNanos(clock(now)), id)
+}
+
+func (s *Store) updateSandbox(ctx context.Context, what, id, q string, args ...any) error {
+	res, err := s.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s %s: %w", what, id, ErrNotFound)
+	}
+	return nil
+}
+
+// ListExpiredSandboxes returns the sandboxes whose deadline is at or before
+// now, earliest deadline first.
+func (s *Store) ListExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT `+sandboxColumns+` FROM sandboxes
+		WHERE end_at IS NOT NULL AND end_at <= ?
+		ORDER BY end_at, id`, toNanos(clock(now)))
+	if err != nil {
+		return nil, fmt.Errorf("list expired sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list expired sandboxes: %w", err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list expired sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteSandbox deletes the sandbox, or returns ErrNotFound. Its exposed ports
+// and custom domains go with it (ON DELETE CASCADE), and its TAP slot, if any,
+// returns to the pool.
+func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	defer rollback(tx)
+	// ON DELETE SET NULL would free the slot too, but it cannot also clear
+	// allocated_at, so release the slot explicitly in the same transaction.
+	if _, err := tx.ExecContext(ctx, `
+		UPDATE firecracker_tap_pool SET sandbox_id = NULL, allocated_at = NULL
+		WHERE sandbox_id = ?`, id); err != nil {
+		return fmt.Errorf("delete sandbox %s: release tap slot: %w", id, err)
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("delete sandbox %s: %w", id, ErrNotFound)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("delete sandbox %s: commit: %w", id, err)
+	}
+	return nil
+}
+
+// rowScanner is satisfied by *sql.Row and *sql.Rows.
+type rowScanner interface {
+	Scan(dest ...any) error
+}
+
+func scanSandbox(r rowScanner) (Sandbox, error) {
+	var (
+		sb                 Sandbox
+		labels, env        string
+		endAt              sql.NullInt64
+		createdAt, updated int64
+	)
+	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
+		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated); err != nil {
+		return Sandbox{}, err
+	}
+	var err error
+	if sb.Labels, err = decodeMap(labels); err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox %s: labels: %w", sb.ID, err)
+	}
+	if sb.Env, err = decodeMap(env); err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox %s: env: %w", sb.ID, err)
+	}
+	sb.EndAt = fromNullNanos(endAt)
+	sb.CreatedAt = fromNanos(createdAt)
+	sb.UpdatedAt = fromNanos(updated)
+	return sb, nil
+}
+
+// encodeMap stores a nil map as "{}" so that it reads back as an empty map
+// and json_each over it stays valid.
+func encodeMap(m map[string]string) (string, error) {
+	if len(m) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func decodeMap(s string) (map[string]string, error) {
+	m := map[string]string{}
+	if s == "" || s == "null" {
+		return m, nil
+	}
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		m = map[string]string{}
+	}
+	return m, nil
+}
+
+// Page tokens are "v1:<created_at ns>:<id>" in unpadded base64url. They are
+// opaque to callers; the version prefix lets the format change later.
+const pageTokenPrefix = "v1:"
+
+func encodePageToken(created int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(pageTokenPrefix + strconv.FormatInt(created, 10) + ":" + id))
+}
+
+func decodePageToken(tok string) (int64, string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: not base64url", ErrInvalidPageToken)
+	}
+	rest, ok := strings.CutPrefix(string(raw), pageTokenPrefix)
+	if !ok {
+		return 0, "", fmt.Errorf("%w: unknown version", ErrInvalidPageToken)
+	}
+	num, id, ok := strings.Cut(rest, ":")
+	if !ok || id == "" {
+		return 0, "", fmt.Errorf("%w: malformed", ErrInvalidPageToken)
+	}
+	created, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: malformed position", ErrInvalidPageToken)
+	}
+	return created, id, nil
+}
