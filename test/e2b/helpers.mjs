@@ -1,0 +1,143 @@
+// Helpers of the E2B conformance tests: build the sandpit binary, run real
+// daemons against the local Docker engine, and clean up everything they made.
+// Every container a test daemon creates carries the label
+// sandpit.run=<this run's id>, so cleanup removes exactly this run's
+// containers on an engine that may hold others.
+
+import { spawn, execFile } from 'node:child_process'
+import { mkdtemp, rm, access } from 'node:fs/promises'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join, resolve, dirname } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+import { randomBytes } from 'node:crypto'
+
+const run = promisify(execFile)
+
+export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..')
+export const testImage = process.env.SANDPIT_TEST_IMAGE || 'sandpit/base:test'
+export const runId = `e2b-${process.pid}-${randomBytes(4).toString('hex')}`
+
+let workDir
+let binary
+
+// setup builds the daemon once per test process and makes sure the test image
+// exists (the build script is idempotent and fast when the image is current).
+export async function setup() {
+  workDir = await mkdtemp(join(tmpdir(), 'sandpit-e2b-'))
+  binary = process.env.SANDPIT_BIN || join(workDir, 'sandpit')
+  if (!process.env.SANDPIT_BIN) {
+    await run('go', ['build', '-o', binary, './cmd/sandpit'], {
+      cwd: repoRoot,
+      env: { ...process.env, CGO_ENABLED: '0' },
+      maxBuffer: 16 << 20,
+    })
+  }
+  try {
+    await run('docker', ['image', 'inspect', testImage])
+  } catch {
+    await run(join(repoRoot, 'scripts', 'build-test-image.sh'), [], {
+      env: { ...process.env, SANDPIT_TEST_IMAGE: testImage },
+      maxBuffer: 16 << 20,
+    })
+  }
+}
+
+const daemons = new Set()
+
+// teardown stops every daemon still running and removes this run's containers
+// and files.
+export async function teardown() {
+  await Promise.all([...daemons].map((d) => d.stop()))
+  const ids = await containers()
+  if (ids.length > 0) await run('docker', ['rm', '-f', '-v', ...ids])
+  if (workDir) await rm(workDir, { recursive: true, force: true })
+}
+
+// containers lists this run's containers (running or not), optionally only
+// those of one daemon.
+export async function containers(daemonName) {
+  const args = ['ps', '-aq', '--filter', `label=sandpit.run=${runId}`]
+  if (daemonName) args.push('--filter', `label=sandpit.test-daemon=${daemonName}`)
+  const { stdout } = await run('docker', args)
+  return stdout.split('\n').filter(Boolean)
+}
+
+export function freePort() {
+  return new Promise((resolvePort, reject) => {
+    const srv = createServer()
+    srv.unref()
+    srv.on('error', reject)
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address()
+      srv.close(() => resolvePort(port))
+    })
+  })
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+// startDaemon runs `sandpit serve` and waits until it answers. The returned
+// object keeps its data directory and ports, so restart() brings the same
+// daemon back after a crash.
+export async function startDaemon({ name, args = [], env = {} } = {}) {
+  const dataDir = await mkdtemp(join(workDir, `${name}-`))
+  const d = {
+    name,
+    dataDir,
+    token: `tok-${name}-${randomBytes(8).toString('hex')}`,
+    apiPort: await freePort(),
+    proxyPort: await freePort(),
+    args,
+    proc: undefined,
+    exited: undefined,
+    log: '',
+  }
+  d.apiUrl = `http://127.0.0.1:${d.apiPort}/e2b`
+  d.sandboxUrl = `http://127.0.0.1:${d.apiPort}/e2b/envd`
+  // opts are the SDK connection options that point it at this daemon.
+  d.opts = { apiKey: d.token, apiUrl: d.apiUrl, sandboxUrl: d.sandboxUrl }
+  d.launch = async (extraEnv = env) => {
+    const proc = spawn(binary, [
+      'serve',
+      '--data-dir', d.dataDir,
+      '--listen', `127.0.0.1:${d.apiPort}`,
+      '--proxy-listen', `127.0.0.1:${d.proxyPort}`,
+      '--token', d.token,
+      '--default-image', testImage,
+      '--container-label', `sandpit.run=${runId}`,
+      '--container-label', `sandpit.test-daemon=${name}`,
+      ...d.args,
+    ], { env: { ...process.env, ...extraEnv }, stdio: ['ignore', 'ignore', 'pipe'] })
+    d.proc = proc
+    d.exited = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })))
+    proc.stderr.on('data', (b) => { d.log += b.toString() })
+    daemons.add(d)
+    const deadline = Date.now() + 30_000
+    for (;;) {
+      try {
+        const res = await fetch(`http://127.0.0.1:${d.apiPort}/health`)
+        if (res.ok) return
+      } catch {}
+      const done = await Promise.race([d.exited, sleep(100)])
+      if (done) throw new Error(`daemon ${name} exited early (${JSON.stringify(done)}):\n${d.log}`)
+      if (Date.now() > deadline) throw new Error(`daemon ${name} did not start:\n${d.log}`)
+    }
+  }
+  d.stop = async () => {
+    daemons.delete(d)
+    if (d.proc && d.proc.exitCode === null && d.proc.signalCode === null) {
+      d.proc.kill('SIGTERM')
+      const stopped = await Promise.race([d.exited, sleep(15_000)])
+      if (!stopped) d.proc.kill('SIGKILL')
+      await d.exited
+    }
+  }
+  d.restart = async (extraEnv = {}) => {
+    await d.stop()
+    await d.launch(extraEnv)
+  }
+  await d.launch()
+  return d
+}
