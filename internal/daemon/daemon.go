@@ -164,6 +164,17 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer st.Close()
+	// The store holds the data directory exclusively, so no request that
+	// claimed an idempotency key before this start is still running: free
+	// those keys now, or a retry would wait out the dead attempt's lock and
+	// get 409. The rows are kept for the retention period, because they name
+	// the resource the dead attempt chose, which its retry must finish or
+	// adopt rather than make anew.
+	if n, err := st.ExpirePendingClaims(ctx, time.Now().UTC(), cfg.IdempotencyRetention); err != nil {
+		return err
+	} else if n > 0 {
+		log.Info("expired idempotency claims of the previous run", "count", n)
+	}
 
 	token, created, err := LoadOrCreateToken(cfg.DataDir, cfg.Token)
 	if err != nil {

@@ -284,6 +284,45 @@ func (s *Store) ReapIdempotentRequests(ctx context.Context, now time.Time) (int6
 	return n, nil
 }
 
+// ExpirePendingClaims ends, as of now, the lock of every pending
+// request_idempotency row, keeps each such row for at least keep from now,
+// and returns how many rows it changed. The daemon calls it once at start,
+// before it serves: one process holds the data directory exclusively, so no
+// attempt that claimed a row before the start is still running, and a retry
+// must not wait out a dead attempt's lock only to be told the key is in
+// flight. The next claim of such a row acquires it (see
+// ClaimIdempotentRequest: same generation, same recorded target).
+//
+// Keeping the row matters as much as expiring it. It records the target the
+// crashed attempt chose, and that attempt may have finished the resource just
+// before dying; the reaper deletes a row once its lock and its replay window
+// have both passed, and without a window it would delete these rows within
+// seconds, after which a retry would make a second resource. The window is
+// stored in replay_until, which nothing but the reaper reads on a pending
+// row; the completion of the taken-over attempt replaces it.
+func (s *Store) ExpirePendingClaims(ctx context.Context, now time.Time, keep time.Duration) (int64, error) {
+	if keep < 0 {
+		return 0, errors.New("expire pending claims: keep must not be negative")
+	}
+	now = clock(now)
+	nowNs := toNanos(now)
+	keepNs := toNanos(now.Add(keep))
+	res, err := s.db.ExecContext(ctx, `
+		UPDATE request_idempotency
+		SET locked_until = MIN(locked_until, ?),
+		    replay_until = MAX(COALESCE(replay_until, 0), ?),
+		    updated_at = ?
+		WHERE state = 'pending'`, nowNs, keepNs, nowNs)
+	if err != nil {
+		return 0, fmt.Errorf("expire pending claims: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("expire pending claims: %w", err)
+	}
+	return n, nil
+}
+
 func scanClaim(r rowScanner) (Claim, error) {
 	var (
 		c           Claim

@@ -308,3 +308,88 @@ func TestReapIdempotentRequests(t *testing.T) {
 		t.Errorf("second reap deleted %d rows", n)
 	}
 }
+
+// TestExpirePendingClaims plays a daemon restart: the rows the dead process
+// left pending are taken over at once by the next claim, with the target the
+// dead attempt recorded, and the reaper keeps them for the whole window, while
+// a completed row is left exactly as it was.
+func TestExpirePendingClaims(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	restart := t0.Add(30 * time.Second)
+	const keep = time.Hour
+
+	rows := []struct {
+		fp       string
+		claimAt  time.Time
+		target   string
+		complete bool
+	}{
+		// Claimed just before the crash: the lock would hold for 90 s more.
+		{fp: "lock-live", claimAt: t0, target: "sb-half-made"},
+		// Claimed so long before the restart that the lock has run out
+		// already; without the window the reaper would delete it.
+		{fp: "lock-run-out", claimAt: t0.Add(-10 * time.Minute), target: "sb-older"},
+		// Finished before the crash: not a claim anyone holds.
+		{fp: "ready", claimAt: t0, target: "sb-done", complete: true},
+	}
+	for _, r := range rows {
+		c, err := s.ClaimIdempotentRequest(ctx, claimReq(r.fp, "h-"+r.fp), r.claimAt)
+		if err != nil || c.Outcome != store.Acquired {
+			t.Fatalf("claim %s: %+v %v", r.fp, c, err)
+		}
+		if err := s.SetIdempotentTarget(ctx, c.Scope, c.Fingerprint, c.Generation, r.target, r.claimAt); err != nil {
+			t.Fatal(err)
+		}
+		if r.complete {
+			if err := s.CompleteIdempotentRequest(ctx, store.Completion{Scope: c.Scope, Fingerprint: c.Fingerprint, Generation: c.Generation,
+				ResponseStatus: 201, ResponseBody: []byte(`{}`), ReplayTTL: replayTTL}, r.claimAt); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before, err := s.GetIdempotentRequest(ctx, "e2b.create", "ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := s.ExpirePendingClaims(ctx, restart, -time.Second); err == nil {
+		t.Fatal("a negative keep was accepted")
+	}
+	n, err := s.ExpirePendingClaims(ctx, restart, keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("expired %d rows, want the 2 pending ones", n)
+	}
+	if after, _ := s.GetIdempotentRequest(ctx, "e2b.create", "ready"); !after.ReplayUntil.Equal(before.ReplayUntil) ||
+		!after.LockedUntil.Equal(before.LockedUntil) || after.State != "ready" {
+		t.Fatalf("the ready row changed: %+v, was %+v", after, before)
+	}
+
+	// A retry right at the restart takes the dead attempt over: no wait for
+	// the old lock, the same generation and the same target.
+	check := func(fp, target string, now time.Time) {
+		t.Helper()
+		c, err := s.ClaimIdempotentRequest(ctx, claimReq(fp, "h-"+fp), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Outcome != store.Acquired || c.Generation != 1 || c.TargetID != target {
+			t.Errorf("%s: retry got %+v, want acquired at generation 1 with target %s", fp, c, target)
+		}
+	}
+	check("lock-live", "sb-half-made", restart)
+
+	// The reaper runs before anyone retries the other key; the window keeps
+	// its row, and the ready row, whose replay ended long ago, goes.
+	late := restart.Add(keep - time.Second)
+	if _, err := s.ReapIdempotentRequests(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	check("lock-run-out", "sb-older", late)
+	if _, err := s.GetIdempotentRequest(ctx, "e2b.create", "ready"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("ready row past its replay window: %v, want reaped", err)
+	}
+}
