@@ -221,15 +221,16 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request, c store.Claim) 
 	_, _ = w.Write(c.ResponseBody)
 }
 
-// runClaimed makes the sandbox of an acquired claim. The id is derived from
-// the fingerprint and the generation (or is the target a crashed attempt
-// recorded) and is recorded in the claim before anything is created, so an
-// attempt that dies half-way is resumed on the same id: a running sandbox
-// under it is adopted, a broken one is removed and made again. The work runs
-// detached from the client's connection, bounded by the pending TTL: a
-// client that gives up does not waste a create its own retry will replay.
-// Every failure deletes the claim, so the next attempt starts afresh instead
-// of waiting out the lock.
+// runClaimed makes the sandbox of an acquired claim. A fresh claim derives
+// the id from the fingerprint and the generation; a claim taken over from a
+// crashed or stalled attempt reuses the id that attempt recorded. Either way
+// the id is recorded in the claim before anything is created, so an attempt
+// that dies half-way is resumed on the same id: a running sandbox under it is
+// adopted, a broken one is removed and made again. The work runs detached
+// from the client's connection, bounded by the pending TTL: a client that
+// gives up does not waste a create its own retry will replay. Every failure
+// deletes the claim, so the next attempt starts afresh instead of waiting out
+// the lock.
 func (h *Handler) runClaimed(w http.ResponseWriter, r *http.Request, b CreateBody, c store.Claim) {
 	fp := c.Fingerprint
 	defer h.release(fp)
@@ -242,15 +243,28 @@ func (h *Handler) runClaimed(w http.ResponseWriter, r *http.Request, b CreateBod
 		fail(w, cause, "")
 	}
 
-	id := c.TargetID
-	if id == "" {
-		id = SandboxIDFor(fp, c.Generation)
+	id, resumed := c.TargetID, c.TargetID != ""
+	if !resumed {
+		var err error
+		if id, err = h.freshID(ctx, fp, c.Generation); err != nil {
+			rollback(err)
+			return
+		}
 	}
 	if err := h.st.SetIdempotentTarget(ctx, Scope, fp, c.Generation, id, h.now()); err != nil {
 		rollback(err)
 		return
 	}
-	sb, adopted, err := h.adoptOrCreate(ctx, id, b)
+	var (
+		sb      store.Sandbox
+		adopted bool
+		err     error
+	)
+	if resumed {
+		sb, adopted, err = h.adoptOrCreate(ctx, id, b)
+	} else {
+		sb, err = h.be.CreateSandbox(ctx, b.request(id))
+	}
 	if err != nil {
 		rollback(err)
 		return
@@ -281,10 +295,29 @@ func (h *Handler) runClaimed(w http.ResponseWriter, r *http.Request, b CreateBod
 	_, _ = w.Write(body)
 }
 
-// adoptOrCreate returns the running sandbox already under id (adopted), or
-// creates it. A row in any other state is what a broken earlier attempt
-// left (a restarted daemon's reconcile has already removed rows that were
-// still being created), so it is deleted first.
+// maxIDProbes bounds freshID's search; each probe is one indexed lookup.
+const maxIDProbes = 16
+
+// freshID returns the derived id of a fresh claim. A sandbox already under
+// that id cannot be this claim's: it belongs to an earlier claim row of the
+// same fingerprint, completed and then reaped, whose generation numbering
+// this row restarted. Adopting it would answer a genuinely new create with an
+// old sandbox, so the next id of the probe sequence is taken instead. The
+// claim is held exclusively, so no other create races for these ids.
+func (h *Handler) freshID(ctx context.Context, fp string, generation int64) (string, error) {
+	for probe := range maxIDProbes {
+		id := sandboxIDFor(fp, generation, probe)
+		_, err := h.be.GetSandbox(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return id, nil
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("no free sandbox id for fingerprint %s after %d probes", fp, maxIDProbes)
+}
+
 func (h *Handler) adoptOrCreate(ctx context.Context, id string, b CreateBody) (store.Sandbox, bool, error) {
 	sb, err := h.be.GetSandbox(ctx, id)
 	switch {

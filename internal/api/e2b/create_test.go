@@ -565,3 +565,29 @@ func TestGatewayUnknownSandboxIs502(t *testing.T) {
 		t.Fatalf("gateway to unknown sandbox: %d, want 502 (the SDK's 'not running')", rec.Code)
 	}
 }
+
+func TestIdenticalCreateAfterClaimReapedIsNew(t *testing.T) {
+	// Once the reaper deletes a completed claim row, the next identical
+	// create starts again at generation 1; it must still get a new sandbox,
+	// not adopt the live one the first row made.
+	var offset atomic.Int64
+	f := newFixture(t, Config{ReplayWindow: time.Second, Now: func() time.Time {
+		return time.Now().Add(time.Duration(offset.Load()))
+	}})
+	a, _ := f.create(body1)
+	offset.Store(int64(time.Hour))
+	if n, err := f.st.ReapIdempotentRequests(context.Background(), f.h.now()); err != nil || n != 1 {
+		t.Fatalf("reap: %d %v", n, err)
+	}
+	b, res := f.create(body1)
+	if res.status != http.StatusCreated || b == a {
+		t.Fatalf("create after the row was reaped: %d id %q, want a new sandbox (first %q)", res.status, b, a)
+	}
+	c, err := f.claimRow(fp1(t))
+	if err != nil || c.Generation != 1 || c.TargetID != b {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	if f.be.creates.Load() != 2 || f.countSandboxes() != 2 {
+		t.Fatalf("creates %d, sandboxes %d: want 2 and 2", f.be.creates.Load(), f.countSandboxes())
+	}
+}

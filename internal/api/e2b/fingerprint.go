@@ -94,11 +94,23 @@ func KeyFingerprint(keyIdentity, idempotencyKey string) string {
 // instead of duplicable; a genuinely new create after the replay window runs
 // at the next generation and gets a new id.
 func SandboxIDFor(fingerprint string, generation int64) string {
+	return sandboxIDFor(fingerprint, generation, 0)
+}
+
+// sandboxIDFor is SandboxIDFor's probe sequence: probe 0 is
+// sha256(fingerprint || generation); a later probe appends its number, for
+// when the reaper has deleted an old claim row and its generation numbers
+// start again while that row's sandbox still lives.
+func sandboxIDFor(fingerprint string, generation int64, probe int) string {
 	h := sha256.New()
 	h.Write([]byte(fingerprint))
-	var g [8]byte
-	binary.BigEndian.PutUint64(g[:], uint64(generation))
-	h.Write(g[:])
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(generation))
+	h.Write(n[:])
+	if probe > 0 {
+		binary.BigEndian.PutUint64(n[:], uint64(probe))
+		h.Write(n[:])
+	}
 	return service.DeriveSandboxID(h.Sum(nil))
 }
 
