@@ -140,40 +140,13 @@ func (h *Handler) createDeduplicated(w http.ResponseWriter, r *http.Request, b C
 	}
 }
 
-// claim claims the create for this process. A pending claim that no request
-// of this process holds belongs to a daemon that died (one daemon owns a
-// data directory), so its lock is dead even if its TTL has not run out: the
-// claim is then re-decided as of the moment that lock expires, which lets
-// the store hand it over with its generation and target kept. Without this,
-// a client retrying a create the previous daemon was killed in the middle
-// of would wait out the whole pending TTL.
+// claim claims the create. A pending claim left by a daemon that died is
+// freed at daemon start (store.ExpirePendingClaims), so its retry acquires it
+// at once, with the dead attempt's generation and recorded target.
 func (h *Handler) claim(ctx context.Context, fp, reqHash string) (store.Claim, error) {
-	h.claimMu.Lock()
-	defer h.claimMu.Unlock()
-	req := store.ClaimRequest{Scope: Scope, Fingerprint: fp, RequestHash: reqHash, PendingTTL: h.cfg.PendingTTL}
-	c, err := h.st.ClaimIdempotentRequest(ctx, req, h.now())
-	if err != nil {
-		return c, err
-	}
-	if c.Outcome == store.InFlight && h.held[fp] == 0 {
-		h.log.Warn("taking over a create left pending by a previous daemon process",
-			"fingerprint", fp, "generation", c.Generation, "target", c.TargetID)
-		if c, err = h.st.ClaimIdempotentRequest(ctx, req, c.LockedUntil); err != nil {
-			return c, err
-		}
-	}
-	if c.Outcome == store.Acquired {
-		h.held[fp]++
-	}
-	return c, nil
-}
-
-func (h *Handler) release(fp string) {
-	h.claimMu.Lock()
-	defer h.claimMu.Unlock()
-	if h.held[fp]--; h.held[fp] <= 0 {
-		delete(h.held, fp)
-	}
+	return h.st.ClaimIdempotentRequest(ctx, store.ClaimRequest{
+		Scope: Scope, Fingerprint: fp, RequestHash: reqHash, PendingTTL: h.cfg.PendingTTL,
+	}, h.now())
 }
 
 // await polls an in-flight claim until it turns ready (ready), disappears or
@@ -233,7 +206,6 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request, c store.Claim) 
 // the lock.
 func (h *Handler) runClaimed(w http.ResponseWriter, r *http.Request, b CreateBody, c store.Claim) {
 	fp := c.Fingerprint
-	defer h.release(fp)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.PendingTTL)
 	defer cancel()
 	rollback := func(cause error) {

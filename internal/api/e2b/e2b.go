@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
@@ -83,15 +82,6 @@ type Handler struct {
 	log   *slog.Logger
 	proxy *api.AgentProxy
 	mux   *http.ServeMux
-
-	// held counts, per fingerprint, the create claims this process holds.
-	// The data directory admits one daemon, so a pending claim that no
-	// request of this process holds was left by a daemon that has since
-	// died, and may be taken over at once instead of after its pending TTL.
-	// claimMu also makes "claim, then mark held" one step, so no duplicate
-	// can see a claim of this process before it is marked.
-	claimMu sync.Mutex
-	held    map[string]int
 }
 
 // New builds the facade over the service (be) and its store (st).
@@ -118,7 +108,6 @@ func New(be Backend, st *store.Store, cfg Config) *Handler {
 		log:   cfg.Logger.With("surface", "e2b"),
 		proxy: api.NewAgentProxy(),
 		mux:   http.NewServeMux(),
-		held:  map[string]int{},
 	}
 	m := h.mux
 	// The v2 routes are what SDK 2.x calls; the unversioned ones are what
