@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
@@ -301,4 +302,5 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	})
 	mux.Handle("/v1/", v1.New(svc, token, idem.Wrap))
 	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Store(), e2b.Config{Token: token, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger}))
+	mux.Handle(daytona.DefaultPrefix+"/", daytona.New(ctx, svc, token, daytona.Options{Logger: cfg.Logger}))
 }

@@ -1,0 +1,573 @@
+package daytona
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// isoMillis is the timestamp format of Daytona's API (JavaScript's
+// Date.toISOString).
+const isoMillis = "2006-01-02T15:04:05.000Z07:00"
+
+// Fixed values of fields Daytona's model requires but Sandpit has no notion
+// of: one organization, one target (this daemon).
+const (
+	organizationID = "sandpit"
+	defaultTarget  = "local"
+	// defaultUser is reported because the agent runs commands as the
+	// container's own user, which is root in the images Sandpit is meant for.
+	defaultUser = "root"
+)
+
+// Daytona sandbox states.
+const (
+	stateCreating  = "creating"
+	stateStarted   = "started"
+	stateStopped   = "stopped"
+	statePaused    = "paused"
+	stateError     = "error"
+	stateDestroyed = "destroyed"
+	stateUnknown   = "unknown"
+)
+
+// daytonaState maps a store state to Daytona's.
+func daytonaState(s string) string {
+	switch s {
+	case store.StateCreating:
+		return stateCreating
+	case store.StateRunning:
+		return stateStarted
+	case store.StateStopped:
+		return stateStopped
+	case store.StatePaused:
+		return statePaused
+	case store.StateError:
+		return stateError
+	}
+	return stateUnknown
+}
+
+// storeStates maps a Daytona state filter to store states; states Sandpit
+// never reports match nothing.
+func storeStates(s string) []string {
+	switch s {
+	case stateCreating:
+		return []string{store.StateCreating}
+	case stateStarted:
+		return []string{store.StateRunning}
+	case stateStopped:
+		return []string{store.StateStopped}
+	case statePaused:
+		return []string{store.StatePaused}
+	case stateError:
+		return []string{store.StateError}
+	}
+	return nil
+}
+
+// Sandbox is Daytona's sandbox model, with every field the SDK requires.
+type Sandbox struct {
+	ID             string `json:"id"`
+	OrganizationID string `json:"organizationId"`
+	Name           string `json:"name"`
+	Snapshot       string `json:"snapshot,omitempty"`
+	User           string `json:"user"`
+	// Env is nil, and so omitted, in listings: Daytona lists sandboxes
+	// without their environment, and the SDK tells the two apart by it.
+	Env                 map[string]string `json:"env,omitzero"`
+	Labels              map[string]string `json:"labels"`
+	Public              bool              `json:"public"`
+	NetworkBlockAll     bool              `json:"networkBlockAll"`
+	Target              string            `json:"target"`
+	CPU                 float64           `json:"cpu"`
+	GPU                 float64           `json:"gpu"`
+	Memory              float64           `json:"memory"`
+	Disk                float64           `json:"disk"`
+	State               string            `json:"state"`
+	DesiredState        string            `json:"desiredState"`
+	ErrorReason         string            `json:"errorReason,omitempty"`
+	Recoverable         bool              `json:"recoverable"`
+	BackupState         string            `json:"backupState"`
+	AutoStopInterval    int               `json:"autoStopInterval"`
+	AutoArchiveInterval int               `json:"autoArchiveInterval"`
+	AutoDeleteInterval  int               `json:"autoDeleteInterval"`
+	AutoDestroyAt       string            `json:"autoDestroyAt,omitempty"`
+	BuildInfo           *BuildInfo        `json:"buildInfo,omitempty"`
+	CreatedAt           string            `json:"createdAt"`
+	UpdatedAt           string            `json:"updatedAt"`
+	SandboxClass        string            `json:"sandboxClass"`
+	ToolboxProxyURL     string            `json:"toolboxProxyUrl"`
+}
+
+// BuildInfo is how the SDK sends an image: a Dockerfile.
+type BuildInfo struct {
+	DockerfileContent string   `json:"dockerfileContent"`
+	ContextHashes     []string `json:"contextHashes,omitempty"`
+}
+
+// toSandbox renders a store row. withEnv is false for listings.
+func (h *Handler) toSandbox(r *http.Request, sb store.Sandbox, withEnv bool) Sandbox {
+	out := Sandbox{
+		ID:             sb.ID,
+		OrganizationID: organizationID,
+		Name:           sb.Name,
+		Snapshot:       sb.Template,
+		User:           defaultUser,
+		Labels:         sb.Labels,
+		// Preview URLs go through Sandpit's proxy, which asks for no token:
+		// in Daytona's terms every sandbox is public.
+		Public:          true,
+		NetworkBlockAll: false,
+		Target:          defaultTarget,
+		// Zero means "no limit set": the engine's default applies.
+		CPU:             sb.CPU,
+		Memory:          float64(sb.MemoryMB) / 1024,
+		State:           daytonaState(sb.State),
+		BackupState:     "None",
+		CreatedAt:       sb.CreatedAt.UTC().Format(isoMillis),
+		UpdatedAt:       sb.UpdatedAt.UTC().Format(isoMillis),
+		SandboxClass:    "container",
+		ToolboxProxyURL: h.toolboxBase(r),
+	}
+	if out.Snapshot == "" {
+		out.Snapshot = sb.Image
+	}
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	out.DesiredState = out.State
+	if sb.State == store.StateCreating {
+		out.DesiredState = stateStarted
+	}
+	if sb.State == store.StateError {
+		out.ErrorReason = "the sandbox's container is gone or failed to start; delete the sandbox"
+	}
+	if !sb.EndAt.IsZero() {
+		out.AutoDestroyAt = sb.EndAt.UTC().Format(isoMillis)
+	}
+	if withEnv {
+		out.Env = sb.Env
+		if out.Env == nil {
+			out.Env = map[string]string{}
+		}
+	}
+	return out
+}
+
+// CreateRequest is the body of POST /sandbox. Fields the SDK may send that
+// Sandpit cannot honour are decoded so that asking for them is refused with a
+// clear message rather than silently ignored.
+type CreateRequest struct {
+	Name                string            `json:"name"`
+	Snapshot            string            `json:"snapshot"`
+	User                string            `json:"user"`
+	Env                 map[string]string `json:"env"`
+	Labels              map[string]string `json:"labels"`
+	Public              *bool             `json:"public"`
+	Target              string            `json:"target"`
+	CPU                 *float64          `json:"cpu"`
+	GPU                 *float64          `json:"gpu"`
+	GPUType             []string          `json:"gpuType"`
+	Memory              *float64          `json:"memory"` // GiB
+	Disk                *float64          `json:"disk"`   // GiB
+	AutoStopInterval    *int              `json:"autoStopInterval"`
+	AutoPauseInterval   *int              `json:"autoPauseInterval"`
+	AutoArchiveInterval *int              `json:"autoArchiveInterval"`
+	AutoDeleteInterval  *int              `json:"autoDeleteInterval"`
+	TTLMinutes          *int              `json:"ttlMinutes"`
+	BuildInfo           *BuildInfo        `json:"buildInfo"`
+	NetworkBlockAll     *bool             `json:"networkBlockAll"`
+	NetworkAllowList    string            `json:"networkAllowList"`
+	DomainAllowList     string            `json:"domainAllowList"`
+	Volumes             []json.RawMessage `json:"volumes"`
+	Secrets             []json.RawMessage `json:"secrets"`
+	LinkedSandbox       string            `json:"linkedSandbox"`
+	KVM                 *bool             `json:"kvm"`
+	Spot                *bool             `json:"spot"`
+}
+
+// ImageFromDockerfile extracts the image of a Dockerfile that is a single
+// "FROM <image>" line, which is what the SDK sends for create({image: "X"}).
+// Sandpit runs images as they are and builds nothing, so anything more is
+// refused. Blank lines and comments are allowed around the FROM line.
+func ImageFromDockerfile(content string) (string, error) {
+	var instr []string
+	for _, line := range strings.Split(content, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		instr = append(instr, line)
+	}
+	const hint = `Sandpit runs existing images and builds none: pass image as a plain reference (create({image: "debian:12"})), which the SDK sends as the single line "FROM debian:12"`
+	switch {
+	case len(instr) == 0:
+		return "", badRequest("buildInfo.dockerfileContent is empty. %s", hint)
+	case len(instr) > 1:
+		return "", badRequest("buildInfo.dockerfileContent has %d instructions; only a single FROM line is supported. %s", len(instr), hint)
+	}
+	f := strings.Fields(instr[0])
+	if !strings.EqualFold(f[0], "FROM") {
+		return "", badRequest("buildInfo.dockerfileContent: unsupported instruction %q; only a single FROM line is supported. %s", f[0], hint)
+	}
+	if len(f) != 2 || strings.HasPrefix(f[1], "--") {
+		return "", badRequest("buildInfo.dockerfileContent: %q is not a plain FROM <image> line (flags and AS stages are not supported). %s", instr[0], hint)
+	}
+	return f[1], nil
+}
+
+// serviceRequest validates a Daytona create and translates it.
+func serviceRequest(req CreateRequest) (service.CreateRequest, error) {
+	var out service.CreateRequest
+	if req.BuildInfo != nil {
+		if len(req.BuildInfo.ContextHashes) > 0 {
+			return out, badRequest("images with build context (Image.addLocalFile and the like) are not supported: Sandpit builds no images")
+		}
+		if req.Snapshot != "" {
+			return out, badRequest("give either snapshot or image, not both")
+		}
+		img, err := ImageFromDockerfile(req.BuildInfo.DockerfileContent)
+		if err != nil {
+			return out, err
+		}
+		out.Image = img
+	}
+	out.Template = req.Snapshot
+	switch {
+	case req.GPU != nil && *req.GPU > 0, len(req.GPUType) > 0:
+		return out, badRequest("GPUs are not supported")
+	case req.NetworkBlockAll != nil && *req.NetworkBlockAll, req.NetworkAllowList != "", req.DomainAllowList != "":
+		return out, badRequest("network restrictions (networkBlockAll, networkAllowList, domainAllowList) are not supported: sandboxes have the engine's default network")
+	case len(req.Volumes) > 0:
+		return out, badRequest("volumes are not supported")
+	case len(req.Secrets) > 0:
+		return out, badRequest("secrets are not supported; pass envVars instead")
+	case req.LinkedSandbox != "":
+		return out, badRequest("linked sandboxes are not supported")
+	case req.KVM != nil && *req.KVM:
+		return out, badRequest("KVM sandboxes are not supported")
+	}
+	if req.CPU != nil {
+		if *req.CPU < 0 {
+			return out, badRequest("cpu must not be negative")
+		}
+		out.CPU = *req.CPU
+	}
+	if req.Memory != nil {
+		if *req.Memory < 0 {
+			return out, badRequest("memory must not be negative")
+		}
+		out.MemoryMB = int64(*req.Memory * 1024)
+	}
+	if req.TTLMinutes != nil {
+		if *req.TTLMinutes < 0 {
+			return out, badRequest("ttlMinutes must not be negative")
+		}
+		out.Timeout = time.Duration(*req.TTLMinutes) * time.Minute
+	}
+	out.Name = req.Name
+	out.Env = req.Env
+	out.Labels = req.Labels
+	return out, nil
+}
+
+// maxGeneratedNameTries bounds retries when a generated name collides, which
+// takes a user having named a sandbox exactly like a fresh random id.
+const maxGeneratedNameTries = 3
+
+func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	var req CreateRequest
+	if err := api.DecodeJSON(r, &req, false); err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	sreq, err := serviceRequest(req)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	generated := sreq.Name == ""
+	var sb store.Sandbox
+	for try := 0; ; try++ {
+		if generated {
+			// Daytona names an unnamed sandbox after its id, so that every
+			// sandbox can be looked up by name.
+			sreq.ID = service.NewSandboxID()
+			sreq.Name = sreq.ID
+		}
+		// The store's partial unique index on name decides between racing
+		// creates: the loser gets ErrNameConflict before any container exists.
+		sb, err = h.svc.CreateSandbox(r.Context(), sreq)
+		if err == nil || !errors.Is(err, store.ErrNameConflict) || !generated || try+1 >= maxGeneratedNameTries {
+			break
+		}
+	}
+	if err != nil {
+		if errors.Is(err, store.ErrNameConflict) {
+			err = nameConflict(sreq.Name)
+		}
+		writeProblem(w, r, err)
+		return
+	}
+	out := h.toSandbox(r, sb, true)
+	h.hub.broadcast(eventCreated, out)
+	h.publish(r.Context(), out, stateCreating)
+	api.WriteJSON(w, http.StatusOK, out)
+}
+
+// ListResponse is the body of GET /sandbox.
+type ListResponse struct {
+	Items      []Sandbox `json:"items"`
+	NextCursor *string   `json:"nextCursor"`
+}
+
+// unsupportedListFilters are filters of GET /sandbox that Sandpit cannot
+// apply; ignoring one would return sandboxes the caller excluded.
+var unsupportedListFilters = []string{
+	"snapshots", "regionIds", "sandboxClasses", "minCpu", "maxCpu", "minMemoryGiB", "maxMemoryGiB",
+	"minDiskGiB", "maxDiskGiB", "minGpu", "maxGpu", "isPublic", "isRecoverable", "createdAtAfter",
+	"createdAtBefore", "lastEventAfter", "lastEventBefore", "autoDestroyAtAfter", "autoDestroyAtBefore",
+}
+
+func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for _, f := range unsupportedListFilters {
+		if q.Has(f) {
+			writeProblem(w, r, badRequest("the list filter %s is not supported", f))
+			return
+		}
+	}
+	if s := q.Get("sort"); s != "" && s != "createdAt" {
+		writeProblem(w, r, badRequest("sandboxes can only be sorted by createdAt"))
+		return
+	}
+	if o := q.Get("order"); o != "" && o != "asc" {
+		writeProblem(w, r, badRequest("sandboxes can only be listed in ascending order of creation"))
+		return
+	}
+	opts := store.ListOptions{PageToken: q.Get("cursor"), Labels: map[string]string{}}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			writeProblem(w, r, badRequest("limit must be an integer from 1 to 1000"))
+			return
+		}
+		opts.Limit = n
+	}
+	if l := q.Get("labels"); l != "" {
+		if err := json.Unmarshal([]byte(l), &opts.Labels); err != nil {
+			writeProblem(w, r, badRequest("labels must be a JSON object of strings: %v", err))
+			return
+		}
+	}
+	var states []string
+	for _, v := range q["states"] {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				states = append(states, s)
+			}
+		}
+	}
+	for _, s := range states {
+		opts.States = append(opts.States, storeStates(s)...)
+	}
+	if len(states) > 0 && len(opts.States) == 0 {
+		// Only states Sandpit never reports were asked for: nothing matches.
+		api.WriteJSON(w, http.StatusOK, ListResponse{Items: []Sandbox{}})
+		return
+	}
+
+	// id and name select one sandbox exactly.
+	if id, name := q.Get("id"), q.Get("name"); id != "" || name != "" {
+		h.listOne(w, r, id, name, opts)
+		return
+	}
+	page, next, err := h.svc.ListSandboxes(r.Context(), opts)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	out := ListResponse{Items: make([]Sandbox, 0, len(page))}
+	for _, sb := range page {
+		out.Items = append(out.Items, h.toSandbox(r, sb, false))
+	}
+	if next != "" {
+		out.NextCursor = &next
+	}
+	api.WriteJSON(w, http.StatusOK, out)
+}
+
+// listOne answers a listing filtered by exact id and/or name.
+func (h *Handler) listOne(w http.ResponseWriter, r *http.Request, id, name string, opts store.ListOptions) {
+	out := ListResponse{Items: []Sandbox{}}
+	key := id
+	if key == "" {
+		key = name
+	}
+	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), key)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		writeProblem(w, r, err)
+		return
+	}
+	match := err == nil && opts.PageToken == "" &&
+		(id == "" || sb.ID == id) && (name == "" || sb.Name == name)
+	for k, v := range opts.Labels {
+		if sb.Labels[k] != v {
+			match = false
+		}
+	}
+	if len(opts.States) > 0 {
+		found := false
+		for _, s := range opts.States {
+			found = found || s == sb.State
+		}
+		match = match && found
+	}
+	if match {
+		out.Items = append(out.Items, h.toSandbox(r, sb, false))
+	}
+	api.WriteJSON(w, http.StatusOK, out)
+}
+
+// lookup resolves the {idOrName} path value.
+func (h *Handler) lookup(r *http.Request) (store.Sandbox, error) {
+	x := r.PathValue("idOrName")
+	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), x)
+	if err != nil {
+		return sb, lookupError(err, x)
+	}
+	return sb, nil
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
+	sb, err := h.lookup(r)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, sb, true))
+}
+
+func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
+	sb, err := h.lookup(r)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	if err := h.svc.DeleteSandbox(r.Context(), sb.ID); err != nil {
+		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+		return
+	}
+	out := h.toSandbox(r, sb, true)
+	old := out.State
+	out.State, out.DesiredState = stateDestroyed, stateDestroyed
+	h.publish(r.Context(), out, old)
+	api.WriteJSON(w, http.StatusOK, out)
+}
+
+func (h *Handler) start(w http.ResponseWriter, r *http.Request) {
+	h.transition(w, r, h.svc.StartSandbox)
+}
+
+func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
+	// force=true asks Daytona for SIGKILL; Sandpit's stop already ends with
+	// a kill after a short grace period, so it is accepted as is.
+	h.transition(w, r, h.svc.StopSandbox)
+}
+
+// transition runs a start or stop and answers with the resulting sandbox.
+func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id string) (store.Sandbox, error)) {
+	sb, err := h.lookup(r)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	old := daytonaState(sb.State)
+	after, err := op(r.Context(), sb.ID)
+	if err != nil {
+		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+		return
+	}
+	out := h.toSandbox(r, after, true)
+	h.publish(r.Context(), out, old)
+	api.WriteJSON(w, http.StatusOK, out)
+}
+
+// LabelsBody is the body and answer of PUT /sandbox/{id}/labels.
+type LabelsBody struct {
+	Labels map[string]string `json:"labels"`
+}
+
+func (h *Handler) setLabels(w http.ResponseWriter, r *http.Request) {
+	var req LabelsBody
+	if err := api.DecodeJSON(r, &req, false); err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	if req.Labels == nil {
+		writeProblem(w, r, badRequest("labels is required (an object of strings)"))
+		return
+	}
+	sb, err := h.lookup(r)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	after, err := h.svc.SetLabels(r.Context(), sb.ID, req.Labels)
+	if err != nil {
+		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+		return
+	}
+	labels := after.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	api.WriteJSON(w, http.StatusOK, LabelsBody{Labels: labels})
+}
+
+func (h *Handler) toolboxProxyURL(w http.ResponseWriter, r *http.Request) {
+	if _, err := h.lookup(r); err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, map[string]string{"url": h.toolboxBase(r)})
+}
+
+// PreviewURL is the answer of GET /sandbox/{id}/ports/{port}/preview-url.
+type PreviewURL struct {
+	SandboxID string `json:"sandboxId"`
+	URL       string `json:"url"`
+	// Token is empty: Sandpit's proxy does not ask for Daytona's preview
+	// token header.
+	Token string `json:"token"`
+}
+
+func (h *Handler) previewURL(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		writeProblem(w, r, badRequest("port must be an integer from 1 to 65535"))
+		return
+	}
+	sb, err := h.lookup(r)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	// Exposing is idempotent: asking again for the same port finds the
+	// existing exposure (the (sandbox, port) primary key decides).
+	res, err := h.svc.ExposePort(r.Context(), sb.ID, port, service.ProtoHTTP)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, PreviewURL{SandboxID: sb.ID, URL: res.Port.PublicURL})
+}

@@ -1,0 +1,289 @@
+package daytona
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/api"
+)
+
+// This file serves the Daytona event socket: the Engine.IO v4 / Socket.IO v5
+// protocol over a WebSocket, reduced to what the SDK's event dispatcher uses.
+// Without it the SDK still works, but Node keeps the process alive for minutes
+// retrying the connection; with it the SDK connects, unrefs the socket and the
+// process exits as soon as the caller's work is done.
+//
+// Engine.IO frames are text: a one-digit packet type followed by data
+// (0 open, 1 close, 2 ping, 3 pong, 4 message). A Socket.IO packet travels
+// inside a message: a one-digit type (0 connect, 1 disconnect, 2 event,
+// 4 connect error), an optional "/namespace," and a JSON payload.
+
+// Engine.IO timing announced in the open packet. The server pings every
+// pingInterval and drops a client that has not answered within pingTimeout.
+const (
+	pingInterval   = 25 * time.Second
+	pingTimeout    = 20 * time.Second
+	maxSocketFrame = 1_000_000
+	// sendQueue bounds the events queued for one socket; a client that falls
+	// that far behind is disconnected rather than allowed to grow memory.
+	sendQueue = 64
+)
+
+// Events the SDK listens for.
+const (
+	eventStateUpdated = "sandbox.state.updated"
+	eventCreated      = "sandbox.created"
+)
+
+// hub is the set of authenticated sockets, to which sandbox events are
+// broadcast. Sandpit has a single tenant, so every authenticated socket
+// receives every event; the SDK filters them by sandbox id.
+type hub struct {
+	mu    sync.Mutex
+	conns map[*sioConn]struct{}
+}
+
+func newHub() *hub { return &hub{conns: map[*sioConn]struct{}{}} }
+
+func (h *hub) add(c *sioConn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.conns[c] = struct{}{}
+}
+
+func (h *hub) remove(c *sioConn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.conns, c)
+}
+
+// broadcast queues one Socket.IO event for every authenticated socket. It
+// never blocks the API request that triggered it: a socket whose queue is
+// full is closed instead.
+func (h *hub) broadcast(event string, payload any) {
+	b, err := json.Marshal([]any{event, payload})
+	if err != nil {
+		return
+	}
+	msg := "42" + string(b)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.conns {
+		select {
+		case c.out <- msg:
+		default:
+			delete(h.conns, c)
+			c.kill()
+		}
+	}
+}
+
+// size returns the number of authenticated sockets (tests use it).
+func (h *hub) size() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.conns)
+}
+
+// sioConn is one Socket.IO client.
+type sioConn struct {
+	ws   *wsConn
+	out  chan string
+	done chan struct{}
+	once sync.Once
+}
+
+// kill ends the connection's writer, which closes the socket.
+func (c *sioConn) kill() { c.once.Do(func() { close(c.done) }) }
+
+// openPacket is the Engine.IO handshake.
+type openPacket struct {
+	SID          string   `json:"sid"`
+	Upgrades     []string `json:"upgrades"`
+	PingInterval int      `json:"pingInterval"`
+	PingTimeout  int      `json:"pingTimeout"`
+	MaxPayload   int      `json:"maxPayload"`
+}
+
+// newSID returns a random session id.
+func newSID() string {
+	var b [15]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// engineError answers a request the Engine.IO server cannot take, in the
+// JSON shape Engine.IO servers use ({"code":N,"message":"..."}).
+func engineError(w http.ResponseWriter, code int, msg string) {
+	api.WriteJSON(w, http.StatusBadRequest, map[string]any{"code": code, "message": msg})
+}
+
+// serveSocket handles GET {prefix}/socket.io/.
+func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("EIO") != "4" {
+		engineError(w, 5, "Unsupported protocol version")
+		return
+	}
+	if q.Get("transport") != "websocket" || !isWebSocketUpgrade(r) {
+		// Only the WebSocket transport is offered; the SDK asks for nothing
+		// else, and a long-polling client learns it here at once.
+		engineError(w, 0, "Transport unknown")
+		return
+	}
+	ws, err := upgradeWebSocket(w, r, maxSocketFrame)
+	if err != nil {
+		h.log.Debug("daytona socket: upgrade failed", "err", err)
+		return
+	}
+	c := &sioConn{ws: ws, out: make(chan string, sendQueue), done: make(chan struct{})}
+	sid := newSID()
+	open, _ := json.Marshal(openPacket{
+		SID: sid, Upgrades: []string{},
+		PingInterval: int(pingInterval / time.Millisecond), PingTimeout: int(pingTimeout / time.Millisecond),
+		MaxPayload: maxSocketFrame,
+	})
+	if err := ws.WriteText("0" + string(open)); err != nil {
+		ws.Close(closeGoingAway, "")
+		return
+	}
+	pongs := make(chan struct{}, 1)
+	go h.socketWriter(c, pongs)
+	defer func() {
+		h.hub.remove(c)
+		c.kill()
+	}()
+	for {
+		op, msg, err := ws.ReadMessage()
+		if err != nil {
+			if !errors.Is(err, errWSClosed) {
+				h.log.Debug("daytona socket: read", "err", err)
+			}
+			return
+		}
+		if op != opText || len(msg) == 0 {
+			continue
+		}
+		switch msg[0] {
+		case '1': // Engine.IO close
+			return
+		case '2': // a ping from the client (Engine.IO v3 habit); answer it
+			c.enqueue("3" + string(msg[1:]))
+		case '3':
+			select {
+			case pongs <- struct{}{}:
+			default:
+			}
+		case '4':
+			if !h.socketMessage(c, sid, string(msg[1:])) {
+				return
+			}
+		}
+	}
+}
+
+// enqueue queues a frame for the writer without blocking; a full queue means
+// the client is not reading, and it is disconnected.
+func (c *sioConn) enqueue(msg string) {
+	select {
+	case c.out <- msg:
+	default:
+		c.kill()
+	}
+}
+
+// socketMessage handles one Socket.IO packet; false ends the connection.
+func (h *Handler) socketMessage(c *sioConn, sid, pkt string) bool {
+	if pkt == "" {
+		return true
+	}
+	typ, rest := pkt[0], pkt[1:]
+	nsp := "/"
+	if strings.HasPrefix(rest, "/") {
+		n, after, _ := strings.Cut(rest, ",")
+		nsp, rest = n, after
+	}
+	switch typ {
+	case '0': // connect, with the auth object as payload
+		if nsp != "/" {
+			c.enqueue("44" + nsp + `,{"message":"Invalid namespace"}`)
+			return true
+		}
+		var auth struct {
+			Token string `json:"token"`
+		}
+		if rest != "" {
+			_ = json.Unmarshal([]byte(rest), &auth)
+		}
+		if !api.TokenEqual(auth.Token, h.token) {
+			c.enqueue(`44{"message":"Unauthorized"}`)
+			return true
+		}
+		b, _ := json.Marshal(map[string]string{"sid": sid})
+		c.enqueue("40" + string(b))
+		h.hub.add(c)
+	case '1': // the client left the namespace
+		h.hub.remove(c)
+		return false
+	}
+	// Events and acks from the client carry nothing Sandpit acts on.
+	return true
+}
+
+// socketWriter owns the socket's outgoing side: queued packets, the periodic
+// ping, and closing when the client stops answering, when the connection is
+// killed, or when the daemon shuts down (hijacked connections are not closed
+// by http.Server.Shutdown, so the handler's context does it).
+func (h *Handler) socketWriter(c *sioConn, pongs <-chan struct{}) {
+	ping := time.NewTicker(pingInterval)
+	defer ping.Stop()
+	var deadline <-chan time.Time
+	for {
+		select {
+		case msg := <-c.out:
+			if err := c.ws.WriteText(msg); err != nil {
+				c.ws.Close(closeGoingAway, "")
+				return
+			}
+		case <-ping.C:
+			if err := c.ws.WriteText("2"); err != nil {
+				c.ws.Close(closeGoingAway, "")
+				return
+			}
+			if deadline == nil {
+				deadline = time.After(pingTimeout)
+			}
+		case <-pongs:
+			deadline = nil
+		case <-deadline:
+			c.ws.Close(closePolicyViolation, "ping timeout")
+			return
+		case <-c.done:
+			c.ws.Close(closeNormal, "")
+			return
+		case <-h.ctx.Done():
+			c.ws.Close(closeGoingAway, "server shutting down")
+			return
+		}
+	}
+}
+
+// publish sends a state change of a sandbox to every socket. oldState may be
+// empty for a sandbox that did not exist before.
+func (h *Handler) publish(ctx context.Context, sb Sandbox, oldState string) {
+	if sb.State == oldState {
+		return
+	}
+	h.hub.broadcast(eventStateUpdated, map[string]any{"sandbox": sb, "oldState": oldState, "newState": sb.State})
+	if h.log.Enabled(ctx, slog.LevelDebug) {
+		h.log.Debug("daytona event", "sandbox", sb.ID, "old", oldState, "new", sb.State)
+	}
+}
