@@ -31,7 +31,8 @@ type Client struct {
 	retry RetryPolicy
 }
 
-// RetryPolicy bounds the retries of a call.
+// RetryPolicy bounds the retries of a call. Zero fields take the defaults
+// noted; MaxAttempts 1 turns retries off.
 type RetryPolicy struct {
 	MaxAttempts int           // including the first; default 5
 	BaseDelay   time.Duration // default 100ms
@@ -45,7 +46,23 @@ type Option func(*Client)
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
 
 // WithRetry replaces the retry policy.
-func WithRetry(p RetryPolicy) Option { return func(c *Client) { c.retry = p } }
+func WithRetry(p RetryPolicy) Option { return func(c *Client) { c.retry = p.withDefaults() } }
+
+// withDefaults fills the zero fields. A zero delay is not "retry at once": the
+// jitter needs a positive range, and hammering a struggling daemon is what
+// the backoff exists to avoid.
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 5
+	}
+	if p.BaseDelay <= 0 {
+		p.BaseDelay = 100 * time.Millisecond
+	}
+	if p.MaxDelay <= 0 {
+		p.MaxDelay = 3 * time.Second
+	}
+	return p
+}
 
 // New returns a client for the daemon at addr ("127.0.0.1:7420" or a URL).
 func New(addr, token string, opts ...Option) *Client {
@@ -53,7 +70,7 @@ func New(addr, token string, opts ...Option) *Client {
 		addr = "http://" + addr
 	}
 	c := &Client{base: strings.TrimRight(addr, "/"), token: token, http: &http.Client{}}
-	c.retry = RetryPolicy{MaxAttempts: 5, BaseDelay: 100 * time.Millisecond, MaxDelay: 3 * time.Second}
+	c.retry = RetryPolicy{}.withDefaults()
 	for _, o := range opts {
 		o(c)
 	}
