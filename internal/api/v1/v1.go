@@ -125,9 +125,20 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	id := IDFromContext(r.Context())
 	if id != "" {
-		// A keyed retry whose first attempt finished the sandbox but died
-		// before answering: adopt it rather than fail on the taken id.
-		if sb, err := h.svc.GetSandbox(r.Context(), id); err == nil && sb.State == store.StateRunning {
+		// A keyed retry whose first attempt died after making the sandbox:
+		// adopt what it finished rather than fail on the taken id, and clean
+		// up what it left broken (its container vanished) so the sandbox is
+		// made again under the same id. A row still creating or a missing
+		// one falls through to the create.
+		sb, err := h.svc.GetSandbox(r.Context(), id)
+		switch {
+		case err != nil:
+		case sb.State == store.StateError:
+			if err := h.svc.DeleteSandbox(r.Context(), id); err != nil {
+				fail(w, err)
+				return
+			}
+		case sb.State != store.StateCreating:
 			api.WriteJSON(w, http.StatusCreated, toSandbox(sb))
 			return
 		}
