@@ -113,8 +113,10 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// freeRange finds n consecutive free loopback ports in 30000-39999.
-func freeRange(t testing.TB, n int) string {
+// FreeRange finds n consecutive loopback ports in 30000-39999 that were free
+// a moment ago and returns them as "LO-HI", for Options.PortRange: tests of
+// the host-port pool need a pool of a size they choose.
+func FreeRange(t testing.TB, n int) string {
 	t.Helper()
 	for tries := 0; tries < 200; tries++ {
 		var b [2]byte
@@ -145,7 +147,7 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 	d := &Daemon{t: t, bin: bin, opts: opts, DataDir: t.TempDir(), Token: "test-" + randHex(8), Label: "t" + randHex(6)}
 	d.PortRange = opts.PortRange
 	if d.PortRange == "" {
-		d.PortRange = freeRange(t, 20)
+		d.PortRange = FreeRange(t, 20)
 	}
 	d.Addr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
 	d.ProxyAddr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
@@ -169,31 +171,35 @@ func (d *Daemon) Restart(env []string) {
 		"--log-level", "debug"}, d.opts.Args...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = append(append(os.Environ(), d.opts.Env...), env...)
-	logs := &strings.Builder{}
 	stderr, _ := cmd.StderrPipe()
 	cmd.Stdout = nil
+	// Every run appends to the one log under d.mu: the reader goroutine
+	// writes while Logs reads it, and a restart keeps the earlier runs'
+	// lines, which are what explains a failure after a restart.
+	d.mu.Lock()
+	if d.logs == nil {
+		d.logs = &strings.Builder{}
+	} else {
+		d.logs.WriteString("--- restart ---\n")
+	}
+	d.mu.Unlock()
 	if err := cmd.Start(); err != nil {
 		d.t.Fatal(err)
 	}
 	done := make(chan struct{})
-	var lmu sync.Mutex
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			lmu.Lock()
-			logs.WriteString(sc.Text() + "\n")
-			lmu.Unlock()
+			d.mu.Lock()
+			d.logs.WriteString(sc.Text() + "\n")
+			d.mu.Unlock()
 		}
 		_ = cmd.Wait()
 		close(done)
 	}()
 	d.mu.Lock()
 	d.cmd, d.done = cmd, done
-	if d.logs != nil {
-		logs.WriteString("--- previous run ---\n" + d.logs.String())
-	}
-	d.logs = logs
 	d.mu.Unlock()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
