@@ -179,6 +179,13 @@ describe('lifecycle', { timeout: T }, () => {
         req.end()
       })
       assert.ok(status >= 200 && status < 300, `agent health via the proxy host route: ${status}`)
+
+      // The gateway passes X-Access-Token through and the agent checks it.
+      const file = (token) => fetch(`${main.sandboxUrl}/files?path=/etc/hostname`, {
+        headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': token },
+      })
+      assert.equal((await file('wrong')).status, 401)
+      assert.equal((await file(sbx.envdAccessToken)).status, 200)
     } finally {
       await sbx.kill()
     }
@@ -206,6 +213,7 @@ describe('lifecycle', { timeout: T }, () => {
     assert.equal(await sbx.kill(), true)
     assert.equal(await Sandbox.kill(sbx.sandboxId), false)
     await assert.rejects(Sandbox.getInfo(sbx.sandboxId), SandboxNotFoundError)
+    await assert.rejects(Sandbox.connect(sbx.sandboxId), SandboxNotFoundError)
   })
 
   test('Sandbox.connect, and pause then connect resumes', async () => {
