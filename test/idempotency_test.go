@@ -512,8 +512,8 @@ func TestRequestsWithoutKeyAreUnchanged(t *testing.T) {
 }
 
 // TestIdempotencyKeyOnOtherRoutes: the key works on every mutating route
-// (ports, stop, delete), each route being its own scope, and exec is left
-// out: a keyed exec runs every time.
+// (ports, custom domains, stop, start, delete), each route being its own
+// scope, and exec is left out: a keyed exec runs every time.
 func TestIdempotencyKeyOnOtherRoutes(t *testing.T) {
 	t.Parallel()
 	d := harness.Start(t, sandpitBin, harness.Options{})
@@ -536,14 +536,18 @@ func TestIdempotencyKeyOnOtherRoutes(t *testing.T) {
 
 	// Each step is sent twice with one key; the second is the first's
 	// answer replayed, where an unkeyed repeat would answer differently
-	// (200 "reused" for the expose, 404 for the deletes).
+	// (200 "reused" for the expose, 200 for the domain, 404 for the
+	// deletes).
 	steps := []struct {
 		name, method, path, body string
 		status                   int
 	}{
 		{"expose", http.MethodPost, base + "/ports", `{"port": 8080}`, http.StatusCreated},
 		{"unexpose", http.MethodDelete, base + "/ports/8080", ``, http.StatusNoContent},
+		{"add domain", http.MethodPost, base + "/custom-domains", `{"hostname": "app.example.test", "port": 8080}`, http.StatusCreated},
+		{"remove domain", http.MethodDelete, base + "/custom-domains/app.example.test", ``, http.StatusNoContent},
 		{"stop", http.MethodPost, base + "/stop", ``, http.StatusOK},
+		{"start", http.MethodPost, base + "/start", ``, http.StatusOK},
 		{"delete", http.MethodDelete, base, ``, http.StatusNoContent},
 	}
 	for _, st := range steps {

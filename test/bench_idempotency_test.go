@@ -1,0 +1,150 @@
+package sandpit_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/test/harness"
+)
+
+// idemPercentile returns the p-th percentile of samples in milliseconds
+// (nearest rank); samples is sorted in place.
+func idemPercentile(samples []time.Duration, p float64) float64 {
+	if len(samples) == 0 {
+		return 0
+	}
+	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	i := int(float64(len(samples)-1) * p)
+	return float64(samples[i].Microseconds()) / 1000
+}
+
+// benchCall sends one request, optionally keyed, and fails the benchmark
+// unless the status is want.
+func benchCall(b *testing.B, hc *http.Client, d *harness.Daemon, method, path, body, key string, want int) []byte {
+	req, err := http.NewRequestWithContext(context.Background(), method, d.URL()+path, strings.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+d.Token)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if resp.StatusCode != want {
+		b.Fatalf("%s %s: %d %s, want %d", method, path, resp.StatusCode, out, want)
+	}
+	return out
+}
+
+// BenchmarkIdempotencyCreate times native creates with and without an
+// Idempotency-Key, alternating them so drift in the engine hits both alike;
+// one op is one create of each. The keyed create adds the claim, the
+// recorded target and the stored response: three SQLite writes.
+func BenchmarkIdempotencyCreate(b *testing.B) {
+	d := harness.Start(b, sandpitBin, harness.Options{})
+	hc := &http.Client{}
+	run := time.Now().UnixNano()
+	var plain, keyed []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range 2 {
+			withKey := (i+j)%2 == 1
+			key := ""
+			if withKey {
+				key = fmt.Sprintf("bench-create-%d-%d", run, i)
+			}
+			start := time.Now()
+			body := benchCall(b, hc, d, http.MethodPost, "/v1/sandboxes", `{}`, key, http.StatusCreated)
+			took := time.Since(start)
+			b.StopTimer()
+			if withKey {
+				keyed = append(keyed, took)
+			} else {
+				plain = append(plain, took)
+			}
+			id := answer{body: body}.id()
+			benchCall(b, hc, d, http.MethodDelete, "/v1/sandboxes/"+id, ``, "", http.StatusNoContent)
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	p50plain, p50keyed := idemPercentile(plain, 0.5), idemPercentile(keyed, 0.5)
+	b.ReportMetric(p50plain, "unkeyed-p50-ms")
+	b.ReportMetric(p50keyed, "keyed-p50-ms")
+	b.ReportMetric(idemPercentile(plain, 0.99), "unkeyed-p99-ms")
+	b.ReportMetric(idemPercentile(keyed, 0.99), "keyed-p99-ms")
+	b.ReportMetric(p50keyed-p50plain, "overhead-p50-ms")
+}
+
+// BenchmarkIdempotencyOverhead isolates the layer's own cost on a request
+// that does almost nothing else: stopping an already stopped sandbox, once
+// without a key and once with a fresh key (claim, run, store the response).
+func BenchmarkIdempotencyOverhead(b *testing.B) {
+	d := harness.Start(b, sandpitBin, harness.Options{})
+	hc := &http.Client{}
+	id := answer{body: benchCall(b, hc, d, http.MethodPost, "/v1/sandboxes", `{}`, "", http.StatusCreated)}.id()
+	path := "/v1/sandboxes/" + id + "/stop"
+	benchCall(b, hc, d, http.MethodPost, path, ``, "", http.StatusOK)
+	run := time.Now().UnixNano()
+	var plain, keyed []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range 2 {
+			key := ""
+			if (i+j)%2 == 1 {
+				key = fmt.Sprintf("bench-stop-%d-%d", run, i)
+			}
+			start := time.Now()
+			benchCall(b, hc, d, http.MethodPost, path, ``, key, http.StatusOK)
+			if key != "" {
+				keyed = append(keyed, time.Since(start))
+			} else {
+				plain = append(plain, time.Since(start))
+			}
+		}
+	}
+	b.StopTimer()
+	p50plain, p50keyed := idemPercentile(plain, 0.5), idemPercentile(keyed, 0.5)
+	b.ReportMetric(p50plain, "unkeyed-p50-ms")
+	b.ReportMetric(p50keyed, "keyed-p50-ms")
+	b.ReportMetric(idemPercentile(plain, 0.99), "unkeyed-p99-ms")
+	b.ReportMetric(idemPercentile(keyed, 0.99), "keyed-p99-ms")
+	b.ReportMetric(p50keyed-p50plain, "overhead-p50-ms")
+}
+
+// BenchmarkIdempotencyReplay times the replay of a completed keyed create:
+// one claim that finds the stored response, and no Docker at all.
+func BenchmarkIdempotencyReplay(b *testing.B) {
+	d := harness.Start(b, sandpitBin, harness.Options{})
+	hc := &http.Client{}
+	key := fmt.Sprintf("bench-replay-%d", time.Now().UnixNano())
+	first := benchCall(b, hc, d, http.MethodPost, "/v1/sandboxes", `{}`, key, http.StatusCreated)
+	samples := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		got := benchCall(b, hc, d, http.MethodPost, "/v1/sandboxes", `{}`, key, http.StatusCreated)
+		samples = append(samples, time.Since(start))
+		if string(got) != string(first) {
+			b.Fatalf("replay %s, want %s", got, first)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(idemPercentile(samples, 0.5), "p50-ms")
+	b.ReportMetric(idemPercentile(samples, 0.99), "p99-ms")
+}
