@@ -101,7 +101,6 @@ type Sandbox struct {
 	AutoArchiveInterval int               `json:"autoArchiveInterval"`
 	AutoDeleteInterval  int               `json:"autoDeleteInterval"`
 	AutoDestroyAt       string            `json:"autoDestroyAt,omitempty"`
-	BuildInfo           *BuildInfo        `json:"buildInfo,omitempty"`
 	CreatedAt           string            `json:"createdAt"`
 	UpdatedAt           string            `json:"updatedAt"`
 	SandboxClass        string            `json:"sandboxClass"`
@@ -129,14 +128,17 @@ func (h *Handler) toSandbox(r *http.Request, sb store.Sandbox, withEnv bool) San
 		NetworkBlockAll: false,
 		Target:          defaultTarget,
 		// Zero means "no limit set": the engine's default applies.
-		CPU:             sb.CPU,
-		Memory:          float64(sb.MemoryMB) / 1024,
-		State:           daytonaState(sb.State),
-		BackupState:     "None",
-		CreatedAt:       sb.CreatedAt.UTC().Format(isoMillis),
-		UpdatedAt:       sb.UpdatedAt.UTC().Format(isoMillis),
-		SandboxClass:    "container",
-		ToolboxProxyURL: h.toolboxBase(r),
+		CPU:         sb.CPU,
+		Memory:      float64(sb.MemoryMB) / 1024,
+		State:       daytonaState(sb.State),
+		BackupState: "None",
+		// -1: never deleted automatically (0 would mean "deleted as soon as
+		// it stops" in Daytona's terms).
+		AutoDeleteInterval: -1,
+		CreatedAt:          sb.CreatedAt.UTC().Format(isoMillis),
+		UpdatedAt:          sb.UpdatedAt.UTC().Format(isoMillis),
+		SandboxClass:       "container",
+		ToolboxProxyURL:    h.toolboxBase(r),
 	}
 	if out.Snapshot == "" {
 		out.Snapshot = sb.Image
