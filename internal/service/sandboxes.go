@@ -205,7 +205,14 @@ func (s *Service) startAndAwait(ctx context.Context, sb *store.Sandbox) error {
 	s.mu.Lock()
 	s.ips[sb.ID] = c.IP
 	s.mu.Unlock()
-	return s.installRoutes(ctx, sb.ID, c.IP)
+	// A route that cannot be installed (another program holds its host
+	// port) does not make the sandbox any less started: the failure is
+	// logged, the other routes serve, and a retry of that exposure installs
+	// it again once the cause is gone.
+	if err := s.installRoutes(ctx, sb.ID, c.IP); err != nil {
+		s.log.Error("install routes", "sandbox", sb.ID, "err", err)
+	}
+	return nil
 }
 
 // ownLabels select the containers of this daemon instance.
@@ -358,6 +365,14 @@ func (s *Service) ResumeSandbox(ctx context.Context, id string) (store.Sandbox, 
 		return sb, err
 	}
 	sb.State = store.StateRunning
+	// Ports and domains added while the sandbox was paused were only
+	// recorded (ExposePort installs routes for running sandboxes), so their
+	// routes are installed now; the others are reinstalled, which is a no-op.
+	if ip, err := s.sandboxIP(ctx, id); err != nil {
+		s.log.Error("resume: install routes", "sandbox", id, "err", err)
+	} else if err := s.installRoutes(ctx, id, ip); err != nil {
+		s.log.Error("resume: install routes", "sandbox", id, "err", err)
+	}
 	return sb, nil
 }
 
@@ -531,12 +546,15 @@ func (s *Service) installRoutes(ctx context.Context, id, ip string) error {
 	for _, d := range domains {
 		routes = append(routes, domainRoute(d, ip))
 	}
+	// Every route is tried even after one fails, so one bad route does not
+	// take the sandbox's other routes down with it.
+	var errs []error
 	for _, r := range routes {
 		if err := s.router.Install(ctx, r); err != nil {
-			return fmt.Errorf("%w: install %s: %v", ErrRouter, r.Key(), err)
+			errs = append(errs, fmt.Errorf("%w: install %s: %v", ErrRouter, r.Key(), err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // removeRoutes removes every route that belongs to a sandbox; failures are
@@ -574,8 +592,11 @@ func (s *Service) ReinstallRoutes(ctx context.Context) error {
 				s.log.Error("reinstall routes: no address", "sandbox", sb.ID, "err", err)
 				continue
 			}
+			// A route that cannot be installed is logged, not fatal: a
+			// daemon that refused to start because another program took one
+			// host port would take every other sandbox's routes down too.
 			if err := s.installRoutes(ctx, sb.ID, c.IP); err != nil {
-				return err
+				s.log.Error("reinstall routes", "sandbox", sb.ID, "err", err)
 			}
 		}
 		if next == "" {
