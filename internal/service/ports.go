@@ -171,6 +171,12 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if err != nil {
 		return store.CustomDomain{}, false, err
 	}
+	// The proxy looks custom hostnames up before preview hosts, so a custom
+	// hostname under the preview domain would let one sandbox take over
+	// another's preview URL.
+	if strings.HasSuffix(h, "."+s.cfg.Domain) {
+		return store.CustomDomain{}, false, invalidf("hostname %q is under the preview domain %q", h, s.cfg.Domain)
+	}
 	if port < 1 || port > 65535 {
 		return store.CustomDomain{}, false, invalidf("port must be between 1 and 65535")
 	}
