@@ -235,19 +235,37 @@ func TestIdempotentInFlightTimesOut(t *testing.T) {
 		}
 		firstDone <- a
 	}()
-	// A create takes well over a second here (container start and agent
-	// health), so the duplicate arrives while the first attempt runs.
-	time.Sleep(200 * time.Millisecond)
-	dup := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{}`, "slow-1")
-	first := <-firstDone
-	if dup.status != http.StatusConflict || dup.code() != "idempotency_key_in_flight" {
-		t.Fatalf("duplicate during the first attempt: %d %s, want 409 idempotency_key_in_flight (first: %d)", dup.status, dup.body, first.status)
+	// Duplicates keep coming until the first request is answered. With a
+	// 1 ms wait each one returns at once while a create runs (hundreds of
+	// milliseconds: container start and agent health), whichever of the
+	// requests got to run it.
+	all := []answer{}
+	for done := false; !done; {
+		select {
+		case a := <-firstDone:
+			all, done = append(all, a), true
+		default:
+			all = append(all, mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{}`, "slow-1"))
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
-	if first.status != http.StatusCreated {
-		t.Fatalf("first attempt: %d %s", first.status, first.body)
+	var ran []answer
+	inFlight := 0
+	for _, a := range all {
+		switch {
+		case a.status == http.StatusConflict && a.code() == "idempotency_key_in_flight":
+			inFlight++
+		case a.status == http.StatusCreated && !a.replayed:
+			ran = append(ran, a)
+		case a.status != http.StatusCreated:
+			t.Fatalf("unexpected answer %d %s", a.status, a.body)
+		}
+	}
+	if len(ran) != 1 || inFlight == 0 {
+		t.Fatalf("%d requests ran the create and %d got 409 in flight, of %d; want 1 and at least 1", len(ran), inFlight, len(all))
 	}
 	later := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{}`, "slow-1")
-	if later.status != first.status || !bytes.Equal(later.body, first.body) || !later.replayed {
+	if later.status != http.StatusCreated || !bytes.Equal(later.body, ran[0].body) || !later.replayed {
 		t.Fatalf("after the first attempt: %d %s, want its answer replayed", later.status, later.body)
 	}
 	if got := d.Containers(t); len(got) != 1 {
