@@ -34,8 +34,14 @@ before(async () => {
   daytona = new Daytona({ apiUrl: d.apiUrl, apiKey: d.token });
 });
 
+// dispose closes a client's event socket (Symbol.asyncDispose is missing
+// before Node 20).
+async function dispose(client) {
+  if (client && Symbol.asyncDispose) await client[Symbol.asyncDispose]();
+}
+
 after(async () => {
-  if (daytona) await daytona[Symbol.asyncDispose]();
+  await dispose(daytona);
   if (d) {
     if (process.env.SANDPIT_LOG_ON_FAIL && process.exitCode) process.stderr.write(d.logs.join(''));
     await d.stop();
@@ -122,6 +128,8 @@ test('fs.uploadFile then fs.downloadFile are byte-identical; listFiles lists the
   assert.equal(byName['blob.bin'].isDir, false);
   assert.equal(byName['blob.bin'].size, content.length);
   assert.equal(byName['a.txt'].size, 5);
+  const home = await demo.getUserHomeDir();
+  assert.equal((await demo.process.executeCommand('pwd')).result.trim(), home);
   const parent = await demo.fs.listFiles('/tmp/daytona-test');
   assert.equal(parent.find((f) => f.name === 'dir')?.isDir, true);
 });
@@ -243,7 +251,7 @@ test('a wrong API key is a DaytonaAuthenticationError', async () => {
   try {
     await rejectsWith(bad.get('demo'), DaytonaAuthenticationError);
   } finally {
-    await bad[Symbol.asyncDispose]();
+    await dispose(bad);
   }
 });
 

@@ -93,6 +93,8 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 	route("POST /toolbox/{id}/files/folder", h.createFolder)
 	route("DELETE /toolbox/{id}/files", h.deleteFile)
 	route("POST /toolbox/{id}/files/move", h.moveFile)
+	route("GET /toolbox/{id}/user-home-dir", h.homeDir)
+	route("GET /toolbox/{id}/work-dir", h.homeDir)
 
 	h.mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(http.StatusNotFound, "Cannot %s %s: Sandpit's Daytona facade does not implement this endpoint", r.Method, r.URL.Path))

@@ -682,3 +682,20 @@ func (h *Handler) moveFile(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusOK)
 }
+
+// homeDir answers getUserHomeDir and getWorkDir. Both are the agent's home
+// directory: it is where relative paths and commands without a cwd start,
+// which is what Daytona's working directory means.
+func (h *Handler) homeDir(w http.ResponseWriter, r *http.Request) {
+	client, token, err := h.fsClient(r)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	resp, err := client.Stat(r.Context(), fsRequest(&fspb.StatRequest{Path: "~"}, token))
+	if err != nil {
+		writeProblem(w, r, rpcError(err, true))
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, map[string]string{"dir": resp.Msg.GetEntry().GetPath()})
+}

@@ -214,6 +214,13 @@ func TestFiles(t *testing.T) {
 		t.Fatalf("info after delete: %d", code)
 	}
 
+	for _, p := range []string{"user-home-dir", "work-dir"} {
+		code, b := e.do("GET", "/daytona/toolbox/"+sb.ID+"/"+p, nil)
+		if d := decode[map[string]string](t, b); code != 200 || !strings.HasPrefix(d["dir"], "/") {
+			t.Fatalf("%s: %d %s", p, code, b)
+		}
+	}
+
 	// Bad uploads.
 	if code, b := e.do("POST", "/daytona/toolbox/"+sb.ID+"/files/bulk-upload", map[string]any{}); code != 400 {
 		t.Fatalf("non-multipart upload: %d %s", code, b)
