@@ -77,10 +77,14 @@ func rpcError(err error, fileOp bool) error {
 	}
 	switch cerr.Code() {
 	case connect.CodeNotFound:
-		p.status = http.StatusNotFound
-		if fileOp {
-			p.code = codeFileNotFound
+		if !fileOp {
+			// For a command, "not found" is about its input (a missing cwd
+			// or shell), not the sandbox: a 404 would read as the latter.
+			p.status = http.StatusBadRequest
+			break
 		}
+		p.status = http.StatusNotFound
+		p.code = codeFileNotFound
 	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeOutOfRange:
 		p.status = http.StatusBadRequest
 		if fileOp {

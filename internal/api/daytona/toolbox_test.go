@@ -51,7 +51,10 @@ func TestExecute(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("the timeout took %s", d)
 	}
-	for _, bad := range []map[string]any{{"command": ""}, {"command": "x", "timeout": -1}, {"command": "x", "envs": map[string]string{"A-B": "1"}}} {
+	for _, bad := range []map[string]any{
+		{"command": ""}, {"command": "x", "timeout": -1}, {"command": "x", "envs": map[string]string{"A-B": "1"}},
+		{"command": "true", "cwd": filepath.Join(dir, "missing")},
+	} {
 		if code, b := e.do("POST", "/daytona/toolbox/"+sb.ID+"/process/execute", bad); code != 400 {
 			t.Errorf("execute %v: %d %s", bad, code, b)
 		}
