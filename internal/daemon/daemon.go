@@ -67,6 +67,10 @@ func (c *Config) Defaults() {
 	if c.Domain == "" {
 		c.Domain = "localhost"
 	}
+	// Hosts are matched lower-cased and without a trailing dot, so the
+	// domain is kept that way too; "Preview.Example.COM" on the command line
+	// would otherwise make URLs that never route.
+	c.Domain = strings.TrimSuffix(strings.ToLower(c.Domain), ".")
 	if c.PublicHost == "" {
 		c.PublicHost = "127.0.0.1"
 	}
