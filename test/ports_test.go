@@ -265,6 +265,36 @@ func TestExposeHTTPPreview(t *testing.T) {
 	}
 }
 
+// TestExposeDomainAndPublicHostFlags runs a daemon with --domain and
+// --public-host: preview URLs are built on (and routed by) that domain,
+// whatever its case on the command line, and tcp:// URLs name the public
+// host while the forward listens where the proxy does.
+func TestExposeDomainAndPublicHostFlags(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--domain", "Preview.Sandpit.TEST", "--public-host", "sandbox-host.example"}})
+	c := d.Client()
+	ctx := ctxFor(t, 2*time.Minute)
+	id := newSandbox(t, ctx, c)
+	startHTTPD(t, ctx, c, id, 8080, "on my domain")
+	startEcho(t, ctx, c, id, 9000)
+
+	web := mustExpose(t, ctx, d, id, 8080, "http", http.StatusCreated)
+	if want := "http://" + id + "-8080.preview.sandpit.test:" + proxyPort(t, d); web.PublicURL != want {
+		t.Fatalf("public_url = %q, want %q", web.PublicURL, want)
+	}
+	eventually(t, 10*time.Second, "preview on the configured domain", func() error { return servesPage(ctx, d, web.PublicURL, "on my domain") })
+
+	echo := mustExpose(t, ctx, d, id, 9000, "tcp", http.StatusCreated)
+	if want := "tcp://sandbox-host.example:" + strconv.Itoa(echo.HostPort); echo.PublicURL != want {
+		t.Fatalf("public_url = %q, want %q", echo.PublicURL, want)
+	}
+	eventually(t, 10*time.Second, "tcp on the proxy's interface", func() error { return echoes("127.0.0.1:"+strconv.Itoa(echo.HostPort), "hi") })
+
+	if status, _, code, err := addDomain(ctx, d, id, "x.preview.sandpit.test", 8080); err != nil || status != http.StatusBadRequest {
+		t.Fatalf("hostname under the configured preview domain: %d %s %v, want 400", status, code, err)
+	}
+}
+
 // TestExposeTCPEcho forwards a host port from the pool to a TCP echo server
 // in the sandbox.
 func TestExposeTCPEcho(t *testing.T) {
