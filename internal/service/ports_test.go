@@ -29,18 +29,27 @@ import (
 )
 
 // faultyRouter is the builtin router with one injected fault: while failing
-// is set, Install fails without touching the routes. Everything else, and
-// every route it does install, is the real builtin router carrying real
-// traffic.
+// is set, or when the hook returns an error, Install fails without touching
+// the routes. Everything else, and every route it does install, is the real
+// builtin router carrying real traffic.
 type faultyRouter struct {
 	*builtin.Builtin
 	failing atomic.Bool
 	fails   atomic.Int64
+	// hook, when set, runs before each Install; it may block to hold an
+	// install in flight.
+	hook atomic.Pointer[func(router.Route) error]
 }
 
 var errInjected = errors.New("injected router fault")
 
 func (f *faultyRouter) Install(ctx context.Context, r router.Route) error {
+	if h := f.hook.Load(); h != nil {
+		if err := (*h)(r); err != nil {
+			f.fails.Add(1)
+			return err
+		}
+	}
 	if f.failing.Load() {
 		f.fails.Add(1)
 		return fmt.Errorf("install %s: %w", r.Key(), errInjected)
@@ -300,6 +309,68 @@ func TestExposeRollbackOnRouterFailure(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExposeRetryFailureDoesNotUndoInFlightExposure is the race the reused
+// flag exists for: the first call has inserted the row and is still
+// installing its route when a retry arrives, finds the row (reused) and
+// fails its own install. The retry must not delete the row; the first call
+// then completes and its exposure serves.
+func TestExposeRetryFailureDoesNotUndoInFlightExposure(t *testing.T) {
+	r := newRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id := r.sandbox(t, ctx)
+
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var calls atomic.Int64
+	hook := func(rt router.Route) error {
+		if rt.SandboxID != id || rt.Port != 9000 {
+			return nil
+		}
+		switch calls.Add(1) {
+		case 1: // the first call: hold its install in flight
+			close(entered)
+			<-release
+			return nil
+		default: // the retry: fail
+			return errInjected
+		}
+	}
+	r.rtr.hook.Store(&hook)
+	defer r.rtr.hook.Store(nil)
+
+	type result struct {
+		res service.ExposeResult
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		res, err := r.svc.ExposePort(ctx, id, 9000, service.ProtoTCP)
+		first <- result{res, err}
+	}()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the first exposure never reached the router")
+	}
+	if _, err := r.svc.ExposePort(ctx, id, 9000, service.ProtoTCP); !errors.Is(err, service.ErrRouter) {
+		t.Fatalf("retry with a failing install: %v, want ErrRouter", err)
+	}
+	if _, err := r.st.GetPort(ctx, id, 9000); err != nil {
+		t.Fatalf("the retry's failure removed the first call's row: %v", err)
+	}
+	close(release)
+	got := <-first
+	if got.err != nil || got.res.Reuse {
+		t.Fatalf("first exposure: %+v %v, want a new exposure", got.res, got.err)
+	}
+	row, err := r.st.GetPort(ctx, id, 9000)
+	if err != nil || row.HostPort != got.res.Port.HostPort {
+		t.Fatalf("row after both calls: %+v %v, want %+v", row, err, got.res.Port)
+	}
+	eventually(t, "traffic through the exposure", func() error { return r.serves(row) })
 }
 
 // TestCustomDomainRollbackOnRouterFailure is the same property for custom
