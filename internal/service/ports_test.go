@@ -238,6 +238,7 @@ func routeOf(t *testing.T, r *rig, id string, port int) (router.Route, bool) {
 // install while retrying an existing exposure must leave that exposure, its
 // row and its route, alone and serving, since another call installed it.
 func TestExposeRollbackOnRouterFailure(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -317,6 +318,7 @@ func TestExposeRollbackOnRouterFailure(t *testing.T) {
 // fails its own install. The retry must not delete the row; the first call
 // then completes and its exposure serves.
 func TestExposeRetryFailureDoesNotUndoInFlightExposure(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -377,6 +379,7 @@ func TestExposeRetryFailureDoesNotUndoInFlightExposure(t *testing.T) {
 // domains: a failed install of a new binding frees the hostname, a failed
 // install while repeating an existing one keeps it serving.
 func TestCustomDomainRollbackOnRouterFailure(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -418,6 +421,7 @@ func TestCustomDomainRollbackOnRouterFailure(t *testing.T) {
 // sandbox: the exposure is recorded then, and its route must be installed
 // when the sandbox resumes.
 func TestExposeWhilePausedServesAfterResume(t *testing.T) {
+	t.Parallel()
 	r := newRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
