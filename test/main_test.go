@@ -3,7 +3,6 @@
 package sandpit_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -13,18 +12,4 @@ import (
 // sandpitBin is the daemon binary built once for the whole package.
 var sandpitBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sandpit-test-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	sandpitBin, err = harness.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(harness.RunWithBinary(m, &sandpitBin)) }

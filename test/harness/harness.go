@@ -307,3 +307,20 @@ func RemoveLabelled(label string) {
 	defer cancel()
 	_ = exec.CommandContext(ctx, "docker", append([]string{"rm", "-f"}, ids...)...).Run()
 }
+
+// RunWithBinary is a TestMain body: it builds the sandpit binary into a
+// temporary directory, stores its path in *bin, runs the tests and removes
+// the directory. It returns the exit code for os.Exit.
+func RunWithBinary(m *testing.M, bin *string) int {
+	dir, err := os.MkdirTemp("", "sandpit-test-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if *bin, err = Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
