@@ -275,6 +275,18 @@ describe('errors', { timeout: T }, () => {
     assert.equal((await containers('main')).length, before)
     assert.equal((await listAll({ query: { metadata: md } })).items.length, 0)
   })
+  test('an E2B feature sandpit lacks is a clear error, not a missing sandbox', async () => {
+    const sbx = await Sandbox.create({ metadata: uniq('unimplemented') })
+    try {
+      await assert.rejects(sbx.updateNetwork({ allowOut: ['1.1.1.1'] }), (err) => {
+        assert.ok(!(err instanceof SandboxNotFoundError), `got ${err}`)
+        assert.match(err.message, /^501: not implemented by sandpit/)
+        return true
+      })
+    } finally {
+      await sbx.kill()
+    }
+  })
 })
 
 describe('create dedupe', { timeout: T }, () => {

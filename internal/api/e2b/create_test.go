@@ -581,3 +581,15 @@ func TestIdenticalCreateAfterClaimReapedIsNew(t *testing.T) {
 		t.Fatalf("creates %d, sandboxes %d: want 2 and 2", f.be.creates.Load(), f.countSandboxes())
 	}
 }
+
+func TestUnimplementedEndpointIsNotANotFound(t *testing.T) {
+	f := newFixture(t, Config{})
+	res := f.do(http.MethodPut, "/e2b/sandboxes/abc/network", `{}`)
+	var e ErrorBody
+	if res.status != http.StatusNotImplemented || json.Unmarshal(res.body, &e) != nil || e.Code != 501 {
+		t.Fatalf("unimplemented endpoint: %d %s, want 501 (a 404 reads as 'sandbox not found' in the SDK)", res.status, res.body)
+	}
+	if res := f.do(http.MethodPut, "/e2b/sandboxes/abc/network", `{}`, "X-API-KEY", "nope"); res.status != http.StatusUnauthorized {
+		t.Fatalf("unauthenticated: %d, want 401 before anything else", res.status)
+	}
+}

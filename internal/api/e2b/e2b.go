@@ -125,8 +125,12 @@ func New(be Backend, st *store.Store, cfg Config) *Handler {
 	m.HandleFunc("POST /sandboxes/{id}/resume", h.resume)
 	m.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
 	m.HandleFunc("GET /sandboxes/{id}/metrics", h.metrics)
+	// Any other path is an E2B feature sandpit lacks (snapshots, forks,
+	// volumes, network updates, template builds, logs). It answers 501, not
+	// 404: the SDK reads a 404 on a sandbox path as "sandbox not found",
+	// which would misreport a missing feature as a missing sandbox.
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+Prefix+r.URL.Path)
+		writeError(w, http.StatusNotImplemented, "not implemented by sandpit: "+r.Method+" "+Prefix+r.URL.Path)
 	})
 	return h
 }
