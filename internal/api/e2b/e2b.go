@@ -57,8 +57,10 @@ type Config struct {
 	// first one made. Zero turns create dedupe off entirely.
 	ReplayWindow time.Duration
 	// WaitBudget bounds how long a duplicate waits for an in-flight create
-	// before it answers 429 with Retry-After (which the SDK retries); the
-	// default is the pending TTL, capped at 60 seconds.
+	// before it answers 429 with Retry-After, which the SDK retries by
+	// itself. The default, the pending TTL capped at 30 seconds, is half the
+	// SDK's default request timeout, so the 429 reaches the SDK and its
+	// retry still fits within the caller's deadline.
 	WaitBudget time.Duration
 	Logger     *slog.Logger
 	Now        func() time.Time
@@ -90,7 +92,7 @@ func New(be Backend, st *store.Store, cfg Config) *Handler {
 		cfg.PendingTTL = 2 * time.Minute
 	}
 	if cfg.WaitBudget <= 0 {
-		cfg.WaitBudget = min(cfg.PendingTTL, 60*time.Second)
+		cfg.WaitBudget = min(cfg.PendingTTL, 30*time.Second)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
