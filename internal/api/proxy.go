@@ -26,6 +26,7 @@ func NewAgentProxy() *AgentProxy {
 // Forward sends r to http://addr<path> (query kept). When token is non-empty
 // it is set as the agent's X-Access-Token, replacing whatever the client sent.
 func (p *AgentProxy) Forward(w http.ResponseWriter, r *http.Request, addr, path, token string) {
+	EnableFullDuplex(w)
 	rp := &httputil.ReverseProxy{
 		Transport:     p.transport,
 		FlushInterval: -1,
@@ -46,4 +47,15 @@ func (p *AgentProxy) Forward(w http.ResponseWriter, r *http.Request, addr, path,
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// EnableFullDuplex lets a proxied request body keep flowing after the
+// response has started. By default an HTTP/1 handler that starts its response
+// has the server drain and close the rest of the request body; a proxy
+// streams the body upstream while the agent may already be answering (a
+// command's stream starts at once), so without this the upload is cut, and
+// the stream with it, now and then mid-command. Writers that cannot do it
+// (HTTP/2 always can) are left as they are.
+func EnableFullDuplex(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).EnableFullDuplex()
 }

@@ -70,13 +70,5 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 	if path == "" {
 		path = "/"
 	}
-	// By default an HTTP/1 handler that starts its response has the server
-	// drain and close the rest of the request body. The proxy streams the
-	// body upstream while the agent may already be answering (a command's
-	// stream starts at once), so without full duplex the upload is cut and
-	// the stream with it, now and then, mid-command.
-	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		h.log.Warn("enable full duplex", "err", err)
-	}
 	h.proxy.Forward(w, r, addr, path, "")
 }

@@ -211,6 +211,9 @@ func (b *Builtin) Handler() http.Handler {
 			http.Error(w, "sandpit: no route for host "+r.Host, http.StatusNotFound)
 			return
 		}
+		// Keep the request body flowing upstream after the response starts
+		// (streaming RPCs through preview hosts); see api.EnableFullDuplex.
+		_ = http.NewResponseController(w).EnableFullDuplex()
 		rp := &httputil.ReverseProxy{
 			Transport:     b.transport,
 			FlushInterval: -1,
