@@ -89,13 +89,12 @@ func (s *Store) ClaimIdempotentRequest(ctx context.Context, req ClaimRequest, no
 	lockNs := toNanos(now.Add(req.PendingTTL))
 	what := fmt.Sprintf("claim idempotent request %s/%s", req.Scope, req.Fingerprint)
 
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return Claim{}, fmt.Errorf("%s: %w", what, err)
-	}
-	defer rollback(tx)
-
-	res, err := s.exec(ctx, tx, qClaimInsert,
+	// The common case, a key never seen, is one autocommitted statement: the
+	// INSERT ... ON CONFLICT DO NOTHING either creates the row (Acquired) or
+	// changes nothing. Only when the row exists does the claim open a
+	// transaction to read and perhaps reset it, so the first claim of a key
+	// costs one commit like any single-row insert.
+	res, err := s.exec(ctx, nil, qClaimInsert,
 		req.Scope, req.Fingerprint, req.RequestHash, lockNs, nowNs, nowNs)
 	if err != nil {
 		return Claim{}, fmt.Errorf("%s: insert: %w", what, err)
@@ -105,9 +104,6 @@ func (s *Store) ClaimIdempotentRequest(ctx context.Context, req ClaimRequest, no
 		return Claim{}, fmt.Errorf("%s: insert: %w", what, err)
 	}
 	if n == 1 {
-		if err := tx.Commit(); err != nil {
-			return Claim{}, fmt.Errorf("%s: commit: %w", what, err)
-		}
 		return Claim{
 			Outcome:     Acquired,
 			Scope:       req.Scope,
@@ -118,6 +114,12 @@ func (s *Store) ClaimIdempotentRequest(ctx context.Context, req ClaimRequest, no
 			LockedUntil: fromNanos(lockNs),
 		}, nil
 	}
+
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Claim{}, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rollback(tx)
 
 	for range claimAttempts {
 		row, err := scanClaim(s.queryRow(ctx, tx, qClaimSelect, req.Scope, req.Fingerprint))
