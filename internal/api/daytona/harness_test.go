@@ -2,127 +2,49 @@ package daytona
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
+	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/agent"
 	"github.com/sandpit-dev/sandpit/internal/runtime"
+	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
-// These tests need no Docker: a fake runtime stands in for the engine, and
-// the real agent handler runs in-process, on the host, at an address of its
-// own on the loopback network (127.x.y.z:49983, the port the service
-// expects). Every fake sandbox points at that one agent.
+// These tests run the facade in-process over the real service: a real store
+// in t.TempDir(), the real Docker runtime, and the sandpit binary built from
+// this checkout as every sandbox's agent. Each env labels its containers
+// with a run label of its own and removes them when the test ends.
 
 const testToken = "test-token"
 
-// fakeRuntime is an in-memory runtime.Runtime whose containers all live at
-// one address.
-type fakeRuntime struct {
-	ip string
-	mu sync.Mutex
-	cs map[string]runtime.Container
+// agentBinary is built once for the package by TestMain.
+var agentBinary string
+
+func TestMain(m *testing.M) { os.Exit(harness.RunWithBinary(m, &agentBinary)) }
+
+// containers counts an env's containers in the engine.
+type containers struct {
+	rt     runtime.Runtime
+	labels map[string]string
 }
 
-func (f *fakeRuntime) Create(_ context.Context, spec runtime.Spec) (string, error) {
-	if spec.Image == "missing:image" {
-		return "", runtime.ErrImageNotFound
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	id := "sandpit-" + spec.SandboxID
-	f.cs[id] = runtime.Container{ID: id, SandboxID: spec.SandboxID, Name: id, Image: spec.Image, State: "created", IP: f.ip, Labels: spec.Labels}
-	return id, nil
-}
-
-func (f *fakeRuntime) set(id, state string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c, ok := f.cs[id]
-	if !ok {
-		return runtime.ErrNotFound
-	}
-	c.State = state
-	f.cs[id] = c
-	return nil
-}
-
-func (f *fakeRuntime) Start(_ context.Context, id string) error { return f.set(id, "running") }
-func (f *fakeRuntime) Stop(_ context.Context, id string, _ time.Duration) error {
-	return f.set(id, "exited")
-}
-func (f *fakeRuntime) Pause(_ context.Context, id string) error   { return f.set(id, "paused") }
-func (f *fakeRuntime) Unpause(_ context.Context, id string) error { return f.set(id, "running") }
-
-func (f *fakeRuntime) Remove(_ context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.cs, id)
-	return nil
-}
-
-func (f *fakeRuntime) Inspect(_ context.Context, id string) (runtime.Container, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c, ok := f.cs[id]
-	if !ok {
-		return c, runtime.ErrNotFound
-	}
-	return c, nil
-}
-
-func (f *fakeRuntime) List(_ context.Context, _ map[string]string) ([]runtime.Container, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]runtime.Container, 0, len(f.cs))
-	for _, c := range f.cs {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func (f *fakeRuntime) Stats(context.Context, string) (runtime.Stats, error) {
-	return runtime.Stats{}, nil
-}
-
-func (f *fakeRuntime) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.cs)
-}
-
-// startAgent serves the real agent handler on a random 127.x.y.z at the
-// agent port, and returns that address's IP.
-func startAgent(t *testing.T) string {
+func (c containers) count(t *testing.T) int {
 	t.Helper()
-	for range 20 {
-		var b [3]byte
-		_, _ = rand.Read(b[:])
-		ip := fmt.Sprintf("127.%d.%d.%d", b[0]%250+1, b[1], b[2]%250+2)
-		ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(runtime.AgentPort)))
-		if err != nil {
-			continue
-		}
-		srv := &http.Server{Handler: agent.NewHandler(agent.Config{Logger: slog.New(slog.DiscardHandler)})}
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(func() { _ = srv.Close() })
-		return ip
+	list, err := c.rt.List(context.Background(), c.labels)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("cannot bind an address on the loopback network")
-	return ""
+	return len(list)
 }
 
 // env is a facade under test.
@@ -130,7 +52,7 @@ type env struct {
 	t   *testing.T
 	srv *httptest.Server
 	h   *Handler
-	rt  *fakeRuntime
+	rt  containers
 }
 
 func newEnv(t *testing.T) *env {
@@ -142,13 +64,20 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	rt := &fakeRuntime{ip: startAgent(t), cs: map[string]runtime.Container{}}
+	image := testenv.TestImage(t)
+	labels := testenv.RunLabel(t)
+	rt, err := docker.New(ctx, docker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	log := slog.New(slog.DiscardHandler)
 	svc := service.New(service.Config{
-		DefaultImage:  "sandpit/base:test",
-		Templates:     map[string]string{"base": "sandpit/base:test"},
-		HealthTimeout: 5 * time.Second,
+		DefaultImage:  image,
+		Templates:     map[string]string{"base": image},
+		AgentBinary:   agentBinary,
+		HealthTimeout: 30 * time.Second,
 		ProxyPort:     7480,
+		ExtraLabels:   labels,
 		Logger:        log,
 	}, st, rt, nil)
 	h := New(ctx, svc, testToken, Options{Logger: log})
@@ -156,7 +85,7 @@ func newEnv(t *testing.T) *env {
 	mux.Handle(DefaultPrefix+"/", h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv, h: h, rt: rt}
+	return &env{t: t, srv: srv, h: h, rt: containers{rt: rt, labels: labels}}
 }
 
 // do sends a request with the token and returns the status and body.

@@ -112,13 +112,13 @@ func TestCreateGetListAndNames(t *testing.T) {
 	}
 
 	// The duplicate name: 409 in Daytona's words, and nothing made.
-	before := e.rt.count()
+	before := e.rt.count(t)
 	code, b := e.do("POST", "/daytona/sandbox", map[string]any{"name": "demo"})
 	body := decode[ErrorBody](t, b)
 	if code != 409 || body.Message != "Sandbox with name demo already exists" || body.Error != "Conflict" {
 		t.Fatalf("duplicate: %d %s", code, b)
 	}
-	if e.rt.count() != before {
+	if e.rt.count(t) != before {
 		t.Fatal("a losing create made a container")
 	}
 
@@ -224,11 +224,11 @@ func TestCreateInput(t *testing.T) {
 			t.Errorf("create %v: %d %s; want %d containing %q", c.body, code, b, c.code, c.msg)
 		}
 	}
-	if n := e.rt.count(); n != 0 {
+	if n := e.rt.count(t); n != 0 {
 		t.Fatalf("refused creates left %d containers", n)
 	}
 	// An image that exists, and a snapshot (template) that does.
-	if sb := e.create(map[string]any{"buildInfo": map[string]any{"dockerfileContent": "FROM debian:12\n"}}); sb.Snapshot != "debian:12" {
+	if sb := e.create(map[string]any{"buildInfo": map[string]any{"dockerfileContent": "FROM sandpit/base:test\n"}}); sb.Snapshot != "sandpit/base:test" {
 		t.Fatalf("image create: %+v", sb)
 	}
 	if sb := e.create(map[string]any{"snapshot": "base"}); sb.Snapshot != "base" {
@@ -259,7 +259,7 @@ func TestConcurrentCreatesWithOneName(t *testing.T) {
 			t.Fatalf("unexpected status %d", c)
 		}
 	}
-	if won != 1 || e.rt.count() != 1 {
-		t.Fatalf("%d creates won, %d containers; want exactly one", won, e.rt.count())
+	if won != 1 || e.rt.count(t) != 1 {
+		t.Fatalf("%d creates won, %d containers; want exactly one", won, e.rt.count(t))
 	}
 }

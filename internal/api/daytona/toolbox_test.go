@@ -34,7 +34,10 @@ func TestExecute(t *testing.T) {
 	if code, res, b := run(map[string]any{"command": "echo out; echo err >&2; echo out2; exit 3"}); code != 200 || res.ExitCode != 3 || res.Result != "out\nerr\nout2\n" {
 		t.Fatalf("failing command: %d %s", code, b)
 	}
-	dir := t.TempDir()
+	dir := "/tmp/work"
+	if code, _, b := run(map[string]any{"command": "mkdir -p " + dir}); code != 200 {
+		t.Fatalf("mkdir: %d %s", code, b)
+	}
 	if code, res, b := run(map[string]any{"command": `echo "$X" && pwd`, "cwd": dir, "envs": map[string]string{"X": "a b"}}); code != 200 || res.Result != "a b\n"+dir+"\n" {
 		t.Fatalf("env and cwd: %d %s", code, b)
 	}
@@ -138,7 +141,7 @@ func (e *env) download(id string, paths ...string) []downloaded {
 func TestFiles(t *testing.T) {
 	e := newEnv(t)
 	sb := e.create(map[string]any{"name": "files"})
-	dir := t.TempDir()
+	dir := "/tmp/files" // a path inside the sandbox
 	big := make([]byte, 5<<20+3)
 	_, _ = rand.Read(big)
 	files := map[string][]byte{
