@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/router"
@@ -133,11 +134,14 @@ func (s *Service) Store() *store.Store { return s.store }
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
 
-// Crash kills the process at a named point when the test crash point is set.
+// Crash kills the process with SIGKILL at a named point when the test crash
+// point is set: no deferred cleanup, no graceful shutdown, exactly what a
+// machine losing the process looks like.
 func (s *Service) Crash(point string) {
 	if s.cfg.CrashPoint == point {
-		s.log.Warn("crash point reached, exiting", "point", point)
-		os.Exit(86)
+		s.log.Warn("crash point reached, killing the process", "point", point)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way; never return into the operation
 	}
 }
 
