@@ -285,6 +285,10 @@ func (s *Store) queryRow(ctx context.Context, tx *sql.Tx, q string, args ...any)
 
 var pragmaName = regexp.MustCompile(`^[a-z_]+$`)
 
+// Stats reports the connection pool's state. Its MaxOpenConnections is 1 by
+// construction: that single connection is what serialises every write.
+func (s *Store) Stats() sql.DBStats { return s.db.Stats() }
+
 // Pragma returns the current value of a read-only PRAGMA query such as
 // "journal_mode" or "user_version", for diagnostics and tests. Only the plain
 // query form is allowed; nothing can be assigned through it.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -244,4 +245,38 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 		t.Fatalf("Open after failed Open: %v", err)
 	}
 	s.Close()
+}
+
+// TestOneWriterConnection: however many goroutines write at once, the store
+// never opens a second connection; they queue for the one it has.
+func TestOneWriterConnection(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	if got := s.Stats().MaxOpenConnections; got != 1 {
+		t.Fatalf("MaxOpenConnections = %d, want 1", got)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	peak := 0
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			createSandbox(t, s, fmt.Sprintf("sb-one-writer-%d", i), "")
+			mu.Lock()
+			peak = max(peak, s.Stats().OpenConnections)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if peak != 1 {
+		t.Fatalf("peak open connections = %d, want 1", peak)
+	}
+	if st := s.Stats(); st.WaitCount == 0 {
+		t.Logf("no writer had to wait (the machine ran them one by one)")
+	}
+	rows, _, err := s.ListSandboxes(ctx, store.ListOptions{Limit: 100})
+	if err != nil || len(rows) != 64 {
+		t.Fatalf("rows = %d %v", len(rows), err)
+	}
 }
