@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,8 +109,8 @@ func TestGeneratedToken(t *testing.T) {
 			cmd.Env[i] = "SANDPIT_TOKEN="
 		}
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -191,4 +192,23 @@ func eventuallyOK(t *testing.T, within time.Duration, f func() error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that a running process writes while the
+// test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
