@@ -1,0 +1,148 @@
+package builtin_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/router"
+	"github.com/sandpit-dev/sandpit/internal/router/builtin"
+)
+
+func TestParsePreviewLabel(t *testing.T) {
+	cases := []struct {
+		label  string
+		id     string
+		port   int
+		wantOK bool
+	}{
+		{"sbabc-8080", "sbabc", 8080, true},
+		{"49983-sbabc", "sbabc", 49983, true},
+		{"sb-with-dashes-3000", "sb-with-dashes", 3000, true},
+		{"sbabc", "", 0, false},
+		{"sbabc-0", "", 0, false},
+		{"sbabc-70000", "", 0, false},
+		{"-8080", "", 0, false},
+		{"8080-", "", 0, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.label, func(t *testing.T) {
+			id, port, ok := builtin.ParsePreviewLabel(tc.label)
+			if ok != tc.wantOK || (ok && (id != tc.id || port != tc.port)) {
+				t.Fatalf("ParsePreviewLabel(%q) = %q %d %v, want %q %d %v", tc.label, id, port, ok, tc.id, tc.port, tc.wantOK)
+			}
+		})
+	}
+}
+
+// TestRoutesByHost installs routes towards a real upstream and sends real
+// requests through the proxy handler.
+func TestRoutesByHost(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "upstream saw "+r.Host)
+	}))
+	defer up.Close()
+	upAddr := up.Listener.Addr().String()
+	b := builtin.New(builtin.Options{Domain: "example.test"})
+	defer b.Close()
+	ctx := context.Background()
+	for _, r := range []router.Route{
+		{Kind: router.KindHTTP, SandboxID: "sbone", Port: 8080, Upstream: upAddr},
+		{Kind: router.KindDomain, SandboxID: "sbone", Port: 8080, Hostname: "app.custom.test", Upstream: upAddr},
+	} {
+		if err := b.Install(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Install(ctx, r); err != nil { // idempotent
+			t.Fatal(err)
+		}
+	}
+	proxy := httptest.NewServer(b.Handler())
+	defer proxy.Close()
+	cases := []struct {
+		host   string
+		status int
+	}{
+		{"sbone-8080.example.test", 200},
+		{"8080-sbone.example.test:7480", 200},
+		{"SBONE-8080.Example.Test", 200},
+		{"app.custom.test", 200},
+		{"sbone-9090.example.test", 404},
+		{"sbtwo-8080.example.test", 404},
+		{"a.sbone-8080.example.test", 404},
+		{"unrelated.test", 404},
+	}
+	for _, tc := range cases {
+		t.Run(tc.host, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, proxy.URL, nil)
+			req.Host = tc.host
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status = %d, want %d", resp.StatusCode, tc.status)
+			}
+		})
+	}
+	routes, _ := b.Routes(ctx)
+	if len(routes) != 2 {
+		t.Fatalf("%d routes installed, want 2", len(routes))
+	}
+	if err := b.Remove(ctx, routes[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Remove(ctx, routes[0]); err != nil { // removing twice is fine
+		t.Fatal(err)
+	}
+}
+
+// TestTCPForward splices a host port to an upstream echo server.
+func TestTCPForward(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	free, _ := net.Listen("tcp", "127.0.0.1:0")
+	hostPort := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	b := builtin.New(builtin.Options{})
+	defer b.Close()
+	r := router.Route{Kind: router.KindTCP, SandboxID: "sbone", Port: 9000, HostPort: hostPort, Upstream: echo.Addr().String()}
+	if err := b.Install(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", free.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo = %q %v", buf, err)
+	}
+	if err := b.Remove(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if c2, err := net.Dial("tcp", free.Addr().String()); err == nil {
+		c2.Close()
+		t.Fatal("host port still accepts after the route was removed")
+	}
+}
