@@ -557,6 +557,22 @@ func (h *Handler) fsClient(r *http.Request) (filesystemconnect.FilesystemClient,
 	return filesystemconnect.NewFilesystemClient(h.agentHTTP, "http://"+addr), token, nil
 }
 
+// pathAndClient reads the required ?path= and connects to the sandbox's
+// filesystem service; on failure it has already answered the request.
+func (h *Handler) pathAndClient(w http.ResponseWriter, r *http.Request) (string, filesystemconnect.FilesystemClient, string, bool) {
+	path := r.URL.Query().Get("path")
+	if path == "" {
+		writeProblem(w, r, badRequest("query parameter path is required"))
+		return "", nil, "", false
+	}
+	client, token, err := h.fsClient(r)
+	if err != nil {
+		writeProblem(w, r, err)
+		return "", nil, "", false
+	}
+	return path, client, token, true
+}
+
 // fsRequest wraps a message with the agent token.
 func fsRequest[T any](msg *T, token string) *connect.Request[T] {
 	req := connect.NewRequest(msg)
@@ -593,14 +609,8 @@ func (h *Handler) listFiles(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) fileInfo(w http.ResponseWriter, r *http.Request) {
-	path := r.URL.Query().Get("path")
-	if path == "" {
-		writeProblem(w, r, badRequest("query parameter path is required"))
-		return
-	}
-	client, token, err := h.fsClient(r)
-	if err != nil {
-		writeProblem(w, r, err)
+	path, client, token, ok := h.pathAndClient(w, r)
+	if !ok {
 		return
 	}
 	resp, err := client.Stat(r.Context(), fsRequest(&fspb.StatRequest{Path: path}, token))
@@ -612,17 +622,11 @@ func (h *Handler) fileInfo(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) createFolder(w http.ResponseWriter, r *http.Request) {
-	path := r.URL.Query().Get("path")
-	if path == "" {
-		writeProblem(w, r, badRequest("query parameter path is required"))
+	path, client, token, ok := h.pathAndClient(w, r)
+	if !ok {
 		return
 	}
-	client, token, err := h.fsClient(r)
-	if err != nil {
-		writeProblem(w, r, err)
-		return
-	}
-	_, err = client.MakeDir(r.Context(), fsRequest(&fspb.MakeDirRequest{Path: path}, token))
+	_, err := client.MakeDir(r.Context(), fsRequest(&fspb.MakeDirRequest{Path: path}, token))
 	if err != nil && connect.CodeOf(err) == connect.CodeAlreadyExists {
 		// Daytona creates folders like mkdir -p: an existing directory is
 		// success. An existing file is not.
@@ -640,14 +644,8 @@ func (h *Handler) createFolder(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) deleteFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	path := q.Get("path")
-	if path == "" {
-		writeProblem(w, r, badRequest("query parameter path is required"))
-		return
-	}
-	client, token, err := h.fsClient(r)
-	if err != nil {
-		writeProblem(w, r, err)
+	path, client, token, ok := h.pathAndClient(w, r)
+	if !ok {
 		return
 	}
 	// The agent removes whole trees; Daytona asks for recursive=true before
