@@ -130,3 +130,33 @@ func TestSchemaOnDisk(t *testing.T) {
 		t.Fatalf("journal_mode = %q %v", mode, err)
 	}
 }
+
+// TestServeRefusesBadFlags: bad flag values stop the daemon before it
+// serves, with a message naming the flag, and leave no data dir behind.
+func TestServeRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"port range", []string{"--port-range", "9000-8000"}, "port range"},
+		{"domain", []string{"--domain", "not a domain"}, "--domain"},
+		{"template", []string{"--template", "noequals"}, "--template"},
+		{"log level", []string{"--log-level", "loud"}, "--log-level"},
+		{"ttl", []string{"--idempotency-wait", "0s"}, "TTL"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			args := append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0", "--token", "x"}, tc.args...)
+			out, err := exec.Command(sandpitBin, args...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("serve %v = %v\n%s", tc.args, err, out)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "sandpit.db")); err == nil {
+				t.Fatalf("a refused start created a database")
+			}
+		})
+	}
+}

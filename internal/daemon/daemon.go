@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -105,6 +106,20 @@ func DefaultDataDir() string {
 	return filepath.Join(os.TempDir(), "sandpit")
 }
 
+// domainLabel is one DNS label of the preview domain.
+var domainLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// validDomain refuses a preview domain that could never appear in a Host
+// header, before the daemon starts serving URLs under it.
+func validDomain(d string) error {
+	for _, l := range strings.Split(d, ".") {
+		if !domainLabel.MatchString(l) {
+			return fmt.Errorf("invalid --domain %q: want DNS labels of a-z, 0-9 and '-' separated by dots", d)
+		}
+	}
+	return nil
+}
+
 // ParsePortRange parses "LO-HI".
 func ParsePortRange(s string) (store.PortRange, error) {
 	lo, hi, ok := strings.Cut(s, "-")
@@ -163,6 +178,9 @@ func loadOrCreate(path, prefix string) (value string, created bool, err error) {
 // the store is closed.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.Defaults()
+	if err := validDomain(cfg.Domain); err != nil {
+		return err
+	}
 	log := cfg.Logger
 	st, err := store.Open(ctx, cfg.DataDir)
 	if err != nil {
