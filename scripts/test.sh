@@ -8,6 +8,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+step "repository hygiene"
+scripts/check-repo.sh
+
 step "test image"
 scripts/build-test-image.sh
 

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -65,15 +67,15 @@ func Classify(err error) Problem {
 		return Problem{http.StatusBadRequest, CodeUnknownImage, msg}
 	case errors.Is(err, service.ErrUnknownTemplate):
 		return Problem{http.StatusBadRequest, CodeUnknownTemplate, msg}
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, sandpit.ErrNotFound):
 		return Problem{http.StatusNotFound, CodeNotFound, msg}
-	case errors.Is(err, store.ErrNameConflict):
+	case errors.Is(err, sandpit.ErrNameConflict):
 		return Problem{http.StatusConflict, CodeNameConflict, msg}
-	case errors.Is(err, store.ErrHostnameConflict):
+	case errors.Is(err, sandpit.ErrHostnameConflict):
 		return Problem{http.StatusConflict, CodeHostnameConflict, msg}
 	case errors.Is(err, service.ErrProtocolConflict):
 		return Problem{http.StatusConflict, CodeProtocolConflict, msg}
-	case errors.Is(err, store.ErrPortPoolExhausted):
+	case errors.Is(err, sandpit.ErrPortPoolExhausted):
 		return Problem{http.StatusServiceUnavailable, CodePortPoolExhausted, msg}
 	case errors.Is(err, service.ErrNotRunning):
 		return Problem{http.StatusConflict, CodeNotRunning, msg}

@@ -20,11 +20,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
-	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -39,7 +41,7 @@ type Config struct {
 	Templates    map[string]string
 	Domain       string
 	PublicHost   string
-	PortRange    store.PortRange
+	PortRange    sandpit.PortRange
 	ExtraLabels  map[string]string
 
 	E2BPendingTTL        time.Duration
@@ -76,7 +78,7 @@ func (c *Config) Defaults() {
 		c.PublicHost = "127.0.0.1"
 	}
 	if c.PortRange.Lo == 0 {
-		c.PortRange = store.PortRange{Lo: 22000, Hi: 23000}
+		c.PortRange = sandpit.PortRange{Lo: 22000, Hi: 23000}
 	}
 	if c.E2BPendingTTL == 0 {
 		c.E2BPendingTTL = 2 * time.Minute
@@ -121,14 +123,14 @@ func validDomain(d string) error {
 }
 
 // ParsePortRange parses "LO-HI".
-func ParsePortRange(s string) (store.PortRange, error) {
+func ParsePortRange(s string) (sandpit.PortRange, error) {
 	lo, hi, ok := strings.Cut(s, "-")
 	a, err1 := strconv.Atoi(strings.TrimSpace(lo))
 	b, err2 := strconv.Atoi(strings.TrimSpace(hi))
 	if !ok || err1 != nil || err2 != nil || a < 1 || b > 65535 || a > b {
-		return store.PortRange{}, fmt.Errorf("invalid port range %q: want LO-HI within 1-65535", s)
+		return sandpit.PortRange{}, fmt.Errorf("invalid port range %q: want LO-HI within 1-65535", s)
 	}
-	return store.PortRange{Lo: a, Hi: b}, nil
+	return sandpit.PortRange{Lo: a, Hi: b}, nil
 }
 
 // LoadOrCreateToken returns the configured token, or the one stored in

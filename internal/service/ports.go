@@ -9,9 +9,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/router"
-	"github.com/sandpit-dev/sandpit/internal/runtime"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // Protocols an exposure can use.
@@ -22,20 +23,20 @@ const (
 
 // ExposeResult is an exposure and whether this call made it.
 type ExposeResult struct {
-	Port  store.ExposedPort
+	Port  sandpit.ExposedPort
 	Reuse bool // true: the exposure already existed (a retry)
 }
 
 func upstream(ip string, port int) string { return net.JoinHostPort(ip, strconv.Itoa(port)) }
 
-func portRoute(p store.ExposedPort, ip string) router.Route {
+func portRoute(p sandpit.ExposedPort, ip string) router.Route {
 	if p.Protocol == ProtoTCP {
 		return router.Route{Kind: router.KindTCP, SandboxID: p.SandboxID, Port: p.Port, HostPort: p.HostPort, Upstream: upstream(ip, p.Port)}
 	}
 	return router.Route{Kind: router.KindHTTP, SandboxID: p.SandboxID, Port: p.Port, Upstream: upstream(ip, p.Port)}
 }
 
-func domainRoute(d store.CustomDomain, ip string) router.Route {
+func domainRoute(d sandpit.CustomDomain, ip string) router.Route {
 	return router.Route{Kind: router.KindDomain, SandboxID: d.SandboxID, Port: d.Port, Hostname: d.Hostname, Upstream: upstream(ip, d.Port)}
 }
 
@@ -68,7 +69,7 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 	if port < 1 || port > 65535 {
 		return ExposeResult{}, invalidf("port must be between 1 and 65535")
 	}
-	if port == runtime.AgentPort {
+	if port == driver.AgentPort {
 		return ExposeResult{}, invalidf("port %d is reserved for the sandbox agent", port)
 	}
 	if protocol == "" {
@@ -82,8 +83,8 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 		return ExposeResult{}, err
 	}
 	now := s.now()
-	want := store.ExposedPort{SandboxID: id, Port: port, Protocol: protocol, CreatedAt: now}
-	var row store.ExposedPort
+	want := sandpit.ExposedPort{SandboxID: id, Port: port, Protocol: protocol, CreatedAt: now}
+	var row sandpit.ExposedPort
 	var reused bool
 	if protocol == ProtoTCP {
 		row, reused, err = s.store.AllocateHostPort(ctx, want, s.cfg.PortRange, s.tcpURL, now)
@@ -96,19 +97,19 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 		if err != nil {
 			return ExposeResult{}, err
 		}
-		row, reused = res.Row, res.Outcome == store.Existing
+		row, reused = res.Row, res.Outcome == sandpit.Existing
 	}
 	if row.Protocol != protocol {
 		return ExposeResult{}, fmt.Errorf("%w: port %d is exposed as %s; unexpose it first", ErrProtocolConflict, port, row.Protocol)
 	}
-	if sb.State == store.StateRunning && s.router != nil {
+	if sb.State == sandpit.StateRunning && s.router != nil {
 		ip, ierr := s.sandboxIP(ctx, id)
 		if ierr == nil {
 			ierr = s.router.Install(ctx, portRoute(row, ip))
 		}
 		if ierr != nil {
 			if !reused {
-				if derr := s.store.DeletePort(context.WithoutCancel(ctx), id, port); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+				if derr := s.store.DeletePort(context.WithoutCancel(ctx), id, port); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
 					s.log.Error("expose rollback: delete row", "sandbox", id, "port", port, "err", derr)
 				}
 			}
@@ -133,7 +134,7 @@ func (s *Service) UnexposePort(ctx context.Context, id string, port int) error {
 }
 
 // ListPorts lists a sandbox's exposures.
-func (s *Service) ListPorts(ctx context.Context, id string) ([]store.ExposedPort, error) {
+func (s *Service) ListPorts(ctx context.Context, id string) ([]sandpit.ExposedPort, error) {
 	if _, err := s.store.GetSandbox(ctx, id); err != nil {
 		return nil, err
 	}
@@ -166,41 +167,41 @@ func NormalizeHostname(h string) (string, error) {
 
 // AddCustomDomain binds a hostname to a sandbox port. The hostname primary key
 // decides between two sandboxes racing for it.
-func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port int) (store.CustomDomain, bool, error) {
+func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port int) (sandpit.CustomDomain, bool, error) {
 	h, err := NormalizeHostname(hostname)
 	if err != nil {
-		return store.CustomDomain{}, false, err
+		return sandpit.CustomDomain{}, false, err
 	}
 	// The proxy looks custom hostnames up before preview hosts, so a custom
 	// hostname under the preview domain would let one sandbox take over
 	// another's preview URL.
 	if strings.HasSuffix(h, "."+s.cfg.Domain) {
-		return store.CustomDomain{}, false, invalidf("hostname %q is under the preview domain %q", h, s.cfg.Domain)
+		return sandpit.CustomDomain{}, false, invalidf("hostname %q is under the preview domain %q", h, s.cfg.Domain)
 	}
 	if port < 1 || port > 65535 {
-		return store.CustomDomain{}, false, invalidf("port must be between 1 and 65535")
+		return sandpit.CustomDomain{}, false, invalidf("port must be between 1 and 65535")
 	}
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
-		return store.CustomDomain{}, false, err
+		return sandpit.CustomDomain{}, false, err
 	}
-	d, outcome, err := s.store.AddCustomDomain(ctx, store.CustomDomain{Hostname: h, SandboxID: id, Port: port, CreatedAt: s.now()}, s.now())
+	d, outcome, err := s.store.AddCustomDomain(ctx, sandpit.CustomDomain{Hostname: h, SandboxID: id, Port: port, CreatedAt: s.now()}, s.now())
 	if err != nil {
-		return store.CustomDomain{}, false, err
+		return sandpit.CustomDomain{}, false, err
 	}
-	added := outcome == store.Added
-	if sb.State == store.StateRunning && s.router != nil {
+	added := outcome == sandpit.Added
+	if sb.State == sandpit.StateRunning && s.router != nil {
 		ip, ierr := s.sandboxIP(ctx, id)
 		if ierr == nil {
 			ierr = s.router.Install(ctx, domainRoute(d, ip))
 		}
 		if ierr != nil {
 			if added {
-				if derr := s.store.RemoveCustomDomain(context.WithoutCancel(ctx), id, h); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+				if derr := s.store.RemoveCustomDomain(context.WithoutCancel(ctx), id, h); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
 					s.log.Error("domain rollback", "hostname", h, "err", derr)
 				}
 			}
-			return store.CustomDomain{}, false, fmt.Errorf("%w: install route for %s: %v", ErrRouter, h, ierr)
+			return sandpit.CustomDomain{}, false, fmt.Errorf("%w: install route for %s: %v", ErrRouter, h, ierr)
 		}
 	}
 	return d, added, nil
@@ -217,7 +218,7 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) e
 		return err
 	}
 	if d.SandboxID != id {
-		return fmt.Errorf("%w: hostname %s is not bound to sandbox %s", store.ErrNotFound, h, id)
+		return fmt.Errorf("%w: hostname %s is not bound to sandbox %s", sandpit.ErrNotFound, h, id)
 	}
 	if s.router != nil {
 		if err := s.router.Remove(ctx, domainRoute(d, "")); err != nil {
@@ -228,7 +229,7 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) e
 }
 
 // ListCustomDomains lists a sandbox's hostnames.
-func (s *Service) ListCustomDomains(ctx context.Context, id string) ([]store.CustomDomain, error) {
+func (s *Service) ListCustomDomains(ctx context.Context, id string) ([]sandpit.CustomDomain, error) {
 	if _, err := s.store.GetSandbox(ctx, id); err != nil {
 		return nil, err
 	}

@@ -20,9 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
-	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -65,7 +67,7 @@ type rig struct {
 	st        *store.Store
 	rtr       *faultyRouter
 	proxyAddr string
-	pool      store.PortRange
+	pool      sandpit.PortRange
 }
 
 // buildSandpit compiles the sandpit binary, which is also the in-sandbox
@@ -130,7 +132,7 @@ func newRig(t testing.TB) *rig {
 	var inst [8]byte
 	_, _ = rand.Read(inst[:])
 	hp := freePort(t)
-	pool := store.PortRange{Lo: hp, Hi: hp}
+	pool := sandpit.PortRange{Lo: hp, Hi: hp}
 	svc := service.New(service.Config{
 		DefaultImage: image,
 		AgentBinary:  bin,
@@ -154,7 +156,7 @@ func (r *rig) sandbox(t *testing.T, ctx context.Context) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := r.svc.DeleteSandbox(context.Background(), sb.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := r.svc.DeleteSandbox(context.Background(), sb.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			t.Errorf("delete sandbox: %v", err)
 		}
 	})
@@ -169,7 +171,7 @@ func (r *rig) sandbox(t *testing.T, ctx context.Context) string {
 
 // serves sends real traffic through the route of p: an HTTP GET through the
 // builtin proxy for http, bytes through the host port for tcp.
-func (r *rig) serves(p store.ExposedPort) error {
+func (r *rig) serves(p sandpit.ExposedPort) error {
 	if p.Protocol == service.ProtoTCP {
 		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(p.PublicURL, "tcp://"), 3*time.Second)
 		if err != nil {
@@ -264,7 +266,7 @@ func TestExposeRollbackOnRouterFailure(t *testing.T) {
 			if !errors.Is(err, service.ErrRouter) || !strings.Contains(err.Error(), errInjected.Error()) {
 				t.Fatalf("expose with a failing router: %v, want ErrRouter", err)
 			}
-			if _, err := r.st.GetPort(ctx, id, tc.port); !errors.Is(err, store.ErrNotFound) {
+			if _, err := r.st.GetPort(ctx, id, tc.port); !errors.Is(err, sandpit.ErrNotFound) {
 				t.Fatalf("row after a failed new exposure: %v, want none", err)
 			}
 			if n, err := r.st.CountHostPortsInRange(ctx, r.pool); err != nil || n != inUse {
@@ -385,7 +387,7 @@ func TestCustomDomainRollbackOnRouterFailure(t *testing.T) {
 	defer cancel()
 	id := r.sandbox(t, ctx)
 	const host = "rollback.example.test"
-	viaHost := store.ExposedPort{SandboxID: id, Protocol: service.ProtoHTTP, PublicURL: "http://" + host}
+	viaHost := sandpit.ExposedPort{SandboxID: id, Protocol: service.ProtoHTTP, PublicURL: "http://" + host}
 
 	r.rtr.failing.Store(true)
 	_, _, err := r.svc.AddCustomDomain(ctx, id, host, 8080)
@@ -393,7 +395,7 @@ func TestCustomDomainRollbackOnRouterFailure(t *testing.T) {
 	if !errors.Is(err, service.ErrRouter) {
 		t.Fatalf("add with a failing router: %v, want ErrRouter", err)
 	}
-	if _, err := r.st.GetCustomDomain(ctx, host); !errors.Is(err, store.ErrNotFound) {
+	if _, err := r.st.GetCustomDomain(ctx, host); !errors.Is(err, sandpit.ErrNotFound) {
 		t.Fatalf("binding after a failed add: %v, want none", err)
 	}
 
@@ -436,7 +438,7 @@ func TestExposeWhilePausedServesAfterResume(t *testing.T) {
 		{service.ProtoTCP, 9000},
 		{service.ProtoHTTP, 8080},
 	}
-	var ports []store.ExposedPort
+	var ports []sandpit.ExposedPort
 	for _, tc := range cases {
 		res, err := r.svc.ExposePort(ctx, id, tc.port, tc.protocol)
 		if err != nil || res.Reuse {

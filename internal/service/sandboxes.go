@@ -8,9 +8,10 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/router"
-	"github.com/sandpit-dev/sandpit/internal/runtime"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // CreateRequest is a validated-on-entry sandbox create.
@@ -107,25 +108,25 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 // exists; then the container is created and started, the agent is awaited,
 // and the row flips to running. Any failure unwinds every step taken, so a
 // failed create leaves no container and no row.
-func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
+func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit.Sandbox, error) {
 	if err := s.validateCreate(&req); err != nil {
-		return store.Sandbox{}, err
+		return sandpit.Sandbox{}, err
 	}
 	image, err := s.ResolveImage(req.Image, req.Template)
 	if err != nil {
-		return store.Sandbox{}, err
+		return sandpit.Sandbox{}, err
 	}
 	id := req.ID
 	if id == "" {
 		id = NewSandboxID()
 	}
 	now := s.now()
-	sb := store.Sandbox{
+	sb := sandpit.Sandbox{
 		ID:          id,
 		Name:        req.Name,
 		Image:       image,
 		Template:    req.Template,
-		State:       store.StateCreating,
+		State:       sandpit.StateCreating,
 		Labels:      nonNil(req.Labels),
 		Env:         nonNil(req.Env),
 		CPU:         req.CPU,
@@ -139,25 +140,25 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (store.S
 		sb.EndAt = now.Add(req.Timeout)
 	}
 	if err := s.store.CreateSandbox(ctx, sb); err != nil {
-		return store.Sandbox{}, err
+		return sandpit.Sandbox{}, err
 	}
 	// From here on every failure must undo what was made. The rollback runs
 	// without the caller's cancellation: a client hanging up mid-create must
 	// not leave a half-made sandbox behind.
-	fail := func(cause error) (store.Sandbox, error) {
+	fail := func(cause error) (sandpit.Sandbox, error) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if err := s.rt.Remove(rctx, sb.ContainerID); err != nil {
 			s.log.Error("rollback: remove container", "sandbox", id, "err", err)
 		}
-		if err := s.store.DeleteSandbox(rctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := s.store.DeleteSandbox(rctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Error("rollback: delete row", "sandbox", id, "err", err)
 		}
 		s.forgetIP(id)
-		return store.Sandbox{}, cause
+		return sandpit.Sandbox{}, cause
 	}
 
-	spec := runtime.Spec{
+	spec := driver.Spec{
 		SandboxID:   id,
 		Image:       image,
 		Env:         sb.Env,
@@ -169,7 +170,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (store.S
 		AgentToken:  sb.AccessToken,
 	}
 	if _, err := s.rt.Create(ctx, spec); err != nil {
-		if errors.Is(err, runtime.ErrImageNotFound) {
+		if errors.Is(err, driver.ErrImageNotFound) {
 			return fail(fmt.Errorf("%w: %s", ErrUnknownImage, image))
 		}
 		return fail(fmt.Errorf("%w: create container: %v", ErrRuntime, err))
@@ -178,16 +179,16 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (store.S
 	if err := s.startAndAwait(ctx, &sb); err != nil {
 		return fail(err)
 	}
-	if err := s.store.UpdateSandboxState(ctx, id, store.StateRunning, s.now()); err != nil {
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
 		return fail(err)
 	}
-	sb.State = store.StateRunning
+	sb.State = sandpit.StateRunning
 	return sb, nil
 }
 
 // startAndAwait starts the container, learns its address, waits for the agent
 // and (re)installs the sandbox's routes, which point at that address.
-func (s *Service) startAndAwait(ctx context.Context, sb *store.Sandbox) error {
+func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error {
 	s.forgetIP(sb.ID)
 	if err := s.rt.Start(ctx, sb.ContainerID); err != nil {
 		return fmt.Errorf("%w: start container: %v", ErrRuntime, err)
@@ -217,9 +218,9 @@ func (s *Service) startAndAwait(ctx context.Context, sb *store.Sandbox) error {
 
 // ownLabels select the containers of this daemon instance.
 func (s *Service) ownLabels() map[string]string {
-	l := map[string]string{runtime.LabelManaged: "true"}
+	l := map[string]string{driver.LabelManaged: "true"}
 	if s.cfg.Instance != "" {
-		l[runtime.LabelInstance] = s.cfg.Instance
+		l[driver.LabelInstance] = s.cfg.Instance
 	}
 	return l
 }
@@ -231,7 +232,7 @@ func (s *Service) containerLabels() map[string]string {
 		l = map[string]string{}
 	}
 	if s.cfg.Instance != "" {
-		l[runtime.LabelInstance] = s.cfg.Instance
+		l[driver.LabelInstance] = s.cfg.Instance
 	}
 	return l
 }
@@ -244,21 +245,21 @@ func nonNil(m map[string]string) map[string]string {
 }
 
 // GetSandbox returns a sandbox by id.
-func (s *Service) GetSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+func (s *Service) GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
 	return s.store.GetSandbox(ctx, id)
 }
 
 // GetSandboxByIDOrName resolves an id first, then a name, as Daytona does.
-func (s *Service) GetSandboxByIDOrName(ctx context.Context, idOrName string) (store.Sandbox, error) {
+func (s *Service) GetSandboxByIDOrName(ctx context.Context, idOrName string) (sandpit.Sandbox, error) {
 	sb, err := s.store.GetSandbox(ctx, idOrName)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, sandpit.ErrNotFound) {
 		return s.store.GetSandboxByName(ctx, idOrName)
 	}
 	return sb, err
 }
 
 // ListSandboxes lists sandboxes.
-func (s *Service) ListSandboxes(ctx context.Context, opts store.ListOptions) ([]store.Sandbox, string, error) {
+func (s *Service) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error) {
 	return s.store.ListSandboxes(ctx, opts)
 }
 
@@ -274,24 +275,24 @@ func (s *Service) DeleteSandbox(ctx context.Context, id string) error {
 	}
 	s.forgetIP(id)
 	s.removeRoutes(ctx, id)
-	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 		return err
 	}
 	return nil
 }
 
 // StopSandbox stops a sandbox's container, keeping its filesystem.
-func (s *Service) StopSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
 		return sb, err
 	}
 	switch sb.State {
-	case store.StateStopped:
+	case sandpit.StateStopped:
 		return sb, nil
-	case store.StateCreating:
+	case sandpit.StateCreating:
 		return sb, fmt.Errorf("%w: sandbox %s is still being created", ErrNotRunning, id)
-	case store.StatePaused:
+	case sandpit.StatePaused:
 		if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
 			return sb, fmt.Errorf("%w: unpause: %v", ErrRuntime, err)
 		}
@@ -300,7 +301,7 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (store.Sandbox, er
 		return sb, fmt.Errorf("%w: stop container: %v", ErrRuntime, err)
 	}
 	s.forgetIP(id)
-	if err := s.store.UpdateSandboxState(ctx, id, store.StateStopped, s.now()); err != nil {
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
 		return sb, err
 	}
 	return s.store.GetSandbox(ctx, id)
@@ -308,63 +309,63 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (store.Sandbox, er
 
 // StartSandbox starts a stopped sandbox (or resumes a paused one) and waits
 // for its agent.
-func (s *Service) StartSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+func (s *Service) StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
 		return sb, err
 	}
 	switch sb.State {
-	case store.StateRunning:
+	case sandpit.StateRunning:
 		return sb, nil
-	case store.StatePaused:
+	case sandpit.StatePaused:
 		return s.ResumeSandbox(ctx, id)
-	case store.StateCreating:
+	case sandpit.StateCreating:
 		return sb, fmt.Errorf("%w: sandbox %s is still being created", ErrNotRunning, id)
 	}
 	if err := s.startAndAwait(ctx, &sb); err != nil {
 		return sb, err
 	}
-	if err := s.store.UpdateSandboxState(ctx, id, store.StateRunning, s.now()); err != nil {
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
 		return sb, err
 	}
 	return s.store.GetSandbox(ctx, id)
 }
 
 // PauseSandbox freezes a running sandbox's processes.
-func (s *Service) PauseSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+func (s *Service) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
 		return sb, err
 	}
-	if sb.State != store.StateRunning {
+	if sb.State != sandpit.StateRunning {
 		return sb, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
 	}
 	if err := s.rt.Pause(ctx, sb.ContainerID); err != nil {
 		return sb, fmt.Errorf("%w: pause: %v", ErrRuntime, err)
 	}
-	if err := s.store.UpdateSandboxState(ctx, id, store.StatePaused, s.now()); err != nil {
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StatePaused, s.now()); err != nil {
 		return sb, err
 	}
-	sb.State = store.StatePaused
+	sb.State = sandpit.StatePaused
 	return sb, nil
 }
 
 // ResumeSandbox unfreezes a paused sandbox.
-func (s *Service) ResumeSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+func (s *Service) ResumeSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
 		return sb, err
 	}
-	if sb.State != store.StatePaused {
+	if sb.State != sandpit.StatePaused {
 		return sb, nil
 	}
 	if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
 		return sb, fmt.Errorf("%w: unpause: %v", ErrRuntime, err)
 	}
-	if err := s.store.UpdateSandboxState(ctx, id, store.StateRunning, s.now()); err != nil {
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
 		return sb, err
 	}
-	sb.State = store.StateRunning
+	sb.State = sandpit.StateRunning
 	// Ports and domains added while the sandbox was paused were only
 	// recorded (ExposePort installs routes for running sandboxes), so their
 	// routes are installed now; the others are reinstalled, which is a no-op.
@@ -377,33 +378,33 @@ func (s *Service) ResumeSandbox(ctx context.Context, id string) (store.Sandbox, 
 }
 
 // SetTimeout moves a sandbox's end time to now+timeout.
-func (s *Service) SetTimeout(ctx context.Context, id string, timeout time.Duration) (store.Sandbox, error) {
+func (s *Service) SetTimeout(ctx context.Context, id string, timeout time.Duration) (sandpit.Sandbox, error) {
 	if timeout <= 0 || timeout > maxTimeout {
-		return store.Sandbox{}, invalidf("timeout must be between 1s and %s", maxTimeout)
+		return sandpit.Sandbox{}, invalidf("timeout must be between 1s and %s", maxTimeout)
 	}
 	now := s.now()
 	if err := s.store.SetSandboxEndAt(ctx, id, now.Add(timeout), now); err != nil {
-		return store.Sandbox{}, err
+		return sandpit.Sandbox{}, err
 	}
 	return s.store.GetSandbox(ctx, id)
 }
 
 // SetLabels replaces a sandbox's labels.
-func (s *Service) SetLabels(ctx context.Context, id string, labels map[string]string) (store.Sandbox, error) {
+func (s *Service) SetLabels(ctx context.Context, id string, labels map[string]string) (sandpit.Sandbox, error) {
 	if err := s.validateCreate(&CreateRequest{Labels: labels}); err != nil {
-		return store.Sandbox{}, err
+		return sandpit.Sandbox{}, err
 	}
 	if err := s.store.SetSandboxLabels(ctx, id, nonNil(labels), s.now()); err != nil {
-		return store.Sandbox{}, err
+		return sandpit.Sandbox{}, err
 	}
 	return s.store.GetSandbox(ctx, id)
 }
 
 // Stats samples a running sandbox's resource use.
-func (s *Service) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+func (s *Service) Stats(ctx context.Context, id string) (driver.Stats, error) {
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
-		return runtime.Stats{}, err
+		return driver.Stats{}, err
 	}
 	st, err := s.rt.Stats(ctx, sb.ContainerID)
 	if err != nil {
@@ -420,10 +421,10 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, sb := range expired {
-		if sb.State == store.StateCreating {
+		if sb.State == sandpit.StateCreating {
 			continue
 		}
-		if err := s.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := s.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Error("sweep: delete expired sandbox", "sandbox", sb.ID, "err", err)
 			continue
 		}
@@ -459,14 +460,14 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: list containers: %v", ErrRuntime, err)
 	}
-	byID := map[string]runtime.Container{}
+	byID := map[string]driver.Container{}
 	for _, c := range containers {
 		byID[c.SandboxID] = c
 	}
-	var all []store.Sandbox
+	var all []sandpit.Sandbox
 	token := ""
 	for {
-		page, next, err := s.store.ListSandboxes(ctx, store.ListOptions{Limit: 500, PageToken: token})
+		page, next, err := s.store.ListSandboxes(ctx, sandpit.ListOptions{Limit: 500, PageToken: token})
 		if err != nil {
 			return err
 		}
@@ -481,36 +482,36 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		known[sb.ID] = true
 		c, exists := byID[sb.ID]
 		switch {
-		case sb.State == store.StateCreating:
+		case sb.State == sandpit.StateCreating:
 			s.log.Warn("reconcile: unwinding interrupted create", "sandbox", sb.ID)
 			if exists {
 				if err := s.rt.Remove(ctx, c.ID); err != nil {
 					return fmt.Errorf("%w: remove %s: %v", ErrRuntime, c.ID, err)
 				}
 			}
-			if err := s.store.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			if err := s.store.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 				return err
 			}
 		case !exists:
-			if sb.State != store.StateError {
+			if sb.State != sandpit.StateError {
 				s.log.Warn("reconcile: container gone", "sandbox", sb.ID)
-				if err := s.store.UpdateSandboxState(ctx, sb.ID, store.StateError, s.now()); err != nil {
+				if err := s.store.UpdateSandboxState(ctx, sb.ID, sandpit.StateError, s.now()); err != nil {
 					return err
 				}
 			}
-		case sb.State == store.StateStopped && c.State == "running":
+		case sb.State == sandpit.StateStopped && c.State == "running":
 			if err := s.rt.Stop(ctx, c.ID, 5*time.Second); err != nil {
 				return fmt.Errorf("%w: stop %s: %v", ErrRuntime, c.ID, err)
 			}
-		case sb.State == store.StateRunning && c.State != "running":
+		case sb.State == sandpit.StateRunning && c.State != "running":
 			// The engine restarted or the container died: bring it back so
 			// the sandbox answers as the store says it does.
 			if err := s.startAndAwait(ctx, &sb); err != nil {
 				s.log.Error("reconcile: restart sandbox", "sandbox", sb.ID, "err", err)
-				_ = s.store.UpdateSandboxState(ctx, sb.ID, store.StateError, s.now())
+				_ = s.store.UpdateSandboxState(ctx, sb.ID, sandpit.StateError, s.now())
 			}
-		case sb.State == store.StatePaused && c.State == "running":
-			_ = s.store.UpdateSandboxState(ctx, sb.ID, store.StateRunning, s.now())
+		case sb.State == sandpit.StatePaused && c.State == "running":
+			_ = s.store.UpdateSandboxState(ctx, sb.ID, sandpit.StateRunning, s.now())
 		}
 	}
 	for id, c := range byID {
@@ -531,7 +532,7 @@ func (s *Service) installRoutes(ctx context.Context, id, ip string) error {
 	if s.router == nil {
 		return nil
 	}
-	routes := []router.Route{{Kind: router.KindHTTP, SandboxID: id, Port: runtime.AgentPort, Upstream: upstream(ip, runtime.AgentPort)}}
+	routes := []router.Route{{Kind: router.KindHTTP, SandboxID: id, Port: driver.AgentPort, Upstream: upstream(ip, driver.AgentPort)}}
 	ports, err := s.store.ListPorts(ctx, id)
 	if err != nil {
 		return err
@@ -582,7 +583,7 @@ func (s *Service) removeRoutes(ctx context.Context, id string) {
 func (s *Service) ReinstallRoutes(ctx context.Context) error {
 	token := ""
 	for {
-		page, next, err := s.store.ListSandboxes(ctx, store.ListOptions{Limit: 500, PageToken: token, States: []string{store.StateRunning, store.StatePaused}})
+		page, next, err := s.store.ListSandboxes(ctx, sandpit.ListOptions{Limit: 500, PageToken: token, States: []sandpit.State{sandpit.StateRunning, sandpit.StatePaused}})
 		if err != nil {
 			return err
 		}

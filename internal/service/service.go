@@ -21,8 +21,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/router"
-	"github.com/sandpit-dev/sandpit/internal/runtime"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -61,7 +63,7 @@ type Config struct {
 	Domain        string            // default "localhost"
 	ProxyPort     int               // port of the builtin proxy, for URLs; 80 omits it
 	PublicHost    string            // host in tcp:// URLs; default 127.0.0.1
-	PortRange     store.PortRange   // TCP host-port pool
+	PortRange     sandpit.PortRange // TCP host-port pool
 	ExtraLabels   map[string]string // added to every container (tests tag runs)
 	// Instance identifies this daemon's containers (label sandpit.instance):
 	// reconcile touches only those, so daemons can share an engine.
@@ -75,7 +77,7 @@ type Config struct {
 type Service struct {
 	cfg    Config
 	store  *store.Store
-	rt     runtime.Runtime
+	rt     driver.Driver
 	router router.Router
 	log    *slog.Logger
 	http   *http.Client
@@ -91,7 +93,7 @@ type Service struct {
 }
 
 // New builds a Service.
-func New(cfg Config, st *store.Store, rt runtime.Runtime, rtr router.Router) *Service {
+func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Service {
 	if cfg.HealthTimeout <= 0 {
 		cfg.HealthTimeout = 30 * time.Second
 	}
@@ -185,7 +187,7 @@ func (s *Service) AgentAddr(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return net.JoinHostPort(ip, strconv.Itoa(runtime.AgentPort)), nil
+	return net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort)), nil
 }
 
 func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
@@ -199,7 +201,7 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if sb.State != store.StateRunning {
+	if sb.State != sandpit.StateRunning {
 		return "", fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
 	}
 	c, err := s.rt.Inspect(ctx, sb.ContainerID)
@@ -225,7 +227,7 @@ func (s *Service) forgetIP(id string) {
 func (s *Service) waitHealthy(ctx context.Context, ip string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.HealthTimeout)
 	defer cancel()
-	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(runtime.AgentPort)) + "/health"
+	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort)) + "/health"
 	delay := 5 * time.Millisecond
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

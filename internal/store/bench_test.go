@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Every benchmark here commits to disk with synchronous=FULL, so the numbers
@@ -24,11 +24,11 @@ func BenchmarkClaimComplete(b *testing.B) {
 	for b.Loop() {
 		fp := fmt.Sprintf("fp-%d", i)
 		i++
-		c, err := s.ClaimIdempotentRequest(ctx, store.ClaimRequest{Scope: "bench", Fingerprint: fp, PendingTTL: time.Minute}, t0)
-		if err != nil || c.Outcome != store.Acquired {
+		c, err := s.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: "bench", Fingerprint: fp, PendingTTL: time.Minute}, t0)
+		if err != nil || c.Outcome != sandpit.Acquired {
 			b.Fatalf("claim: %+v %v", c, err)
 		}
-		if err := s.CompleteIdempotentRequest(ctx, store.Completion{
+		if err := s.CompleteIdempotentRequest(ctx, sandpit.Completion{
 			Scope: "bench", Fingerprint: fp, Generation: c.Generation, TargetID: fp, ReplayTTL: time.Minute,
 		}, t0); err != nil {
 			b.Fatal(err)
@@ -50,11 +50,11 @@ func BenchmarkReserveHostPort(b *testing.B) {
 		}
 		// Fresh (sandbox, port) and host port each time; the pool is wide
 		// enough that every reservation succeeds.
-		res, err := s.TryReserveHostPort(ctx, store.ExposedPort{
+		res, err := s.TryReserveHostPort(ctx, sandpit.ExposedPort{
 			SandboxID: fmt.Sprintf("sb-%d", i/perSandbox), Port: 1 + i%perSandbox, Protocol: "tcp",
 			HostPort: 1 + i%65535, PublicURL: "tcp://127.0.0.1",
 		}, t0)
-		if err != nil || res.Outcome != store.Reserved {
+		if err != nil || res.Outcome != sandpit.Reserved {
 			b.Fatalf("reserve %d: %v %v", i, res.Outcome, err)
 		}
 		i++
@@ -69,8 +69,8 @@ func BenchmarkRetryExistingExposure(b *testing.B) {
 	s, _ := openStore(b)
 	ctx := context.Background()
 	createSandbox(b, s, "sb-a", "")
-	pool := store.PortRange{Lo: 20000, Hi: 29999}
-	p := store.ExposedPort{SandboxID: "sb-a", Port: 8080, Protocol: "tcp"}
+	pool := sandpit.PortRange{Lo: 20000, Hi: 29999}
+	p := sandpit.ExposedPort{SandboxID: "sb-a", Port: 8080, Protocol: "tcp"}
 	if _, _, err := s.AllocateHostPort(ctx, p, pool, tcpURL, t0); err != nil {
 		b.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 const domainColumns = `hostname, sandbox_id, port, created_at`
@@ -21,57 +23,57 @@ const (
 // same sandbox and port, the call was a retry and gets AlreadyBound with the
 // stored row; any other binding is an error wrapping ErrHostnameConflict.
 // Hostnames compare case-insensitively. An unknown sandbox gives ErrNotFound.
-func (s *Store) AddCustomDomain(ctx context.Context, d CustomDomain, now time.Time) (CustomDomain, AddOutcome, error) {
+func (s *Store) AddCustomDomain(ctx context.Context, d sandpit.CustomDomain, now time.Time) (sandpit.CustomDomain, sandpit.AddOutcome, error) {
 	if d.Hostname == "" || d.SandboxID == "" {
-		return CustomDomain{}, 0, errors.New("add custom domain: hostname and sandbox id must not be empty")
+		return sandpit.CustomDomain{}, 0, errors.New("add custom domain: hostname and sandbox id must not be empty")
 	}
 	if d.Port < 1 || d.Port > 65535 {
 		// OR IGNORE would swallow the CHECK failure; reject it up front.
-		return CustomDomain{}, 0, fmt.Errorf("add custom domain %s: port %d out of range 1-65535", d.Hostname, d.Port)
+		return sandpit.CustomDomain{}, 0, fmt.Errorf("add custom domain %s: port %d out of range 1-65535", d.Hostname, d.Port)
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return CustomDomain{}, 0, fmt.Errorf("add custom domain %s: %w", d.Hostname, err)
+		return sandpit.CustomDomain{}, 0, fmt.Errorf("add custom domain %s: %w", d.Hostname, err)
 	}
 	defer rollback(tx)
 
 	res, err := s.exec(ctx, tx, qDomainInsert, d.Hostname, d.SandboxID, d.Port, toNanos(clock(now)))
 	if err != nil {
 		if isForeignKeyViolation(err) {
-			return CustomDomain{}, 0, fmt.Errorf("add custom domain %s: sandbox %s: %w", d.Hostname, d.SandboxID, ErrNotFound)
+			return sandpit.CustomDomain{}, 0, fmt.Errorf("add custom domain %s: sandbox %s: %w", d.Hostname, d.SandboxID, sandpit.ErrNotFound)
 		}
-		return CustomDomain{}, 0, fmt.Errorf("add custom domain %s: %w", d.Hostname, err)
+		return sandpit.CustomDomain{}, 0, fmt.Errorf("add custom domain %s: %w", d.Hostname, err)
 	}
 	inserted, err := res.RowsAffected()
 	if err != nil {
-		return CustomDomain{}, 0, fmt.Errorf("add custom domain %s: %w", d.Hostname, err)
+		return sandpit.CustomDomain{}, 0, fmt.Errorf("add custom domain %s: %w", d.Hostname, err)
 	}
 	row, err := scanDomain(s.queryRow(ctx, tx, qDomainByHostname, d.Hostname))
 	if err != nil {
-		return CustomDomain{}, 0, fmt.Errorf("add custom domain %s: read back: %w", d.Hostname, err)
+		return sandpit.CustomDomain{}, 0, fmt.Errorf("add custom domain %s: read back: %w", d.Hostname, err)
 	}
-	outcome := Added
+	outcome := sandpit.Added
 	if inserted == 0 {
 		if row.SandboxID != d.SandboxID || row.Port != d.Port {
-			return CustomDomain{}, 0, fmt.Errorf("add custom domain %s for sandbox %s port %d: bound to sandbox %s port %d: %w",
-				d.Hostname, d.SandboxID, d.Port, row.SandboxID, row.Port, ErrHostnameConflict)
+			return sandpit.CustomDomain{}, 0, fmt.Errorf("add custom domain %s for sandbox %s port %d: bound to sandbox %s port %d: %w",
+				d.Hostname, d.SandboxID, d.Port, row.SandboxID, row.Port, sandpit.ErrHostnameConflict)
 		}
-		outcome = AlreadyBound
+		outcome = sandpit.AlreadyBound
 	}
 	if err := tx.Commit(); err != nil {
-		return CustomDomain{}, 0, fmt.Errorf("add custom domain %s: commit: %w", d.Hostname, err)
+		return sandpit.CustomDomain{}, 0, fmt.Errorf("add custom domain %s: commit: %w", d.Hostname, err)
 	}
 	return row, outcome, nil
 }
 
 // GetCustomDomain returns the binding of hostname, or ErrNotFound.
-func (s *Store) GetCustomDomain(ctx context.Context, hostname string) (CustomDomain, error) {
+func (s *Store) GetCustomDomain(ctx context.Context, hostname string) (sandpit.CustomDomain, error) {
 	d, err := scanDomain(s.queryRow(ctx, nil, qDomainByHostname, hostname))
 	if errors.Is(err, sql.ErrNoRows) {
-		return CustomDomain{}, fmt.Errorf("get custom domain %s: %w", hostname, ErrNotFound)
+		return sandpit.CustomDomain{}, fmt.Errorf("get custom domain %s: %w", hostname, sandpit.ErrNotFound)
 	}
 	if err != nil {
-		return CustomDomain{}, fmt.Errorf("get custom domain %s: %w", hostname, err)
+		return sandpit.CustomDomain{}, fmt.Errorf("get custom domain %s: %w", hostname, err)
 	}
 	return d, nil
 }
@@ -90,31 +92,31 @@ func (s *Store) RemoveCustomDomain(ctx context.Context, sandboxID, hostname stri
 		return fmt.Errorf("remove custom domain %s from %s: %w", hostname, sandboxID, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("remove custom domain %s from %s: %w", hostname, sandboxID, ErrNotFound)
+		return fmt.Errorf("remove custom domain %s from %s: %w", hostname, sandboxID, sandpit.ErrNotFound)
 	}
 	return nil
 }
 
 // ListCustomDomains returns the domains bound to sandboxID, by hostname.
-func (s *Store) ListCustomDomains(ctx context.Context, sandboxID string) ([]CustomDomain, error) {
+func (s *Store) ListCustomDomains(ctx context.Context, sandboxID string) ([]sandpit.CustomDomain, error) {
 	return s.queryDomains(ctx, "list custom domains of "+sandboxID,
 		`SELECT `+domainColumns+` FROM sandbox_custom_domains WHERE sandbox_id = ? ORDER BY hostname`, sandboxID)
 }
 
 // ListAllCustomDomains returns every binding, by hostname, for rebuilding
 // routes after a restart.
-func (s *Store) ListAllCustomDomains(ctx context.Context) ([]CustomDomain, error) {
+func (s *Store) ListAllCustomDomains(ctx context.Context) ([]sandpit.CustomDomain, error) {
 	return s.queryDomains(ctx, "list all custom domains",
 		`SELECT `+domainColumns+` FROM sandbox_custom_domains ORDER BY hostname`)
 }
 
-func (s *Store) queryDomains(ctx context.Context, what, q string, args ...any) ([]CustomDomain, error) {
+func (s *Store) queryDomains(ctx context.Context, what, q string, args ...any) ([]sandpit.CustomDomain, error) {
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []CustomDomain
+	var out []sandpit.CustomDomain
 	for rows.Next() {
 		d, err := scanDomain(rows)
 		if err != nil {
@@ -128,13 +130,13 @@ func (s *Store) queryDomains(ctx context.Context, what, q string, args ...any) (
 	return out, nil
 }
 
-func scanDomain(r rowScanner) (CustomDomain, error) {
+func scanDomain(r rowScanner) (sandpit.CustomDomain, error) {
 	var (
-		d       CustomDomain
+		d       sandpit.CustomDomain
 		created int64
 	)
 	if err := r.Scan(&d.Hostname, &d.SandboxID, &d.Port, &created); err != nil {
-		return CustomDomain{}, err
+		return sandpit.CustomDomain{}, err
 	}
 	d.CreatedAt = fromNanos(created)
 	return d, nil

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit"
 )
 
 func TestAddCustomDomainRace(t *testing.T) {
@@ -15,18 +15,18 @@ func TestAddCustomDomainRace(t *testing.T) {
 	createSandbox(t, s, "sb-b", "")
 	for round := range 30 {
 		host := "app" + string(rune('a'+round%26)) + string(rune('0'+round/26)) + ".example.com"
-		outcomes := make([]store.AddOutcome, 2)
+		outcomes := make([]sandpit.AddOutcome, 2)
 		errs := make([]error, 2)
 		parallel(2, func(i int) {
-			_, outcomes[i], errs[i] = s.AddCustomDomain(ctx, store.CustomDomain{
+			_, outcomes[i], errs[i] = s.AddCustomDomain(ctx, sandpit.CustomDomain{
 				Hostname: host, SandboxID: []string{"sb-a", "sb-b"}[i], Port: 8080}, t0)
 		})
 		added, conflicts := 0, 0
 		for i := range 2 {
 			switch {
-			case errs[i] == nil && outcomes[i] == store.Added:
+			case errs[i] == nil && outcomes[i] == sandpit.Added:
 				added++
-			case errors.Is(errs[i], store.ErrHostnameConflict):
+			case errors.Is(errs[i], sandpit.ErrHostnameConflict):
 				conflicts++
 			default:
 				t.Fatalf("round %d: outcome %v err %v", round, outcomes[i], errs[i])
@@ -43,38 +43,38 @@ func TestCustomDomains(t *testing.T) {
 	ctx := context.Background()
 	createSandbox(t, s, "sb-a", "")
 	createSandbox(t, s, "sb-b", "")
-	d := store.CustomDomain{Hostname: "app.example.com", SandboxID: "sb-a", Port: 3000}
+	d := sandpit.CustomDomain{Hostname: "app.example.com", SandboxID: "sb-a", Port: 3000}
 
 	row, outcome, err := s.AddCustomDomain(ctx, d, t0)
-	if err != nil || outcome != store.Added || row.SandboxID != "sb-a" || row.Port != 3000 || !row.CreatedAt.Equal(t0) {
+	if err != nil || outcome != sandpit.Added || row.SandboxID != "sb-a" || row.Port != 3000 || !row.CreatedAt.Equal(t0) {
 		t.Fatalf("first add: %+v %v %v", row, outcome, err)
 	}
 	for i := range 3 {
 		again, outcome, err := s.AddCustomDomain(ctx, d, t0.Add(1))
-		if err != nil || outcome != store.AlreadyBound || again != row {
+		if err != nil || outcome != sandpit.AlreadyBound || again != row {
 			t.Fatalf("repeat %d: %+v %v %v", i, again, outcome, err)
 		}
 	}
-	for name, other := range map[string]store.CustomDomain{
+	for name, other := range map[string]sandpit.CustomDomain{
 		"other sandbox":      {Hostname: "app.example.com", SandboxID: "sb-b", Port: 3000},
 		"same sandbox, port": {Hostname: "app.example.com", SandboxID: "sb-a", Port: 3001},
 		"case differs":       {Hostname: "APP.Example.COM", SandboxID: "sb-b", Port: 3000},
 	} {
-		if _, _, err := s.AddCustomDomain(ctx, other, t0); !errors.Is(err, store.ErrHostnameConflict) {
-			t.Errorf("%s: got %v, want ErrHostnameConflict", name, err)
+		if _, _, err := s.AddCustomDomain(ctx, other, t0); !errors.Is(err, sandpit.ErrHostnameConflict) {
+			t.Errorf("%s: got %v, want sandpit.ErrHostnameConflict", name, err)
 		}
 	}
-	if _, _, err := s.AddCustomDomain(ctx, store.CustomDomain{Hostname: "x.example.com", SandboxID: "ghost", Port: 1}, t0); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := s.AddCustomDomain(ctx, sandpit.CustomDomain{Hostname: "x.example.com", SandboxID: "ghost", Port: 1}, t0); !errors.Is(err, sandpit.ErrNotFound) {
 		t.Errorf("unknown sandbox: %v", err)
 	}
-	if _, _, err := s.AddCustomDomain(ctx, store.CustomDomain{Hostname: "y.example.com", SandboxID: "sb-a", Port: 0}, t0); err == nil {
+	if _, _, err := s.AddCustomDomain(ctx, sandpit.CustomDomain{Hostname: "y.example.com", SandboxID: "sb-a", Port: 0}, t0); err == nil {
 		t.Error("port 0 accepted")
 	}
 
-	if _, _, err := s.AddCustomDomain(ctx, store.CustomDomain{Hostname: "b.example.com", SandboxID: "sb-b", Port: 80}, t0); err != nil {
+	if _, _, err := s.AddCustomDomain(ctx, sandpit.CustomDomain{Hostname: "b.example.com", SandboxID: "sb-b", Port: 80}, t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.AddCustomDomain(ctx, store.CustomDomain{Hostname: "api.example.com", SandboxID: "sb-a", Port: 80}, t0); err != nil {
+	if _, _, err := s.AddCustomDomain(ctx, sandpit.CustomDomain{Hostname: "api.example.com", SandboxID: "sb-a", Port: 80}, t0); err != nil {
 		t.Fatal(err)
 	}
 	list, _ := s.ListCustomDomains(ctx, "sb-a")
@@ -89,20 +89,20 @@ func TestCustomDomains(t *testing.T) {
 	}
 
 	// Only the owner can remove a binding.
-	if err := s.RemoveCustomDomain(ctx, "sb-b", "app.example.com"); !errors.Is(err, store.ErrNotFound) {
+	if err := s.RemoveCustomDomain(ctx, "sb-b", "app.example.com"); !errors.Is(err, sandpit.ErrNotFound) {
 		t.Errorf("remove by another sandbox: %v", err)
 	}
 	if err := s.RemoveCustomDomain(ctx, "sb-a", "app.example.com"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RemoveCustomDomain(ctx, "sb-a", "app.example.com"); !errors.Is(err, store.ErrNotFound) {
+	if err := s.RemoveCustomDomain(ctx, "sb-a", "app.example.com"); !errors.Is(err, sandpit.ErrNotFound) {
 		t.Errorf("second remove: %v", err)
 	}
-	if _, err := s.GetCustomDomain(ctx, "app.example.com"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetCustomDomain(ctx, "app.example.com"); !errors.Is(err, sandpit.ErrNotFound) {
 		t.Errorf("get after remove: %v", err)
 	}
 	// Once free, another sandbox may take the hostname.
-	if _, outcome, err := s.AddCustomDomain(ctx, store.CustomDomain{Hostname: "app.example.com", SandboxID: "sb-b", Port: 3000}, t0); err != nil || outcome != store.Added {
+	if _, outcome, err := s.AddCustomDomain(ctx, sandpit.CustomDomain{Hostname: "app.example.com", SandboxID: "sb-b", Port: 3000}, t0); err != nil || outcome != sandpit.Added {
 		t.Errorf("rebinding a freed hostname: %v %v", outcome, err)
 	}
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -27,13 +29,13 @@ func openStore(t testing.TB) (*store.Store, string) {
 	return s, dir
 }
 
-func createSandbox(t testing.TB, s *store.Store, id, name string) store.Sandbox {
+func createSandbox(t testing.TB, s *store.Store, id, name string) sandpit.Sandbox {
 	t.Helper()
-	sb := store.Sandbox{
+	sb := sandpit.Sandbox{
 		ID:        id,
 		Name:      name,
 		Image:     "busybox",
-		State:     store.StateRunning,
+		State:     sandpit.StateRunning,
 		CreatedAt: t0,
 	}
 	if err := s.CreateSandbox(context.Background(), sb); err != nil {

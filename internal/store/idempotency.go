@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Idempotency row states.
@@ -77,12 +79,12 @@ const (
 // The resets are conditional UPDATEs that match only the row as it was read
 // (state, generation and expiry), so however many claimers see the same stale
 // row, exactly one of them acquires it.
-func (s *Store) ClaimIdempotentRequest(ctx context.Context, req ClaimRequest, now time.Time) (Claim, error) {
+func (s *Store) ClaimIdempotentRequest(ctx context.Context, req sandpit.ClaimRequest, now time.Time) (sandpit.Claim, error) {
 	if req.Scope == "" || req.Fingerprint == "" {
-		return Claim{}, errors.New("claim idempotent request: scope and fingerprint must not be empty")
+		return sandpit.Claim{}, errors.New("claim idempotent request: scope and fingerprint must not be empty")
 	}
 	if req.PendingTTL <= 0 {
-		return Claim{}, fmt.Errorf("claim idempotent request %s/%s: pending TTL must be positive", req.Scope, req.Fingerprint)
+		return sandpit.Claim{}, fmt.Errorf("claim idempotent request %s/%s: pending TTL must be positive", req.Scope, req.Fingerprint)
 	}
 	now = clock(now)
 	nowNs := toNanos(now)
@@ -97,15 +99,15 @@ func (s *Store) ClaimIdempotentRequest(ctx context.Context, req ClaimRequest, no
 	res, err := s.exec(ctx, nil, qClaimInsert,
 		req.Scope, req.Fingerprint, req.RequestHash, lockNs, nowNs, nowNs)
 	if err != nil {
-		return Claim{}, fmt.Errorf("%s: insert: %w", what, err)
+		return sandpit.Claim{}, fmt.Errorf("%s: insert: %w", what, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return Claim{}, fmt.Errorf("%s: insert: %w", what, err)
+		return sandpit.Claim{}, fmt.Errorf("%s: insert: %w", what, err)
 	}
 	if n == 1 {
-		return Claim{
-			Outcome:     Acquired,
+		return sandpit.Claim{
+			Outcome:     sandpit.Acquired,
 			Scope:       req.Scope,
 			Fingerprint: req.Fingerprint,
 			Generation:  1,
@@ -117,7 +119,7 @@ func (s *Store) ClaimIdempotentRequest(ctx context.Context, req ClaimRequest, no
 
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return Claim{}, fmt.Errorf("%s: %w", what, err)
+		return sandpit.Claim{}, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rollback(tx)
 
@@ -126,26 +128,26 @@ func (s *Store) ClaimIdempotentRequest(ctx context.Context, req ClaimRequest, no
 		if errors.Is(err, sql.ErrNoRows) {
 			// The row existed a statement ago and this transaction holds the
 			// write lock, so this means the invariant above is broken.
-			return Claim{}, fmt.Errorf("%s: row vanished inside the claiming transaction", what)
+			return sandpit.Claim{}, fmt.Errorf("%s: row vanished inside the claiming transaction", what)
 		}
 		if err != nil {
-			return Claim{}, fmt.Errorf("%s: read: %w", what, err)
+			return sandpit.Claim{}, fmt.Errorf("%s: read: %w", what, err)
 		}
 		replayOpen := row.State == idemReady && !row.ReplayUntil.IsZero() && toNanos(row.ReplayUntil) > nowNs
 		lockLive := row.State == idemPending && toNanos(row.LockedUntil) > nowNs
 		bindsKey := row.State == idemPending || replayOpen
 
 		var reset sql.Result
-		var out Claim
+		var out sandpit.Claim
 		switch {
 		case bindsKey && req.RequestHash != "" && row.RequestHash != req.RequestHash:
-			row.Outcome = Mismatch
+			row.Outcome = sandpit.Mismatch
 			return row, nil
 		case replayOpen:
-			row.Outcome = Replay
+			row.Outcome = sandpit.Replay
 			return row, nil
 		case lockLive:
-			row.Outcome = InFlight
+			row.Outcome = sandpit.InFlight
 			// Pollers need no stored response, and a pending row has none.
 			return row, nil
 		case row.State == idemPending:
@@ -163,7 +165,7 @@ func (s *Store) ClaimIdempotentRequest(ctx context.Context, req ClaimRequest, no
 			reset, err = s.exec(ctx, tx, qClaimRestart,
 				req.RequestHash, lockNs, nowNs,
 				req.Scope, req.Fingerprint, row.Generation)
-			out = Claim{
+			out = sandpit.Claim{
 				Scope:       req.Scope,
 				Fingerprint: req.Fingerprint,
 				Generation:  row.Generation + 1,
@@ -173,11 +175,11 @@ func (s *Store) ClaimIdempotentRequest(ctx context.Context, req ClaimRequest, no
 			}
 		}
 		if err != nil {
-			return Claim{}, fmt.Errorf("%s: reset stale row: %w", what, err)
+			return sandpit.Claim{}, fmt.Errorf("%s: reset stale row: %w", what, err)
 		}
 		n, err := reset.RowsAffected()
 		if err != nil {
-			return Claim{}, fmt.Errorf("%s: reset stale row: %w", what, err)
+			return sandpit.Claim{}, fmt.Errorf("%s: reset stale row: %w", what, err)
 		}
 		if n == 0 {
 			// Someone changed the row since we read it; decide again from
@@ -185,13 +187,13 @@ func (s *Store) ClaimIdempotentRequest(ctx context.Context, req ClaimRequest, no
 			continue
 		}
 		if err := tx.Commit(); err != nil {
-			return Claim{}, fmt.Errorf("%s: commit: %w", what, err)
+			return sandpit.Claim{}, fmt.Errorf("%s: commit: %w", what, err)
 		}
-		out.Outcome = Acquired
+		out.Outcome = sandpit.Acquired
 		out.State = idemPending
 		return out, nil
 	}
-	return Claim{}, fmt.Errorf("%s: row kept changing under the claim", what)
+	return sandpit.Claim{}, fmt.Errorf("%s: row kept changing under the claim", what)
 }
 
 // SetIdempotentTarget records the resource id chosen by the holder of a
@@ -210,7 +212,7 @@ func (s *Store) SetIdempotentTarget(ctx context.Context, scope, fingerprint stri
 		return fmt.Errorf("set idempotent target %s/%s: %w", scope, fingerprint, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("set idempotent target %s/%s generation %d: %w", scope, fingerprint, generation, ErrClaimLost)
+		return fmt.Errorf("set idempotent target %s/%s generation %d: %w", scope, fingerprint, generation, sandpit.ErrClaimLost)
 	}
 	return nil
 }
@@ -220,7 +222,7 @@ func (s *Store) SetIdempotentTarget(ctx context.Context, scope, fingerprint stri
 // SetIdempotentTarget) and the response, replayable until now + c.ReplayTTL.
 // It returns ErrClaimLost when the row is not pending at that generation, for
 // example because it was deleted or a later generation took it over.
-func (s *Store) CompleteIdempotentRequest(ctx context.Context, c Completion, now time.Time) error {
+func (s *Store) CompleteIdempotentRequest(ctx context.Context, c sandpit.Completion, now time.Time) error {
 	if c.ReplayTTL < 0 {
 		return fmt.Errorf("complete idempotent request %s/%s: replay TTL must not be negative", c.Scope, c.Fingerprint)
 	}
@@ -237,7 +239,7 @@ func (s *Store) CompleteIdempotentRequest(ctx context.Context, c Completion, now
 		return fmt.Errorf("complete idempotent request %s/%s: %w", c.Scope, c.Fingerprint, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("complete idempotent request %s/%s generation %d: %w", c.Scope, c.Fingerprint, c.Generation, ErrClaimLost)
+		return fmt.Errorf("complete idempotent request %s/%s generation %d: %w", c.Scope, c.Fingerprint, c.Generation, sandpit.ErrClaimLost)
 	}
 	return nil
 }
@@ -245,13 +247,13 @@ func (s *Store) CompleteIdempotentRequest(ctx context.Context, c Completion, now
 // GetIdempotentRequest returns the row as it stands, for callers polling an
 // InFlight claim. Outcome is left zero. It returns ErrNotFound when there is
 // no row.
-func (s *Store) GetIdempotentRequest(ctx context.Context, scope, fingerprint string) (Claim, error) {
+func (s *Store) GetIdempotentRequest(ctx context.Context, scope, fingerprint string) (sandpit.Claim, error) {
 	c, err := scanClaim(s.queryRow(ctx, nil, qClaimSelect, scope, fingerprint))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Claim{}, fmt.Errorf("get idempotent request %s/%s: %w", scope, fingerprint, ErrNotFound)
+		return sandpit.Claim{}, fmt.Errorf("get idempotent request %s/%s: %w", scope, fingerprint, sandpit.ErrNotFound)
 	}
 	if err != nil {
-		return Claim{}, fmt.Errorf("get idempotent request %s/%s: %w", scope, fingerprint, err)
+		return sandpit.Claim{}, fmt.Errorf("get idempotent request %s/%s: %w", scope, fingerprint, err)
 	}
 	return c, nil
 }
@@ -325,15 +327,15 @@ func (s *Store) ExpirePendingClaims(ctx context.Context, now time.Time, keep tim
 	return n, nil
 }
 
-func scanClaim(r rowScanner) (Claim, error) {
+func scanClaim(r rowScanner) (sandpit.Claim, error) {
 	var (
-		c           Claim
+		c           sandpit.Claim
 		lockedUntil int64
 		replayUntil sql.NullInt64
 	)
 	if err := r.Scan(&c.Scope, &c.Fingerprint, &c.TargetID, &c.State, &c.Generation, &c.RequestHash,
 		&c.ResponseStatus, &c.ResponseBody, &lockedUntil, &replayUntil); err != nil {
-		return Claim{}, err
+		return sandpit.Claim{}, err
 	}
 	c.LockedUntil = fromNanos(lockedUntil)
 	c.ReplayUntil = fromNullNanos(replayUntil)

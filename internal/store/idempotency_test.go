@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -14,19 +16,19 @@ const (
 	replayTTL  = 10 * time.Second
 )
 
-func claimReq(fp, hash string) store.ClaimRequest {
-	return store.ClaimRequest{Scope: "e2b.create", Fingerprint: fp, RequestHash: hash, PendingTTL: pendingTTL}
+func claimReq(fp, hash string) sandpit.ClaimRequest {
+	return sandpit.ClaimRequest{Scope: "e2b.create", Fingerprint: fp, RequestHash: hash, PendingTTL: pendingTTL}
 }
 
 // claimAll has n goroutines claim req at the same time and counts outcomes.
-func claimAll(t *testing.T, s *store.Store, n int, req store.ClaimRequest, now time.Time) ([]store.Claim, map[store.ClaimOutcome]int) {
+func claimAll(t *testing.T, s *store.Store, n int, req sandpit.ClaimRequest, now time.Time) ([]sandpit.Claim, map[sandpit.ClaimOutcome]int) {
 	t.Helper()
-	claims := make([]store.Claim, n)
+	claims := make([]sandpit.Claim, n)
 	errs := make([]error, n)
 	parallel(n, func(i int) {
 		claims[i], errs[i] = s.ClaimIdempotentRequest(context.Background(), req, now)
 	})
-	counts := map[store.ClaimOutcome]int{}
+	counts := map[sandpit.ClaimOutcome]int{}
 	for i := range n {
 		if errs[i] != nil {
 			t.Fatalf("claimer %d: %v", i, errs[i])
@@ -36,13 +38,13 @@ func claimAll(t *testing.T, s *store.Store, n int, req store.ClaimRequest, now t
 	return claims, counts
 }
 
-func acquired(claims []store.Claim) store.Claim {
+func acquired(claims []sandpit.Claim) sandpit.Claim {
 	for _, c := range claims {
-		if c.Outcome == store.Acquired {
+		if c.Outcome == sandpit.Acquired {
 			return c
 		}
 	}
-	return store.Claim{}
+	return sandpit.Claim{}
 }
 
 func TestClaimLifecycleUnderContention(t *testing.T) {
@@ -52,7 +54,7 @@ func TestClaimLifecycleUnderContention(t *testing.T) {
 
 	// 64 concurrent first claims: one owner, the rest see it in flight.
 	claims, counts := claimAll(t, s, 64, req, t0)
-	if counts[store.Acquired] != 1 || counts[store.InFlight] != 63 {
+	if counts[sandpit.Acquired] != 1 || counts[sandpit.InFlight] != 63 {
 		t.Fatalf("first round: %v, want 1 acquired and 63 in flight", counts)
 	}
 	owner := acquired(claims)
@@ -61,7 +63,7 @@ func TestClaimLifecycleUnderContention(t *testing.T) {
 	}
 
 	done := t0.Add(5 * time.Second)
-	if err := s.CompleteIdempotentRequest(ctx, store.Completion{
+	if err := s.CompleteIdempotentRequest(ctx, sandpit.Completion{
 		Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: owner.Generation,
 		TargetID: "sb-first", ResponseStatus: 201, ResponseBody: []byte(`{"id":"sb-first"}`), ReplayTTL: replayTTL,
 	}, done); err != nil {
@@ -71,7 +73,7 @@ func TestClaimLifecycleUnderContention(t *testing.T) {
 	// Within the replay window every duplicate replays the same outcome.
 	for _, now := range []time.Time{done, done.Add(replayTTL - time.Nanosecond)} {
 		claims, counts = claimAll(t, s, 64, req, now)
-		if counts[store.Replay] != 64 {
+		if counts[sandpit.Replay] != 64 {
 			t.Fatalf("within the window at %v: %v, want 64 replays", now, counts)
 		}
 		for _, c := range claims {
@@ -84,7 +86,7 @@ func TestClaimLifecycleUnderContention(t *testing.T) {
 	// After the window exactly one caller starts generation 2.
 	later := done.Add(replayTTL)
 	claims, counts = claimAll(t, s, 64, req, later)
-	if counts[store.Acquired] != 1 || counts[store.InFlight] != 63 {
+	if counts[sandpit.Acquired] != 1 || counts[sandpit.InFlight] != 63 {
 		t.Fatalf("after the window: %v, want 1 acquired and 63 in flight", counts)
 	}
 	gen2 := acquired(claims)
@@ -100,13 +102,13 @@ func TestClaimLifecycleUnderContention(t *testing.T) {
 	}
 
 	// The generation-1 owner can no longer complete; generation 2 can.
-	if err := s.CompleteIdempotentRequest(ctx, store.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 1, TargetID: "late", ReplayTTL: replayTTL}, later); !errors.Is(err, store.ErrClaimLost) {
-		t.Fatalf("stale completion: got %v, want ErrClaimLost", err)
+	if err := s.CompleteIdempotentRequest(ctx, sandpit.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 1, TargetID: "late", ReplayTTL: replayTTL}, later); !errors.Is(err, sandpit.ErrClaimLost) {
+		t.Fatalf("stale completion: got %v, want sandpit.ErrClaimLost", err)
 	}
-	if err := s.CompleteIdempotentRequest(ctx, store.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 2, TargetID: "sb-second", ReplayTTL: replayTTL}, later); err != nil {
+	if err := s.CompleteIdempotentRequest(ctx, sandpit.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 2, TargetID: "sb-second", ReplayTTL: replayTTL}, later); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := s.ClaimIdempotentRequest(ctx, req, later); c.Outcome != store.Replay || c.TargetID != "sb-second" {
+	if c, _ := s.ClaimIdempotentRequest(ctx, req, later); c.Outcome != sandpit.Replay || c.TargetID != "sb-second" {
 		t.Fatalf("replay of generation 2: %+v", c)
 	}
 }
@@ -116,19 +118,19 @@ func TestClaimExpiredPendingIsTakenOverByOne(t *testing.T) {
 	ctx := context.Background()
 	req := claimReq("fp-crash", "h1")
 	first, err := s.ClaimIdempotentRequest(ctx, req, t0)
-	if err != nil || first.Outcome != store.Acquired {
+	if err != nil || first.Outcome != sandpit.Acquired {
 		t.Fatalf("first claim: %+v %v", first, err)
 	}
 	if err := s.SetIdempotentTarget(ctx, req.Scope, req.Fingerprint, first.Generation, "sb-crashed", t0); err != nil {
 		t.Fatal(err)
 	}
 	// The worker dies. Up to the lock's expiry everyone waits.
-	if _, counts := claimAll(t, s, 64, req, t0.Add(pendingTTL-time.Nanosecond)); counts[store.InFlight] != 64 {
+	if _, counts := claimAll(t, s, 64, req, t0.Add(pendingTTL-time.Nanosecond)); counts[sandpit.InFlight] != 64 {
 		t.Fatalf("before the lock expires: %v", counts)
 	}
 	takeover := t0.Add(pendingTTL)
 	claims, counts := claimAll(t, s, 64, req, takeover)
-	if counts[store.Acquired] != 1 || counts[store.InFlight] != 63 {
+	if counts[sandpit.Acquired] != 1 || counts[sandpit.InFlight] != 63 {
 		t.Fatalf("after the lock expires: %v, want 1 acquired and 63 in flight", counts)
 	}
 	c := acquired(claims)
@@ -136,15 +138,15 @@ func TestClaimExpiredPendingIsTakenOverByOne(t *testing.T) {
 		t.Fatalf("takeover claim %+v: want generation 1, target sb-crashed and a fresh lock", c)
 	}
 	for _, other := range claims {
-		if other.Outcome == store.InFlight && !other.LockedUntil.Equal(takeover.Add(pendingTTL)) {
+		if other.Outcome == sandpit.InFlight && !other.LockedUntil.Equal(takeover.Add(pendingTTL)) {
 			t.Fatalf("in-flight claimers should see the renewed lock, got %+v", other)
 		}
 	}
 	// The new holder completes without naming the target again.
-	if err := s.CompleteIdempotentRequest(ctx, store.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 1, ReplayTTL: replayTTL}, takeover); err != nil {
+	if err := s.CompleteIdempotentRequest(ctx, sandpit.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 1, ReplayTTL: replayTTL}, takeover); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := s.ClaimIdempotentRequest(ctx, req, takeover); r.Outcome != store.Replay || r.TargetID != "sb-crashed" {
+	if r, _ := s.ClaimIdempotentRequest(ctx, req, takeover); r.Outcome != sandpit.Replay || r.TargetID != "sb-crashed" {
 		t.Fatalf("replay after takeover: %+v", r)
 	}
 }
@@ -153,11 +155,11 @@ func TestClaimRequestHashMismatch(t *testing.T) {
 	s, _ := openStore(t)
 	ctx := context.Background()
 	a, b := claimReq("key-1", "hash-a"), claimReq("key-1", "hash-b")
-	if c, err := s.ClaimIdempotentRequest(ctx, a, t0); err != nil || c.Outcome != store.Acquired {
+	if c, err := s.ClaimIdempotentRequest(ctx, a, t0); err != nil || c.Outcome != sandpit.Acquired {
 		t.Fatalf("claim a: %+v %v", c, err)
 	}
 
-	check := func(name string, req store.ClaimRequest, now time.Time, want store.ClaimOutcome) store.Claim {
+	check := func(name string, req sandpit.ClaimRequest, now time.Time, want sandpit.ClaimOutcome) sandpit.Claim {
 		t.Helper()
 		c, err := s.ClaimIdempotentRequest(ctx, req, now)
 		if err != nil {
@@ -168,25 +170,25 @@ func TestClaimRequestHashMismatch(t *testing.T) {
 		}
 		return c
 	}
-	check("other hash while pending", b, t0, store.Mismatch)
-	check("other hash, lock expired", b, t0.Add(pendingTTL), store.Mismatch)
+	check("other hash while pending", b, t0, sandpit.Mismatch)
+	check("other hash, lock expired", b, t0.Add(pendingTTL), sandpit.Mismatch)
 	if row, _ := s.GetIdempotentRequest(ctx, a.Scope, a.Fingerprint); row.RequestHash != "hash-a" || !row.LockedUntil.Equal(t0.Add(pendingTTL)) {
 		t.Fatalf("a mismatch changed the row: %+v", row)
 	}
-	check("same hash while pending", a, t0, store.InFlight)
-	check("no hash while pending", claimReq("key-1", ""), t0, store.InFlight)
+	check("same hash while pending", a, t0, sandpit.InFlight)
+	check("no hash while pending", claimReq("key-1", ""), t0, sandpit.InFlight)
 
-	if err := s.CompleteIdempotentRequest(ctx, store.Completion{Scope: a.Scope, Fingerprint: a.Fingerprint, Generation: 1, TargetID: "sb-a", ResponseStatus: 200, ReplayTTL: replayTTL}, t0); err != nil {
+	if err := s.CompleteIdempotentRequest(ctx, sandpit.Completion{Scope: a.Scope, Fingerprint: a.Fingerprint, Generation: 1, TargetID: "sb-a", ResponseStatus: 200, ReplayTTL: replayTTL}, t0); err != nil {
 		t.Fatal(err)
 	}
-	check("other hash during replay", b, t0.Add(time.Second), store.Mismatch)
-	check("same hash during replay", a, t0.Add(time.Second), store.Replay)
+	check("other hash during replay", b, t0.Add(time.Second), sandpit.Mismatch)
+	check("same hash during replay", a, t0.Add(time.Second), sandpit.Replay)
 	// Once the replay window closes the key is free for a new request.
-	c := check("other hash after replay window", b, t0.Add(replayTTL), store.Acquired)
+	c := check("other hash after replay window", b, t0.Add(replayTTL), sandpit.Acquired)
 	if c.Generation != 2 || c.RequestHash != "hash-b" {
 		t.Fatalf("new request's claim %+v", c)
 	}
-	check("first hash now mismatches", a, t0.Add(replayTTL), store.Mismatch)
+	check("first hash now mismatches", a, t0.Add(replayTTL), sandpit.Mismatch)
 }
 
 func TestIdempotencyClaimLost(t *testing.T) {
@@ -203,22 +205,22 @@ func TestIdempotencyClaimLost(t *testing.T) {
 	}{
 		{"target, wrong generation", s.SetIdempotentTarget(ctx, req.Scope, req.Fingerprint, c.Generation+1, "x", t0)},
 		{"target, unknown row", s.SetIdempotentTarget(ctx, req.Scope, "nope", 1, "x", t0)},
-		{"complete, wrong generation", s.CompleteIdempotentRequest(ctx, store.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 7}, t0)},
-		{"complete, unknown row", s.CompleteIdempotentRequest(ctx, store.Completion{Scope: "other", Fingerprint: req.Fingerprint, Generation: 1}, t0)},
+		{"complete, wrong generation", s.CompleteIdempotentRequest(ctx, sandpit.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 7}, t0)},
+		{"complete, unknown row", s.CompleteIdempotentRequest(ctx, sandpit.Completion{Scope: "other", Fingerprint: req.Fingerprint, Generation: 1}, t0)},
 	} {
-		if !errors.Is(tc.err, store.ErrClaimLost) {
-			t.Errorf("%s: got %v, want ErrClaimLost", tc.name, tc.err)
+		if !errors.Is(tc.err, sandpit.ErrClaimLost) {
+			t.Errorf("%s: got %v, want sandpit.ErrClaimLost", tc.name, tc.err)
 		}
 	}
-	if err := s.CompleteIdempotentRequest(ctx, store.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 1, TargetID: "t", ReplayTTL: replayTTL}, t0); err != nil {
+	if err := s.CompleteIdempotentRequest(ctx, sandpit.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 1, TargetID: "t", ReplayTTL: replayTTL}, t0); err != nil {
 		t.Fatal(err)
 	}
 	// A ready row is no longer a claim anyone holds.
-	if err := s.CompleteIdempotentRequest(ctx, store.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 1, TargetID: "t2", ReplayTTL: replayTTL}, t0); !errors.Is(err, store.ErrClaimLost) {
-		t.Errorf("second completion: got %v, want ErrClaimLost", err)
+	if err := s.CompleteIdempotentRequest(ctx, sandpit.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 1, TargetID: "t2", ReplayTTL: replayTTL}, t0); !errors.Is(err, sandpit.ErrClaimLost) {
+		t.Errorf("second completion: got %v, want sandpit.ErrClaimLost", err)
 	}
-	if err := s.SetIdempotentTarget(ctx, req.Scope, req.Fingerprint, 1, "t3", t0); !errors.Is(err, store.ErrClaimLost) {
-		t.Errorf("target after completion: got %v, want ErrClaimLost", err)
+	if err := s.SetIdempotentTarget(ctx, req.Scope, req.Fingerprint, 1, "t3", t0); !errors.Is(err, sandpit.ErrClaimLost) {
+		t.Errorf("target after completion: got %v, want sandpit.ErrClaimLost", err)
 	}
 
 	// Delete is the rollback path: idempotent, and the next claim starts over.
@@ -227,13 +229,13 @@ func TestIdempotencyClaimLost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.GetIdempotentRequest(ctx, req.Scope, req.Fingerprint); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetIdempotentRequest(ctx, req.Scope, req.Fingerprint); !errors.Is(err, sandpit.ErrNotFound) {
 		t.Errorf("Get after delete: %v", err)
 	}
-	if err := s.CompleteIdempotentRequest(ctx, store.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 1}, t0); !errors.Is(err, store.ErrClaimLost) {
+	if err := s.CompleteIdempotentRequest(ctx, sandpit.Completion{Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 1}, t0); !errors.Is(err, sandpit.ErrClaimLost) {
 		t.Errorf("complete after delete: %v", err)
 	}
-	if c, _ := s.ClaimIdempotentRequest(ctx, req, t0); c.Outcome != store.Acquired || c.Generation != 1 {
+	if c, _ := s.ClaimIdempotentRequest(ctx, req, t0); c.Outcome != sandpit.Acquired || c.Generation != 1 {
 		t.Errorf("claim after delete: %+v", c)
 	}
 }
@@ -242,12 +244,12 @@ func TestClaimScopesAreSeparate(t *testing.T) {
 	s, _ := openStore(t)
 	ctx := context.Background()
 	for _, scope := range []string{"e2b.create", "daytona.create"} {
-		c, err := s.ClaimIdempotentRequest(ctx, store.ClaimRequest{Scope: scope, Fingerprint: "same", PendingTTL: time.Minute}, t0)
-		if err != nil || c.Outcome != store.Acquired {
+		c, err := s.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: scope, Fingerprint: "same", PendingTTL: time.Minute}, t0)
+		if err != nil || c.Outcome != sandpit.Acquired {
 			t.Fatalf("scope %s: %+v %v", scope, c, err)
 		}
 	}
-	for _, bad := range []store.ClaimRequest{
+	for _, bad := range []sandpit.ClaimRequest{
 		{Scope: "", Fingerprint: "f", PendingTTL: time.Minute},
 		{Scope: "s", Fingerprint: "", PendingTTL: time.Minute},
 		{Scope: "s", Fingerprint: "f"},
@@ -281,12 +283,12 @@ func TestReapIdempotentRequests(t *testing.T) {
 		{fp: "ready-past-both", claimedAt: now.Add(-10 * time.Minute), lockTTL: time.Minute, complete: true, completedAt: now.Add(-9 * time.Minute), replay: time.Second, kept: false},
 	}
 	for _, r := range rows {
-		c, err := s.ClaimIdempotentRequest(ctx, store.ClaimRequest{Scope: "s", Fingerprint: r.fp, PendingTTL: r.lockTTL}, r.claimedAt)
+		c, err := s.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: "s", Fingerprint: r.fp, PendingTTL: r.lockTTL}, r.claimedAt)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.complete {
-			if err := s.CompleteIdempotentRequest(ctx, store.Completion{Scope: "s", Fingerprint: r.fp, Generation: c.Generation, TargetID: "x", ReplayTTL: r.replay}, r.completedAt); err != nil {
+			if err := s.CompleteIdempotentRequest(ctx, sandpit.Completion{Scope: "s", Fingerprint: r.fp, Generation: c.Generation, TargetID: "x", ReplayTTL: r.replay}, r.completedAt); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -335,14 +337,14 @@ func TestExpirePendingClaims(t *testing.T) {
 	}
 	for _, r := range rows {
 		c, err := s.ClaimIdempotentRequest(ctx, claimReq(r.fp, "h-"+r.fp), r.claimAt)
-		if err != nil || c.Outcome != store.Acquired {
+		if err != nil || c.Outcome != sandpit.Acquired {
 			t.Fatalf("claim %s: %+v %v", r.fp, c, err)
 		}
 		if err := s.SetIdempotentTarget(ctx, c.Scope, c.Fingerprint, c.Generation, r.target, r.claimAt); err != nil {
 			t.Fatal(err)
 		}
 		if r.complete {
-			if err := s.CompleteIdempotentRequest(ctx, store.Completion{Scope: c.Scope, Fingerprint: c.Fingerprint, Generation: c.Generation,
+			if err := s.CompleteIdempotentRequest(ctx, sandpit.Completion{Scope: c.Scope, Fingerprint: c.Fingerprint, Generation: c.Generation,
 				ResponseStatus: 201, ResponseBody: []byte(`{}`), ReplayTTL: replayTTL}, r.claimAt); err != nil {
 				t.Fatal(err)
 			}
@@ -376,7 +378,7 @@ func TestExpirePendingClaims(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Outcome != store.Acquired || c.Generation != 1 || c.TargetID != target {
+		if c.Outcome != sandpit.Acquired || c.Generation != 1 || c.TargetID != target {
 			t.Errorf("%s: retry got %+v, want acquired at generation 1 with target %s", fp, c, target)
 		}
 	}
@@ -389,7 +391,7 @@ func TestExpirePendingClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("lock-run-out", "sb-older", late)
-	if _, err := s.GetIdempotentRequest(ctx, "e2b.create", "ready"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetIdempotentRequest(ctx, "e2b.create", "ready"); !errors.Is(err, sandpit.ErrNotFound) {
 		t.Errorf("ready row past its replay window: %v, want reaped", err)
 	}
 }

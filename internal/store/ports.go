@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // randomCandidates is how many random host ports AllocateHostPort tries before
@@ -25,7 +27,7 @@ const (
 	qPortByKey  = `SELECT ` + portColumns + ` FROM exposed_ports WHERE sandbox_id = ? AND port = ?`
 )
 
-func validatePort(p ExposedPort) error {
+func validatePort(p sandpit.ExposedPort) error {
 	if p.SandboxID == "" {
 		return errors.New("sandbox id must not be empty")
 	}
@@ -61,16 +63,16 @@ func validatePort(p ExposedPort) error {
 //
 // The sandbox must exist; otherwise the foreign key fails (OR IGNORE does not
 // cover foreign keys) and the error wraps ErrNotFound.
-func (s *Store) TryReserveHostPort(ctx context.Context, p ExposedPort, now time.Time) (ReserveResult, error) {
+func (s *Store) TryReserveHostPort(ctx context.Context, p sandpit.ExposedPort, now time.Time) (sandpit.ReserveResult, error) {
 	if err := validatePort(p); err != nil {
 		// OR IGNORE would also swallow a CHECK failure and make a bad port
 		// look Taken, so bad input is rejected before the insert.
-		return ReserveResult{}, fmt.Errorf("reserve host port: %w", err)
+		return sandpit.ReserveResult{}, fmt.Errorf("reserve host port: %w", err)
 	}
 	now = clock(now)
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return ReserveResult{}, fmt.Errorf("reserve host port %d for %s:%d: %w", p.HostPort, p.SandboxID, p.Port, err)
+		return sandpit.ReserveResult{}, fmt.Errorf("reserve host port %d for %s:%d: %w", p.HostPort, p.SandboxID, p.Port, err)
 	}
 	defer rollback(tx)
 
@@ -78,30 +80,30 @@ func (s *Store) TryReserveHostPort(ctx context.Context, p ExposedPort, now time.
 		p.SandboxID, p.Port, p.Protocol, p.HostPort, p.PublicURL, toNanos(now))
 	if err != nil {
 		if isForeignKeyViolation(err) {
-			return ReserveResult{}, fmt.Errorf("reserve host port for %s:%d: sandbox %s: %w", p.SandboxID, p.Port, p.SandboxID, ErrNotFound)
+			return sandpit.ReserveResult{}, fmt.Errorf("reserve host port for %s:%d: sandbox %s: %w", p.SandboxID, p.Port, p.SandboxID, sandpit.ErrNotFound)
 		}
-		return ReserveResult{}, fmt.Errorf("reserve host port %d for %s:%d: %w", p.HostPort, p.SandboxID, p.Port, err)
+		return sandpit.ReserveResult{}, fmt.Errorf("reserve host port %d for %s:%d: %w", p.HostPort, p.SandboxID, p.Port, err)
 	}
 	inserted, err := res.RowsAffected()
 	if err != nil {
-		return ReserveResult{}, fmt.Errorf("reserve host port %d for %s:%d: %w", p.HostPort, p.SandboxID, p.Port, err)
+		return sandpit.ReserveResult{}, fmt.Errorf("reserve host port %d for %s:%d: %w", p.HostPort, p.SandboxID, p.Port, err)
 	}
 	row, err := scanPort(s.queryRow(ctx, tx, qPortByKey, p.SandboxID, p.Port))
-	var out ReserveResult
+	var out sandpit.ReserveResult
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		// Nothing inserted and no exposure of ours: the host port is owned by
 		// another exposure.
-		out = ReserveResult{Outcome: Taken}
+		out = sandpit.ReserveResult{Outcome: sandpit.Taken}
 	case err != nil:
-		return ReserveResult{}, fmt.Errorf("reserve host port %d for %s:%d: read back: %w", p.HostPort, p.SandboxID, p.Port, err)
+		return sandpit.ReserveResult{}, fmt.Errorf("reserve host port %d for %s:%d: read back: %w", p.HostPort, p.SandboxID, p.Port, err)
 	case inserted == 1:
-		out = ReserveResult{Outcome: Reserved, Row: row}
+		out = sandpit.ReserveResult{Outcome: sandpit.Reserved, Row: row}
 	default:
-		out = ReserveResult{Outcome: Existing, Row: row}
+		out = sandpit.ReserveResult{Outcome: sandpit.Existing, Row: row}
 	}
 	if err := tx.Commit(); err != nil {
-		return ReserveResult{}, fmt.Errorf("reserve host port %d for %s:%d: commit: %w", p.HostPort, p.SandboxID, p.Port, err)
+		return sandpit.ReserveResult{}, fmt.Errorf("reserve host port %d for %s:%d: commit: %w", p.HostPort, p.SandboxID, p.Port, err)
 	}
 	return out, nil
 }
@@ -115,11 +117,11 @@ func (s *Store) TryReserveHostPort(ctx context.Context, p ExposedPort, now time.
 // whatever the candidate, a retry returns on its first candidate and never
 // walks the pool. When every port in the range is taken the error wraps
 // ErrPortPoolExhausted.
-func (s *Store) AllocateHostPort(ctx context.Context, p ExposedPort, pool PortRange, urlFor func(hostPort int) string, now time.Time) (row ExposedPort, reused bool, err error) {
+func (s *Store) AllocateHostPort(ctx context.Context, p sandpit.ExposedPort, pool sandpit.PortRange, urlFor func(hostPort int) string, now time.Time) (row sandpit.ExposedPort, reused bool, err error) {
 	if pool.Lo < 1 || pool.Hi > 65535 || pool.Lo > pool.Hi {
-		return ExposedPort{}, false, fmt.Errorf("allocate host port for %s:%d: invalid range %d-%d", p.SandboxID, p.Port, pool.Lo, pool.Hi)
+		return sandpit.ExposedPort{}, false, fmt.Errorf("allocate host port for %s:%d: invalid range %d-%d", p.SandboxID, p.Port, pool.Lo, pool.Hi)
 	}
-	try := func(hostPort int) (ReserveResult, error) {
+	try := func(hostPort int) (sandpit.ReserveResult, error) {
 		c := p
 		c.HostPort = hostPort
 		if urlFor != nil {
@@ -137,12 +139,12 @@ func (s *Store) AllocateHostPort(ctx context.Context, p ExposedPort, pool PortRa
 		tried[hp] = true
 		res, err := try(hp)
 		if err != nil {
-			return ExposedPort{}, false, fmt.Errorf("allocate host port: %w", err)
+			return sandpit.ExposedPort{}, false, fmt.Errorf("allocate host port: %w", err)
 		}
 		switch res.Outcome {
-		case Reserved:
+		case sandpit.Reserved:
 			return res.Row, false, nil
-		case Existing:
+		case sandpit.Existing:
 			return res.Row, true, nil
 		}
 	}
@@ -156,51 +158,51 @@ func (s *Store) AllocateHostPort(ctx context.Context, p ExposedPort, pool PortRa
 		}
 		res, err := try(hp)
 		if err != nil {
-			return ExposedPort{}, false, fmt.Errorf("allocate host port: %w", err)
+			return sandpit.ExposedPort{}, false, fmt.Errorf("allocate host port: %w", err)
 		}
 		switch res.Outcome {
-		case Reserved:
+		case sandpit.Reserved:
 			return res.Row, false, nil
-		case Existing:
+		case sandpit.Existing:
 			return res.Row, true, nil
 		}
 	}
-	return ExposedPort{}, false, fmt.Errorf("allocate host port for %s:%d: every port in %d-%d is taken: %w",
-		p.SandboxID, p.Port, pool.Lo, pool.Hi, ErrPortPoolExhausted)
+	return sandpit.ExposedPort{}, false, fmt.Errorf("allocate host port for %s:%d: every port in %d-%d is taken: %w",
+		p.SandboxID, p.Port, pool.Lo, pool.Hi, sandpit.ErrPortPoolExhausted)
 }
 
 // GetPort returns the exposure of (sandboxID, port), or ErrNotFound.
-func (s *Store) GetPort(ctx context.Context, sandboxID string, port int) (ExposedPort, error) {
+func (s *Store) GetPort(ctx context.Context, sandboxID string, port int) (sandpit.ExposedPort, error) {
 	row, err := scanPort(s.queryRow(ctx, nil, qPortByKey, sandboxID, port))
 	if errors.Is(err, sql.ErrNoRows) {
-		return ExposedPort{}, fmt.Errorf("get port %s:%d: %w", sandboxID, port, ErrNotFound)
+		return sandpit.ExposedPort{}, fmt.Errorf("get port %s:%d: %w", sandboxID, port, sandpit.ErrNotFound)
 	}
 	if err != nil {
-		return ExposedPort{}, fmt.Errorf("get port %s:%d: %w", sandboxID, port, err)
+		return sandpit.ExposedPort{}, fmt.Errorf("get port %s:%d: %w", sandboxID, port, err)
 	}
 	return row, nil
 }
 
 // ListPorts returns a sandbox's exposures ordered by port.
-func (s *Store) ListPorts(ctx context.Context, sandboxID string) ([]ExposedPort, error) {
+func (s *Store) ListPorts(ctx context.Context, sandboxID string) ([]sandpit.ExposedPort, error) {
 	return s.queryPorts(ctx, "list ports of "+sandboxID,
 		`SELECT `+portColumns+` FROM exposed_ports WHERE sandbox_id = ? ORDER BY port`, sandboxID)
 }
 
 // ListAllPorts returns every exposure, ordered by sandbox and port, for
 // rebuilding routes after a restart.
-func (s *Store) ListAllPorts(ctx context.Context) ([]ExposedPort, error) {
+func (s *Store) ListAllPorts(ctx context.Context) ([]sandpit.ExposedPort, error) {
 	return s.queryPorts(ctx, "list all ports",
 		`SELECT `+portColumns+` FROM exposed_ports ORDER BY sandbox_id, port`)
 }
 
-func (s *Store) queryPorts(ctx context.Context, what, q string, args ...any) ([]ExposedPort, error) {
+func (s *Store) queryPorts(ctx context.Context, what, q string, args ...any) ([]sandpit.ExposedPort, error) {
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []ExposedPort
+	var out []sandpit.ExposedPort
 	for rows.Next() {
 		p, err := scanPort(rows)
 		if err != nil {
@@ -226,14 +228,14 @@ func (s *Store) DeletePort(ctx context.Context, sandboxID string, port int) erro
 		return fmt.Errorf("delete port %s:%d: %w", sandboxID, port, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("delete port %s:%d: %w", sandboxID, port, ErrNotFound)
+		return fmt.Errorf("delete port %s:%d: %w", sandboxID, port, sandpit.ErrNotFound)
 	}
 	return nil
 }
 
 // CountHostPortsInRange returns how many host ports in r are bound, for
 // metrics and tests.
-func (s *Store) CountHostPortsInRange(ctx context.Context, r PortRange) (int, error) {
+func (s *Store) CountHostPortsInRange(ctx context.Context, r sandpit.PortRange) (int, error) {
 	var n int
 	if err := s.db.QueryRowContext(ctx,
 		`SELECT COUNT(*) FROM exposed_ports WHERE host_port > 0 AND host_port BETWEEN ? AND ?`, r.Lo, r.Hi).Scan(&n); err != nil {
@@ -242,13 +244,13 @@ func (s *Store) CountHostPortsInRange(ctx context.Context, r PortRange) (int, er
 	return n, nil
 }
 
-func scanPort(r rowScanner) (ExposedPort, error) {
+func scanPort(r rowScanner) (sandpit.ExposedPort, error) {
 	var (
-		p       ExposedPort
+		p       sandpit.ExposedPort
 		created int64
 	)
 	if err := r.Scan(&p.SandboxID, &p.Port, &p.Protocol, &p.HostPort, &p.PublicURL, &created); err != nil {
-		return ExposedPort{}, err
+		return sandpit.ExposedPort{}, err
 	}
 	p.CreatedAt = fromNanos(created)
 	return p, nil

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 var (
@@ -41,7 +43,7 @@ const (
 // with ErrNameConflict and a duplicate id with ErrSandboxExists; both are
 // decided by the schema's unique indexes, not by a prior lookup. A zero
 // CreatedAt means now; a zero UpdatedAt means CreatedAt.
-func (s *Store) CreateSandbox(ctx context.Context, sb Sandbox) error {
+func (s *Store) CreateSandbox(ctx context.Context, sb sandpit.Sandbox) error {
 	if sb.ID == "" {
 		return errors.New("create sandbox: id must not be empty")
 	}
@@ -67,7 +69,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb Sandbox) error {
 	case isUniqueViolation(err):
 		// The only UNIQUE index on sandboxes besides the primary key is
 		// idx_sandboxes_name; the primary key reports its own code.
-		return fmt.Errorf("create sandbox %s: name %q: %w", sb.ID, sb.Name, ErrNameConflict)
+		return fmt.Errorf("create sandbox %s: name %q: %w", sb.ID, sb.Name, sandpit.ErrNameConflict)
 	case isPrimaryKeyViolation(err):
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, ErrSandboxExists)
 	default:
@@ -76,32 +78,32 @@ func (s *Store) CreateSandbox(ctx context.Context, sb Sandbox) error {
 }
 
 // GetSandbox returns the sandbox with the given id, or ErrNotFound.
-func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
+func (s *Store) GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
 	row := s.queryRow(ctx, nil, qSandboxByID, id)
 	sb, err := scanSandbox(row)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, ErrNotFound)
+		return sandpit.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, sandpit.ErrNotFound)
 	}
 	if err != nil {
-		return Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
+		return sandpit.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
 	}
 	return sb, nil
 }
 
 // GetSandboxByName returns the sandbox with the given non-empty name, or
 // ErrNotFound.
-func (s *Store) GetSandboxByName(ctx context.Context, name string) (Sandbox, error) {
+func (s *Store) GetSandboxByName(ctx context.Context, name string) (sandpit.Sandbox, error) {
 	if name == "" {
 		// Unnamed sandboxes share the empty name, so it identifies nothing.
-		return Sandbox{}, fmt.Errorf("get sandbox by empty name: %w", ErrNotFound)
+		return sandpit.Sandbox{}, fmt.Errorf("get sandbox by empty name: %w", sandpit.ErrNotFound)
 	}
 	row := s.db.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE name = ?`, name)
 	sb, err := scanSandbox(row)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", name, ErrNotFound)
+		return sandpit.Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", name, sandpit.ErrNotFound)
 	}
 	if err != nil {
-		return Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", name, err)
+		return sandpit.Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", name, err)
 	}
 	return sb, nil
 }
@@ -111,7 +113,7 @@ func (s *Store) GetSandboxByName(ctx context.Context, name string) (Sandbox, err
 // or deleted between pages neither shift nor repeat the rows already returned,
 // because the token records the position of the last row rather than an
 // offset.
-func (s *Store) ListSandboxes(ctx context.Context, opts ListOptions) ([]Sandbox, string, error) {
+func (s *Store) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error) {
 	limit := opts.Limit
 	if limit <= 0 {
 		limit = defaultListLimit
@@ -164,7 +166,7 @@ func (s *Store) ListSandboxes(ctx context.Context, opts ListOptions) ([]Sandbox,
 		return nil, "", fmt.Errorf("list sandboxes: %w", err)
 	}
 	defer rows.Close()
-	out := make([]Sandbox, 0, limit)
+	out := make([]sandpit.Sandbox, 0, limit)
 	for rows.Next() {
 		sb, err := scanSandbox(rows)
 		if err != nil {
@@ -185,10 +187,10 @@ func (s *Store) ListSandboxes(ctx context.Context, opts ListOptions) ([]Sandbox,
 }
 
 // UpdateSandboxState sets the sandbox's state, or returns ErrNotFound.
-func (s *Store) UpdateSandboxState(ctx context.Context, id, state string, now time.Time) error {
+func (s *Store) UpdateSandboxState(ctx context.Context, id string, state sandpit.State, now time.Time) error {
 	return s.updateSandbox(ctx, "update state of sandbox", id,
 		`UPDATE sandboxes SET state = ?, updated_at = ? WHERE id = ?`,
-		state, toNanos(clock(now)), id)
+		string(state), toNanos(clock(now)), id)
 }
 
 // SetSandboxEndAt sets the sandbox's deadline; the zero time clears it.
@@ -226,14 +228,14 @@ func (s *Store) updateSandbox(ctx context.Context, what, id, q string, args ...a
 		return fmt.Errorf("%s %s: %w", what, id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%s %s: %w", what, id, ErrNotFound)
+		return fmt.Errorf("%s %s: %w", what, id, sandpit.ErrNotFound)
 	}
 	return nil
 }
 
 // ListExpiredSandboxes returns the sandboxes whose deadline is at or before
 // now, earliest deadline first.
-func (s *Store) ListExpiredSandboxes(ctx context.Context, now time.Time) ([]Sandbox, error) {
+func (s *Store) ListExpiredSandboxes(ctx context.Context, now time.Time) ([]sandpit.Sandbox, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT `+sandboxColumns+` FROM sandboxes
 		WHERE end_at IS NOT NULL AND end_at <= ?
@@ -242,7 +244,7 @@ func (s *Store) ListExpiredSandboxes(ctx context.Context, now time.Time) ([]Sand
 		return nil, fmt.Errorf("list expired sandboxes: %w", err)
 	}
 	defer rows.Close()
-	var out []Sandbox
+	var out []sandpit.Sandbox
 	for rows.Next() {
 		sb, err := scanSandbox(rows)
 		if err != nil {
@@ -281,7 +283,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("delete sandbox %s: %w", id, ErrNotFound)
+		return fmt.Errorf("delete sandbox %s: %w", id, sandpit.ErrNotFound)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("delete sandbox %s: commit: %w", id, err)
@@ -294,23 +296,23 @@ type rowScanner interface {
 	Scan(dest ...any) error
 }
 
-func scanSandbox(r rowScanner) (Sandbox, error) {
+func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 	var (
-		sb                 Sandbox
+		sb                 sandpit.Sandbox
 		labels, env        string
 		endAt              sql.NullInt64
 		createdAt, updated int64
 	)
 	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
 		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated); err != nil {
-		return Sandbox{}, err
+		return sandpit.Sandbox{}, err
 	}
 	var err error
 	if sb.Labels, err = decodeMap(labels); err != nil {
-		return Sandbox{}, fmt.Errorf("sandbox %s: labels: %w", sb.ID, err)
+		return sandpit.Sandbox{}, fmt.Errorf("sandbox %s: labels: %w", sb.ID, err)
 	}
 	if sb.Env, err = decodeMap(env); err != nil {
-		return Sandbox{}, fmt.Errorf("sandbox %s: env: %w", sb.ID, err)
+		return sandpit.Sandbox{}, fmt.Errorf("sandbox %s: env: %w", sb.ID, err)
 	}
 	sb.EndAt = fromNullNanos(endAt)
 	sb.CreatedAt = fromNanos(createdAt)

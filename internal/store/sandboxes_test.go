@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -18,11 +20,11 @@ func TestCreateSandboxSameNameConcurrently(t *testing.T) {
 	var ok, conflict atomic.Int32
 	errs := make([]error, 32)
 	parallel(32, func(i int) {
-		err := s.CreateSandbox(ctx, store.Sandbox{ID: fmt.Sprintf("sb-%02d", i), Name: "web", CreatedAt: t0})
+		err := s.CreateSandbox(ctx, sandpit.Sandbox{ID: fmt.Sprintf("sb-%02d", i), Name: "web", CreatedAt: t0})
 		switch {
 		case err == nil:
 			ok.Add(1)
-		case errors.Is(err, store.ErrNameConflict):
+		case errors.Is(err, sandpit.ErrNameConflict):
 			conflict.Add(1)
 		default:
 			errs[i] = err
@@ -46,14 +48,14 @@ func TestCreateUnnamedSandboxesConcurrently(t *testing.T) {
 	ctx := context.Background()
 	errs := make([]error, 32)
 	parallel(32, func(i int) {
-		errs[i] = s.CreateSandbox(ctx, store.Sandbox{ID: fmt.Sprintf("sb-%02d", i), CreatedAt: t0})
+		errs[i] = s.CreateSandbox(ctx, sandpit.Sandbox{ID: fmt.Sprintf("sb-%02d", i), CreatedAt: t0})
 	})
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("unnamed create %d: %v", i, err)
 		}
 	}
-	got, _, err := s.ListSandboxes(ctx, store.ListOptions{})
+	got, _, err := s.ListSandboxes(ctx, sandpit.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,15 +68,15 @@ func TestCreateSandboxDuplicateID(t *testing.T) {
 	s, _ := openStore(t)
 	ctx := context.Background()
 	createSandbox(t, s, "sb-1", "one")
-	err := s.CreateSandbox(ctx, store.Sandbox{ID: "sb-1", Name: "other", CreatedAt: t0})
-	if !errors.Is(err, store.ErrSandboxExists) || errors.Is(err, store.ErrNameConflict) {
-		t.Fatalf("duplicate id: got %v, want ErrSandboxExists and not ErrNameConflict", err)
+	err := s.CreateSandbox(ctx, sandpit.Sandbox{ID: "sb-1", Name: "other", CreatedAt: t0})
+	if !errors.Is(err, store.ErrSandboxExists) || errors.Is(err, sandpit.ErrNameConflict) {
+		t.Fatalf("duplicate id: got %v, want ErrSandboxExists and not sandpit.ErrNameConflict", err)
 	}
 	// Name reuse after delete is allowed: uniqueness is over live rows.
 	if err := s.DeleteSandbox(ctx, "sb-1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateSandbox(ctx, store.Sandbox{ID: "sb-2", Name: "one", CreatedAt: t0}); err != nil {
+	if err := s.CreateSandbox(ctx, sandpit.Sandbox{ID: "sb-2", Name: "one", CreatedAt: t0}); err != nil {
 		t.Fatalf("reusing a freed name: %v", err)
 	}
 }
@@ -82,14 +84,14 @@ func TestCreateSandboxDuplicateID(t *testing.T) {
 func TestSandboxRoundTrip(t *testing.T) {
 	s, _ := openStore(t)
 	ctx := context.Background()
-	full := store.Sandbox{
-		ID: "sb-full", Name: "full", Image: "debian:12", Template: "base", State: store.StatePaused,
+	full := sandpit.Sandbox{
+		ID: "sb-full", Name: "full", Image: "debian:12", Template: "base", State: sandpit.StatePaused,
 		Labels: map[string]string{"team": "infra", `odd "key"`: "v"}, Env: map[string]string{"A": "1"},
 		CPU: 1.5, MemoryMB: 512, ContainerID: "c0ffee", AccessToken: "tok",
 		EndAt: t0.Add(time.Hour), CreatedAt: t0, UpdatedAt: t0.Add(time.Second),
 	}
-	bare := store.Sandbox{ID: "sb-bare", CreatedAt: t0}
-	for _, sb := range []store.Sandbox{full, bare} {
+	bare := sandpit.Sandbox{ID: "sb-bare", CreatedAt: t0}
+	for _, sb := range []sandpit.Sandbox{full, bare} {
 		if err := s.CreateSandbox(ctx, sb); err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +108,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 		t.Errorf("GetSandboxByName = %+v, %v", byName, err)
 	}
 	// A label key that a JSON path could not quote still filters.
-	if l, _, err := s.ListSandboxes(ctx, store.ListOptions{Labels: map[string]string{`odd "key"`: "v"}}); err != nil || len(l) != 1 || l[0].ID != "sb-full" {
+	if l, _, err := s.ListSandboxes(ctx, sandpit.ListOptions{Labels: map[string]string{`odd "key"`: "v"}}); err != nil || len(l) != 1 || l[0].ID != "sb-full" {
 		t.Errorf("filter on a key with quotes: %d rows, %v", len(l), err)
 	}
 
@@ -128,14 +130,14 @@ func TestSandboxRoundTrip(t *testing.T) {
 		{"GetSandbox", func() error { _, err := s.GetSandbox(ctx, "nope"); return err }()},
 		{"GetSandboxByName", func() error { _, err := s.GetSandboxByName(ctx, "nope"); return err }()},
 		{"GetSandboxByName empty", func() error { _, err := s.GetSandboxByName(ctx, ""); return err }()},
-		{"UpdateSandboxState", s.UpdateSandboxState(ctx, "nope", store.StateStopped, t0)},
+		{"UpdateSandboxState", s.UpdateSandboxState(ctx, "nope", sandpit.StateStopped, t0)},
 		{"SetSandboxEndAt", s.SetSandboxEndAt(ctx, "nope", t0, t0)},
 		{"SetSandboxLabels", s.SetSandboxLabels(ctx, "nope", nil, t0)},
 		{"SetSandboxContainerID", s.SetSandboxContainerID(ctx, "nope", "c", t0)},
 		{"DeleteSandbox", s.DeleteSandbox(ctx, "nope")},
 	} {
-		if !errors.Is(tc.err, store.ErrNotFound) {
-			t.Errorf("%s on a missing sandbox: got %v, want ErrNotFound", tc.name, tc.err)
+		if !errors.Is(tc.err, sandpit.ErrNotFound) {
+			t.Errorf("%s on a missing sandbox: got %v, want sandpit.ErrNotFound", tc.name, tc.err)
 		}
 	}
 }
@@ -148,7 +150,7 @@ func TestSandboxUpdates(t *testing.T) {
 	createSandbox(t, s, "sb-3", "")
 	t1 := t0.Add(time.Minute)
 
-	if err := s.UpdateSandboxState(ctx, "sb-1", store.StateStopped, t1); err != nil {
+	if err := s.UpdateSandboxState(ctx, "sb-1", sandpit.StateStopped, t1); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetSandboxLabels(ctx, "sb-1", map[string]string{"k": "v"}, t1); err != nil {
@@ -158,7 +160,7 @@ func TestSandboxUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := s.GetSandbox(ctx, "sb-1")
-	if got.State != store.StateStopped || got.Labels["k"] != "v" || got.ContainerID != "abc" || !got.UpdatedAt.Equal(t1) {
+	if got.State != sandpit.StateStopped || got.Labels["k"] != "v" || got.ContainerID != "abc" || !got.UpdatedAt.Equal(t1) {
 		t.Errorf("after updates: %+v", got)
 	}
 	if err := s.SetSandboxLabels(ctx, "sb-1", nil, t1); err != nil {
@@ -210,9 +212,9 @@ func TestListSandboxesPaging(t *testing.T) {
 	ctx := context.Background()
 	// Five rows share each creation time, so paging must break ties by id.
 	for i := range 25 {
-		sb := store.Sandbox{
+		sb := sandpit.Sandbox{
 			ID:        fmt.Sprintf("sb-%02d", 24-i),
-			State:     []string{store.StateRunning, store.StateStopped}[i%2],
+			State:     []sandpit.State{sandpit.StateRunning, sandpit.StateStopped}[i%2],
 			Labels:    map[string]string{"parity": []string{"even", "odd"}[i%2], "all": "yes"},
 			CreatedAt: t0.Add(time.Duration(i/5) * time.Second),
 		}
@@ -221,7 +223,7 @@ func TestListSandboxesPaging(t *testing.T) {
 		}
 	}
 
-	collect := func(opts store.ListOptions) ([]int, []string) {
+	collect := func(opts sandpit.ListOptions) ([]int, []string) {
 		t.Helper()
 		var sizes []int
 		var ids []string
@@ -249,7 +251,7 @@ func TestListSandboxesPaging(t *testing.T) {
 		}
 	}
 
-	sizes, ids := collect(store.ListOptions{Limit: 10})
+	sizes, ids := collect(sandpit.ListOptions{Limit: 10})
 	if !reflect.DeepEqual(sizes, []int{10, 10, 5}) || len(ids) != 25 {
 		t.Fatalf("page sizes %v (%d rows), want [10 10 5]", sizes, len(ids))
 	}
@@ -260,12 +262,12 @@ func TestListSandboxesPaging(t *testing.T) {
 
 	// A row created mid-walk after the cursor shows up once; rows before it
 	// do not shift the walk.
-	first, next, err := s.ListSandboxes(ctx, store.ListOptions{Limit: 10})
+	first, next, err := s.ListSandboxes(ctx, sandpit.ListOptions{Limit: 10})
 	if err != nil || len(first) != 10 {
 		t.Fatal(err)
 	}
 	createSandbox(t, s, "sb-00a", "") // at t0, sorts before the cursor
-	rest, _ := collectFrom(t, s, store.ListOptions{Limit: 10, PageToken: next})
+	rest, _ := collectFrom(t, s, sandpit.ListOptions{Limit: 10, PageToken: next})
 	if len(rest) != 15 {
 		t.Errorf("after an insert behind the cursor, the rest of the walk has %d rows, want 15", len(rest))
 	}
@@ -275,17 +277,17 @@ func TestListSandboxesPaging(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		opts store.ListOptions
+		opts sandpit.ListOptions
 		want int
 	}{
-		{"label odd", store.ListOptions{Labels: map[string]string{"parity": "odd"}}, 12},
-		{"label even and all", store.ListOptions{Labels: map[string]string{"parity": "even", "all": "yes"}}, 13},
-		{"label value mismatch", store.ListOptions{Labels: map[string]string{"parity": "none"}}, 0},
-		{"label missing key", store.ListOptions{Labels: map[string]string{"nokey": "yes"}}, 0},
-		{"state stopped", store.ListOptions{States: []string{store.StateStopped}}, 12},
-		{"states both", store.ListOptions{States: []string{store.StateStopped, store.StateRunning}}, 25},
-		{"label and state", store.ListOptions{States: []string{store.StateRunning}, Labels: map[string]string{"parity": "odd"}}, 0},
-		{"label paged", store.ListOptions{Labels: map[string]string{"parity": "even"}, Limit: 4}, 13},
+		{"label odd", sandpit.ListOptions{Labels: map[string]string{"parity": "odd"}}, 12},
+		{"label even and all", sandpit.ListOptions{Labels: map[string]string{"parity": "even", "all": "yes"}}, 13},
+		{"label value mismatch", sandpit.ListOptions{Labels: map[string]string{"parity": "none"}}, 0},
+		{"label missing key", sandpit.ListOptions{Labels: map[string]string{"nokey": "yes"}}, 0},
+		{"state stopped", sandpit.ListOptions{States: []sandpit.State{sandpit.StateStopped}}, 12},
+		{"states both", sandpit.ListOptions{States: []sandpit.State{sandpit.StateStopped, sandpit.StateRunning}}, 25},
+		{"label and state", sandpit.ListOptions{States: []sandpit.State{sandpit.StateRunning}, Labels: map[string]string{"parity": "odd"}}, 0},
+		{"label paged", sandpit.ListOptions{Labels: map[string]string{"parity": "even"}, Limit: 4}, 13},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ids := collect(tc.opts)
@@ -296,15 +298,15 @@ func TestListSandboxesPaging(t *testing.T) {
 	}
 
 	for _, tok := range []string{"!!!", "bm9wZQ", "djE6eHl6OmE"} { // bad base64, "nope", "v1:xyz:a"
-		if _, _, err := s.ListSandboxes(ctx, store.ListOptions{PageToken: tok}); !errors.Is(err, store.ErrInvalidPageToken) {
+		if _, _, err := s.ListSandboxes(ctx, sandpit.ListOptions{PageToken: tok}); !errors.Is(err, store.ErrInvalidPageToken) {
 			t.Errorf("token %q: got %v, want ErrInvalidPageToken", tok, err)
 		}
 	}
 }
 
-func collectFrom(t *testing.T, s *store.Store, opts store.ListOptions) ([]store.Sandbox, error) {
+func collectFrom(t *testing.T, s *store.Store, opts sandpit.ListOptions) ([]sandpit.Sandbox, error) {
 	t.Helper()
-	var out []store.Sandbox
+	var out []sandpit.Sandbox
 	for {
 		got, next, err := s.ListSandboxes(context.Background(), opts)
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -275,7 +277,7 @@ func TestOneWriterConnection(t *testing.T) {
 	if st := s.Stats(); st.WaitCount == 0 {
 		t.Logf("no writer had to wait (the machine ran them one by one)")
 	}
-	rows, _, err := s.ListSandboxes(ctx, store.ListOptions{Limit: 100})
+	rows, _, err := s.ListSandboxes(ctx, sandpit.ListOptions{Limit: 100})
 	if err != nil || len(rows) != 64 {
 		t.Fatalf("rows = %d %v", len(rows), err)
 	}

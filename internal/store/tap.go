@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // firstVsockCID is the CID of slot 0. CIDs 0-2 are reserved by vsock (the
@@ -60,13 +62,13 @@ func (s *Store) SeedTapPool(ctx context.Context, n int) error {
 // then is the sandbox's own slot looked up. With no slot of its own and none
 // free the error wraps ErrTapPoolExhausted; an unknown sandbox gives
 // ErrNotFound.
-func (s *Store) AllocateTapSlot(ctx context.Context, sandboxID string, now time.Time) (TapSlot, error) {
+func (s *Store) AllocateTapSlot(ctx context.Context, sandboxID string, now time.Time) (sandpit.TapSlot, error) {
 	if sandboxID == "" {
-		return TapSlot{}, errors.New("allocate tap slot: sandbox id must not be empty")
+		return sandpit.TapSlot{}, errors.New("allocate tap slot: sandbox id must not be empty")
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return TapSlot{}, fmt.Errorf("allocate tap slot for %s: %w", sandboxID, err)
+		return sandpit.TapSlot{}, fmt.Errorf("allocate tap slot for %s: %w", sandboxID, err)
 	}
 	defer rollback(tx)
 
@@ -75,41 +77,41 @@ func (s *Store) AllocateTapSlot(ctx context.Context, sandboxID string, now time.
 	switch {
 	case err == nil:
 		if claimed, err = res.RowsAffected(); err != nil {
-			return TapSlot{}, fmt.Errorf("allocate tap slot for %s: %w", sandboxID, err)
+			return sandpit.TapSlot{}, fmt.Errorf("allocate tap slot for %s: %w", sandboxID, err)
 		}
 	case isUniqueViolation(err):
 		// The sandbox already holds a slot; the statement was rolled back
 		// and the transaction goes on to return that slot.
 	case isForeignKeyViolation(err):
-		return TapSlot{}, fmt.Errorf("allocate tap slot: sandbox %s: %w", sandboxID, ErrNotFound)
+		return sandpit.TapSlot{}, fmt.Errorf("allocate tap slot: sandbox %s: %w", sandboxID, sandpit.ErrNotFound)
 	default:
-		return TapSlot{}, fmt.Errorf("allocate tap slot for %s: %w", sandboxID, err)
+		return sandpit.TapSlot{}, fmt.Errorf("allocate tap slot for %s: %w", sandboxID, err)
 	}
 
 	slot, err := scanTapSlot(s.queryRow(ctx, tx, qTapBySandbox, sandboxID))
 	if errors.Is(err, sql.ErrNoRows) {
 		if claimed != 0 {
-			return TapSlot{}, fmt.Errorf("allocate tap slot for %s: claimed slot not found", sandboxID)
+			return sandpit.TapSlot{}, fmt.Errorf("allocate tap slot for %s: claimed slot not found", sandboxID)
 		}
-		return TapSlot{}, fmt.Errorf("allocate tap slot for %s: %w", sandboxID, ErrTapPoolExhausted)
+		return sandpit.TapSlot{}, fmt.Errorf("allocate tap slot for %s: %w", sandboxID, sandpit.ErrTapPoolExhausted)
 	}
 	if err != nil {
-		return TapSlot{}, fmt.Errorf("allocate tap slot for %s: %w", sandboxID, err)
+		return sandpit.TapSlot{}, fmt.Errorf("allocate tap slot for %s: %w", sandboxID, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return TapSlot{}, fmt.Errorf("allocate tap slot for %s: commit: %w", sandboxID, err)
+		return sandpit.TapSlot{}, fmt.Errorf("allocate tap slot for %s: commit: %w", sandboxID, err)
 	}
 	return slot, nil
 }
 
 // GetTapSlot returns the slot sandboxID holds, or ErrNotFound.
-func (s *Store) GetTapSlot(ctx context.Context, sandboxID string) (TapSlot, error) {
+func (s *Store) GetTapSlot(ctx context.Context, sandboxID string) (sandpit.TapSlot, error) {
 	slot, err := scanTapSlot(s.queryRow(ctx, nil, qTapBySandbox, sandboxID))
 	if errors.Is(err, sql.ErrNoRows) {
-		return TapSlot{}, fmt.Errorf("get tap slot of %s: %w", sandboxID, ErrNotFound)
+		return sandpit.TapSlot{}, fmt.Errorf("get tap slot of %s: %w", sandboxID, sandpit.ErrNotFound)
 	}
 	if err != nil {
-		return TapSlot{}, fmt.Errorf("get tap slot of %s: %w", sandboxID, err)
+		return sandpit.TapSlot{}, fmt.Errorf("get tap slot of %s: %w", sandboxID, err)
 	}
 	return slot, nil
 }
@@ -125,13 +127,13 @@ func (s *Store) ReleaseTapSlot(ctx context.Context, sandboxID string) error {
 	return nil
 }
 
-func scanTapSlot(r rowScanner) (TapSlot, error) {
+func scanTapSlot(r rowScanner) (sandpit.TapSlot, error) {
 	var (
-		t   TapSlot
+		t   sandpit.TapSlot
 		sid sql.NullString
 	)
 	if err := r.Scan(&t.Slot, &t.TapName, &t.VsockCID, &sid); err != nil {
-		return TapSlot{}, err
+		return sandpit.TapSlot{}, err
 	}
 	t.SandboxID = sid.String
 	return t, nil

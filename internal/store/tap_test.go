@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit"
 )
 
 func TestSeedTapPool(t *testing.T) {
@@ -20,7 +20,7 @@ func TestSeedTapPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if held != (store.TapSlot{Slot: 0, TapName: "sp-tap0", VsockCID: 3, SandboxID: "sb-a"}) {
+	if held != (sandpit.TapSlot{Slot: 0, TapName: "sp-tap0", VsockCID: 3, SandboxID: "sb-a"}) {
 		t.Fatalf("first slot %+v", held)
 	}
 	// Reseeding (every start) keeps allocations and only adds slots.
@@ -53,7 +53,7 @@ func TestAllocateTapSlotConcurrentlyForOneSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	createSandbox(t, s, "sb-a", "")
-	slots := make([]store.TapSlot, 32)
+	slots := make([]sandpit.TapSlot, 32)
 	errs := make([]error, 32)
 	parallel(32, func(i int) { slots[i], errs[i] = s.AllocateTapSlot(ctx, "sb-a", t0) })
 	for i := range 32 {
@@ -84,7 +84,7 @@ func TestAllocateTapSlotsAcrossSandboxes(t *testing.T) {
 	for i := range n + 1 {
 		createSandbox(t, s, fmt.Sprintf("sb-%d", i), "")
 	}
-	slots := make([]store.TapSlot, n)
+	slots := make([]sandpit.TapSlot, n)
 	errs := make([]error, n)
 	parallel(n, func(i int) { slots[i], errs[i] = s.AllocateTapSlot(ctx, fmt.Sprintf("sb-%d", i), t0) })
 	seen := map[int]bool{}
@@ -99,8 +99,8 @@ func TestAllocateTapSlotsAcrossSandboxes(t *testing.T) {
 	}
 
 	// Full pool: a newcomer is refused, but an owner's retry still works.
-	if _, err := s.AllocateTapSlot(ctx, fmt.Sprintf("sb-%d", n), t0); !errors.Is(err, store.ErrTapPoolExhausted) {
-		t.Fatalf("full pool: got %v, want ErrTapPoolExhausted", err)
+	if _, err := s.AllocateTapSlot(ctx, fmt.Sprintf("sb-%d", n), t0); !errors.Is(err, sandpit.ErrTapPoolExhausted) {
+		t.Fatalf("full pool: got %v, want sandpit.ErrTapPoolExhausted", err)
 	}
 	if again, err := s.AllocateTapSlot(ctx, "sb-3", t0); err != nil || again != slots[3] {
 		t.Fatalf("owner retry on a full pool: %+v %v, want %+v", again, err, slots[3])
@@ -112,12 +112,12 @@ func TestAllocateTapSlotsAcrossSandboxes(t *testing.T) {
 			t.Fatalf("release: %v", err)
 		}
 	}
-	if _, err := s.GetTapSlot(ctx, "sb-3"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetTapSlot(ctx, "sb-3"); !errors.Is(err, sandpit.ErrNotFound) {
 		t.Errorf("GetTapSlot after release: %v", err)
 	}
 	// With a slot free, an unknown sandbox is caught by the foreign key.
-	if _, err := s.AllocateTapSlot(ctx, "ghost", t0); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("unknown sandbox: got %v, want ErrNotFound", err)
+	if _, err := s.AllocateTapSlot(ctx, "ghost", t0); !errors.Is(err, sandpit.ErrNotFound) {
+		t.Errorf("unknown sandbox: got %v, want sandpit.ErrNotFound", err)
 	}
 	got, err := s.AllocateTapSlot(ctx, fmt.Sprintf("sb-%d", n), t0)
 	if err != nil || got.Slot != slots[3].Slot {

@@ -26,7 +26,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs" // same checks as containerd/errdefs, which go.mod only has as indirect
 
-	"github.com/sandpit-dev/sandpit/internal/runtime"
+	"github.com/sandpit-dev/sandpit/internal/driver"
 )
 
 // DefaultTestImage is the image scripts/build-test-image.sh builds; the
@@ -154,7 +154,7 @@ func RunLabel(t testing.TB) map[string]string {
 	}
 	value := hex.EncodeToString(b[:])
 	t.Cleanup(func() { CleanupRun(t, value) })
-	return map[string]string{runtime.LabelRun: value}
+	return map[string]string{driver.LabelRun: value}
 }
 
 // CleanupRun force-removes every container (running or not) labelled with
@@ -168,7 +168,7 @@ func CleanupRun(t testing.TB, label string) {
 	}
 	filter := label
 	if !strings.Contains(label, "=") {
-		filter = runtime.LabelRun + "=" + label
+		filter = driver.LabelRun + "=" + label
 	}
 	cli, err := newClient()
 	if err != nil {

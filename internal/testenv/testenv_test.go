@@ -10,7 +10,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
-	"github.com/sandpit-dev/sandpit/internal/runtime"
+	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -27,7 +27,7 @@ func TestImageAndCleanup(t *testing.T) {
 		t.Fatalf("%q then %q", img, img2)
 	}
 	run := testenv.RunLabel(t)
-	if run[runtime.LabelRun] == "" || testenv.RunLabel(t)[runtime.LabelRun] == run[runtime.LabelRun] {
+	if run[driver.LabelRun] == "" || testenv.RunLabel(t)[driver.LabelRun] == run[driver.LabelRun] {
 		t.Fatalf("run labels not unique: %v", run)
 	}
 
@@ -46,7 +46,7 @@ func TestImageAndCleanup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	filter := filters.NewArgs(filters.Arg("label", runtime.LabelRun+"="+run[runtime.LabelRun]))
+	filter := filters.NewArgs(filters.Arg("label", driver.LabelRun+"="+run[driver.LabelRun]))
 	count := func() int {
 		list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filter})
 		if err != nil {
@@ -57,7 +57,7 @@ func TestImageAndCleanup(t *testing.T) {
 	if n := count(); n != 2 {
 		t.Fatalf("%d containers, want 2", n)
 	}
-	testenv.CleanupRun(t, run[runtime.LabelRun])
+	testenv.CleanupRun(t, run[driver.LabelRun])
 	if n := count(); n != 0 {
 		t.Fatalf("%d containers left after CleanupRun", n)
 	}

@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/runtime"
-	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -26,7 +28,7 @@ var agentBin string
 func TestMain(m *testing.M) { os.Exit(harness.RunWithBinary(m, &agentBin)) }
 
 // failingStart is the real runtime except that Start fails.
-type failingStart struct{ runtime.Runtime }
+type failingStart struct{ driver.Driver }
 
 var errInjected = errors.New("injected start failure")
 
@@ -44,7 +46,7 @@ func TestCreateFailuresLeaveNothing(t *testing.T) {
 	notAnAgent := buildSilentAgent(t)
 	cases := []struct {
 		name    string
-		rt      runtime.Runtime
+		rt      driver.Driver
 		agent   string
 		wantErr error
 	}{
@@ -73,12 +75,12 @@ func TestCreateFailuresLeaveNothing(t *testing.T) {
 			if len(left) != 0 {
 				t.Fatalf("%d containers left behind", len(left))
 			}
-			rows, _, err := st.ListSandboxes(ctx, store.ListOptions{})
+			rows, _, err := st.ListSandboxes(ctx, sandpit.ListOptions{})
 			if err != nil || len(rows) != 0 {
 				t.Fatalf("rows left behind: %v %v", rows, err)
 			}
 			// The name is free again: the failed create held nothing.
-			if _, err := st.GetSandboxByName(ctx, "doomed"); !errors.Is(err, store.ErrNotFound) {
+			if _, err := st.GetSandboxByName(ctx, "doomed"); !errors.Is(err, sandpit.ErrNotFound) {
 				t.Fatalf("name still taken: %v", err)
 			}
 		})

@@ -6,9 +6,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // ErrorBody is Daytona's error shape. The SDK shows message and picks the
@@ -80,7 +81,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, err error) {
 
 // lookupError turns a failed id-or-name lookup into Daytona's sentence.
 func lookupError(err error, idOrName string) error {
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, sandpit.ErrNotFound) {
 		return &problem{status: http.StatusNotFound, message: fmt.Sprintf("Sandbox with ID or name %s not found", idOrName)}
 	}
 	return err

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/runtime"
-	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) { os.Exit(harness.RunWithBinary(m, &agentBinary)) }
 
 // containers counts an env's containers in the engine.
 type containers struct {
-	rt     runtime.Runtime
+	rt     driver.Driver
 	labels map[string]string
 }
 

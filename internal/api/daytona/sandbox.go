@@ -9,9 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // isoMillis is the timestamp format of Daytona's API (JavaScript's
@@ -40,17 +41,17 @@ const (
 )
 
 // daytonaState maps a store state to Daytona's.
-func daytonaState(s string) string {
+func daytonaState(s sandpit.State) string {
 	switch s {
-	case store.StateCreating:
+	case sandpit.StateCreating:
 		return stateCreating
-	case store.StateRunning:
+	case sandpit.StateRunning:
 		return stateStarted
-	case store.StateStopped:
+	case sandpit.StateStopped:
 		return stateStopped
-	case store.StatePaused:
+	case sandpit.StatePaused:
 		return statePaused
-	case store.StateError:
+	case sandpit.StateError:
 		return stateError
 	}
 	return stateUnknown
@@ -58,18 +59,18 @@ func daytonaState(s string) string {
 
 // storeStates maps a Daytona state filter to store states; states Sandpit
 // never reports match nothing.
-func storeStates(s string) []string {
+func storeStates(s string) []sandpit.State {
 	switch s {
 	case stateCreating:
-		return []string{store.StateCreating}
+		return []sandpit.State{sandpit.StateCreating}
 	case stateStarted:
-		return []string{store.StateRunning}
+		return []sandpit.State{sandpit.StateRunning}
 	case stateStopped:
-		return []string{store.StateStopped}
+		return []sandpit.State{sandpit.StateStopped}
 	case statePaused:
-		return []string{store.StatePaused}
+		return []sandpit.State{sandpit.StatePaused}
 	case stateError:
-		return []string{store.StateError}
+		return []sandpit.State{sandpit.StateError}
 	}
 	return nil
 }
@@ -114,7 +115,7 @@ type BuildInfo struct {
 }
 
 // toSandbox renders a store row. withEnv is false for listings.
-func (h *Handler) toSandbox(r *http.Request, sb store.Sandbox, withEnv bool) Sandbox {
+func (h *Handler) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool) Sandbox {
 	out := Sandbox{
 		ID:             sb.ID,
 		OrganizationID: organizationID,
@@ -147,10 +148,10 @@ func (h *Handler) toSandbox(r *http.Request, sb store.Sandbox, withEnv bool) San
 		out.Labels = map[string]string{}
 	}
 	out.DesiredState = out.State
-	if sb.State == store.StateCreating {
+	if sb.State == sandpit.StateCreating {
 		out.DesiredState = stateStarted
 	}
-	if sb.State == store.StateError {
+	if sb.State == sandpit.StateError {
 		out.ErrorReason = "the sandbox's container is gone or failed to start; delete the sandbox"
 	}
 	if !sb.EndAt.IsZero() {
@@ -298,7 +299,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	generated := sreq.Name == ""
-	var sb store.Sandbox
+	var sb sandpit.Sandbox
 	for try := 0; ; try++ {
 		if generated {
 			// Daytona names an unnamed sandbox after its id, so that every
@@ -309,12 +310,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		// The store's partial unique index on name decides between racing
 		// creates: the loser gets ErrNameConflict before any container exists.
 		sb, err = h.svc.CreateSandbox(r.Context(), sreq)
-		if err == nil || !errors.Is(err, store.ErrNameConflict) || !generated || try+1 >= maxGeneratedNameTries {
+		if err == nil || !errors.Is(err, sandpit.ErrNameConflict) || !generated || try+1 >= maxGeneratedNameTries {
 			break
 		}
 	}
 	if err != nil {
-		if errors.Is(err, store.ErrNameConflict) {
+		if errors.Is(err, sandpit.ErrNameConflict) {
 			err = nameConflict(sreq.Name)
 		}
 		writeProblem(w, r, err)
@@ -356,7 +357,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, badRequest("sandboxes can only be listed in ascending order of creation"))
 		return
 	}
-	opts := store.ListOptions{PageToken: q.Get("cursor"), Labels: map[string]string{}}
+	opts := sandpit.ListOptions{PageToken: q.Get("cursor"), Labels: map[string]string{}}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {
@@ -409,14 +410,14 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 }
 
 // listOne answers a listing filtered by exact id and/or name.
-func (h *Handler) listOne(w http.ResponseWriter, r *http.Request, id, name string, opts store.ListOptions) {
+func (h *Handler) listOne(w http.ResponseWriter, r *http.Request, id, name string, opts sandpit.ListOptions) {
 	out := ListResponse{Items: []Sandbox{}}
 	key := id
 	if key == "" {
 		key = name
 	}
 	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), key)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 		writeProblem(w, r, err)
 		return
 	}
@@ -441,7 +442,7 @@ func (h *Handler) listOne(w http.ResponseWriter, r *http.Request, id, name strin
 }
 
 // lookup resolves the {idOrName} path value.
-func (h *Handler) lookup(r *http.Request) (store.Sandbox, error) {
+func (h *Handler) lookup(r *http.Request) (sandpit.Sandbox, error) {
 	x := r.PathValue("idOrName")
 	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), x)
 	if err != nil {
@@ -487,7 +488,7 @@ func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
 }
 
 // transition runs a start or stop and answers with the resulting sandbox.
-func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id string) (store.Sandbox, error)) {
+func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id string) (sandpit.Sandbox, error)) {
 	sb, err := h.lookup(r)
 	if err != nil {
 		writeProblem(w, r, err)

@@ -8,9 +8,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // errCreateInProgress is returned when a claim taken over from a stalled
@@ -103,16 +104,16 @@ func (h *Handler) createDeduplicated(w http.ResponseWriter, r *http.Request, b C
 			return
 		}
 		switch claim.Outcome {
-		case store.Acquired:
+		case sandpit.Acquired:
 			h.runClaimed(w, r, b, claim)
 			return
-		case store.Replay:
+		case sandpit.Replay:
 			h.replay(w, r, claim)
 			return
-		case store.Mismatch:
+		case sandpit.Mismatch:
 			writeError(w, http.StatusUnprocessableEntity, "this Idempotency-Key was already used for a different create")
 			return
-		case store.InFlight:
+		case sandpit.InFlight:
 			done, ready, err := h.await(ctx, fp, deadline)
 			switch {
 			case err != nil:
@@ -143,40 +144,40 @@ func (h *Handler) createDeduplicated(w http.ResponseWriter, r *http.Request, b C
 // claim claims the create. A pending claim left by a daemon that died is
 // freed at daemon start (store.ExpirePendingClaims), so its retry acquires it
 // at once, with the dead attempt's generation and recorded target.
-func (h *Handler) claim(ctx context.Context, fp, reqHash string) (store.Claim, error) {
-	return h.st.ClaimIdempotentRequest(ctx, store.ClaimRequest{
+func (h *Handler) claim(ctx context.Context, fp, reqHash string) (sandpit.Claim, error) {
+	return h.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{
 		Scope: Scope, Fingerprint: fp, RequestHash: reqHash, PendingTTL: h.cfg.PendingTTL,
 	}, h.now())
 }
 
 // await polls an in-flight claim until it turns ready (ready), disappears or
 // goes stale (neither: claim again), or the deadline passes.
-func (h *Handler) await(ctx context.Context, fp string, deadline time.Time) (store.Claim, bool, error) {
+func (h *Handler) await(ctx context.Context, fp string, deadline time.Time) (sandpit.Claim, bool, error) {
 	delay := 20 * time.Millisecond
 	for time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
-			return store.Claim{}, false, ctx.Err()
+			return sandpit.Claim{}, false, ctx.Err()
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 250*time.Millisecond)
 		c, err := h.st.GetIdempotentRequest(ctx, Scope, fp)
 		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return store.Claim{}, false, nil
+		case errors.Is(err, sandpit.ErrNotFound):
+			return sandpit.Claim{}, false, nil
 		case err != nil:
-			return store.Claim{}, false, err
+			return sandpit.Claim{}, false, err
 		case c.State == "ready":
 			return c, true, nil
 		case !c.LockedUntil.After(h.now()):
-			return store.Claim{}, false, nil
+			return sandpit.Claim{}, false, nil
 		}
 	}
-	return store.Claim{}, false, nil
+	return sandpit.Claim{}, false, nil
 }
 
 // replay answers with a completed create's stored response.
-func (h *Handler) replay(w http.ResponseWriter, r *http.Request, c store.Claim) {
+func (h *Handler) replay(w http.ResponseWriter, r *http.Request, c sandpit.Claim) {
 	if len(c.ResponseBody) == 0 || c.ResponseStatus == 0 {
 		// Every completion this facade writes stores the response; a row
 		// without one was not written by it.
@@ -204,7 +205,7 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request, c store.Claim) 
 // gives up does not waste a create its own retry will replay. Every failure
 // deletes the claim, so the next attempt starts afresh instead of waiting out
 // the lock.
-func (h *Handler) runClaimed(w http.ResponseWriter, r *http.Request, b CreateBody, c store.Claim) {
+func (h *Handler) runClaimed(w http.ResponseWriter, r *http.Request, b CreateBody, c sandpit.Claim) {
 	fp := c.Fingerprint
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.PendingTTL)
 	defer cancel()
@@ -228,7 +229,7 @@ func (h *Handler) runClaimed(w http.ResponseWriter, r *http.Request, b CreateBod
 		return
 	}
 	var (
-		sb      store.Sandbox
+		sb      sandpit.Sandbox
 		adopted bool
 		err     error
 	)
@@ -252,7 +253,7 @@ func (h *Handler) runClaimed(w http.ResponseWriter, r *http.Request, b CreateBod
 	// A test crash point: dying here leaves a finished sandbox under a
 	// pending claim, which the retry must adopt.
 	h.be.Crash(service.CrashBeforeResponse)
-	err = h.st.CompleteIdempotentRequest(ctx, store.Completion{
+	err = h.st.CompleteIdempotentRequest(ctx, sandpit.Completion{
 		Scope: Scope, Fingerprint: fp, Generation: c.Generation, TargetID: id,
 		ResponseStatus: http.StatusCreated, ResponseBody: body, ReplayTTL: h.cfg.ReplayWindow,
 	}, h.now())
@@ -280,7 +281,7 @@ func (h *Handler) freshID(ctx context.Context, fp string, generation int64) (str
 	for probe := range maxIDProbes {
 		id := sandboxIDFor(fp, generation, probe)
 		_, err := h.be.GetSandbox(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, sandpit.ErrNotFound) {
 			return id, nil
 		}
 		if err != nil {
@@ -290,21 +291,21 @@ func (h *Handler) freshID(ctx context.Context, fp string, generation int64) (str
 	return "", fmt.Errorf("no free sandbox id for fingerprint %s after %d probes", fp, maxIDProbes)
 }
 
-func (h *Handler) adoptOrCreate(ctx context.Context, id string, b CreateBody) (store.Sandbox, bool, error) {
+func (h *Handler) adoptOrCreate(ctx context.Context, id string, b CreateBody) (sandpit.Sandbox, bool, error) {
 	sb, err := h.be.GetSandbox(ctx, id)
 	switch {
-	case err == nil && sb.State == store.StateRunning:
+	case err == nil && sb.State == sandpit.StateRunning:
 		return sb, true, nil
-	case err == nil && sb.State == store.StateCreating:
+	case err == nil && sb.State == sandpit.StateCreating:
 		// Only a create of this very process can be creating it: one that
 		// stalled past the pending TTL and lost its claim to this request.
 		return sb, false, fmt.Errorf("sandbox %s: %w", id, errCreateInProgress)
 	case err == nil:
 		h.log.Warn("removing the leftover of an interrupted create", "sandbox", id, "state", sb.State)
-		if err := h.be.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := h.be.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			return sb, false, err
 		}
-	case !errors.Is(err, store.ErrNotFound):
+	case !errors.Is(err, sandpit.ErrNotFound):
 		return sb, false, err
 	}
 	sb, err = h.be.CreateSandbox(ctx, b.request(id))

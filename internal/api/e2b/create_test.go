@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/runtime"
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -40,32 +42,32 @@ func (f *fakeBackend) ResolveImage(image, template string) (string, error) {
 	return "", fmt.Errorf("%w: %q", service.ErrUnknownTemplate, template)
 }
 
-func (f *fakeBackend) CreateSandbox(ctx context.Context, req service.CreateRequest) (store.Sandbox, error) {
+func (f *fakeBackend) CreateSandbox(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, error) {
 	f.creates.Add(1)
 	if req.ID == "" {
 		req.ID = service.NewSandboxID()
 	}
 	time.Sleep(f.delay)
 	if f.failNext.Add(-1) >= 0 {
-		return store.Sandbox{}, fmt.Errorf("%w: injected failure", service.ErrRuntime)
+		return sandpit.Sandbox{}, fmt.Errorf("%w: injected failure", service.ErrRuntime)
 	}
 	now := time.Now().UTC()
-	sb := store.Sandbox{ID: req.ID, Image: "img", Template: req.Template, State: store.StateRunning,
+	sb := sandpit.Sandbox{ID: req.ID, Image: "img", Template: req.Template, State: sandpit.StateRunning,
 		Labels: req.Labels, Env: req.Env, AccessToken: "tok-" + req.ID, CreatedAt: now, UpdatedAt: now}
 	if req.Timeout > 0 {
 		sb.EndAt = now.Add(req.Timeout)
 	}
 	if err := f.st.CreateSandbox(ctx, sb); err != nil {
-		return store.Sandbox{}, err
+		return sandpit.Sandbox{}, err
 	}
 	return sb, nil
 }
 
-func (f *fakeBackend) GetSandbox(ctx context.Context, id string) (store.Sandbox, error) {
+func (f *fakeBackend) GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
 	return f.st.GetSandbox(ctx, id)
 }
 
-func (f *fakeBackend) ListSandboxes(ctx context.Context, o store.ListOptions) ([]store.Sandbox, string, error) {
+func (f *fakeBackend) ListSandboxes(ctx context.Context, o sandpit.ListOptions) ([]sandpit.Sandbox, string, error) {
 	return f.st.ListSandboxes(ctx, o)
 }
 
@@ -73,7 +75,7 @@ func (f *fakeBackend) DeleteSandbox(ctx context.Context, id string) error {
 	return f.st.DeleteSandbox(ctx, id)
 }
 
-func (f *fakeBackend) setState(ctx context.Context, id, want, state string) (store.Sandbox, error) {
+func (f *fakeBackend) setState(ctx context.Context, id string, want, state sandpit.State) (sandpit.Sandbox, error) {
 	sb, err := f.st.GetSandbox(ctx, id)
 	if err != nil {
 		return sb, err
@@ -87,24 +89,24 @@ func (f *fakeBackend) setState(ctx context.Context, id, want, state string) (sto
 	return f.st.GetSandbox(ctx, id)
 }
 
-func (f *fakeBackend) PauseSandbox(ctx context.Context, id string) (store.Sandbox, error) {
-	return f.setState(ctx, id, store.StateRunning, store.StatePaused)
+func (f *fakeBackend) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+	return f.setState(ctx, id, sandpit.StateRunning, sandpit.StatePaused)
 }
 
-func (f *fakeBackend) StartSandbox(ctx context.Context, id string) (store.Sandbox, error) {
-	return f.setState(ctx, id, "", store.StateRunning)
+func (f *fakeBackend) StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+	return f.setState(ctx, id, "", sandpit.StateRunning)
 }
 
-func (f *fakeBackend) SetTimeout(ctx context.Context, id string, d time.Duration) (store.Sandbox, error) {
+func (f *fakeBackend) SetTimeout(ctx context.Context, id string, d time.Duration) (sandpit.Sandbox, error) {
 	now := time.Now()
 	if err := f.st.SetSandboxEndAt(ctx, id, now.Add(d), now); err != nil {
-		return store.Sandbox{}, err
+		return sandpit.Sandbox{}, err
 	}
 	return f.st.GetSandbox(ctx, id)
 }
 
-func (f *fakeBackend) Stats(context.Context, string) (runtime.Stats, error) {
-	return runtime.Stats{CPUCount: 1, MemTotal: 1 << 30}, nil
+func (f *fakeBackend) Stats(context.Context, string) (driver.Stats, error) {
+	return driver.Stats{CPUCount: 1, MemTotal: 1 << 30}, nil
 }
 
 func (f *fakeBackend) AgentAddr(context.Context, string) (string, error) {
@@ -183,14 +185,14 @@ func (f *fixture) create(body string, hdr ...string) (string, result) {
 
 func (f *fixture) countSandboxes() int {
 	f.t.Helper()
-	all, _, err := f.st.ListSandboxes(context.Background(), store.ListOptions{Limit: 1000})
+	all, _, err := f.st.ListSandboxes(context.Background(), sandpit.ListOptions{Limit: 1000})
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	return len(all)
 }
 
-func (f *fixture) claimRow(fp string) (store.Claim, error) {
+func (f *fixture) claimRow(fp string) (sandpit.Claim, error) {
 	return f.st.GetIdempotentRequest(context.Background(), Scope, fp)
 }
 
@@ -280,7 +282,7 @@ func TestCreateFailureDeletesClaim(t *testing.T) {
 	if _, res := f.create(body1); res.status != http.StatusBadGateway {
 		t.Fatalf("failing create: %d %s, want 502", res.status, res.body)
 	}
-	if _, err := f.claimRow(fp1(t)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := f.claimRow(fp1(t)); !errors.Is(err, sandpit.ErrNotFound) {
 		t.Fatalf("claim after a failed create: %v, want it deleted", err)
 	}
 	if id, res := f.create(body1); res.status != http.StatusCreated || id == "" {
@@ -336,8 +338,8 @@ func TestWaitBudgetAnswers429(t *testing.T) {
 func deadDaemonClaim(t *testing.T, f *fixture, fp string) string {
 	t.Helper()
 	ctx := context.Background()
-	c, err := f.st.ClaimIdempotentRequest(ctx, store.ClaimRequest{Scope: Scope, Fingerprint: fp, PendingTTL: 2 * time.Minute}, time.Now())
-	if err != nil || c.Outcome != store.Acquired {
+	c, err := f.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: Scope, Fingerprint: fp, PendingTTL: 2 * time.Minute}, time.Now())
+	if err != nil || c.Outcome != sandpit.Acquired {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
 	id := SandboxIDFor(fp, c.Generation)
@@ -391,7 +393,7 @@ func TestRetryAfterCrashReplacesBrokenLeftover(t *testing.T) {
 	if _, err := f.be.CreateSandbox(context.Background(), mustBody(t, body1).request(id)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.st.UpdateSandboxState(context.Background(), id, store.StateError, time.Now()); err != nil {
+	if err := f.st.UpdateSandboxState(context.Background(), id, sandpit.StateError, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	f.restart()
@@ -400,7 +402,7 @@ func TestRetryAfterCrashReplacesBrokenLeftover(t *testing.T) {
 		t.Fatalf("retry: %d %s", res.status, res.body)
 	}
 	sb, err := f.st.GetSandbox(context.Background(), id)
-	if err != nil || sb.State != store.StateRunning || f.countSandboxes() != 1 {
+	if err != nil || sb.State != sandpit.StateRunning || f.countSandboxes() != 1 {
 		t.Fatalf("after retry: %+v %v, %d sandboxes", sb, err, f.countSandboxes())
 	}
 }
@@ -430,7 +432,7 @@ func TestDedupeOff(t *testing.T) {
 	if a == "" || b == "" || a == b {
 		t.Fatalf("dedupe off: %q %q, want two sandboxes", a, b)
 	}
-	if _, err := f.claimRow(fp1(t)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := f.claimRow(fp1(t)); !errors.Is(err, sandpit.ErrNotFound) {
 		t.Fatalf("dedupe off left a claim row: %v", err)
 	}
 }

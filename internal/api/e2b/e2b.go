@@ -14,8 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/runtime"
+	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -28,14 +30,14 @@ const Prefix = "/e2b"
 // create dedupe can be exercised without Docker.
 type Backend interface {
 	ResolveImage(image, template string) (string, error)
-	CreateSandbox(ctx context.Context, req service.CreateRequest) (store.Sandbox, error)
-	GetSandbox(ctx context.Context, id string) (store.Sandbox, error)
-	ListSandboxes(ctx context.Context, opts store.ListOptions) ([]store.Sandbox, string, error)
+	CreateSandbox(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, error)
+	GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error)
 	DeleteSandbox(ctx context.Context, id string) error
-	PauseSandbox(ctx context.Context, id string) (store.Sandbox, error)
-	StartSandbox(ctx context.Context, id string) (store.Sandbox, error)
-	SetTimeout(ctx context.Context, id string, timeout time.Duration) (store.Sandbox, error)
-	Stats(ctx context.Context, id string) (runtime.Stats, error)
+	PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	SetTimeout(ctx context.Context, id string, timeout time.Duration) (sandpit.Sandbox, error)
+	Stats(ctx context.Context, id string) (driver.Stats, error)
 	AgentAddr(ctx context.Context, id string) (string, error)
 	Crash(point string)
 }
@@ -169,7 +171,7 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 // fail renders err with the one shared classification. A missing sandbox gets
 // a plain message naming it, since the SDK shows the message to the user.
 func fail(w http.ResponseWriter, err error, id string) {
-	if id != "" && errors.Is(err, store.ErrNotFound) {
+	if id != "" && errors.Is(err, sandpit.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "sandbox "+id+" not found")
 		return
 	}

@@ -6,8 +6,9 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/sandpit-dev/sandpit/internal/runtime"
-	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/driver"
 )
 
 // Headers the SDK sets on every agent call when E2B_SANDBOX_URL is set.
@@ -33,7 +34,7 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 		writeError(w, http.StatusBadRequest, "missing "+headerSandboxID+" header")
 		return
 	}
-	port := runtime.AgentPort
+	port := driver.AgentPort
 	if p := r.Header.Get(headerSandboxPort); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
@@ -44,14 +45,14 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 	}
 	sb, err := h.be.GetSandbox(r.Context(), id)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, sandpit.ErrNotFound):
 		writeError(w, http.StatusBadGateway, "sandbox "+id+" not found")
 		return
 	case err != nil:
 		fail(w, err, id)
 		return
-	case sb.State != store.StateRunning:
-		writeError(w, http.StatusBadGateway, "sandbox "+id+" is not running (state "+sb.State+")")
+	case sb.State != sandpit.StateRunning:
+		writeError(w, http.StatusBadGateway, "sandbox "+id+" is not running (state "+string(sb.State)+")")
 		return
 	}
 	addr, err := h.be.AgentAddr(r.Context(), id)
@@ -59,7 +60,7 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 		writeError(w, http.StatusBadGateway, "sandbox "+id+" is not reachable: "+err.Error())
 		return
 	}
-	if port != runtime.AgentPort {
+	if port != driver.AgentPort {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
 			fail(w, err, id)

@@ -9,9 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // maxListLimit is the largest page the store serves.
@@ -22,7 +23,7 @@ const maxListLimit = 1000
 // the store does not index; a page may then come back short, which the
 // paging contract allows, and the next token stays valid).
 type listQuery struct {
-	opts          store.ListOptions
+	opts          sandpit.ListOptions
 	template      string
 	startedAfter  time.Time
 	wantedStates  map[string]bool
@@ -83,9 +84,9 @@ func parseListQuery(q url.Values, defaultStates []string) (listQuery, error) {
 	for _, s := range states {
 		switch s {
 		case stateRunning:
-			lq.opts.States = append(lq.opts.States, store.StateRunning)
+			lq.opts.States = append(lq.opts.States, sandpit.StateRunning)
 		case statePaused:
-			lq.opts.States = append(lq.opts.States, store.StatePaused, store.StateStopped)
+			lq.opts.States = append(lq.opts.States, sandpit.StatePaused, sandpit.StateStopped)
 		default:
 			return lq, invalid("state must be %q or %q, got %q", stateRunning, statePaused, s)
 		}
@@ -110,7 +111,7 @@ func parseListQuery(q url.Values, defaultStates []string) (listQuery, error) {
 	return lq, nil
 }
 
-func (lq listQuery) keep(sb store.Sandbox, state string) bool {
+func (lq listQuery) keep(sb sandpit.Sandbox, state string) bool {
 	if !lq.wantedStates[state] {
 		return false
 	}
@@ -177,14 +178,14 @@ func (h *Handler) listV1(w http.ResponseWriter, r *http.Request) {
 
 // visible returns a sandbox that E2B would know: one being created or whose
 // container is gone is reported as not found.
-func (h *Handler) visible(r *http.Request, id string) (store.Sandbox, string, error) {
+func (h *Handler) visible(r *http.Request, id string) (sandpit.Sandbox, string, error) {
 	sb, err := h.be.GetSandbox(r.Context(), id)
 	if err != nil {
 		return sb, "", err
 	}
 	state, ok := e2bState(sb.State)
 	if !ok {
-		return sb, "", fmt.Errorf("sandbox %s is %s: %w", id, sb.State, store.ErrNotFound)
+		return sb, "", fmt.Errorf("sandbox %s is %s: %w", id, sb.State, sandpit.ErrNotFound)
 	}
 	return sb, state, nil
 }
@@ -318,7 +319,7 @@ func (h *Handler) connectOrResume(w http.ResponseWriter, r *http.Request, mustBe
 			// A concurrent connect may have resumed it first; that is
 			// success for this one too.
 			again, gerr := h.be.GetSandbox(ctx, id)
-			if gerr != nil || again.State != store.StateRunning {
+			if gerr != nil || again.State != sandpit.StateRunning {
 				fail(w, err, id)
 				return
 			}

@@ -8,8 +8,9 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/service"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // EnvdVersion is the envd version the facade reports. The SDK gates
@@ -189,24 +190,24 @@ const (
 // native API) keeps its filesystem and comes back on connect, as a paused one
 // does. Sandboxes still being created, or whose container is gone, have no
 // E2B state and are not shown.
-func e2bState(state string) (string, bool) {
+func e2bState(state sandpit.State) (string, bool) {
 	switch state {
-	case store.StateRunning:
+	case sandpit.StateRunning:
 		return stateRunning, true
-	case store.StatePaused, store.StateStopped:
+	case sandpit.StatePaused, sandpit.StateStopped:
 		return statePaused, true
 	}
 	return "", false
 }
 
-func templateOf(sb store.Sandbox) string {
+func templateOf(sb sandpit.Sandbox) string {
 	if sb.Template != "" {
 		return sb.Template
 	}
 	return sb.Image
 }
 
-func (h *Handler) created(sb store.Sandbox) CreatedSandbox {
+func (h *Handler) created(sb sandpit.Sandbox) CreatedSandbox {
 	return CreatedSandbox{
 		SandboxID:       sb.ID,
 		TemplateID:      templateOf(sb),
@@ -218,7 +219,7 @@ func (h *Handler) created(sb store.Sandbox) CreatedSandbox {
 	}
 }
 
-func (h *Handler) listed(sb store.Sandbox, state string) ListedSandbox {
+func (h *Handler) listed(sb sandpit.Sandbox, state string) ListedSandbox {
 	cpus := int(sb.CPU + 0.999)
 	if cpus <= 0 {
 		// No CPU limit: the sandbox may use every host core.
@@ -247,6 +248,6 @@ func (h *Handler) listed(sb store.Sandbox, state string) ListedSandbox {
 	}
 }
 
-func (h *Handler) detail(sb store.Sandbox, state string) SandboxDetail {
+func (h *Handler) detail(sb sandpit.Sandbox, state string) SandboxDetail {
 	return SandboxDetail{ListedSandbox: h.listed(sb, state), EnvdAccessToken: sb.AccessToken, Domain: h.cfg.Domain}
 }

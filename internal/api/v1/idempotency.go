@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -140,23 +142,23 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, h http.Handl
 	hash := requestHash(r.Method, r.URL.Path, body)
 	deadline := time.Now().Add(m.cfg.Wait)
 	for {
-		claim, err := m.st.ClaimIdempotentRequest(ctx, store.ClaimRequest{Scope: scope, Fingerprint: key, RequestHash: hash, PendingTTL: m.cfg.PendingTTL}, m.cfg.Now().UTC())
+		claim, err := m.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: scope, Fingerprint: key, RequestHash: hash, PendingTTL: m.cfg.PendingTTL}, m.cfg.Now().UTC())
 		if err != nil {
 			fail(w, err)
 			return
 		}
 		switch claim.Outcome {
-		case store.Mismatch:
+		case sandpit.Mismatch:
 			writeError(w, api.Problem{Status: http.StatusUnprocessableEntity, Code: api.CodeKeyMismatch,
 				Message: "this Idempotency-Key was already used for a different request"})
 			return
-		case store.Replay:
+		case sandpit.Replay:
 			replay(w, claim)
 			return
-		case store.Acquired:
+		case sandpit.Acquired:
 			m.execute(w, r, h, pattern, body, claim)
 			return
-		case store.InFlight:
+		case sandpit.InFlight:
 			done, ok := m.await(ctx, scope, key, deadline)
 			if ok {
 				replay(w, done)
@@ -177,29 +179,29 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, h http.Handl
 
 // await polls the claim until it completes (ok), disappears (the first
 // attempt failed: !ok, claim again) or the deadline passes.
-func (m *Idempotency) await(ctx context.Context, scope, key string, deadline time.Time) (store.Claim, bool) {
+func (m *Idempotency) await(ctx context.Context, scope, key string, deadline time.Time) (sandpit.Claim, bool) {
 	delay := 10 * time.Millisecond
 	for time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
-			return store.Claim{}, false
+			return sandpit.Claim{}, false
 		case <-time.After(delay):
 		}
 		if delay < 250*time.Millisecond {
 			delay *= 2
 		}
 		c, err := m.st.GetIdempotentRequest(ctx, scope, key)
-		if errors.Is(err, store.ErrNotFound) {
-			return store.Claim{}, false
+		if errors.Is(err, sandpit.ErrNotFound) {
+			return sandpit.Claim{}, false
 		}
 		if err == nil && c.State == "ready" {
 			return c, true
 		}
 	}
-	return store.Claim{}, false
+	return sandpit.Claim{}, false
 }
 
-func replay(w http.ResponseWriter, c store.Claim) {
+func replay(w http.ResponseWriter, c sandpit.Claim) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Idempotent-Replayed", "true")
 	w.WriteHeader(c.ResponseStatus)
@@ -211,7 +213,7 @@ func replay(w http.ResponseWriter, c store.Claim) {
 // side effect; a retry after a crash finds it there and either adopts the
 // sandbox the crashed attempt finished or creates it under the same id, so
 // it never makes a second one.
-func (m *Idempotency) execute(w http.ResponseWriter, r *http.Request, h http.HandlerFunc, pattern string, body []byte, claim store.Claim) {
+func (m *Idempotency) execute(w http.ResponseWriter, r *http.Request, h http.HandlerFunc, pattern string, body []byte, claim sandpit.Claim) {
 	ctx := r.Context()
 	scope, key := claim.Scope, claim.Fingerprint
 	release := func() {
@@ -240,7 +242,7 @@ func (m *Idempotency) execute(w http.ResponseWriter, r *http.Request, h http.Han
 	if rec.status >= 500 {
 		release()
 	} else {
-		err := m.st.CompleteIdempotentRequest(context.WithoutCancel(ctx), store.Completion{
+		err := m.st.CompleteIdempotentRequest(context.WithoutCancel(ctx), sandpit.Completion{
 			Scope: scope, Fingerprint: key, Generation: claim.Generation, TargetID: rec.target(claim.TargetID),
 			ResponseStatus: rec.status, ResponseBody: rec.body.Bytes(), ReplayTTL: m.cfg.Retention,
 		}, m.cfg.Now().UTC())

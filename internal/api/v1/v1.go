@@ -8,9 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // Handler serves /v1.
@@ -92,8 +93,8 @@ type Sandbox struct {
 	EndAt     *time.Time        `json:"end_at,omitempty"`
 }
 
-func toSandbox(sb store.Sandbox) Sandbox {
-	out := Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: sb.State, Labels: sb.Labels, Env: sb.Env,
+func toSandbox(sb sandpit.Sandbox) Sandbox {
+	out := Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), Labels: sb.Labels, Env: sb.Env,
 		CPU: sb.CPU, MemoryMB: sb.MemoryMB, CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt}
 	if !sb.EndAt.IsZero() {
 		t := sb.EndAt
@@ -133,12 +134,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		sb, err := h.svc.GetSandbox(r.Context(), id)
 		switch {
 		case err != nil:
-		case sb.State == store.StateError:
+		case sb.State == sandpit.StateError:
 			if err := h.svc.DeleteSandbox(r.Context(), id); err != nil {
 				fail(w, err)
 				return
 			}
-		case sb.State != store.StateCreating:
+		case sb.State != sandpit.StateCreating:
 			api.WriteJSON(w, http.StatusCreated, toSandbox(sb))
 			return
 		}
@@ -163,7 +164,7 @@ type ListResponse struct {
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	opts := store.ListOptions{PageToken: q.Get("page_token"), Labels: map[string]string{}}
+	opts := sandpit.ListOptions{PageToken: q.Get("page_token"), Labels: map[string]string{}}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {
@@ -181,7 +182,9 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		opts.Labels[k] = v
 	}
 	if st := q.Get("state"); st != "" {
-		opts.States = strings.Split(st, ",")
+		for _, one := range strings.Split(st, ",") {
+			opts.States = append(opts.States, sandpit.State(one))
+		}
 	}
 	page, next, err := h.svc.ListSandboxes(r.Context(), opts)
 	if err != nil {
@@ -310,7 +313,7 @@ type Port struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-func toPort(p store.ExposedPort, reused bool) Port {
+func toPort(p sandpit.ExposedPort, reused bool) Port {
 	return Port{Port: p.Port, Protocol: p.Protocol, HostPort: p.HostPort, PublicURL: p.PublicURL, Reused: reused, CreatedAt: p.CreatedAt}
 }
 
@@ -373,7 +376,7 @@ type Domain struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-func (h *Handler) toDomain(d store.CustomDomain) Domain {
+func (h *Handler) toDomain(d sandpit.CustomDomain) Domain {
 	return Domain{Hostname: d.Hostname, SandboxID: d.SandboxID, Port: d.Port, URL: h.svc.CustomDomainURL(d.Hostname), CreatedAt: d.CreatedAt}
 }
 

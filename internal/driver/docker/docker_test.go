@@ -22,8 +22,8 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 
-	"github.com/sandpit-dev/sandpit/internal/runtime"
-	"github.com/sandpit-dev/sandpit/internal/runtime/docker"
+	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -130,8 +130,8 @@ func randomID(t *testing.T) string {
 	return "t" + hex.EncodeToString(b[:])
 }
 
-func (f *fixture) spec(t *testing.T) runtime.Spec {
-	return runtime.Spec{
+func (f *fixture) spec(t *testing.T) driver.Spec {
+	return driver.Spec{
 		SandboxID:   randomID(t),
 		Image:       f.image,
 		Env:         map[string]string{"HELLO": "world", "MULTI": "a=b c"},
@@ -154,7 +154,7 @@ func waitHealthy(t *testing.T, ip string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := httpc.Get("http://" + net.JoinHostPort(ip, fmt.Sprint(runtime.AgentPort)) + "/health")
+		resp, err := httpc.Get("http://" + net.JoinHostPort(ip, fmt.Sprint(driver.AgentPort)) + "/health")
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -171,7 +171,7 @@ func waitHealthy(t *testing.T, ip string) {
 
 func getJSON(t *testing.T, ip, path string, v any) {
 	t.Helper()
-	resp, err := httpc.Get("http://" + net.JoinHostPort(ip, fmt.Sprint(runtime.AgentPort)) + path)
+	resp, err := httpc.Get("http://" + net.JoinHostPort(ip, fmt.Sprint(driver.AgentPort)) + path)
 	must(t, err)
 	defer resp.Body.Close()
 	must(t, json.NewDecoder(resp.Body).Decode(v))
@@ -199,7 +199,7 @@ func TestLifecycle(t *testing.T) {
 	spec := f.spec(t)
 	spec.CPU = 0.5
 	spec.MemoryMB = 64
-	spec.Labels = map[string]string{runtime.LabelRun: f.run[runtime.LabelRun], "team": "blue", runtime.LabelSandboxID: "spoofed"}
+	spec.Labels = map[string]string{driver.LabelRun: f.run[driver.LabelRun], "team": "blue", driver.LabelSandboxID: "spoofed"}
 	spec.Env[docker.EnvAgentToken] = "spoofed"
 
 	id, err := f.d.Create(ctx, spec)
@@ -212,10 +212,10 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("name %q", raw.Name)
 	}
 	wantLabels := map[string]string{
-		runtime.LabelManaged:   "true",
-		runtime.LabelSandboxID: spec.SandboxID,
-		runtime.LabelRun:       f.run[runtime.LabelRun],
-		"team":                 "blue",
+		driver.LabelManaged:   "true",
+		driver.LabelSandboxID: spec.SandboxID,
+		driver.LabelRun:       f.run[driver.LabelRun],
+		"team":                "blue",
 	}
 	for k, v := range wantLabels {
 		if raw.Config.Labels[k] != v {
@@ -339,13 +339,13 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	// List by label.
-	list, err := f.d.List(ctx, map[string]string{runtime.LabelRun: f.run[runtime.LabelRun], "team": "blue"})
+	list, err := f.d.List(ctx, map[string]string{driver.LabelRun: f.run[driver.LabelRun], "team": "blue"})
 	must(t, err)
 	if len(list) != 1 || list[0].ID != id || list[0].SandboxID != spec.SandboxID || list[0].State != "running" ||
 		list[0].IP != c.IP || list[0].Name != c.Name || list[0].Labels["team"] != "blue" {
 		t.Errorf("list: %+v", list)
 	}
-	list, err = f.d.List(ctx, map[string]string{runtime.LabelRun: f.run[runtime.LabelRun], "team": "red"})
+	list, err = f.d.List(ctx, map[string]string{driver.LabelRun: f.run[driver.LabelRun], "team": "red"})
 	must(t, err)
 	if len(list) != 0 {
 		t.Errorf("list team=red: %+v", list)
@@ -392,7 +392,7 @@ func TestLifecycle(t *testing.T) {
 	// Remove; then everything says not found, and removing again is fine.
 	must(t, f.d.Remove(ctx, id))
 	must(t, f.d.Remove(ctx, id))
-	if _, err := f.d.Inspect(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+	if _, err := f.d.Inspect(ctx, id); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("inspect removed: %v", err)
 	}
 	for name, op := range map[string]func(context.Context, string) error{
@@ -400,7 +400,7 @@ func TestLifecycle(t *testing.T) {
 		"stop":  func(ctx context.Context, id string) error { return f.d.Stop(ctx, id, time.Second) },
 		"stats": func(ctx context.Context, id string) error { _, err := f.d.Stats(ctx, id); return err },
 	} {
-		if err := op(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+		if err := op(ctx, id); !errors.Is(err, driver.ErrNotFound) {
 			t.Errorf("%s removed: %v", name, err)
 		}
 	}
@@ -417,7 +417,7 @@ func TestImageNotFound(t *testing.T) {
 	spec := f.spec(t)
 	spec.Image = "sandpit/does-not-exist:" + randomID(t)
 	_, err := f.d.Create(ctx, spec)
-	if !errors.Is(err, runtime.ErrImageNotFound) {
+	if !errors.Is(err, driver.ErrImageNotFound) {
 		t.Fatalf("err = %v, want ErrImageNotFound", err)
 	}
 	list, err := f.d.List(ctx, f.run)
@@ -430,14 +430,14 @@ func TestImageNotFound(t *testing.T) {
 func TestInvalidSpec(t *testing.T) {
 	f := setup(t)
 	ctx := ctxT(t)
-	for name, mutate := range map[string]func(*runtime.Spec){
-		"missing agent":   func(s *runtime.Spec) { s.AgentBinary = filepath.Join(t.TempDir(), "nope") },
-		"relative agent":  func(s *runtime.Spec) { s.AgentBinary = "sandpit" },
-		"negative memory": func(s *runtime.Spec) { s.MemoryMB = -1 },
-		"negative cpu":    func(s *runtime.Spec) { s.CPU = -1 },
-		"no image":        func(s *runtime.Spec) { s.Image = "" },
-		"no id":           func(s *runtime.Spec) { s.SandboxID = "" },
-		"bad env":         func(s *runtime.Spec) { s.Env = map[string]string{"A=B": "c"} },
+	for name, mutate := range map[string]func(*driver.Spec){
+		"missing agent":   func(s *driver.Spec) { s.AgentBinary = filepath.Join(t.TempDir(), "nope") },
+		"relative agent":  func(s *driver.Spec) { s.AgentBinary = "sandpit" },
+		"negative memory": func(s *driver.Spec) { s.MemoryMB = -1 },
+		"negative cpu":    func(s *driver.Spec) { s.CPU = -1 },
+		"no image":        func(s *driver.Spec) { s.Image = "" },
+		"no id":           func(s *driver.Spec) { s.SandboxID = "" },
+		"bad env":         func(s *driver.Spec) { s.Env = map[string]string{"A=B": "c"} },
 	} {
 		spec := f.spec(t)
 		mutate(&spec)
@@ -445,7 +445,7 @@ func TestInvalidSpec(t *testing.T) {
 		t.Logf("%s: %v", name, err)
 		if err == nil {
 			t.Errorf("%s: created %s", name, id)
-		} else if errors.Is(err, runtime.ErrImageNotFound) {
+		} else if errors.Is(err, driver.ErrImageNotFound) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -464,14 +464,14 @@ func TestImageWithEntrypoint(t *testing.T) {
 
 	base, err := f.cli.ContainerCreate(ctx, &container.Config{Image: f.image, Labels: f.run}, nil, nil, nil, "")
 	must(t, err)
-	ref := "sandpit/entrypoint-test:" + f.run[runtime.LabelRun]
+	ref := "sandpit/entrypoint-test:" + f.run[driver.LabelRun]
 	_, err = f.cli.ContainerCommit(ctx, base.ID, container.CommitOptions{
 		Reference: ref,
 		Changes:   []string{`ENTRYPOINT ["/bin/false"]`, `CMD ["nope"]`, "USER 1000", "WORKDIR /home/user"},
 	})
 	must(t, err)
 	t.Cleanup(func() {
-		testenv.CleanupRun(t, f.run[runtime.LabelRun]) // containers first, or the image stays behind
+		testenv.CleanupRun(t, f.run[driver.LabelRun]) // containers first, or the image stays behind
 		if _, err := f.cli.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true}); err != nil {
 			t.Errorf("remove image %s: %v", ref, err)
 		}

@@ -1,4 +1,4 @@
-// Package docker implements runtime.Runtime on a Docker Engine through the
+// Package docker implements driver.Driver on a Docker Engine through the
 // official Go client, negotiating the API version so that old engines
 // (Debian's docker.io 20.10, API 1.41) work.
 //
@@ -28,7 +28,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs" // same checks as containerd/errdefs, which go.mod only has as indirect
 
-	"github.com/sandpit-dev/sandpit/internal/runtime"
+	"github.com/sandpit-dev/sandpit/internal/driver"
 )
 
 const (
@@ -60,14 +60,14 @@ type Options struct {
 	Network string
 }
 
-// Docker is a runtime.Runtime backed by a Docker Engine.
+// Docker is a driver.Driver backed by a Docker Engine.
 type Docker struct {
 	cli     *client.Client
 	log     *slog.Logger
 	network string
 }
 
-var _ runtime.Runtime = (*Docker)(nil)
+var _ driver.Driver = (*Docker)(nil)
 
 // New connects to the engine named by the environment (DOCKER_HOST, ...,
 // default the local socket), negotiates the API version and checks that the
@@ -106,7 +106,7 @@ func (d *Docker) Ping(ctx context.Context) error {
 func ContainerName(sandboxID string) string { return NamePrefix + sandboxID }
 
 // Create makes (does not start) the sandbox's container and returns its id.
-func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) {
+func (d *Docker) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	cfg, hostCfg, err := d.configs(spec)
 	if err != nil {
 		return "", err
@@ -115,7 +115,7 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 	resp, err := d.cli.ContainerCreate(ctx, cfg, hostCfg, &network.NetworkingConfig{}, nil, name)
 	if err != nil {
 		if errdefs.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image") {
-			return "", fmt.Errorf("%w: %s", runtime.ErrImageNotFound, spec.Image)
+			return "", fmt.Errorf("%w: %s", driver.ErrImageNotFound, spec.Image)
 		}
 		return "", fmt.Errorf("create container %s: %w", name, err)
 	}
@@ -127,7 +127,7 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 }
 
 // configs turns a Spec into the engine's container and host configuration.
-func (d *Docker) configs(spec runtime.Spec) (*container.Config, *container.HostConfig, error) {
+func (d *Docker) configs(spec driver.Spec) (*container.Config, *container.HostConfig, error) {
 	switch {
 	case spec.SandboxID == "":
 		return nil, nil, errors.New("spec: empty sandbox id")
@@ -161,8 +161,8 @@ func (d *Docker) configs(spec runtime.Spec) (*container.Config, *container.HostC
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
-	labels[runtime.LabelManaged] = "true"
-	labels[runtime.LabelSandboxID] = spec.SandboxID
+	labels[driver.LabelManaged] = "true"
+	labels[driver.LabelSandboxID] = spec.SandboxID
 
 	pids := spec.PidsLimit
 	if pids == 0 {
@@ -270,19 +270,19 @@ func (d *Docker) waitGone(ctx context.Context, containerID string) error {
 }
 
 // Inspect returns the engine's view of one container (by id or name).
-func (d *Docker) Inspect(ctx context.Context, containerID string) (runtime.Container, error) {
+func (d *Docker) Inspect(ctx context.Context, containerID string) (driver.Container, error) {
 	info, err := d.cli.ContainerInspect(ctx, containerID)
 	if err != nil {
-		return runtime.Container{}, d.wrap("inspect", containerID, err)
+		return driver.Container{}, d.wrap("inspect", containerID, err)
 	}
-	c := runtime.Container{
+	c := driver.Container{
 		ID:   info.ID,
 		Name: strings.TrimPrefix(info.Name, "/"),
 	}
 	if info.Config != nil {
 		c.Image = info.Config.Image
 		c.Labels = info.Config.Labels
-		c.SandboxID = info.Config.Labels[runtime.LabelSandboxID]
+		c.SandboxID = info.Config.Labels[driver.LabelSandboxID]
 	}
 	if info.State != nil {
 		c.State = string(info.State.Status)
@@ -316,7 +316,7 @@ func (d *Docker) pickIP(nets map[string]*network.EndpointSettings) string {
 
 // List returns every container (running or not) carrying all given labels.
 // An empty value matches any value of that label.
-func (d *Docker) List(ctx context.Context, labels map[string]string) ([]runtime.Container, error) {
+func (d *Docker) List(ctx context.Context, labels map[string]string) ([]driver.Container, error) {
 	args := filters.NewArgs()
 	for k, v := range labels {
 		if v == "" {
@@ -329,11 +329,11 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]runtime.
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
-	out := make([]runtime.Container, 0, len(list))
+	out := make([]driver.Container, 0, len(list))
 	for _, s := range list {
-		c := runtime.Container{
+		c := driver.Container{
 			ID:        s.ID,
-			SandboxID: s.Labels[runtime.LabelSandboxID],
+			SandboxID: s.Labels[driver.LabelSandboxID],
 			Image:     s.Image,
 			State:     string(s.State),
 			Labels:    s.Labels,
@@ -380,22 +380,22 @@ func (d *Docker) Unpause(ctx context.Context, containerID string) error {
 // the inactive page cache (as `docker stats` does); MemTotal is the memory
 // limit (the host's memory without one). DiskUsed is the size of the
 // container's writable layer; DiskTotal is 0, as the engine sets no disk quota.
-func (d *Docker) Stats(ctx context.Context, containerID string) (runtime.Stats, error) {
+func (d *Docker) Stats(ctx context.Context, containerID string) (driver.Stats, error) {
 	info, _, err := d.cli.ContainerInspectWithRaw(ctx, containerID, true)
 	if err != nil {
-		return runtime.Stats{}, d.wrap("stats", containerID, err)
+		return driver.Stats{}, d.wrap("stats", containerID, err)
 	}
 	resp, err := d.cli.ContainerStats(ctx, containerID, false)
 	if err != nil {
-		return runtime.Stats{}, d.wrap("stats", containerID, err)
+		return driver.Stats{}, d.wrap("stats", containerID, err)
 	}
 	defer resp.Body.Close()
 	var s container.StatsResponse
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		return runtime.Stats{}, fmt.Errorf("stats %s: decode: %w", containerID, err)
+		return driver.Stats{}, fmt.Errorf("stats %s: decode: %w", containerID, err)
 	}
 
-	out := runtime.Stats{Timestamp: s.Read}
+	out := driver.Stats{Timestamp: s.Read}
 	if out.Timestamp.IsZero() || out.Timestamp.Year() < 2000 {
 		out.Timestamp = time.Now()
 	}
@@ -449,11 +449,11 @@ func clampInt64(v uint64) int64 {
 	return int64(v)
 }
 
-// wrap maps a missing container to runtime.ErrNotFound and otherwise keeps
+// wrap maps a missing container to driver.ErrNotFound and otherwise keeps
 // the engine's error (so errdefs checks still work) with some context.
 func (d *Docker) wrap(op, containerID string, err error) error {
 	if errdefs.IsNotFound(err) {
-		return fmt.Errorf("%s %s: %w", op, containerID, runtime.ErrNotFound)
+		return fmt.Errorf("%s %s: %w", op, containerID, driver.ErrNotFound)
 	}
 	return fmt.Errorf("%s container %s: %w", op, containerID, err)
 }

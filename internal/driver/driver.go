@@ -1,6 +1,6 @@
-// Package runtime is the seam between the service and whatever runs sandboxes.
-// runtime/docker is the implementation today; a Firecracker one can follow.
-package runtime
+// Package driver is the seam between the service and whatever runs sandboxes.
+// driver/docker is the implementation today; a Firecracker one can follow.
+package driver
 
 import (
 	"context"
@@ -68,8 +68,8 @@ type Stats struct {
 	Timestamp  time.Time
 }
 
-// Runtime creates and controls sandbox containers.
-type Runtime interface {
+// Driver creates and controls sandbox containers.
+type Driver interface {
 	// Create makes (does not start) the container and returns its id.
 	Create(ctx context.Context, spec Spec) (string, error)
 	Start(ctx context.Context, containerID string) error

@@ -1,7 +1,9 @@
-// Package store is Sandpit's only writer. Every mutation goes through one
-// SQLite connection, and uniqueness is decided by the schema (primary keys and
-// partial unique indexes), never by a SELECT followed by an INSERT.
-package store
+// Package sandpit holds Sandpit's domain types: sandboxes and their states,
+// exposed ports, custom domains and idempotency claims, with the sentinel
+// errors every layer shares. The store persists them, the service orchestrates
+// them and the APIs present them; none of those owns them, so a second store
+// (the cluster's replicated index) can speak the same types.
+package sandpit
 
 import (
 	"errors"
@@ -16,19 +18,21 @@ var (
 	ErrHostnameConflict  = errors.New("hostname already bound to another sandbox")
 	ErrPortPoolExhausted = errors.New("host port pool exhausted")
 	ErrTapPoolExhausted  = errors.New("tap pool exhausted")
-	ErrDataDirLocked     = errors.New("data directory is locked by another sandpit process")
 	ErrClaimLost         = errors.New("idempotency claim no longer held")
 )
+
+// State is a sandbox's lifecycle state as the store records it.
+type State string
 
 // Sandbox states.
 const (
 	// StateCreating marks a row inserted before any side effect: the row claims
 	// the id and the name first, so a losing duplicate never touches the engine.
-	StateCreating = "creating"
-	StateRunning  = "running"
-	StateStopped  = "stopped"
-	StatePaused   = "paused"
-	StateError    = "error"
+	StateCreating State = "creating"
+	StateRunning  State = "running"
+	StateStopped  State = "stopped"
+	StatePaused   State = "paused"
+	StateError    State = "error"
 )
 
 // Sandbox is one row of the sandboxes table.
@@ -37,7 +41,7 @@ type Sandbox struct {
 	Name        string // "" means unnamed; non-empty names are unique
 	Image       string
 	Template    string // facade template / snapshot name, informational
-	State       string
+	State       State
 	Labels      map[string]string // E2B metadata and Daytona labels live here
 	Env         map[string]string
 	CPU         float64 // cores; 0 = engine default
@@ -53,7 +57,7 @@ type Sandbox struct {
 // ordered by (created_at, id) and the page token encodes the last row seen.
 type ListOptions struct {
 	Labels    map[string]string // every pair must match
-	States    []string          // empty = any
+	States    []State           // empty = any
 	Limit     int               // <= 0 means 100
 	PageToken string
 }
