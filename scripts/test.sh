@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: test image, vet, static build, Go tests (race
 # detector, real Docker), then the SDK compatibility tests under test/ when
-# they exist. Needs a running Docker engine (scripts/ensure-docker.sh).
+# they exist, and the TypeScript SDK's own tests. Needs a running Docker
+# engine (scripts/ensure-docker.sh).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -41,5 +42,20 @@ for dir in test/e2b test/daytona; do
 		fi
 	)
 done
+
+# The TypeScript SDK: a clean install from its lockfile, a check that the
+# committed code generated from proto/ is current, the compile, then its
+# tests against a real daemon. An existing node_modules is kept, so a local
+# run works without a registry.
+if [[ -f sdk/typescript/package.json ]]; then
+	step "TypeScript SDK (sdk/typescript)"
+	(
+		cd sdk/typescript
+		[[ -d node_modules ]] || npm ci --no-audit --no-fund
+		npm run --silent check-generated
+		npm run --silent build
+		npm test
+	)
+fi
 
 step "all tests passed"
