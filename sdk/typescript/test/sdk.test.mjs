@@ -16,7 +16,7 @@ import {
   Sandpit,
   TimeoutError,
 } from '../dist/index.js'
-import { setup, teardown, startDaemon, client, freeRange, lossyProxy, get, eventually, unique } from './helpers.mjs'
+import { setup, teardown, startDaemon, containers, client, freeRange, lossyProxy, get, eventually, unique } from './helpers.mjs'
 
 let daemon
 let sandpit
@@ -134,6 +134,7 @@ test('files: 1 MiB binary round trip, text, listing, removal, missing file', asy
 test('create survives a lost answer: the retry gets the same sandbox, and only one exists', async (t) => {
   const proxy = await lossyProxy(daemon, (method, path) => method === 'POST' && path === '/v1/sandboxes')
   t.after(() => proxy.close())
+  const before = (await containers('sdk')).length
   const name = unique('lost-create')
   const sb = await client(daemon, proxy.url).create({ name, labels: { test: name } })
   assert.ok(proxy.dropped(), 'the proxy dropped the first answer')
@@ -147,6 +148,9 @@ test('create survives a lost answer: the retry gets the same sandbox, and only o
   assert.equal(sb.state, 'running')
   const listed = await sandpit.list({ labels: { test: name } }).toArray()
   assert.deepEqual(listed.map((s) => s.id), [sb.id])
+  // And one container more on the engine (the tests of this file run one
+  // at a time, so nothing else made one meanwhile).
+  assert.equal((await containers('sdk')).length, before + 1)
 })
 
 test('exposePort survives a lost answer: one exposure, one host port', async (t) => {
