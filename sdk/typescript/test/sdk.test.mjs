@@ -68,6 +68,24 @@ test('exec streams output as it comes', async () => {
   assert.equal(chunks.join(''), res.stdout)
 })
 
+// The causal version: the command cannot end until the client has seen its
+// first line (the client's answer is a file the command waits for), so an
+// output held back until the end would never arrive and the exec would time
+// out.
+test('exec delivers output while the command runs', async () => {
+  const flag = `/tmp/seen-${randomBytes(4).toString('hex')}`
+  let answered
+  const res = await shared.exec(`echo ready; while [ ! -e ${flag} ]; do sleep 0.1; done; echo done`, {
+    timeoutMs: 30_000,
+    onStdout: (c) => {
+      if (c.includes('ready')) answered ??= shared.files.write(flag, '')
+    },
+  })
+  await answered
+  assert.equal(res.exitCode, 0)
+  assert.equal(res.stdout, 'ready\ndone\n')
+})
+
 test('exec returns 3 MB of output whole', async () => {
   const size = 3 * 1024 * 1024
   let streamed = 0
