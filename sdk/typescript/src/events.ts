@@ -6,12 +6,21 @@ export interface EventsOptions {
   signal?: AbortSignal;
 }
 
-/** One Server-Sent Event of /v1/events. */
+/**
+ * One Server-Sent Event of /v1/events. A sandbox state change is named by
+ * its type (created, started, stopped, paused, resumed, expired, deleted,
+ * died) and its data carries `sandbox_id`, `state` (empty once the sandbox is
+ * gone), `old_state` and `time`, lifted into the typed fields below.
+ */
 export interface SandpitEvent {
   /** The SSE event name, else the `type` field of the data, else `message`. */
   type: string;
   /** The SSE event id, used to resume after a reconnect. */
   id?: string;
+  sandboxId?: string;
+  state?: string;
+  oldState?: string;
+  time?: Date;
   /** The event's JSON `data:` payload, parsed (the raw text when it is not JSON). */
   data: any;
 }
@@ -119,6 +128,12 @@ function toEvent(name: string, id: string | undefined, raw: string): SandpitEven
   } catch {
     // Not JSON: handed over as text.
   }
-  const type = name || (data && typeof data === 'object' && typeof data.type === 'string' ? data.type : 'message');
-  return { type, id, data };
+  const obj: Record<string, unknown> = data && typeof data === 'object' ? data : {};
+  const str = (k: string) => (typeof obj[k] === 'string' ? (obj[k] as string) : undefined);
+  const ev: SandpitEvent = { type: name || str('type') || 'message', id, data };
+  if (str('sandbox_id') !== undefined) ev.sandboxId = str('sandbox_id');
+  if (str('state') !== undefined) ev.state = str('state');
+  if (str('old_state') !== undefined) ev.oldState = str('old_state');
+  if (str('time') !== undefined) ev.time = new Date(str('time')!);
+  return ev;
 }

@@ -102,10 +102,10 @@ test('events: parses the stream, reconnects after a cut with Last-Event-ID', asy
     (req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' })
       res.write(': hello\n\n')
-      res.write('id: 1\ndata: {"type":"sandbox.created","sandbox_id":"sb1"}\n\n')
+      res.write('id: 1\ndata: {"type":"created","sandbox_id":"sb1","state":"running","old_state":"creating","time":"2026-01-02T03:04:05Z"}\n\n')
       // An event split across writes, with CRLF line ends and two data lines.
-      res.write('event: sandbox.state\r\nid: 2\r\ndata: {"state":\r\n')
-      res.end('data: "stopped"}\r\n\r\n')
+      res.write('event: stopped\r\nid: 2\r\ndata: {"sandbox_id":"sb1",\r\n')
+      res.end('data: "state":"stopped"}\r\n\r\n')
     },
     (req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' })
@@ -118,8 +118,11 @@ test('events: parses the stream, reconnects after a cut with Last-Event-ID', asy
     if (got.length === 3) break
   }
   assert.deepEqual(got, [
-    { type: 'sandbox.created', id: '1', data: { type: 'sandbox.created', sandbox_id: 'sb1' } },
-    { type: 'sandbox.state', id: '2', data: { state: 'stopped' } },
+    {
+      type: 'created', id: '1', sandboxId: 'sb1', state: 'running', oldState: 'creating', time: new Date('2026-01-02T03:04:05Z'),
+      data: { type: 'created', sandbox_id: 'sb1', state: 'running', old_state: 'creating', time: '2026-01-02T03:04:05Z' },
+    },
+    { type: 'stopped', id: '2', sandboxId: 'sb1', state: 'stopped', data: { sandbox_id: 'sb1', state: 'stopped' } },
     { type: 'message', id: undefined, data: 'not json' },
   ])
   assert.equal(requests[0].headers.accept, 'text/event-stream')

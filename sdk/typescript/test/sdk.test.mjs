@@ -295,7 +295,7 @@ test('events: /v1/events streams sandbox changes, or is a NotFoundError where mi
   const found = (async () => {
     for await (const ev of sandpit.events({ signal: ac.signal })) {
       seen.push(ev)
-      if (made && JSON.stringify(ev.data).includes(made.id)) return ev
+      if (made && ev.sandboxId === made.id && ev.type === 'stopped') return ev
     }
     return undefined
   })()
@@ -304,6 +304,8 @@ test('events: /v1/events streams sandbox changes, or is a NotFoundError where mi
   made = await sandpit.create({ labels: { test: 'events' } })
   await made.stop()
   const ev = await found
-  assert.ok(ev, `no event about ${made.id} among ${JSON.stringify(seen)}`)
-  assert.equal(typeof ev.type, 'string')
+  assert.ok(ev, `no stopped event of ${made.id} among ${JSON.stringify(seen)}`)
+  assert.equal(ev.state, 'stopped')
+  assert.equal(ev.oldState, 'running')
+  assert.ok(seen.some((e) => e.sandboxId === made.id && e.type === 'created'), 'the creation was announced too')
 })
