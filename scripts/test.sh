@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: test image, vet, static build, Go tests (race
 # detector, real Docker), then the SDK compatibility tests under test/ when
-# they exist, and the TypeScript SDK's own tests. Needs a running Docker
-# engine (scripts/ensure-docker.sh).
+# they exist. Needs a running Docker engine (scripts/ensure-docker.sh).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
