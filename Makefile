@@ -1,10 +1,11 @@
 # Generated protobuf and Connect code is committed; run `make proto` after editing
-# any .proto file under proto/ (needs protoc, protoc-gen-go and protoc-gen-connect-go).
+# any .proto file under proto/ (needs protoc, protoc-gen-go and protoc-gen-connect-go),
+# and `make proto-ts` for the TypeScript SDK's copy (buf and protoc-gen-es from npm).
 GOBIN_DIR := $(shell go env GOPATH)/bin
 MODULE := github.com/sandpit-dev/sandpit
 PROTOS := proto/process/process.proto proto/filesystem/filesystem.proto
 
-.PHONY: build proto
+.PHONY: build proto proto-ts
 
 build:
 	CGO_ENABLED=0 go build -o bin/sandpit ./cmd/sandpit
@@ -14,3 +15,6 @@ proto:
 		--go_out=. --go_opt=module=$(MODULE) \
 		--connect-go_out=. --connect-go_opt=module=$(MODULE) \
 		$(PROTOS)
+
+proto-ts:
+	cd sdk/typescript && npm run generate

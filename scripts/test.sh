@@ -42,4 +42,19 @@ for dir in test/e2b test/daytona; do
 	)
 done
 
+# The TypeScript SDK: a clean install from its lockfile, a check that the
+# committed code generated from proto/ is current, the compile, then its
+# tests against a real daemon. An existing node_modules is kept, so a local
+# run works without a registry.
+if [[ -f sdk/typescript/package.json ]]; then
+	step "TypeScript SDK (sdk/typescript)"
+	(
+		cd sdk/typescript
+		[[ -d node_modules ]] || npm ci --no-audit --no-fund
+		npm run --silent check-generated
+		npm run --silent build
+		npm test
+	)
+fi
+
 step "all tests passed"
