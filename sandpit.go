@@ -51,6 +51,45 @@ type Sandbox struct {
 	EndAt       time.Time // zero = no deadline
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+
+	// DiskGB is the disk the sandbox was allocated; 0 = the engine's default.
+	DiskGB float64
+	// Lifecycle intervals in the daemon's interval unit (minutes outside
+	// tests): AutoStop stops a running sandbox idle that long (0 = never);
+	// AutoArchive reports a sandbox stopped that long as archived (0 =
+	// never); AutoDelete deletes a sandbox stopped that long (AutoDeleteNever
+	// = never, 0 = as soon as it stops).
+	AutoStop    int
+	AutoArchive int
+	AutoDelete  int
+	// LastActivityAt is the last toolbox call, preview request or explicit
+	// refresh; zero = none since the sandbox was created.
+	LastActivityAt time.Time
+	// StoppedAt is when the sandbox last stopped; zero while it runs.
+	StoppedAt time.Time
+}
+
+// AutoDeleteNever is the AutoDelete of a sandbox that is never deleted
+// automatically.
+const AutoDeleteNever = -1
+
+// Interval names one lifecycle interval of a sandbox.
+type Interval string
+
+// Lifecycle intervals.
+const (
+	IntervalAutoStop    Interval = "autostop"
+	IntervalAutoArchive Interval = "autoarchive"
+	IntervalAutoDelete  Interval = "autodelete"
+)
+
+// IdleSince is when the sandbox was last active: its last activity, or its
+// creation if there was none.
+func (sb Sandbox) IdleSince() time.Time {
+	if sb.LastActivityAt.After(sb.CreatedAt) {
+		return sb.LastActivityAt
+	}
+	return sb.CreatedAt
 }
 
 // ListOptions filters and pages a sandbox listing. Paging is stable: rows are

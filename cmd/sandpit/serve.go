@@ -83,6 +83,8 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&e2bReplay, "e2b-replay-window", 10*time.Second, "how long an identical E2B create replays the same sandbox; 0 turns dedupe off")
 	f.DurationVar(&idemWait, "idempotency-wait", 30*time.Second, "how long a duplicate keyed request waits for the first")
 	f.DurationVar(&idemR, "idempotency-retention", 24*time.Hour, "how long an Idempotency-Key's response is kept")
+	f.DurationVar(&cfg.IntervalUnit, "daytona-interval-unit", time.Minute, "length of one minute of the lifecycle intervals (tests only)")
+	_ = f.MarkHidden("daytona-interval-unit")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }

@@ -50,7 +50,11 @@ type Config struct {
 	IdempotencyRetention time.Duration
 
 	SweepInterval time.Duration
-	Logger        *slog.Logger
+	// IntervalUnit is the unit of the lifecycle intervals (Daytona's
+	// auto-stop, auto-archive and auto-delete minutes); default one minute.
+	// Tests shorten it with the hidden --daytona-interval-unit flag.
+	IntervalUnit time.Duration
+	Logger       *slog.Logger
 	// Ready, when set, is called once the listeners are bound, with their
 	// addresses (tests start the daemon on port 0).
 	Ready func(apiAddr, proxyAddr string)
@@ -254,6 +258,7 @@ func Run(ctx context.Context, cfg Config) error {
 		ExtraLabels:  cfg.ExtraLabels,
 		Instance:     instance,
 		CrashPoint:   os.Getenv(service.CrashPointEnv),
+		IntervalUnit: cfg.IntervalUnit,
 		Logger:       log,
 	}, st, rt, rtr)
 

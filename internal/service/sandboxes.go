@@ -26,8 +26,15 @@ type CreateRequest struct {
 	Labels   map[string]string
 	CPU      float64
 	MemoryMB int64
+	// DiskGB is recorded and reported; 0 = the engine's default.
+	DiskGB float64
 	// Timeout sets the sandbox's end time; zero means no deadline.
 	Timeout time.Duration
+	// Lifecycle intervals in Config.IntervalUnit; nil leaves the default
+	// (never stop, never archive, never delete).
+	AutoStop    *int
+	AutoArchive *int
+	AutoDelete  *int
 }
 
 var (
@@ -44,7 +51,23 @@ const (
 	maxTimeout  = 30 * 24 * time.Hour
 	maxLabels   = 64
 	maxEnv      = 256
+	maxDiskGB   = 64 * 1024
+	// maxInterval bounds a lifecycle interval: 30 days in minutes.
+	maxInterval = 30 * 24 * 60
 )
+
+// ValidateInterval checks a lifecycle interval's value: auto-delete may be
+// AutoDeleteNever (-1); none may be negative otherwise or above 30 days.
+func ValidateInterval(which sandpit.Interval, v int) error {
+	lo := 0
+	if which == sandpit.IntervalAutoDelete {
+		lo = sandpit.AutoDeleteNever
+	}
+	if v < lo || v > maxInterval {
+		return invalidf("%s interval must be between %d and %d minutes", which, lo, maxInterval)
+	}
+	return nil
+}
 
 // ResolveImage maps a template or an image to the image to run.
 func (s *Service) ResolveImage(image, template string) (string, error) {
@@ -80,6 +103,16 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 	}
 	if req.MemoryMB != 0 && req.MemoryMB < 16 {
 		return invalidf("memory must be at least 16 MiB")
+	}
+	if req.DiskGB < 0 || req.DiskGB > maxDiskGB {
+		return invalidf("disk must be between 0 and %d GiB", maxDiskGB)
+	}
+	for which, v := range map[sandpit.Interval]*int{sandpit.IntervalAutoStop: req.AutoStop, sandpit.IntervalAutoArchive: req.AutoArchive, sandpit.IntervalAutoDelete: req.AutoDelete} {
+		if v != nil {
+			if err := ValidateInterval(which, *v); err != nil {
+				return err
+			}
+		}
 	}
 	if req.Timeout < 0 || req.Timeout > maxTimeout {
 		return invalidf("timeout must be between 0 and %s", maxTimeout)
@@ -135,6 +168,17 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit
 		AccessToken: newToken(),
 		CreatedAt:   now,
 		UpdatedAt:   now,
+		DiskGB:      req.DiskGB,
+		AutoDelete:  sandpit.AutoDeleteNever,
+	}
+	if req.AutoStop != nil {
+		sb.AutoStop = *req.AutoStop
+	}
+	if req.AutoArchive != nil {
+		sb.AutoArchive = *req.AutoArchive
+	}
+	if req.AutoDelete != nil {
+		sb.AutoDelete = *req.AutoDelete
 	}
 	if req.Timeout > 0 {
 		sb.EndAt = now.Add(req.Timeout)
@@ -274,6 +318,7 @@ func (s *Service) DeleteSandbox(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: remove container: %v", ErrRuntime, err)
 	}
 	s.forgetIP(id)
+	s.forgetTouch(id)
 	s.removeRoutes(ctx, id)
 	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 		return err
@@ -304,7 +349,19 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, 
 	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
 		return sb, err
 	}
-	return s.store.GetSandbox(ctx, id)
+	after, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return after, err
+	}
+	if after.AutoDelete == 0 {
+		// An ephemeral sandbox (auto-delete 0) goes as soon as it stops;
+		// the caller learns it from ErrDeletedOnStop and the returned row.
+		if err := s.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+			return after, err
+		}
+		return after, ErrDeletedOnStop
+	}
+	return after, nil
 }
 
 // StartSandbox starts a stopped sandbox (or resumes a paused one) and waits
@@ -434,7 +491,8 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// RunSweeper sweeps expired sandboxes every interval until ctx ends.
+// RunSweeper sweeps expired sandboxes, and those due for their lifecycle
+// intervals, every interval until ctx ends.
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -445,6 +503,9 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 			if _, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
 				s.log.Error("sweep", "err", err)
+			}
+			if _, err := s.SweepLifecycle(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("sweep lifecycle", "err", err)
 			}
 		}
 	}

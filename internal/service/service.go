@@ -39,6 +39,9 @@ var (
 	ErrAgentUnhealthy   = errors.New("sandbox agent did not become healthy")
 	ErrRuntime          = errors.New("container runtime failed")
 	ErrRouter           = errors.New("router failed")
+	// ErrDeletedOnStop: the stop succeeded and, the sandbox's auto-delete
+	// interval being 0, the sandbox was deleted with it.
+	ErrDeletedOnStop = errors.New("sandbox deleted on stop")
 )
 
 // CrashPointEnv names the environment variable that makes the daemon kill
@@ -69,8 +72,12 @@ type Config struct {
 	// reconcile touches only those, so daemons can share an engine.
 	Instance   string
 	CrashPoint string // see CrashPointEnv
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// IntervalUnit is the length of one unit of the lifecycle intervals
+	// (auto-stop, auto-archive, auto-delete); default one minute. Only
+	// tests shorten it.
+	IntervalUnit time.Duration
+	Logger       *slog.Logger
+	Now          func() time.Time
 }
 
 // Service is Sandpit's domain layer.
@@ -90,6 +97,10 @@ type Service struct {
 	// dropped whenever the container is started, stopped or removed.
 	mu  sync.Mutex
 	ips map[string]string
+	// touched is when each sandbox's activity was last written to the
+	// store, so that a burst of toolbox calls costs one write, not one per
+	// call. Guarded by mu.
+	touched map[string]time.Time
 }
 
 // New builds a Service.
@@ -115,6 +126,9 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	if cfg.Templates == nil {
 		cfg.Templates = map[string]string{}
 	}
+	if cfg.IntervalUnit <= 0 {
+		cfg.IntervalUnit = time.Minute
+	}
 	return &Service{
 		cfg:       cfg,
 		store:     st,
@@ -124,6 +138,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		http:      &http.Client{Timeout: 2 * time.Second},
 		agentHTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}},
 		ips:       map[string]string{},
+		touched:   map[string]time.Time{},
 	}
 }
 

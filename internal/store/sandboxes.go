@@ -31,11 +31,12 @@ const (
 )
 
 const sandboxColumns = `id, name, image, template, state, labels, env, cpu, memory_mb,
-	container_id, access_token, end_at, created_at, updated_at`
+	container_id, access_token, end_at, created_at, updated_at,
+	disk_gb, auto_stop_minutes, auto_archive_minutes, auto_delete_minutes, last_activity_at, stopped_at`
 
 const (
 	qSandboxInsert = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qSandboxByID = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
 )
 
@@ -62,7 +63,8 @@ func (s *Store) CreateSandbox(ctx context.Context, sb sandpit.Sandbox) error {
 	}
 	_, err = s.exec(ctx, nil, qSandboxInsert,
 		sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
-		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated))
+		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated),
+		sb.DiskGB, sb.AutoStop, sb.AutoArchive, sb.AutoDelete, nullableNanos(sb.LastActivityAt), nullableNanos(sb.StoppedAt))
 	switch {
 	case err == nil:
 		return nil
@@ -187,10 +189,82 @@ func (s *Store) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]
 }
 
 // UpdateSandboxState sets the sandbox's state, or returns ErrNotFound.
+// Stopping records when (auto-delete and auto-archive count from then);
+// starting clears that and counts as activity, so that auto-stop measures
+// idleness from the start rather than from before the stop.
 func (s *Store) UpdateSandboxState(ctx context.Context, id string, state sandpit.State, now time.Time) error {
+	n := toNanos(clock(now))
 	return s.updateSandbox(ctx, "update state of sandbox", id,
-		`UPDATE sandboxes SET state = ?, updated_at = ? WHERE id = ?`,
-		string(state), toNanos(clock(now)), id)
+		`UPDATE sandboxes SET state = ?1, updated_at = ?2,
+			stopped_at = CASE WHEN ?1 = 'stopped' THEN COALESCE(stopped_at, ?2) ELSE NULL END,
+			last_activity_at = CASE WHEN ?1 = 'running' AND state <> 'running' THEN ?2 ELSE last_activity_at END
+		WHERE id = ?3`,
+		string(state), n, id)
+}
+
+// SetSandboxInterval sets one lifecycle interval of a sandbox. The caller
+// validates the value; the schema's CHECKs are the second line of defence.
+func (s *Store) SetSandboxInterval(ctx context.Context, id string, which sandpit.Interval, value int, now time.Time) error {
+	var col string
+	switch which {
+	case sandpit.IntervalAutoStop:
+		col = "auto_stop_minutes"
+	case sandpit.IntervalAutoArchive:
+		col = "auto_archive_minutes"
+	case sandpit.IntervalAutoDelete:
+		col = "auto_delete_minutes"
+	default:
+		return fmt.Errorf("set interval of sandbox %s: unknown interval %q", id, which)
+	}
+	return s.updateSandbox(ctx, "set "+string(which)+" of sandbox", id,
+		`UPDATE sandboxes SET `+col+` = ?, updated_at = ? WHERE id = ?`,
+		value, toNanos(clock(now)), id)
+}
+
+// TouchSandbox records activity at the given time. It never moves the
+// recorded activity backwards, so concurrent touches need no ordering, and
+// it does not change updated_at: activity is not a change of the sandbox.
+func (s *Store) TouchSandbox(ctx context.Context, id string, at time.Time) error {
+	n := toNanos(clock(at))
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE sandboxes SET last_activity_at = MAX(COALESCE(last_activity_at, 0), ?) WHERE id = ?`, n, id)
+	if err != nil {
+		return fmt.Errorf("touch sandbox %s: %w", id, err)
+	}
+	if k, err := res.RowsAffected(); err == nil && k == 0 {
+		return fmt.Errorf("touch sandbox %s: %w", id, sandpit.ErrNotFound)
+	}
+	return nil
+}
+
+// ListLifecycleDue returns the sandboxes whose lifecycle interval has run
+// out at now, with intervals counted in unit: running sandboxes idle for
+// their auto-stop interval, and stopped sandboxes stopped for their
+// auto-delete interval. The caller tells the two apart by state.
+func (s *Store) ListLifecycleDue(ctx context.Context, now time.Time, unit time.Duration) ([]sandpit.Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT `+sandboxColumns+` FROM sandboxes
+		WHERE (auto_stop_minutes > 0 AND state = 'running'
+		       AND MAX(COALESCE(last_activity_at, 0), created_at) + auto_stop_minutes * ?2 <= ?1)
+		   OR (auto_delete_minutes >= 0 AND state = 'stopped' AND stopped_at IS NOT NULL
+		       AND stopped_at + auto_delete_minutes * ?2 <= ?1)
+		ORDER BY created_at, id`, toNanos(clock(now)), int64(unit))
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes due for their lifecycle: %w", err)
+	}
+	defer rows.Close()
+	var out []sandpit.Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list sandboxes due for their lifecycle: %w", err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list sandboxes due for their lifecycle: %w", err)
+	}
+	return out, nil
 }
 
 // SetSandboxEndAt sets the sandbox's deadline; the zero time clears it.
@@ -302,9 +376,11 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 		labels, env        string
 		endAt              sql.NullInt64
 		createdAt, updated int64
+		activity, stopped  sql.NullInt64
 	)
 	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
-		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated); err != nil {
+		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated,
+		&sb.DiskGB, &sb.AutoStop, &sb.AutoArchive, &sb.AutoDelete, &activity, &stopped); err != nil {
 		return sandpit.Sandbox{}, err
 	}
 	var err error
@@ -317,6 +393,8 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 	sb.EndAt = fromNullNanos(endAt)
 	sb.CreatedAt = fromNanos(createdAt)
 	sb.UpdatedAt = fromNanos(updated)
+	sb.LastActivityAt = fromNullNanos(activity)
+	sb.StoppedAt = fromNullNanos(stopped)
 	return sb, nil
 }
 

@@ -72,8 +72,9 @@ async function waitHealthy(url, child, deadlineMs) {
 }
 
 // startDaemon builds sandpit (unless SANDPIT_BIN names a binary) and runs
-// `sandpit serve` on free loopback ports with a fresh data directory.
-export async function startDaemon() {
+// `sandpit serve` on free loopback ports with a fresh data directory;
+// extraArgs are added to its command line.
+export async function startDaemon(extraArgs = []) {
   ensureImage();
   const dir = mkdtempSync(join(tmpdir(), 'sandpit-daytona-'));
   let bin = process.env.SANDPIT_BIN;
@@ -91,7 +92,7 @@ export async function startDaemon() {
   const run = 'daytona-' + randomBytes(6).toString('hex');
   const runLabel = `sandpit.run=${run}`;
   const logs = [];
-  const child = spawn(bin, [
+  const args = [
     'serve',
     '--data-dir', join(dir, 'data'),
     '--listen', `127.0.0.1:${apiPort}`,
@@ -99,21 +100,38 @@ export async function startDaemon() {
     '--token', token,
     '--default-image', testImage,
     '--container-label', runLabel,
-  ], { stdio: ['ignore', 'pipe', 'pipe'] });
-  for (const s of [child.stdout, child.stderr]) {
-    s.setEncoding('utf8');
-    s.on('data', (d) => {
-      logs.push(d);
-      if (process.env.SANDPIT_LOG) process.stderr.write(d);
-    });
-  }
+    ...extraArgs,
+  ];
   const base = `http://127.0.0.1:${apiPort}`;
-  try {
-    await waitHealthy(`${base}/health`, child, 30_000);
-  } catch (err) {
-    child.kill('SIGKILL');
-    throw new Error(`${err.message}\n--- daemon log ---\n${logs.join('')}`);
-  }
+  // spawnServe starts the daemon and waits until it is healthy.
+  const spawnServe = async () => {
+    const c = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    for (const s of [c.stdout, c.stderr]) {
+      s.setEncoding('utf8');
+      s.on('data', (d) => {
+        logs.push(d);
+        if (process.env.SANDPIT_LOG) process.stderr.write(d);
+      });
+    }
+    try {
+      await waitHealthy(`${base}/health`, c, 30_000);
+    } catch (err) {
+      c.kill('SIGKILL');
+      throw new Error(`${err.message}\n--- daemon log ---\n${logs.join('')}`);
+    }
+    return c;
+  };
+  // shutdown stops the daemon gracefully, killing it if it lingers.
+  const shutdown = async (c) => {
+    if (c.exitCode === null && c.signalCode === null) {
+      const exited = new Promise((r) => c.once('exit', r));
+      c.kill('SIGTERM');
+      const timer = setTimeout(() => c.kill('SIGKILL'), 20_000);
+      await exited;
+      clearTimeout(timer);
+    }
+  };
+  let child = await spawnServe();
   return {
     apiUrl: `${base}/daytona`,
     base,
@@ -121,14 +139,14 @@ export async function startDaemon() {
     token,
     runLabel,
     logs,
+    // restart stops the daemon and starts it again on the same ports and
+    // data directory; sandboxes outlive it.
+    async restart() {
+      await shutdown(child);
+      child = await spawnServe();
+    },
     async stop() {
-      if (child.exitCode === null) {
-        const exited = new Promise((r) => child.once('exit', r));
-        child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-        await exited;
-        clearTimeout(timer);
-      }
+      await shutdown(child);
       // The daemon removes nothing on shutdown (sandboxes outlive it), so
       // everything this run made is removed by its label.
       for (const c of containersWithLabel(runLabel)) {

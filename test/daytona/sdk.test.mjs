@@ -107,6 +107,8 @@ test('executeCommand: a command past its timeout is killed and reported as a tim
   const started = Date.now();
   const err = await rejectsWith(demo.process.executeCommand('sleep 30', undefined, undefined, 1), DaytonaTimeoutError);
   assert.equal(err.statusCode, 408);
+  // Daytona's daemon's own sentence, which clients match on.
+  assert.match(err.message, /command execution timeout/);
   assert.ok(Date.now() - started < 15_000, 'the timeout was not enforced');
 });
 

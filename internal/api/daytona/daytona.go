@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
@@ -40,6 +42,9 @@ type Handler struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	hub    *hub
+	// res is the host's capacity, reported for resources a sandbox has no
+	// limit on: without a limit it can use all of it.
+	res hostResources
 	// agentHTTP carries toolbox calls to sandbox agents. It has no overall
 	// timeout: a command runs as long as its own timeout allows, and a file
 	// transfer as long as the file takes.
@@ -65,6 +70,7 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 		log:    opts.Logger,
 		mux:    http.NewServeMux(),
 		hub:    newHub(),
+		res:    readHostResources(),
 		agentHTTP: &http.Client{Transport: &http.Transport{
 			MaxIdleConnsPerHost: 16,
 			IdleConnTimeout:     90 * time.Second,
@@ -84,6 +90,10 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 	route("PUT /sandbox/{idOrName}/labels", h.setLabels)
 	route("GET /sandbox/{idOrName}/toolbox-proxy-url", h.toolboxProxyURL)
 	route("GET /sandbox/{idOrName}/ports/{port}/preview-url", h.previewURL)
+	route("POST /sandbox/{idOrName}/autostop/{interval}", h.setInterval(sandpit.IntervalAutoStop))
+	route("POST /sandbox/{idOrName}/autoarchive/{interval}", h.setInterval(sandpit.IntervalAutoArchive))
+	route("POST /sandbox/{idOrName}/autodelete/{interval}", h.setInterval(sandpit.IntervalAutoDelete))
+	route("POST /sandbox/{idOrName}/last-activity", h.refreshActivity)
 
 	route("POST /toolbox/{id}/process/execute", h.execute)
 	route("POST /toolbox/{id}/files/bulk-upload", h.bulkUpload)
@@ -95,6 +105,7 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 	route("POST /toolbox/{id}/files/move", h.moveFile)
 	route("GET /toolbox/{id}/user-home-dir", h.homeDir)
 	route("GET /toolbox/{id}/work-dir", h.homeDir)
+	route("GET /toolbox/{id}/system/metrics", h.systemMetrics)
 
 	h.mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(http.StatusNotFound, "Cannot %s %s: Sandpit's Daytona facade does not implement this endpoint", r.Method, r.URL.Path))

@@ -37,7 +37,15 @@ const (
 	statePaused    = "paused"
 	stateError     = "error"
 	stateDestroyed = "destroyed"
+	stateArchived  = "archived"
 	stateUnknown   = "unknown"
+)
+
+// Daytona's defaults for intervals a create leaves out: stop after 15
+// minutes without activity, archive after 7 days stopped, never delete.
+const (
+	defaultAutoStop    = 15
+	defaultAutoArchive = 7 * 24 * 60
 )
 
 // daytonaState maps a store state to Daytona's.
@@ -65,7 +73,8 @@ func storeStates(s string) []sandpit.State {
 		return []sandpit.State{sandpit.StateCreating}
 	case stateStarted:
 		return []sandpit.State{sandpit.StateRunning}
-	case stateStopped:
+	case stateStopped, stateArchived:
+		// Archived sandboxes are stopped ones; the listing keeps both.
 		return []sandpit.State{sandpit.StateStopped}
 	case statePaused:
 		return []sandpit.State{sandpit.StatePaused}
@@ -125,27 +134,30 @@ func (h *Handler) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool) S
 		Labels:         sb.Labels,
 		// Preview URLs go through Sandpit's proxy, which asks for no token:
 		// in Daytona's terms every sandbox is public.
-		Public:          true,
-		NetworkBlockAll: false,
-		Target:          defaultTarget,
-		// Zero means "no limit set": the engine's default applies.
-		CPU:         sb.CPU,
-		Memory:      float64(sb.MemoryMB) / 1024,
-		State:       daytonaState(sb.State),
-		BackupState: "None",
-		// -1: never deleted automatically (0 would mean "deleted as soon as
-		// it stops" in Daytona's terms).
-		AutoDeleteInterval: -1,
-		CreatedAt:          sb.CreatedAt.UTC().Format(isoMillis),
-		UpdatedAt:          sb.UpdatedAt.UTC().Format(isoMillis),
-		SandboxClass:       "container",
-		ToolboxProxyURL:    h.toolboxBase(r),
+		Public:              true,
+		NetworkBlockAll:     false,
+		Target:              defaultTarget,
+		CPU:                 h.res.cpu(sb.CPU),
+		Memory:              h.res.memoryGiB(sb.MemoryMB),
+		Disk:                h.res.diskGiB(sb.DiskGB),
+		State:               daytonaState(sb.State),
+		BackupState:         "None",
+		AutoStopInterval:    sb.AutoStop,
+		AutoArchiveInterval: sb.AutoArchive,
+		AutoDeleteInterval:  sb.AutoDelete,
+		CreatedAt:           sb.CreatedAt.UTC().Format(isoMillis),
+		UpdatedAt:           sb.UpdatedAt.UTC().Format(isoMillis),
+		SandboxClass:        "container",
+		ToolboxProxyURL:     h.toolboxBase(r),
 	}
 	if out.Snapshot == "" {
 		out.Snapshot = sb.Image
 	}
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
+	}
+	if h.svc.Archived(sb) {
+		out.State = stateArchived
 	}
 	out.DesiredState = out.State
 	if sb.State == sandpit.StateCreating {
@@ -270,6 +282,35 @@ func serviceRequest(req CreateRequest) (service.CreateRequest, error) {
 			return out, badRequest("memory must not be negative")
 		}
 		out.MemoryMB = int64(*req.Memory * 1024)
+	}
+	if req.Disk != nil {
+		if *req.Disk < 0 {
+			return out, badRequest("disk must not be negative")
+		}
+		out.DiskGB = *req.Disk
+	}
+	switch {
+	case req.AutoPauseInterval != nil && *req.AutoPauseInterval > 0:
+		return out, badRequest("autoPauseInterval is not supported; use autoStopInterval")
+	}
+	autoStop, autoArchive := defaultAutoStop, defaultAutoArchive
+	out.AutoStop, out.AutoArchive = &autoStop, &autoArchive
+	if req.AutoStopInterval != nil {
+		out.AutoStop = req.AutoStopInterval
+	}
+	if req.AutoArchiveInterval != nil {
+		out.AutoArchive = req.AutoArchiveInterval
+		if *req.AutoArchiveInterval == 0 {
+			// Daytona reads 0 as "the maximum interval".
+			v := maxAutoArchive
+			out.AutoArchive = &v
+		}
+	}
+	out.AutoDelete = req.AutoDeleteInterval
+	if out.AutoDelete != nil && *out.AutoDelete < 0 {
+		// Daytona takes any negative value as "never".
+		v := sandpit.AutoDeleteNever
+		out.AutoDelete = &v
 	}
 	if req.TTLMinutes != nil {
 		if *req.TTLMinutes < 0 {
@@ -487,6 +528,56 @@ func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
 	h.transition(w, r, h.svc.StopSandbox)
 }
 
+// setInterval answers POST /sandbox/{idOrName}/{autostop,autoarchive,
+// autodelete}/{interval} with the updated sandbox, as Daytona does.
+func (h *Handler) setInterval(which sandpit.Interval) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, err := strconv.Atoi(r.PathValue("interval"))
+		if err != nil {
+			writeProblem(w, r, badRequest("interval must be an integer number of minutes"))
+			return
+		}
+		switch {
+		case which == sandpit.IntervalAutoDelete && v < 0:
+			v = sandpit.AutoDeleteNever
+		case which == sandpit.IntervalAutoArchive && v == 0:
+			v = maxAutoArchive
+		case v < 0:
+			writeProblem(w, r, badRequest("%s interval must not be negative", which))
+			return
+		}
+		sb, err := h.lookup(r)
+		if err != nil {
+			writeProblem(w, r, err)
+			return
+		}
+		after, err := h.svc.SetInterval(r.Context(), sb.ID, which, v)
+		if err != nil {
+			writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+			return
+		}
+		api.WriteJSON(w, http.StatusOK, h.toSandbox(r, after, true))
+	}
+}
+
+// maxAutoArchive is the longest auto-archive interval (30 days), which
+// Daytona substitutes for 0.
+const maxAutoArchive = 30 * 24 * 60
+
+// refreshActivity answers POST /sandbox/{id}/last-activity.
+func (h *Handler) refreshActivity(w http.ResponseWriter, r *http.Request) {
+	sb, err := h.lookup(r)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	if err := h.svc.RefreshActivity(r.Context(), sb.ID); err != nil {
+		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
 // transition runs a start or stop and answers with the resulting sandbox.
 func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id string) (sandpit.Sandbox, error)) {
 	sb, err := h.lookup(r)
@@ -496,6 +587,15 @@ func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx
 	}
 	old := daytonaState(sb.State)
 	after, err := op(r.Context(), sb.ID)
+	if errors.Is(err, service.ErrDeletedOnStop) {
+		// An ephemeral sandbox (auto-delete 0) is gone once stopped; the SDK
+		// waits for stopped or destroyed and takes either.
+		out := h.toSandbox(r, after, true)
+		out.State, out.DesiredState = stateDestroyed, stateDestroyed
+		h.publish(r.Context(), out, old)
+		api.WriteJSON(w, http.StatusOK, out)
+		return
+	}
 	if err != nil {
 		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
 		return

@@ -61,6 +61,8 @@ func (h *Handler) agent(r *http.Request) (addr, token string, err error) {
 	if err != nil {
 		return "", "", lookupError(err, x)
 	}
+	// Every toolbox call is activity: it defers the sandbox's auto-stop.
+	h.svc.Touch(r.Context(), sb.ID, false)
 	return addr, token, nil
 }
 
@@ -185,7 +187,7 @@ func (h *Handler) run(ctx context.Context, addr, token string, req ExecuteReques
 		if timeout > 0 && (errors.Is(ctx.Err(), context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded) {
 			return &problem{
 				status:  http.StatusRequestTimeout,
-				message: fmt.Sprintf("command timed out after %s and was killed", timeout),
+				message: "command execution timeout",
 				code:    codeExecTimeout,
 				source:  sourceDaemon,
 			}

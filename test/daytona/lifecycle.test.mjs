@@ -1,0 +1,141 @@
+// Lifecycle intervals and resources through the official Daytona SDK, against
+// a daemon whose interval unit is shortened to UNIT_MS (a "minute" of the
+// intervals), so that auto-stop and auto-delete can be watched happen.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { Daytona, DaytonaNotFoundError } from '@daytonaio/sdk';
+import { startDaemon } from './daemon.mjs';
+
+const UNIT_MS = 2000;
+let d;
+let daytona;
+const suite = 'lifecycle-' + randomBytes(4).toString('hex');
+
+before(async () => {
+  d = await startDaemon(['--daytona-interval-unit', `${UNIT_MS}ms`]);
+  daytona = new Daytona({ apiUrl: d.apiUrl, apiKey: d.token });
+});
+
+after(async () => {
+  if (daytona && Symbol.asyncDispose) await daytona[Symbol.asyncDispose]();
+  if (d) {
+    if (process.env.SANDPIT_LOG_ON_FAIL && process.exitCode) process.stderr.write(d.logs.join(''));
+    await d.stop();
+  }
+});
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// eventually polls check until it returns true or the budget runs out.
+async function eventually(what, check, budgetMs) {
+  const deadline = Date.now() + budgetMs;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) assert.fail(`${what} did not happen within ${budgetMs} ms`);
+    await sleep(250);
+  }
+}
+
+test('cpu, memory and disk are the allocation given at create', async () => {
+  const sb = await daytona.create({ labels: { suite }, resources: { cpu: 1, memory: 1, disk: 3 }, autoStopInterval: 0 });
+  try {
+    assert.equal(sb.cpu, 1);
+    assert.equal(sb.memory, 1);
+    assert.equal(sb.disk, 3);
+    const again = await daytona.get(sb.id);
+    assert.deepEqual([again.cpu, again.memory, again.disk], [1, 1, 3]);
+    // The container really has that memory: the metrics see the limit.
+    const m = await sb.getMetricsLatest();
+    assert.ok(m.memTotal > 0 && m.memTotal <= 1024 ** 3, `memTotal ${m.memTotal}`);
+  } finally {
+    await sb.delete();
+  }
+});
+
+test('intervals given at create and set later are read back, also after a daemon-side refresh', async () => {
+  const sb = await daytona.create({ labels: { suite }, autoStopInterval: 0, autoArchiveInterval: 60, autoDeleteInterval: -1 });
+  try {
+    assert.equal(sb.autoStopInterval, 0);
+    assert.equal(sb.autoArchiveInterval, 60);
+    assert.equal(sb.autoDeleteInterval, -1);
+    await sb.setAutostopInterval(30);
+    await sb.setAutoArchiveInterval(120);
+    await sb.setAutoDeleteInterval(45);
+    const got = await daytona.get(sb.id);
+    assert.deepEqual([got.autoStopInterval, got.autoArchiveInterval, got.autoDeleteInterval], [30, 120, 45]);
+    await sb.setAutoDeleteInterval(-1);
+    await sb.setAutostopInterval(0);
+    await sb.refreshData();
+    assert.deepEqual([sb.autoStopInterval, sb.autoDeleteInterval], [0, -1]);
+    await sb.refreshActivity();
+  } finally {
+    await sb.delete();
+  }
+});
+
+test('an idle sandbox with autostop 1 is stopped by the sweeper; activity defers it', async () => {
+  const sb = await daytona.create({ labels: { suite }, autoStopInterval: 2 });
+  try {
+    // Keep it busy for longer than its interval: it must stay started.
+    const busyUntil = Date.now() + 3 * UNIT_MS;
+    while (Date.now() < busyUntil) {
+      await sb.process.executeCommand('true');
+      await sleep(UNIT_MS / 4);
+    }
+    await sb.refreshData();
+    assert.equal(sb.state, 'started', 'a sandbox in use was stopped');
+    await sb.setAutostopInterval(1);
+    await sb.refreshActivity();
+    await eventually('auto-stop', async () => {
+      await sb.refreshData();
+      return sb.state === 'stopped';
+    }, 10 * UNIT_MS);
+  } finally {
+    await sb.delete();
+  }
+});
+
+test('autodelete 0 deletes the sandbox when it stops', async () => {
+  const sb = await daytona.create({ labels: { suite }, autoStopInterval: 0, autoDeleteInterval: 0 });
+  await sb.stop();
+  await assert.rejects(daytona.get(sb.id), DaytonaNotFoundError);
+});
+
+test('autodelete N deletes a stopped sandbox N minutes after it stopped; autoarchive reports archived', async () => {
+  const sb = await daytona.create({ labels: { suite }, autoStopInterval: 0, autoArchiveInterval: 1, autoDeleteInterval: 3 });
+  await sb.stop();
+  await eventually('archived', async () => (await daytona.get(sb.id)).state === 'archived', 6 * UNIT_MS);
+  await eventually('auto-delete', async () => {
+    try {
+      await daytona.get(sb.id);
+      return false;
+    } catch (err) {
+      if (err instanceof DaytonaNotFoundError) return true;
+      throw err;
+    }
+  }, 10 * UNIT_MS);
+});
+
+test('intervals survive a daemon restart', async () => {
+  const sb = await daytona.create({ labels: { suite }, autoStopInterval: 0, autoDeleteInterval: 77, autoArchiveInterval: 88 });
+  try {
+    await d.restart();
+    const got = await daytona.get(sb.id);
+    assert.deepEqual([got.autoStopInterval, got.autoArchiveInterval, got.autoDeleteInterval], [0, 88, 77]);
+    assert.equal(got.state, 'started');
+  } finally {
+    await sb.delete();
+  }
+});
+
+test('bad intervals are a 400 with no change', async () => {
+  const sb = await daytona.create({ labels: { suite }, autoStopInterval: 5 });
+  try {
+    const res = await fetch(`${d.apiUrl}/sandbox/${sb.id}/autostop/abc`, { method: 'POST', headers: { Authorization: `Bearer ${d.token}` } });
+    assert.equal(res.status, 400);
+    assert.equal((await daytona.get(sb.id)).autoStopInterval, 5);
+  } finally {
+    await sb.delete();
+  }
+});
