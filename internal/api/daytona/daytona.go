@@ -45,6 +45,9 @@ type Handler struct {
 	// res is the host's capacity, reported for resources a sandbox has no
 	// limit on: without a limit it can use all of it.
 	res hostResources
+	// started is when the facade was made, the creation time reported for
+	// the daemon's snapshots.
+	started time.Time
 	// agentHTTP carries toolbox calls to sandbox agents. It has no overall
 	// timeout: a command runs as long as its own timeout allows, and a file
 	// transfer as long as the file takes.
@@ -63,14 +66,15 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 		opts.Logger = slog.Default()
 	}
 	h := &Handler{
-		ctx:    ctx,
-		svc:    svc,
-		token:  token,
-		prefix: opts.Prefix,
-		log:    opts.Logger,
-		mux:    http.NewServeMux(),
-		hub:    newHub(),
-		res:    readHostResources(),
+		ctx:     ctx,
+		svc:     svc,
+		token:   token,
+		prefix:  opts.Prefix,
+		log:     opts.Logger,
+		mux:     http.NewServeMux(),
+		hub:     newHub(),
+		res:     readHostResources(),
+		started: time.Now(),
 		agentHTTP: &http.Client{Transport: &http.Transport{
 			MaxIdleConnsPerHost: 16,
 			IdleConnTimeout:     90 * time.Second,
@@ -106,6 +110,12 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 	route("GET /toolbox/{id}/user-home-dir", h.homeDir)
 	route("GET /toolbox/{id}/work-dir", h.homeDir)
 	route("GET /toolbox/{id}/system/metrics", h.systemMetrics)
+	route("GET /toolbox/{id}/files/find", h.findFiles)
+	route("GET /toolbox/{id}/files/search", h.searchFiles)
+	route("POST /toolbox/{id}/files/replace", h.replaceInFiles)
+	route("POST /toolbox/{id}/files/permissions", h.setFilePermissions)
+	route("GET /snapshots", h.listSnapshots)
+	route("GET /snapshots/{idOrName}", h.getSnapshot)
 
 	h.mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(http.StatusNotFound, "Cannot %s %s: Sandpit's Daytona facade does not implement this endpoint", r.Method, r.URL.Path))

@@ -171,16 +171,35 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 // agent as the stream's Connect timeout, and the agent kills the process
 // when it fires.
 func (h *Handler) run(ctx context.Context, addr, token string, req ExecuteRequest, timeout time.Duration) (ExecuteResponse, error) {
+	cfg := &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "exec 2>&1\n" + req.Command}, Envs: req.Envs}
+	if req.Cwd != "" {
+		cfg.Cwd = &req.Cwd
+	}
+	res, err := h.runProc(ctx, addr, token, cfg, timeout)
+	if err != nil {
+		return ExecuteResponse{}, err
+	}
+	return ExecuteResponse{ExitCode: res.exitCode, Result: string(res.stdout)}, nil
+}
+
+// procResult is what a finished process left: its output, each bounded by
+// maxExecOutput, and its exit code.
+type procResult struct {
+	stdout, stderr []byte
+	exitCode       int
+}
+
+// runProc runs one process through the agent's Start stream and waits for
+// it. A deadline travels to the agent as the stream's Connect timeout, and
+// the agent kills the process when it fires; that is reported with
+// Daytona's sentence for it.
+func (h *Handler) runProc(ctx context.Context, addr, token string, cfg *process.ProcessConfig, timeout time.Duration) (procResult, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	client := processconnect.NewProcessClient(h.agentHTTP, "http://"+addr)
-	cfg := &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "exec 2>&1\n" + req.Command}, Envs: req.Envs}
-	if req.Cwd != "" {
-		cfg.Cwd = &req.Cwd
-	}
 	creq := connect.NewRequest(&process.StartRequest{Process: cfg})
 	creq.Header().Set(accessTokenHeader, token)
 	timedOut := func(err error) error {
@@ -194,44 +213,46 @@ func (h *Handler) run(ctx context.Context, addr, token string, req ExecuteReques
 		}
 		return nil
 	}
+	var res procResult
 	stream, err := client.Start(ctx, creq)
 	if err != nil {
 		if p := timedOut(err); p != nil {
-			return ExecuteResponse{}, p
+			return res, p
 		}
-		return ExecuteResponse{}, rpcError(err, false)
+		return res, rpcError(err, false)
 	}
 	defer stream.Close()
-	var out []byte
-	var res ExecuteResponse
 	ended := false
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		if d := ev.GetData(); d != nil {
-			for _, chunk := range [][]byte{d.GetStdout(), d.GetStderr(), d.GetPty()} {
-				if len(out)+len(chunk) <= maxExecOutput {
-					out = append(out, chunk...)
-				}
+			if chunk := d.GetStdout(); len(res.stdout)+len(chunk) <= maxExecOutput {
+				res.stdout = append(res.stdout, chunk...)
+			}
+			if chunk := d.GetPty(); len(res.stdout)+len(chunk) <= maxExecOutput {
+				res.stdout = append(res.stdout, chunk...)
+			}
+			if chunk := d.GetStderr(); len(res.stderr)+len(chunk) <= maxExecOutput {
+				res.stderr = append(res.stderr, chunk...)
 			}
 		}
 		if e := ev.GetEnd(); e != nil {
-			res.ExitCode = int(e.GetExitCode())
+			res.exitCode = int(e.GetExitCode())
 			ended = true
 		}
 	}
 	if err := stream.Err(); err != nil {
 		if p := timedOut(err); p != nil {
-			return ExecuteResponse{}, p
+			return res, p
 		}
-		return ExecuteResponse{}, rpcError(err, false)
+		return res, rpcError(err, false)
 	}
 	if !ended {
 		if p := timedOut(nil); p != nil {
-			return ExecuteResponse{}, p
+			return res, p
 		}
-		return ExecuteResponse{}, fmt.Errorf("%w: the command's stream closed without an end event", service.ErrRuntime)
+		return res, fmt.Errorf("%w: the command's stream closed without an end event", service.ErrRuntime)
 	}
-	res.Result = string(out)
 	return res, nil
 }
 
