@@ -94,3 +94,69 @@ test('snapshot.list presents the daemon\'s images; get finds one', async () => {
   assert.equal(got.imageName, testImage);
   await assert.rejects(daytona.snapshot.get('no-such-snapshot'), DaytonaNotFoundError);
 });
+
+test('sessions: cwd and env persist between commands; exit codes and stderr are per command', async () => {
+  await sb.process.createSession('s1');
+  const cd = await sb.process.executeSessionCommand('s1', { command: 'cd /tmp && export SESSION_VAR=kept' });
+  assert.equal(cd.exitCode, 0);
+  const pwd = await sb.process.executeSessionCommand('s1', { command: 'pwd' });
+  assert.equal(pwd.stdout.trim(), '/tmp');
+  const env = await sb.process.executeSessionCommand('s1', { command: 'echo "$SESSION_VAR"; echo oops >&2; false' });
+  assert.equal(env.exitCode, 1);
+  assert.equal(env.stdout.trim(), 'kept');
+  assert.equal(env.stderr.trim(), 'oops');
+  // A syntax error fails that command, not the session.
+  const bad = await sb.process.executeSessionCommand('s1', { command: 'if then' });
+  assert.notEqual(bad.exitCode, 0);
+  assert.equal((await sb.process.executeSessionCommand('s1', { command: 'pwd' })).stdout.trim(), '/tmp');
+
+  const s = await sb.process.getSession('s1');
+  assert.equal(s.sessionId, 's1');
+  assert.equal(s.commands.length, 5);
+  assert.equal(s.commands[1].command, 'pwd');
+  assert.equal(s.commands[1].exitCode, 0);
+  const one = await sb.process.getSessionCommand('s1', pwd.cmdId);
+  assert.equal(one.command, 'pwd');
+  const logs = await sb.process.getSessionCommandLogs('s1', env.cmdId);
+  assert.equal(logs.stdout.trim(), 'kept');
+  assert.equal(logs.stderr.trim(), 'oops');
+  await assert.rejects(sb.process.createSession('s1'), /already exists/);
+});
+
+test('sessions: an async command\'s logs stream while it runs', async () => {
+  const started = await sb.process.executeSessionCommand('s1', {
+    command: 'for i in 1 2 3; do echo "out $i"; echo "err $i" >&2; sleep 1; done',
+    runAsync: true,
+  });
+  assert.ok(started.cmdId);
+  assert.equal(started.exitCode, undefined);
+  const t0 = Date.now();
+  const seen = [];
+  let out = '';
+  let err = '';
+  await sb.process.getSessionCommandLogs('s1', started.cmdId, (s) => {
+    out += s;
+    seen.push(Date.now() - t0);
+  }, (s) => {
+    err += s;
+  });
+  assert.equal(out, 'out 1\nout 2\nout 3\n');
+  assert.equal(err, 'err 1\nerr 2\nerr 3\n');
+  // The first line arrived well before the command ended (~3 s).
+  assert.ok(seen[0] < 1500, `first chunk after ${seen[0]} ms`);
+  const cmd = await sb.process.getSessionCommand('s1', started.cmdId);
+  assert.equal(cmd.exitCode, 0);
+  // The session went on running commands meanwhile: it is still in /tmp.
+  assert.equal((await sb.process.executeSessionCommand('s1', { command: 'pwd' })).stdout.trim(), '/tmp');
+});
+
+test('sessions: list and delete', async () => {
+  await sb.process.createSession('s2');
+  const ids = (await sb.process.listSessions()).map((s) => s.sessionId).sort();
+  assert.deepEqual(ids, ['s1', 's2']);
+  await sb.process.deleteSession('s2');
+  await sb.process.deleteSession('s1');
+  assert.deepEqual(await sb.process.listSessions(), []);
+  await assert.rejects(sb.process.executeSessionCommand('s1', { command: 'true' }), DaytonaNotFoundError);
+  await assert.rejects(sb.process.deleteSession('nope'), DaytonaNotFoundError);
+});
