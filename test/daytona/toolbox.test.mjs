@@ -160,3 +160,68 @@ test('sessions: list and delete', async () => {
   await assert.rejects(sb.process.executeSessionCommand('s1', { command: 'true' }), DaytonaNotFoundError);
   await assert.rejects(sb.process.deleteSession('nope'), DaytonaNotFoundError);
 });
+
+// ptyOutput collects a PTY's output and waits for text in it.
+function ptyOutput() {
+  let text = '';
+  const waiters = [];
+  return {
+    onData(bytes) {
+      text += Buffer.from(bytes).toString('utf8');
+      for (const w of [...waiters]) {
+        if (w.re.test(text)) {
+          waiters.splice(waiters.indexOf(w), 1);
+          clearTimeout(w.timer);
+          w.resolve(text);
+        }
+      }
+    },
+    text: () => text,
+    waitFor(re, ms = 10_000) {
+      if (re.test(text)) return Promise.resolve(text);
+      return new Promise((resolve, reject) => {
+        const w = { re, resolve };
+        waiters.push(w);
+        w.timer = setTimeout(() => reject(new Error(`no ${re} in PTY output within ${ms} ms: ${JSON.stringify(text)}`)), ms);
+      });
+    },
+  };
+}
+
+test('PTY: write echo hi, read hi; resize to 40x100 and stty size agrees; kill ends it', async () => {
+  const out = ptyOutput();
+  const pty = await sb.process.createPty({ id: 'p1', cols: 80, rows: 24, envs: { PTY_VAR: 'from-env' }, onData: out.onData });
+  assert.ok(pty.isConnected());
+  await pty.sendInput('echo hi\n');
+  await out.waitFor(/\r?\nhi\r?\n/);
+  await pty.sendInput('echo "v=$PTY_VAR"\n');
+  await out.waitFor(/v=from-env/);
+  await pty.resize(100, 40);
+  await pty.sendInput('stty size\n');
+  await out.waitFor(/40 100/);
+  const info = await sb.process.getPtySessionInfo('p1');
+  assert.equal(info.active, true);
+  assert.deepEqual([info.cols, info.rows], [100, 40]);
+  assert.deepEqual((await sb.process.listPtySessions()).map((s) => s.id), ['p1']);
+
+  // A second client attaches to the same shell.
+  await pty.disconnect();
+  const out2 = ptyOutput();
+  const again = await sb.process.connectPty('p1', { onData: out2.onData });
+  await again.sendInput('echo second\n');
+  await out2.waitFor(/second/);
+
+  await again.kill();
+  const res = await again.wait();
+  assert.equal(typeof res.exitCode, 'number');
+  assert.deepEqual(await sb.process.listPtySessions(), []);
+  await assert.rejects(sb.process.getPtySessionInfo('p1'), DaytonaNotFoundError);
+});
+
+test('PTY: the shell exiting closes the socket with its exit code', async () => {
+  const out = ptyOutput();
+  const pty = await sb.process.createPty({ id: 'p2', onData: out.onData });
+  await pty.sendInput('exit 3\n');
+  const res = await pty.wait();
+  assert.equal(res.exitCode, 3);
+});

@@ -45,6 +45,8 @@ type Handler struct {
 	// res is the host's capacity, reported for resources a sandbox has no
 	// limit on: without a limit it can use all of it.
 	res hostResources
+	// ptys remembers each PTY's size and environment.
+	ptys *ptyTable
 	// started is when the facade was made, the creation time reported for
 	// the daemon's snapshots.
 	started time.Time
@@ -75,6 +77,7 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 		hub:     newHub(),
 		res:     readHostResources(),
 		started: time.Now(),
+		ptys:    newPTYTable(),
 		agentHTTP: &http.Client{Transport: &http.Transport{
 			MaxIdleConnsPerHost: 16,
 			IdleConnTimeout:     90 * time.Second,
@@ -121,6 +124,13 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 	route("POST /toolbox/{id}/process/session/{sessionId}/exec", h.sessionExec)
 	route("GET /toolbox/{id}/process/session/{sessionId}/command/{commandId}", h.getSessionCommand)
 	route("GET /toolbox/{id}/process/session/{sessionId}/command/{commandId}/logs", h.getSessionCommandLogs)
+	route("GET /toolbox/{id}/process/pty/create-connect", h.createConnectPTY)
+	route("POST /toolbox/{id}/process/pty", h.postPTY)
+	route("GET /toolbox/{id}/process/pty", h.listPTYs)
+	route("GET /toolbox/{id}/process/pty/{sessionId}", h.getPTY)
+	route("DELETE /toolbox/{id}/process/pty/{sessionId}", h.killPTY)
+	route("POST /toolbox/{id}/process/pty/{sessionId}/resize", h.resizePTY)
+	route("GET /toolbox/{id}/process/pty/{sessionId}/connect", h.connectPTY)
 	route("GET /snapshots", h.listSnapshots)
 	route("GET /snapshots/{idOrName}", h.getSnapshot)
 

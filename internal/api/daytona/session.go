@@ -86,18 +86,19 @@ type SessionCommandLogs struct {
 
 // sandboxConn is a resolved sandbox agent with its clients.
 type sandboxConn struct {
+	id          string // the sandbox's
 	addr, token string
 	proc        processconnect.ProcessClient
 	fs          filesystemconnect.FilesystemClient
 }
 
 func (h *Handler) conn(r *http.Request) (*sandboxConn, error) {
-	addr, token, err := h.agent(r)
+	id, addr, token, err := h.agentOf(r)
 	if err != nil {
 		return nil, err
 	}
 	return &sandboxConn{
-		addr: addr, token: token,
+		id: id, addr: addr, token: token,
 		proc: processconnect.NewProcessClient(h.agentHTTP, "http://"+addr),
 		fs:   filesystemconnect.NewFilesystemClient(h.agentHTTP, "http://"+addr),
 	}, nil

@@ -52,18 +52,24 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // agent resolves the {id} path value (an id or a name) to the address and
 // token of a running sandbox's agent.
 func (h *Handler) agent(r *http.Request) (addr, token string, err error) {
+	_, addr, token, err = h.agentOf(r)
+	return addr, token, err
+}
+
+// agentOf is agent that also returns the sandbox's id.
+func (h *Handler) agentOf(r *http.Request) (id, addr, token string, err error) {
 	x := r.PathValue("id")
 	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), x)
 	if err != nil {
-		return "", "", lookupError(err, x)
+		return "", "", "", lookupError(err, x)
 	}
 	addr, token, err = h.svc.AgentTarget(r.Context(), sb.ID)
 	if err != nil {
-		return "", "", lookupError(err, x)
+		return "", "", "", lookupError(err, x)
 	}
 	// Every toolbox call is activity: it defers the sandbox's auto-stop.
 	h.svc.Touch(r.Context(), sb.ID, false)
-	return addr, token, nil
+	return sb.ID, addr, token, nil
 }
 
 // rpcError maps an agent RPC failure to a Daytona error. File operations get
