@@ -22,6 +22,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit/internal/filesig"
 	"github.com/sandpit-dev/sandpit/proto/filesystem/filesystemconnect"
 	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
 )
@@ -193,7 +194,7 @@ func (a *agent) authenticate(next http.Handler) http.Handler {
 		}
 		if !a.tokenOK(r.Header.Get(accessTokenHeader)) {
 			msg := "missing or invalid " + accessTokenHeader
-			if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
+			if r.URL.Path == "/files" && r.URL.Query().Has(filesig.ParamSignature) {
 				err := a.signatureOK(r)
 				if err == nil {
 					a.serveAs(next, w, r)
