@@ -138,13 +138,6 @@ func (h *MetricsHistory) prune(cutoff time.Time) {
 	}
 }
 
-// Forget drops a sandbox's history (it was deleted).
-func (h *MetricsHistory) Forget(id string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.samples, id)
-}
-
 // Window returns the recorded samples of a sandbox taken within
 // [start, end], oldest first; a zero bound is open. A sandbox the service
 // does not know is sandpit.ErrNotFound.
