@@ -13,7 +13,9 @@ import (
 func TestMetricsHistoryBounds(t *testing.T) {
 	h := NewMetricsHistory(nil, time.Second, 3)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(s int) driver.Stats { return driver.Stats{Timestamp: t0.Add(time.Duration(s) * time.Second), MemUsed: int64(s)} }
+	at := func(s int) driver.Stats {
+		return driver.Stats{Timestamp: t0.Add(time.Duration(s) * time.Second), MemUsed: int64(s)}
+	}
 	for s := range 5 {
 		h.record("a", at(s))
 	}
