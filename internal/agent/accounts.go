@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // errNoAccount: the image's passwd file has no such user.
@@ -225,34 +228,43 @@ func (acc account) credential() *syscall.Credential {
 	return &syscall.Credential{Uid: acc.UID, Gid: acc.GID, Groups: acc.Groups}
 }
 
-// chown gives path to acc; a no-op when the agent is not root (it could not,
-// and everything it creates is its own anyway).
-func (acc account) chown(path string) error {
-	if os.Geteuid() != 0 {
-		return nil
+// as runs fn with the filesystem identity of acc: the kernel checks its
+// file operations against acc's permissions, and what it creates belongs to
+// acc, exactly as if acc had made the calls. An agent that is not root, or
+// an account that is root, runs fn as it is.
+//
+// fsuid, fsgid and the supplementary groups are per-thread attributes, so fn
+// runs on a goroutine of its own, locked to its thread and never unlocked:
+// when the goroutine ends, the Go runtime ends the thread with it, and no
+// other goroutine ever runs with the changed identity. (New threads are never
+// cloned from a locked one, so none can inherit it either.)
+func (acc account) as(fn func() error) error {
+	if os.Geteuid() != 0 || (acc.UID == 0 && acc.GID == 0) {
+		return fn()
 	}
-	return os.Lchown(path, int(acc.UID), int(acc.GID))
-}
-
-// mkdirAll creates dir and its missing parents, each new one owned by acc.
-func (acc account) mkdirAll(dir string) error {
-	var missing []string
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		if _, err := os.Lstat(d); err == nil {
-			break
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		groups := make([]int, 0, len(acc.Groups)+1)
+		groups = append(groups, int(acc.GID))
+		for _, g := range acc.Groups {
+			groups = append(groups, int(g))
 		}
-		missing = append(missing, d)
-		if d == filepath.Dir(d) {
-			break
+		if err := unix.Setgroups(groups); err != nil {
+			errc <- fmt.Errorf("act as %s: setgroups: %w", acc.Name, err)
+			return
 		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, d := range missing {
-		if err := acc.chown(d); err != nil {
-			return err
+		// Both calls report the previous id; reading it back catches a
+		// change the kernel refused.
+		_, _ = unix.SetfsgidRetGid(int(acc.GID))
+		_, _ = unix.SetfsuidRetUid(int(acc.UID))
+		gid, _ := unix.SetfsgidRetGid(-1)
+		uid, _ := unix.SetfsuidRetUid(-1)
+		if uid != int(acc.UID) || gid != int(acc.GID) {
+			errc <- fmt.Errorf("act as %s: filesystem identity is %d:%d", acc.Name, uid, gid)
+			return
 		}
-	}
-	return nil
+		errc <- fn()
+	}()
+	return <-errc
 }

@@ -33,7 +33,11 @@ func (a *agent) readFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := a.resolvePath(r.Context(), p)
-	f, err := os.Open(path)
+	var f *os.File
+	err := a.account(r.Context()).as(func() (err error) {
+		f, err = os.Open(path)
+		return err
+	})
 	if err != nil {
 		writeFileError(w, err)
 		return
@@ -149,38 +153,44 @@ func partFilename(part *multipart.Part) string {
 }
 
 // writeOne writes src to the client path dest, returning the HTTP status to
-// answer with when it fails. A new file and any parent directories made for
-// it belong to the request's account; an existing file is truncated and
-// keeps its mode and owner, as with shell redirection. Metadata, when the
-// upload carries any, replaces the file's.
+// answer with when it fails. The file and any missing parent directories are
+// made as the request's account, so they belong to it and the account's
+// permissions apply; an existing file is truncated and keeps its mode and
+// owner, as with shell redirection. Metadata, when the upload carries any,
+// replaces the file's.
 func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[string]string) (writtenEntry, int, error) {
 	acc := a.account(r.Context())
 	path := a.resolvePath(r.Context(), dest)
-	if err := acc.mkdirAll(filepath.Dir(path)); err != nil {
-		return writtenEntry{}, fileErrorStatus(err), fmt.Errorf("create parent directories of %s: %w", path, err)
-	}
-	_, statErr := os.Lstat(path)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return writtenEntry{}, fileErrorStatus(err), fmt.Errorf("open %s: %w", path, err)
-	}
-	if errors.Is(statErr, fs.ErrNotExist) {
-		if err := acc.chown(path); err != nil {
-			_ = f.Close()
-			return writtenEntry{}, fileErrorStatus(err), fmt.Errorf("give %s to %s: %w", path, acc.Name, err)
+	var f *os.File
+	err := acc.as(func() error {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fmt.Errorf("create parent directories of %s: %w", path, err)
 		}
+		var err error
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return writtenEntry{}, fileErrorStatus(err), err
 	}
 	_, copyErr := io.Copy(f, src)
 	closeErr := f.Close()
 	if err := errors.Join(copyErr, closeErr); err != nil {
 		return writtenEntry{}, fileErrorStatus(err), fmt.Errorf("write %s: %w", path, err)
 	}
-	if md != nil {
-		if err := setMetadata(path, md); err != nil {
-			return writtenEntry{}, fileErrorStatus(err), err
+	var stored map[string]string
+	err = acc.as(func() error {
+		if md != nil {
+			if err := setMetadata(path, md); err != nil {
+				return err
+			}
 		}
-	}
-	stored, err := readMetadata(path)
+		var err error
+		stored, err = readMetadata(path)
+		return err
+	})
 	if err != nil {
 		return writtenEntry{}, fileErrorStatus(err), err
 	}

@@ -204,6 +204,55 @@ func TestFilesBelongToTheRequestedUser(t *testing.T) {
 	}
 }
 
+func TestFileOperationsHaveTheUsersPermissions(t *testing.T) {
+	u := newSandboxUsers(t)
+	e := newTestEnv(t, func(c *Config) { c.EtcDir = u.etc; c.DefaultUser = "alice" })
+	hcRoot, _, rootFS := e.asUser("root")
+
+	// Root's places, as an image has them: a directory others may enter but
+	// not write, a private directory, and a private file.
+	shared := filepath.Join(filepath.Dir(filepath.Dir(u.home)), "shared")
+	private := filepath.Join(shared, "private")
+	secret := filepath.Join(shared, "secret.txt")
+	if err := os.MkdirAll(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(secret, []byte("s"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	res, body := e.postFile(t, "?path="+url.QueryEscape(filepath.Join(shared, "x.txt")), "application/octet-stream", strings.NewReader("x"), nil)
+	if res.StatusCode != http.StatusForbidden {
+		t.Fatalf("alice writing into root's directory: %d %s", res.StatusCode, body)
+	}
+	if res, _ := e.getFile(t, secret); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("alice reading root's private file: %d", res.StatusCode)
+	}
+	_, err := e.fs.Stat(t.Context(), connect.NewRequest(&fspb.StatRequest{Path: filepath.Join(private, "x")}))
+	wantCode(t, err, connect.CodePermissionDenied)
+	_, err = e.fs.ListDir(t.Context(), connect.NewRequest(&fspb.ListDirRequest{Path: private}))
+	wantCode(t, err, connect.CodePermissionDenied)
+	_, err = e.fs.Remove(t.Context(), connect.NewRequest(&fspb.RemoveRequest{Path: secret}))
+	wantCode(t, err, connect.CodePermissionDenied)
+	_, err = e.fs.MakeDir(t.Context(), connect.NewRequest(&fspb.MakeDirRequest{Path: filepath.Join(shared, "d")}))
+	wantCode(t, err, connect.CodePermissionDenied)
+	if _, err := os.Stat(secret); err != nil {
+		t.Fatalf("the refused remove removed: %v", err)
+	}
+
+	// Root may do all of it.
+	if _, err := rootFS.Stat(t.Context(), connect.NewRequest(&fspb.StatRequest{Path: private})); err != nil {
+		t.Fatalf("root: %v", err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/files?path="+url.QueryEscape(secret), nil)
+	if res, err := hcRoot.Do(req); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("root reading its file: %v %v", res, err)
+	}
+}
+
 func TestFileMetadataIsStoredWithTheFile(t *testing.T) {
 	dir := t.TempDir()
 	e := newTestEnv(t)
