@@ -44,9 +44,19 @@ TAG="$REPO:$HASH"
 TARBALL="$SANDPIT_CACHE_DIR/base-$SUITE-$ARCH-$HASH.tar"
 
 have_tag() { docker image inspect "$TAG" >/dev/null 2>&1; }
+# point_latest moves $REPO:latest to this recipe's image and drops the image
+# of an older recipe it pointed at (unless a container still uses it), so
+# recipe changes do not pile up images; other recipes' tarballs go too.
 point_latest() {
+	local old
+	old="$(docker image inspect -f '{{.Id}}' "$REPO:latest" 2>/dev/null || true)"
 	docker tag "$TAG" "$REPO:latest"
 	log "$REPO:latest is $TAG"
+	if [[ -n "$old" && "$old" != "$(docker image inspect -f '{{.Id}}' "$TAG")" ]]; then
+		docker image inspect -f '{{range .RepoTags}}{{println .}}{{end}}' "$old" 2>/dev/null |
+			grep -E "^$REPO:[0-9a-f]{16}\$" | xargs -r docker image rm >/dev/null 2>&1 || true
+	fi
+	find "$SANDPIT_CACHE_DIR" -maxdepth 1 -name "base-$SUITE-$ARCH-*.tar" ! -name "$(basename "$TARBALL")" -delete 2>/dev/null || true
 }
 
 if [[ "${FORCE:-}" != 1 ]] && have_tag; then
