@@ -53,9 +53,6 @@ func serveCmd() *cobra.Command {
 				}
 				cfg.ExtraLabels[k] = v
 			}
-			if _, ok := cfg.Templates["base"]; !ok {
-				cfg.Templates["base"] = cfg.DefaultImage
-			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
@@ -73,7 +70,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Listen, "listen", envOr("SANDPIT_LISTEN", "127.0.0.1:7420"), "API listen address (env SANDPIT_LISTEN)")
 	f.StringVar(&cfg.ProxyListen, "proxy-listen", envOr("SANDPIT_PROXY_LISTEN", "127.0.0.1:7480"), "preview proxy listen address; TCP exposures bind on its host (env SANDPIT_PROXY_LISTEN)")
 	f.StringVar(&cfg.Token, "token", os.Getenv("SANDPIT_TOKEN"), "API token (env SANDPIT_TOKEN); default: generated once into <data-dir>/token")
-	f.StringVar(&cfg.DefaultImage, "default-image", envOr("SANDPIT_DEFAULT_IMAGE", "sandpit/base:test"), "image used when a create names none")
+	f.StringVar(&cfg.DefaultImage, "default-image", os.Getenv("SANDPIT_DEFAULT_IMAGE"), "image used when a create names none (env SANDPIT_DEFAULT_IMAGE); default: "+daemon.BaseImage+" when scripts/build-base-image.sh has built it, else "+daemon.TestImage)
 	f.StringArrayVar(&templates, "template", nil, "template NAME=IMAGE for the facades (repeatable); 'base' is the default image")
 	f.StringVar(&cfg.Domain, "domain", envOr("SANDPIT_DOMAIN", "localhost"), "domain of preview URLs <id>-<port>.<domain>")
 	f.StringVar(&cfg.PublicHost, "public-host", envOr("SANDPIT_PUBLIC_HOST", "127.0.0.1"), "host named in tcp:// URLs")

@@ -12,6 +12,15 @@ import (
 // through unbuffered.
 type AgentProxy struct {
 	transport http.RoundTripper
+	// writeError renders an unreachable agent in the caller's API shape;
+	// nil means the native {"error": {...}} shape.
+	writeError func(w http.ResponseWriter, status int, msg string)
+}
+
+// WithErrorWriter returns a proxy sharing p's connections that reports an
+// unreachable agent through f, for facades with their own error shape.
+func (p *AgentProxy) WithErrorWriter(f func(w http.ResponseWriter, status int, msg string)) *AgentProxy {
+	return &AgentProxy{transport: p.transport, writeError: f}
 }
 
 // NewAgentProxy builds a proxy with its own connection pool to the agents.
@@ -43,6 +52,10 @@ func (p *AgentProxy) Forward(w http.ResponseWriter, r *http.Request, addr, path,
 			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if p.writeError != nil {
+				p.writeError(w, http.StatusBadGateway, "sandbox agent unreachable: "+err.Error())
+				return
+			}
 			WriteJSON(w, http.StatusBadGateway, map[string]any{"error": map[string]string{"code": CodeUpstream, "message": "sandbox agent unreachable: " + err.Error()}})
 		},
 	}

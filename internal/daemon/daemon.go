@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -67,9 +68,6 @@ func (c *Config) Defaults() {
 	}
 	if c.ProxyListen == "" {
 		c.ProxyListen = "127.0.0.1:7480"
-	}
-	if c.DefaultImage == "" {
-		c.DefaultImage = "sandpit/base:test"
 	}
 	if c.Domain == "" {
 		c.Domain = "localhost"
@@ -180,6 +178,26 @@ func loadOrCreate(path, prefix string) (value string, created bool, err error) {
 	return value, true, f.Sync()
 }
 
+// Images the daemon defaults to: the realistic one scripts/build-base-image.sh
+// builds, else the small test image scripts/build-test-image.sh builds.
+const (
+	BaseImage = "sandpit/base:latest"
+	TestImage = "sandpit/base:test"
+)
+
+// pickDefaultImage returns BaseImage when the engine has it, else TestImage.
+func pickDefaultImage(ctx context.Context, rt *docker.Docker, log *slog.Logger) string {
+	ok, err := rt.HasImage(ctx, BaseImage)
+	if err != nil {
+		log.Warn("look up the base image", "image", BaseImage, "err", err)
+	}
+	if ok {
+		return BaseImage
+	}
+	log.Info("base image not built, defaulting to the test image (scripts/build-base-image.sh builds it)", "image", TestImage)
+	return TestImage
+}
+
 // Run serves until ctx ends, then shuts down: in-flight requests finish and
 // the store is closed.
 func Run(ctx context.Context, cfg Config) error {
@@ -234,6 +252,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("docker: %w", err)
 	}
+	if cfg.DefaultImage == "" {
+		cfg.DefaultImage = pickDefaultImage(ctx, rt, log)
+	}
+	if cfg.Templates["base"] == "" {
+		cfg.Templates = maps.Clone(cfg.Templates)
+		if cfg.Templates == nil {
+			cfg.Templates = map[string]string{}
+		}
+		cfg.Templates["base"] = cfg.DefaultImage
+	}
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -272,7 +300,8 @@ func Run(ctx context.Context, cfg Config) error {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	surfaces(ctx, mux, cfg, svc, token)
+	metrics := service.NewMetricsHistory(svc, 0, 0)
+	surfaces(ctx, mux, cfg, svc, token, metrics)
 
 	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	proxySrv := &http.Server{Handler: rtr.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -280,6 +309,7 @@ func Run(ctx context.Context, cfg Config) error {
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
 	go svc.RunSweeper(bg, cfg.SweepInterval)
+	go metrics.Run(bg)
 	go reapIdempotency(bg, st, log)
 
 	errc := make(chan error, 2)
@@ -325,11 +355,15 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 }
 
 // surfaces mounts the native API and the facades.
-func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string) {
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string, metrics *service.MetricsHistory) {
 	idem := v1.NewIdempotency(svc.Store(), token, v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
 	})
 	mux.Handle("/v1/", v1.New(svc, token, idem.Wrap))
-	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Store(), e2b.Config{Token: token, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger}))
+	e2bAPI := e2b.New(svc, svc.Store(), e2b.Config{Token: token, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger, Metrics: metrics})
+	mux.Handle(e2b.Prefix+"/", e2bAPI)
+	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
+	// origin, i.e. here.
+	mux.HandleFunc("/files", e2bAPI.SignedFiles)
 	mux.Handle(daytona.DefaultPrefix+"/", daytona.New(ctx, svc, token, daytona.Options{Logger: cfg.Logger}))
 }

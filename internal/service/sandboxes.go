@@ -35,6 +35,9 @@ type CreateRequest struct {
 	AutoStop    *int
 	AutoArchive *int
 	AutoDelete  *int
+	// User is the account processes and file operations act as when a
+	// request names none; empty, or a name the image lacks, means root.
+	User string
 }
 
 var (
@@ -212,6 +215,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit
 		PidsLimit:   s.cfg.PidsLimit,
 		AgentBinary: s.cfg.AgentBinary,
 		AgentToken:  sb.AccessToken,
+		AgentUser:   req.User,
 	}
 	if _, err := s.rt.Create(ctx, spec); err != nil {
 		if errors.Is(err, driver.ErrImageNotFound) {
@@ -314,6 +318,7 @@ func (s *Service) DeleteSandbox(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	defer s.leave(id)()
 	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
 		return fmt.Errorf("%w: remove container: %v", ErrRuntime, err)
 	}
@@ -342,6 +347,7 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, 
 			return sb, fmt.Errorf("%w: unpause: %v", ErrRuntime, err)
 		}
 	}
+	defer s.leave(id)()
 	if err := s.rt.Stop(ctx, sb.ContainerID, 5*time.Second); err != nil {
 		return sb, fmt.Errorf("%w: stop container: %v", ErrRuntime, err)
 	}

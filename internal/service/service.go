@@ -101,6 +101,11 @@ type Service struct {
 	// store, so that a burst of toolbox calls costs one write, not one per
 	// call. Guarded by mu.
 	touched map[string]time.Time
+	// leaving holds the sandboxes whose container is being stopped or
+	// removed. Their agent is going away, so requests for them are refused
+	// at once instead of being sent to an address that stops answering
+	// (which costs the caller seconds of connect timeout).
+	leaving map[string]bool
 }
 
 // New builds a Service.
@@ -139,6 +144,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		agentHTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}},
 		ips:       map[string]string{},
 		touched:   map[string]time.Time{},
+		leaving:   map[string]bool{},
 	}
 }
 
@@ -208,7 +214,11 @@ func (s *Service) AgentAddr(ctx context.Context, id string) (string, error) {
 func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 	s.mu.Lock()
 	ip, ok := s.ips[id]
+	leaving := s.leaving[id]
 	s.mu.Unlock()
+	if leaving {
+		return "", fmt.Errorf("%w: sandbox %s is going away", ErrNotRunning, id)
+	}
 	if ok {
 		return ip, nil
 	}
@@ -227,6 +237,10 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 		return "", fmt.Errorf("%w: sandbox %s has no address", ErrNotRunning, id)
 	}
 	s.mu.Lock()
+	if s.leaving[id] {
+		s.mu.Unlock()
+		return "", fmt.Errorf("%w: sandbox %s is going away", ErrNotRunning, id)
+	}
 	s.ips[id] = c.IP
 	s.mu.Unlock()
 	return c.IP, nil
@@ -236,6 +250,20 @@ func (s *Service) forgetIP(id string) {
 	s.mu.Lock()
 	delete(s.ips, id)
 	s.mu.Unlock()
+}
+
+// leave marks a sandbox's agent as going away (see Service.leaving) until
+// the returned function is called.
+func (s *Service) leave(id string) (done func()) {
+	s.mu.Lock()
+	s.leaving[id] = true
+	delete(s.ips, id)
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.leaving, id)
+		s.mu.Unlock()
+	}
 }
 
 // waitHealthy polls the agent's /health until it answers or the budget ends.

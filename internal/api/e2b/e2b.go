@@ -66,6 +66,9 @@ type Config struct {
 	WaitBudget time.Duration
 	Logger     *slog.Logger
 	Now        func() time.Time
+	// Metrics is the daemon's sample history, which getMetrics windows
+	// select from; nil answers only the current sample.
+	Metrics *service.MetricsHistory
 }
 
 // DomainFor returns the domain to report for a proxy listening on proxyPort:
@@ -110,7 +113,7 @@ func New(be Backend, st *store.Store, cfg Config) *Handler {
 		st:    st,
 		cfg:   cfg,
 		log:   cfg.Logger.With("surface", "e2b"),
-		proxy: api.NewAgentProxy(),
+		proxy: api.NewAgentProxy().WithErrorWriter(writeError),
 		mux:   http.NewServeMux(),
 	}
 	m := h.mux
