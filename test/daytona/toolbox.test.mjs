@@ -225,3 +225,90 @@ test('PTY: the shell exiting closes the socket with its exit code', async () => 
   const res = await pty.wait();
   assert.equal(res.exitCode, 3);
 });
+
+// The realistic image (scripts/build-base-image.sh) has git, python3 and node.
+const baseImage = process.env.SANDPIT_BASE_IMAGE_REF || 'sandpit/base:latest';
+
+test('git: clone a repository made in the sandbox, change, add, status, commit, branches, checkout, push, pull', { timeout: 180_000 }, async () => {
+  const g = await daytona.create({ image: baseImage, labels: { suite } });
+  try {
+    // A bare origin with one commit, made with the sandbox's own git.
+    const seed = await g.process.executeCommand([
+      'set -e',
+      'git init -q --bare --initial-branch=main /tmp/origin.git',
+      'git clone -q /tmp/origin.git /tmp/seed',
+      'cd /tmp/seed && echo one > README && git add README',
+      'git -c user.name=seed -c user.email=seed@example.com commit -qm first',
+      'git push -q origin main',
+    ].join('\n'));
+    assert.equal(seed.exitCode, 0, seed.result);
+
+    await g.git.clone('file:///tmp/origin.git', '/tmp/work');
+    let st = await g.git.status('/tmp/work');
+    assert.equal(st.currentBranch, 'main');
+    assert.deepEqual(st.fileStatus, []);
+
+    await g.fs.uploadFile(Buffer.from('two\n'), '/tmp/work/README');
+    await g.fs.uploadFile(Buffer.from('new\n'), '/tmp/work/NEW.txt');
+    st = await g.git.status('/tmp/work');
+    const byName = Object.fromEntries(st.fileStatus.map((f) => [f.name, f]));
+    assert.equal(byName.README.worktree, 'Modified');
+    assert.equal(byName['NEW.txt'].worktree, 'Untracked');
+
+    await g.git.add('/tmp/work', ['README', 'NEW.txt']);
+    st = await g.git.status('/tmp/work');
+    assert.equal(st.fileStatus.find((f) => f.name === 'NEW.txt').staging, 'Added');
+    const { sha } = await g.git.commit('/tmp/work', 'second', 'Tester', 'tester@example.com');
+    assert.match(sha, /^[0-9a-f]{40}$/);
+    st = await g.git.status('/tmp/work');
+    assert.deepEqual(st.fileStatus, []);
+    assert.equal(st.ahead, 1);
+
+    await g.git.createBranch('/tmp/work', 'feature');
+    let br = await g.git.branches('/tmp/work');
+    assert.deepEqual(br.branches.sort(), ['feature', 'main']);
+    await g.git.checkoutBranch('/tmp/work', 'feature');
+    br = await g.git.branches('/tmp/work');
+    assert.equal(br.current, 'feature');
+    await g.git.checkoutBranch('/tmp/work', 'main');
+
+    await g.git.push('/tmp/work');
+    const log = await g.process.executeCommand('git -C /tmp/origin.git log --format=%s main');
+    assert.equal(log.result, 'second\nfirst\n');
+
+    // Someone else pushes; pull brings it in.
+    const other = await g.process.executeCommand('set -e; cd /tmp/seed && git pull -q && echo three > README && git -c user.name=o -c user.email=o@example.com commit -qam third && git push -q');
+    assert.equal(other.exitCode, 0, other.result);
+    await g.git.pull('/tmp/work');
+    assert.equal((await g.fs.downloadFile('/tmp/work/README')).toString(), 'three\n');
+
+    // Credentials are per call and leave no trace in the configuration.
+    await g.git.clone('file:///tmp/origin.git', '/tmp/work2', undefined, undefined, 'someone', 's3cret');
+    const cfg = await g.process.executeCommand('cat /tmp/work2/.git/config; git config --global --list 2>/dev/null; true');
+    assert.doesNotMatch(cfg.result, /s3cret/);
+
+    await assert.rejects(g.git.checkoutBranch('/tmp/work', 'no-such-branch'), /no-such-branch/);
+  } finally {
+    await g.delete();
+  }
+});
+
+test('codeRun runs python and javascript', { timeout: 120_000 }, async () => {
+  const c = await daytona.create({ image: baseImage, language: 'python', labels: { suite } });
+  try {
+    const py = await c.process.codeRun('print(6*7)');
+    assert.equal(py.exitCode, 0);
+    assert.equal(py.result.trim(), '42');
+    const argv = await c.process.codeRun('import sys, os; print(sys.argv[1:], os.environ["X"])', { argv: ['a', 'b c'], env: { X: 'y' } });
+    assert.equal(argv.result.trim(), "['a', 'b c'] y");
+    const fail = await c.process.codeRun('raise SystemExit(4)');
+    assert.equal(fail.exitCode, 4);
+
+    await c.setLabels({ suite, 'code-toolbox-language': 'javascript' });
+    const js = await daytona.get(c.id);
+    const node = await js.process.codeRun('console.log(6*7)');
+    assert.equal(node.result.trim(), '42');
+  } finally {
+    await c.delete();
+  }
+});
