@@ -28,6 +28,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/router/builtin"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -301,10 +302,12 @@ func Run(ctx context.Context, cfg Config) error {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	metrics := service.NewMetricsHistory(svc, 0, 0)
-	surfaces(ctx, mux, cfg, svc, token, metrics)
+	dt := surfaces(ctx, mux, cfg, svc, token, metrics)
 
 	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	proxySrv := &http.Server{Handler: rtr.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// The Daytona gate checks signed preview hosts and records preview
+	// traffic as sandbox activity before the router proxies a request.
+	proxySrv := &http.Server{Handler: dt.PreviewGate(rtr.Handler(), builtin.ParsePreviewLabel), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
@@ -354,8 +357,9 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 	}
 }
 
-// surfaces mounts the native API and the facades.
-func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string, metrics *service.MetricsHistory) {
+// surfaces mounts the native API and the facades, and returns the Daytona
+// facade, whose preview gate fronts the proxy.
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string, metrics *service.MetricsHistory) *daytona.Handler {
 	idem := v1.NewIdempotency(svc.Store(), token, v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
 	})
@@ -365,5 +369,7 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
 	// origin, i.e. here.
 	mux.HandleFunc("/files", e2bAPI.SignedFiles)
-	mux.Handle(daytona.DefaultPrefix+"/", daytona.New(ctx, svc, token, daytona.Options{Logger: cfg.Logger}))
+	dt := daytona.New(ctx, svc, token, daytona.Options{Logger: cfg.Logger})
+	mux.Handle(daytona.DefaultPrefix+"/", dt)
+	return dt
 }

@@ -44,7 +44,14 @@ func (s *Service) Touch(ctx context.Context, id string, force bool) {
 	}
 	s.touched[id] = now
 	s.mu.Unlock()
-	if err := s.store.TouchSandbox(ctx, id, now); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+	err := s.store.TouchSandbox(ctx, id, now)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		// Not a sandbox (a preview host can name anything): remember
+		// nothing about it, so made-up names cannot grow the map.
+		s.forgetTouch(id)
+		return
+	}
+	if err != nil {
 		s.log.Warn("record sandbox activity", "sandbox", id, "err", err)
 	}
 }

@@ -4,6 +4,7 @@
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, existsSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -159,4 +160,20 @@ export async function startDaemon(extraArgs = []) {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+// proxyGet asks the preview proxy for a host's root. *.localhost may not
+// resolve here, so the request goes to the proxy's address with the host in
+// the Host header.
+export function proxyGet(proxyPort, host, path = '/') {
+  return new Promise((res, rej) => {
+    const req = request({ host: '127.0.0.1', port: proxyPort, path, headers: { Host: host } }, (r) => {
+      let body = '';
+      r.setEncoding('utf8');
+      r.on('data', (c) => (body += c));
+      r.on('end', () => res({ status: r.statusCode, body }));
+    });
+    req.on('error', rej);
+    req.end();
+  });
 }

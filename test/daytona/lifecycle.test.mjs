@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { Daytona, DaytonaNotFoundError } from '@daytonaio/sdk';
-import { startDaemon } from './daemon.mjs';
+import { startDaemon, proxyGet } from './daemon.mjs';
 
 const UNIT_MS = 2000;
 let d;
@@ -91,6 +91,24 @@ test('an idle sandbox with autostop 1 is stopped by the sweeper; activity defers
       await sb.refreshData();
       return sb.state === 'stopped';
     }, 10 * UNIT_MS);
+  } finally {
+    await sb.delete();
+  }
+});
+
+test('preview traffic counts as activity', async () => {
+  const sb = await daytona.create({ labels: { suite }, autoStopInterval: 0 });
+  try {
+    await sb.process.executeCommand('mkdir -p /tmp/www && echo hi > /tmp/www/index.html && (busybox httpd -p 8080 -h /tmp/www &)');
+    const host = new URL((await sb.getPreviewLink(8080)).url).host;
+    await sb.setAutostopInterval(1);
+    const busyUntil = Date.now() + 3 * UNIT_MS;
+    while (Date.now() < busyUntil) {
+      await proxyGet(d.proxyPort, host);
+      await sleep(UNIT_MS / 4);
+    }
+    assert.equal((await daytona.get(sb.id)).state, 'started', 'a sandbox with preview traffic was stopped');
+    await eventually('auto-stop once the traffic stopped', async () => (await daytona.get(sb.id)).state === 'stopped', 10 * UNIT_MS);
   } finally {
     await sb.delete();
   }

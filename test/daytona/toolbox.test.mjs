@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { Daytona, DaytonaNotFoundError, DaytonaFileNotFoundError } from '@daytonaio/sdk';
-import { startDaemon, testImage } from './daemon.mjs';
+import { startDaemon, testImage, proxyGet } from './daemon.mjs';
 
 let d;
 let daytona;
@@ -311,4 +311,29 @@ test('codeRun runs python and javascript', { timeout: 120_000 }, async () => {
   } finally {
     await c.delete();
   }
+});
+
+test('getSignedPreviewUrl: the proxy serves the signed URL until it expires and refuses a forged one', async () => {
+  await sb.process.executeCommand('mkdir -p /tmp/www && echo signed-ok > /tmp/www/index.html && (busybox httpd -p 8081 -h /tmp/www &)');
+  const signed = await sb.getSignedPreviewUrl(8081, 3);
+  assert.equal(signed.sandboxId, sb.id);
+  assert.equal(signed.port, 8081);
+  assert.ok(signed.token);
+  const url = new URL(signed.url);
+  assert.ok(url.hostname.startsWith(`8081-${signed.token}.`), signed.url);
+  let res;
+  for (let i = 0; i < 50; i++) {
+    res = await proxyGet(d.proxyPort, url.host);
+    if (res.status === 200) break;
+    await sleep(100);
+  }
+  assert.equal(res.body.trim(), 'signed-ok');
+  // One character of the MAC changed: refused, without reaching the sandbox.
+  const last = url.hostname.split('.')[0];
+  const forged = url.host.replace(last, last.slice(0, -1) + (last.endsWith('a') ? 'b' : 'a'));
+  assert.equal((await proxyGet(d.proxyPort, forged)).status, 403);
+  // Another port with this port's token: refused.
+  assert.equal((await proxyGet(d.proxyPort, url.host.replace('8081-', '8080-'))).status, 403);
+  await sleep(4500);
+  assert.equal((await proxyGet(d.proxyPort, url.host)).status, 403);
 });

@@ -45,6 +45,8 @@ type Handler struct {
 	// res is the host's capacity, reported for resources a sandbox has no
 	// limit on: without a limit it can use all of it.
 	res hostResources
+	// signKey signs preview URLs (see signed.go).
+	signKey []byte
 	// ptys remembers each PTY's size and environment.
 	ptys *ptyTable
 	// started is when the facade was made, the creation time reported for
@@ -78,6 +80,7 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 		res:     readHostResources(),
 		started: time.Now(),
 		ptys:    newPTYTable(),
+		signKey: signingKey(token),
 		agentHTTP: &http.Client{Transport: &http.Transport{
 			MaxIdleConnsPerHost: 16,
 			IdleConnTimeout:     90 * time.Second,
@@ -101,6 +104,7 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 	route("POST /sandbox/{idOrName}/autoarchive/{interval}", h.setInterval(sandpit.IntervalAutoArchive))
 	route("POST /sandbox/{idOrName}/autodelete/{interval}", h.setInterval(sandpit.IntervalAutoDelete))
 	route("POST /sandbox/{idOrName}/last-activity", h.refreshActivity)
+	route("GET /sandbox/{idOrName}/ports/{port}/signed-preview-url", h.signedPreviewURL)
 
 	route("POST /toolbox/{id}/process/execute", h.execute)
 	route("POST /toolbox/{id}/files/bulk-upload", h.bulkUpload)

@@ -1,0 +1,166 @@
+package daytona
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base32"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/service"
+)
+
+// Signed preview URLs: http://<port>-<token>.<domain>, where the token is
+// <sandbox id>-<expiry>-<mac>: the expiry in Unix seconds (base 36) and an
+// HMAC of sandbox, port and expiry truncated to 100 bits (20 base32
+// characters). The key is derived from the daemon's API token, so a URL
+// stays valid across daemon restarts and changing the token revokes every
+// URL. The proxy gate (PreviewGate) checks the token and rewrites the Host
+// to the port's ordinary preview host before the router sees it.
+
+const (
+	defaultSignedExpiry = 60 * time.Second
+	maxSignedExpiry     = 24 * time.Hour
+	signedMACLen        = 20
+)
+
+var macEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// signingKey derives the preview-signing key from the API token.
+func signingKey(token string) []byte {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("sandpit daytona signed preview url v1"))
+	return m.Sum(nil)
+}
+
+func (h *Handler) previewMAC(id string, port int, exp int64) string {
+	m := hmac.New(sha256.New, h.signKey)
+	m.Write([]byte(id + "\x00" + strconv.Itoa(port) + "\x00" + strconv.FormatInt(exp, 10)))
+	return macEncoding.EncodeToString(m.Sum(nil))[:signedMACLen]
+}
+
+func (h *Handler) signPreview(id string, port int, exp time.Time) string {
+	e := exp.Unix()
+	return id + "-" + strconv.FormatInt(e, 36) + "-" + h.previewMAC(id, port, e)
+}
+
+// signedOutcome is the result of checking a preview host label.
+type signedOutcome int
+
+const (
+	notSigned signedOutcome = iota // an ordinary preview label
+	signedValid
+	signedInvalid // shaped like a signed token, but forged or expired
+)
+
+// verifySigned checks the token part of a "<port>-<token>" label.
+func (h *Handler) verifySigned(port int, token string, now time.Time) (string, signedOutcome) {
+	i := strings.LastIndexByte(token, '-')
+	if i <= 0 || len(token)-i-1 != signedMACLen {
+		return "", notSigned
+	}
+	mac, rest := token[i+1:], token[:i]
+	j := strings.LastIndexByte(rest, '-')
+	if j <= 0 {
+		return "", notSigned
+	}
+	id, expS := rest[:j], rest[j+1:]
+	exp, err := strconv.ParseInt(expS, 36, 64)
+	if err != nil {
+		return "", notSigned
+	}
+	if !hmac.Equal([]byte(mac), []byte(h.previewMAC(id, port, exp))) || now.Unix() > exp {
+		return id, signedInvalid
+	}
+	return id, signedValid
+}
+
+// SignedPreviewURL is the answer of GET .../signed-preview-url.
+type SignedPreviewURL struct {
+	SandboxID string `json:"sandboxId"`
+	Port      int    `json:"port"`
+	Token     string `json:"token"`
+	URL       string `json:"url"`
+}
+
+func (h *Handler) signedPreviewURL(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		writeProblem(w, r, badRequest("port must be an integer from 1 to 65535"))
+		return
+	}
+	expiry := defaultSignedExpiry
+	if s := r.URL.Query().Get("expiresInSeconds"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || time.Duration(n)*time.Second > maxSignedExpiry {
+			writeProblem(w, r, badRequest("expiresInSeconds must be an integer from 1 to %d", int(maxSignedExpiry/time.Second)))
+			return
+		}
+		expiry = time.Duration(n) * time.Second
+	}
+	sb, err := h.lookup(r)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	// The URL reaches the port only once it is exposed; exposing is
+	// idempotent.
+	res, err := h.svc.ExposePort(r.Context(), sb.ID, port, service.ProtoHTTP)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	token := h.signPreview(sb.ID, port, time.Now().Add(expiry))
+	// The exposure's URL with its host label swapped for the signed one.
+	u := res.Port.PublicURL
+	if _, rest, ok := strings.Cut(u, "://"); ok {
+		if k := strings.IndexByte(rest, '.'); k > 0 {
+			u = u[:len(u)-len(rest)] + strconv.Itoa(port) + "-" + token + rest[k:]
+		}
+	}
+	api.WriteJSON(w, http.StatusOK, SignedPreviewURL{SandboxID: sb.ID, Port: port, Token: token, URL: u})
+}
+
+// PreviewGate wraps the preview proxy: a signed preview host is checked and
+// rewritten to the port's ordinary host (a forged or expired one is a 403
+// that never reaches the sandbox), and every request for a sandbox counts
+// as activity for its auto-stop. parse splits an ordinary preview label
+// into sandbox id and port (the router's own parser).
+func (h *Handler) PreviewGate(next http.Handler, parse func(label string) (id string, port int, ok bool)) http.Handler {
+	suffix := "." + h.svc.Config().Domain
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		host = strings.TrimSuffix(strings.ToLower(host), ".")
+		label, ok := strings.CutSuffix(host, suffix)
+		if !ok || strings.Contains(label, ".") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if portS, token, found := strings.Cut(label, "-"); found {
+			if port, err := strconv.Atoi(portS); err == nil {
+				id, outcome := h.verifySigned(port, token, time.Now())
+				switch outcome {
+				case signedInvalid:
+					http.Error(w, "sandpit: the signed preview URL is invalid or has expired", http.StatusForbidden)
+					return
+				case signedValid:
+					h.svc.Touch(r.Context(), id, false)
+					r.Host = h.svc.PreviewHost(id, port)
+					next.ServeHTTP(w, r)
+					return
+				}
+			}
+		}
+		if id, _, ok := parse(label); ok {
+			h.svc.Touch(r.Context(), id, false)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
