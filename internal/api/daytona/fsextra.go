@@ -219,6 +219,9 @@ func (h *Handler) setFilePermissions(w http.ResponseWriter, r *http.Request) {
 	case path == "":
 		writeProblem(w, r, badRequest("query parameter path is required"))
 		return
+	case mode == "" && owner == "" && group == "":
+		writeProblem(w, r, badRequest("give at least one of mode, owner and group"))
+		return
 	case mode != "" && !modeRE.MatchString(mode):
 		writeProblem(w, r, badRequest("mode must be octal, like 755 or 0644"))
 		return
