@@ -260,16 +260,8 @@ func (s *Store) ListLifecycleDue(ctx context.Context, now time.Time, unit time.D
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes due for their lifecycle: %w", err)
 	}
-	defer rows.Close()
-	var out []sandpit.Sandbox
-	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list sandboxes due for their lifecycle: %w", err)
-		}
-		out = append(out, sb)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := scanSandboxes(rows)
+	if err != nil {
 		return nil, fmt.Errorf("list sandboxes due for their lifecycle: %w", err)
 	}
 	return out, nil
@@ -325,16 +317,8 @@ func (s *Store) ListExpiredSandboxes(ctx context.Context, now time.Time) ([]sand
 	if err != nil {
 		return nil, fmt.Errorf("list expired sandboxes: %w", err)
 	}
-	defer rows.Close()
-	var out []sandpit.Sandbox
-	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list expired sandboxes: %w", err)
-		}
-		out = append(out, sb)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := scanSandboxes(rows)
+	if err != nil {
 		return nil, fmt.Errorf("list expired sandboxes: %w", err)
 	}
 	return out, nil
@@ -376,6 +360,20 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 // rowScanner is satisfied by *sql.Row and *sql.Rows.
 type rowScanner interface {
 	Scan(dest ...any) error
+}
+
+// scanSandboxes reads every row and closes rows.
+func scanSandboxes(rows *sql.Rows) ([]sandpit.Sandbox, error) {
+	defer rows.Close()
+	var out []sandpit.Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sb)
+	}
+	return out, rows.Err()
 }
 
 func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {

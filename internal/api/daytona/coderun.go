@@ -2,7 +2,6 @@ package daytona
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/proto/process"
@@ -57,19 +56,10 @@ func (h *Handler) codeRun(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, badRequest("language %q is not supported: use python or javascript", req.Language))
 		return
 	}
-	var timeout time.Duration
-	if req.Timeout != nil {
-		if *req.Timeout < 0 {
-			writeProblem(w, r, badRequest("timeout must not be negative"))
-			return
-		}
-		timeout = time.Duration(*req.Timeout * float64(time.Second))
-	}
-	for k := range req.Envs {
-		if !envName.MatchString(k) {
-			writeProblem(w, r, badRequest("invalid environment variable name %q", k))
-			return
-		}
+	timeout, err := runLimits(req.Timeout, req.Envs)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
 	}
 	addr, token, err := h.agent(r)
 	if err != nil {

@@ -85,6 +85,22 @@ type gitRequest struct {
 	InitialBranch string   `json:"initial_branch"`
 }
 
+// remoteArgs are the "[remote [branch]]" arguments of push and pull; a
+// branch without a remote goes to origin.
+func (req gitRequest) remoteArgs() []string {
+	if req.Remote == "" && req.Branch == "" {
+		return nil
+	}
+	remote := req.Remote
+	if remote == "" {
+		remote = "origin"
+	}
+	if req.Branch == "" {
+		return []string{remote}
+	}
+	return []string{remote, req.Branch}
+}
+
 // gitHandler decodes a body (or reads ?path= for a GET), resolves the
 // sandbox and runs op; op answers on success.
 func (h *Handler) gitHandler(op func(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error) http.HandlerFunc {
@@ -258,16 +274,7 @@ func (h *Handler) gitPush(w http.ResponseWriter, r *http.Request, c *sandboxConn
 	if req.SetUpstream {
 		args = append(args, "--set-upstream")
 	}
-	if req.Remote != "" || req.Branch != "" {
-		remote := req.Remote
-		if remote == "" {
-			remote = "origin"
-		}
-		args = append(args, remote)
-		if req.Branch != "" {
-			args = append(args, req.Branch)
-		}
-	}
+	args = append(args, req.remoteArgs()...)
 	if _, err := h.git(r.Context(), c, gitCall{dir: req.Path, args: args, username: req.Username, password: req.Password}); err != nil {
 		return err
 	}
@@ -279,16 +286,7 @@ func (h *Handler) gitPull(w http.ResponseWriter, r *http.Request, c *sandboxConn
 	// --no-rebase: a pull that has to merge merges, whatever the sandbox's
 	// git would otherwise ask about divergent branches.
 	args := []string{"pull", "--no-rebase"}
-	if req.Remote != "" || req.Branch != "" {
-		remote := req.Remote
-		if remote == "" {
-			remote = "origin"
-		}
-		args = append(args, remote)
-		if req.Branch != "" {
-			args = append(args, req.Branch)
-		}
-	}
+	args = append(args, req.remoteArgs()...)
 	if _, err := h.git(r.Context(), c, gitCall{dir: req.Path, args: args, username: req.Username, password: req.Password}); err != nil {
 		return err
 	}

@@ -86,6 +86,13 @@ func (t *ptyTable) drop(sandboxID, id string) {
 	delete(t.info, sandboxID+"/"+id)
 }
 
+func validSize(cols, rows int) error {
+	if cols < 1 || cols > maxPTYSize || rows < 1 || rows > maxPTYSize {
+		return badRequest("cols and rows must be from 1 to %d", maxPTYSize)
+	}
+	return nil
+}
+
 // validate checks a create and fills in Daytona's defaults.
 func (req *PtyCreateRequest) validate() error {
 	if !sessionIDRE.MatchString(req.ID) {
@@ -97,8 +104,8 @@ func (req *PtyCreateRequest) validate() error {
 	if req.Rows == 0 {
 		req.Rows = 24
 	}
-	if req.Cols < 1 || req.Cols > maxPTYSize || req.Rows < 1 || req.Rows > maxPTYSize {
-		return badRequest("cols and rows must be from 1 to %d", maxPTYSize)
+	if err := validSize(req.Cols, req.Rows); err != nil {
+		return err
 	}
 	for k := range req.Envs {
 		if !envName.MatchString(k) {
@@ -272,8 +279,8 @@ func (h *Handler) resizePTY(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, err)
 		return
 	}
-	if req.Cols < 1 || req.Cols > maxPTYSize || req.Rows < 1 || req.Rows > maxPTYSize {
-		writeProblem(w, r, badRequest("cols and rows must be from 1 to %d", maxPTYSize))
+	if err := validSize(req.Cols, req.Rows); err != nil {
+		writeProblem(w, r, err)
 		return
 	}
 	c, info, ok := h.livePTY(w, r)

@@ -655,22 +655,31 @@ type PreviewURL struct {
 }
 
 func (h *Handler) previewURL(w http.ResponseWriter, r *http.Request) {
+	sb, p, ok := h.exposeHTTP(w, r)
+	if ok {
+		api.WriteJSON(w, http.StatusOK, PreviewURL{SandboxID: sb.ID, URL: p.PublicURL})
+	}
+}
+
+// exposeHTTP exposes the {port} of the {idOrName} sandbox through the
+// preview proxy; on failure it has answered the request. Exposing is
+// idempotent: asking again for the same port finds the existing exposure
+// (the (sandbox, port) primary key decides).
+func (h *Handler) exposeHTTP(w http.ResponseWriter, r *http.Request) (sandpit.Sandbox, sandpit.ExposedPort, bool) {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil {
 		writeProblem(w, r, badRequest("port must be an integer from 1 to 65535"))
-		return
+		return sandpit.Sandbox{}, sandpit.ExposedPort{}, false
 	}
 	sb, err := h.lookup(r)
 	if err != nil {
 		writeProblem(w, r, err)
-		return
+		return sb, sandpit.ExposedPort{}, false
 	}
-	// Exposing is idempotent: asking again for the same port finds the
-	// existing exposure (the (sandbox, port) primary key decides).
 	res, err := h.svc.ExposePort(r.Context(), sb.ID, port, service.ProtoHTTP)
 	if err != nil {
 		writeProblem(w, r, err)
-		return
+		return sb, sandpit.ExposedPort{}, false
 	}
-	api.WriteJSON(w, http.StatusOK, PreviewURL{SandboxID: sb.ID, URL: res.Port.PublicURL})
+	return sb, res.Port, true
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // Signed preview URLs: http://<port>-<token>.<domain>, where the token is
@@ -88,11 +87,6 @@ type SignedPreviewURL struct {
 }
 
 func (h *Handler) signedPreviewURL(w http.ResponseWriter, r *http.Request) {
-	port, err := strconv.Atoi(r.PathValue("port"))
-	if err != nil || port < 1 || port > 65535 {
-		writeProblem(w, r, badRequest("port must be an integer from 1 to 65535"))
-		return
-	}
 	expiry := defaultSignedExpiry
 	if s := r.URL.Query().Get("expiresInSeconds"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -102,27 +96,20 @@ func (h *Handler) signedPreviewURL(w http.ResponseWriter, r *http.Request) {
 		}
 		expiry = time.Duration(n) * time.Second
 	}
-	sb, err := h.lookup(r)
-	if err != nil {
-		writeProblem(w, r, err)
+	// The URL reaches the port only once it is exposed.
+	sb, p, ok := h.exposeHTTP(w, r)
+	if !ok {
 		return
 	}
-	// The URL reaches the port only once it is exposed; exposing is
-	// idempotent.
-	res, err := h.svc.ExposePort(r.Context(), sb.ID, port, service.ProtoHTTP)
-	if err != nil {
-		writeProblem(w, r, err)
-		return
-	}
-	token := h.signPreview(sb.ID, port, time.Now().Add(expiry))
+	token := h.signPreview(sb.ID, p.Port, time.Now().Add(expiry))
 	// The exposure's URL with its host label swapped for the signed one.
-	u := res.Port.PublicURL
+	u := p.PublicURL
 	if _, rest, ok := strings.Cut(u, "://"); ok {
 		if k := strings.IndexByte(rest, '.'); k > 0 {
-			u = u[:len(u)-len(rest)] + strconv.Itoa(port) + "-" + token + rest[k:]
+			u = u[:len(u)-len(rest)] + strconv.Itoa(p.Port) + "-" + token + rest[k:]
 		}
 	}
-	api.WriteJSON(w, http.StatusOK, SignedPreviewURL{SandboxID: sb.ID, Port: port, Token: token, URL: u})
+	api.WriteJSON(w, http.StatusOK, SignedPreviewURL{SandboxID: sb.ID, Port: p.Port, Token: token, URL: u})
 }
 
 // PreviewGate wraps the preview proxy: a signed preview host is checked and

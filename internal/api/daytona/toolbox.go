@@ -141,19 +141,10 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, badRequest("command is required"))
 		return
 	}
-	var timeout time.Duration
-	if req.Timeout != nil {
-		if *req.Timeout < 0 {
-			writeProblem(w, r, badRequest("timeout must not be negative"))
-			return
-		}
-		timeout = time.Duration(*req.Timeout * float64(time.Second))
-	}
-	for k := range req.Envs {
-		if !envName.MatchString(k) {
-			writeProblem(w, r, badRequest("invalid environment variable name %q", k))
-			return
-		}
+	timeout, err := runLimits(req.Timeout, req.Envs)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
 	}
 	addr, token, err := h.agent(r)
 	if err != nil {
@@ -166,6 +157,24 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, res)
+}
+
+// runLimits validates the timeout (seconds; nil or 0 = none) and the
+// environment of a command or code run.
+func runLimits(seconds *float64, envs map[string]string) (time.Duration, error) {
+	var timeout time.Duration
+	if seconds != nil {
+		if *seconds < 0 {
+			return 0, badRequest("timeout must not be negative")
+		}
+		timeout = time.Duration(*seconds * float64(time.Second))
+	}
+	for k := range envs {
+		if !envName.MatchString(k) {
+			return 0, badRequest("invalid environment variable name %q", k)
+		}
+	}
+	return timeout, nil
 }
 
 // run executes a command through the agent's Start stream. The command goes
