@@ -124,6 +124,14 @@ test('autodelete N deletes a stopped sandbox N minutes after it stopped; autoarc
   const sb = await daytona.create({ labels: { suite }, autoStopInterval: 0, autoArchiveInterval: 1, autoDeleteInterval: 3 });
   await sb.stop();
   await eventually('archived', async () => (await daytona.get(sb.id)).state === 'archived', 6 * UNIT_MS);
+  // The states filter tells archived from stopped.
+  const listed = async (state) => {
+    const q = new URLSearchParams({ labels: JSON.stringify({ suite }), states: state });
+    const res = await fetch(`${d.apiUrl}/sandbox?${q}`, { headers: { Authorization: `Bearer ${d.token}` } });
+    return (await res.json()).items.map((x) => x.id);
+  };
+  assert.ok((await listed('archived')).includes(sb.id));
+  assert.ok(!(await listed('stopped')).includes(sb.id));
   await eventually('auto-delete', async () => {
     try {
       await daytona.get(sb.id);

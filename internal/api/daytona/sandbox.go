@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -442,7 +443,13 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := ListResponse{Items: make([]Sandbox, 0, len(page))}
 	for _, sb := range page {
-		out.Items = append(out.Items, h.toSandbox(r, sb, false))
+		item := h.toSandbox(r, sb, false)
+		// stopped and archived share a store state; the filter tells them
+		// apart here (a page may then come out shorter than the limit).
+		if len(states) > 0 && !slices.Contains(states, item.State) {
+			continue
+		}
+		out.Items = append(out.Items, item)
 	}
 	if next != "" {
 		out.NextCursor = &next
