@@ -86,6 +86,18 @@ func (t *ptyTable) drop(sandboxID, id string) {
 	delete(t.info, sandboxID+"/"+id)
 }
 
+// dropSandbox forgets every PTY of a sandbox that is gone or stopped (its
+// shells went with it).
+func (t *ptyTable) dropSandbox(sandboxID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k := range t.info {
+		if strings.HasPrefix(k, sandboxID+"/") {
+			delete(t.info, k)
+		}
+	}
+}
+
 func validSize(cols, rows int) error {
 	if cols < 1 || cols > maxPTYSize || rows < 1 || rows > maxPTYSize {
 		return badRequest("cols and rows must be from 1 to %d", maxPTYSize)

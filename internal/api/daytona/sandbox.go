@@ -518,6 +518,7 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
 		return
 	}
+	h.ptys.dropSandbox(sb.ID)
 	out := h.toSandbox(r, sb, true)
 	old := out.State
 	out.State, out.DesiredState = stateDestroyed, stateDestroyed
@@ -594,6 +595,12 @@ func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx
 	}
 	old := daytonaState(sb.State)
 	after, err := op(r.Context(), sb.ID)
+	if err == nil && after.State == sandpit.StateRunning && sb.State == sandpit.StateRunning {
+		// Nothing happened; the shells run on.
+	} else {
+		// A stop, or a start after one, leaves no shell of before running.
+		h.ptys.dropSandbox(sb.ID)
+	}
 	if errors.Is(err, service.ErrDeletedOnStop) {
 		// An ephemeral sandbox (auto-delete 0) is gone once stopped; the SDK
 		// waits for stopped or destroyed and takes either.
