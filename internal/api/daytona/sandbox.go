@@ -595,10 +595,9 @@ func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx
 	}
 	old := daytonaState(sb.State)
 	after, err := op(r.Context(), sb.ID)
-	if err == nil && after.State == sandpit.StateRunning && sb.State == sandpit.StateRunning {
-		// Nothing happened; the shells run on.
-	} else {
-		// A stop, or a start after one, leaves no shell of before running.
+	if err != nil || sb.State != sandpit.StateRunning || after.State != sandpit.StateRunning {
+		// A stop, or a start after one, leaves no shell of before running;
+		// only a start of a running sandbox, which does nothing, keeps them.
 		h.ptys.dropSandbox(sb.ID)
 	}
 	if errors.Is(err, service.ErrDeletedOnStop) {
