@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -193,7 +194,9 @@ func (f *fixture) countSandboxes() int {
 }
 
 func (f *fixture) claimRow(fp string) (sandpit.Claim, error) {
-	return f.st.GetIdempotentRequest(context.Background(), Scope, fp)
+	// Requests with the admin token claim in the admin owner's scope.
+	ctx := sandpit.WithPrincipal(context.Background(), api.AdminPrincipal())
+	return f.st.GetIdempotentRequest(ctx, service.OwnerScope(ctx, Scope), fp)
 }
 
 const body1 = `{"templateID":"base","metadata":{"run":"1"},"timeout":60}`
