@@ -631,14 +631,14 @@ func (s *Service) ReinstallRoutes(ctx context.Context) error {
 	}
 }
 
-// auditResource names a create's sandbox: its id once known, else the id or
-// name it asked for.
+// auditResource names a create's sandbox: its id once made, else the name
+// it asked for, else the id it would have had.
 func auditResource(made, asked, name string) string {
 	switch {
 	case made != "":
 		return made
-	case asked != "":
-		return asked
+	case name != "":
+		return name
 	}
-	return name
+	return asked
 }
