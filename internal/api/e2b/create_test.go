@@ -340,13 +340,14 @@ func TestWaitBudgetAnswers429(t *testing.T) {
 // lock live, target recorded.
 func deadDaemonClaim(t *testing.T, f *fixture, fp string) string {
 	t.Helper()
-	ctx := context.Background()
-	c, err := f.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: Scope, Fingerprint: fp, PendingTTL: 2 * time.Minute}, time.Now())
+	ctx := sandpit.WithPrincipal(context.Background(), api.AdminPrincipal())
+	scope := service.OwnerScope(ctx, Scope)
+	c, err := f.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: scope, Fingerprint: fp, PendingTTL: 2 * time.Minute}, time.Now())
 	if err != nil || c.Outcome != sandpit.Acquired {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
 	id := SandboxIDFor(fp, c.Generation)
-	if err := f.st.SetIdempotentTarget(ctx, Scope, fp, c.Generation, id, time.Now()); err != nil {
+	if err := f.st.SetIdempotentTarget(ctx, scope, fp, c.Generation, id, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	return id
