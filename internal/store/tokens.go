@@ -46,7 +46,7 @@ func (s *Store) CreateToken(ctx context.Context, t sandpit.Token) error {
 // GetTokenByPrefix returns the token with the public prefix, revoked or not,
 // or ErrNotFound.
 func (s *Store) GetTokenByPrefix(ctx context.Context, prefix string) (sandpit.Token, error) {
-	t, err := scanToken(s.db.QueryRowContext(ctx, qTokenByPrefix, prefix))
+	t, err := scanToken(s.queryRow(ctx, nil, qTokenByPrefix, prefix))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, fmt.Errorf("get token: %w", sandpit.ErrNotFound)
 	}
