@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -57,25 +58,10 @@ func cli(t *testing.T, ctx context.Context, d *harness.Daemon, args ...string) s
 
 func apiCode(err error) string {
 	var e *client.Error
-	if ok := asErr(err, &e); ok {
+	if errors.As(err, &e) {
 		return e.Code
 	}
 	return ""
-}
-
-func asErr(err error, target **client.Error) bool {
-	for err != nil {
-		if e, ok := err.(*client.Error); ok {
-			*target = e
-			return true
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		err = u.Unwrap()
-	}
-	return false
 }
 
 func ids(sbs []client.Sandbox) []string {
@@ -182,7 +168,7 @@ func TestOwnersTokensQuotasAudit(t *testing.T) {
 	before := len(d.Containers(t))
 	_, err = a.Create(ctx, client.CreateRequest{Name: "alice-third"})
 	var qe *client.Error
-	if !asErr(err, &qe) || qe.Status != 429 || qe.Code != "quota_exceeded" || !strings.Contains(qe.Message, "max_sandboxes") {
+	if !errors.As(err, &qe) || qe.Status != 429 || qe.Code != "quota_exceeded" || !strings.Contains(qe.Message, "max_sandboxes") {
 		t.Fatalf("alice's third create: %v, want 429 quota_exceeded naming max_sandboxes", err)
 	}
 	if after := len(d.Containers(t)); after != before {
@@ -190,6 +176,17 @@ func TestOwnersTokensQuotasAudit(t *testing.T) {
 	}
 	if _, err := admin.Get(ctx, "alice-third"); err == nil {
 		t.Fatal("a refused create left a row")
+	}
+	// Port quota, set through the owner-limits command: a retry of an
+	// existing exposure passes, a new one past the limit does not.
+	if out := cli(t, ctx, d, "owner", "limits", "alice", "--max-sandboxes", "2", "--max-ports", "1"); !strings.Contains(out, "ports     1 / 1") {
+		t.Fatalf("owner limits:\n%s", out)
+	}
+	if _, err := a.ExposePort(ctx, sbA.ID, 8080, "http"); err != nil {
+		t.Fatalf("re-exposing an exposed port under the port quota: %v", err)
+	}
+	if _, err := a.ExposePort(ctx, sbA.ID, 9090, "http"); !errors.As(err, &qe) || qe.Code != "quota_exceeded" || !strings.Contains(qe.Message, "max_ports") {
+		t.Fatalf("a second port over max_ports 1: %v", err)
 	}
 	if err := a.Delete(ctx, ka.id()); err != nil {
 		t.Fatal(err)
