@@ -6,6 +6,7 @@
 package sandpit
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -38,7 +39,8 @@ const (
 // Sandbox is one row of the sandboxes table.
 type Sandbox struct {
 	ID          string
-	Name        string // "" means unnamed; non-empty names are unique
+	Name        string // "" means unnamed; non-empty names are unique per daemon
+	Owner       string // owner of the token that made it
 	Image       string
 	Template    string // facade template / snapshot name, informational
 	State       State
@@ -57,6 +59,7 @@ type Sandbox struct {
 // ordered by (created_at, id) and the page token encodes the last row seen.
 type ListOptions struct {
 	Labels    map[string]string // every pair must match
+	Owner     string            // "" = every owner
 	States    []State           // empty = any
 	Limit     int               // <= 0 means 100
 	PageToken string
@@ -199,3 +202,102 @@ const (
 	Added AddOutcome = iota + 1
 	AlreadyBound
 )
+
+// ErrQuotaExceeded is returned when an operation would take an owner past one
+// of its limits; the error names the limit.
+var ErrQuotaExceeded = errors.New("quota exceeded")
+
+// Scopes a personal access token may carry. Write implies read; admin implies
+// everything and sees every owner's resources.
+const (
+	ScopeAdmin          = "admin"
+	ScopeSandboxesWrite = "sandboxes:write"
+	ScopeSandboxesRead  = "sandboxes:read"
+)
+
+// AdminOwner owns what the daemon's own token (<data-dir>/token or
+// SANDPIT_TOKEN) makes, and every row that predates owners.
+const AdminOwner = "admin"
+
+// Principal is who a request acts as: the token's name, its owner and its
+// scopes. The API's authentication puts it in the request's context and the
+// service reads it there, so ownership travels with the request instead of
+// through every signature.
+type Principal struct {
+	TokenName string
+	Owner     string
+	Scopes    []string
+	// Admin principals see and act on every owner's resources.
+	Admin bool
+}
+
+// Can reports whether the principal holds scope (admin holds all, write
+// holds read).
+func (p Principal) Can(scope string) bool {
+	if p.Admin {
+		return true
+	}
+	for _, s := range p.Scopes {
+		if s == scope || s == ScopeAdmin || (scope == ScopeSandboxesRead && s == ScopeSandboxesWrite) {
+			return true
+		}
+	}
+	return false
+}
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying p.
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// PrincipalFrom returns the principal of ctx. A context without one is the
+// daemon acting on its own behalf (sweeper, reconcile, start-up), which sees
+// everything; every API request carries a principal set by authentication.
+func PrincipalFrom(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(Principal)
+	return p, ok
+}
+
+// Token is one personal access token as stored: never the secret, only its
+// SHA-256 hash and the short public prefix it is looked up by.
+type Token struct {
+	Prefix     string
+	Name       string
+	Owner      string
+	Scopes     []string
+	SecretHash []byte
+	CreatedAt  time.Time
+	LastUsedAt time.Time // zero = never used
+	ExpiresAt  time.Time // zero = never expires
+	RevokedAt  time.Time // zero = live
+}
+
+// OwnerLimits are an owner's quotas; zero means unlimited.
+type OwnerLimits struct {
+	Owner        string
+	MaxSandboxes int64
+	MaxCPU       float64 // total cores over the owner's sandboxes
+	MaxMemoryMB  int64   // total MiB over the owner's sandboxes
+	MaxPorts     int64   // exposed ports over the owner's sandboxes
+	UpdatedAt    time.Time
+}
+
+// Unlimited reports whether no limit is set.
+func (l OwnerLimits) Unlimited() bool {
+	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0
+}
+
+// AuditEntry is one row of the append-only audit log. It never holds a
+// secret: the actor is a token's name, never the token.
+type AuditEntry struct {
+	Seq       int64
+	At        time.Time
+	TokenName string
+	Owner     string
+	Action    string // "sandbox.create", "token.revoke", ...
+	Resource  string // sandbox id, token name, owner, ...
+	Outcome   string // "ok" or the error code
+	Detail    string
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandpit-dev/sandpit/client"
 	"github.com/sandpit-dev/sandpit/internal/daemon"
 )
 
@@ -23,7 +24,7 @@ func envOr(name, def string) string {
 func serveCmd() *cobra.Command {
 	var (
 		cfg                                    daemon.Config
-		portRange, logLevel                    string
+		portRange, logLevel, tokenFile         string
 		templates, labels                      []string
 		e2bPending, e2bReplay, idemWait, idemR time.Duration
 	)
@@ -32,6 +33,16 @@ func serveCmd() *cobra.Command {
 		Short: "Run the daemon: API, store, runtime, router and facades",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if tokenFile != "" {
+				if cfg.Token != "" {
+					return fmt.Errorf("give --token-file or --token (SANDPIT_TOKEN), not both")
+				}
+				tok, err := client.ReadTokenFile(tokenFile)
+				if err != nil {
+					return fmt.Errorf("--token-file: %w", err)
+				}
+				cfg.Token = tok
+			}
 			pr, err := daemon.ParsePortRange(portRange)
 			if err != nil {
 				return err
@@ -72,7 +83,9 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.DataDir, "data-dir", envOr("SANDPIT_DATA_DIR", daemon.DefaultDataDir()), "data directory (env SANDPIT_DATA_DIR)")
 	f.StringVar(&cfg.Listen, "listen", envOr("SANDPIT_LISTEN", "127.0.0.1:7420"), "API listen address (env SANDPIT_LISTEN)")
 	f.StringVar(&cfg.ProxyListen, "proxy-listen", envOr("SANDPIT_PROXY_LISTEN", "127.0.0.1:7480"), "preview proxy listen address; TCP exposures bind on its host (env SANDPIT_PROXY_LISTEN)")
-	f.StringVar(&cfg.Token, "token", os.Getenv("SANDPIT_TOKEN"), "API token (env SANDPIT_TOKEN); default: generated once into <data-dir>/token")
+	f.StringVar(&cfg.Token, "token", os.Getenv("SANDPIT_TOKEN"), "admin API token (env SANDPIT_TOKEN); prefer --token-file, since a flag shows in process listings; default: generated once into <data-dir>/token")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the admin API token")
+	f.DurationVar(&cfg.AuditRetention, "audit-retention", 90*24*time.Hour, "how long audit log entries are kept")
 	f.StringVar(&cfg.DefaultImage, "default-image", envOr("SANDPIT_DEFAULT_IMAGE", "sandpit/base:test"), "image used when a create names none")
 	f.StringArrayVar(&templates, "template", nil, "template NAME=IMAGE for the facades (repeatable); 'base' is the default image")
 	f.StringVar(&cfg.Domain, "domain", envOr("SANDPIT_DOMAIN", "localhost"), "domain of preview URLs <id>-<port>.<domain>")

@@ -46,6 +46,9 @@ const (
 	CodeMethodNotAllowed   = "method_not_allowed"
 	CodeUnsupportedMedia   = "unsupported_media_type"
 	CodeServiceUnavailable = "unavailable"
+	CodeForbidden          = "forbidden"
+	CodeQuotaExceeded      = "quota_exceeded"
+	CodeTokenNameTaken     = "token_name_conflict"
 )
 
 // ErrBodyTooLarge is returned by DecodeJSON when a body exceeds its limit.
@@ -59,6 +62,15 @@ var ErrBadJSON = errors.New("malformed JSON body")
 func Classify(err error) Problem {
 	msg := err.Error()
 	switch {
+	case errors.Is(err, service.ErrUnauthorized):
+		// The message is fixed: whatever was presented is never echoed.
+		return Problem{http.StatusUnauthorized, CodeUnauthorized, "missing, invalid, revoked or expired token"}
+	case errors.Is(err, service.ErrForbidden):
+		return Problem{http.StatusForbidden, CodeForbidden, msg}
+	case errors.Is(err, sandpit.ErrQuotaExceeded):
+		return Problem{http.StatusTooManyRequests, CodeQuotaExceeded, msg}
+	case errors.Is(err, service.ErrTokenNameTaken):
+		return Problem{http.StatusConflict, CodeTokenNameTaken, msg}
 	case errors.Is(err, ErrBodyTooLarge):
 		return Problem{http.StatusRequestEntityTooLarge, CodeBodyTooLarge, msg}
 	case errors.Is(err, ErrBadJSON), errors.Is(err, service.ErrInvalid), errors.Is(err, store.ErrInvalidPageToken):

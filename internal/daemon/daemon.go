@@ -48,6 +48,8 @@ type Config struct {
 	E2BReplayWindow      time.Duration
 	IdempotencyWait      time.Duration
 	IdempotencyRetention time.Duration
+	// AuditRetention is how long audit log entries are kept (default 90 days).
+	AuditRetention time.Duration
 
 	SweepInterval time.Duration
 	Logger        *slog.Logger
@@ -88,6 +90,9 @@ func (c *Config) Defaults() {
 	}
 	if c.IdempotencyRetention == 0 {
 		c.IdempotencyRetention = 24 * time.Hour
+	}
+	if c.AuditRetention == 0 {
+		c.AuditRetention = 90 * 24 * time.Hour
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = time.Second
@@ -276,6 +281,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopBG()
 	go svc.RunSweeper(bg, cfg.SweepInterval)
 	go reapIdempotency(bg, st, log)
+	go svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour)
 
 	errc := make(chan error, 2)
 	go func() { errc <- apiSrv.Serve(apiLn) }()
@@ -321,10 +327,13 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 
 // surfaces mounts the native API and the facades.
 func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string) {
-	idem := v1.NewIdempotency(svc.Store(), token, v1.IdempotencyConfig{
+	// One authenticator for every surface: the admin token or a personal
+	// access token, resolved to the principal whose owner scopes the request.
+	auth := api.NewAuth(svc, token)
+	idem := v1.NewIdempotency(svc.Store(), v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
 	})
-	mux.Handle("/v1/", v1.New(svc, token, idem.Wrap))
-	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Store(), e2b.Config{Token: token, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger}))
-	mux.Handle(daytona.DefaultPrefix+"/", daytona.New(ctx, svc, token, daytona.Options{Logger: cfg.Logger}))
+	mux.Handle("/v1/", v1.New(svc, auth, idem.Wrap))
+	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Store(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger}))
+	mux.Handle(daytona.DefaultPrefix+"/", daytona.New(ctx, svc, auth, daytona.Options{Logger: cfg.Logger}))
 }

@@ -65,7 +65,12 @@ func (s *Service) tcpURL(hostPort int) string {
 // exposure or a retry of an existing one; the router install follows, and if
 // it fails the row is deleted only when this call inserted it: a row another
 // caller installed is not ours to undo.
-func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol string) (ExposeResult, error) {
+func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol string) (out ExposeResult, err error) {
+	defer func() {
+		if !out.Reuse {
+			s.audit(ctx, "port.expose", id+":"+strconv.Itoa(port), err)
+		}
+	}()
 	if port < 1 || port > 65535 {
 		return ExposeResult{}, invalidf("port must be between 1 and 65535")
 	}
@@ -78,8 +83,11 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 	if protocol != ProtoHTTP && protocol != ProtoTCP {
 		return ExposeResult{}, invalidf("protocol must be %q or %q", ProtoHTTP, ProtoTCP)
 	}
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, err := s.sandbox(ctx, id)
 	if err != nil {
+		return ExposeResult{}, err
+	}
+	if err := s.checkPortQuota(ctx, sb, port); err != nil {
 		return ExposeResult{}, err
 	}
 	now := s.now()
@@ -120,7 +128,11 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 }
 
 // UnexposePort removes the route, then the row.
-func (s *Service) UnexposePort(ctx context.Context, id string, port int) error {
+func (s *Service) UnexposePort(ctx context.Context, id string, port int) (err error) {
+	if _, err := s.sandbox(ctx, id); err != nil {
+		return err
+	}
+	defer func() { s.audit(ctx, "port.unexpose", id+":"+strconv.Itoa(port), err) }()
 	row, err := s.store.GetPort(ctx, id, port)
 	if err != nil {
 		return err
@@ -135,7 +147,7 @@ func (s *Service) UnexposePort(ctx context.Context, id string, port int) error {
 
 // ListPorts lists a sandbox's exposures.
 func (s *Service) ListPorts(ctx context.Context, id string) ([]sandpit.ExposedPort, error) {
-	if _, err := s.store.GetSandbox(ctx, id); err != nil {
+	if _, err := s.sandbox(ctx, id); err != nil {
 		return nil, err
 	}
 	return s.store.ListPorts(ctx, id)
@@ -167,7 +179,12 @@ func NormalizeHostname(h string) (string, error) {
 
 // AddCustomDomain binds a hostname to a sandbox port. The hostname primary key
 // decides between two sandboxes racing for it.
-func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port int) (sandpit.CustomDomain, bool, error) {
+func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port int) (_ sandpit.CustomDomain, added bool, err error) {
+	defer func() {
+		if added || err != nil {
+			s.audit(ctx, "domain.add", id+":"+hostname, err)
+		}
+	}()
 	h, err := NormalizeHostname(hostname)
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
@@ -181,7 +198,7 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if port < 1 || port > 65535 {
 		return sandpit.CustomDomain{}, false, invalidf("port must be between 1 and 65535")
 	}
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
 	}
@@ -189,7 +206,7 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
 	}
-	added := outcome == sandpit.Added
+	added = outcome == sandpit.Added
 	if sb.State == sandpit.StateRunning && s.router != nil {
 		ip, ierr := s.sandboxIP(ctx, id)
 		if ierr == nil {
@@ -208,11 +225,15 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 }
 
 // RemoveCustomDomain unbinds a hostname from a sandbox.
-func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) error {
+func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) (err error) {
 	h, err := NormalizeHostname(hostname)
 	if err != nil {
 		return err
 	}
+	if _, err := s.sandbox(ctx, id); err != nil {
+		return err
+	}
+	defer func() { s.audit(ctx, "domain.remove", id+":"+h, err) }()
 	d, err := s.store.GetCustomDomain(ctx, h)
 	if err != nil {
 		return err
@@ -230,7 +251,7 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) e
 
 // ListCustomDomains lists a sandbox's hostnames.
 func (s *Service) ListCustomDomains(ctx context.Context, id string) ([]sandpit.CustomDomain, error) {
-	if _, err := s.store.GetSandbox(ctx, id); err != nil {
+	if _, err := s.sandbox(ctx, id); err != nil {
 		return nil, err
 	}
 	return s.store.ListCustomDomains(ctx, id)
@@ -239,4 +260,28 @@ func (s *Service) ListCustomDomains(ctx context.Context, id string) ([]sandpit.C
 // CustomDomainURL is the URL a custom hostname serves on through the proxy.
 func (s *Service) CustomDomainURL(hostname string) string {
 	return "http://" + hostname + s.proxyPortSuffix()
+}
+
+// checkPortQuota refuses a new exposure that would take the sandbox's owner
+// past its max_ports limit. Re-exposing a port already exposed is a retry,
+// not a new exposure, and always passes. The check reads the owner's count
+// before the reservation, so two exposures racing for an owner's last port
+// may both pass; the limit bounds an owner's use, it is not a schema
+// invariant like a host port's uniqueness.
+func (s *Service) checkPortQuota(ctx context.Context, sb sandpit.Sandbox, port int) error {
+	limits, err := s.store.GetOwnerLimits(ctx, sb.Owner)
+	if err != nil || limits.MaxPorts == 0 {
+		return err
+	}
+	if _, err := s.store.GetPort(ctx, sb.ID, port); err == nil {
+		return nil
+	}
+	u, err := s.store.GetOwnerUsage(ctx, sb.Owner)
+	if err != nil {
+		return err
+	}
+	if u.Ports+1 > limits.MaxPorts {
+		return fmt.Errorf("%w: owner %q may expose at most %d ports (limit max_ports)", sandpit.ErrQuotaExceeded, sb.Owner, limits.MaxPorts)
+	}
+	return nil
 }

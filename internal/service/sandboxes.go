@@ -108,7 +108,10 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 // exists; then the container is created and started, the agent is awaited,
 // and the row flips to running. Any failure unwinds every step taken, so a
 // failed create leaves no container and no row.
-func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit.Sandbox, error) {
+func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out sandpit.Sandbox, err error) {
+	defer func() {
+		s.audit(ctx, "sandbox.create", auditResource(out.ID, req.ID, req.Name), err)
+	}()
 	if err := s.validateCreate(&req); err != nil {
 		return sandpit.Sandbox{}, err
 	}
@@ -131,6 +134,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit
 		Env:         nonNil(req.Env),
 		CPU:         req.CPU,
 		MemoryMB:    req.MemoryMB,
+		Owner:       ownerOf(ctx),
 		ContainerID: containerName(id),
 		AccessToken: newToken(),
 		CreatedAt:   now,
@@ -139,7 +143,11 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit
 	if req.Timeout > 0 {
 		sb.EndAt = now.Add(req.Timeout)
 	}
-	if err := s.store.CreateSandbox(ctx, sb); err != nil {
+	limits, err := s.store.GetOwnerLimits(ctx, sb.Owner)
+	if err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	if err := s.store.CreateSandboxWithinLimits(ctx, sb, limits); err != nil {
 		return sandpit.Sandbox{}, err
 	}
 	// From here on every failure must undo what was made. The rollback runs
@@ -246,27 +254,37 @@ func nonNil(m map[string]string) map[string]string {
 
 // GetSandbox returns a sandbox by id.
 func (s *Service) GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
-	return s.store.GetSandbox(ctx, id)
+	return s.sandbox(ctx, id)
 }
 
 // GetSandboxByIDOrName resolves an id first, then a name, as Daytona does.
+// Names are unique per daemon, but another owner's sandbox found by name is
+// not found, like one found by id.
 func (s *Service) GetSandboxByIDOrName(ctx context.Context, idOrName string) (sandpit.Sandbox, error) {
-	sb, err := s.store.GetSandbox(ctx, idOrName)
+	sb, err := s.sandbox(ctx, idOrName)
 	if errors.Is(err, sandpit.ErrNotFound) {
-		return s.store.GetSandboxByName(ctx, idOrName)
+		sb, err = s.store.GetSandboxByName(ctx, idOrName)
+		if err == nil && !visibleTo(principalOf(ctx), sb) {
+			return sandpit.Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", idOrName, sandpit.ErrNotFound)
+		}
 	}
 	return sb, err
 }
 
-// ListSandboxes lists sandboxes.
+// ListSandboxes lists the caller's sandboxes (an admin's lists every owner's).
 func (s *Service) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error) {
-	return s.store.ListSandboxes(ctx, opts)
+	return s.store.ListSandboxes(ctx, scopeList(ctx, opts))
 }
 
 // DeleteSandbox removes the container, the routes and the row (its ports and
 // domains go with it by cascade).
-func (s *Service) DeleteSandbox(ctx context.Context, id string) error {
-	sb, err := s.store.GetSandbox(ctx, id)
+func (s *Service) DeleteSandbox(ctx context.Context, id string) (err error) {
+	defer func() {
+		if !errors.Is(err, sandpit.ErrNotFound) {
+			s.audit(ctx, "sandbox.delete", id, err)
+		}
+	}()
+	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -283,7 +301,7 @@ func (s *Service) DeleteSandbox(ctx context.Context, id string) error {
 
 // StopSandbox stops a sandbox's container, keeping its filesystem.
 func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return sb, err
 	}
@@ -304,13 +322,13 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, 
 	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
 		return sb, err
 	}
-	return s.store.GetSandbox(ctx, id)
+	return s.sandbox(ctx, id)
 }
 
 // StartSandbox starts a stopped sandbox (or resumes a paused one) and waits
 // for its agent.
 func (s *Service) StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return sb, err
 	}
@@ -328,12 +346,12 @@ func (s *Service) StartSandbox(ctx context.Context, id string) (sandpit.Sandbox,
 	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
 		return sb, err
 	}
-	return s.store.GetSandbox(ctx, id)
+	return s.sandbox(ctx, id)
 }
 
 // PauseSandbox freezes a running sandbox's processes.
 func (s *Service) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return sb, err
 	}
@@ -352,7 +370,7 @@ func (s *Service) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox,
 
 // ResumeSandbox unfreezes a paused sandbox.
 func (s *Service) ResumeSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return sb, err
 	}
@@ -382,11 +400,14 @@ func (s *Service) SetTimeout(ctx context.Context, id string, timeout time.Durati
 	if timeout <= 0 || timeout > maxTimeout {
 		return sandpit.Sandbox{}, invalidf("timeout must be between 1s and %s", maxTimeout)
 	}
+	if _, err := s.sandbox(ctx, id); err != nil {
+		return sandpit.Sandbox{}, err
+	}
 	now := s.now()
 	if err := s.store.SetSandboxEndAt(ctx, id, now.Add(timeout), now); err != nil {
 		return sandpit.Sandbox{}, err
 	}
-	return s.store.GetSandbox(ctx, id)
+	return s.sandbox(ctx, id)
 }
 
 // SetLabels replaces a sandbox's labels.
@@ -394,15 +415,18 @@ func (s *Service) SetLabels(ctx context.Context, id string, labels map[string]st
 	if err := s.validateCreate(&CreateRequest{Labels: labels}); err != nil {
 		return sandpit.Sandbox{}, err
 	}
+	if _, err := s.sandbox(ctx, id); err != nil {
+		return sandpit.Sandbox{}, err
+	}
 	if err := s.store.SetSandboxLabels(ctx, id, nonNil(labels), s.now()); err != nil {
 		return sandpit.Sandbox{}, err
 	}
-	return s.store.GetSandbox(ctx, id)
+	return s.sandbox(ctx, id)
 }
 
 // Stats samples a running sandbox's resource use.
 func (s *Service) Stats(ctx context.Context, id string) (driver.Stats, error) {
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return driver.Stats{}, err
 	}
@@ -605,4 +629,16 @@ func (s *Service) ReinstallRoutes(ctx context.Context) error {
 		}
 		token = next
 	}
+}
+
+// auditResource names a create's sandbox: its id once made, else the name
+// it asked for, else the id it would have had.
+func auditResource(made, asked, name string) string {
+	switch {
+	case made != "":
+		return made
+	case name != "":
+		return name
+	}
+	return asked
 }

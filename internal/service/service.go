@@ -252,7 +252,7 @@ func (s *Service) waitHealthy(ctx context.Context, ip string) error {
 // AgentTarget returns the address and access token of a running sandbox's
 // agent, for the API layers that proxy the agent protocol.
 func (s *Service) AgentTarget(ctx context.Context, id string) (addr, token string, err error) {
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return "", "", err
 	}

@@ -31,19 +31,29 @@ const (
 )
 
 const sandboxColumns = `id, name, image, template, state, labels, env, cpu, memory_mb,
-	container_id, access_token, end_at, created_at, updated_at`
+	container_id, access_token, end_at, created_at, updated_at, owner`
 
 const (
 	qSandboxInsert = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qSandboxByID = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
 )
 
 // CreateSandbox inserts a new sandbox row. A duplicate non-empty name fails
 // with ErrNameConflict and a duplicate id with ErrSandboxExists; both are
 // decided by the schema's unique indexes, not by a prior lookup. A zero
-// CreatedAt means now; a zero UpdatedAt means CreatedAt.
+// CreatedAt means now; a zero UpdatedAt means CreatedAt. An empty Owner is
+// the admin owner.
 func (s *Store) CreateSandbox(ctx context.Context, sb sandpit.Sandbox) error {
+	return s.CreateSandboxWithinLimits(ctx, sb, sandpit.OwnerLimits{})
+}
+
+// CreateSandboxWithinLimits is CreateSandbox for an owner with quotas: the
+// owner's usage is read and the row inserted in one write transaction, so
+// two creates racing for an owner's last slot cannot both win. A create that
+// would pass a limit fails with ErrQuotaExceeded naming it, and inserts
+// nothing.
+func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbox, limits sandpit.OwnerLimits) error {
 	if sb.ID == "" {
 		return errors.New("create sandbox: id must not be empty")
 	}
@@ -60,10 +70,20 @@ func (s *Store) CreateSandbox(ctx context.Context, sb sandpit.Sandbox) error {
 	if updated.IsZero() {
 		updated = created
 	}
-	_, err = s.exec(ctx, nil, qSandboxInsert,
-		sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
-		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated))
+	owner := sb.Owner
+	if owner == "" {
+		owner = sandpit.AdminOwner
+	}
+	args := []any{sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
+		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated), owner}
+	if limits.Unlimited() {
+		_, err = s.exec(ctx, nil, qSandboxInsert, args...)
+	} else {
+		err = s.insertWithinLimits(ctx, owner, sb, limits, args)
+	}
 	switch {
+	case errors.Is(err, sandpit.ErrQuotaExceeded):
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	case err == nil:
 		return nil
 	case isUniqueViolation(err):
@@ -131,6 +151,10 @@ func (s *Store) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]
 		}
 		where = append(where, `(created_at, id) > (?, ?)`)
 		args = append(args, created, id)
+	}
+	if opts.Owner != "" {
+		where = append(where, `owner = ?`)
+		args = append(args, opts.Owner)
 	}
 	if len(opts.States) > 0 {
 		where = append(where, `state IN (?`+strings.Repeat(`, ?`, len(opts.States)-1)+`)`)
@@ -304,7 +328,7 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 		createdAt, updated int64
 	)
 	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
-		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated); err != nil {
+		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated, &sb.Owner); err != nil {
 		return sandpit.Sandbox{}, err
 	}
 	var err error
@@ -373,4 +397,30 @@ func decodePageToken(tok string) (int64, string, error) {
 		return 0, "", fmt.Errorf("%w: malformed position", ErrInvalidPageToken)
 	}
 	return created, id, nil
+}
+
+// insertWithinLimits checks the owner's usage against limits and inserts the
+// row, in one transaction.
+func (s *Store) insertWithinLimits(ctx context.Context, owner string, sb sandpit.Sandbox, limits sandpit.OwnerLimits, args []any) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer rollback(tx)
+	u, err := ownerUsage(ctx, tx, owner)
+	if err != nil {
+		return err
+	}
+	switch {
+	case limits.MaxSandboxes > 0 && u.Sandboxes+1 > limits.MaxSandboxes:
+		return fmt.Errorf("%w: owner %q may have at most %d sandboxes (limit max_sandboxes)", sandpit.ErrQuotaExceeded, owner, limits.MaxSandboxes)
+	case limits.MaxCPU > 0 && u.CPU+sb.CPU > limits.MaxCPU:
+		return fmt.Errorf("%w: owner %q may use at most %g cpu in total, %g in use (limit max_cpu)", sandpit.ErrQuotaExceeded, owner, limits.MaxCPU, u.CPU)
+	case limits.MaxMemoryMB > 0 && u.MemoryMB+sb.MemoryMB > limits.MaxMemoryMB:
+		return fmt.Errorf("%w: owner %q may use at most %d MiB of memory in total, %d in use (limit max_memory_mb)", sandpit.ErrQuotaExceeded, owner, limits.MaxMemoryMB, u.MemoryMB)
+	}
+	if _, err := s.exec(ctx, tx, qSandboxInsert, args...); err != nil {
+		return err
+	}
+	return tx.Commit()
 }

@@ -231,6 +231,7 @@ var preparedQueries = []string{
 	qClaimInsert, qClaimSelect, qClaimRenewLock, qClaimRestart, qSetTarget, qComplete,
 	qTapAllocate, qTapBySandbox,
 	qDomainInsert, qDomainByHostname,
+	qTokenByPrefix,
 }
 
 func (s *Store) prepareStatements(ctx context.Context) error {

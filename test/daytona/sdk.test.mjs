@@ -319,3 +319,39 @@ test('an SDK script exits within 5 s of its last call (the event socket handshak
   t.diagnostic(`the SDK process exited ${lag} ms after its last call`);
   assert.ok(lag < 5000, `the SDK process took ${lag} ms to exit after its last call`);
 });
+
+// tokenFor mints a personal access token for owner through the native admin
+// API, with the daemon's admin token.
+async function tokenFor(name, owner) {
+  const res = await fetch(`${d.base}/v1/tokens`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${d.token}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ name, owner }),
+  });
+  const body = await res.json();
+  assert.equal(res.status, 201, JSON.stringify(body));
+  return body.token;
+}
+
+test("owners: A's sandbox is not found for B by id or by name, and B's list never includes it", async () => {
+  const A = new Daytona({ apiUrl: d.apiUrl, apiKey: await tokenFor('alice-daytona', 'alice') });
+  const B = new Daytona({ apiUrl: d.apiUrl, apiKey: await tokenFor('bob-daytona', 'bob') });
+  const sb = await A.create({ name: `alice-${suite}`, labels: { suite, owner: 'alice' } });
+  try {
+    await rejectsWith(B.get(sb.id), DaytonaNotFoundError);
+    await rejectsWith(B.get(sb.name), DaytonaNotFoundError);
+    assert.ok(!(await collect(B.list({ labels: { suite } }))).some((s) => s.id === sb.id));
+    assert.ok(!(await collect(B.list())).some((s) => s.id === sb.id));
+    assert.deepEqual((await collect(A.list({ labels: { suite, owner: 'alice' } }))).map((s) => s.id), [sb.id]);
+    assert.equal((await A.get(sb.name)).id, sb.id);
+    // Names are unique per daemon; the conflict does not reveal A's id.
+    const err = await rejectsWith(B.create({ name: sb.name }), DaytonaConflictError);
+    assert.ok(!err.message.includes(sb.id), err.message);
+    // The admin token sees every owner's sandboxes.
+    assert.equal((await daytona.get(sb.id)).id, sb.id);
+  } finally {
+    await sb.delete();
+    await dispose(A);
+    await dispose(B);
+  }
+});

@@ -166,8 +166,14 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 // only (crash points), and waits until /health answers.
 func (d *Daemon) Restart(env []string) {
 	d.t.Helper()
+	// The token goes through a file, not the command line, where any user
+	// of the machine could read it in the process list.
+	tokenFile := filepath.Join(d.DataDir, "admin-token")
+	if err := os.WriteFile(tokenFile, []byte(d.Token+"\n"), 0o600); err != nil {
+		d.t.Fatal(err)
+	}
 	args := append([]string{"serve", "--data-dir", d.DataDir, "--listen", d.Addr, "--proxy-listen", d.ProxyAddr,
-		"--token", d.Token, "--container-label", "sandpit.run=" + d.Label, "--port-range", d.PortRange,
+		"--token-file", tokenFile, "--container-label", "sandpit.run=" + d.Label, "--port-range", d.PortRange,
 		"--log-level", "debug"}, d.opts.Args...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = append(append(os.Environ(), d.opts.Env...), env...)

@@ -35,7 +35,7 @@ type Handler struct {
 	// does not track once hijacked, are closed when it ends.
 	ctx    context.Context
 	svc    *service.Service
-	token  string
+	auth   *api.Auth
 	prefix string
 	log    *slog.Logger
 	mux    *http.ServeMux
@@ -49,7 +49,7 @@ type Handler struct {
 // New builds the facade. Every route but the event socket requires
 // "Authorization: Bearer <token>"; the socket authenticates in its Socket.IO
 // connect packet, as the SDK sends it there.
-func New(ctx context.Context, svc *service.Service, token string, opts Options) *Handler {
+func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options) *Handler {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
@@ -60,7 +60,7 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 	h := &Handler{
 		ctx:    ctx,
 		svc:    svc,
-		token:  token,
+		auth:   auth,
 		prefix: opts.Prefix,
 		log:    opts.Logger,
 		mux:    http.NewServeMux(),
@@ -108,8 +108,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveSocket(w, r)
 		return
 	}
-	if !api.TokenEqual(api.BearerToken(r), h.token) {
-		writeProblem(w, r, newProblem(http.StatusUnauthorized, "Invalid credentials"))
+	r, err := h.auth.Authorize(r, api.BearerToken(r))
+	if err != nil {
+		writeProblem(w, r, err)
 		return
 	}
 	h.mux.ServeHTTP(w, r)

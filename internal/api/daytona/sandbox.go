@@ -77,6 +77,9 @@ func storeStates(s string) []sandpit.State {
 
 // Sandbox is Daytona's sandbox model, with every field the SDK requires.
 type Sandbox struct {
+	// owner is not part of the wire shape: the event hub uses it to send a
+	// sandbox's events only to its owner's sockets.
+	owner          string
 	ID             string `json:"id"`
 	OrganizationID string `json:"organizationId"`
 	Name           string `json:"name"`
@@ -117,6 +120,7 @@ type BuildInfo struct {
 // toSandbox renders a store row. withEnv is false for listings.
 func (h *Handler) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool) Sandbox {
 	out := Sandbox{
+		owner:          sb.Owner,
 		ID:             sb.ID,
 		OrganizationID: organizationID,
 		Name:           sb.Name,
@@ -322,7 +326,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := h.toSandbox(r, sb, true)
-	h.hub.broadcast(eventCreated, out)
+	h.hub.broadcast(out.owner, eventCreated, out)
 	h.publish(r.Context(), out, stateCreating)
 	api.WriteJSON(w, http.StatusOK, out)
 }

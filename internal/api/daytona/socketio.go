@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/api"
 )
 
@@ -44,8 +46,9 @@ const (
 )
 
 // hub is the set of authenticated sockets, to which sandbox events are
-// broadcast. Sandpit has a single tenant, so every authenticated socket
-// receives every event; the SDK filters them by sandbox id.
+// broadcast. A socket receives the events of its principal's owner's
+// sandboxes only (an admin's receives all); the SDK filters them further by
+// sandbox id.
 type hub struct {
 	mu    sync.Mutex
 	conns map[*sioConn]struct{}
@@ -68,7 +71,7 @@ func (h *hub) remove(c *sioConn) {
 // broadcast queues one Socket.IO event for every authenticated socket. It
 // never blocks the API request that triggered it: a socket whose queue is
 // full is closed instead.
-func (h *hub) broadcast(event string, payload any) {
+func (h *hub) broadcast(owner, event string, payload any) {
 	b, err := json.Marshal([]any{event, payload})
 	if err != nil {
 		return
@@ -77,6 +80,9 @@ func (h *hub) broadcast(event string, payload any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for c := range h.conns {
+		if !c.who.Admin && c.who.Owner != owner {
+			continue
+		}
 		select {
 		case c.out <- msg:
 		default:
@@ -95,6 +101,9 @@ func (h *hub) size() int {
 
 // sioConn is one Socket.IO client.
 type sioConn struct {
+	// who is the principal the socket authenticated as; it is set before
+	// the socket joins the hub and never changes.
+	who  sandpit.Principal
 	ws   *wsConn
 	out  chan string
 	done chan struct{}
@@ -223,10 +232,12 @@ func (h *Handler) socketMessage(c *sioConn, sid, pkt string) bool {
 		if rest != "" {
 			_ = json.Unmarshal([]byte(rest), &auth)
 		}
-		if !api.TokenEqual(auth.Token, h.token) {
+		p, err := h.auth.Principal(h.ctx, auth.Token)
+		if err != nil || !p.Can(sandpit.ScopeSandboxesRead) {
 			c.enqueue(`44{"message":"Unauthorized"}`)
 			return true
 		}
+		c.who = p
 		b, _ := json.Marshal(map[string]string{"sid": sid})
 		c.enqueue("40" + string(b))
 		h.hub.add(c)
@@ -282,7 +293,7 @@ func (h *Handler) publish(ctx context.Context, sb Sandbox, oldState string) {
 	if sb.State == oldState {
 		return
 	}
-	h.hub.broadcast(eventStateUpdated, map[string]any{"sandbox": sb, "oldState": oldState, "newState": sb.State})
+	h.hub.broadcast(sb.owner, eventStateUpdated, map[string]any{"sandbox": sb, "oldState": oldState, "newState": sb.State})
 	if h.log.Enabled(ctx, slog.LevelDebug) {
 		h.log.Debug("daytona event", "sandbox", sb.ID, "old", oldState, "new", sb.State)
 	}

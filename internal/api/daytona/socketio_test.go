@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/api"
 )
 
 // wsClient is a tiny WebSocket client, enough to drive the event socket the
@@ -264,7 +266,7 @@ func TestSocketRefusals(t *testing.T) {
 func TestSocketClosesWithTheDaemon(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	h := New(ctx, e.h.svc, testToken, Options{})
+	h := New(ctx, e.h.svc, api.NewAuth(e.h.svc, testToken), Options{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	c, resp := dialWS(t, srv, socketPath)

@@ -146,7 +146,7 @@ func (h *Handler) createDeduplicated(w http.ResponseWriter, r *http.Request, b C
 // at once, with the dead attempt's generation and recorded target.
 func (h *Handler) claim(ctx context.Context, fp, reqHash string) (sandpit.Claim, error) {
 	return h.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{
-		Scope: Scope, Fingerprint: fp, RequestHash: reqHash, PendingTTL: h.cfg.PendingTTL,
+		Scope: service.OwnerScope(ctx, Scope), Fingerprint: fp, RequestHash: reqHash, PendingTTL: h.cfg.PendingTTL,
 	}, h.now())
 }
 
@@ -161,7 +161,7 @@ func (h *Handler) await(ctx context.Context, fp string, deadline time.Time) (san
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 250*time.Millisecond)
-		c, err := h.st.GetIdempotentRequest(ctx, Scope, fp)
+		c, err := h.st.GetIdempotentRequest(ctx, service.OwnerScope(ctx, Scope), fp)
 		switch {
 		case errors.Is(err, sandpit.ErrNotFound):
 			return sandpit.Claim{}, false, nil
@@ -210,7 +210,7 @@ func (h *Handler) runClaimed(w http.ResponseWriter, r *http.Request, b CreateBod
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.PendingTTL)
 	defer cancel()
 	rollback := func(cause error) {
-		if err := h.st.DeleteIdempotentRequest(ctx, Scope, fp); err != nil {
+		if err := h.st.DeleteIdempotentRequest(ctx, c.Scope, fp); err != nil {
 			h.log.Error("release create claim", "fingerprint", fp, "err", err)
 		}
 		fail(w, cause, "")
@@ -224,7 +224,7 @@ func (h *Handler) runClaimed(w http.ResponseWriter, r *http.Request, b CreateBod
 			return
 		}
 	}
-	if err := h.st.SetIdempotentTarget(ctx, Scope, fp, c.Generation, id, h.now()); err != nil {
+	if err := h.st.SetIdempotentTarget(ctx, c.Scope, fp, c.Generation, id, h.now()); err != nil {
 		rollback(err)
 		return
 	}
@@ -254,7 +254,7 @@ func (h *Handler) runClaimed(w http.ResponseWriter, r *http.Request, b CreateBod
 	// pending claim, which the retry must adopt.
 	h.be.Crash(service.CrashBeforeResponse)
 	err = h.st.CompleteIdempotentRequest(ctx, sandpit.Completion{
-		Scope: Scope, Fingerprint: fp, Generation: c.Generation, TargetID: id,
+		Scope: c.Scope, Fingerprint: fp, Generation: c.Generation, TargetID: id,
 		ResponseStatus: http.StatusCreated, ResponseBody: body, ReplayTTL: h.cfg.ReplayWindow,
 	}, h.now())
 	if err != nil {

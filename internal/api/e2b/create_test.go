@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -193,7 +194,9 @@ func (f *fixture) countSandboxes() int {
 }
 
 func (f *fixture) claimRow(fp string) (sandpit.Claim, error) {
-	return f.st.GetIdempotentRequest(context.Background(), Scope, fp)
+	// Requests with the admin token claim in the admin owner's scope.
+	ctx := sandpit.WithPrincipal(context.Background(), api.AdminPrincipal())
+	return f.st.GetIdempotentRequest(ctx, service.OwnerScope(ctx, Scope), fp)
 }
 
 const body1 = `{"templateID":"base","metadata":{"run":"1"},"timeout":60}`
@@ -337,13 +340,14 @@ func TestWaitBudgetAnswers429(t *testing.T) {
 // lock live, target recorded.
 func deadDaemonClaim(t *testing.T, f *fixture, fp string) string {
 	t.Helper()
-	ctx := context.Background()
-	c, err := f.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: Scope, Fingerprint: fp, PendingTTL: 2 * time.Minute}, time.Now())
+	ctx := sandpit.WithPrincipal(context.Background(), api.AdminPrincipal())
+	scope := service.OwnerScope(ctx, Scope)
+	c, err := f.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: scope, Fingerprint: fp, PendingTTL: 2 * time.Minute}, time.Now())
 	if err != nil || c.Outcome != sandpit.Acquired {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
 	id := SandboxIDFor(fp, c.Generation)
-	if err := f.st.SetIdempotentTarget(ctx, Scope, fp, c.Generation, id, time.Now()); err != nil {
+	if err := f.st.SetIdempotentTarget(ctx, scope, fp, c.Generation, id, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	return id

@@ -46,8 +46,11 @@ var _ Backend = (*service.Service)(nil)
 
 // Config configures the facade.
 type Config struct {
-	// Token is the daemon's API token; E2B clients send it as X-API-KEY.
+	// Token is the daemon's admin token, used when Auth is nil (unit tests).
 	Token string
+	// Auth authenticates X-API-KEY: the admin token or a personal access
+	// token, whose owner scopes what the request sees and makes.
+	Auth *api.Auth
 	// Domain is the create response's domain. Without E2B_SANDBOX_URL the
 	// SDK reaches a sandbox's agent at 49983-<id>.<domain>, which the
 	// daemon's proxy listener routes; see DomainFor.
@@ -105,6 +108,9 @@ func New(be Backend, st *store.Store, cfg Config) *Handler {
 	if cfg.Domain == "" {
 		cfg.Domain = "localhost"
 	}
+	if cfg.Auth == nil {
+		cfg.Auth = api.NewAuth(nil, cfg.Token)
+	}
 	h := &Handler{
 		be:    be,
 		st:    st,
@@ -152,8 +158,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.gateway(w, r, strings.TrimPrefix(rest, "/envd"))
 		return
 	}
-	if !api.TokenEqual(r.Header.Get("X-API-KEY"), h.cfg.Token) {
-		writeError(w, http.StatusUnauthorized, "missing or invalid X-API-KEY")
+	r, err := h.cfg.Auth.Authorize(r, r.Header.Get("X-API-KEY"))
+	if err != nil {
+		p := api.Classify(err)
+		writeError(w, p.Status, p.Message)
 		return
 	}
 	r2 := r.Clone(r.Context())

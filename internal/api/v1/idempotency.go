@@ -54,14 +54,13 @@ var keyedPatterns = map[string]bool{
 // caller and the route, and the row keeps a hash of the request and the
 // final response.
 type Idempotency struct {
-	st     *store.Store
-	cfg    IdempotencyConfig
-	caller string
+	st  *store.Store
+	cfg IdempotencyConfig
 }
 
-// NewIdempotency builds the layer; token identifies the caller (only its hash
-// is stored).
-func NewIdempotency(st *store.Store, token string, cfg IdempotencyConfig) *Idempotency {
+// NewIdempotency builds the layer. Keys are scoped by the owner of the
+// request's token (service.OwnerScope).
+func NewIdempotency(st *store.Store, cfg IdempotencyConfig) *Idempotency {
 	if cfg.Wait <= 0 {
 		cfg.Wait = 30 * time.Second
 	}
@@ -77,8 +76,7 @@ func NewIdempotency(st *store.Store, token string, cfg IdempotencyConfig) *Idemp
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	sum := sha256.Sum256([]byte(token))
-	return &Idempotency{st: st, cfg: cfg, caller: hex.EncodeToString(sum[:8])}
+	return &Idempotency{st: st, cfg: cfg}
 }
 
 // Wrap is the route wrapper New takes.
@@ -138,7 +136,7 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, h http.Handl
 		fail(w, fmt.Errorf("%w: limit is %d bytes", api.ErrBodyTooLarge, api.MaxBodyBytes))
 		return
 	}
-	scope := "v1:" + m.caller + ":" + pattern
+	scope := service.OwnerScope(ctx, "v1:"+pattern)
 	hash := requestHash(r.Method, r.URL.Path, body)
 	deadline := time.Now().Add(m.cfg.Wait)
 	for {

@@ -17,15 +17,16 @@ import (
 // Handler serves /v1.
 type Handler struct {
 	svc   *service.Service
-	token string
+	auth  *api.Auth
 	proxy *api.AgentProxy
 	mux   *http.ServeMux
 }
 
 // New builds the /v1 handler. Every route needs "Authorization: Bearer
-// <token>".
-func New(svc *service.Service, token string, wrap func(pattern string, h http.HandlerFunc) http.Handler) *Handler {
-	h := &Handler{svc: svc, token: token, proxy: api.NewAgentProxy(), mux: http.NewServeMux()}
+// <token>": the daemon's admin token or a personal access token, whose owner
+// scopes everything the request sees and makes.
+func New(svc *service.Service, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler) *Handler {
+	h := &Handler{svc: svc, auth: auth, proxy: api.NewAgentProxy(), mux: http.NewServeMux()}
 	if wrap == nil {
 		wrap = func(_ string, f http.HandlerFunc) http.Handler { return f }
 	}
@@ -48,6 +49,7 @@ func New(svc *service.Service, token string, wrap func(pattern string, h http.Ha
 	route("POST /v1/sandboxes/{id}/custom-domains", h.addDomain)
 	route("GET /v1/sandboxes/{id}/custom-domains", h.listDomains)
 	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", h.removeDomain)
+	h.adminRoutes()
 	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Problem{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
@@ -55,8 +57,9 @@ func New(svc *service.Service, token string, wrap func(pattern string, h http.Ha
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !api.TokenEqual(api.BearerToken(r), h.token) {
-		writeError(w, api.Problem{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or invalid bearer token"})
+	r, err := h.auth.Authorize(r, api.BearerToken(r))
+	if err != nil {
+		fail(w, err)
 		return
 	}
 	h.mux.ServeHTTP(w, r)
