@@ -19,6 +19,13 @@ var (
 	ErrPortPoolExhausted = errors.New("host port pool exhausted")
 	ErrTapPoolExhausted  = errors.New("tap pool exhausted")
 	ErrClaimLost         = errors.New("idempotency claim no longer held")
+	// ErrSandboxExists is returned when a sandbox id is taken. It is distinct
+	// from ErrNameConflict: a duplicate id is a caller bug or a retry of a
+	// create that already happened, not a user-visible name clash.
+	ErrSandboxExists = errors.New("sandbox id already exists")
+	// ErrInvalidPageToken is returned for a page token the listing did not
+	// issue.
+	ErrInvalidPageToken = errors.New("invalid page token")
 )
 
 // State is a sandbox's lifecycle state as the store records it.

@@ -12,7 +12,6 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/service"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // Problem is a classified error: the HTTP status, a stable machine code and a
@@ -61,7 +60,7 @@ func Classify(err error) Problem {
 	switch {
 	case errors.Is(err, ErrBodyTooLarge):
 		return Problem{http.StatusRequestEntityTooLarge, CodeBodyTooLarge, msg}
-	case errors.Is(err, ErrBadJSON), errors.Is(err, service.ErrInvalid), errors.Is(err, store.ErrInvalidPageToken):
+	case errors.Is(err, ErrBadJSON), errors.Is(err, service.ErrInvalid), errors.Is(err, sandpit.ErrInvalidPageToken):
 		return Problem{http.StatusBadRequest, CodeBadRequest, msg}
 	case errors.Is(err, service.ErrUnknownImage):
 		return Problem{http.StatusBadRequest, CodeUnknownImage, msg}
@@ -73,6 +72,14 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, CodeNameConflict, msg}
 	case errors.Is(err, sandpit.ErrHostnameConflict):
 		return Problem{http.StatusConflict, CodeHostnameConflict, msg}
+	case errors.Is(err, service.ErrKeyMismatch):
+		return Problem{http.StatusUnprocessableEntity, CodeKeyMismatch, msg}
+	case errors.Is(err, service.ErrKeyInFlight):
+		return Problem{http.StatusConflict, CodeKeyInFlight, msg}
+	case errors.Is(err, sandpit.ErrSandboxExists), errors.Is(err, sandpit.ErrClaimLost), errors.Is(err, service.ErrCreateInProgress):
+		// A retry racing its own first attempt: the request is being done,
+		// by another attempt. Never a server fault.
+		return Problem{http.StatusConflict, CodeConflict, msg}
 	case errors.Is(err, service.ErrProtocolConflict):
 		return Problem{http.StatusConflict, CodeProtocolConflict, msg}
 	case errors.Is(err, sandpit.ErrPortPoolExhausted):

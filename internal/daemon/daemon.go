@@ -26,6 +26,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
+	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -242,6 +243,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	proxyPort := proxyLn.Addr().(*net.TCPAddr).Port
 
+	if p := os.Getenv(crashpoint.Env); p != "" && !crashpoint.Enabled {
+		log.Warn("ignoring "+crashpoint.Env+": this binary was built without crash points", "point", p)
+	}
+
 	rtr := newRouter(cfg, log)
 	svc := service.New(service.Config{
 		DefaultImage: cfg.DefaultImage,
@@ -253,7 +258,6 @@ func Run(ctx context.Context, cfg Config) error {
 		PortRange:    cfg.PortRange,
 		ExtraLabels:  cfg.ExtraLabels,
 		Instance:     instance,
-		CrashPoint:   os.Getenv(service.CrashPointEnv),
 		Logger:       log,
 	}, st, rt, rtr)
 
@@ -321,10 +325,10 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 
 // surfaces mounts the native API and the facades.
 func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string) {
-	idem := v1.NewIdempotency(svc.Store(), token, v1.IdempotencyConfig{
+	idem := v1.NewIdempotency(svc.Idempotency(), token, v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
 	})
 	mux.Handle("/v1/", v1.New(svc, token, idem.Wrap))
-	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Store(), e2b.Config{Token: token, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger}))
+	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Idempotency(), e2b.Config{Token: token, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger}))
 	mux.Handle(daytona.DefaultPrefix+"/", daytona.New(ctx, svc, token, daytona.Options{Logger: cfg.Logger}))
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/router"
 )
@@ -142,6 +143,10 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit
 	if err := s.store.CreateSandbox(ctx, sb); err != nil {
 		return sandpit.Sandbox{}, err
 	}
+	// While the row says creating, a resumed attempt of the same create
+	// (CreateOrAdopt) waits for this one instead of failing on the taken id.
+	finished := s.trackCreate(id)
+	defer finished()
 	// From here on every failure must undo what was made. The rollback runs
 	// without the caller's cancellation: a client hanging up mid-create must
 	// not leave a half-made sandbox behind.
@@ -175,7 +180,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit
 		}
 		return fail(fmt.Errorf("%w: create container: %v", ErrRuntime, err))
 	}
-	s.Crash(CrashAfterContainerCreate)
+	crashpoint.Hit(crashpoint.AfterContainerCreate)
 	if err := s.startAndAwait(ctx, &sb); err != nil {
 		return fail(err)
 	}
@@ -184,6 +189,126 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit
 	}
 	sb.State = sandpit.StateRunning
 	return sb, nil
+}
+
+// ErrCreateInProgress: a resumed create found its sandbox still being created
+// by an attempt this process cannot wait for.
+var ErrCreateInProgress = errors.New("an earlier attempt at this create is still running")
+
+// CreateOrAdopt is the create of an idempotent attempt, and the one adopt
+// policy of every surface. req.ID is the id the attempt recorded in its
+// claim before any side effect; a sandbox already under it was made by an
+// earlier attempt of the same request (one that crashed, stalled, or answered
+// a client that never saw the answer):
+//
+//   - running, stopped or paused: adopted as it is. It is the sandbox this
+//     request made; what happened to it since is its owner's business, and
+//     making another would be the duplicate idempotency exists to prevent;
+//   - error (its container vanished): removed and made again under the id;
+//   - creating: the earlier attempt still runs in this process; wait for it
+//     and decide again;
+//   - none: made.
+//
+// adopted reports that the sandbox was not made by this call.
+func (s *Service) CreateOrAdopt(ctx context.Context, req CreateRequest) (sb sandpit.Sandbox, adopted bool, err error) {
+	if req.ID == "" {
+		return sandpit.Sandbox{}, false, invalidf("an idempotent create needs its recorded id")
+	}
+	const rounds = 4
+	for range rounds {
+		sb, err := s.store.GetSandbox(ctx, req.ID)
+		switch {
+		case errors.Is(err, sandpit.ErrNotFound):
+			sb, err = s.CreateSandbox(ctx, req)
+			if errors.Is(err, sandpit.ErrSandboxExists) {
+				continue // another attempt inserted it meanwhile: look again
+			}
+			return sb, false, err
+		case err != nil:
+			return sb, false, err
+		}
+		switch AdoptPolicy(sb.State) {
+		case Adopt:
+			return sb, true, nil
+		case AwaitCreate:
+			if err := s.awaitCreate(ctx, req.ID); err != nil {
+				return sb, false, err
+			}
+		case Replace:
+			s.log.Warn("removing the leftover of an interrupted create", "sandbox", req.ID, "state", sb.State)
+			if err := s.DeleteSandbox(ctx, req.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+				return sb, false, err
+			}
+		}
+	}
+	return sandpit.Sandbox{}, false, fmt.Errorf("sandbox %s: %w", req.ID, ErrCreateInProgress)
+}
+
+// AdoptAction is what a resumed create does with the sandbox it finds under
+// its recorded id.
+type AdoptAction int
+
+const (
+	// Adopt: answer with the sandbox as it is.
+	Adopt AdoptAction = iota + 1
+	// Replace: remove the broken leftover and make the sandbox again.
+	Replace
+	// AwaitCreate: the earlier attempt is still creating it; wait, then
+	// decide again.
+	AwaitCreate
+)
+
+// AdoptPolicy is the one adopt policy of idempotent creates; see
+// CreateOrAdopt.
+func AdoptPolicy(state sandpit.State) AdoptAction {
+	switch state {
+	case sandpit.StateRunning, sandpit.StateStopped, sandpit.StatePaused:
+		return Adopt
+	case sandpit.StateCreating:
+		return AwaitCreate
+	}
+	return Replace
+}
+
+// trackCreate marks id as being created by this process until the returned
+// function runs.
+func (s *Service) trackCreate(id string) func() {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.creating[id] = ch
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.creating[id] == ch {
+			delete(s.creating, id)
+		}
+		s.mu.Unlock()
+		close(ch)
+	}
+}
+
+// awaitCreate waits for this process's create of id to end. When none runs
+// here (it ended a moment ago, or it runs in another process) it returns at
+// once, or ErrCreateInProgress after a short pause if the create still seems
+// to be running elsewhere, so the caller looks again without spinning.
+func (s *Service) awaitCreate(ctx context.Context, id string) error {
+	s.mu.Lock()
+	ch, ok := s.creating[id]
+	s.mu.Unlock()
+	if !ok {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+			return nil
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ch:
+		return nil
+	}
 }
 
 // startAndAwait starts the container, learns its address, waits for the agent

@@ -11,6 +11,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -124,35 +125,26 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		fail(w, errors.Join(service.ErrInvalid, errors.New("timeout_s must not be negative")))
 		return
 	}
-	id := IDFromContext(r.Context())
-	if id != "" {
-		// A keyed retry whose first attempt died after making the sandbox:
-		// adopt what it finished rather than fail on the taken id, and clean
-		// up what it left broken (its container vanished) so the sandbox is
-		// made again under the same id. A row still creating or a missing
-		// one falls through to the create.
-		sb, err := h.svc.GetSandbox(r.Context(), id)
-		switch {
-		case err != nil:
-		case sb.State == sandpit.StateError:
-			if err := h.svc.DeleteSandbox(r.Context(), id); err != nil {
-				fail(w, err)
-				return
-			}
-		case sb.State != sandpit.StateCreating:
-			api.WriteJSON(w, http.StatusCreated, toSandbox(sb))
-			return
-		}
-	}
-	sb, err := h.svc.CreateSandbox(r.Context(), service.CreateRequest{
-		ID: id, Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels,
+	creq := service.CreateRequest{
+		ID: IDFromContext(r.Context()), Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Timeout: time.Duration(req.TimeoutS) * time.Second,
-	})
+	}
+	var (
+		sb  sandpit.Sandbox
+		err error
+	)
+	if creq.ID != "" {
+		// A keyed create: the id is recorded in the claim, and an earlier
+		// attempt of the same request may already have made the sandbox.
+		sb, _, err = h.svc.CreateOrAdopt(r.Context(), creq)
+	} else {
+		sb, err = h.svc.CreateSandbox(r.Context(), creq)
+	}
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	h.svc.Crash(service.CrashBeforeResponse)
+	crashpoint.Hit(crashpoint.BeforeResponse)
 	api.WriteJSON(w, http.StatusCreated, toSandbox(sb))
 }
 
