@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/sandpit-dev/sandpit/apitypes"
 )
 
 // Client talks to one Sandpit daemon.
@@ -206,9 +208,7 @@ func (c *Client) once(ctx context.Context, rq request, payload []byte, key strin
 	if resp.StatusCode >= 300 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		e := &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
-		var eb struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
+		var eb apitypes.ErrorBody
 		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
 			e.Code, e.Message = eb.Error.Code, eb.Error.Message
 		}
@@ -258,7 +258,7 @@ func retryable(err error) bool {
 		switch e.Status {
 		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			// A full port pool is a 503 that no retry will cure.
-			return e.Code != "port_pool_exhausted"
+			return e.Code != apitypes.CodePortPoolExhausted
 		}
 	}
 	return false

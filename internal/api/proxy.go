@@ -5,6 +5,8 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/apitypes"
 )
 
 // AgentProxy forwards requests to sandbox agents. FlushInterval -1 flushes
@@ -43,7 +45,7 @@ func (p *AgentProxy) Forward(w http.ResponseWriter, r *http.Request, addr, path,
 			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			WriteJSON(w, http.StatusBadGateway, map[string]any{"error": map[string]string{"code": CodeUpstream, "message": "sandbox agent unreachable: " + err.Error()}})
+			WriteJSON(w, http.StatusBadGateway, apitypes.ErrorBody{Error: apitypes.ErrorDetail{Code: apitypes.CodeUpstream, Message: "sandbox agent unreachable: " + err.Error()}})
 		},
 	}
 	rp.ServeHTTP(w, r)
