@@ -66,9 +66,11 @@ type Service struct {
 	router router.Router
 	log    *slog.Logger
 	http   *http.Client
-	// agentHTTP carries agent RPCs; it has no overall timeout, since a
-	// command's stream lasts as long as the command.
-	agentHTTP *http.Client
+	// agents carries every call the daemon makes to sandbox agents.
+	agents *agentLink
+	// agentClients are the Connect clients of each agent address, built on
+	// first use; guarded by mu and dropped with the address.
+	agentClients map[string]agentClients
 
 	// ips caches each running sandbox's container address so the hot paths
 	// (proxying, exec) do not inspect the container on every request. It is
@@ -106,16 +108,17 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		cfg.Templates = map[string]string{}
 	}
 	return &Service{
-		cfg:       cfg,
-		store:     st,
-		rt:        rt,
-		router:    rtr,
-		log:       cfg.Logger,
-		http:      &http.Client{Timeout: 2 * time.Second},
-		agentHTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}},
-		ips:       map[string]string{},
-		creating:  map[string]chan struct{}{},
-		idem:      NewIdempotency(st, cfg.Now, cfg.Logger),
+		cfg:          cfg,
+		store:        st,
+		rt:           rt,
+		router:       rtr,
+		log:          cfg.Logger,
+		http:         &http.Client{Timeout: 2 * time.Second},
+		agents:       newAgentLink(),
+		agentClients: map[string]agentClients{},
+		ips:          map[string]string{},
+		creating:     map[string]chan struct{}{},
+		idem:         NewIdempotency(st, cfg.Now, cfg.Logger),
 	}
 }
 
@@ -200,6 +203,9 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 
 func (s *Service) forgetIP(id string) {
 	s.mu.Lock()
+	if ip, ok := s.ips[id]; ok {
+		delete(s.agentClients, net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort)))
+	}
 	delete(s.ips, id)
 	s.mu.Unlock()
 }

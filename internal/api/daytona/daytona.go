@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -40,10 +39,6 @@ type Handler struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	hub    *hub
-	// agentHTTP carries toolbox calls to sandbox agents. It has no overall
-	// timeout: a command runs as long as its own timeout allows, and a file
-	// transfer as long as the file takes.
-	agentHTTP *http.Client
 }
 
 // New builds the facade. Every route but the event socket requires
@@ -65,10 +60,6 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 		log:    opts.Logger,
 		mux:    http.NewServeMux(),
 		hub:    newHub(),
-		agentHTTP: &http.Client{Transport: &http.Transport{
-			MaxIdleConnsPerHost: 16,
-			IdleConnTimeout:     90 * time.Second,
-		}},
 	}
 	p := h.prefix
 	route := func(pattern string, f http.HandlerFunc) {

@@ -113,6 +113,10 @@ func (f *fakeBackend) AgentAddr(context.Context, string) (string, error) {
 	return "", errors.New("no agents in unit tests")
 }
 
+func (f *fakeBackend) ForwardToAgent(w http.ResponseWriter, _ *http.Request, _, _, _ string, onError func(http.ResponseWriter, error)) {
+	onError(w, errors.New("no agents in unit tests"))
+}
+
 // CreateOrAdopt applies the service's one adopt policy to the fake's rows.
 func (f *fakeBackend) CreateOrAdopt(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, bool, error) {
 	sb, err := f.st.GetSandbox(ctx, req.ID)

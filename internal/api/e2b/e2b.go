@@ -39,6 +39,7 @@ type Backend interface {
 	SetTimeout(ctx context.Context, id string, timeout time.Duration) (sandpit.Sandbox, error)
 	Stats(ctx context.Context, id string) (driver.Stats, error)
 	AgentAddr(ctx context.Context, id string) (string, error)
+	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
 }
 
 var _ Backend = (*service.Service)(nil)
@@ -83,7 +84,6 @@ type Handler struct {
 	idem  *service.Idempotency
 	cfg   Config
 	log   *slog.Logger
-	proxy *api.AgentProxy
 	mux   *http.ServeMux
 }
 
@@ -110,7 +110,6 @@ func New(be Backend, idem *service.Idempotency, cfg Config) *Handler {
 		idem:  idem,
 		cfg:   cfg,
 		log:   cfg.Logger.With("surface", "e2b"),
-		proxy: api.NewAgentProxy(),
 		mux:   http.NewServeMux(),
 	}
 	m := h.mux

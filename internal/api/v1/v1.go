@@ -20,14 +20,13 @@ import (
 type Handler struct {
 	svc   *service.Service
 	token string
-	proxy *api.AgentProxy
 	mux   *http.ServeMux
 }
 
 // New builds the /v1 handler. Every route needs "Authorization: Bearer
 // <token>".
 func New(svc *service.Service, token string, wrap func(pattern string, h http.HandlerFunc) http.Handler) *Handler {
-	h := &Handler{svc: svc, token: token, proxy: api.NewAgentProxy(), mux: http.NewServeMux()}
+	h := &Handler{svc: svc, token: token, mux: http.NewServeMux()}
 	if wrap == nil {
 		wrap = func(_ string, f http.HandlerFunc) http.Handler { return f }
 	}
@@ -218,7 +217,7 @@ func (h *Handler) files(w http.ResponseWriter, r *http.Request) {
 			r.Header.Set("Content-Type", "application/octet-stream")
 		}
 	}
-	h.proxy.Forward(w, r, addr, "/files", token)
+	h.svc.ForwardToAgent(w, r, addr, "/files", token, agentUnreachable)
 }
 
 // agent proxies the whole agent protocol (Connect RPC and /files) so native
@@ -229,7 +228,11 @@ func (h *Handler) agent(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	h.proxy.Forward(w, r, addr, "/"+r.PathValue("rest"), token)
+	h.svc.ForwardToAgent(w, r, addr, "/"+r.PathValue("rest"), token, agentUnreachable)
+}
+
+func agentUnreachable(w http.ResponseWriter, err error) {
+	writeError(w, api.Problem{Status: http.StatusBadGateway, Code: apitypes.CodeUpstream, Message: "sandbox agent unreachable: " + err.Error()})
 }
 
 func toPort(p sandpit.ExposedPort, reused bool) apitypes.Port {
