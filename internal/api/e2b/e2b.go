@@ -80,11 +80,11 @@ func DomainFor(domain string, proxyPort int) string {
 
 // Handler serves everything under /e2b.
 type Handler struct {
-	be    Backend
-	idem  *service.Idempotency
-	cfg   Config
-	log   *slog.Logger
-	mux   *http.ServeMux
+	be   Backend
+	idem *service.Idempotency
+	cfg  Config
+	log  *slog.Logger
+	mux  *http.ServeMux
 }
 
 // New builds the facade over the service (be), deduplicating creates through
@@ -106,11 +106,11 @@ func New(be Backend, idem *service.Idempotency, cfg Config) *Handler {
 		cfg.Domain = "localhost"
 	}
 	h := &Handler{
-		be:    be,
-		idem:  idem,
-		cfg:   cfg,
-		log:   cfg.Logger.With("surface", "e2b"),
-		mux:   http.NewServeMux(),
+		be:   be,
+		idem: idem,
+		cfg:  cfg,
+		log:  cfg.Logger.With("surface", "e2b"),
+		mux:  http.NewServeMux(),
 	}
 	m := h.mux
 	// The v2 routes are what SDK 2.x calls; the unversioned ones are what
