@@ -100,7 +100,8 @@ type DomainList struct {
 type Event struct {
 	Type      string    `json:"type"` // created, started, stopped, paused, resumed, expired, deleted, died
 	SandboxID string    `json:"sandbox_id"`
-	State     string    `json:"state"` // the sandbox's state after the change; "" once deleted
+	State     string    `json:"state"`     // the sandbox's state after the change; "" once it is gone
+	OldState  string    `json:"old_state"` // its state before
 	Time      time.Time `json:"time"`
 }
 

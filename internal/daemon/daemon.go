@@ -274,6 +274,9 @@ func Run(ctx context.Context, cfg Config) error {
 	surfaces(ctx, mux, cfg, svc, token)
 
 	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// Event streams last as long as their clients; ending the subscriptions
+	// when the server shuts down lets Shutdown finish.
+	apiSrv.RegisterOnShutdown(svc.CloseEvents)
 	proxySrv := &http.Server{Handler: rtr.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
 	bg, stopBG := context.WithCancel(ctx)

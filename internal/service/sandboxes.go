@@ -188,6 +188,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit
 		return fail(err)
 	}
 	sb.State = sandpit.StateRunning
+	s.publish(EventCreated, sb, sandpit.StateCreating)
 	return sb, nil
 }
 
@@ -391,6 +392,11 @@ func (s *Service) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) (
 // DeleteSandbox removes the container, the routes and the row (its ports and
 // domains go with it by cascade).
 func (s *Service) DeleteSandbox(ctx context.Context, id string) error {
+	return s.deleteSandbox(ctx, id, EventDeleted)
+}
+
+// deleteSandbox deletes and announces the deletion as typ.
+func (s *Service) deleteSandbox(ctx context.Context, id string, typ EventType) error {
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
@@ -400,9 +406,13 @@ func (s *Service) DeleteSandbox(ctx context.Context, id string) error {
 	}
 	s.forgetIP(id)
 	s.removeRoutes(ctx, id)
-	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+	if err := s.store.DeleteSandbox(ctx, id); err != nil {
+		if errors.Is(err, sandpit.ErrNotFound) {
+			return nil // someone else's delete won, and announced it
+		}
 		return err
 	}
+	s.publish(typ, sb, sb.State)
 	return nil
 }
 
@@ -429,7 +439,7 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, 
 	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
 		return sb, err
 	}
-	return s.store.GetSandbox(ctx, id)
+	return s.changed(ctx, EventStopped, id, sb.State)
 }
 
 // StartSandbox starts a stopped sandbox (or resumes a paused one) and waits
@@ -453,7 +463,17 @@ func (s *Service) StartSandbox(ctx context.Context, id string) (sandpit.Sandbox,
 	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
 		return sb, err
 	}
-	return s.store.GetSandbox(ctx, id)
+	return s.changed(ctx, EventStarted, id, sb.State)
+}
+
+// changed reads a sandbox after a state change and announces the change.
+func (s *Service) changed(ctx context.Context, typ EventType, id string, old sandpit.State) (sandpit.Sandbox, error) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	s.publish(typ, sb, old)
+	return sb, nil
 }
 
 // PauseSandbox freezes a running sandbox's processes.
@@ -472,6 +492,7 @@ func (s *Service) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox,
 		return sb, err
 	}
 	sb.State = sandpit.StatePaused
+	s.publish(EventPaused, sb, sandpit.StateRunning)
 	return sb, nil
 }
 
@@ -491,6 +512,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, id string) (sandpit.Sandbox
 		return sb, err
 	}
 	sb.State = sandpit.StateRunning
+	s.publish(EventResumed, sb, sandpit.StatePaused)
 	// Ports and domains added while the sandbox was paused were only
 	// recorded (ExposePort installs routes for running sandboxes), so their
 	// routes are installed now; the others are reinstalled, which is a no-op.
@@ -549,7 +571,7 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 		if sb.State == sandpit.StateCreating {
 			continue
 		}
-		if err := s.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+		if err := s.deleteSandbox(ctx, sb.ID, EventExpired); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Error("sweep: delete expired sandbox", "sandbox", sb.ID, "err", err)
 			continue
 		}
@@ -623,6 +645,9 @@ func (s *Service) Reconcile(ctx context.Context) error {
 				if err := s.store.UpdateSandboxState(ctx, sb.ID, sandpit.StateError, s.now()); err != nil {
 					return err
 				}
+				old := sb.State
+				sb.State = sandpit.StateError
+				s.publish(EventDied, sb, old)
 			}
 		case sb.State == sandpit.StateStopped && c.State == "running":
 			if err := s.rt.Stop(ctx, c.ID, 5*time.Second); err != nil {

@@ -81,7 +81,8 @@ type Service struct {
 	// closed when that create returns.
 	creating map[string]chan struct{}
 
-	idem *Idempotency
+	idem   *Idempotency
+	events *events
 }
 
 // New builds a Service.
@@ -119,6 +120,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		ips:          map[string]string{},
 		creating:     map[string]chan struct{}{},
 		idem:         NewIdempotency(st, cfg.Now, cfg.Logger),
+		events:       newEvents(),
 	}
 }
 

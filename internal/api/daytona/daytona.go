@@ -61,6 +61,7 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 		mux:    http.NewServeMux(),
 		hub:    newHub(),
 	}
+	go h.relayEvents(ctx, svc.Subscribe(eventBuffer))
 	p := h.prefix
 	route := func(pattern string, f http.HandlerFunc) {
 		method, path, _ := strings.Cut(pattern, " ")

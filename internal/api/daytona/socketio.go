@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // This file serves the Daytona event socket: the Engine.IO v4 / Socket.IO v5
@@ -65,20 +66,20 @@ func (h *hub) remove(c *sioConn) {
 	delete(h.conns, c)
 }
 
-// broadcast queues one Socket.IO event for every authenticated socket. It
-// never blocks the API request that triggered it: a socket whose queue is
+// broadcast queues one Socket.IO event for every authenticated socket, its
+// payload rendered for that socket (sandboxes carry the toolbox URL the
+// client reached the daemon by). It never blocks: a socket whose queue is
 // full is closed instead.
-func (h *hub) broadcast(event string, payload any) {
-	b, err := json.Marshal([]any{event, payload})
-	if err != nil {
-		return
-	}
-	msg := "42" + string(b)
+func (h *hub) broadcast(event string, payload func(c *sioConn) any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for c := range h.conns {
+		b, err := json.Marshal([]any{event, payload(c)})
+		if err != nil {
+			continue
+		}
 		select {
-		case c.out <- msg:
+		case c.out <- "42" + string(b):
 		default:
 			delete(h.conns, c)
 			c.kill()
@@ -95,7 +96,9 @@ func (h *hub) size() int {
 
 // sioConn is one Socket.IO client.
 type sioConn struct {
-	ws   *wsConn
+	// toolbox is the toolbox URL as this client reaches the daemon.
+	toolbox string
+	ws      *wsConn
 	out  chan string
 	done chan struct{}
 	once sync.Once
@@ -144,7 +147,7 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
 		h.log.Debug("daytona socket: upgrade failed", "err", err)
 		return
 	}
-	c := &sioConn{ws: ws, out: make(chan string, sendQueue), done: make(chan struct{})}
+	c := &sioConn{toolbox: h.toolboxBase(r), ws: ws, out: make(chan string, sendQueue), done: make(chan struct{})}
 	sid := newSID()
 	open, _ := json.Marshal(openPacket{
 		SID: sid, Upgrades: []string{},
@@ -276,14 +279,56 @@ func (h *Handler) socketWriter(c *sioConn, pongs <-chan struct{}) {
 	}
 }
 
-// publish sends a state change of a sandbox to every socket. oldState may be
-// empty for a sandbox that did not exist before.
-func (h *Handler) publish(ctx context.Context, sb Sandbox, oldState string) {
-	if sb.State == oldState {
-		return
+// relayEvents announces the service's sandbox state changes, whichever
+// surface or background task made them, on every socket until ctx ends.
+func (h *Handler) relayEvents(ctx context.Context, sub *service.Subscription) {
+	defer func() { sub.Close() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-sub.C():
+			if !ok {
+				// Dropped as too slow (or the service is shutting down):
+				// subscribe again rather than go silent.
+				if ctx.Err() != nil {
+					return
+				}
+				sub = h.svc.Subscribe(eventBuffer)
+				continue
+			}
+			h.announce(ctx, e)
+		}
 	}
-	h.hub.broadcast(eventStateUpdated, map[string]any{"sandbox": sb, "oldState": oldState, "newState": sb.State})
+}
+
+// eventBuffer is how far the relay may fall behind the service.
+const eventBuffer = 1024
+
+// announce sends one state change as the SDK expects it: sandbox.created for
+// a new sandbox, and sandbox.state.updated with the old and new state for
+// every change.
+func (h *Handler) announce(ctx context.Context, e service.Event) {
+	old, state, desired := daytonaState(e.OldState), daytonaState(e.Sandbox.State), ""
+	if e.Gone() {
+		state, desired = stateDestroyed, stateDestroyed
+	}
+	render := func(c *sioConn) Sandbox {
+		sb := renderSandbox(c.toolbox, e.Sandbox, true)
+		if desired != "" {
+			sb.State, sb.DesiredState = state, desired
+		}
+		return sb
+	}
+	if e.Type == service.EventCreated {
+		h.hub.broadcast(eventCreated, func(c *sioConn) any { return render(c) })
+	}
+	if old != state {
+		h.hub.broadcast(eventStateUpdated, func(c *sioConn) any {
+			return map[string]any{"sandbox": render(c), "oldState": old, "newState": state}
+		})
+	}
 	if h.log.Enabled(ctx, slog.LevelDebug) {
-		h.log.Debug("daytona event", "sandbox", sb.ID, "old", oldState, "new", sb.State)
+		h.log.Debug("daytona event", "sandbox", e.Sandbox.ID, "old", old, "new", state)
 	}
 }

@@ -49,6 +49,7 @@ func New(svc *service.Service, token string, wrap func(pattern string, h http.Ha
 	route("POST /v1/sandboxes/{id}/custom-domains", h.addDomain)
 	route("GET /v1/sandboxes/{id}/custom-domains", h.listDomains)
 	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", h.removeDomain)
+	route("GET /v1/events", h.events)
 	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Problem{Status: http.StatusNotFound, Code: apitypes.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
