@@ -99,9 +99,9 @@ type sioConn struct {
 	// toolbox is the toolbox URL as this client reaches the daemon.
 	toolbox string
 	ws      *wsConn
-	out  chan string
-	done chan struct{}
-	once sync.Once
+	out     chan string
+	done    chan struct{}
+	once    sync.Once
 }
 
 // kill ends the connection's writer, which closes the socket.
