@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -26,6 +27,9 @@ type Options struct {
 	Prefix string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// AuthTimeout is how long an event socket may stay open without
+	// authenticating; default 10 seconds.
+	AuthTimeout time.Duration
 }
 
 // Handler serves the facade. It is safe for concurrent use.
@@ -39,6 +43,8 @@ type Handler struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	hub    *hub
+	// authTimeout: see Options.AuthTimeout.
+	authTimeout time.Duration
 }
 
 // New builds the facade. Every route but the event socket requires
@@ -52,6 +58,9 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.AuthTimeout <= 0 {
+		opts.AuthTimeout = 10 * time.Second
+	}
 	h := &Handler{
 		ctx:    ctx,
 		svc:    svc,
@@ -60,6 +69,8 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 		log:    opts.Logger,
 		mux:    http.NewServeMux(),
 		hub:    newHub(),
+
+		authTimeout: opts.AuthTimeout,
 	}
 	go h.relayEvents(ctx, svc.Subscribe(eventBuffer))
 	p := h.prefix

@@ -5,12 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -98,14 +100,25 @@ func (h *hub) size() int {
 type sioConn struct {
 	// toolbox is the toolbox URL as this client reaches the daemon.
 	toolbox string
-	ws      *wsConn
+	ws      *websocket.Conn
 	out     chan string
 	done    chan struct{}
 	once    sync.Once
+	// authed is set once the client's connect packet carried the token.
+	authed atomic.Bool
+	// refused is set when the socket is closed for a bad token.
+	refused atomic.Bool
 }
 
 // kill ends the connection's writer, which closes the socket.
 func (c *sioConn) kill() { c.once.Do(func() { close(c.done) }) }
+
+// refuse sends a last packet and closes the socket.
+func (c *sioConn) refuse(msg string) {
+	c.refused.Store(true)
+	c.enqueue(msg)
+	c.kill()
+}
 
 // openPacket is the Engine.IO handshake.
 type openPacket struct {
@@ -136,17 +149,24 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
 		engineError(w, 5, "Unsupported protocol version")
 		return
 	}
-	if q.Get("transport") != "websocket" || !isWebSocketUpgrade(r) {
+	if q.Get("transport") != "websocket" || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		// Only the WebSocket transport is offered; the SDK asks for nothing
 		// else, and a long-polling client learns it here at once.
 		engineError(w, 0, "Transport unknown")
 		return
 	}
-	ws, err := upgradeWebSocket(w, r, maxSocketFrame)
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		// The socket authenticates with the API token inside its first
+		// Socket.IO packet, never with cookies, so a page of another origin
+		// gains nothing by opening one; and the SDK outside a browser sends
+		// no Origin to check.
+		InsecureSkipVerify: true,
+	})
 	if err != nil {
 		h.log.Debug("daytona socket: upgrade failed", "err", err)
 		return
 	}
+	ws.SetReadLimit(maxSocketFrame)
 	c := &sioConn{toolbox: h.toolboxBase(r), ws: ws, out: make(chan string, sendQueue), done: make(chan struct{})}
 	sid := newSID()
 	open, _ := json.Marshal(openPacket{
@@ -154,8 +174,8 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
 		PingInterval: int(pingInterval / time.Millisecond), PingTimeout: int(pingTimeout / time.Millisecond),
 		MaxPayload: maxSocketFrame,
 	})
-	if err := ws.WriteText("0" + string(open)); err != nil {
-		ws.Close(closeGoingAway, "")
+	if err := h.write(ws, "0"+string(open)); err != nil {
+		ws.Close(websocket.StatusGoingAway, "")
 		return
 	}
 	pongs := make(chan struct{}, 1)
@@ -165,14 +185,17 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
 		c.kill()
 	}()
 	for {
-		op, msg, err := ws.ReadMessage()
+		// Reads take no deadline: the writer closes the socket, with a
+		// close frame, on shutdown, on a ping timeout and when the client
+		// does not authenticate in time, and the close ends the read.
+		typ, msg, err := ws.Read(context.Background())
 		if err != nil {
-			if !errors.Is(err, errWSClosed) {
+			if websocket.CloseStatus(err) == -1 && h.ctx.Err() == nil {
 				h.log.Debug("daytona socket: read", "err", err)
 			}
 			return
 		}
-		if op != opText || len(msg) == 0 {
+		if typ != websocket.MessageText || len(msg) == 0 {
 			continue
 		}
 		switch msg[0] {
@@ -191,6 +214,16 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// writeTimeout bounds one frame's write; a client that does not take a frame
+// within it is gone.
+const writeTimeout = 10 * time.Second
+
+func (h *Handler) write(ws *websocket.Conn, msg string) error {
+	ctx, cancel := context.WithTimeout(h.ctx, writeTimeout)
+	defer cancel()
+	return ws.Write(ctx, websocket.MessageText, []byte(msg))
 }
 
 // enqueue queues a frame for the writer without blocking; a full queue means
@@ -227,11 +260,14 @@ func (h *Handler) socketMessage(c *sioConn, sid, pkt string) bool {
 			_ = json.Unmarshal([]byte(rest), &auth)
 		}
 		if !api.TokenEqual(auth.Token, h.token) {
-			c.enqueue(`44{"message":"Unauthorized"}`)
-			return true
+			// The refusal is sent, then the socket closed: a client with a
+			// wrong token has nothing more to do here.
+			c.refuse(`44{"message":"Unauthorized"}`)
+			return false
 		}
 		b, _ := json.Marshal(map[string]string{"sid": sid})
 		c.enqueue("40" + string(b))
+		c.authed.Store(true)
 		h.hub.add(c)
 	case '1': // the client left the namespace
 		h.hub.remove(c)
@@ -248,17 +284,26 @@ func (h *Handler) socketMessage(c *sioConn, sid, pkt string) bool {
 func (h *Handler) socketWriter(c *sioConn, pongs <-chan struct{}) {
 	ping := time.NewTicker(pingInterval)
 	defer ping.Stop()
+	// A client must authenticate within authTimeout of connecting; one that
+	// does not is closed, so idle unauthenticated sockets cannot pile up.
+	auth := time.NewTimer(h.authTimeout)
+	defer auth.Stop()
 	var deadline <-chan time.Time
 	for {
 		select {
+		case <-auth.C:
+			if !c.authed.Load() {
+				c.ws.Close(websocket.StatusPolicyViolation, "not authenticated in time")
+				return
+			}
 		case msg := <-c.out:
-			if err := c.ws.WriteText(msg); err != nil {
-				c.ws.Close(closeGoingAway, "")
+			if err := h.write(c.ws, msg); err != nil {
+				c.ws.Close(websocket.StatusGoingAway, "")
 				return
 			}
 		case <-ping.C:
-			if err := c.ws.WriteText("2"); err != nil {
-				c.ws.Close(closeGoingAway, "")
+			if err := h.write(c.ws, "2"); err != nil {
+				c.ws.Close(websocket.StatusGoingAway, "")
 				return
 			}
 			if deadline == nil {
@@ -267,13 +312,30 @@ func (h *Handler) socketWriter(c *sioConn, pongs <-chan struct{}) {
 		case <-pongs:
 			deadline = nil
 		case <-deadline:
-			c.ws.Close(closePolicyViolation, "ping timeout")
+			c.ws.Close(websocket.StatusPolicyViolation, "ping timeout")
 			return
 		case <-c.done:
-			c.ws.Close(closeNormal, "")
+			// Frames queued before the end (a refusal) go out first.
+			for {
+				select {
+				case msg := <-c.out:
+					if h.write(c.ws, msg) != nil {
+						c.ws.Close(websocket.StatusGoingAway, "")
+						return
+					}
+					continue
+				default:
+				}
+				break
+			}
+			status, reason := websocket.StatusNormalClosure, ""
+			if c.refused.Load() {
+				status, reason = websocket.StatusPolicyViolation, "unauthorized"
+			}
+			c.ws.Close(status, reason)
 			return
 		case <-h.ctx.Done():
-			c.ws.Close(closeGoingAway, "server shutting down")
+			c.ws.Close(websocket.StatusGoingAway, "server shutting down")
 			return
 		}
 	}
