@@ -119,3 +119,51 @@ func TestEventStreamEndsOnShutdown(t *testing.T) {
 		t.Fatal("the daemon did not stop within 10 s with an event stream open")
 	}
 }
+
+// TestContainerDeathIsAnnounced kills a sandbox's container behind the
+// daemon's back: the stream announces it as died, and the sandbox is stopped.
+func TestContainerDeathIsAnnounced(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 2*time.Minute)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+"/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+d.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events := sseEvents(t, resp)
+	c := d.Client()
+	sb, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(ctx, t, "docker", "kill", "sandpit-"+sb.ID); err != nil {
+		t.Fatalf("docker kill: %v %s", err, out)
+	}
+	for {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				t.Fatal("stream ended")
+			}
+			if e.Type != "died" {
+				continue
+			}
+			if e.SandboxID != sb.ID || e.State != "stopped" || e.OldState != "running" {
+				t.Fatalf("died event %+v", e)
+			}
+			got, err := c.Get(ctx, sb.ID)
+			if err != nil || got.State != "stopped" {
+				t.Fatalf("after the death: %+v %v, want stopped", got, err)
+			}
+			if _, err := c.Start(ctx, sb.ID); err != nil {
+				t.Fatalf("start after the death: %v", err)
+			}
+			return
+		case <-time.After(30 * time.Second):
+			t.Fatal("no died event within 30 s")
+		}
+	}
+}

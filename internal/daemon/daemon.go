@@ -282,6 +282,7 @@ func Run(ctx context.Context, cfg Config) error {
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
 	go svc.RunSweeper(bg, cfg.SweepInterval)
+	go svc.WatchExits(bg)
 	go reapIdempotency(bg, st, log)
 
 	errc := make(chan error, 2)

@@ -401,6 +401,7 @@ func (s *Service) deleteSandbox(ctx context.Context, id string, typ EventType) e
 	if err != nil {
 		return err
 	}
+	defer s.expectExit(id)()
 	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
 		return fmt.Errorf("%w: remove container: %v", ErrRuntime, err)
 	}
@@ -432,6 +433,7 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, 
 			return sb, fmt.Errorf("%w: unpause: %v", ErrRuntime, err)
 		}
 	}
+	defer s.expectExit(id)()
 	if err := s.rt.Stop(ctx, sb.ContainerID, 5*time.Second); err != nil {
 		return sb, fmt.Errorf("%w: stop container: %v", ErrRuntime, err)
 	}
@@ -595,6 +597,68 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
+}
+
+// expectExit marks id's container as being stopped or removed by the service
+// until the returned function runs, so the exit watcher does not mistake it
+// for a death.
+func (s *Service) expectExit(id string) func() {
+	s.mu.Lock()
+	s.stopping[id]++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.stopping[id]--; s.stopping[id] <= 0 {
+			delete(s.stopping, id)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// WatchExits follows the engine's container exits until ctx ends, and marks
+// a running sandbox whose container stopped on its own as stopped, announcing
+// it as died. A broken event stream is followed again after a pause.
+func (s *Service) WatchExits(ctx context.Context) {
+	for ctx.Err() == nil {
+		exits, err := s.rt.Exits(ctx, s.ownLabels())
+		if err != nil {
+			s.log.Warn("watch container exits", "err", err)
+		} else {
+			for id := range exits {
+				s.containerExited(ctx, id)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Service) containerExited(ctx context.Context, id string) {
+	s.mu.Lock()
+	expected := s.stopping[id] > 0
+	s.mu.Unlock()
+	if expected {
+		return
+	}
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil || sb.State != sandpit.StateRunning {
+		// Gone, or stopped, paused or being created by the service: the
+		// exit is the service's own doing.
+		return
+	}
+	if c, err := s.rt.Inspect(ctx, sb.ContainerID); err == nil && c.State == "running" {
+		return // restarted since
+	}
+	s.forgetIP(id)
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
+		s.log.Error("mark died sandbox stopped", "sandbox", id, "err", err)
+		return
+	}
+	s.log.Warn("sandbox container exited on its own", "sandbox", id)
+	sb.State = sandpit.StateStopped
+	s.publish(EventDied, sb, sandpit.StateRunning)
 }
 
 // Reconcile makes the store and the engine agree after a restart: a managed

@@ -80,6 +80,9 @@ type Service struct {
 	// creating holds, for each sandbox this process is creating, a channel
 	// closed when that create returns.
 	creating map[string]chan struct{}
+	// stopping counts, per sandbox, the service's own stops and removals in
+	// progress (see expectExit).
+	stopping map[string]int
 
 	idem   *Idempotency
 	events *events
@@ -119,6 +122,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		agentClients: map[string]agentClients{},
 		ips:          map[string]string{},
 		creating:     map[string]chan struct{}{},
+		stopping:     map[string]int{},
 		idem:         NewIdempotency(st, cfg.Now, cfg.Logger),
 		events:       newEvents(),
 	}
