@@ -9,9 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +22,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
 const token = "sp_test"
@@ -54,12 +52,9 @@ func newRig(t *testing.T, pendingTTL time.Duration) *rig {
 	t.Helper()
 	image := testenv.TestImage(t)
 	labels := testenv.RunLabel(t)
-	bin := filepath.Join(t.TempDir(), "sandpit")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sandpit")
-	cmd.Dir = testenv.ModuleRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := harness.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
