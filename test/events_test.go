@@ -121,23 +121,41 @@ func TestEventStreamEndsOnShutdown(t *testing.T) {
 }
 
 // TestContainerDeathIsAnnounced kills a sandbox's container behind the
-// daemon's back: the stream announces it as died, and the sandbox is stopped.
+// daemon's back: the stream (followed with the Go client) announces it as
+// died, and the sandbox is stopped.
 func TestContainerDeathIsAnnounced(t *testing.T) {
 	t.Parallel()
 	d := harness.Start(t, sandpitBin, harness.Options{})
 	ctx := ctxFor(t, 2*time.Minute)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+"/v1/events", nil)
-	req.Header.Set("Authorization", "Bearer "+d.Token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	events := sseEvents(t, resp)
 	c := d.Client()
-	sb, err := c.Create(ctx, client.CreateRequest{})
-	if err != nil {
-		t.Fatal(err)
+	events := make(chan client.Event, 64)
+	streamCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		defer close(events)
+		// A first change (the create below) proves the subscription is live
+		// before the container is killed.
+		_ = c.Events(streamCtx, func(e client.Event) error {
+			events <- e
+			return nil
+		})
+	}()
+	var sb client.Sandbox
+	for sb.ID == "" {
+		// Creates until one is seen on the stream: the stream may not be
+		// subscribed yet when the first is made.
+		made, err := c.Create(ctx, client.CreateRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case e := <-events:
+			if e.Type == "created" {
+				sb = client.Sandbox{ID: e.SandboxID}
+			}
+		case <-time.After(5 * time.Second):
+			t.Logf("create of %s not seen yet; creating another", made.ID)
+		}
 	}
 	if out, err := run(ctx, t, "docker", "kill", "sandpit-"+sb.ID); err != nil {
 		t.Fatalf("docker kill: %v %s", err, out)
