@@ -115,7 +115,15 @@ type Idempotency struct {
 	// held counts the attempts of each key running in this process.
 	held map[claimKey]int
 	// done is closed, and removed, when an attempt of the key ends.
-	done map[claimKey]chan struct{}
+	done map[claimKey]*ending
+}
+
+// ending is how an in-process attempt's waiters learn that it ended: ch is
+// closed then, and claim is the completed claim when the attempt completed,
+// so a storm of waiters replays it without each reading the store.
+type ending struct {
+	ch    chan struct{}
+	claim *sandpit.Claim
 }
 
 type claimKey struct{ scope, key string }
@@ -129,7 +137,7 @@ func NewIdempotency(st ClaimStore, now func() time.Time, log *slog.Logger) *Idem
 		log = slog.Default()
 	}
 	return &Idempotency{st: st, now: func() time.Time { return now().UTC() }, log: log,
-		held: map[claimKey]int{}, done: map[claimKey]chan struct{}{}}
+		held: map[claimKey]int{}, done: map[claimKey]*ending{}}
 }
 
 // Poll bounds of a wait on a claim held by another process.
@@ -195,7 +203,8 @@ func (e *Idempotency) run(ctx context.Context, k claimKey, req IdemRequest, clai
 	e.mu.Lock()
 	e.held[k]++
 	e.mu.Unlock()
-	defer e.release(k)
+	var completed *sandpit.Claim
+	defer func() { e.release(k, completed) }()
 
 	// The bookkeeping after op outlives the caller's cancellation: a claim
 	// left pending would make every retry wait out its lock.
@@ -215,7 +224,10 @@ func (e *Idempotency) run(ctx context.Context, k claimKey, req IdemRequest, clai
 		Scope: k.scope, Fingerprint: k.key, Generation: claim.Generation, TargetID: resp.TargetID,
 		ResponseStatus: resp.Status, ResponseBody: resp.Body, ReplayTTL: req.ReplayTTL,
 	}, e.now())
-	if err != nil {
+	if err == nil {
+		completed = &sandpit.Claim{Scope: k.scope, Fingerprint: k.key, Generation: claim.Generation, State: "ready",
+			TargetID: resp.TargetID, ResponseStatus: resp.Status, ResponseBody: resp.Body}
+	} else {
 		// The work is done and this is its answer. A duplicate that took the
 		// claim over (same generation, same target) completes it, or a later
 		// one adopts the target; nothing is made twice.
@@ -224,44 +236,48 @@ func (e *Idempotency) run(ctx context.Context, k claimKey, req IdemRequest, clai
 	return resp, nil
 }
 
-// release ends one in-process attempt of k and wakes its waiters.
-func (e *Idempotency) release(k claimKey) {
+// release ends one in-process attempt of k and wakes its waiters, handing
+// them the completed claim (nil when the attempt was abandoned or its
+// completion failed: they read the store again).
+func (e *Idempotency) release(k claimKey, completed *sandpit.Claim) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.held[k]--; e.held[k] <= 0 {
 		delete(e.held, k)
 	}
-	if ch, ok := e.done[k]; ok {
-		close(ch)
+	if end, ok := e.done[k]; ok {
+		end.claim = completed
+		close(end.ch)
 		delete(e.done, k)
 	}
 }
 
-// subscribe returns a channel closed when the current in-process attempt of k
-// ends, and whether such an attempt runs in this process at all. Without one
-// the channel is nil: nothing here would ever close it.
-func (e *Idempotency) subscribe(k claimKey) (<-chan struct{}, bool) {
+// subscribe returns the ending of the current in-process attempt of k, and
+// whether such an attempt runs in this process at all. Without one the ending
+// is nil: nothing here would ever signal it.
+func (e *Idempotency) subscribe(k claimKey) (*ending, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.held[k] == 0 {
 		return nil, false
 	}
-	ch, ok := e.done[k]
+	end, ok := e.done[k]
 	if !ok {
-		ch = make(chan struct{})
-		e.done[k] = ch
+		end = &ending{ch: make(chan struct{})}
+		e.done[k] = end
 	}
-	return ch, true
+	return end, true
 }
 
 // await waits for an in-flight claim to turn ready (ready), to disappear or go
 // stale (neither: claim again), or for the deadline. The subscription comes
 // before the read, so an attempt that ends between the two is seen by the
-// read, and one that ends after it closes the channel.
+// read, and one that ends after it signals the ending, with the completed
+// claim when it completed.
 func (e *Idempotency) await(ctx context.Context, k claimKey, deadline time.Time) (sandpit.Claim, bool, error) {
 	poll := pollMin
 	for {
-		ch, local := e.subscribe(k)
+		end, local := e.subscribe(k)
 		c, err := e.st.GetIdempotentRequest(ctx, k.scope, k.key)
 		switch {
 		case errors.Is(err, sandpit.ErrNotFound):
@@ -285,12 +301,20 @@ func (e *Idempotency) await(ctx context.Context, k claimKey, deadline time.Time)
 			wait = min(wait, poll)
 			poll = min(poll*2, pollMax)
 		}
+		var ended <-chan struct{}
+		if end != nil {
+			ended = end.ch
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return sandpit.Claim{}, false, ctx.Err()
-		case <-ch:
+		case <-ended:
+			if end.claim != nil {
+				t.Stop()
+				return *end.claim, true, nil
+			}
 		case <-t.C:
 		}
 		t.Stop()
