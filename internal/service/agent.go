@@ -36,6 +36,17 @@ type agentClients struct {
 	filesystem filesystemconnect.FilesystemClient
 }
 
+// newAgentClients builds the Connect clients of the agent at addr; every
+// message they read is bounded by AgentReadMaxBytes.
+func newAgentClients(hc *http.Client, addr string) agentClients {
+	base := "http://" + addr
+	opt := connect.WithReadMaxBytes(AgentReadMaxBytes)
+	return agentClients{
+		process:    processconnect.NewProcessClient(hc, base, opt),
+		filesystem: filesystemconnect.NewFilesystemClient(hc, base, opt),
+	}
+}
+
 // agentLink is the one HTTP client and the one reverse proxy through which
 // every surface reaches the agents.
 type agentLink struct {
@@ -91,12 +102,7 @@ func (s *Service) Agent(ctx context.Context, id string) (Agent, error) {
 	s.mu.Lock()
 	c, ok := s.agentClients[addr]
 	if !ok {
-		base := "http://" + addr
-		opt := connect.WithReadMaxBytes(AgentReadMaxBytes)
-		c = agentClients{
-			process:    processconnect.NewProcessClient(s.agents.http, base, opt),
-			filesystem: filesystemconnect.NewFilesystemClient(s.agents.http, base, opt),
-		}
+		c = newAgentClients(s.agents.http, addr)
 		s.agentClients[addr] = c
 	}
 	s.mu.Unlock()

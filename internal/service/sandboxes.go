@@ -211,7 +211,7 @@ var ErrCreateInProgress = errors.New("an earlier attempt at this create is still
 //   - none: made.
 //
 // adopted reports that the sandbox was not made by this call.
-func (s *Service) CreateOrAdopt(ctx context.Context, req CreateRequest) (sb sandpit.Sandbox, adopted bool, err error) {
+func (s *Service) CreateOrAdopt(ctx context.Context, req CreateRequest) (sandpit.Sandbox, bool, error) {
 	if req.ID == "" {
 		return sandpit.Sandbox{}, false, invalidf("an idempotent create needs its recorded id")
 	}
