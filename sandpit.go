@@ -20,6 +20,13 @@ var (
 	ErrPortPoolExhausted = errors.New("host port pool exhausted")
 	ErrTapPoolExhausted  = errors.New("tap pool exhausted")
 	ErrClaimLost         = errors.New("idempotency claim no longer held")
+	// ErrSandboxExists is returned when a sandbox id is taken. It is distinct
+	// from ErrNameConflict: a duplicate id is a caller bug or a retry of a
+	// create that already happened, not a user-visible name clash.
+	ErrSandboxExists = errors.New("sandbox id already exists")
+	// ErrInvalidPageToken is returned for a page token the listing did not
+	// issue.
+	ErrInvalidPageToken = errors.New("invalid page token")
 )
 
 // State is a sandbox's lifecycle state as the store records it.
@@ -300,4 +307,11 @@ type AuditEntry struct {
 	Resource  string // sandbox id, token name, owner, ...
 	Outcome   string // "ok" or the error code
 	Detail    string
+}
+
+// AuditQuery filters a listing of the audit log.
+type AuditQuery struct {
+	Owner    string // "" = all
+	AfterSeq int64  // entries with a larger seq only
+	Limit    int    // <= 0 means 100, at most 1000
 }

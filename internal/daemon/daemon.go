@@ -26,6 +26,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
+	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -247,6 +248,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	proxyPort := proxyLn.Addr().(*net.TCPAddr).Port
 
+	if p := os.Getenv(crashpoint.Env); p != "" && !crashpoint.Enabled {
+		log.Warn("ignoring "+crashpoint.Env+": this binary was built without crash points", "point", p)
+	}
+
 	rtr := newRouter(cfg, log)
 	svc := service.New(service.Config{
 		DefaultImage: cfg.DefaultImage,
@@ -258,7 +263,6 @@ func Run(ctx context.Context, cfg Config) error {
 		PortRange:    cfg.PortRange,
 		ExtraLabels:  cfg.ExtraLabels,
 		Instance:     instance,
-		CrashPoint:   os.Getenv(service.CrashPointEnv),
 		Logger:       log,
 	}, st, rt, rtr)
 
@@ -275,11 +279,15 @@ func Run(ctx context.Context, cfg Config) error {
 	surfaces(ctx, mux, cfg, svc, token)
 
 	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// Event streams last as long as their clients; ending the subscriptions
+	// when the server shuts down lets Shutdown finish.
+	apiSrv.RegisterOnShutdown(svc.CloseEvents)
 	proxySrv := &http.Server{Handler: rtr.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
 	go svc.RunSweeper(bg, cfg.SweepInterval)
+	go svc.WatchExits(bg)
 	go reapIdempotency(bg, st, log)
 	go svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour)
 
@@ -330,10 +338,10 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	// One authenticator for every surface: the admin token or a personal
 	// access token, resolved to the principal whose owner scopes the request.
 	auth := api.NewAuth(svc, token)
-	idem := v1.NewIdempotency(svc.Store(), v1.IdempotencyConfig{
+	idem := v1.NewIdempotency(svc.Idempotency(), v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
 	})
 	mux.Handle("/v1/", v1.New(svc, auth, idem.Wrap))
-	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Store(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger}))
+	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger}))
 	mux.Handle(daytona.DefaultPrefix+"/", daytona.New(ctx, svc, auth, daytona.Options{Logger: cfg.Logger}))
 }

@@ -82,4 +82,9 @@ type Driver interface {
 	Pause(ctx context.Context, containerID string) error
 	Unpause(ctx context.Context, containerID string) error
 	Stats(ctx context.Context, containerID string) (Stats, error)
+	// Exits streams the sandbox ids of containers carrying every given label
+	// as they stop running, for whatever reason, until ctx ends or the
+	// stream breaks; then the channel is closed and the caller subscribes
+	// again.
+	Exits(ctx context.Context, labels map[string]string) (<-chan string, error)
 }

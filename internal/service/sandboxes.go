@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/router"
 )
@@ -150,6 +151,10 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err := s.store.CreateSandboxWithinLimits(ctx, sb, limits); err != nil {
 		return sandpit.Sandbox{}, err
 	}
+	// While the row says creating, a resumed attempt of the same create
+	// (CreateOrAdopt) waits for this one instead of failing on the taken id.
+	finished := s.trackCreate(id)
+	defer finished()
 	// From here on every failure must undo what was made. The rollback runs
 	// without the caller's cancellation: a client hanging up mid-create must
 	// not leave a half-made sandbox behind.
@@ -183,7 +188,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		}
 		return fail(fmt.Errorf("%w: create container: %v", ErrRuntime, err))
 	}
-	s.Crash(CrashAfterContainerCreate)
+	crashpoint.Hit(crashpoint.AfterContainerCreate)
 	if err := s.startAndAwait(ctx, &sb); err != nil {
 		return fail(err)
 	}
@@ -191,7 +196,128 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		return fail(err)
 	}
 	sb.State = sandpit.StateRunning
+	s.publish(EventCreated, sb, sandpit.StateCreating)
 	return sb, nil
+}
+
+// ErrCreateInProgress: a resumed create found its sandbox still being created
+// by an attempt this process cannot wait for.
+var ErrCreateInProgress = errors.New("an earlier attempt at this create is still running")
+
+// CreateOrAdopt is the create of an idempotent attempt, and the one adopt
+// policy of every surface. req.ID is the id the attempt recorded in its
+// claim before any side effect; a sandbox already under it was made by an
+// earlier attempt of the same request (one that crashed, stalled, or answered
+// a client that never saw the answer):
+//
+//   - running, stopped or paused: adopted as it is. It is the sandbox this
+//     request made; what happened to it since is its owner's business, and
+//     making another would be the duplicate idempotency exists to prevent;
+//   - error (its container vanished): removed and made again under the id;
+//   - creating: the earlier attempt still runs in this process; wait for it
+//     and decide again;
+//   - none: made.
+//
+// adopted reports that the sandbox was not made by this call.
+func (s *Service) CreateOrAdopt(ctx context.Context, req CreateRequest) (sandpit.Sandbox, bool, error) {
+	if req.ID == "" {
+		return sandpit.Sandbox{}, false, invalidf("an idempotent create needs its recorded id")
+	}
+	const rounds = 4
+	for range rounds {
+		sb, err := s.store.GetSandbox(ctx, req.ID)
+		switch {
+		case errors.Is(err, sandpit.ErrNotFound):
+			sb, err = s.CreateSandbox(ctx, req)
+			if errors.Is(err, sandpit.ErrSandboxExists) {
+				continue // another attempt inserted it meanwhile: look again
+			}
+			return sb, false, err
+		case err != nil:
+			return sb, false, err
+		}
+		switch AdoptPolicy(sb.State) {
+		case Adopt:
+			return sb, true, nil
+		case AwaitCreate:
+			if err := s.awaitCreate(ctx, req.ID); err != nil {
+				return sb, false, err
+			}
+		case Replace:
+			s.log.Warn("removing the leftover of an interrupted create", "sandbox", req.ID, "state", sb.State)
+			if err := s.DeleteSandbox(ctx, req.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+				return sb, false, err
+			}
+		}
+	}
+	return sandpit.Sandbox{}, false, fmt.Errorf("sandbox %s: %w", req.ID, ErrCreateInProgress)
+}
+
+// AdoptAction is what a resumed create does with the sandbox it finds under
+// its recorded id.
+type AdoptAction int
+
+const (
+	// Adopt: answer with the sandbox as it is.
+	Adopt AdoptAction = iota + 1
+	// Replace: remove the broken leftover and make the sandbox again.
+	Replace
+	// AwaitCreate: the earlier attempt is still creating it; wait, then
+	// decide again.
+	AwaitCreate
+)
+
+// AdoptPolicy is the one adopt policy of idempotent creates; see
+// CreateOrAdopt.
+func AdoptPolicy(state sandpit.State) AdoptAction {
+	switch state {
+	case sandpit.StateRunning, sandpit.StateStopped, sandpit.StatePaused:
+		return Adopt
+	case sandpit.StateCreating:
+		return AwaitCreate
+	}
+	return Replace
+}
+
+// trackCreate marks id as being created by this process until the returned
+// function runs.
+func (s *Service) trackCreate(id string) func() {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.creating[id] = ch
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.creating[id] == ch {
+			delete(s.creating, id)
+		}
+		s.mu.Unlock()
+		close(ch)
+	}
+}
+
+// awaitCreate waits for this process's create of id to end. When none runs
+// here (it ended a moment ago, or it runs in another process) it returns at
+// once, or ErrCreateInProgress after a short pause if the create still seems
+// to be running elsewhere, so the caller looks again without spinning.
+func (s *Service) awaitCreate(ctx context.Context, id string) error {
+	s.mu.Lock()
+	ch, ok := s.creating[id]
+	s.mu.Unlock()
+	if !ok {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+			return nil
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ch:
+		return nil
+	}
 }
 
 // startAndAwait starts the container, learns its address, waits for the agent
@@ -284,18 +410,28 @@ func (s *Service) DeleteSandbox(ctx context.Context, id string) (err error) {
 			s.audit(ctx, "sandbox.delete", id, err)
 		}
 	}()
+	return s.deleteSandbox(ctx, id, EventDeleted)
+}
+
+// deleteSandbox deletes and announces the deletion as typ.
+func (s *Service) deleteSandbox(ctx context.Context, id string, typ EventType) error {
 	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return err
 	}
+	defer s.expectExit(id)()
 	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
 		return fmt.Errorf("%w: remove container: %v", ErrRuntime, err)
 	}
 	s.forgetIP(id)
 	s.removeRoutes(ctx, id)
-	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+	if err := s.store.DeleteSandbox(ctx, id); err != nil {
+		if errors.Is(err, sandpit.ErrNotFound) {
+			return nil // someone else's delete won, and announced it
+		}
 		return err
 	}
+	s.publish(typ, sb, sb.State)
 	return nil
 }
 
@@ -315,6 +451,7 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, 
 			return sb, fmt.Errorf("%w: unpause: %v", ErrRuntime, err)
 		}
 	}
+	defer s.expectExit(id)()
 	if err := s.rt.Stop(ctx, sb.ContainerID, 5*time.Second); err != nil {
 		return sb, fmt.Errorf("%w: stop container: %v", ErrRuntime, err)
 	}
@@ -322,7 +459,7 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, 
 	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
 		return sb, err
 	}
-	return s.sandbox(ctx, id)
+	return s.changed(ctx, EventStopped, id, sb.State)
 }
 
 // StartSandbox starts a stopped sandbox (or resumes a paused one) and waits
@@ -346,7 +483,17 @@ func (s *Service) StartSandbox(ctx context.Context, id string) (sandpit.Sandbox,
 	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
 		return sb, err
 	}
-	return s.sandbox(ctx, id)
+	return s.changed(ctx, EventStarted, id, sb.State)
+}
+
+// changed reads a sandbox after a state change and announces the change.
+func (s *Service) changed(ctx context.Context, typ EventType, id string, old sandpit.State) (sandpit.Sandbox, error) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	s.publish(typ, sb, old)
+	return sb, nil
 }
 
 // PauseSandbox freezes a running sandbox's processes.
@@ -365,6 +512,7 @@ func (s *Service) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox,
 		return sb, err
 	}
 	sb.State = sandpit.StatePaused
+	s.publish(EventPaused, sb, sandpit.StateRunning)
 	return sb, nil
 }
 
@@ -384,6 +532,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, id string) (sandpit.Sandbox
 		return sb, err
 	}
 	sb.State = sandpit.StateRunning
+	s.publish(EventResumed, sb, sandpit.StatePaused)
 	// Ports and domains added while the sandbox was paused were only
 	// recorded (ExposePort installs routes for running sandboxes), so their
 	// routes are installed now; the others are reinstalled, which is a no-op.
@@ -448,7 +597,7 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 		if sb.State == sandpit.StateCreating {
 			continue
 		}
-		if err := s.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+		if err := s.deleteSandbox(ctx, sb.ID, EventExpired); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Error("sweep: delete expired sandbox", "sandbox", sb.ID, "err", err)
 			continue
 		}
@@ -472,6 +621,68 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
+}
+
+// expectExit marks id's container as being stopped or removed by the service
+// until the returned function runs, so the exit watcher does not mistake it
+// for a death.
+func (s *Service) expectExit(id string) func() {
+	s.mu.Lock()
+	s.stopping[id]++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.stopping[id]--; s.stopping[id] <= 0 {
+			delete(s.stopping, id)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// WatchExits follows the engine's container exits until ctx ends, and marks
+// a running sandbox whose container stopped on its own as stopped, announcing
+// it as died. A broken event stream is followed again after a pause.
+func (s *Service) WatchExits(ctx context.Context) {
+	for ctx.Err() == nil {
+		exits, err := s.rt.Exits(ctx, s.ownLabels())
+		if err != nil {
+			s.log.Warn("watch container exits", "err", err)
+		} else {
+			for id := range exits {
+				s.containerExited(ctx, id)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Service) containerExited(ctx context.Context, id string) {
+	s.mu.Lock()
+	expected := s.stopping[id] > 0
+	s.mu.Unlock()
+	if expected {
+		return
+	}
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil || sb.State != sandpit.StateRunning {
+		// Gone, or stopped, paused or being created by the service: the
+		// exit is the service's own doing.
+		return
+	}
+	if c, err := s.rt.Inspect(ctx, sb.ContainerID); err == nil && c.State == "running" {
+		return // restarted since
+	}
+	s.forgetIP(id)
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
+		s.log.Error("mark died sandbox stopped", "sandbox", id, "err", err)
+		return
+	}
+	s.log.Warn("sandbox container exited on its own", "sandbox", id)
+	sb.State = sandpit.StateStopped
+	s.publish(EventDied, sb, sandpit.StateRunning)
 }
 
 // Reconcile makes the store and the engine agree after a restart: a managed
@@ -522,6 +733,9 @@ func (s *Service) Reconcile(ctx context.Context) error {
 				if err := s.store.UpdateSandboxState(ctx, sb.ID, sandpit.StateError, s.now()); err != nil {
 					return err
 				}
+				old := sb.State
+				sb.State = sandpit.StateError
+				s.publish(EventDied, sb, old)
 			}
 		case sb.State == sandpit.StateStopped && c.State == "running":
 			if err := s.rt.Stop(ctx, c.ID, 5*time.Second); err != nil {

@@ -15,14 +15,11 @@ import (
 	"github.com/sandpit-dev/sandpit"
 )
 
+// The store's sandbox errors are the domain's; these names keep the store's
+// callers and tests readable.
 var (
-	// ErrSandboxExists is returned by CreateSandbox when the id is taken. It is
-	// distinct from ErrNameConflict: a duplicate id is a caller bug or a retry
-	// of a create that already happened, not a user-visible name clash.
-	ErrSandboxExists = errors.New("sandbox id already exists")
-	// ErrInvalidPageToken is returned by ListSandboxes for a page token it did
-	// not issue.
-	ErrInvalidPageToken = errors.New("invalid page token")
+	ErrSandboxExists    = sandpit.ErrSandboxExists
+	ErrInvalidPageToken = sandpit.ErrInvalidPageToken
 )
 
 const (

@@ -25,15 +25,24 @@ import (
 	"github.com/sandpit-dev/sandpit/client"
 )
 
-// Build compiles cmd/sandpit into dir and returns the binary's path. Call it
-// once from TestMain.
-func Build(dir string) (string, error) {
+// CrashPointsTag is the build tag that compiles the test crash points in
+// (internal/crashpoint); the harness builds with it so crash tests can use
+// them, and a release build never has them.
+const CrashPointsTag = "sandpit_crashpoints"
+
+// Build compiles cmd/sandpit into dir, with the given build tags, and returns
+// the binary's path. Call it once from TestMain.
+func Build(dir string, tags ...string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "sandpit")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sandpit")
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, "./cmd/sandpit")...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -324,7 +333,7 @@ func RunWithBinary(m *testing.M, bin *string) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if *bin, err = Build(dir); err != nil {
+	if *bin, err = Build(dir, CrashPointsTag); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

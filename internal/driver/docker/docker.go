@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
@@ -353,6 +354,41 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]driver.C
 		}
 		return out[i].ID < out[j].ID
 	})
+	return out, nil
+}
+
+// Exits follows the engine's "die" events of the labelled containers.
+func (d *Docker) Exits(ctx context.Context, labels map[string]string) (<-chan string, error) {
+	args := filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)), filters.Arg("event", string(events.ActionDie)))
+	for k, v := range labels {
+		args.Add("label", k+"="+v)
+	}
+	msgs, errs := d.cli.Events(ctx, events.ListOptions{Filters: args})
+	out := make(chan string, 16)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case err := <-errs:
+				if ctx.Err() == nil {
+					d.log.Warn("docker events stream ended", "err", err)
+				}
+				return
+			case m := <-msgs:
+				id := m.Actor.Attributes[driver.LabelSandboxID]
+				if id == "" {
+					continue
+				}
+				select {
+				case out <- id:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
 	return out, nil
 }
 
