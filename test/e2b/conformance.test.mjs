@@ -57,6 +57,9 @@ describe('the base image and its user', { timeout: T }, () => {
     assert.equal(root.stdout, 'root\n/root\n/root\n')
     const groups = await sbx.commands.run('id -Gn')
     assert.match(groups.stdout, /\bsudo\b/)
+    const env = await sbx.commands.run('env')
+    assert.match(env.stdout, /^USER=user$/m)
+    assert.doesNotMatch(env.stdout, /SANDPIT_AGENT/)
   })
 
   test('python3, node, git, sudo and tput are there', async () => {
