@@ -70,6 +70,8 @@ type ListOptions struct {
 	States    []State           // empty = any
 	Limit     int               // <= 0 means 100
 	PageToken string
+	// Descending lists newest first: by (created_at, id) from the top.
+	Descending bool
 }
 
 // ExposedPort is one row of exposed_ports.

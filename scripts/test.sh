@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: test image, vet, static build, Go tests (race
+# The whole test suite: test and base images, vet, static build, Go tests (race
 # detector, real Docker), then the SDK compatibility tests under test/ when
 # they exist. Needs a running Docker engine (scripts/ensure-docker.sh).
 set -euo pipefail
@@ -13,6 +13,11 @@ scripts/check-repo.sh
 
 step "test image"
 scripts/build-test-image.sh
+
+# The realistic image the E2B conformance tests run on; cached by a hash of
+# its recipe under /var/cache/sandpit, so only the first run builds it.
+step "base image"
+scripts/build-base-image.sh
 
 step "go vet ./..."
 go vet ./...

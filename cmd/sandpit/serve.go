@@ -64,9 +64,6 @@ func serveCmd() *cobra.Command {
 				}
 				cfg.ExtraLabels[k] = v
 			}
-			if _, ok := cfg.Templates["base"]; !ok {
-				cfg.Templates["base"] = cfg.DefaultImage
-			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
@@ -86,7 +83,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Token, "token", os.Getenv("SANDPIT_TOKEN"), "admin API token (env SANDPIT_TOKEN); prefer --token-file, since a flag shows in process listings; default: generated once into <data-dir>/token")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the admin API token")
 	f.DurationVar(&cfg.AuditRetention, "audit-retention", 90*24*time.Hour, "how long audit log entries are kept")
-	f.StringVar(&cfg.DefaultImage, "default-image", envOr("SANDPIT_DEFAULT_IMAGE", "sandpit/base:test"), "image used when a create names none")
+	f.StringVar(&cfg.DefaultImage, "default-image", os.Getenv("SANDPIT_DEFAULT_IMAGE"), "image used when a create names none (env SANDPIT_DEFAULT_IMAGE); default: "+daemon.BaseImage+" when scripts/build-base-image.sh has built it, else "+daemon.TestImage)
 	f.StringArrayVar(&templates, "template", nil, "template NAME=IMAGE for the facades (repeatable); 'base' is the default image")
 	f.StringVar(&cfg.Domain, "domain", envOr("SANDPIT_DOMAIN", "localhost"), "domain of preview URLs <id>-<port>.<domain>")
 	f.StringVar(&cfg.PublicHost, "public-host", envOr("SANDPIT_PUBLIC_HOST", "127.0.0.1"), "host named in tcp:// URLs")

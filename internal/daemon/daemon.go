@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -66,9 +67,6 @@ func (c *Config) Defaults() {
 	}
 	if c.ProxyListen == "" {
 		c.ProxyListen = "127.0.0.1:7480"
-	}
-	if c.DefaultImage == "" {
-		c.DefaultImage = "sandpit/base:test"
 	}
 	if c.Domain == "" {
 		c.Domain = "localhost"
@@ -182,6 +180,26 @@ func loadOrCreate(path, prefix string) (value string, created bool, err error) {
 	return value, true, f.Sync()
 }
 
+// Images the daemon defaults to: the realistic one scripts/build-base-image.sh
+// builds, else the small test image scripts/build-test-image.sh builds.
+const (
+	BaseImage = "sandpit/base:latest"
+	TestImage = "sandpit/base:test"
+)
+
+// pickDefaultImage returns BaseImage when the engine has it, else TestImage.
+func pickDefaultImage(ctx context.Context, rt *docker.Docker, log *slog.Logger) string {
+	ok, err := rt.HasImage(ctx, BaseImage)
+	if err != nil {
+		log.Warn("look up the base image", "image", BaseImage, "err", err)
+	}
+	if ok {
+		return BaseImage
+	}
+	log.Info("base image not built, defaulting to the test image (scripts/build-base-image.sh builds it)", "image", TestImage)
+	return TestImage
+}
+
 // Run serves until ctx ends, then shuts down: in-flight requests finish and
 // the store is closed.
 func Run(ctx context.Context, cfg Config) error {
@@ -236,6 +254,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("docker: %w", err)
 	}
+	if cfg.DefaultImage == "" {
+		cfg.DefaultImage = pickDefaultImage(ctx, rt, log)
+	}
+	if cfg.Templates["base"] == "" {
+		cfg.Templates = maps.Clone(cfg.Templates)
+		if cfg.Templates == nil {
+			cfg.Templates = map[string]string{}
+		}
+		cfg.Templates["base"] = cfg.DefaultImage
+	}
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -276,7 +304,8 @@ func Run(ctx context.Context, cfg Config) error {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	surfaces(ctx, mux, cfg, svc, token)
+	metrics := service.NewMetricsHistory(svc, 0, 0)
+	surfaces(ctx, mux, cfg, svc, token, metrics)
 
 	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	// Event streams last as long as their clients; ending the subscriptions
@@ -288,6 +317,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopBG()
 	go svc.RunSweeper(bg, cfg.SweepInterval)
 	go svc.WatchExits(bg)
+	go metrics.Run(bg)
 	go reapIdempotency(bg, st, log)
 	go svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour)
 
@@ -334,7 +364,7 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 }
 
 // surfaces mounts the native API and the facades.
-func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string) {
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string, metrics *service.MetricsHistory) {
 	// One authenticator for every surface: the admin token or a personal
 	// access token, resolved to the principal whose owner scopes the request.
 	auth := api.NewAuth(svc, token)
@@ -342,6 +372,10 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
 	})
 	mux.Handle("/v1/", v1.New(svc, auth, idem.Wrap))
-	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger}))
+	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger, Metrics: metrics})
+	mux.Handle(e2b.Prefix+"/", e2bAPI)
+	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
+	// origin, i.e. here.
+	mux.HandleFunc("/files", e2bAPI.SignedFiles)
 	mux.Handle(daytona.DefaultPrefix+"/", daytona.New(ctx, svc, auth, daytona.Options{Logger: cfg.Logger}))
 }

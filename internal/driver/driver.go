@@ -43,6 +43,9 @@ type Spec struct {
 	// read-only and run as PID 1 with `agent` as its argument.
 	AgentBinary string
 	AgentToken  string
+	// AgentUser is the account the agent acts as when a request names none;
+	// empty (or a name the image lacks) means root.
+	AgentUser string
 }
 
 // Container is the engine's view of one sandbox.

@@ -29,6 +29,9 @@ type CreateRequest struct {
 	MemoryMB int64
 	// Timeout sets the sandbox's end time; zero means no deadline.
 	Timeout time.Duration
+	// User is the account processes and file operations act as when a
+	// request names none; empty, or a name the image lacks, means root.
+	User string
 }
 
 var (
@@ -181,6 +184,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		PidsLimit:   s.cfg.PidsLimit,
 		AgentBinary: s.cfg.AgentBinary,
 		AgentToken:  sb.AccessToken,
+		AgentUser:   req.User,
 	}
 	if _, err := s.rt.Create(ctx, spec); err != nil {
 		if errors.Is(err, driver.ErrImageNotFound) {
@@ -420,6 +424,7 @@ func (s *Service) deleteSandbox(ctx context.Context, id string, typ EventType) e
 		return err
 	}
 	defer s.expectExit(id)()
+	defer s.leave(id)()
 	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
 		return fmt.Errorf("%w: remove container: %v", ErrRuntime, err)
 	}
@@ -452,6 +457,7 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, 
 		}
 	}
 	defer s.expectExit(id)()
+	defer s.leave(id)()
 	if err := s.rt.Stop(ctx, sb.ContainerID, 5*time.Second); err != nil {
 		return sb, fmt.Errorf("%w: stop container: %v", ErrRuntime, err)
 	}

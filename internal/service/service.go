@@ -83,6 +83,11 @@ type Service struct {
 	// stopping counts, per sandbox, the service's own stops and removals in
 	// progress (see expectExit).
 	stopping map[string]int
+	// leaving holds the sandboxes whose container is being stopped or
+	// removed. Their agent is going away, so requests for them are refused
+	// at once instead of being sent to an address that stops answering
+	// (which costs the caller seconds of connect timeout).
+	leaving map[string]bool
 
 	idem   *Idempotency
 	events *events
@@ -123,6 +128,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		ips:          map[string]string{},
 		creating:     map[string]chan struct{}{},
 		stopping:     map[string]int{},
+		leaving:      map[string]bool{},
 		idem:         NewIdempotency(st, cfg.Now, cfg.Logger),
 		events:       newEvents(),
 	}
@@ -183,7 +189,11 @@ func (s *Service) AgentAddr(ctx context.Context, id string) (string, error) {
 func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 	s.mu.Lock()
 	ip, ok := s.ips[id]
+	leaving := s.leaving[id]
 	s.mu.Unlock()
+	if leaving {
+		return "", fmt.Errorf("%w: sandbox %s is going away", ErrNotRunning, id)
+	}
 	if ok {
 		return ip, nil
 	}
@@ -202,6 +212,10 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 		return "", fmt.Errorf("%w: sandbox %s has no address", ErrNotRunning, id)
 	}
 	s.mu.Lock()
+	if s.leaving[id] {
+		s.mu.Unlock()
+		return "", fmt.Errorf("%w: sandbox %s is going away", ErrNotRunning, id)
+	}
 	s.ips[id] = c.IP
 	s.mu.Unlock()
 	return c.IP, nil
@@ -214,6 +228,20 @@ func (s *Service) forgetIP(id string) {
 	}
 	delete(s.ips, id)
 	s.mu.Unlock()
+}
+
+// leave marks a sandbox's agent as going away (see Service.leaving) until
+// the returned function is called.
+func (s *Service) leave(id string) (done func()) {
+	s.mu.Lock()
+	s.leaving[id] = true
+	delete(s.ips, id)
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.leaving, id)
+		s.mu.Unlock()
+	}
 }
 
 // waitHealthy polls the agent's /health until it answers or the budget ends.

@@ -146,7 +146,11 @@ func (s *Store) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]
 		if err != nil {
 			return nil, "", fmt.Errorf("list sandboxes: %w", err)
 		}
-		where = append(where, `(created_at, id) > (?, ?)`)
+		if opts.Descending {
+			where = append(where, `(created_at, id) < (?, ?)`)
+		} else {
+			where = append(where, `(created_at, id) > (?, ?)`)
+		}
 		args = append(args, created, id)
 	}
 	if opts.Owner != "" {
@@ -179,7 +183,11 @@ func (s *Store) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
 	// One extra row tells us whether another page exists.
-	q += ` ORDER BY created_at, id LIMIT ?`
+	if opts.Descending {
+		q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	} else {
+		q += ` ORDER BY created_at, id LIMIT ?`
+	}
 	args = append(args, limit+1)
 
 	rows, err := s.db.QueryContext(ctx, q, args...)

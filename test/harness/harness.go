@@ -183,7 +183,10 @@ func (d *Daemon) Restart(env []string) {
 	}
 	args := append([]string{"serve", "--data-dir", d.DataDir, "--listen", d.Addr, "--proxy-listen", d.ProxyAddr,
 		"--token-file", tokenFile, "--container-label", "sandpit.run=" + d.Label, "--port-range", d.PortRange,
-		"--log-level", "debug"}, d.opts.Args...)
+		"--log-level", "debug",
+		// The small busybox image: fast to start, and what these tests'
+		// commands (httpd, nc) are written for. Options.Args may override.
+		"--default-image", "sandpit/base:test"}, d.opts.Args...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = append(append(os.Environ(), d.opts.Env...), env...)
 	stderr, _ := cmd.StderrPipe()

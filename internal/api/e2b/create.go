@@ -77,6 +77,9 @@ func (b CreateBody) request(id string) service.CreateRequest {
 		Env:      b.EnvVars,
 		Labels:   b.Metadata,
 		Timeout:  time.Duration(b.timeoutSeconds()) * time.Second,
+		// E2B sandboxes act as "user" unless a call names another, like
+		// E2B's base template; an image without that account acts as root.
+		User: defaultUser,
 	}
 }
 

@@ -69,6 +69,9 @@ type Config struct {
 	WaitBudget time.Duration
 	Logger     *slog.Logger
 	Now        func() time.Time
+	// Metrics is the daemon's sample history, which getMetrics windows
+	// select from; nil answers only the current sample.
+	Metrics *service.MetricsHistory
 }
 
 // DomainFor returns the domain to report for a proxy listening on proxyPort:
