@@ -61,7 +61,7 @@ type Config struct {
 	HealthTimeout time.Duration     // default 30s
 	PidsLimit     int64             // default 1024
 	Domain        string            // default "localhost"
-	ProxyPort     int               // port of the builtin proxy, for URLs; 80 omits it
+	ProxyPort     int               // port of the proxy, for URLs; 80 (443 with TLS) omits it
 	PublicHost    string            // host in tcp:// URLs; default 127.0.0.1
 	PortRange     sandpit.PortRange // TCP host-port pool
 	ExtraLabels   map[string]string // added to every container (tests tag runs)
@@ -69,6 +69,9 @@ type Config struct {
 	// reconcile touches only those, so daemons can share an engine.
 	Instance   string
 	CrashPoint string // see CrashPointEnv
+	// PreviewTLS makes preview and custom-domain URLs https:// (the Caddy
+	// router serving them with on-demand certificates).
+	PreviewTLS bool
 	Logger     *slog.Logger
 	Now        func() time.Time
 }
@@ -90,6 +93,10 @@ type Service struct {
 	// dropped whenever the container is started, stopped or removed.
 	mu  sync.Mutex
 	ips map[string]string
+
+	// exposing coordinates the calls exposing one route key; see
+	// ExposePort.
+	exposing keyedExposures
 }
 
 // New builds a Service.
