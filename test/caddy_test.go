@@ -187,8 +187,247 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-var _ = strconv.Itoa
-var _ sync.Mutex
-var _ atomic.Int64
-var _ = httputil.NewSingleHostReverseProxy
-var _ url.URL
+// TestCaddyDown stops Caddy under a running daemon: every new exposure and
+// custom domain answers 502 and leaves nothing behind (no row, no host port:
+// the pool holds one port, which the exposure after Caddy's return gets).
+func TestCaddyDown(t *testing.T) {
+	t.Parallel()
+	d, cd := startRouted(t, routerCases[2], harness.Options{PortRange: harness.FreeRange(t, 1)})
+	c := d.Client()
+	ctx := ctxFor(t, 3*time.Minute)
+	id := newSandbox(t, ctx, c)
+	startHTTPD(t, ctx, c, id, 8080, "after the outage")
+	startEcho(t, ctx, c, id, 9000)
+	lo, _ := poolBounds(t, d.PortRange)
+
+	cd.Stop()
+	for _, tc := range []struct {
+		port     int
+		protocol string
+	}{{8080, "http"}, {9000, "tcp"}} {
+		r, err := expose(ctx, d, id, tc.port, tc.protocol)
+		if err != nil || r.status != http.StatusBadGateway {
+			t.Fatalf("%s expose with Caddy down: %+v %v, want 502", tc.protocol, r, err)
+		}
+	}
+	if status, _, code, err := addDomain(ctx, d, id, "down.example.test", 8080); err != nil || status != http.StatusBadGateway {
+		t.Fatalf("domain with Caddy down: %d %s %v, want 502", status, code, err)
+	}
+	if ps, err := c.ListPorts(ctx, id); err != nil || len(ps) != 0 {
+		t.Fatalf("ports after failed exposures: %+v %v, want none", ps, err)
+	}
+	if ds, err := c.ListDomains(ctx, id); err != nil || len(ds) != 0 {
+		t.Fatalf("domains after a failed add: %+v %v, want none", ds, err)
+	}
+	if conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(lo), time.Second); err == nil {
+		conn.Close()
+		t.Fatalf("the pool's host port %d accepts connections after a failed exposure", lo)
+	}
+
+	cd.Start() // empty, as a restarted Caddy is
+	echo := mustExpose(t, ctx, d, id, 9000, "tcp", http.StatusCreated)
+	if echo.HostPort != lo {
+		t.Fatalf("exposure after the outage got host port %d, want the pool's only port %d", echo.HostPort, lo)
+	}
+	eventually(t, 10*time.Second, "tcp echo after the outage", func() error { return echoes(tcpAddr(t, echo.PublicURL), "back") })
+	web := mustExpose(t, ctx, d, id, 8080, "http", http.StatusCreated)
+	eventually(t, 10*time.Second, "preview after the outage", func() error { return servesPage(ctx, d, web.PublicURL, "after the outage") })
+}
+
+// faultyAdmin stands between the daemon and Caddy's admin API and fails the
+// first config write that names match, after holding it until release is
+// closed: Caddy refusing one request and accepting the next is a fault the
+// real Caddy cannot be made to produce on cue.
+type faultyAdmin struct {
+	match   atomic.Pointer[string]
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func newFaultyAdmin(t *testing.T, target string) (*faultyAdmin, string) {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &faultyAdmin{held: make(chan struct{}), release: make(chan struct{})}
+	// Caddy checks the Host of admin requests, so the proxy sends Caddy's.
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := f.match.Load()
+		if m != nil && r.Method != http.MethodGet {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(strings.NewReader(string(body)))
+			if strings.Contains(string(body), *m) || strings.Contains(r.URL.Path, *m) {
+				fail := false
+				f.once.Do(func() { fail = true })
+				if fail {
+					close(f.held)
+					<-f.release
+					http.Error(w, `{"error":"injected fault"}`, http.StatusInternalServerError)
+					return
+				}
+			}
+		}
+		rp.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return f, "http://" + ln.Addr().String()
+}
+
+// TestCaddyRetryKeepsRowOnRollback is the rollback rule across the process
+// boundary: the first exposure inserts the row and its install is held, then
+// refused by Caddy; a concurrent retry installs the route successfully. The
+// first caller answers 502, but its rollback must not delete the row the
+// retry answered success for: the exposure survives and serves.
+func TestCaddyRetryKeepsRowOnRollback(t *testing.T) {
+	t.Parallel()
+	cd := harness.StartCaddy(t, harness.CaddyDebian)
+	fault, adminURL := newFaultyAdmin(t, cd.AdminURL())
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--router", "caddy", "--caddy-admin", adminURL}})
+	c := d.Client()
+	ctx := ctxFor(t, 3*time.Minute)
+	id := newSandbox(t, ctx, c)
+	startHTTPD(t, ctx, c, id, 8080, "kept")
+	objID := "sandpit_http_" + id + "_8080"
+	fault.match.Store(&objID)
+
+	first := make(chan exposeResp, 1)
+	go func() {
+		r, err := expose(ctx, d, id, 8080, "http")
+		if err != nil {
+			t.Error(err)
+		}
+		first <- r
+	}()
+	select {
+	case <-fault.held:
+	case <-ctx.Done():
+		t.Fatal("the first exposure's install never reached Caddy")
+	}
+	retry := make(chan exposeResp, 1)
+	go func() {
+		r, err := expose(ctx, d, id, 8080, "http")
+		if err != nil {
+			t.Error(err)
+		}
+		retry <- r
+	}()
+	// Let the retry reach the daemon (it finds the row and waits for the
+	// router) before Caddy refuses the first install. Should it arrive
+	// later, after the rollback, it makes the exposure anew: either way the
+	// retry's answer must be true afterwards.
+	time.Sleep(300 * time.Millisecond)
+	close(fault.release)
+	a, b := <-first, <-retry
+	if a.status != http.StatusBadGateway {
+		t.Fatalf("first exposure: %+v, want 502 from the refused install", a)
+	}
+	if b.status != http.StatusOK && b.status != http.StatusCreated {
+		t.Fatalf("retry: %+v, want success", b)
+	}
+	t.Logf("retry answered %d (reused %v)", b.status, b.port.Reused)
+	ps, err := c.ListPorts(ctx, id)
+	if err != nil || len(ps) != 1 || ps[0].Port != 8080 {
+		t.Fatalf("ports after the rollback: %+v %v, want the retry's exposure", ps, err)
+	}
+	if n := caddyObjects(t, cd, objID); n != 1 {
+		t.Fatalf("%d routes %s in Caddy, want 1", n, objID)
+	}
+	eventually(t, 10*time.Second, "the retry's exposure serves", func() error { return servesPage(ctx, d, b.port.PublicURL, "kept") })
+}
+
+// TestCaddyReconcile restarts Caddy with an empty config: every route (the
+// preview, the custom domain, the layer4 TCP forward) is back within 5 s and
+// a server added by hand meanwhile is left alone. Then the daemon restarts
+// with a stale route of its own in Caddy and a route added by hand in its
+// server: the stale one goes, the hand-made one stays.
+func TestCaddyReconcile(t *testing.T) {
+	t.Parallel()
+	d, cd := startRouted(t, routerCases[2], harness.Options{})
+	c := d.Client()
+	ctx := ctxFor(t, 3*time.Minute)
+	id := newSandbox(t, ctx, c)
+	startHTTPD(t, ctx, c, id, 8080, "reconciled")
+	startEcho(t, ctx, c, id, 9000)
+	web := mustExpose(t, ctx, d, id, 8080, "http", http.StatusCreated)
+	echo := mustExpose(t, ctx, d, id, 9000, "tcp", http.StatusCreated)
+	status, dom, code, err := addDomain(ctx, d, id, "reconciled.example.test", 8080)
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("add domain: %d %s %v", status, code, err)
+	}
+	serving := func(budget time.Duration, when string) {
+		t.Helper()
+		eventually(t, budget, when+": preview", func() error { return servesPage(ctx, d, web.PublicURL, "reconciled") })
+		eventually(t, budget, when+": domain", func() error { return servesPage(ctx, d, dom.URL, "reconciled") })
+		eventually(t, budget, when+": tcp", func() error { return echoes(tcpAddr(t, echo.PublicURL), "again") })
+	}
+	serving(10*time.Second, "before")
+
+	handAddr := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
+	handServer := map[string]any{
+		"listen":          []any{handAddr},
+		"automatic_https": map[string]any{"disable": true},
+		"routes":          []any{map[string]any{"handle": []any{map[string]any{"handler": "static_response", "body": "by hand"}}}},
+	}
+	cd.Stop()
+	cd.Start()
+	restarted := time.Now()
+	// An operator's server, added while sandpit has not reconciled yet.
+	if _, err := cd.Admin(http.MethodPost, "/config/apps/http/servers/hand", handServer, nil); err != nil {
+		if _, err := cd.Admin(http.MethodPost, "/config/apps", map[string]any{"http": map[string]any{"servers": map[string]any{"hand": handServer}}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	serving(5*time.Second, "after Caddy restarted empty")
+	t.Logf("routes back %s after Caddy restarted empty", time.Since(restarted).Round(time.Millisecond))
+	handPage := func() error {
+		status, body, err := proxyGet(ctx, &harness.Daemon{ProxyAddr: handAddr}, "http://anything.test/")
+		if err != nil || status != http.StatusOK || body != "by hand" {
+			return fmt.Errorf("hand-made server: %d %q %v", status, body, err)
+		}
+		return nil
+	}
+	eventually(t, 5*time.Second, "the hand-made server", handPage)
+
+	// A route by hand inside sandpit's server, and a stale route of
+	// sandpit's own that no row backs.
+	handRoute := map[string]any{
+		"@id":      "hand-made",
+		"match":    []any{map[string]any{"host": []any{"hand.example.test"}}},
+		"handle":   []any{map[string]any{"handler": "static_response", "body": "by hand"}},
+		"terminal": true,
+	}
+	ghost := map[string]any{
+		"@id":      "sandpit_http_sbghost_1234",
+		"match":    []any{map[string]any{"host": []any{"sbghost-1234.localhost"}}},
+		"handle":   []any{map[string]any{"handler": "static_response", "body": "ghost"}},
+		"terminal": true,
+	}
+	for _, r := range []any{handRoute, ghost} {
+		if _, err := cd.Admin(http.MethodPut, "/config/apps/http/servers/sandpit/routes/0", r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Stop()
+	d.Restart(nil)
+	serving(10*time.Second, "after the daemon restarted")
+	if n := caddyObjects(t, cd, "sandpit_http_sbghost_1234"); n != 0 {
+		t.Fatal("the stale route of sandpit's own survived the start reconcile")
+	}
+	if n := caddyObjects(t, cd, "hand-made"); n != 1 {
+		t.Fatal("the start reconcile removed a route added by hand")
+	}
+	if err := servesPage(ctx, d, "http://hand.example.test", "by hand"); err != nil {
+		t.Fatal(err)
+	}
+	if err := handPage(); err != nil {
+		t.Fatal(err)
+	}
+}
