@@ -92,7 +92,7 @@ func StartCaddy(t testing.TB, flavor CaddyFlavor) *Caddy {
 	t.Helper()
 	c := &Caddy{t: t, bin: CaddyBinary(t, flavor), Dir: t.TempDir(), AdminAddr: "127.0.0.1:" + strconv.Itoa(FreePort(t)), logs: &bytes.Buffer{}}
 	cfg := map[string]any{
-		"admin": map[string]any{"listen": c.AdminAddr, "config": map[string]any{"persist": false}},
+		"admin":   map[string]any{"listen": c.AdminAddr, "config": map[string]any{"persist": false}},
 		"storage": map[string]any{"module": "file_system", "root": filepath.Join(c.Dir, "storage")},
 		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "WARN"}}},
 	}
