@@ -123,6 +123,12 @@ func TestCaddyPreviewTLS(t *testing.T) {
 			id := newSandbox(t, ctx, c)
 			startHTTPD(t, ctx, c, id, 8080, "over tls")
 			hc, conf := tlsClient(t, cd, d.ProxyAddr)
+			// Caddy 2.6 knows only on_demand.ask; newer Caddy the
+			// permission module, which sandpit prefers.
+			wantForm := map[harness.CaddyFlavor]string{harness.CaddyDebian: "form=ask", harness.CaddyL4: "form=permission"}[rc.caddy]
+			if !strings.Contains(d.Logs(), wantForm) {
+				t.Fatalf("daemon log does not show on-demand TLS configured with %s", wantForm)
+			}
 
 			web := mustExpose(t, ctx, d, id, 8080, "http", http.StatusCreated)
 			if want := "https://" + id + "-8080." + domain + ":" + proxyPort(t, d); web.PublicURL != want {

@@ -112,7 +112,13 @@ func New(opts Options) (*Caddy, error) {
 	return &Caddy{
 		opts: opts,
 		log:  opts.Logger,
-		api:  &admin{base: strings.TrimSuffix(opts.Admin, "/"), hc: &http.Client{Timeout: 15 * time.Second}},
+		// No kept-alive connections: Caddy restarts its admin endpoint on
+		// every config change, closing them, and a write sent on a closed
+		// one would fail although Caddy is fine.
+		api: &admin{base: strings.TrimSuffix(opts.Admin, "/"), hc: &http.Client{
+			Timeout:   15 * time.Second,
+			Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
+		}},
 	}, nil
 }
 
@@ -258,9 +264,13 @@ func (c *Caddy) server() map[string]any {
 		// TLS, certificates come on demand, guarded by the ask endpoint.
 		"automatic_https": map[string]any{"disable": true},
 		"routes":          []any{c.fallback()},
+		// Plain HTTP/1.1 without TLS; HTTP/3 would add a UDP listener
+		// nobody asked for.
+		"protocols": []any{"h1"},
 	}
 	if c.opts.TLS {
 		s["tls_connection_policies"] = []any{map[string]any{}}
+		s["protocols"] = []any{"h1", "h2"}
 	}
 	return s
 }
@@ -383,14 +393,17 @@ func (c *Caddy) ensureTLS(ctx context.Context) error {
 	if perm, _ := od["permission"].(map[string]any); perm["endpoint"] == c.opts.AskURL || od["ask"] == c.opts.AskURL {
 		return nil
 	}
+	form := "permission"
 	err := c.api.do(ctx, http.MethodPost, "/config/apps/tls/automation/on_demand",
 		map[string]any{"permission": map[string]any{"module": "http", "endpoint": c.opts.AskURL}}, nil)
 	if err != nil && errors.Is(err, ErrAdmin) && strings.Contains(err.Error(), "permission") {
+		form = "ask"
 		err = c.api.do(ctx, http.MethodPost, "/config/apps/tls/automation/on_demand", map[string]any{"ask": c.opts.AskURL}, nil)
 	}
 	if err != nil {
 		return fmt.Errorf("caddy on-demand ask: %w", err)
 	}
+	c.log.Info("caddy on-demand TLS asks sandpit before issuing", "form", form, "url", c.opts.AskURL)
 	return nil
 }
 
