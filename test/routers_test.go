@@ -228,6 +228,22 @@ func TestRouters(t *testing.T) {
 					}
 				}
 			}
+
+			// Deleting the sandbox removes the rest of its routes (the
+			// agent's, 8082, the tcp forwards), and only those.
+			if err := c.Delete(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if cd != nil {
+				for _, objID := range []string{"sandpit_http_" + id + "_49983", "sandpit_http_" + id + "_8082"} {
+					if n := caddyObjects(t, cd, objID); n != 0 {
+						t.Fatalf("%s still in Caddy after the sandbox was deleted", objID)
+					}
+				}
+				if n := caddyObjects(t, cd, "sandpit_fallback"); n != 1 {
+					t.Fatalf("%d fallback routes after the delete, want 1", n)
+				}
+			}
 		})
 	}
 }
