@@ -19,11 +19,13 @@ import (
 //   - expose-first/http, expose-first/tcp: POST .../ports for a new port (the
 //     route written to Caddy, or to the in-process proxy); each exposure is
 //     unexposed again, untimed.
+//
 //   - expose-retry: the same exposure again (Caddy: one GET of the @id).
+//
 //   - preview: GET of a preview URL served by busybox httpd in the sandbox,
 //     over a kept-alive connection to the proxy.
 //
-//	go test -run '^$' -bench BenchmarkRouters -benchtime 200x ./test/
+//     go test -run '^$' -bench BenchmarkRouters -benchtime 200x ./test/
 func BenchmarkRouters(b *testing.B) {
 	for _, rc := range routerCases {
 		b.Run("router="+rc.name, func(b *testing.B) {

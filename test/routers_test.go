@@ -1,6 +1,7 @@
 package sandpit_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/client"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -132,51 +134,11 @@ func TestRouters(t *testing.T) {
 				port     int
 				protocol string
 			}{{8082, "http"}, {9001, "tcp"}} {
-				var (
-					mu      sync.Mutex
-					answers []exposeResp
-					wg      sync.WaitGroup
-				)
-				for range 50 {
-					r, err := expose(ctx, d, id, tc.port, tc.protocol)
-					if err != nil {
-						t.Fatal(err)
-					}
-					answers = append(answers, r)
-				}
-				for range 24 {
-					wg.Go(func() {
-						r, err := expose(ctx, d, id, tc.port, tc.protocol)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						mu.Lock()
-						answers = append(answers, r)
-						mu.Unlock()
-					})
-				}
-				wg.Wait()
-				fresh := 0
-				for i, r := range answers {
-					switch {
-					case r.status == http.StatusCreated && !r.port.Reused:
-						fresh++
-					case r.status == http.StatusOK && r.port.Reused:
-					default:
-						t.Fatalf("%s answer %d: %d %+v (%s)", tc.protocol, i, r.status, r.port, r.msg)
-					}
-					if r.port.PublicURL != answers[0].port.PublicURL || r.port.HostPort != answers[0].port.HostPort {
-						t.Fatalf("%s answer %d = %+v, first %+v", tc.protocol, i, r.port, answers[0].port)
-					}
-				}
-				if fresh != 1 || answers[0].status != http.StatusCreated {
-					t.Fatalf("%s: %d new answers, want only the first", tc.protocol, fresh)
-				}
+				first := exposeRepeatedly(t, ctx, d, id, tc.port, tc.protocol, 50, 24)
 				if cd != nil {
 					objID := "sandpit_http_" + id + "_" + strconv.Itoa(tc.port)
 					if tc.protocol == "tcp" {
-						objID = "sandpit_tcp_" + strconv.Itoa(answers[0].port.HostPort) + "_" + id + "_" + strconv.Itoa(tc.port)
+						objID = "sandpit_tcp_" + strconv.Itoa(first.HostPort) + "_" + id + "_" + strconv.Itoa(tc.port)
 					}
 					want := 1
 					if tc.protocol == "tcp" && rc.caddy == harness.CaddyDebian {
@@ -246,4 +208,59 @@ func TestRouters(t *testing.T) {
 			}
 		})
 	}
+}
+
+// exposeRepeatedly exposes one port sequential times in a row, then
+// concurrent times at once, and checks the answers: only the first is new
+// (201, reused false), every other is a retry (200, reused true), and all
+// carry the same URL and host port. It returns the first.
+func exposeRepeatedly(t *testing.T, ctx context.Context, d *harness.Daemon, id string, port int, protocol string, sequential, concurrent int) client.Port {
+	t.Helper()
+	answers := make([]exposeResp, 0, sequential+concurrent)
+	for range sequential {
+		r, err := expose(ctx, d, id, port, protocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, r)
+	}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for range concurrent {
+		wg.Go(func() {
+			r, err := expose(ctx, d, id, port, protocol)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			answers = append(answers, r)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(answers) != sequential+concurrent {
+		t.Fatalf("%d answers, want %d", len(answers), sequential+concurrent)
+	}
+	first := answers[0].port
+	fresh := 0
+	for i, r := range answers {
+		switch {
+		case r.status == http.StatusCreated && !r.port.Reused:
+			fresh++
+		case r.status == http.StatusOK && r.port.Reused:
+		default:
+			t.Fatalf("%s answer %d: %d %+v (%s)", protocol, i, r.status, r.port, r.msg)
+		}
+		if r.port.PublicURL != first.PublicURL || r.port.HostPort != first.HostPort {
+			t.Fatalf("%s answer %d = %s host port %d, first was %s host port %d",
+				protocol, i, r.port.PublicURL, r.port.HostPort, first.PublicURL, first.HostPort)
+		}
+	}
+	if fresh != 1 || answers[0].status != http.StatusCreated {
+		t.Fatalf("%s: %d answers were new (first %d), want exactly the first", protocol, fresh, answers[0].status)
+	}
+	return first
 }

@@ -137,23 +137,7 @@ func (c *Caddy) Start() {
 	c.mu.Lock()
 	c.cmd, c.done = cmd, done
 	c.mu.Unlock()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			c.t.Fatalf("caddy exited during start:\n%s", c.Logs())
-		default:
-		}
-		resp, err := http.Get(c.AdminURL() + "/config/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	c.t.Fatalf("caddy admin API did not answer:\n%s", c.Logs())
+	awaitHTTP(c.t, c.AdminURL()+"/config/", done, 30*time.Second, "caddy", c.Logs)
 }
 
 // Stop ends the process with SIGTERM (SIGKILL after 20 s) and waits.
@@ -161,21 +145,7 @@ func (c *Caddy) Stop() {
 	c.mu.Lock()
 	cmd, done := c.cmd, c.done
 	c.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
+	stopProcess(cmd, done, syscall.SIGTERM, 20*time.Second)
 }
 
 // Logs returns what Caddy wrote.

@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -201,23 +200,7 @@ func (d *Daemon) Restart(env []string) {
 	d.mu.Lock()
 	d.cmd, d.done = cmd, done
 	d.mu.Unlock()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			d.t.Fatalf("daemon exited during start:\n%s", d.Logs())
-		default:
-		}
-		resp, err := http.Get("http://" + d.Addr + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	d.t.Fatalf("daemon did not answer /health:\n%s", d.Logs())
+	awaitHTTP(d.t, "http://"+d.Addr+"/health", done, 60*time.Second, "daemon", d.Logs)
 }
 
 // Logs returns what the daemon wrote to stderr.
@@ -253,21 +236,7 @@ func (d *Daemon) signal(sig syscall.Signal) {
 	d.mu.Lock()
 	cmd, done := d.cmd, d.done
 	d.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-done:
-	case <-time.After(40 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
+	stopProcess(cmd, done, sig, 40*time.Second)
 }
 
 // Client returns a Go client for the daemon.
