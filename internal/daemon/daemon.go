@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -126,6 +127,9 @@ func validRouter(c Config) error {
 	case RouterCaddy:
 		if _, err := proxyPortOf(c); err != nil {
 			return err
+		}
+		if u, err := url.Parse(c.CaddyAdmin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("invalid --caddy-admin %q: want an http:// URL", c.CaddyAdmin)
 		}
 	default:
 		return fmt.Errorf("invalid --router %q: want %q or %q", c.Router, RouterBuiltin, RouterCaddy)
