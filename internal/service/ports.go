@@ -124,7 +124,7 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 		}
 		return out, nil
 	}
-	out, err, ierr := s.claimAndInstall(ctx, "port:"+id+":"+strconv.Itoa(port), claim, func(ctx context.Context) { s.deletePortRow(ctx, id, port) })
+	out, err, ierr := s.claimAndInstall(ctx, portKey(id, port), claim, func(ctx context.Context) { s.deletePortRow(ctx, id, port) })
 	if err != nil {
 		return ExposeResult{}, err
 	}
@@ -133,6 +133,10 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 	}
 	return ExposeResult{Port: row, Reuse: !out.inserted}, nil
 }
+
+func portKey(id string, port int) string { return "port:" + id + ":" + strconv.Itoa(port) }
+
+func domainKey(hostname string) string { return "domain:" + hostname }
 
 // deletePortRow is an exposure's rollback: the row goes, and with it its
 // host port.
@@ -148,12 +152,33 @@ func (s *Service) UnexposePort(ctx context.Context, id string, port int) error {
 	if err != nil {
 		return err
 	}
-	if s.router != nil {
-		if err := s.router.Remove(ctx, portRoute(row, "")); err != nil {
-			return fmt.Errorf("%w: remove route: %v", ErrRouter, err)
-		}
+	return s.removeThenDelete(ctx, portKey(id, port), portRoute(row, ""), func() error { return s.store.DeletePort(ctx, id, port) })
+}
+
+// removeThenDelete removes a route, then its row. The route goes first so
+// that a failing router leaves the row (and a retry can finish the job); it
+// is removed once more after the row, because a router reconciling against
+// the store (Caddy after a restart) may have put it back from the row in
+// between. That second removal is best effort: the row is gone, so the next
+// reconcile removes whatever it leaves. The row's deletion and the second
+// removal hold the key, so an exposure of the same key made meanwhile
+// inserts its row only after both and keeps its route.
+func (s *Service) removeThenDelete(ctx context.Context, key string, r router.Route, deleteRow func() error) error {
+	if s.router == nil {
+		return deleteRow()
 	}
-	return s.store.DeletePort(ctx, id, port)
+	if err := s.router.Remove(ctx, r); err != nil {
+		return fmt.Errorf("%w: remove route: %v", ErrRouter, err)
+	}
+	_, unlock := s.exposing.lock(key)
+	defer unlock()
+	if err := deleteRow(); err != nil {
+		return err
+	}
+	if err := s.router.Remove(ctx, r); err != nil {
+		s.log.Warn("remove route after deleting its row", "route", r.Key(), "err", err)
+	}
+	return nil
 }
 
 // ListPorts lists a sandbox's exposures.
@@ -233,7 +258,7 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 		}
 		return out, nil
 	}
-	out, err, ierr := s.claimAndInstall(ctx, "domain:"+h, claim, rollback)
+	out, err, ierr := s.claimAndInstall(ctx, domainKey(h), claim, rollback)
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
 	}
@@ -256,12 +281,7 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) e
 	if d.SandboxID != id {
 		return fmt.Errorf("%w: hostname %s is not bound to sandbox %s", sandpit.ErrNotFound, h, id)
 	}
-	if s.router != nil {
-		if err := s.router.Remove(ctx, domainRoute(d, "")); err != nil {
-			return fmt.Errorf("%w: remove route: %v", ErrRouter, err)
-		}
-	}
-	return s.store.RemoveCustomDomain(ctx, id, h)
+	return s.removeThenDelete(ctx, domainKey(h), domainRoute(d, ""), func() error { return s.store.RemoveCustomDomain(ctx, id, h) })
 }
 
 // ListCustomDomains lists a sandbox's hostnames.

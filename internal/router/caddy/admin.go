@@ -17,6 +17,10 @@ import (
 // from a bug in sandpit.
 var ErrAdmin = errors.New("caddy admin API")
 
+// errUnreachable is a request that got no answer: Caddy is down, or it was
+// restarting its admin endpoint, which it does after every config change.
+var errUnreachable = errors.New("no answer")
+
 // errMissing is an admin API answer that names a path or @id that does not
 // exist: the object is absent, which is an answer, not a failure.
 var errMissing = errors.New("not in caddy's config")
@@ -48,7 +52,7 @@ func (a *admin) do(ctx context.Context, method, path string, body, out any) erro
 	}
 	resp, err := a.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %s %s: %v", ErrAdmin, method, path, err)
+		return fmt.Errorf("%w: %w: %s %s: %v", ErrAdmin, errUnreachable, method, path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

@@ -129,7 +129,7 @@ func New(opts Options) (*Caddy, error) {
 func (c *Caddy) Start(ctx context.Context) (TCPMode, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.ensureBase(ctx); err != nil {
+	if err := c.retry(ctx, func() error { return c.ensureBase(ctx) }); err != nil {
 		return "", err
 	}
 	if c.tcpMode == TCPSandpit {
@@ -416,6 +416,11 @@ func (c *Caddy) Sync(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Every step reads before it writes, so a whole sync can be run again.
+	return c.retry(ctx, func() error { return c.sync(ctx) })
+}
+
+func (c *Caddy) sync(ctx context.Context) error {
 	if err := c.ensureBase(ctx); err != nil {
 		return err
 	}
@@ -539,7 +544,11 @@ func (c *Caddy) Poll(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		_, found, err := c.api.get(ctx, "/id/"+c.fallbackID())
+		var found bool
+		err := c.retry(ctx, func() (err error) {
+			_, found, err = c.api.get(ctx, "/id/"+c.fallbackID())
+			return err
+		})
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -579,15 +588,40 @@ func (c *Caddy) Install(ctx context.Context, r router.Route) error {
 	if r.Kind == router.KindTCP && c.tcpMode != TCPLayer4 {
 		return c.tcp.Install(ctx, r)
 	}
-	err := c.install(ctx, r)
-	if errors.Is(err, errMissing) {
-		// The server or app the route lives in is gone: Caddy restarted
-		// empty and the poll has not noticed yet. Recreate and retry once.
-		if err = c.ensureBase(ctx); err == nil {
-			err = c.install(ctx, r)
+	return c.retry(ctx, func() error {
+		err := c.install(ctx, r)
+		if errors.Is(err, errMissing) {
+			// The server or app the route lives in is gone: Caddy
+			// restarted empty and the poll has not noticed yet. Recreate
+			// and try once more.
+			if err = c.ensureBase(ctx); err == nil {
+				err = c.install(ctx, r)
+			}
 		}
+		return err
+	})
+}
+
+// retry runs op again when Caddy gave no answer, a few times over about a
+// third of a second: Caddy restarts its admin endpoint after each config
+// change, and a request arriving meanwhile is reset although Caddy is fine.
+// Every op reads before it writes, so running it again after a write that
+// did land finds it done rather than doing it twice. A Caddy that is really
+// down still fails the call quickly.
+func (c *Caddy) retry(ctx context.Context, op func() error) error {
+	delay := 50 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		err := op()
+		if err == nil || !errors.Is(err, errUnreachable) || attempt == 3 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay *= 2
 	}
-	return err
 }
 
 func (c *Caddy) install(ctx context.Context, r router.Route) error {
@@ -629,7 +663,7 @@ func (c *Caddy) Remove(ctx context.Context, r router.Route) error {
 		}
 		return c.tcp.Remove(ctx, r)
 	}
-	return c.remove(ctx, r)
+	return c.retry(ctx, func() error { return c.remove(ctx, r) })
 }
 
 func (c *Caddy) remove(ctx context.Context, r router.Route) error {
@@ -648,7 +682,11 @@ func (c *Caddy) remove(ctx context.Context, r router.Route) error {
 func (c *Caddy) Routes(ctx context.Context) ([]router.Route, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	have, err := c.owned(ctx)
+	var have map[string]router.Route
+	err := c.retry(ctx, func() (err error) {
+		have, err = c.owned(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
