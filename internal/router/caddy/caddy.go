@@ -635,7 +635,23 @@ func (c *Caddy) install(ctx context.Context, r router.Route) error {
 		if found && sameJSON(have, want) {
 			return nil
 		}
-		return c.api.do(ctx, http.MethodPost, path, want, nil)
+		// A host port freed a moment ago may still be held by the
+		// listener of the config that removed it, which Caddy closes
+		// after the new config is running: give it a moment before
+		// calling the port taken.
+		delay := 20 * time.Millisecond
+		for attempt := 0; ; attempt++ {
+			err = c.api.do(ctx, http.MethodPost, path, want, nil)
+			if err == nil || !strings.Contains(err.Error(), "address already in use") || attempt == 4 {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(delay):
+			}
+			delay *= 2
+		}
 	}
 	id := c.objectID(r)
 	want := c.httpRoute(r)
