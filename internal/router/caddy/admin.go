@@ -50,6 +50,14 @@ func (a *admin) do(ctx context.Context, method, path string, body, out any) erro
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	// Caddy restarts its admin endpoint after every config change, closing
+	// kept-alive connections. Marking every request replayable lets the
+	// transport resend one that met such a closed connection before Caddy
+	// read it; each operation reads before it writes, so a resend is safe.
+	// Kept-alive connections matter: without them every admin call takes a
+	// new loopback port, and thousands of them in a burst can collide with
+	// the host ports TCP forwards are about to listen on.
+	req.Header.Set("Idempotency-Key", "sandpit")
 	resp, err := a.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: %w: %s %s: %v", ErrAdmin, errUnreachable, method, path, err)

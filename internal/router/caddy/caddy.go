@@ -112,12 +112,9 @@ func New(opts Options) (*Caddy, error) {
 	return &Caddy{
 		opts: opts,
 		log:  opts.Logger,
-		// No kept-alive connections: Caddy restarts its admin endpoint on
-		// every config change, closing them, and a write sent on a closed
-		// one would fail although Caddy is fine.
 		api: &admin{base: strings.TrimSuffix(opts.Admin, "/"), hc: &http.Client{
 			Timeout:   15 * time.Second,
-			Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
+			Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second},
 		}},
 	}, nil
 }
@@ -635,23 +632,7 @@ func (c *Caddy) install(ctx context.Context, r router.Route) error {
 		if found && sameJSON(have, want) {
 			return nil
 		}
-		// A host port freed a moment ago may still be held by the
-		// listener of the config that removed it, which Caddy closes
-		// after the new config is running: give it a moment before
-		// calling the port taken.
-		delay := 20 * time.Millisecond
-		for attempt := 0; ; attempt++ {
-			err = c.api.do(ctx, http.MethodPost, path, want, nil)
-			if err == nil || !strings.Contains(err.Error(), "address already in use") || attempt == 4 {
-				return err
-			}
-			select {
-			case <-ctx.Done():
-				return err
-			case <-time.After(delay):
-			}
-			delay *= 2
-		}
+		return c.api.do(ctx, http.MethodPost, path, want, nil)
 	}
 	id := c.objectID(r)
 	want := c.httpRoute(r)
