@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -128,8 +127,8 @@ func validRouter(c Config) error {
 		if _, err := proxyPortOf(c); err != nil {
 			return err
 		}
-		if u, err := url.Parse(c.CaddyAdmin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("invalid --caddy-admin %q: want an http:// URL", c.CaddyAdmin)
+		if err := caddy.ValidAdminURL(c.CaddyAdmin); err != nil {
+			return err
 		}
 	default:
 		return fmt.Errorf("invalid --router %q: want %q or %q", c.Router, RouterBuiltin, RouterCaddy)

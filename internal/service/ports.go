@@ -112,7 +112,7 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 			return claimOutcome{}, fmt.Errorf("%w: port %d is exposed as %s; unexpose it first", ErrProtocolConflict, port, row.Protocol)
 		}
 		out := claimOutcome{inserted: !reused}
-		if sb.State == sandpit.StateRunning {
+		if sb.State == sandpit.StateRunning && s.router != nil {
 			ip, ierr := s.sandboxIP(ctx, id)
 			if ierr != nil {
 				if !reused {
@@ -246,7 +246,7 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 			return claimOutcome{}, err
 		}
 		out := claimOutcome{inserted: outcome == sandpit.Added}
-		if sb.State == sandpit.StateRunning {
+		if sb.State == sandpit.StateRunning && s.router != nil {
 			ip, ierr := s.sandboxIP(ctx, id)
 			if ierr != nil {
 				if out.inserted {

@@ -90,9 +90,8 @@ func New(opts Options) (*Caddy, error) {
 	if strings.ContainsAny(opts.Server, "_/ ") {
 		return nil, fmt.Errorf("caddy server name %q: no '_', '/' or spaces", opts.Server)
 	}
-	u, err := url.Parse(opts.Admin)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("invalid --caddy-admin %q: want an http:// URL", opts.Admin)
+	if err := ValidAdminURL(opts.Admin); err != nil {
+		return nil, err
 	}
 	if _, _, err := net.SplitHostPort(opts.Listen); err != nil {
 		return nil, fmt.Errorf("caddy listen address %q: %w", opts.Listen, err)
@@ -119,6 +118,15 @@ func New(opts Options) (*Caddy, error) {
 	}, nil
 }
 
+// ValidAdminURL refuses an admin API address that is not an http(s) URL.
+func ValidAdminURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("invalid --caddy-admin %q: want an http:// URL", s)
+	}
+	return nil
+}
+
 // Start makes sure Caddy holds sandpit's server (and the TLS and layer4
 // pieces it needs) and detects whether TCP forwards can go to Caddy. It fails
 // when the admin API does not answer: sandpit cannot know where TCP forwards
@@ -134,13 +142,6 @@ func (c *Caddy) Start(ctx context.Context) (TCPMode, error) {
 	}
 	c.started = true
 	return c.tcpMode, nil
-}
-
-// TCPMode reports who carries TCP forwards (after Start).
-func (c *Caddy) TCPMode() TCPMode {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.tcpMode
 }
 
 // ---- @ids and objects ----
