@@ -29,6 +29,8 @@ import (
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/router"
+	"github.com/sandpit-dev/sandpit/internal/router/caddy"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -45,6 +47,16 @@ type Config struct {
 	PublicHost   string
 	PortRange    sandpit.PortRange
 	ExtraLabels  map[string]string
+
+	// Router is "builtin" (default) or "caddy": routes installed through
+	// the Caddy admin API at CaddyAdmin, whose HTTP server listens on
+	// ProxyListen. PreviewTLS serves previews and custom domains over HTTPS
+	// with on-demand certificates (Caddy only); CaddyInternalCA issues them
+	// from Caddy's internal CA.
+	Router          string
+	CaddyAdmin      string
+	PreviewTLS      bool
+	CaddyInternalCA bool
 
 	E2BPendingTTL        time.Duration
 	E2BReplayWindow      time.Duration
@@ -99,6 +111,33 @@ func (c *Config) Defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Router == "" {
+		c.Router = RouterBuiltin
+	}
+	if c.CaddyAdmin == "" {
+		c.CaddyAdmin = "http://127.0.0.1:2019"
+	}
+}
+
+// validRouter refuses router flags that cannot work together, before the
+// daemon opens anything.
+func validRouter(c Config) error {
+	switch c.Router {
+	case RouterBuiltin:
+		if c.PreviewTLS {
+			return fmt.Errorf("--preview-tls needs --router caddy")
+		}
+	case RouterCaddy:
+		if _, err := proxyPortOf(c); err != nil {
+			return err
+		}
+		if err := caddy.ValidAdminURL(c.CaddyAdmin); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("invalid --router %q: want %q or %q", c.Router, RouterBuiltin, RouterCaddy)
+	}
+	return nil
 }
 
 // DefaultDataDir is /var/lib/sandpit for root, else ~/.local/share/sandpit.
@@ -207,6 +246,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := validDomain(cfg.Domain); err != nil {
 		return err
 	}
+	if err := validRouter(cfg); err != nil {
+		return err
+	}
 	log := cfg.Logger
 	st, err := store.Open(ctx, cfg.DataDir)
 	if err != nil {
@@ -269,19 +311,46 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	proxyLn, err := net.Listen("tcp", cfg.ProxyListen)
-	if err != nil {
-		apiLn.Close()
-		return fmt.Errorf("proxy listen %s: %w", cfg.ProxyListen, err)
+	// The builtin router serves the proxy listener itself; with Caddy,
+	// Caddy listens there and sandpit only writes its config.
+	var (
+		proxyLn   net.Listener
+		proxyPort int
+		edg       *edge
+		svc       *service.Service
+	)
+	if cfg.Router == RouterCaddy {
+		if proxyPort, err = proxyPortOf(cfg); err != nil {
+			apiLn.Close()
+			return err
+		}
+		edg, err = newCaddyEdge(cfg, apiLn.Addr().String(), func(ctx context.Context) ([]router.Route, error) { return svc.DesiredRoutes(ctx) }, log)
+		if err != nil {
+			apiLn.Close()
+			return err
+		}
+	} else {
+		proxyLn, err = net.Listen("tcp", cfg.ProxyListen)
+		if err != nil {
+			apiLn.Close()
+			return fmt.Errorf("proxy listen %s: %w", cfg.ProxyListen, err)
+		}
+		proxyPort = proxyLn.Addr().(*net.TCPAddr).Port
+		b := newRouter(cfg, log)
+		edg = &edge{Router: b, proxy: b.Handler(), close: b.Close}
 	}
-	proxyPort := proxyLn.Addr().(*net.TCPAddr).Port
+	closeListeners := func() {
+		apiLn.Close()
+		if proxyLn != nil {
+			proxyLn.Close()
+		}
+	}
 
 	if p := os.Getenv(crashpoint.Env); p != "" && !crashpoint.Enabled {
 		log.Warn("ignoring "+crashpoint.Env+": this binary was built without crash points", "point", p)
 	}
 
-	rtr := newRouter(cfg, log)
-	svc := service.New(service.Config{
+	svc = service.New(service.Config{
 		DefaultImage: cfg.DefaultImage,
 		Templates:    cfg.Templates,
 		AgentBinary:  exe,
@@ -291,13 +360,33 @@ func Run(ctx context.Context, cfg Config) error {
 		PortRange:    cfg.PortRange,
 		ExtraLabels:  cfg.ExtraLabels,
 		Instance:     instance,
+		PreviewTLS:   cfg.PreviewTLS,
 		Logger:       log,
-	}, st, rt, rtr)
+	}, st, rt, edg.Router)
+
+	if edg.caddy != nil {
+		mode, err := edg.caddy.Start(ctx)
+		if err != nil {
+			closeListeners()
+			return fmt.Errorf("caddy at %s: %w", cfg.CaddyAdmin, err)
+		}
+		if mode == caddy.TCPSandpit {
+			log.Warn("caddy has no layer4 app (caddy-l4): sandpit serves TCP forwards itself", "caddy_admin", cfg.CaddyAdmin)
+		} else {
+			log.Info("caddy router: TCP forwards go to caddy's layer4 app", "caddy_admin", cfg.CaddyAdmin)
+		}
+	}
 
 	if err := svc.Reconcile(ctx); err != nil {
-		apiLn.Close()
-		proxyLn.Close()
+		closeListeners()
 		return fmt.Errorf("reconcile: %w", err)
+	}
+	if edg.caddy != nil {
+		// Routes the store no longer knows (removed while sandpit was
+		// down) go; missing ones come back.
+		if err := edg.caddy.Sync(ctx); err != nil {
+			log.Error("caddy reconcile at start", "err", err)
+		}
 	}
 
 	mux := http.NewServeMux()
@@ -306,12 +395,20 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	metrics := service.NewMetricsHistory(svc, 0, 0)
 	surfaces(ctx, mux, cfg, svc, token, metrics)
+	if cfg.Router == RouterCaddy {
+		// Unauthenticated: Caddy sends no token, and the answer only says
+		// whether a hostname is bound.
+		mux.Handle("GET "+askPath, askHandler(svc, log))
+	}
 
 	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	// Event streams last as long as their clients; ending the subscriptions
 	// when the server shuts down lets Shutdown finish.
 	apiSrv.RegisterOnShutdown(svc.CloseEvents)
-	proxySrv := &http.Server{Handler: rtr.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	var proxySrv *http.Server
+	if proxyLn != nil {
+		proxySrv = &http.Server{Handler: edg.proxy, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	}
 
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
@@ -320,13 +417,20 @@ func Run(ctx context.Context, cfg Config) error {
 	go metrics.Run(bg)
 	go reapIdempotency(bg, st, log)
 	go svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour)
+	if edg.caddy != nil {
+		go edg.caddy.Poll(bg)
+	}
 
 	errc := make(chan error, 2)
 	go func() { errc <- apiSrv.Serve(apiLn) }()
-	go func() { errc <- proxySrv.Serve(proxyLn) }()
-	log.Info("sandpit serving", "api", apiLn.Addr().String(), "proxy", proxyLn.Addr().String(), "data_dir", cfg.DataDir)
+	proxyAddr := cfg.ProxyListen
+	if proxySrv != nil {
+		go func() { errc <- proxySrv.Serve(proxyLn) }()
+		proxyAddr = proxyLn.Addr().String()
+	}
+	log.Info("sandpit serving", "api", apiLn.Addr().String(), "proxy", proxyAddr, "router", cfg.Router, "data_dir", cfg.DataDir)
 	if cfg.Ready != nil {
-		cfg.Ready(apiLn.Addr().String(), proxyLn.Addr().String())
+		cfg.Ready(apiLn.Addr().String(), proxyAddr)
 	}
 
 	var serveErr error
@@ -339,8 +443,10 @@ func Run(ctx context.Context, cfg Config) error {
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	_ = apiSrv.Shutdown(shutCtx)
-	_ = proxySrv.Shutdown(shutCtx)
-	_ = rtr.Close()
+	if proxySrv != nil {
+		_ = proxySrv.Shutdown(shutCtx)
+	}
+	_ = edg.close()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -13,6 +14,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/router"
+	"github.com/sandpit-dev/sandpit/internal/router/builtin"
 )
 
 // CreateRequest is a validated-on-entry sandbox create.
@@ -769,27 +771,14 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	return s.ReinstallRoutes(ctx)
 }
 
-// installRoutes installs every route of one sandbox towards ip: the agent's
-// preview route (E2B clients reach 49983-<id>.<domain>), each exposed port
-// and each custom domain.
+// installRoutes installs every route of one sandbox towards ip.
 func (s *Service) installRoutes(ctx context.Context, id, ip string) error {
 	if s.router == nil {
 		return nil
 	}
-	routes := []router.Route{{Kind: router.KindHTTP, SandboxID: id, Port: driver.AgentPort, Upstream: upstream(ip, driver.AgentPort)}}
-	ports, err := s.store.ListPorts(ctx, id)
+	routes, err := s.sandboxRoutes(ctx, id, ip)
 	if err != nil {
 		return err
-	}
-	for _, p := range ports {
-		routes = append(routes, portRoute(p, ip))
-	}
-	domains, err := s.store.ListCustomDomains(ctx, id)
-	if err != nil {
-		return err
-	}
-	for _, d := range domains {
-		routes = append(routes, domainRoute(d, ip))
 	}
 	// Every route is tried even after one fails, so one bad route does not
 	// take the sandbox's other routes down with it.
@@ -800,6 +789,99 @@ func (s *Service) installRoutes(ctx context.Context, id, ip string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sandboxRoutes lists the routes one sandbox must have towards ip: the
+// agent's preview route (E2B clients reach 49983-<id>.<domain>), each exposed
+// port and each custom domain.
+func (s *Service) sandboxRoutes(ctx context.Context, id, ip string) ([]router.Route, error) {
+	routes := []router.Route{{Kind: router.KindHTTP, SandboxID: id, Port: driver.AgentPort, Upstream: upstream(ip, driver.AgentPort)}}
+	ports, err := s.store.ListPorts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ports {
+		routes = append(routes, portRoute(p, ip))
+	}
+	domains, err := s.store.ListCustomDomains(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range domains {
+		routes = append(routes, domainRoute(d, ip))
+	}
+	return routes, nil
+}
+
+// DesiredRoutes lists every route the store says must be installed now: the
+// routes of each running sandbox. A router that lives in another process
+// (Caddy) reconciles against it.
+func (s *Service) DesiredRoutes(ctx context.Context) ([]router.Route, error) {
+	var out []router.Route
+	token := ""
+	for {
+		page, next, err := s.store.ListSandboxes(ctx, sandpit.ListOptions{Limit: 500, PageToken: token, States: []sandpit.State{sandpit.StateRunning}})
+		if err != nil {
+			return nil, err
+		}
+		for _, sb := range page {
+			ip, err := s.sandboxIP(ctx, sb.ID)
+			if err != nil {
+				// A sandbox without an address has no route to serve;
+				// its routes come back when it is started again.
+				s.log.Warn("desired routes: no address", "sandbox", sb.ID, "err", err)
+				continue
+			}
+			routes, err := s.sandboxRoutes(ctx, sb.ID, ip)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, routes...)
+		}
+		if next == "" {
+			return out, nil
+		}
+		token = next
+	}
+}
+
+// HostnameBound reports whether a hostname routes to a sandbox right now: a
+// custom domain of a running sandbox, or a preview host of a running
+// sandbox's agent or exposed HTTP port. It is what Caddy's on-demand TLS asks
+// before issuing a certificate.
+func (s *Service) HostnameBound(ctx context.Context, host string) (bool, error) {
+	host = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(host)), ".")
+	running := func(id string) (bool, error) {
+		sb, err := s.store.GetSandbox(ctx, id)
+		if errors.Is(err, sandpit.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil && sb.State == sandpit.StateRunning, err
+	}
+	if d, err := s.store.GetCustomDomain(ctx, host); err == nil {
+		return running(d.SandboxID)
+	} else if !errors.Is(err, sandpit.ErrNotFound) {
+		return false, err
+	}
+	label, ok := strings.CutSuffix(host, "."+s.cfg.Domain)
+	if !ok || strings.Contains(label, ".") {
+		return false, nil
+	}
+	id, port, ok := builtin.ParsePreviewLabel(label)
+	if !ok {
+		return false, nil
+	}
+	if up, err := running(id); err != nil || !up {
+		return false, err
+	}
+	if port == driver.AgentPort {
+		return true, nil
+	}
+	p, err := s.store.GetPort(ctx, id, port)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil && p.Protocol == ProtoHTTP, err
 }
 
 // removeRoutes removes every route that belongs to a sandbox; failures are

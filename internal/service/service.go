@@ -47,15 +47,18 @@ type Config struct {
 	HealthTimeout time.Duration     // default 30s
 	PidsLimit     int64             // default 1024
 	Domain        string            // default "localhost"
-	ProxyPort     int               // port of the builtin proxy, for URLs; 80 omits it
+	ProxyPort     int               // port of the proxy, for URLs; 80 (443 with TLS) omits it
 	PublicHost    string            // host in tcp:// URLs; default 127.0.0.1
 	PortRange     sandpit.PortRange // TCP host-port pool
 	ExtraLabels   map[string]string // added to every container (tests tag runs)
 	// Instance identifies this daemon's containers (label sandpit.instance):
 	// reconcile touches only those, so daemons can share an engine.
 	Instance string
-	Logger   *slog.Logger
-	Now      func() time.Time
+	// PreviewTLS makes preview and custom-domain URLs https:// (the Caddy
+	// router serving them with on-demand certificates).
+	PreviewTLS bool
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 // Service is Sandpit's domain layer.
@@ -91,6 +94,10 @@ type Service struct {
 
 	idem   *Idempotency
 	events *events
+
+	// exposing coordinates the calls exposing one route key; see
+	// ExposePort.
+	exposing keyedExposures
 }
 
 // New builds a Service.
