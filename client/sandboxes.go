@@ -16,17 +16,20 @@ import (
 
 // Sandbox is a sandbox as the API returns it.
 type Sandbox struct {
-	ID        string            `json:"id"`
-	Name      string            `json:"name,omitempty"`
-	Image     string            `json:"image"`
-	State     string            `json:"state"`
-	Labels    map[string]string `json:"labels"`
-	Env       map[string]string `json:"env"`
-	CPU       float64           `json:"cpu,omitempty"`
-	MemoryMB  int64             `json:"memory_mb,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
-	EndAt     *time.Time        `json:"end_at,omitempty"`
+	ID    string `json:"id"`
+	Name  string `json:"name,omitempty"`
+	Image string `json:"image"`
+	State string `json:"state"`
+	// StateReason says why a sandbox stopped on its own: exited, oom or
+	// killed.
+	StateReason string            `json:"state_reason,omitempty"`
+	Labels      map[string]string `json:"labels"`
+	Env         map[string]string `json:"env"`
+	CPU         float64           `json:"cpu,omitempty"`
+	MemoryMB    int64             `json:"memory_mb,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+	EndAt       *time.Time        `json:"end_at,omitempty"`
 }
 
 // CreateRequest creates a sandbox.

@@ -64,6 +64,9 @@ func serveCmd() *cobra.Command {
 			if e2bReplay < 0 || e2bPending <= 0 || idemWait <= 0 || idemR <= 0 {
 				return fmt.Errorf("TTL flags must be positive (the E2B replay window may be 0 to turn dedupe off)")
 			}
+			if cfg.EngineTimeout <= 0 {
+				return fmt.Errorf("--engine-timeout must be positive")
+			}
 			cfg.E2BPendingTTL, cfg.E2BReplayWindow, cfg.IdempotencyWait, cfg.IdempotencyRetention = e2bPending, e2bReplay, idemWait, idemR
 			return daemon.Run(cmd.Context(), cfg)
 		},
@@ -83,6 +86,8 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&e2bReplay, "e2b-replay-window", 10*time.Second, "how long an identical E2B create replays the same sandbox; 0 turns dedupe off")
 	f.DurationVar(&idemWait, "idempotency-wait", 30*time.Second, "how long a duplicate keyed request waits for the first")
 	f.DurationVar(&idemR, "idempotency-retention", 24*time.Hour, "how long an Idempotency-Key's response is kept")
+	f.StringVar(&cfg.Network, "network", envOr("SANDPIT_NETWORK", ""), "engine network sandboxes join (default: the engine's bridge)")
+	f.DurationVar(&cfg.EngineTimeout, "engine-timeout", 30*time.Second, "time limit of every container-engine call")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }

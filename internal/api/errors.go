@@ -79,6 +79,8 @@ func Classify(err error) Problem {
 		return Problem{http.StatusServiceUnavailable, CodePortPoolExhausted, msg}
 	case errors.Is(err, service.ErrNotRunning):
 		return Problem{http.StatusConflict, CodeNotRunning, msg}
+	case errors.Is(err, service.ErrEngineTimeout), errors.Is(err, context.DeadlineExceeded):
+		return Problem{http.StatusGatewayTimeout, CodeTimeout, msg}
 	case errors.Is(err, service.ErrRuntime), errors.Is(err, service.ErrRouter), errors.Is(err, service.ErrAgentUnhealthy):
 		return Problem{http.StatusBadGateway, CodeUpstream, msg}
 	case errors.Is(err, context.DeadlineExceeded):

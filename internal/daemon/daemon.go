@@ -26,6 +26,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
+	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -50,7 +51,14 @@ type Config struct {
 	IdempotencyRetention time.Duration
 
 	SweepInterval time.Duration
-	Logger        *slog.Logger
+	// Network is the engine network sandboxes join ("" = bridge).
+	Network string
+	// EngineTimeout bounds every container-engine call (default 30s).
+	EngineTimeout time.Duration
+	// JanitorInterval is how often rows stuck in creating or deleting are
+	// finished (default 10s).
+	JanitorInterval time.Duration
+	Logger          *slog.Logger
 	// Ready, when set, is called once the listeners are bound, with their
 	// addresses (tests start the daemon on port 0).
 	Ready func(apiAddr, proxyAddr string)
@@ -91,6 +99,12 @@ func (c *Config) Defaults() {
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = time.Second
+	}
+	if c.EngineTimeout == 0 {
+		c.EngineTimeout = 30 * time.Second
+	}
+	if c.JanitorInterval == 0 {
+		c.JanitorInterval = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -140,40 +154,70 @@ func LoadOrCreateToken(dataDir, configured string) (token string, created bool, 
 	if configured != "" {
 		return configured, false, nil
 	}
-	return loadOrCreate(filepath.Join(dataDir, "token"), "sp_")
+	return loadOrCreate(filepath.Join(dataDir, "token"), "sp_", 1)
 }
 
-// loadOrCreate reads a one-line secret file, or creates it with a random value
-// and mode 0600.
-func loadOrCreate(path, prefix string) (value string, created bool, err error) {
-	b, err := os.ReadFile(path)
-	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		return strings.TrimSpace(string(b)), false, nil
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", false, err
-	}
-	var raw [24]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return "", false, err
-	}
-	value = prefix + hex.EncodeToString(raw[:])
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return "", false, err
-	}
-	// O_EXCL: two first starts racing must not each write a different value.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return loadOrCreate(path, prefix)
+// instanceIDLen is how much of the instance file names this daemon's
+// containers.
+const instanceIDLen = 16
+
+// ErrCorruptSecret: a secret file exists but cannot be what this daemon
+// wrote. It is never overwritten: a token clients hold, or an instance id
+// that names existing containers, would be lost silently.
+var ErrCorruptSecret = errors.New("corrupt secret file")
+
+// loadOrCreate reads a one-line secret file of at least minLen characters,
+// or creates it with a random value and mode 0600. The file is written
+// under a temporary name, synced and then linked into place, so a crash
+// never leaves an empty or half-written file behind, and two first starts
+// racing agree on one value.
+func loadOrCreate(path, prefix string, minLen int) (value string, created bool, err error) {
+	for range 3 {
+		b, err := os.ReadFile(path)
+		switch {
+		case err == nil:
+			v := strings.TrimSpace(string(b))
+			if len(v) < minLen {
+				return "", false, fmt.Errorf("%w: %s holds %d characters, want at least %d; remove it to generate a new one (for the instance file: only with no sandboxes left, or their containers are orphaned)", ErrCorruptSecret, path, len(v), minLen)
+			}
+			return v, false, nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return "", false, err
 		}
-		return "", false, err
+		var raw [24]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return "", false, err
+		}
+		value = prefix + hex.EncodeToString(raw[:])
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return "", false, err
+		}
+		tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+		if err != nil {
+			return "", false, err
+		}
+		_, werr := tmp.WriteString(value + "\n")
+		if werr == nil {
+			werr = tmp.Sync()
+		}
+		if cerr := tmp.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr == nil {
+			// CreateTemp makes the file 0600 already; Link refuses to
+			// replace an existing file, which is the O_EXCL of a rename.
+			werr = os.Link(tmp.Name(), path)
+		}
+		os.Remove(tmp.Name())
+		if werr == nil {
+			return value, true, nil
+		}
+		if !errors.Is(werr, fs.ErrExist) {
+			return "", false, werr
+		}
+		// Another start linked its value first: read that one.
 	}
-	defer f.Close()
-	if _, err := f.WriteString(value + "\n"); err != nil {
-		return "", false, err
-	}
-	return value, true, f.Sync()
+	return "", false, fmt.Errorf("%s: could not read or create it", path)
 }
 
 // Run serves until ctx ends, then shuts down: in-flight requests finish and
@@ -212,11 +256,11 @@ func Run(ctx context.Context, cfg Config) error {
 	// The instance id labels every container this daemon makes, so that its
 	// reconcile removes only its own orphans on an engine shared with other
 	// daemons (other data dirs, test runs).
-	instance, _, err := loadOrCreate(filepath.Join(cfg.DataDir, "instance"), "")
+	instance, _, err := loadOrCreate(filepath.Join(cfg.DataDir, "instance"), "", instanceIDLen)
 	if err != nil {
 		return fmt.Errorf("instance id: %w", err)
 	}
-	instance = instance[:16]
+	instance = instance[:instanceIDLen]
 
 	exe, err := os.Executable()
 	if err != nil {
@@ -226,10 +270,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("locate own executable: %w", err)
 	}
 
-	rt, err := docker.New(ctx, docker.Options{Logger: log})
+	pctx, cancelPing := context.WithTimeout(ctx, cfg.EngineTimeout)
+	dk, err := docker.New(pctx, docker.Options{Logger: log, Network: cfg.Network})
+	cancelPing()
 	if err != nil {
 		return fmt.Errorf("docker: %w", err)
 	}
+	defer dk.Close()
+	rt := driver.WithTimeout(dk, cfg.EngineTimeout)
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -257,7 +305,11 @@ func Run(ctx context.Context, cfg Config) error {
 		Logger:       log,
 	}, st, rt, rtr)
 
-	if err := svc.Reconcile(ctx); err != nil {
+	bg, stopBG := context.WithCancel(ctx)
+	defer stopBG()
+	// Reconcile fixes what it can at once and brings back stopped-by-crash
+	// sandboxes in the background, so the API serves meanwhile.
+	if err := svc.Reconcile(bg); err != nil {
 		apiLn.Close()
 		proxyLn.Close()
 		return fmt.Errorf("reconcile: %w", err)
@@ -272,9 +324,9 @@ func Run(ctx context.Context, cfg Config) error {
 	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	proxySrv := &http.Server{Handler: rtr.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	bg, stopBG := context.WithCancel(ctx)
-	defer stopBG()
 	go svc.RunSweeper(bg, cfg.SweepInterval)
+	go svc.RunJanitor(bg, cfg.JanitorInterval)
+	go svc.WatchEngine(bg)
 	go reapIdempotency(bg, st, log)
 
 	errc := make(chan error, 2)

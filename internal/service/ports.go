@@ -78,9 +78,17 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 	if protocol != ProtoHTTP && protocol != ProtoTCP {
 		return ExposeResult{}, invalidf("protocol must be %q or %q", ProtoHTTP, ProtoTCP)
 	}
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return ExposeResult{}, err
+	}
+	defer unlock()
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
 		return ExposeResult{}, err
+	}
+	if sb.State == sandpit.StateDeleting {
+		return ExposeResult{}, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
 	}
 	now := s.now()
 	want := sandpit.ExposedPort{SandboxID: id, Port: port, Protocol: protocol, CreatedAt: now}
@@ -121,6 +129,11 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 
 // UnexposePort removes the route, then the row.
 func (s *Service) UnexposePort(ctx context.Context, id string, port int) error {
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	row, err := s.store.GetPort(ctx, id, port)
 	if err != nil {
 		return err
@@ -181,9 +194,17 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if port < 1 || port > 65535 {
 		return sandpit.CustomDomain{}, false, invalidf("port must be between 1 and 65535")
 	}
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return sandpit.CustomDomain{}, false, err
+	}
+	defer unlock()
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
+	}
+	if sb.State == sandpit.StateDeleting {
+		return sandpit.CustomDomain{}, false, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
 	}
 	d, outcome, err := s.store.AddCustomDomain(ctx, sandpit.CustomDomain{Hostname: h, SandboxID: id, Port: port, CreatedAt: s.now()}, s.now())
 	if err != nil {
@@ -213,6 +234,11 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) e
 	if err != nil {
 		return err
 	}
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	d, err := s.store.GetCustomDomain(ctx, h)
 	if err != nil {
 		return err

@@ -39,6 +39,9 @@ var (
 	ErrAgentUnhealthy   = errors.New("sandbox agent did not become healthy")
 	ErrRuntime          = errors.New("container runtime failed")
 	ErrRouter           = errors.New("router failed")
+	// ErrEngineTimeout: the container engine did not answer within the
+	// daemon's engine timeout.
+	ErrEngineTimeout = driver.ErrTimeout
 )
 
 // CrashPointEnv names the environment variable that makes the daemon kill
@@ -67,10 +70,13 @@ type Config struct {
 	ExtraLabels   map[string]string // added to every container (tests tag runs)
 	// Instance identifies this daemon's containers (label sandpit.instance):
 	// reconcile touches only those, so daemons can share an engine.
-	Instance   string
-	CrashPoint string // see CrashPointEnv
-	Logger     *slog.Logger
-	Now        func() time.Time
+	Instance string
+	// RestartParallel bounds the sandboxes a start brings back at once
+	// (default 8).
+	RestartParallel int
+	CrashPoint      string // see CrashPointEnv
+	Logger          *slog.Logger
+	Now             func() time.Time
 }
 
 // Service is Sandpit's domain layer.
@@ -90,6 +96,13 @@ type Service struct {
 	// dropped whenever the container is started, stopped or removed.
 	mu  sync.Mutex
 	ips map[string]string
+	// starting holds the running sandboxes reconcile is still bringing back.
+	starting map[string]bool
+
+	// locks serialise the lifecycle operations of each sandbox.
+	locks keyedLocks
+	// restarts tracks reconcile's background restarts.
+	restarts sync.WaitGroup
 }
 
 // New builds a Service.
@@ -124,6 +137,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		http:      &http.Client{Timeout: 2 * time.Second},
 		agentHTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}},
 		ips:       map[string]string{},
+		starting:  map[string]bool{},
 	}
 }
 
@@ -206,7 +220,7 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 	}
 	c, err := s.rt.Inspect(ctx, sb.ContainerID)
 	if err != nil {
-		return "", fmt.Errorf("%w: inspect %s: %v", ErrRuntime, id, err)
+		return "", runtimeErr("inspect "+id, err)
 	}
 	if c.IP == "" {
 		return "", fmt.Errorf("%w: sandbox %s has no address", ErrNotRunning, id)
@@ -221,6 +235,11 @@ func (s *Service) forgetIP(id string) {
 	s.mu.Lock()
 	delete(s.ips, id)
 	s.mu.Unlock()
+	// A kept-alive connection to a container that went away is never reset
+	// (its network namespace is gone), and the engine hands its address to
+	// the next container: reusing it would reach that one, or get a reset.
+	// Idle connections are cheap to remake, so all of them go.
+	s.agentHTTP.CloseIdleConnections()
 }
 
 // waitHealthy polls the agent's /health until it answers or the budget ends.

@@ -48,6 +48,7 @@ func New(svc *service.Service, token string, wrap func(pattern string, h http.Ha
 	route("POST /v1/sandboxes/{id}/custom-domains", h.addDomain)
 	route("GET /v1/sandboxes/{id}/custom-domains", h.listDomains)
 	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", h.removeDomain)
+	route("GET /v1/debug/state", h.debugState)
 	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Problem{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
@@ -80,21 +81,24 @@ func fail(w http.ResponseWriter, err error) { writeError(w, api.Classify(err)) }
 
 // Sandbox is the native representation of a sandbox.
 type Sandbox struct {
-	ID        string            `json:"id"`
-	Name      string            `json:"name,omitempty"`
-	Image     string            `json:"image"`
-	State     string            `json:"state"`
-	Labels    map[string]string `json:"labels"`
-	Env       map[string]string `json:"env"`
-	CPU       float64           `json:"cpu,omitempty"`
-	MemoryMB  int64             `json:"memory_mb,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
-	EndAt     *time.Time        `json:"end_at,omitempty"`
+	ID    string `json:"id"`
+	Name  string `json:"name,omitempty"`
+	Image string `json:"image"`
+	State string `json:"state"`
+	// StateReason says why a sandbox stopped on its own: exited, oom or
+	// killed; absent when it was asked to.
+	StateReason string            `json:"state_reason,omitempty"`
+	Labels      map[string]string `json:"labels"`
+	Env         map[string]string `json:"env"`
+	CPU         float64           `json:"cpu,omitempty"`
+	MemoryMB    int64             `json:"memory_mb,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+	EndAt       *time.Time        `json:"end_at,omitempty"`
 }
 
 func toSandbox(sb sandpit.Sandbox) Sandbox {
-	out := Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), Labels: sb.Labels, Env: sb.Env,
+	out := Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), StateReason: sb.StateReason, Labels: sb.Labels, Env: sb.Env,
 		CPU: sb.CPU, MemoryMB: sb.MemoryMB, CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt}
 	if !sb.EndAt.IsZero() {
 		t := sb.EndAt
@@ -305,6 +309,8 @@ type ExposeRequest struct {
 
 // Port is an exposure.
 type Port struct {
+	// SandboxID is set only in the debug view, which lists every exposure.
+	SandboxID string    `json:"sandbox_id,omitempty"`
 	Port      int       `json:"port"`
 	Protocol  string    `json:"protocol"`
 	HostPort  int       `json:"host_port"`

@@ -18,10 +18,12 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
@@ -286,6 +288,8 @@ func (d *Docker) Inspect(ctx context.Context, containerID string) (driver.Contai
 	}
 	if info.State != nil {
 		c.State = string(info.State.Status)
+		c.ExitCode = info.State.ExitCode
+		c.OOMKilled = info.State.OOMKilled
 	}
 	if info.NetworkSettings != nil {
 		c.IP = d.pickIP(info.NetworkSettings.Networks)
@@ -354,6 +358,49 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]driver.C
 		return out[i].ID < out[j].ID
 	})
 	return out, nil
+}
+
+// Events streams the die, oom and destroy events of labelled containers.
+func (d *Docker) Events(ctx context.Context, labels map[string]string) (<-chan driver.Event, <-chan error) {
+	args := filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)))
+	for _, a := range []events.Action{events.ActionDie, events.ActionOOM, events.ActionDestroy} {
+		args.Add("event", string(a))
+	}
+	for k, v := range labels {
+		if v == "" {
+			args.Add("label", k)
+		} else {
+			args.Add("label", k+"="+v)
+		}
+	}
+	msgs, errs := d.cli.Events(ctx, events.ListOptions{Filters: args})
+	out := make(chan driver.Event)
+	outErr := make(chan error, 1)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case m := <-msgs:
+				ev := driver.Event{Kind: driver.EventKind(m.Action), ContainerID: m.Actor.ID, SandboxID: m.Actor.Attributes[driver.LabelSandboxID]}
+				if code, err := strconv.Atoi(m.Actor.Attributes["exitCode"]); err == nil {
+					ev.ExitCode = code
+				}
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					outErr <- ctx.Err()
+					return
+				}
+			case err := <-errs:
+				outErr <- fmt.Errorf("engine events: %w", err)
+				return
+			case <-ctx.Done():
+				outErr <- ctx.Err()
+				return
+			}
+		}
+	}()
+	return out, outErr
 }
 
 // Pause freezes every process of the container.
