@@ -51,11 +51,11 @@ const (
 
 // Sandbox is one row of the sandboxes table.
 type Sandbox struct {
-	ID          string
-	Name        string // "" means unnamed; non-empty names are unique
-	Image       string
-	Template    string // facade template / snapshot name, informational
-	State       State
+	ID       string
+	Name     string // "" means unnamed; non-empty names are unique
+	Image    string
+	Template string // facade template / snapshot name, informational
+	State    State
 	// StateReason says why the sandbox is in State when the daemon did not
 	// put it there on request (a container that died on its own); "" else.
 	StateReason string
