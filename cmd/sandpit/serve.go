@@ -64,8 +64,8 @@ func serveCmd() *cobra.Command {
 			if e2bReplay < 0 || e2bPending <= 0 || idemWait <= 0 || idemR <= 0 {
 				return fmt.Errorf("TTL flags must be positive (the E2B replay window may be 0 to turn dedupe off)")
 			}
-			if cfg.EngineTimeout <= 0 {
-				return fmt.Errorf("--engine-timeout must be positive")
+			if cfg.EngineTimeout <= 0 || cfg.JanitorInterval <= 0 {
+				return fmt.Errorf("--engine-timeout and --janitor-interval must be positive")
 			}
 			cfg.E2BPendingTTL, cfg.E2BReplayWindow, cfg.IdempotencyWait, cfg.IdempotencyRetention = e2bPending, e2bReplay, idemWait, idemR
 			return daemon.Run(cmd.Context(), cfg)
@@ -88,6 +88,7 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&idemR, "idempotency-retention", 24*time.Hour, "how long an Idempotency-Key's response is kept")
 	f.StringVar(&cfg.Network, "network", envOr("SANDPIT_NETWORK", ""), "engine network sandboxes join (default: the engine's bridge)")
 	f.DurationVar(&cfg.EngineTimeout, "engine-timeout", 30*time.Second, "time limit of every container-engine call")
+	f.DurationVar(&cfg.JanitorInterval, "janitor-interval", 10*time.Second, "how often sandboxes stuck half-created or half-deleted, and orphan containers, are cleaned up")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }

@@ -245,7 +245,42 @@ func (s *Service) Janitor(ctx context.Context) int {
 		s.log.Info("janitor: finished stuck sandbox", "sandbox", sb.ID, "state", sb.State)
 		n++
 	}
+	s.janitorContainers(ctx)
 	return n
+}
+
+// janitorContainers removes containers without a row and stops containers
+// whose row says stopped. Both appear when an engine call timed out here but
+// reached the engine later (a hung engine that recovers): the create or
+// start the daemon gave up on happens after all.
+func (s *Service) janitorContainers(ctx context.Context) {
+	containers, err := s.rt.List(ctx, s.ownLabels())
+	if err != nil {
+		s.log.Error("janitor: list containers", "err", err)
+		return
+	}
+	for _, c := range containers {
+		if c.SandboxID == "" {
+			continue
+		}
+		unlock, ok := s.locks.tryLock(c.SandboxID)
+		if !ok {
+			continue
+		}
+		sb, err := s.store.GetSandbox(ctx, c.SandboxID)
+		switch {
+		case errors.Is(err, sandpit.ErrNotFound):
+			s.log.Warn("janitor: removing orphan container", "container", c.ID, "sandbox", c.SandboxID)
+			err = s.rt.Remove(ctx, c.ID)
+		case err == nil && sb.State == sandpit.StateStopped && c.State == "running":
+			s.log.Warn("janitor: stopping container of a stopped sandbox", "sandbox", c.SandboxID)
+			err = s.rt.Stop(ctx, c.ID, stopGrace)
+		}
+		unlock()
+		if err != nil {
+			s.log.Error("janitor: container", "container", c.ID, "err", err)
+		}
+	}
 }
 
 // RunJanitor runs the janitor every interval until ctx ends.
