@@ -154,7 +154,7 @@ func LoadOrCreateToken(dataDir, configured string) (token string, created bool, 
 	if configured != "" {
 		return configured, false, nil
 	}
-	return loadOrCreate(filepath.Join(dataDir, "token"), "sp_", 1)
+	return loadOrCreate(filepath.Join(dataDir, "token"), "sp_", 1, "remove it to generate a new token")
 }
 
 // instanceIDLen is how much of the instance file names this daemon's
@@ -171,14 +171,14 @@ var ErrCorruptSecret = errors.New("corrupt secret file")
 // under a temporary name, synced and then linked into place, so a crash
 // never leaves an empty or half-written file behind, and two first starts
 // racing agree on one value.
-func loadOrCreate(path, prefix string, minLen int) (value string, created bool, err error) {
+func loadOrCreate(path, prefix string, minLen int, fix string) (value string, created bool, err error) {
 	for range 3 {
 		b, err := os.ReadFile(path)
 		switch {
 		case err == nil:
 			v := strings.TrimSpace(string(b))
 			if len(v) < minLen {
-				return "", false, fmt.Errorf("%w: %s holds %d characters, want at least %d; remove it to generate a new one (for the instance file: only with no sandboxes left, or their containers are orphaned)", ErrCorruptSecret, path, len(v), minLen)
+				return "", false, fmt.Errorf("%w: %s holds %d characters, want at least %d; %s", ErrCorruptSecret, path, len(v), minLen, fix)
 			}
 			return v, false, nil
 		case !errors.Is(err, fs.ErrNotExist):
@@ -256,7 +256,8 @@ func Run(ctx context.Context, cfg Config) error {
 	// The instance id labels every container this daemon makes, so that its
 	// reconcile removes only its own orphans on an engine shared with other
 	// daemons (other data dirs, test runs).
-	instance, _, err := loadOrCreate(filepath.Join(cfg.DataDir, "instance"), "", instanceIDLen)
+	instance, _, err := loadOrCreate(filepath.Join(cfg.DataDir, "instance"), "", instanceIDLen,
+		"remove it only if the daemon has no sandboxes left: it names their containers")
 	if err != nil {
 		return fmt.Errorf("instance id: %w", err)
 	}
