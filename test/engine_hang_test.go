@@ -110,3 +110,59 @@ func TestEngineHangs(t *testing.T) {
 	_ = sb
 	d.CheckConsistent(t)
 }
+
+// TestKeyedDeleteOutlivesItsLock: a keyed DELETE that runs longer than the
+// claim's lock (the engine is slow to answer) is retried with the same key
+// after the lock would have expired. The claim is renewed while the first
+// attempt runs, so the retry waits for it and replays its answer instead of
+// running the delete a second time.
+func TestKeyedDeleteOutlivesItsLock(t *testing.T) {
+	proxy := harness.NewEngineProxy(t)
+	d := harness.Start(t, sandpitBin, harness.Options{
+		Env:  []string{"DOCKER_HOST=" + proxy.Host},
+		Args: []string{"--idempotency-lock", "1s"},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id := newSandbox(t, ctx, d.Client())
+
+	del := func() (int, http.Header, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, d.URL()+"/v1/sandboxes/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+d.Token)
+		req.Header.Set("Idempotency-Key", "slow-delete-"+id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header, nil
+	}
+	proxy.Pause()
+	first := make(chan int, 1)
+	go func() {
+		st, _, err := del()
+		if err != nil {
+			t.Error(err)
+		}
+		first <- st
+	}()
+	time.Sleep(2500 * time.Millisecond) // well past the 1s lock
+	retried := make(chan struct{})
+	var st2 int
+	var h2 http.Header
+	go func() {
+		defer close(retried)
+		var err error
+		if st2, h2, err = del(); err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	proxy.Resume()
+	st1 := <-first
+	<-retried
+	if st1 != http.StatusNoContent || st2 != http.StatusNoContent || h2.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("first delete %d, retry %d (replayed %q): want both 204, the retry replayed", st1, st2, h2.Get("Idempotent-Replayed"))
+	}
+	d.CheckConsistent(t)
+}

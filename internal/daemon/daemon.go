@@ -49,6 +49,9 @@ type Config struct {
 	E2BReplayWindow      time.Duration
 	IdempotencyWait      time.Duration
 	IdempotencyRetention time.Duration
+	// IdempotencyLock is how long a keyed /v1 request holds its key before a
+	// retry may presume it dead (default 2m); it is renewed while it runs.
+	IdempotencyLock time.Duration
 
 	SweepInterval time.Duration
 	// Network is the engine network sandboxes join ("" = bridge).
@@ -375,7 +378,7 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 // surfaces mounts the native API and the facades.
 func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string) {
 	idem := v1.NewIdempotency(svc.Store(), token, v1.IdempotencyConfig{
-		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
+		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, PendingTTL: cfg.IdempotencyLock, Logger: cfg.Logger,
 	})
 	mux.Handle("/v1/", v1.New(svc, token, idem.Wrap))
 	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Store(), e2b.Config{Token: token, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger}))

@@ -235,7 +235,9 @@ func (m *Idempotency) execute(w http.ResponseWriter, r *http.Request, h http.Han
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
+	stopRenew := m.renew(ctx, claim)
 	h(rec, r)
+	stopRenew()
 
 	// Server-side failures are not recorded: the request may well succeed
 	// when retried, and every failing path has already undone its effects.
@@ -255,6 +257,38 @@ func (m *Idempotency) execute(w http.ResponseWriter, r *http.Request, h http.Han
 	}
 	w.WriteHeader(rec.status)
 	_, _ = w.Write(rec.body.Bytes())
+}
+
+// renew keeps the claim's lock ahead of its expiry while the handler runs (a
+// delete waiting on a slow engine, a create awaiting its agent): without it,
+// a retry arriving after the pending TTL would take the claim over and run
+// the request a second time. The returned function stops the renewal.
+func (m *Idempotency) renew(ctx context.Context, claim sandpit.Claim) func() {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(m.cfg.PendingTTL/3, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				now := m.cfg.Now().UTC()
+				if err := m.st.RenewIdempotentClaim(ctx, claim.Scope, claim.Fingerprint, claim.Generation, now.Add(m.cfg.PendingTTL), now); err != nil {
+					if ctx.Err() == nil {
+						m.cfg.Logger.Warn("renew idempotency claim", "scope", claim.Scope, "err", err)
+					}
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // recorder buffers a handler's response so it can be stored before it is
