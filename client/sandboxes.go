@@ -119,6 +119,9 @@ type ExecResult struct {
 	ExitCode int    `json:"exit_code"`
 	Stdout   string `json:"stdout"`
 	Stderr   string `json:"stderr"`
+	// Truncated: a stream went over the daemon's 16 MiB cap and holds only
+	// its first 16 MiB.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Exec runs a command to completion. It is never retried: running a command

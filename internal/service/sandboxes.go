@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -93,9 +94,14 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 	if len(req.Env) > maxEnv {
 		return invalidf("at most %d environment variables", maxEnv)
 	}
-	for k := range req.Env {
+	for k, v := range req.Env {
 		if !envKey.MatchString(k) {
 			return invalidf("invalid environment variable name %q", k)
+		}
+		// The engine refuses a NUL in the environment, which would surface
+		// as an engine failure (5xx) rather than the caller's mistake.
+		if strings.ContainsRune(v, 0) || len(v) > 128<<10 {
+			return invalidf("environment variable %s: values must be at most 128 KiB without NUL bytes", k)
 		}
 	}
 	return nil

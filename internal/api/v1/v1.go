@@ -251,6 +251,9 @@ type ExecResponse struct {
 	ExitCode int    `json:"exit_code"`
 	Stdout   string `json:"stdout"`
 	Stderr   string `json:"stderr"`
+	// Truncated: the output went over the 16 MiB cap per stream; each
+	// stream holds its first 16 MiB.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 func (h *Handler) exec(w http.ResponseWriter, r *http.Request) {
@@ -266,7 +269,7 @@ func (h *Handler) exec(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, ExecResponse{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)})
+	api.WriteJSON(w, http.StatusOK, ExecResponse{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr), Truncated: res.Truncated})
 }
 
 // files proxies GET (read) and PUT (write, raw body) of one file to the
