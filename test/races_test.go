@@ -64,52 +64,43 @@ func TestRaces(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 
+	// deleteRace creates a sandbox each round and deletes it while the
+	// other calls run against it.
+	deleteRace := func(t *testing.T, others ...func(d *harness.Daemon, id string, round int)) {
+		d := harness.Start(t, sandpitBin, harness.Options{})
+		c := d.Client()
+		for i := range rounds {
+			id := newSandbox(t, ctx, c)
+			calls := []func(){func() {
+				st, code, _, err := postJSON(ctx, d, http.MethodDelete, "/v1/sandboxes/"+id, "", nil)
+				okStatus(t, "delete", st, code, err, http.StatusNoContent)
+			}}
+			for _, o := range others {
+				calls = append(calls, func() { o(d, id, i) })
+			}
+			together(calls...)
+			if t.Failed() {
+				t.Fatalf("round %d failed", i)
+			}
+			d.CheckConsistent(t)
+		}
+	}
 	t.Run("delete vs expose", func(t *testing.T) {
-		d := harness.Start(t, sandpitBin, harness.Options{})
-		c := d.Client()
-		for i := range rounds {
-			id := newSandbox(t, ctx, c)
-			together(
-				func() {
-					st, code, _, err := postJSON(ctx, d, http.MethodDelete, "/v1/sandboxes/"+id, "", nil)
-					okStatus(t, "delete", st, code, err, http.StatusNoContent)
-				},
-				func() {
-					r, err := expose(ctx, d, id, 3000, "http")
-					okStatus(t, "expose http", r.status, r.code, err, http.StatusCreated, http.StatusNotFound)
-				},
-				func() {
-					r, err := expose(ctx, d, id, 3001, "tcp")
-					okStatus(t, "expose tcp", r.status, r.code, err, http.StatusCreated, http.StatusNotFound)
-				},
-			)
-			if t.Failed() {
-				t.Fatalf("round %d failed", i)
-			}
-			d.CheckConsistent(t)
-		}
+		deleteRace(t,
+			func(d *harness.Daemon, id string, _ int) {
+				r, err := expose(ctx, d, id, 3000, "http")
+				okStatus(t, "expose http", r.status, r.code, err, http.StatusCreated, http.StatusNotFound)
+			},
+			func(d *harness.Daemon, id string, _ int) {
+				r, err := expose(ctx, d, id, 3001, "tcp")
+				okStatus(t, "expose tcp", r.status, r.code, err, http.StatusCreated, http.StatusNotFound)
+			})
 	})
-
 	t.Run("delete vs custom domain", func(t *testing.T) {
-		d := harness.Start(t, sandpitBin, harness.Options{})
-		c := d.Client()
-		for i := range rounds {
-			id := newSandbox(t, ctx, c)
-			together(
-				func() {
-					st, code, _, err := postJSON(ctx, d, http.MethodDelete, "/v1/sandboxes/"+id, "", nil)
-					okStatus(t, "delete", st, code, err, http.StatusNoContent)
-				},
-				func() {
-					st, _, code, err := addDomain(ctx, d, id, fmt.Sprintf("race-%d.example.test", i), 3000)
-					okStatus(t, "add domain", st, code, err, http.StatusCreated, http.StatusNotFound)
-				},
-			)
-			if t.Failed() {
-				t.Fatalf("round %d failed", i)
-			}
-			d.CheckConsistent(t)
-		}
+		deleteRace(t, func(d *harness.Daemon, id string, i int) {
+			st, _, code, err := addDomain(ctx, d, id, fmt.Sprintf("race-%d.example.test", i), 3000)
+			okStatus(t, "add domain", st, code, err, http.StatusCreated, http.StatusNotFound)
+		})
 	})
 
 	t.Run("start vs stop", func(t *testing.T) {

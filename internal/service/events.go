@@ -89,15 +89,11 @@ func (s *Service) checkRunning(ctx context.Context) {
 // daemon's own stop caused), so the container's current state decides, not
 // the event.
 func (s *Service) checkContainer(ctx context.Context, id string) error {
-	unlock, err := s.locks.lock(ctx, id)
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	sb, err := s.store.GetSandbox(ctx, id)
-	if err != nil {
-		return err
-	}
 	if sb.State != sandpit.StateRunning && sb.State != sandpit.StatePaused {
 		return nil
 	}

@@ -195,17 +195,28 @@ func (s *Service) deleteLocked(ctx context.Context, id string) error {
 	return nil
 }
 
-// StopSandbox stops a sandbox's container, keeping its filesystem.
-func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+// lockRow takes a sandbox's lock and reads its row under it; the caller
+// releases the lock with the returned function, and only on success.
+func (s *Service) lockRow(ctx context.Context, id string) (sandpit.Sandbox, func(), error) {
 	unlock, err := s.locks.lock(ctx, id)
 	if err != nil {
-		return sandpit.Sandbox{}, err
+		return sandpit.Sandbox{}, nil, err
 	}
-	defer unlock()
 	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		unlock()
+		return sb, nil, err
+	}
+	return sb, unlock, nil
+}
+
+// StopSandbox stops a sandbox's container, keeping its filesystem.
+func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
 	}
+	defer unlock()
 	switch sb.State {
 	case sandpit.StateStopped:
 		return sb, nil
@@ -246,15 +257,11 @@ func (s *Service) restoreRoutes(ctx context.Context, id string) {
 // StartSandbox starts a stopped sandbox (or resumes a paused one) and waits
 // for its agent.
 func (s *Service) StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
-	unlock, err := s.locks.lock(ctx, id)
-	if err != nil {
-		return sandpit.Sandbox{}, err
-	}
-	defer unlock()
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
 	}
+	defer unlock()
 	switch sb.State {
 	case sandpit.StateRunning:
 		return sb, nil
@@ -276,15 +283,11 @@ func (s *Service) StartSandbox(ctx context.Context, id string) (sandpit.Sandbox,
 // PauseSandbox freezes a running sandbox's processes. Its routes go while it
 // is paused: a frozen upstream would hold every connection open forever.
 func (s *Service) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
-	unlock, err := s.locks.lock(ctx, id)
-	if err != nil {
-		return sandpit.Sandbox{}, err
-	}
-	defer unlock()
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
 	}
+	defer unlock()
 	if sb.State != sandpit.StateRunning {
 		return sb, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
 	}
@@ -302,15 +305,11 @@ func (s *Service) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox,
 
 // ResumeSandbox unfreezes a paused sandbox.
 func (s *Service) ResumeSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
-	unlock, err := s.locks.lock(ctx, id)
-	if err != nil {
-		return sandpit.Sandbox{}, err
-	}
-	defer unlock()
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
 	}
+	defer unlock()
 	if sb.State != sandpit.StatePaused {
 		return sb, nil
 	}
@@ -393,6 +392,16 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 
 // RunSweeper sweeps expired sandboxes every interval until ctx ends.
 func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, func() {
+		s.log.Debug("sweep")
+		if _, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("sweep", "err", err)
+		}
+	})
+}
+
+// every calls fn every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -400,10 +409,7 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.log.Debug("sweep")
-			if _, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
-				s.log.Error("sweep", "err", err)
-			}
+			fn()
 		}
 	}
 }

@@ -78,15 +78,11 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 	if protocol != ProtoHTTP && protocol != ProtoTCP {
 		return ExposeResult{}, invalidf("protocol must be %q or %q", ProtoHTTP, ProtoTCP)
 	}
-	unlock, err := s.locks.lock(ctx, id)
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return ExposeResult{}, err
 	}
 	defer unlock()
-	sb, err := s.store.GetSandbox(ctx, id)
-	if err != nil {
-		return ExposeResult{}, err
-	}
 	if sb.State == sandpit.StateDeleting {
 		return ExposeResult{}, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
 	}
@@ -194,15 +190,11 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if port < 1 || port > 65535 {
 		return sandpit.CustomDomain{}, false, invalidf("port must be between 1 and 65535")
 	}
-	unlock, err := s.locks.lock(ctx, id)
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
 	}
 	defer unlock()
-	sb, err := s.store.GetSandbox(ctx, id)
-	if err != nil {
-		return sandpit.CustomDomain{}, false, err
-	}
 	if sb.State == sandpit.StateDeleting {
 		return sandpit.CustomDomain{}, false, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
 	}

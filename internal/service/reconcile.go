@@ -285,16 +285,7 @@ func (s *Service) janitorContainers(ctx context.Context) {
 
 // RunJanitor runs the janitor every interval until ctx ends.
 func (s *Service) RunJanitor(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.Janitor(ctx)
-		}
-	}
+	every(ctx, interval, func() { s.Janitor(ctx) })
 }
 
 // installRoutes installs every route of one sandbox towards ip: the agent's
