@@ -106,13 +106,13 @@ func (s *Service) checkContainer(ctx context.Context, id string) error {
 	c, err := s.rt.Inspect(ctx, sb.ContainerID)
 	switch {
 	case errors.Is(err, driver.ErrNotFound):
-		return s.sandboxDied(ctx, id, sandpit.StateError, sandpit.ReasonRemoved)
+		return s.sandboxDied(ctx, id, sandpit.ReasonRemoved)
 	case err != nil:
 		return runtimeErr("inspect", err)
 	case c.State == "running" || c.State == "paused" || c.State == "restarting":
 		return nil
 	}
-	return s.sandboxDied(ctx, id, sandpit.StateStopped, deathReason(c))
+	return s.sandboxDied(ctx, id, deathReason(c))
 }
 
 // deathReason names why a container that is not running stopped.
@@ -129,8 +129,15 @@ func deathReason(c driver.Container) string {
 
 // sandboxDied records that a sandbox's container stopped (or vanished)
 // without the daemon asking: its routes go first, since the address they
-// point at may be handed to another container. The caller holds the lock.
-func (s *Service) sandboxDied(ctx context.Context, id string, state sandpit.State, reason string) error {
+// point at may be handed to another container. A stopped container can be
+// started again, so the sandbox is stopped; one that was removed cannot, so
+// the sandbox is in error. The caller holds the sandbox's lock. This is the
+// one place a death is recorded, for anything that wants to hear of it.
+func (s *Service) sandboxDied(ctx context.Context, id, reason string) error {
+	state := sandpit.StateStopped
+	if reason == sandpit.ReasonRemoved {
+		state = sandpit.StateError
+	}
 	s.log.Warn("sandbox container died", "sandbox", id, "state", state, "reason", reason)
 	s.removeRoutes(ctx, id)
 	s.forgetIP(id)
