@@ -173,3 +173,25 @@ func randInt(n int) int {
 	_, _ = rand.Read(b[:])
 	return int(binary.LittleEndian.Uint64(b[:]) % uint64(n))
 }
+
+// TestContainerRemovedBehindTheDaemon: a running sandbox's container is
+// removed with `docker rm -f`. The daemon hears of it at once, drops the
+// sandbox's routes and marks it error (removed); deleting it then works.
+func TestContainerRemovedBehindTheDaemon(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := d.Client()
+	id := newSandbox(t, ctx, c)
+	mustExpose(t, ctx, d, id, 3000, "tcp", http.StatusCreated)
+	if out, err := exec.Command("docker", "rm", "-f", "sandpit-"+id).CombinedOutput(); err != nil {
+		t.Fatalf("docker rm: %v: %s", err, out)
+	}
+	wantState(t, ctx, c, id, "error", "removed")
+	d.CheckConsistent(t)
+	if err := c.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	d.CheckConsistent(t)
+}

@@ -69,9 +69,10 @@ func (s *Service) onEngineEvent(ctx context.Context, ev driver.Event) {
 	}()
 }
 
-// checkRunning checks every running or paused sandbox against the engine.
+// checkRunning checks every running, paused or stopped sandbox against the
+// engine.
 func (s *Service) checkRunning(ctx context.Context) {
-	rows, err := s.allSandboxes(ctx, []sandpit.State{sandpit.StateRunning, sandpit.StatePaused})
+	rows, err := s.allSandboxes(ctx, []sandpit.State{sandpit.StateRunning, sandpit.StatePaused, sandpit.StateStopped})
 	if err != nil {
 		s.log.Error("check running sandboxes", "err", err)
 		return
@@ -94,7 +95,9 @@ func (s *Service) checkContainer(ctx context.Context, id string) error {
 		return err
 	}
 	defer unlock()
-	if sb.State != sandpit.StateRunning && sb.State != sandpit.StatePaused {
+	switch sb.State {
+	case sandpit.StateRunning, sandpit.StatePaused, sandpit.StateStopped:
+	default:
 		return nil
 	}
 	s.mu.Lock()
@@ -109,6 +112,8 @@ func (s *Service) checkContainer(ctx context.Context, id string) error {
 		return s.sandboxDied(ctx, id, sandpit.ReasonRemoved)
 	case err != nil:
 		return runtimeErr("inspect", err)
+	case sb.State == sandpit.StateStopped:
+		return nil // its container is there: it can start again
 	case c.State == "running" || c.State == "paused" || c.State == "restarting":
 		return nil
 	}
