@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -328,10 +329,19 @@ func Run(ctx context.Context, cfg Config) error {
 	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	proxySrv := &http.Server{Handler: rtr.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	go svc.RunSweeper(bg, cfg.SweepInterval)
-	go svc.RunJanitor(bg, cfg.JanitorInterval)
-	go svc.WatchEngine(bg)
-	go reapIdempotency(bg, st, log)
+	var loops sync.WaitGroup
+	for _, loop := range []func(){
+		func() { svc.RunSweeper(bg, cfg.SweepInterval) },
+		func() { svc.RunJanitor(bg, cfg.JanitorInterval) },
+		func() { svc.WatchEngine(bg) },
+		func() { reapIdempotency(bg, st, log) },
+	} {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			loop()
+		}()
+	}
 
 	errc := make(chan error, 2)
 	go func() { errc <- apiSrv.Serve(apiLn) }()
@@ -348,6 +358,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("sandpit shutting down")
 	stopBG()
+	// Nothing may use the store after it closes: the loops end first (the
+	// watcher starts service background work, so it goes before that).
+	defer func() {
+		loops.Wait()
+		svc.Wait()
+	}()
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	_ = apiSrv.Shutdown(shutCtx)

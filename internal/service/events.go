@@ -23,7 +23,7 @@ func (s *Service) WatchEngine(ctx context.Context) {
 		evs, errs := s.rt.Events(sctx, s.ownLabels())
 		// The check runs beside the stream: it may wait on sandboxes busy
 		// with long operations, and events must keep flowing meanwhile.
-		go s.checkRunning(ctx)
+		s.background(func() { s.checkRunning(ctx) })
 		connected := time.Now()
 	loop:
 		for {
@@ -62,11 +62,11 @@ func (s *Service) onEngineEvent(ctx context.Context, ev driver.Event) {
 	s.log.Debug("engine event", "kind", ev.Kind, "sandbox", ev.SandboxID, "exit_code", ev.ExitCode)
 	// The check waits for the sandbox's lock, which a long operation (a
 	// create awaiting its agent) may hold; the stream must not wait with it.
-	go func() {
+	s.background(func() {
 		if err := s.checkContainer(ctx, ev.SandboxID); err != nil && !errors.Is(err, sandpit.ErrNotFound) && ctx.Err() == nil {
 			s.log.Error("engine event", "sandbox", ev.SandboxID, "kind", ev.Kind, "err", err)
 		}
-	}()
+	})
 }
 
 // checkRunning checks every running, paused or stopped sandbox against the

@@ -83,16 +83,23 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	s.restarts.Add(1)
-	go func() {
-		defer s.restarts.Done()
-		s.restartAll(ctx, restart)
-	}()
+	s.background(func() { s.restartAll(ctx, restart) })
 	return nil
 }
 
-// WaitRestarts waits for the background restarts of the last Reconcile.
-func (s *Service) WaitRestarts() { s.restarts.Wait() }
+// background runs fn on its own goroutine, tracked by Wait.
+func (s *Service) background(fn func()) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		fn()
+	}()
+}
+
+// Wait waits for the service's background work (reconcile's restarts, engine
+// event handling) to end; the daemon calls it after cancelling their context
+// and before it closes the store.
+func (s *Service) Wait() { s.bg.Wait() }
 
 // reconcileOne fixes one sandbox under its lock and reports whether its
 // container needs starting again.
@@ -175,8 +182,13 @@ func (s *Service) restartOne(ctx context.Context, id string) {
 		return
 	}
 	if err := s.startAndAwait(ctx, &sb); err != nil {
+		if ctx.Err() != nil {
+			// The daemon is shutting down, which is no fault of the
+			// sandbox: its row stays running and the next start retries.
+			return
+		}
 		s.log.Error("reconcile: restart sandbox", "sandbox", id, "err", err)
-		if err := s.store.SetSandboxState(context.WithoutCancel(ctx), id, sandpit.StateError, "restart failed", s.now()); err != nil {
+		if err := s.store.SetSandboxState(ctx, id, sandpit.StateError, "restart failed", s.now()); err != nil {
 			s.log.Error("reconcile: mark error", "sandbox", id, "err", err)
 		}
 	}

@@ -101,8 +101,8 @@ type Service struct {
 
 	// locks serialise the lifecycle operations of each sandbox.
 	locks keyedLocks
-	// restarts tracks reconcile's background restarts.
-	restarts sync.WaitGroup
+	// bg tracks background work: reconcile's restarts, event handling.
+	bg sync.WaitGroup
 }
 
 // New builds a Service.

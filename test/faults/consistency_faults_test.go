@@ -172,7 +172,7 @@ func TestReconcileSkipsFailingSandbox(t *testing.T) {
 	if err := restarted.Reconcile(ctx); err != nil {
 		t.Fatalf("reconcile failed on one sandbox's error: %v", err)
 	}
-	restarted.WaitRestarts()
+	restarted.Wait()
 	if _, err := f.st.GetSandbox(ctx, ids[1]); !errors.Is(err, sandpit.ErrNotFound) {
 		t.Errorf("the other interrupted delete was not finished: %v", err)
 	}
