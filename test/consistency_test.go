@@ -195,3 +195,23 @@ func TestContainerRemovedBehindTheDaemon(t *testing.T) {
 	}
 	d.CheckConsistent(t)
 }
+
+// TestOOMKilledSandbox: the kernel's OOM killer takes the sandbox's main
+// process (the test raises its OOM score so that it, not the memory hog, is
+// the victim). The sandbox becomes stopped with reason oom, and loses its
+// routes.
+func TestOOMKilledSandbox(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := d.Client()
+	sb, err := c.Create(ctx, client.CreateRequest{MemoryMB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExpose(t, ctx, d, sb.ID, 3000, "tcp", http.StatusCreated)
+	_, _ = c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo 1000 > /proc/1/oom_score_adj; tail /dev/zero"}, TimeoutS: 60})
+	wantState(t, ctx, c, sb.ID, "stopped", "oom")
+	d.CheckConsistent(t)
+}
