@@ -41,16 +41,33 @@ const (
 	StateStopped  State = "stopped"
 	StatePaused   State = "paused"
 	StateError    State = "error"
+	// StateDeleting records a delete's intent before its first side effect,
+	// so a delete interrupted by a crash is finished rather than forgotten.
+	StateDeleting State = "deleting"
+	// StateStarting is never stored: the API shows it for a running row
+	// whose container the daemon is still bringing back after a restart.
+	StateStarting State = "starting"
+)
+
+// Reasons a sandbox left the running state without being asked to.
+const (
+	ReasonExited  = "exited"  // its main process ended on its own
+	ReasonOOM     = "oom"     // the kernel killed it for memory
+	ReasonKilled  = "killed"  // a signal from outside the daemon ended it
+	ReasonRemoved = "removed" // its container was removed behind the daemon's back
 )
 
 // Sandbox is one row of the sandboxes table.
 type Sandbox struct {
-	ID          string
-	Name        string // "" means unnamed; non-empty names are unique per daemon
-	Owner       string // owner of the token that made it
-	Image       string
-	Template    string // facade template / snapshot name, informational
-	State       State
+	ID       string
+	Name     string // "" means unnamed; non-empty names are unique per daemon
+	Owner    string // owner of the token that made it
+	Image    string
+	Template string // facade template / snapshot name, informational
+	State    State
+	// StateReason says why the sandbox is in State when the daemon did not
+	// put it there on request (a container that died on its own); "" else.
+	StateReason string
 	Labels      map[string]string // E2B metadata and Daytona labels live here
 	Env         map[string]string
 	CPU         float64 // cores; 0 = engine default

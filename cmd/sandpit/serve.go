@@ -69,8 +69,11 @@ func serveCmd() *cobra.Command {
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-			if e2bReplay < 0 || e2bPending <= 0 || idemWait <= 0 || idemR <= 0 {
+			if e2bReplay < 0 || e2bPending <= 0 || idemWait <= 0 || idemR <= 0 || cfg.IdempotencyLock <= 0 {
 				return fmt.Errorf("TTL flags must be positive (the E2B replay window may be 0 to turn dedupe off)")
+			}
+			if cfg.EngineTimeout <= 0 || cfg.JanitorInterval <= 0 {
+				return fmt.Errorf("--engine-timeout and --janitor-interval must be positive")
 			}
 			cfg.E2BPendingTTL, cfg.E2BReplayWindow, cfg.IdempotencyWait, cfg.IdempotencyRetention = e2bPending, e2bReplay, idemWait, idemR
 			return daemon.Run(cmd.Context(), cfg)
@@ -92,11 +95,15 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&e2bPending, "e2b-pending-ttl", 2*time.Minute, "how long an in-flight E2B create holds its claim")
 	f.DurationVar(&e2bReplay, "e2b-replay-window", 10*time.Second, "how long an identical E2B create replays the same sandbox; 0 turns dedupe off")
 	f.DurationVar(&idemWait, "idempotency-wait", 30*time.Second, "how long a duplicate keyed request waits for the first")
+	f.DurationVar(&cfg.IdempotencyLock, "idempotency-lock", 2*time.Minute, "how long a keyed request holds its Idempotency-Key before a retry may take it over (renewed while it runs)")
 	f.DurationVar(&idemR, "idempotency-retention", 24*time.Hour, "how long an Idempotency-Key's response is kept")
 	f.StringVar(&cfg.Router, "router", envOr("SANDPIT_ROUTER", "builtin"), "builtin (in-process proxy) or caddy (routes through the Caddy admin API; Caddy listens on --proxy-listen)")
 	f.StringVar(&cfg.CaddyAdmin, "caddy-admin", envOr("SANDPIT_CADDY_ADMIN", "http://127.0.0.1:2019"), "Caddy admin API URL (--router caddy)")
 	f.BoolVar(&cfg.PreviewTLS, "preview-tls", false, "serve preview and custom domains over HTTPS with on-demand certificates (--router caddy)")
 	f.BoolVar(&cfg.CaddyInternalCA, "caddy-internal-ca", false, "issue --preview-tls certificates from Caddy's internal CA instead of public ACME issuers")
+	f.StringVar(&cfg.Network, "network", envOr("SANDPIT_NETWORK", ""), "engine network sandboxes join (default: the engine's bridge)")
+	f.DurationVar(&cfg.EngineTimeout, "engine-timeout", 30*time.Second, "time limit of every container-engine call")
+	f.DurationVar(&cfg.JanitorInterval, "janitor-interval", 10*time.Second, "how often sandboxes stuck half-created or half-deleted, and orphan containers, are cleaned up")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }

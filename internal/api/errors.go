@@ -71,6 +71,8 @@ func Classify(err error) Problem {
 		return Problem{http.StatusServiceUnavailable, apitypes.CodePortPoolExhausted, msg}
 	case errors.Is(err, service.ErrNotRunning):
 		return Problem{http.StatusConflict, apitypes.CodeNotRunning, msg}
+	case errors.Is(err, service.ErrEngineTimeout), errors.Is(err, context.DeadlineExceeded):
+		return Problem{http.StatusGatewayTimeout, apitypes.CodeTimeout, msg}
 	case errors.Is(err, service.ErrRuntime), errors.Is(err, service.ErrRouter), errors.Is(err, service.ErrAgentUnhealthy):
 		return Problem{http.StatusBadGateway, apitypes.CodeUpstream, msg}
 	case errors.Is(err, context.DeadlineExceeded):

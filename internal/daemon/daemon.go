@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -28,6 +29,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
+	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
@@ -64,9 +66,19 @@ type Config struct {
 	IdempotencyRetention time.Duration
 	// AuditRetention is how long audit log entries are kept (default 90 days).
 	AuditRetention time.Duration
+	// IdempotencyLock is how long a keyed /v1 request holds its key before a
+	// retry may presume it dead (default 2m); it is renewed while it runs.
+	IdempotencyLock time.Duration
 
 	SweepInterval time.Duration
-	Logger        *slog.Logger
+	// Network is the engine network sandboxes join ("" = bridge).
+	Network string
+	// EngineTimeout bounds every container-engine call (default 30s).
+	EngineTimeout time.Duration
+	// JanitorInterval is how often rows stuck in creating or deleting are
+	// finished (default 10s).
+	JanitorInterval time.Duration
+	Logger          *slog.Logger
 	// Ready, when set, is called once the listeners are bound, with their
 	// addresses (tests start the daemon on port 0).
 	Ready func(apiAddr, proxyAddr string)
@@ -107,6 +119,12 @@ func (c *Config) Defaults() {
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = time.Second
+	}
+	if c.EngineTimeout == 0 {
+		c.EngineTimeout = 30 * time.Second
+	}
+	if c.JanitorInterval == 0 {
+		c.JanitorInterval = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -183,40 +201,70 @@ func LoadOrCreateToken(dataDir, configured string) (token string, created bool, 
 	if configured != "" {
 		return configured, false, nil
 	}
-	return loadOrCreate(filepath.Join(dataDir, "token"), "sp_")
+	return loadOrCreate(filepath.Join(dataDir, "token"), "sp_", 1, "remove it to generate a new token")
 }
 
-// loadOrCreate reads a one-line secret file, or creates it with a random value
-// and mode 0600.
-func loadOrCreate(path, prefix string) (value string, created bool, err error) {
-	b, err := os.ReadFile(path)
-	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		return strings.TrimSpace(string(b)), false, nil
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", false, err
-	}
-	var raw [24]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return "", false, err
-	}
-	value = prefix + hex.EncodeToString(raw[:])
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return "", false, err
-	}
-	// O_EXCL: two first starts racing must not each write a different value.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return loadOrCreate(path, prefix)
+// instanceIDLen is how much of the instance file names this daemon's
+// containers.
+const instanceIDLen = 16
+
+// ErrCorruptSecret: a secret file exists but cannot be what this daemon
+// wrote. It is never overwritten: a token clients hold, or an instance id
+// that names existing containers, would be lost silently.
+var ErrCorruptSecret = errors.New("corrupt secret file")
+
+// loadOrCreate reads a one-line secret file of at least minLen characters,
+// or creates it with a random value and mode 0600. The file is written
+// under a temporary name, synced and then linked into place, so a crash
+// never leaves an empty or half-written file behind, and two first starts
+// racing agree on one value.
+func loadOrCreate(path, prefix string, minLen int, fix string) (value string, created bool, err error) {
+	for range 3 {
+		b, err := os.ReadFile(path)
+		switch {
+		case err == nil:
+			v := strings.TrimSpace(string(b))
+			if len(v) < minLen {
+				return "", false, fmt.Errorf("%w: %s holds %d characters, want at least %d; %s", ErrCorruptSecret, path, len(v), minLen, fix)
+			}
+			return v, false, nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return "", false, err
 		}
-		return "", false, err
+		var raw [24]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return "", false, err
+		}
+		value = prefix + hex.EncodeToString(raw[:])
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return "", false, err
+		}
+		tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+		if err != nil {
+			return "", false, err
+		}
+		_, werr := tmp.WriteString(value + "\n")
+		if werr == nil {
+			werr = tmp.Sync()
+		}
+		if cerr := tmp.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr == nil {
+			// CreateTemp makes the file 0600 already; Link refuses to
+			// replace an existing file, which is the O_EXCL of a rename.
+			werr = os.Link(tmp.Name(), path)
+		}
+		os.Remove(tmp.Name())
+		if werr == nil {
+			return value, true, nil
+		}
+		if !errors.Is(werr, fs.ErrExist) {
+			return "", false, werr
+		}
+		// Another start linked its value first: read that one.
 	}
-	defer f.Close()
-	if _, err := f.WriteString(value + "\n"); err != nil {
-		return "", false, err
-	}
-	return value, true, f.Sync()
+	return "", false, fmt.Errorf("%s: could not read or create it", path)
 }
 
 // Images the daemon defaults to: the realistic one scripts/build-base-image.sh
@@ -278,11 +326,12 @@ func Run(ctx context.Context, cfg Config) error {
 	// The instance id labels every container this daemon makes, so that its
 	// reconcile removes only its own orphans on an engine shared with other
 	// daemons (other data dirs, test runs).
-	instance, _, err := loadOrCreate(filepath.Join(cfg.DataDir, "instance"), "")
+	instance, _, err := loadOrCreate(filepath.Join(cfg.DataDir, "instance"), "", instanceIDLen,
+		"remove it only if the daemon has no sandboxes left: it names their containers")
 	if err != nil {
 		return fmt.Errorf("instance id: %w", err)
 	}
-	instance = instance[:16]
+	instance = instance[:instanceIDLen]
 
 	exe, err := os.Executable()
 	if err != nil {
@@ -292,12 +341,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("locate own executable: %w", err)
 	}
 
-	rt, err := docker.New(ctx, docker.Options{Logger: log})
+	pctx, cancelPing := context.WithTimeout(ctx, cfg.EngineTimeout)
+	dk, err := docker.New(pctx, docker.Options{Logger: log, Network: cfg.Network})
+	cancelPing()
 	if err != nil {
 		return fmt.Errorf("docker: %w", err)
 	}
+	defer dk.Close()
+	rt := driver.WithTimeout(dk, cfg.EngineTimeout)
 	if cfg.DefaultImage == "" {
-		cfg.DefaultImage = pickDefaultImage(ctx, rt, log)
+		cfg.DefaultImage = pickDefaultImage(ctx, dk, log)
 	}
 	if cfg.Templates["base"] == "" {
 		cfg.Templates = maps.Clone(cfg.Templates)
@@ -377,7 +430,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	if err := svc.Reconcile(ctx); err != nil {
+	bg, stopBG := context.WithCancel(ctx)
+	defer stopBG()
+	// Reconcile fixes what it can at once and brings back stopped-by-crash
+	// sandboxes in the background, so the API serves meanwhile.
+	if err := svc.Reconcile(bg); err != nil {
 		closeListeners()
 		return fmt.Errorf("reconcile: %w", err)
 	}
@@ -410,15 +467,27 @@ func Run(ctx context.Context, cfg Config) error {
 		proxySrv = &http.Server{Handler: edg.proxy, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	}
 
-	bg, stopBG := context.WithCancel(ctx)
-	defer stopBG()
-	go svc.RunSweeper(bg, cfg.SweepInterval)
-	go svc.WatchExits(bg)
-	go metrics.Run(bg)
-	go reapIdempotency(bg, st, log)
-	go svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour)
+	var loops sync.WaitGroup
+	for _, loop := range []func(){
+		func() { svc.RunSweeper(bg, cfg.SweepInterval) },
+		func() { svc.RunJanitor(bg, cfg.JanitorInterval) },
+		func() { svc.WatchEngine(bg) },
+		func() { metrics.Run(bg) },
+		func() { reapIdempotency(bg, st, log) },
+		func() { svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour) },
+	} {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			loop()
+		}()
+	}
 	if edg.caddy != nil {
-		go edg.caddy.Poll(bg)
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			edg.caddy.Poll(bg)
+		}()
 	}
 
 	errc := make(chan error, 2)
@@ -440,6 +509,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("sandpit shutting down")
 	stopBG()
+	// Nothing may use the store after it closes: the loops end first (the
+	// watcher starts service background work, so it goes before that).
+	defer func() {
+		loops.Wait()
+		svc.Wait()
+	}()
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	_ = apiSrv.Shutdown(shutCtx)
@@ -475,7 +550,7 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	// access token, resolved to the principal whose owner scopes the request.
 	auth := api.NewAuth(svc, token)
 	idem := v1.NewIdempotency(svc.Idempotency(), v1.IdempotencyConfig{
-		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
+		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, PendingTTL: cfg.IdempotencyLock, Logger: cfg.Logger,
 	})
 	mux.Handle("/v1/", v1.New(svc, auth, idem.Wrap))
 	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger, Metrics: metrics})

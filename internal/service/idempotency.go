@@ -33,6 +33,7 @@ type ClaimStore interface {
 	CompleteIdempotentRequest(ctx context.Context, c sandpit.Completion, now time.Time) error
 	GetIdempotentRequest(ctx context.Context, scope, fingerprint string) (sandpit.Claim, error)
 	DeleteIdempotentRequest(ctx context.Context, scope, fingerprint string) error
+	RenewIdempotentClaim(ctx context.Context, scope, fingerprint string, generation int64, lockedUntil, now time.Time) error
 }
 
 var _ ClaimStore = (*store.Store)(nil)
@@ -210,7 +211,9 @@ func (e *Idempotency) run(ctx context.Context, k claimKey, req IdemRequest, clai
 	// left pending would make every retry wait out its lock.
 	bg := context.WithoutCancel(ctx)
 	a := &Attempt{e: e, k: k, Generation: claim.Generation, TargetID: claim.TargetID}
+	stopRenew := e.renew(bg, k, claim.Generation, req.PendingTTL)
 	resp, err := op(ctx, a)
+	stopRenew()
 	if err != nil || resp.Status >= 500 {
 		if derr := e.st.DeleteIdempotentRequest(bg, k.scope, k.key); derr != nil {
 			e.log.Error("abandon idempotency claim", "scope", k.scope, "err", derr)
@@ -234,6 +237,41 @@ func (e *Idempotency) run(ctx context.Context, k claimKey, req IdemRequest, clai
 		e.log.Error("complete idempotency claim", "scope", k.scope, "err", err)
 	}
 	return resp, nil
+}
+
+// renew keeps the claim's lock ahead of its expiry while op runs (a delete
+// waiting on a slow engine, a create awaiting its agent): without it, a retry
+// arriving after the pending TTL would take the claim over and run the
+// request a second time. The returned function stops the renewal.
+func (e *Idempotency) renew(ctx context.Context, k claimKey, generation int64, ttl time.Duration) func() {
+	if ttl <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(ttl/3, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				now := e.now()
+				if err := e.st.RenewIdempotentClaim(ctx, k.scope, k.key, generation, now.Add(ttl), now); err != nil {
+					if ctx.Err() == nil {
+						e.log.Warn("renew idempotency claim", "scope", k.scope, "err", err)
+					}
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // release ends one in-process attempt of k and wakes its waiters, handing

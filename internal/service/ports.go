@@ -91,9 +91,13 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 	if protocol != ProtoHTTP && protocol != ProtoTCP {
 		return ExposeResult{}, invalidf("protocol must be %q or %q", ProtoHTTP, ProtoTCP)
 	}
-	sb, err := s.sandbox(ctx, id)
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return ExposeResult{}, err
+	}
+	defer unlock()
+	if sb.State == sandpit.StateDeleting {
+		return ExposeResult{}, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
 	}
 	if err := s.checkPortQuota(ctx, sb, port); err != nil {
 		return ExposeResult{}, err
@@ -160,6 +164,11 @@ func (s *Service) UnexposePort(ctx context.Context, id string, port int) (err er
 		return err
 	}
 	defer func() { s.audit(ctx, "port.unexpose", id+":"+strconv.Itoa(port), err) }()
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	row, err := s.store.GetPort(ctx, id, port)
 	if err != nil {
 		return err
@@ -246,9 +255,13 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if port < 1 || port > 65535 {
 		return sandpit.CustomDomain{}, false, invalidf("port must be between 1 and 65535")
 	}
-	sb, err := s.sandbox(ctx, id)
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
+	}
+	defer unlock()
+	if sb.State == sandpit.StateDeleting {
+		return sandpit.CustomDomain{}, false, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
 	}
 	var d sandpit.CustomDomain
 	rollback := func(ctx context.Context) {
@@ -295,6 +308,11 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) (
 		return err
 	}
 	defer func() { s.audit(ctx, "domain.remove", id+":"+h, err) }()
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	d, err := s.store.GetCustomDomain(ctx, h)
 	if err != nil {
 		return err

@@ -316,9 +316,10 @@ func TestExposeRollbackOnRouterFailure(t *testing.T) {
 
 // TestExposeRetryFailureDoesNotUndoInFlightExposure is the race the reused
 // flag exists for: the first call has inserted the row and is still
-// installing its route when a retry arrives, finds the row (reused) and
-// fails its own install. The retry must not delete the row; the first call
-// then completes and its exposure serves.
+// installing its route when a retry arrives. Calls on one sandbox are
+// serialised, so the retry waits for the first to finish; it then finds the
+// row (reused) and fails its own install, and must not delete the row: the
+// first call's exposure keeps serving.
 func TestExposeRetryFailureDoesNotUndoInFlightExposure(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -359,20 +360,27 @@ func TestExposeRetryFailureDoesNotUndoInFlightExposure(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the first exposure never reached the router")
 	}
-	if _, err := r.svc.ExposePort(ctx, id, 9000, service.ProtoTCP); !errors.Is(err, service.ErrRouter) {
-		t.Fatalf("retry with a failing install: %v, want ErrRouter", err)
-	}
-	if _, err := r.st.GetPort(ctx, id, 9000); err != nil {
-		t.Fatalf("the retry's failure removed the first call's row: %v", err)
+	retry := make(chan error, 1)
+	go func() {
+		_, err := r.svc.ExposePort(ctx, id, 9000, service.ProtoTCP)
+		retry <- err
+	}()
+	select {
+	case err := <-retry:
+		t.Fatalf("the retry ran beside the first call (err %v): calls on one sandbox must be serialised", err)
+	case <-time.After(300 * time.Millisecond):
 	}
 	close(release)
 	got := <-first
 	if got.err != nil || got.res.Reuse {
 		t.Fatalf("first exposure: %+v %v, want a new exposure", got.res, got.err)
 	}
+	if err := <-retry; !errors.Is(err, service.ErrRouter) {
+		t.Fatalf("retry with a failing install: %v, want ErrRouter", err)
+	}
 	row, err := r.st.GetPort(ctx, id, 9000)
 	if err != nil || row.HostPort != got.res.Port.HostPort {
-		t.Fatalf("row after both calls: %+v %v, want %+v", row, err, got.res.Port)
+		t.Fatalf("the retry's failure removed the first call's row: %+v %v, want %+v", row, err, got.res.Port)
 	}
 	eventually(t, "traffic through the exposure", func() error { return r.serves(row) })
 }

@@ -37,6 +37,9 @@ var (
 	ErrAgentUnhealthy   = errors.New("sandbox agent did not become healthy")
 	ErrRuntime          = errors.New("container runtime failed")
 	ErrRouter           = errors.New("router failed")
+	// ErrEngineTimeout: the container engine did not answer within the
+	// daemon's engine timeout.
+	ErrEngineTimeout = driver.ErrTimeout
 )
 
 // Config is the service's configuration. Zero values take the defaults noted.
@@ -57,8 +60,11 @@ type Config struct {
 	// PreviewTLS makes preview and custom-domain URLs https:// (the Caddy
 	// router serving them with on-demand certificates).
 	PreviewTLS bool
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// RestartParallel bounds the sandboxes a start brings back at once
+	// (default 8).
+	RestartParallel int
+	Logger          *slog.Logger
+	Now             func() time.Time
 }
 
 // Service is Sandpit's domain layer.
@@ -83,14 +89,13 @@ type Service struct {
 	// creating holds, for each sandbox this process is creating, a channel
 	// closed when that create returns.
 	creating map[string]chan struct{}
-	// stopping counts, per sandbox, the service's own stops and removals in
-	// progress (see expectExit).
-	stopping map[string]int
 	// leaving holds the sandboxes whose container is being stopped or
 	// removed. Their agent is going away, so requests for them are refused
 	// at once instead of being sent to an address that stops answering
 	// (which costs the caller seconds of connect timeout).
 	leaving map[string]bool
+	// starting holds the running sandboxes reconcile is still bringing back.
+	starting map[string]bool
 
 	idem   *Idempotency
 	events *events
@@ -98,6 +103,10 @@ type Service struct {
 	// exposing coordinates the calls exposing one route key; see
 	// ExposePort.
 	exposing keyedExposures
+	// locks serialise the lifecycle operations of each sandbox.
+	locks keyedLocks
+	// bg tracks background work: reconcile's restarts, event handling.
+	bg sync.WaitGroup
 }
 
 // New builds a Service.
@@ -134,8 +143,8 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		agentClients: map[string]agentClients{},
 		ips:          map[string]string{},
 		creating:     map[string]chan struct{}{},
-		stopping:     map[string]int{},
 		leaving:      map[string]bool{},
+		starting:     map[string]bool{},
 		idem:         NewIdempotency(st, cfg.Now, cfg.Logger),
 		events:       newEvents(),
 	}
@@ -213,7 +222,7 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 	}
 	c, err := s.rt.Inspect(ctx, sb.ContainerID)
 	if err != nil {
-		return "", fmt.Errorf("%w: inspect %s: %v", ErrRuntime, id, err)
+		return "", runtimeErr("inspect "+id, err)
 	}
 	if c.IP == "" {
 		return "", fmt.Errorf("%w: sandbox %s has no address", ErrNotRunning, id)
@@ -235,6 +244,11 @@ func (s *Service) forgetIP(id string) {
 	}
 	delete(s.ips, id)
 	s.mu.Unlock()
+	// A kept-alive connection to a container that went away is never reset
+	// (its network namespace is gone), and the engine hands its address to
+	// the next container: reusing it would reach that one, or get a reset.
+	// Idle connections are cheap to remake, so all of them go.
+	s.agents.http.CloseIdleConnections()
 }
 
 // leave marks a sandbox's agent as going away (see Service.leaving) until

@@ -28,11 +28,11 @@ const (
 )
 
 const sandboxColumns = `id, name, image, template, state, labels, env, cpu, memory_mb,
-	container_id, access_token, end_at, created_at, updated_at, owner`
+	container_id, access_token, end_at, created_at, updated_at, owner, state_reason`
 
 const (
 	qSandboxInsert = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qSandboxByID = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
 )
 
@@ -72,7 +72,7 @@ func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbo
 		owner = sandpit.AdminOwner
 	}
 	args := []any{sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
-		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated), owner}
+		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated), owner, sb.StateReason}
 	if limits.Unlimited() {
 		_, err = s.exec(ctx, nil, qSandboxInsert, args...)
 	} else {
@@ -215,11 +215,18 @@ func (s *Store) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]
 	return out, next, nil
 }
 
-// UpdateSandboxState sets the sandbox's state, or returns ErrNotFound.
+// UpdateSandboxState sets the sandbox's state and clears its reason, or
+// returns ErrNotFound.
 func (s *Store) UpdateSandboxState(ctx context.Context, id string, state sandpit.State, now time.Time) error {
+	return s.SetSandboxState(ctx, id, state, "", now)
+}
+
+// SetSandboxState sets the sandbox's state with the reason it is in it
+// ("" for none), or returns ErrNotFound.
+func (s *Store) SetSandboxState(ctx context.Context, id string, state sandpit.State, reason string, now time.Time) error {
 	return s.updateSandbox(ctx, "update state of sandbox", id,
-		`UPDATE sandboxes SET state = ?, updated_at = ? WHERE id = ?`,
-		string(state), toNanos(clock(now)), id)
+		`UPDATE sandboxes SET state = ?, state_reason = ?, updated_at = ? WHERE id = ?`,
+		string(state), reason, toNanos(clock(now)), id)
 }
 
 // SetSandboxEndAt sets the sandbox's deadline; the zero time clears it.
@@ -333,7 +340,7 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 		createdAt, updated int64
 	)
 	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
-		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated, &sb.Owner); err != nil {
+		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated, &sb.Owner, &sb.StateReason); err != nil {
 		return sandpit.Sandbox{}, err
 	}
 	var err error

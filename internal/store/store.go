@@ -464,3 +464,13 @@ func fromNullNanos(n sql.NullInt64) time.Time {
 // rollback is deferred by transactional methods; after a successful Commit it
 // is a harmless no-op returning sql.ErrTxDone.
 func rollback(tx *sql.Tx) { _ = tx.Rollback() }
+
+// SchemaVersion is the user_version the embedded migrations bring a database
+// to; tests compare against it so that a new migration does not break them.
+func SchemaVersion() int {
+	ms, err := loadMigrations()
+	if err != nil {
+		return 0
+	}
+	return len(ms)
+}

@@ -37,7 +37,11 @@ const (
 	statePaused    = "paused"
 	stateError     = "error"
 	stateDestroyed = "destroyed"
-	stateUnknown   = "unknown"
+	// Sandboxes coming back after a daemon restart, and ones whose delete
+	// is under way, have Daytona states of their own.
+	stateStarting   = "starting"
+	stateDestroying = "destroying"
+	stateUnknown    = "unknown"
 )
 
 // daytonaState maps a store state to Daytona's.
@@ -53,6 +57,10 @@ func daytonaState(s sandpit.State) string {
 		return statePaused
 	case sandpit.StateError:
 		return stateError
+	case sandpit.StateStarting:
+		return stateStarting
+	case sandpit.StateDeleting:
+		return stateDestroying
 	}
 	return stateUnknown
 }

@@ -196,7 +196,9 @@ const (
 // E2B state and are not shown.
 func e2bState(state sandpit.State) (string, bool) {
 	switch state {
-	case sandpit.StateRunning:
+	case sandpit.StateRunning, sandpit.StateStarting:
+		// A sandbox the daemon is bringing back after its own restart is
+		// running as far as the client is concerned: it was never stopped.
 		return stateRunning, true
 	case sandpit.StatePaused, sandpit.StateStopped:
 		return statePaused, true

@@ -51,6 +51,7 @@ func New(svc *service.Service, auth *api.Auth, wrap func(pattern string, h http.
 	route("GET /v1/sandboxes/{id}/custom-domains", h.listDomains)
 	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", h.removeDomain)
 	route("GET /v1/events", h.events)
+	route("GET /v1/debug/state", h.debugState)
 	h.adminRoutes()
 	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Problem{Status: http.StatusNotFound, Code: apitypes.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
@@ -74,7 +75,7 @@ func writeError(w http.ResponseWriter, p api.Problem) {
 func fail(w http.ResponseWriter, err error) { writeError(w, api.Classify(err)) }
 
 func toSandbox(sb sandpit.Sandbox) apitypes.Sandbox {
-	out := apitypes.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), Labels: sb.Labels, Env: sb.Env,
+	out := apitypes.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), StateReason: sb.StateReason, Labels: sb.Labels, Env: sb.Env,
 		CPU: sb.CPU, MemoryMB: sb.MemoryMB, CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt}
 	if !sb.EndAt.IsZero() {
 		t := sb.EndAt
@@ -200,7 +201,7 @@ func (h *Handler) exec(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, apitypes.ExecResult{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)})
+	api.WriteJSON(w, http.StatusOK, apitypes.ExecResult{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr), Truncated: res.Truncated})
 }
 
 // files proxies GET (read) and PUT (write, raw body) of one file to the

@@ -19,6 +19,7 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -313,6 +314,8 @@ func (d *Docker) Inspect(ctx context.Context, containerID string) (driver.Contai
 	}
 	if info.State != nil {
 		c.State = string(info.State.Status)
+		c.ExitCode = info.State.ExitCode
+		c.OOMKilled = info.State.OOMKilled
 	}
 	if info.NetworkSettings != nil {
 		c.IP = d.pickIP(info.NetworkSettings.Networks)
@@ -383,39 +386,47 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]driver.C
 	return out, nil
 }
 
-// Exits follows the engine's "die" events of the labelled containers.
-func (d *Docker) Exits(ctx context.Context, labels map[string]string) (<-chan string, error) {
-	args := filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)), filters.Arg("event", string(events.ActionDie)))
+// Events streams the die, oom and destroy events of labelled containers.
+func (d *Docker) Events(ctx context.Context, labels map[string]string) (<-chan driver.Event, <-chan error) {
+	args := filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)))
+	for _, a := range []events.Action{events.ActionDie, events.ActionOOM, events.ActionDestroy} {
+		args.Add("event", string(a))
+	}
 	for k, v := range labels {
-		args.Add("label", k+"="+v)
+		if v == "" {
+			args.Add("label", k)
+		} else {
+			args.Add("label", k+"="+v)
+		}
 	}
 	msgs, errs := d.cli.Events(ctx, events.ListOptions{Filters: args})
-	out := make(chan string, 16)
+	out := make(chan driver.Event)
+	outErr := make(chan error, 1)
 	go func() {
 		defer close(out)
 		for {
 			select {
-			case <-ctx.Done():
-				return
-			case err := <-errs:
-				if ctx.Err() == nil {
-					d.log.Warn("docker events stream ended", "err", err)
-				}
-				return
 			case m := <-msgs:
-				id := m.Actor.Attributes[driver.LabelSandboxID]
-				if id == "" {
-					continue
+				ev := driver.Event{Kind: driver.EventKind(m.Action), ContainerID: m.Actor.ID, SandboxID: m.Actor.Attributes[driver.LabelSandboxID]}
+				if code, err := strconv.Atoi(m.Actor.Attributes["exitCode"]); err == nil {
+					ev.ExitCode = code
 				}
 				select {
-				case out <- id:
+				case out <- ev:
 				case <-ctx.Done():
+					outErr <- ctx.Err()
 					return
 				}
+			case err := <-errs:
+				outErr <- fmt.Errorf("engine events: %w", err)
+				return
+			case <-ctx.Done():
+				outErr <- ctx.Err()
+				return
 			}
 		}
 	}()
-	return out, nil
+	return out, outErr
 }
 
 // Pause freezes every process of the container.

@@ -115,8 +115,12 @@ func (b *Builtin) Remove(ctx context.Context, r router.Route) error {
 	switch r.Kind {
 	case router.KindHTTP:
 		delete(b.http, httpKey(r.SandboxID, r.Port))
+		// Idle connections to the old upstream would outlive the route and
+		// could reach whatever container gets its address next.
+		b.transport.CloseIdleConnections()
 	case router.KindDomain:
 		delete(b.domains, r.Hostname)
+		b.transport.CloseIdleConnections()
 	case router.KindTCP:
 		if f, ok := b.tcp[r.HostPort]; ok {
 			f.close()
@@ -142,6 +146,18 @@ func (b *Builtin) Routes(ctx context.Context) ([]router.Route, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
 	return out, nil
+}
+
+// Listeners returns the host ports with a bound TCP listener, in order.
+func (b *Builtin) Listeners() []int {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make([]int, 0, len(b.tcp))
+	for p := range b.tcp {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
 }
 
 // Close stops every TCP listener.
