@@ -19,6 +19,25 @@ var (
 	ErrPortPoolExhausted = errors.New("host port pool exhausted")
 	ErrTapPoolExhausted  = errors.New("tap pool exhausted")
 	ErrClaimLost         = errors.New("idempotency claim no longer held")
+	// ErrQuotaExceeded: the daemon already holds as many sandboxes as it is
+	// configured to (--max-sandboxes); nothing was created.
+	ErrQuotaExceeded = errors.New("sandbox quota exceeded")
+)
+
+// PortAccess says who may reach a sandbox's ports, other than its agent's,
+// through the E2B gateway and the preview proxy.
+type PortAccess string
+
+// Port access policies.
+const (
+	// PortAccessExposed: only ports exposed through the API (the default,
+	// and what native and Daytona creates get).
+	PortAccessExposed PortAccess = "exposed"
+	// PortAccessPublic: every port, as E2B serves its sandboxes by default.
+	PortAccessPublic PortAccess = "public"
+	// PortAccessToken: every port, to requests carrying the sandbox's traffic
+	// token (E2B's network.allowPublicTraffic false).
+	PortAccessToken PortAccess = "token"
 )
 
 // State is a sandbox's lifecycle state as the store records it.
@@ -48,6 +67,10 @@ type Sandbox struct {
 	MemoryMB    int64   // 0 = engine default
 	ContainerID string
 	AccessToken string    // the agent's per-sandbox token
+	// PortAccess and TrafficToken decide who reaches ports other than the
+	// agent's; empty PortAccess reads as PortAccessExposed.
+	PortAccess   PortAccess
+	TrafficToken string
 	EndAt       time.Time // zero = no deadline
 	CreatedAt   time.Time
 	UpdatedAt   time.Time

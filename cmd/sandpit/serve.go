@@ -83,6 +83,18 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&e2bReplay, "e2b-replay-window", 10*time.Second, "how long an identical E2B create replays the same sandbox; 0 turns dedupe off")
 	f.DurationVar(&idemWait, "idempotency-wait", 30*time.Second, "how long a duplicate keyed request waits for the first")
 	f.DurationVar(&idemR, "idempotency-retention", 24*time.Hour, "how long an Idempotency-Key's response is kept")
+	f.Float64Var(&cfg.DefaultCPU, "default-cpu", 1, "CPU cores of a sandbox whose create names none")
+	f.Int64Var(&cfg.DefaultMemoryMB, "default-memory-mb", 1024, "memory (MiB, no swap) of a sandbox whose create names none")
+	f.Float64Var(&cfg.MaxCPU, "max-cpu", 0, "most CPU cores a create may ask for; 0 means 64")
+	f.Int64Var(&cfg.MaxMemoryMB, "max-memory-mb", 0, "most memory (MiB) a create may ask for; 0 means 262144")
+	f.Int64Var(&cfg.PidsLimit, "pids-limit", 1024, "most processes and threads in one sandbox")
+	f.Int64Var(&cfg.DiskMB, "disk-mb", 0, "writable-layer size limit (MiB) of every sandbox; enforced only where the storage driver can (the log says); 0 means none")
+	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes (any state) the daemon holds; a create beyond it gets 429 quota_exceeded; 0 means no cap")
+	f.IntVar(&cfg.MaxConcurrentCreates, "max-concurrent-creates", 8, "creates in progress at once; more wait their turn")
+	f.StringVar(&cfg.OCIRuntime, "oci-runtime", envOr("SANDPIT_OCI_RUNTIME", "runc"), "OCI runtime registered with Docker to run sandboxes under (runc, runsc for gVisor)")
+	f.Int64Var(&cfg.MaxUploadMB, "max-upload-mb", 1024, "largest request body (file uploads included), MiB")
+	f.DurationVar(&cfg.ReadTimeout, "read-timeout", time.Minute, "how long a request body may take to arrive on non-streaming routes")
+	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection to the API or the proxy is kept")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }

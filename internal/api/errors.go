@@ -46,6 +46,8 @@ const (
 	CodeMethodNotAllowed   = "method_not_allowed"
 	CodeUnsupportedMedia   = "unsupported_media_type"
 	CodeServiceUnavailable = "unavailable"
+	CodeQuotaExceeded      = "quota_exceeded"
+	CodePortForbidden      = "port_forbidden"
 )
 
 // ErrBodyTooLarge is returned by DecodeJSON when a body exceeds its limit.
@@ -75,6 +77,10 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, CodeHostnameConflict, msg}
 	case errors.Is(err, service.ErrProtocolConflict):
 		return Problem{http.StatusConflict, CodeProtocolConflict, msg}
+	case errors.Is(err, sandpit.ErrQuotaExceeded):
+		return Problem{http.StatusTooManyRequests, CodeQuotaExceeded, msg}
+	case errors.Is(err, service.ErrPortForbidden):
+		return Problem{http.StatusForbidden, CodePortForbidden, msg}
 	case errors.Is(err, sandpit.ErrPortPoolExhausted):
 		return Problem{http.StatusServiceUnavailable, CodePortPoolExhausted, msg}
 	case errors.Is(err, service.ErrNotRunning):

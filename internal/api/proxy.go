@@ -5,6 +5,8 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 )
 
 // AgentProxy forwards requests to sandbox agents. FlushInterval -1 flushes
@@ -27,6 +29,9 @@ func NewAgentProxy() *AgentProxy {
 // it is set as the agent's X-Access-Token, replacing whatever the client sent.
 func (p *AgentProxy) Forward(w http.ResponseWriter, r *http.Request, addr, path, token string) {
 	EnableFullDuplex(w)
+	// Agent calls stream their bodies (uploads, process input) for as long
+	// as they last; the body-size bound still applies.
+	httpguard.LiftReadDeadline(w)
 	rp := &httputil.ReverseProxy{
 		Transport:     p.transport,
 		FlushInterval: -1,
@@ -43,6 +48,10 @@ func (p *AgentProxy) Forward(w http.ResponseWriter, r *http.Request, addr, path,
 			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if httpguard.IsTooLarge(err) {
+				WriteJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"error": map[string]string{"code": CodeBodyTooLarge, "message": err.Error()}})
+				return
+			}
 			WriteJSON(w, http.StatusBadGateway, map[string]any{"error": map[string]string{"code": CodeUpstream, "message": "sandbox agent unreachable: " + err.Error()}})
 		},
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -48,6 +49,27 @@ type Config struct {
 	E2BReplayWindow      time.Duration
 	IdempotencyWait      time.Duration
 	IdempotencyRetention time.Duration
+
+	// Resources of every sandbox: defaults for creates that name none and
+	// maxima a create may ask for (see service.Config).
+	DefaultCPU           float64
+	DefaultMemoryMB      int64
+	MaxCPU               float64
+	MaxMemoryMB          int64
+	PidsLimit            int64
+	DiskMB               int64 // writable-layer limit, where the engine enforces it
+	MaxSandboxes         int
+	MaxConcurrentCreates int
+	// OCIRuntime is the engine runtime sandboxes run under (runc, runsc).
+	OCIRuntime string
+
+	// Bounds of the HTTP surfaces: request bodies (uploads included), how
+	// long a request body may take to arrive on non-streaming routes, and
+	// how long an idle keep-alive connection is kept.
+	MaxUploadMB    int64
+	ReadTimeout    time.Duration
+	IdleTimeout    time.Duration
+	MaxHeaderBytes int
 
 	SweepInterval time.Duration
 	Logger        *slog.Logger
@@ -88,6 +110,21 @@ func (c *Config) Defaults() {
 	}
 	if c.IdempotencyRetention == 0 {
 		c.IdempotencyRetention = 24 * time.Hour
+	}
+	if c.OCIRuntime == "" {
+		c.OCIRuntime = "runc"
+	}
+	if c.MaxUploadMB == 0 {
+		c.MaxUploadMB = 1024
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = time.Minute
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 64 << 10
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = time.Second
@@ -183,6 +220,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := validDomain(cfg.Domain); err != nil {
 		return err
 	}
+	if err := validResources(cfg); err != nil {
+		return err
+	}
 	log := cfg.Logger
 	st, err := store.Open(ctx, cfg.DataDir)
 	if err != nil {
@@ -230,6 +270,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("docker: %w", err)
 	}
+	if ok, err := rt.HasRuntime(ctx, cfg.OCIRuntime); err != nil {
+		return fmt.Errorf("docker: %w", err)
+	} else if !ok {
+		return fmt.Errorf("--oci-runtime %s: the Docker engine has no such runtime registered (see scripts/ensure-runsc.sh for gVisor)", cfg.OCIRuntime)
+	}
+	diskMB := diskLimit(ctx, rt, cfg, log)
+	log.Info("sandbox limits", "runtime", cfg.OCIRuntime, "default_cpu", cfg.DefaultCPU, "default_memory_mb", cfg.DefaultMemoryMB,
+		"max_cpu", cfg.MaxCPU, "max_memory_mb", cfg.MaxMemoryMB, "pids", cfg.PidsLimit, "disk_mb", diskMB, "max_sandboxes", cfg.MaxSandboxes)
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -255,6 +303,16 @@ func Run(ctx context.Context, cfg Config) error {
 		Instance:     instance,
 		CrashPoint:   os.Getenv(service.CrashPointEnv),
 		Logger:       log,
+
+		DefaultCPU:           cfg.DefaultCPU,
+		DefaultMemoryMB:      cfg.DefaultMemoryMB,
+		MaxCPU:               cfg.MaxCPU,
+		MaxMemoryMB:          cfg.MaxMemoryMB,
+		PidsLimit:            cfg.PidsLimit,
+		DiskMB:               diskMB,
+		MaxSandboxes:         cfg.MaxSandboxes,
+		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
+		Runtime:              cfg.OCIRuntime,
 	}, st, rt, rtr)
 
 	if err := svc.Reconcile(ctx); err != nil {
@@ -267,10 +325,23 @@ func Run(ctx context.Context, cfg Config) error {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	surfaces(ctx, mux, cfg, svc, token)
+	surfaces(ctx, mux, cfg, svc, token, diskMB)
 
-	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	proxySrv := &http.Server{Handler: rtr.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	guard := httpguard.Options{MaxBody: cfg.MaxUploadMB << 20, ReadTimeout: cfg.ReadTimeout}
+	apiSrv := &http.Server{
+		Handler:           httpguard.Guard(mux, guard),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	proxySrv := &http.Server{
+		Handler:           httpguard.Guard(rtr.Handler(), guard),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
@@ -320,11 +391,49 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 }
 
 // surfaces mounts the native API and the facades.
-func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string) {
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string, diskMB int64) {
 	idem := v1.NewIdempotency(svc.Store(), token, v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
 	})
 	mux.Handle("/v1/", v1.New(svc, token, idem.Wrap))
-	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Store(), e2b.Config{Token: token, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger}))
+	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Store(), e2b.Config{Token: token, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, DiskSizeMB: diskMB, Logger: cfg.Logger}))
 	mux.Handle(daytona.DefaultPrefix+"/", daytona.New(ctx, svc, token, daytona.Options{Logger: cfg.Logger}))
+}
+
+// validResources refuses resource flags that contradict each other, before
+// anything starts.
+func validResources(cfg Config) error {
+	switch {
+	case cfg.DefaultCPU < 0 || cfg.MaxCPU < 0 || cfg.DefaultMemoryMB < 0 || cfg.MaxMemoryMB < 0 ||
+		cfg.PidsLimit < 0 || cfg.DiskMB < 0 || cfg.MaxSandboxes < 0 || cfg.MaxConcurrentCreates < 0 || cfg.MaxUploadMB < 0:
+		return errors.New("resource flags must not be negative")
+	case cfg.MaxCPU > 0 && cfg.DefaultCPU > cfg.MaxCPU:
+		return fmt.Errorf("--default-cpu %g exceeds --max-cpu %g", cfg.DefaultCPU, cfg.MaxCPU)
+	case cfg.MaxMemoryMB > 0 && cfg.DefaultMemoryMB > cfg.MaxMemoryMB:
+		return fmt.Errorf("--default-memory-mb %d exceeds --max-memory-mb %d", cfg.DefaultMemoryMB, cfg.MaxMemoryMB)
+	case cfg.DefaultMemoryMB > 0 && cfg.DefaultMemoryMB < 16:
+		return errors.New("--default-memory-mb must be at least 16")
+	}
+	return nil
+}
+
+// diskLimit returns the writable-layer limit to apply: cfg.DiskMB when the
+// engine's storage driver enforces it, else 0, saying so in the log either
+// way, so that no limit is claimed that is not enforced.
+func diskLimit(ctx context.Context, rt *docker.Docker, cfg Config, log *slog.Logger) int64 {
+	q := rt.DiskQuota(ctx, cfg.DefaultImage)
+	switch {
+	case !q.Supported:
+		if cfg.DiskMB > 0 {
+			log.Warn("disk: --disk-mb is NOT enforced; sandboxes' writable layers are unlimited", "requested_mb", cfg.DiskMB, "reason", q.Reason)
+		} else {
+			log.Info("disk: sandboxes' writable layers are not limited", "reason", q.Reason)
+		}
+		return 0
+	case cfg.DiskMB == 0:
+		log.Info("disk: sandboxes' writable layers are not limited (--disk-mb 0); the engine could enforce a limit", "engine", q.Reason)
+		return 0
+	}
+	log.Info("disk: writable layer limited", "mb", cfg.DiskMB, "engine", q.Reason)
+	return cfg.DiskMB
 }

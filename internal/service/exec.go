@@ -40,10 +40,8 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (ExecRes
 	if req.Timeout < 0 {
 		return ExecResult{}, invalidf("timeout must not be negative")
 	}
-	for k := range req.Env {
-		if !envKey.MatchString(k) {
-			return ExecResult{}, invalidf("invalid environment variable name %q", k)
-		}
+	if err := validateEnv(req.Env); err != nil {
+		return ExecResult{}, err
 	}
 	addr, token, err := s.AgentTarget(ctx, id)
 	if err != nil {

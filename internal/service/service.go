@@ -39,6 +39,9 @@ var (
 	ErrAgentUnhealthy   = errors.New("sandbox agent did not become healthy")
 	ErrRuntime          = errors.New("container runtime failed")
 	ErrRouter           = errors.New("router failed")
+	// ErrPortForbidden: the port is neither the agent's nor one the caller
+	// may reach (not exposed, or the traffic token is missing or wrong).
+	ErrPortForbidden = errors.New("port not reachable")
 )
 
 // CrashPointEnv names the environment variable that makes the daemon kill
@@ -60,6 +63,26 @@ type Config struct {
 	AgentBinary   string            // host path of the sandpit executable
 	HealthTimeout time.Duration     // default 30s
 	PidsLimit     int64             // default 1024
+	// DefaultCPU and DefaultMemoryMB apply to a create that names no limit;
+	// MaxCPU and MaxMemoryMB bound what a create may ask for (a create above
+	// them is refused, not clamped). Zero defaults mean 1 core and 1024 MiB;
+	// zero maxima mean the built-in bounds (64 cores, 256 GiB).
+	DefaultCPU      float64
+	DefaultMemoryMB int64
+	MaxCPU          float64
+	MaxMemoryMB     int64
+	// DiskMB limits each sandbox's writable layer when the engine can
+	// enforce it (DiskQuota reports so); 0 means no limit.
+	DiskMB int64
+	// MaxSandboxes caps how many sandboxes the daemon holds (any state);
+	// a create beyond it fails with sandpit.ErrQuotaExceeded. 0 = no cap.
+	MaxSandboxes int
+	// MaxConcurrentCreates bounds creates in progress at once; the others
+	// wait their turn (default 8).
+	MaxConcurrentCreates int
+	// Runtime is the OCI runtime containers run under ("" = the engine's
+	// default, runc).
+	Runtime string
 	Domain        string            // default "localhost"
 	ProxyPort     int               // port of the builtin proxy, for URLs; 80 omits it
 	PublicHost    string            // host in tcp:// URLs; default 127.0.0.1
@@ -90,6 +113,10 @@ type Service struct {
 	// dropped whenever the container is started, stopped or removed.
 	mu  sync.Mutex
 	ips map[string]string
+
+	// creates is a semaphore bounding creates in progress: each holds a
+	// slot from before its row is inserted until it returns.
+	creates chan struct{}
 }
 
 // New builds a Service.
@@ -99,6 +126,21 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	}
 	if cfg.PidsLimit <= 0 {
 		cfg.PidsLimit = 1024
+	}
+	if cfg.DefaultCPU <= 0 {
+		cfg.DefaultCPU = DefaultCPU
+	}
+	if cfg.DefaultMemoryMB <= 0 {
+		cfg.DefaultMemoryMB = DefaultMemoryMB
+	}
+	if cfg.MaxCPU <= 0 || cfg.MaxCPU > maxCPU {
+		cfg.MaxCPU = maxCPU
+	}
+	if cfg.MaxMemoryMB <= 0 || cfg.MaxMemoryMB > maxMemoryMB {
+		cfg.MaxMemoryMB = maxMemoryMB
+	}
+	if cfg.MaxConcurrentCreates <= 0 {
+		cfg.MaxConcurrentCreates = 8
 	}
 	if cfg.Domain == "" {
 		cfg.Domain = "localhost"
@@ -124,6 +166,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		http:      &http.Client{Timeout: 2 * time.Second},
 		agentHTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}},
 		ips:       map[string]string{},
+		creates:   make(chan struct{}, cfg.MaxConcurrentCreates),
 	}
 }
 

@@ -31,11 +31,18 @@ const (
 )
 
 const sandboxColumns = `id, name, image, template, state, labels, env, cpu, memory_mb,
-	container_id, access_token, end_at, created_at, updated_at`
+	container_id, access_token, end_at, created_at, updated_at, port_access, traffic_token`
 
 const (
 	qSandboxInsert = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	// qSandboxInsertCapped inserts only while the table holds fewer rows than
+	// the last argument. The count and the insert are one statement on the
+	// single writer connection, so concurrent creates cannot both take the
+	// last slot.
+	qSandboxInsertCapped = `INSERT INTO sandboxes (` + sandboxColumns + `)
+		SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+		WHERE (SELECT COUNT(*) FROM sandboxes) < ?`
 	qSandboxByID = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
 )
 
@@ -44,6 +51,13 @@ const (
 // decided by the schema's unique indexes, not by a prior lookup. A zero
 // CreatedAt means now; a zero UpdatedAt means CreatedAt.
 func (s *Store) CreateSandbox(ctx context.Context, sb sandpit.Sandbox) error {
+	return s.CreateSandboxCapped(ctx, sb, 0)
+}
+
+// CreateSandboxCapped is CreateSandbox that fails with
+// sandpit.ErrQuotaExceeded, inserting nothing, when the store already holds
+// maxRows sandboxes (in any state). maxRows <= 0 means no cap.
+func (s *Store) CreateSandboxCapped(ctx context.Context, sb sandpit.Sandbox, maxRows int) error {
 	if sb.ID == "" {
 		return errors.New("create sandbox: id must not be empty")
 	}
@@ -60,11 +74,24 @@ func (s *Store) CreateSandbox(ctx context.Context, sb sandpit.Sandbox) error {
 	if updated.IsZero() {
 		updated = created
 	}
-	_, err = s.exec(ctx, nil, qSandboxInsert,
-		sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
-		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated))
+	access := sb.PortAccess
+	if access == "" {
+		access = sandpit.PortAccessExposed
+	}
+	args := []any{sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
+		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated),
+		string(access), sb.TrafficToken}
+	var res sql.Result
+	if maxRows > 0 {
+		res, err = s.exec(ctx, nil, qSandboxInsertCapped, append(args, maxRows)...)
+	} else {
+		res, err = s.exec(ctx, nil, qSandboxInsert, args...)
+	}
 	switch {
 	case err == nil:
+		if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
+			return fmt.Errorf("create sandbox %s: at most %d sandboxes: %w", sb.ID, maxRows, sandpit.ErrQuotaExceeded)
+		}
 		return nil
 	case isUniqueViolation(err):
 		// The only UNIQUE index on sandboxes besides the primary key is
@@ -304,7 +331,8 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 		createdAt, updated int64
 	)
 	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
-		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated); err != nil {
+		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated,
+		&sb.PortAccess, &sb.TrafficToken); err != nil {
 		return sandpit.Sandbox{}, err
 	}
 	var err error

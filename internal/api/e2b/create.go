@@ -80,7 +80,17 @@ func (b CreateBody) request(id string) service.CreateRequest {
 		Env:      b.EnvVars,
 		Labels:   b.Metadata,
 		Timeout:  time.Duration(b.timeoutSeconds()) * time.Second,
+		// E2B serves every port of a sandbox publicly unless the create
+		// asks for its traffic token to be required.
+		PortAccess: b.portAccess(),
 	}
+}
+
+func (b CreateBody) portAccess() sandpit.PortAccess {
+	if b.Network != nil && b.Network.AllowPublicTraffic != nil && !*b.Network.AllowPublicTraffic {
+		return sandpit.PortAccessToken
+	}
+	return sandpit.PortAccessPublic
 }
 
 // createDeduplicated runs the claim loop of a create:

@@ -113,6 +113,10 @@ func (f *fakeBackend) AgentAddr(context.Context, string) (string, error) {
 	return "", errors.New("no agents in unit tests")
 }
 
+func (f *fakeBackend) CheckPortAccess(context.Context, sandpit.Sandbox, int, string) error {
+	return nil
+}
+
 func (f *fakeBackend) Crash(string) {}
 
 type fixture struct {

@@ -39,6 +39,7 @@ type Backend interface {
 	SetTimeout(ctx context.Context, id string, timeout time.Duration) (sandpit.Sandbox, error)
 	Stats(ctx context.Context, id string) (driver.Stats, error)
 	AgentAddr(ctx context.Context, id string) (string, error)
+	CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error
 	Crash(point string)
 }
 
@@ -64,6 +65,9 @@ type Config struct {
 	// SDK's default request timeout, so the 429 reaches the SDK and its
 	// retry still fits within the caller's deadline.
 	WaitBudget time.Duration
+	// DiskSizeMB is the writable-layer limit every sandbox gets, reported
+	// as diskSizeMB; 0 when the engine cannot enforce one.
+	DiskSizeMB int64
 	Logger     *slog.Logger
 	Now        func() time.Time
 }
