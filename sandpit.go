@@ -66,14 +66,14 @@ type Sandbox struct {
 	CPU         float64 // cores; 0 = engine default
 	MemoryMB    int64   // 0 = engine default
 	ContainerID string
-	AccessToken string    // the agent's per-sandbox token
+	AccessToken string // the agent's per-sandbox token
 	// PortAccess and TrafficToken decide who reaches ports other than the
 	// agent's; empty PortAccess reads as PortAccessExposed.
 	PortAccess   PortAccess
 	TrafficToken string
-	EndAt       time.Time // zero = no deadline
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	EndAt        time.Time // zero = no deadline
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
 
 // ListOptions filters and pages a sandbox listing. Paging is stable: rows are

@@ -200,13 +200,13 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit
 	}
 	now := s.now()
 	sb := sandpit.Sandbox{
-		ID:          id,
-		Name:        req.Name,
-		Image:       image,
-		Template:    req.Template,
-		State:       sandpit.StateCreating,
-		Labels:      nonNil(req.Labels),
-		Env:         nonNil(req.Env),
+		ID:           id,
+		Name:         req.Name,
+		Image:        image,
+		Template:     req.Template,
+		State:        sandpit.StateCreating,
+		Labels:       nonNil(req.Labels),
+		Env:          nonNil(req.Env),
 		CPU:          cpu,
 		MemoryMB:     memMB,
 		ContainerID:  containerName(id),

@@ -82,12 +82,12 @@ type Config struct {
 	MaxConcurrentCreates int
 	// Runtime is the OCI runtime containers run under ("" = the engine's
 	// default, runc).
-	Runtime string
-	Domain        string            // default "localhost"
-	ProxyPort     int               // port of the builtin proxy, for URLs; 80 omits it
-	PublicHost    string            // host in tcp:// URLs; default 127.0.0.1
-	PortRange     sandpit.PortRange // TCP host-port pool
-	ExtraLabels   map[string]string // added to every container (tests tag runs)
+	Runtime     string
+	Domain      string            // default "localhost"
+	ProxyPort   int               // port of the builtin proxy, for URLs; 80 omits it
+	PublicHost  string            // host in tcp:// URLs; default 127.0.0.1
+	PortRange   sandpit.PortRange // TCP host-port pool
+	ExtraLabels map[string]string // added to every container (tests tag runs)
 	// Instance identifies this daemon's containers (label sandpit.instance):
 	// reconcile touches only those, so daemons can share an engine.
 	Instance   string
