@@ -257,8 +257,9 @@ func retryable(err error) bool {
 	if errors.As(err, &e) {
 		switch e.Status {
 		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			// A full port pool is a 503 that no retry will cure.
-			return e.Code != "port_pool_exhausted"
+			// A full port pool and a full sandbox quota are answers no
+			// prompt retry will change.
+			return e.Code != "port_pool_exhausted" && e.Code != "quota_exceeded"
 		}
 	}
 	return false

@@ -237,9 +237,10 @@ func (m *Idempotency) execute(w http.ResponseWriter, r *http.Request, h http.Han
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
 	h(rec, r)
 
-	// Server-side failures are not recorded: the request may well succeed
-	// when retried, and every failing path has already undone its effects.
-	if rec.status >= 500 {
+	// Server-side failures and a full quota (429) are not recorded: the
+	// request may well succeed when retried, and every failing path has
+	// already undone its effects.
+	if rec.status >= 500 || rec.status == http.StatusTooManyRequests {
 		release()
 	} else {
 		err := m.st.CompleteIdempotentRequest(context.WithoutCancel(ctx), sandpit.Completion{
