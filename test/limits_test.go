@@ -425,3 +425,67 @@ func TestSlowClients(t *testing.T) {
 		t.Fatalf("daemon RSS grew from %d to %d KiB", rss0, rssEnd)
 	}
 }
+
+// TestUploadLimit: under --max-upload-mb 1 a 2 MiB upload is 413, whether
+// its length is announced (refused before it is read) or it arrives chunked
+// through the E2B gateway (cut at the limit), and a 512 KiB one passes.
+func TestUploadLimit(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--max-upload-mb", "1"}})
+	c := d.Client()
+	ctx := ctxFor(t, 2*time.Minute)
+	sb, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(ctx, sb.ID, "/tmp/small", make([]byte, 512<<10)); err != nil {
+		t.Fatalf("512 KiB upload: %v", err)
+	}
+	err = c.WriteFile(ctx, sb.ID, "/tmp/big", make([]byte, 2<<20))
+	if !client.IsCode(err, "body_too_large") {
+		t.Fatalf("2 MiB upload with a length: %v, want 413 body_too_large", err)
+	}
+
+	// Chunked, so the length is unknown until the body ends.
+	pr, pw := io.Pipe()
+	go func() {
+		chunk := make([]byte, 64<<10)
+		for range 32 {
+			if _, err := pw.Write(chunk); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.URL()+"/e2b/envd/files?path=/tmp/big2", pr)
+	req.Header.Set("E2b-Sandbox-Id", sb.ID)
+	req.Header.Set("X-Access-Token", sandboxAccessToken(t, ctx, d, sb.ID))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("2 MiB chunked upload through the gateway: %d, want 413", resp.StatusCode)
+	}
+}
+
+// sandboxAccessToken reads a sandbox's agent token through the E2B facade.
+func sandboxAccessToken(t *testing.T, ctx context.Context, d *harness.Daemon, id string) string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+"/e2b/sandboxes/"+id, nil)
+	req.Header.Set("X-API-KEY", d.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var info struct {
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil || info.EnvdAccessToken == "" {
+		t.Fatalf("sandbox info: %v", err)
+	}
+	return info.EnvdAccessToken
+}
