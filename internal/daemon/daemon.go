@@ -224,6 +224,20 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
+	// The engine is asked first, so a runtime it lacks stops the daemon
+	// before it touches its data directory.
+	rt, err := docker.New(ctx, docker.Options{Logger: log})
+	if err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
+	if ok, err := rt.HasRuntime(ctx, cfg.OCIRuntime); err != nil {
+		return fmt.Errorf("docker: %w", err)
+	} else if !ok {
+		return fmt.Errorf("--oci-runtime %s: the Docker engine has no such runtime registered (see scripts/ensure-runsc.sh for gVisor)", cfg.OCIRuntime)
+	}
+	diskMB := diskLimit(ctx, rt, cfg, log)
+	log.Info("sandbox limits", "runtime", cfg.OCIRuntime, "default_cpu", cfg.DefaultCPU, "default_memory_mb", cfg.DefaultMemoryMB,
+		"max_cpu", cfg.MaxCPU, "max_memory_mb", cfg.MaxMemoryMB, "pids", cfg.PidsLimit, "disk_mb", diskMB, "max_sandboxes", cfg.MaxSandboxes)
 	st, err := store.Open(ctx, cfg.DataDir)
 	if err != nil {
 		return err
@@ -266,18 +280,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("locate own executable: %w", err)
 	}
 
-	rt, err := docker.New(ctx, docker.Options{Logger: log})
-	if err != nil {
-		return fmt.Errorf("docker: %w", err)
-	}
-	if ok, err := rt.HasRuntime(ctx, cfg.OCIRuntime); err != nil {
-		return fmt.Errorf("docker: %w", err)
-	} else if !ok {
-		return fmt.Errorf("--oci-runtime %s: the Docker engine has no such runtime registered (see scripts/ensure-runsc.sh for gVisor)", cfg.OCIRuntime)
-	}
-	diskMB := diskLimit(ctx, rt, cfg, log)
-	log.Info("sandbox limits", "runtime", cfg.OCIRuntime, "default_cpu", cfg.DefaultCPU, "default_memory_mb", cfg.DefaultMemoryMB,
-		"max_cpu", cfg.MaxCPU, "max_memory_mb", cfg.MaxMemoryMB, "pids", cfg.PidsLimit, "disk_mb", diskMB, "max_sandboxes", cfg.MaxSandboxes)
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
