@@ -280,7 +280,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("locate own executable: %w", err)
 	}
 
-
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
