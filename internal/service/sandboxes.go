@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -95,7 +96,7 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 	if req.Name != "" && !nameRE.MatchString(req.Name) {
 		return invalidf("invalid name %q: use 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit", req.Name)
 	}
-	if req.CPU < 0 || req.CPU > s.cfg.MaxCPU || req.CPU != req.CPU {
+	if req.CPU < 0 || req.CPU > s.cfg.MaxCPU || math.IsNaN(req.CPU) {
 		return invalidf("cpu must be between 0 and %g", s.cfg.MaxCPU)
 	}
 	if req.MemoryMB < 0 || req.MemoryMB > s.cfg.MaxMemoryMB {
