@@ -29,6 +29,22 @@ var (
 	ErrInvalidPageToken = errors.New("invalid page token")
 )
 
+// PortAccess says who may reach a sandbox's ports, other than its agent's,
+// through the E2B gateway and the preview proxy.
+type PortAccess string
+
+// Port access policies.
+const (
+	// PortAccessExposed: only ports exposed through the API (the default,
+	// and what native and Daytona creates get).
+	PortAccessExposed PortAccess = "exposed"
+	// PortAccessPublic: every port, as E2B serves its sandboxes by default.
+	PortAccessPublic PortAccess = "public"
+	// PortAccessToken: every port, to requests carrying the sandbox's traffic
+	// token (E2B's network.allowPublicTraffic false).
+	PortAccessToken PortAccess = "token"
+)
+
 // State is a sandbox's lifecycle state as the store records it.
 type State string
 
@@ -73,10 +89,14 @@ type Sandbox struct {
 	CPU         float64 // cores; 0 = engine default
 	MemoryMB    int64   // 0 = engine default
 	ContainerID string
-	AccessToken string    // the agent's per-sandbox token
-	EndAt       time.Time // zero = no deadline
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	AccessToken string // the agent's per-sandbox token
+	// PortAccess and TrafficToken decide who reaches ports other than the
+	// agent's; empty PortAccess reads as PortAccessExposed.
+	PortAccess   PortAccess
+	TrafficToken string
+	EndAt        time.Time // zero = no deadline
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
 
 // ListOptions filters and pages a sandbox listing. Paging is stable: rows are

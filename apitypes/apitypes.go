@@ -149,5 +149,6 @@ const (
 	CodeServiceUnavailable = "unavailable"
 	CodeForbidden          = "forbidden"
 	CodeQuotaExceeded      = "quota_exceeded"
+	CodePortForbidden      = "port_forbidden"
 	CodeTokenNameConflict  = "token_name_conflict"
 )

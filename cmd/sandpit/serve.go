@@ -104,6 +104,18 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Network, "network", envOr("SANDPIT_NETWORK", ""), "engine network sandboxes join (default: the engine's bridge)")
 	f.DurationVar(&cfg.EngineTimeout, "engine-timeout", 30*time.Second, "time limit of every container-engine call")
 	f.DurationVar(&cfg.JanitorInterval, "janitor-interval", 10*time.Second, "how often sandboxes stuck half-created or half-deleted, and orphan containers, are cleaned up")
+	f.Float64Var(&cfg.DefaultCPU, "default-cpu", 1, "CPU cores of a sandbox whose create names none")
+	f.Int64Var(&cfg.DefaultMemoryMB, "default-memory-mb", 1024, "memory (MiB, no swap) of a sandbox whose create names none")
+	f.Float64Var(&cfg.MaxCPU, "max-cpu", 0, "most CPU cores a create may ask for; 0 means 64")
+	f.Int64Var(&cfg.MaxMemoryMB, "max-memory-mb", 0, "most memory (MiB) a create may ask for; 0 means 262144")
+	f.Int64Var(&cfg.PidsLimit, "pids-limit", 1024, "most processes and threads in one sandbox")
+	f.Int64Var(&cfg.DiskMB, "disk-mb", 0, "writable-layer size limit (MiB) of every sandbox; enforced only where the storage driver can (the log says); 0 means none")
+	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes (any state) the daemon holds; a create beyond it gets 429 quota_exceeded; 0 means no cap")
+	f.IntVar(&cfg.MaxConcurrentCreates, "max-concurrent-creates", 8, "creates in progress at once; more wait their turn")
+	f.StringVar(&cfg.OCIRuntime, "oci-runtime", envOr("SANDPIT_OCI_RUNTIME", "runc"), "OCI runtime registered with Docker to run sandboxes under (runc, runsc for gVisor)")
+	f.Int64Var(&cfg.MaxUploadMB, "max-upload-mb", 1024, "largest request body (file uploads included), MiB")
+	f.DurationVar(&cfg.ReadTimeout, "read-timeout", time.Minute, "how long a request body may take to arrive on non-streaming routes")
+	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection to the API or the proxy is kept")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }

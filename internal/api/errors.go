@@ -67,6 +67,8 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, apitypes.CodeConflict, msg}
 	case errors.Is(err, service.ErrProtocolConflict):
 		return Problem{http.StatusConflict, apitypes.CodeProtocolConflict, msg}
+	case errors.Is(err, service.ErrPortForbidden):
+		return Problem{http.StatusForbidden, apitypes.CodePortForbidden, msg}
 	case errors.Is(err, sandpit.ErrPortPoolExhausted):
 		return Problem{http.StatusServiceUnavailable, apitypes.CodePortPoolExhausted, msg}
 	case errors.Is(err, service.ErrNotRunning):

@@ -31,6 +31,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -69,6 +70,27 @@ type Config struct {
 	// IdempotencyLock is how long a keyed /v1 request holds its key before a
 	// retry may presume it dead (default 2m); it is renewed while it runs.
 	IdempotencyLock time.Duration
+
+	// Resources of every sandbox: defaults for creates that name none and
+	// maxima a create may ask for (see service.Config).
+	DefaultCPU           float64
+	DefaultMemoryMB      int64
+	MaxCPU               float64
+	MaxMemoryMB          int64
+	PidsLimit            int64
+	DiskMB               int64 // writable-layer limit, where the engine enforces it
+	MaxSandboxes         int
+	MaxConcurrentCreates int
+	// OCIRuntime is the engine runtime sandboxes run under (runc, runsc).
+	OCIRuntime string
+
+	// Bounds of the HTTP surfaces: request bodies (uploads included), how
+	// long a request body may take to arrive on non-streaming routes, and
+	// how long an idle keep-alive connection is kept.
+	MaxUploadMB    int64
+	ReadTimeout    time.Duration
+	IdleTimeout    time.Duration
+	MaxHeaderBytes int
 
 	SweepInterval time.Duration
 	// Network is the engine network sandboxes join ("" = bridge).
@@ -116,6 +138,21 @@ func (c *Config) Defaults() {
 	}
 	if c.AuditRetention == 0 {
 		c.AuditRetention = 90 * 24 * time.Hour
+	}
+	if c.OCIRuntime == "" {
+		c.OCIRuntime = "runc"
+	}
+	if c.MaxUploadMB == 0 {
+		c.MaxUploadMB = 1024
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = time.Minute
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 64 << 10
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = time.Second
@@ -297,7 +334,40 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := validRouter(cfg); err != nil {
 		return err
 	}
+	if err := validResources(cfg); err != nil {
+		return err
+	}
 	log := cfg.Logger
+	// The engine is asked first, so a runtime it lacks stops the daemon
+	// before it touches its data directory.
+	pctx, cancelPing := context.WithTimeout(ctx, cfg.EngineTimeout)
+	dk, err := docker.New(pctx, docker.Options{Logger: log, Network: cfg.Network})
+	cancelPing()
+	if err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
+	defer dk.Close()
+	if ok, err := dk.HasRuntime(ctx, cfg.OCIRuntime); err != nil {
+		return fmt.Errorf("docker: %w", err)
+	} else if !ok {
+		return fmt.Errorf("--oci-runtime %s: the Docker engine has no such runtime registered (see scripts/ensure-runsc.sh for gVisor)", cfg.OCIRuntime)
+	}
+	if cfg.DefaultImage == "" {
+		cfg.DefaultImage = pickDefaultImage(ctx, dk, log)
+	}
+	if cfg.Templates["base"] == "" {
+		cfg.Templates = maps.Clone(cfg.Templates)
+		if cfg.Templates == nil {
+			cfg.Templates = map[string]string{}
+		}
+		cfg.Templates["base"] = cfg.DefaultImage
+	}
+	diskMB := diskLimit(ctx, dk, cfg, log)
+	// Every engine call the service makes has a time limit, so a hung
+	// engine fails requests instead of stalling them.
+	rt := driver.WithTimeout(dk, cfg.EngineTimeout)
+	log.Info("sandbox limits", "runtime", cfg.OCIRuntime, "default_cpu", cfg.DefaultCPU, "default_memory_mb", cfg.DefaultMemoryMB,
+		"max_cpu", cfg.MaxCPU, "max_memory_mb", cfg.MaxMemoryMB, "pids", cfg.PidsLimit, "disk_mb", diskMB, "max_sandboxes", cfg.MaxSandboxes)
 	st, err := store.Open(ctx, cfg.DataDir)
 	if err != nil {
 		return err
@@ -339,25 +409,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if exe, err = filepath.EvalSymlinks(exe); err != nil {
 		return fmt.Errorf("locate own executable: %w", err)
-	}
-
-	pctx, cancelPing := context.WithTimeout(ctx, cfg.EngineTimeout)
-	dk, err := docker.New(pctx, docker.Options{Logger: log, Network: cfg.Network})
-	cancelPing()
-	if err != nil {
-		return fmt.Errorf("docker: %w", err)
-	}
-	defer dk.Close()
-	rt := driver.WithTimeout(dk, cfg.EngineTimeout)
-	if cfg.DefaultImage == "" {
-		cfg.DefaultImage = pickDefaultImage(ctx, dk, log)
-	}
-	if cfg.Templates["base"] == "" {
-		cfg.Templates = maps.Clone(cfg.Templates)
-		if cfg.Templates == nil {
-			cfg.Templates = map[string]string{}
-		}
-		cfg.Templates["base"] = cfg.DefaultImage
 	}
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
@@ -415,6 +466,16 @@ func Run(ctx context.Context, cfg Config) error {
 		Instance:     instance,
 		PreviewTLS:   cfg.PreviewTLS,
 		Logger:       log,
+
+		DefaultCPU:           cfg.DefaultCPU,
+		DefaultMemoryMB:      cfg.DefaultMemoryMB,
+		MaxCPU:               cfg.MaxCPU,
+		MaxMemoryMB:          cfg.MaxMemoryMB,
+		PidsLimit:            cfg.PidsLimit,
+		DiskMB:               diskMB,
+		MaxSandboxes:         cfg.MaxSandboxes,
+		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
+		Runtime:              cfg.OCIRuntime,
 	}, st, rt, edg.Router)
 
 	if edg.caddy != nil {
@@ -451,20 +512,33 @@ func Run(ctx context.Context, cfg Config) error {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	metrics := service.NewMetricsHistory(svc, 0, 0)
-	surfaces(ctx, mux, cfg, svc, token, metrics)
+	surfaces(ctx, mux, cfg, svc, token, metrics, diskMB)
 	if cfg.Router == RouterCaddy {
 		// Unauthenticated: Caddy sends no token, and the answer only says
 		// whether a hostname is bound.
 		mux.Handle("GET "+askPath, askHandler(svc, log))
 	}
 
-	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	guard := httpguard.Options{MaxBody: cfg.MaxUploadMB << 20, ReadTimeout: cfg.ReadTimeout}
+	apiSrv := &http.Server{
+		Handler:           httpguard.Guard(mux, guard),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 	// Event streams last as long as their clients; ending the subscriptions
 	// when the server shuts down lets Shutdown finish.
 	apiSrv.RegisterOnShutdown(svc.CloseEvents)
 	var proxySrv *http.Server
 	if proxyLn != nil {
-		proxySrv = &http.Server{Handler: edg.proxy, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		proxySrv = &http.Server{
+			Handler:           httpguard.Guard(edg.proxy, guard),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       cfg.IdleTimeout,
+			MaxHeaderBytes:    cfg.MaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
 	}
 
 	var loops sync.WaitGroup
@@ -545,7 +619,7 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 }
 
 // surfaces mounts the native API and the facades.
-func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string, metrics *service.MetricsHistory) {
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string, metrics *service.MetricsHistory, diskMB int64) {
 	// One authenticator for every surface: the admin token or a personal
 	// access token, resolved to the principal whose owner scopes the request.
 	auth := api.NewAuth(svc, token)
@@ -553,10 +627,48 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, PendingTTL: cfg.IdempotencyLock, Logger: cfg.Logger,
 	})
 	mux.Handle("/v1/", v1.New(svc, auth, idem.Wrap))
-	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger, Metrics: metrics})
+	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics})
 	mux.Handle(e2b.Prefix+"/", e2bAPI)
 	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
 	// origin, i.e. here.
 	mux.HandleFunc("/files", e2bAPI.SignedFiles)
 	mux.Handle(daytona.DefaultPrefix+"/", daytona.New(ctx, svc, auth, daytona.Options{Logger: cfg.Logger}))
+}
+
+// validResources refuses resource flags that contradict each other, before
+// anything starts.
+func validResources(cfg Config) error {
+	switch {
+	case cfg.DefaultCPU < 0 || cfg.MaxCPU < 0 || cfg.DefaultMemoryMB < 0 || cfg.MaxMemoryMB < 0 ||
+		cfg.PidsLimit < 0 || cfg.DiskMB < 0 || cfg.MaxSandboxes < 0 || cfg.MaxConcurrentCreates < 0 || cfg.MaxUploadMB < 0:
+		return errors.New("resource flags must not be negative")
+	case cfg.MaxCPU > 0 && cfg.DefaultCPU > cfg.MaxCPU:
+		return fmt.Errorf("--default-cpu %g exceeds --max-cpu %g", cfg.DefaultCPU, cfg.MaxCPU)
+	case cfg.MaxMemoryMB > 0 && cfg.DefaultMemoryMB > cfg.MaxMemoryMB:
+		return fmt.Errorf("--default-memory-mb %d exceeds --max-memory-mb %d", cfg.DefaultMemoryMB, cfg.MaxMemoryMB)
+	case cfg.DefaultMemoryMB > 0 && cfg.DefaultMemoryMB < 16:
+		return errors.New("--default-memory-mb must be at least 16")
+	}
+	return nil
+}
+
+// diskLimit returns the writable-layer limit to apply: cfg.DiskMB when the
+// engine's storage driver enforces it, else 0, saying so in the log either
+// way, so that no limit is claimed that is not enforced.
+func diskLimit(ctx context.Context, rt *docker.Docker, cfg Config, log *slog.Logger) int64 {
+	q := rt.DiskQuota(ctx, cfg.DefaultImage)
+	switch {
+	case !q.Supported:
+		if cfg.DiskMB > 0 {
+			log.Warn("disk: --disk-mb is NOT enforced; sandboxes' writable layers are unlimited", "requested_mb", cfg.DiskMB, "reason", q.Reason)
+		} else {
+			log.Info("disk: sandboxes' writable layers are not limited", "reason", q.Reason)
+		}
+		return 0
+	case cfg.DiskMB == 0:
+		log.Info("disk: sandboxes' writable layers are not limited (--disk-mb 0); the engine could enforce a limit", "engine", q.Reason)
+		return 0
+	}
+	log.Info("disk: writable layer limited", "mb", cfg.DiskMB, "engine", q.Reason)
+	return cfg.DiskMB
 }

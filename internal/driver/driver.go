@@ -39,6 +39,11 @@ type Spec struct {
 	CPU       float64           // cores; 0 = no limit
 	MemoryMB  int64             // 0 = no limit
 	PidsLimit int64             // 0 = 1024
+	// DiskMB limits the writable layer; only set it when the engine's
+	// storage driver enforces it (see docker.Docker.DiskQuota).
+	DiskMB int64
+	// Runtime is the OCI runtime to run under ("" = the engine's default).
+	Runtime string
 	// AgentBinary is the host path of the sandpit executable, bind-mounted
 	// read-only and run as PID 1 with `agent` as its argument.
 	AgentBinary string

@@ -55,10 +55,8 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (ExecRes
 	if req.Timeout < 0 {
 		return ExecResult{}, invalidf("timeout must not be negative")
 	}
-	for k := range req.Env {
-		if !envKey.MatchString(k) {
-			return ExecResult{}, invalidf("invalid environment variable name %q", k)
-		}
+	if err := validateEnv(req.Env); err != nil {
+		return ExecResult{}, err
 	}
 	agent, err := s.Agent(ctx, id)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -214,7 +215,10 @@ func (e *Idempotency) run(ctx context.Context, k claimKey, req IdemRequest, clai
 	stopRenew := e.renew(bg, k, claim.Generation, req.PendingTTL)
 	resp, err := op(ctx, a)
 	stopRenew()
-	if err != nil || resp.Status >= 500 {
+	// Server-side failures and a full quota (429) are not recorded: the
+	// request may well succeed when retried, and every failing path has
+	// already undone its effects.
+	if err != nil || resp.Status >= 500 || resp.Status == http.StatusTooManyRequests {
 		if derr := e.st.DeleteIdempotentRequest(bg, k.scope, k.key); derr != nil {
 			e.log.Error("abandon idempotency claim", "scope", k.scope, "err", derr)
 		}

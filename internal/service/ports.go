@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -255,6 +256,11 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if port < 1 || port > 65535 {
 		return sandpit.CustomDomain{}, false, invalidf("port must be between 1 and 65535")
 	}
+	// The agent answers to its token, not to whoever knows a hostname; as
+	// with exposing it, a domain may not point at it.
+	if port == driver.AgentPort {
+		return sandpit.CustomDomain{}, false, invalidf("port %d is reserved for the sandbox agent", port)
+	}
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
@@ -358,4 +364,30 @@ func (s *Service) checkPortQuota(ctx context.Context, sb sandpit.Sandbox, port i
 		return fmt.Errorf("%w: owner %q may expose at most %d ports (limit max_ports)", sandpit.ErrQuotaExceeded, sb.Owner, limits.MaxPorts)
 	}
 	return nil
+}
+
+// CheckPortAccess decides whether a request through the E2B gateway may
+// reach port of sandbox sb: the agent's port always (the agent checks its own
+// token), an exposed port always, and any other port only as the sandbox's
+// port-access policy says (public, or with its traffic token). A refusal is
+// ErrPortForbidden.
+func (s *Service) CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error {
+	if port == driver.AgentPort {
+		return nil
+	}
+	if _, err := s.store.GetPort(ctx, sb.ID, port); err == nil {
+		return nil
+	} else if !errors.Is(err, sandpit.ErrNotFound) {
+		return err
+	}
+	switch sb.PortAccess {
+	case sandpit.PortAccessPublic:
+		return nil
+	case sandpit.PortAccessToken:
+		if sb.TrafficToken != "" && subtle.ConstantTimeCompare([]byte(trafficToken), []byte(sb.TrafficToken)) == 1 {
+			return nil
+		}
+		return fmt.Errorf("%w: port %d of sandbox %s needs the sandbox's traffic token", ErrPortForbidden, port, sb.ID)
+	}
+	return fmt.Errorf("%w: port %d of sandbox %s is not exposed", ErrPortForbidden, port, sb.ID)
 }

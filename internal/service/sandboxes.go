@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/distribution/reference"
 
 	"github.com/sandpit-dev/sandpit"
 
@@ -26,13 +29,16 @@ type CreateRequest struct {
 	Template string // resolved through Config.Templates
 	Env      map[string]string
 	Labels   map[string]string
-	CPU      float64
-	MemoryMB int64
+	CPU      float64 // cores; 0 = Config.DefaultCPU
+	MemoryMB int64   // 0 = Config.DefaultMemoryMB
 	// Timeout sets the sandbox's end time; zero means no deadline.
 	Timeout time.Duration
 	// User is the account processes and file operations act as when a
 	// request names none; empty, or a name the image lacks, means root.
 	User string
+	// PortAccess says who may reach ports other than the agent's; "" is
+	// sandpit.PortAccessExposed. PortAccessToken gets a fresh traffic token.
+	PortAccess sandpit.PortAccess
 }
 
 var (
@@ -41,6 +47,17 @@ var (
 	envKey  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	imageRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$`)
 )
+
+// Default limits of a sandbox whose create names none.
+const (
+	DefaultCPU      = 1
+	DefaultMemoryMB = 1024
+)
+
+// ReservedEnvPrefix starts the environment variables sandpit itself uses
+// inside a sandbox (the agent's token, its supervisor marker); a create may
+// not set them.
+const ReservedEnvPrefix = "SANDPIT_"
 
 // Limits on create input; beyond them the request is refused, not clamped.
 const (
@@ -55,8 +72,14 @@ const (
 func (s *Service) ResolveImage(image, template string) (string, error) {
 	switch {
 	case image != "":
+		// The engine's own reference grammar decides, so that a reference
+		// it would refuse is a 400 here rather than a failed container
+		// create (502) later.
 		if !imageRE.MatchString(image) {
 			return "", invalidf("invalid image reference %q", image)
+		}
+		if _, err := reference.ParseNormalizedNamed(image); err != nil {
+			return "", invalidf("invalid image reference %q: %v", image, err)
 		}
 		return image, nil
 	case template != "":
@@ -77,11 +100,16 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 	if req.Name != "" && !nameRE.MatchString(req.Name) {
 		return invalidf("invalid name %q: use 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit", req.Name)
 	}
-	if req.CPU < 0 || req.CPU > maxCPU {
-		return invalidf("cpu must be between 0 and %d", maxCPU)
+	if req.CPU < 0 || req.CPU > s.cfg.MaxCPU || math.IsNaN(req.CPU) {
+		return invalidf("cpu must be between 0 and %g", s.cfg.MaxCPU)
 	}
-	if req.MemoryMB < 0 || req.MemoryMB > maxMemoryMB {
-		return invalidf("memory must be between 0 and %d MiB", maxMemoryMB)
+	if req.MemoryMB < 0 || req.MemoryMB > s.cfg.MaxMemoryMB {
+		return invalidf("memory must be between 0 and %d MiB", s.cfg.MaxMemoryMB)
+	}
+	switch req.PortAccess {
+	case "", sandpit.PortAccessExposed, sandpit.PortAccessPublic, sandpit.PortAccessToken:
+	default:
+		return invalidf("invalid port access %q", req.PortAccess)
 	}
 	if req.MemoryMB != 0 && req.MemoryMB < 16 {
 		return invalidf("memory must be at least 16 MiB")
@@ -100,17 +128,48 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 	if len(req.Env) > maxEnv {
 		return invalidf("at most %d environment variables", maxEnv)
 	}
-	for k, v := range req.Env {
+	return validateEnv(req.Env)
+}
+
+// validateEnv refuses names the engine or the agent would choke on and the
+// names sandpit reserves for itself, before anything is made.
+func validateEnv(env map[string]string) error {
+	for k, v := range env {
 		if !envKey.MatchString(k) {
 			return invalidf("invalid environment variable name %q", k)
 		}
-		// The engine refuses a NUL in the environment, which would surface
-		// as an engine failure (5xx) rather than the caller's mistake.
-		if strings.ContainsRune(v, 0) || len(v) > 128<<10 {
-			return invalidf("environment variable %s: values must be at most 128 KiB without NUL bytes", k)
+		if strings.HasPrefix(strings.ToUpper(k), ReservedEnvPrefix) {
+			return invalidf("environment variable %q: names starting with %s are reserved", k, ReservedEnvPrefix)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return invalidf("environment variable %q: the value contains a NUL byte", k)
 		}
 	}
 	return nil
+}
+
+// effectiveLimits fills a create's unset limits with the daemon's defaults,
+// capped by the maxima (a default above an operator's maximum yields the
+// maximum).
+func (s *Service) effectiveLimits(req CreateRequest) (cpu float64, memMB int64) {
+	cpu, memMB = req.CPU, req.MemoryMB
+	if cpu == 0 {
+		cpu = min(s.cfg.DefaultCPU, s.cfg.MaxCPU)
+	}
+	if memMB == 0 {
+		memMB = min(s.cfg.DefaultMemoryMB, s.cfg.MaxMemoryMB)
+	}
+	return cpu, memMB
+}
+
+// acquireCreateSlot waits for one of the bounded create slots.
+func (s *Service) acquireCreateSlot(ctx context.Context) (release func(), err error) {
+	select {
+	case s.creates <- struct{}{}:
+		return func() { <-s.creates }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a create slot: %w", ctx.Err())
+	}
 }
 
 // CreateSandbox makes a running sandbox. The row is inserted first, in state
@@ -129,26 +188,42 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}
+	release, err := s.acquireCreateSlot(ctx)
+	if err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	defer release()
 	id := req.ID
 	if id == "" {
 		id = NewSandboxID()
 	}
+	cpu, memMB := s.effectiveLimits(req)
+	access := req.PortAccess
+	if access == "" {
+		access = sandpit.PortAccessExposed
+	}
+	trafficToken := ""
+	if access == sandpit.PortAccessToken {
+		trafficToken = newToken()
+	}
 	now := s.now()
 	sb := sandpit.Sandbox{
-		ID:          id,
-		Name:        req.Name,
-		Image:       image,
-		Template:    req.Template,
-		State:       sandpit.StateCreating,
-		Labels:      nonNil(req.Labels),
-		Env:         nonNil(req.Env),
-		CPU:         req.CPU,
-		MemoryMB:    req.MemoryMB,
-		Owner:       ownerOf(ctx),
-		ContainerID: containerName(id),
-		AccessToken: newToken(),
-		CreatedAt:   now,
-		UpdatedAt:   now,
+		ID:           id,
+		Name:         req.Name,
+		Image:        image,
+		Template:     req.Template,
+		State:        sandpit.StateCreating,
+		Labels:       nonNil(req.Labels),
+		Env:          nonNil(req.Env),
+		CPU:          cpu,
+		MemoryMB:     memMB,
+		Owner:        ownerOf(ctx),
+		ContainerID:  containerName(id),
+		AccessToken:  newToken(),
+		PortAccess:   access,
+		TrafficToken: trafficToken,
+		CreatedAt:    now,
+		UpdatedAt:    now,
 	}
 	if req.Timeout > 0 {
 		sb.EndAt = now.Add(req.Timeout)
@@ -165,7 +240,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}
-	if err := s.store.CreateSandboxWithinLimits(ctx, sb, limits); err != nil {
+	if err := s.store.CreateSandboxWithinLimits(ctx, sb, limits, s.cfg.MaxSandboxes); err != nil {
 		return sandpit.Sandbox{}, err
 	}
 	// While the row says creating, a resumed attempt of the same create
@@ -198,8 +273,10 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		Image:       image,
 		Env:         sb.Env,
 		Labels:      s.containerLabels(),
-		CPU:         req.CPU,
-		MemoryMB:    req.MemoryMB,
+		CPU:         cpu,
+		MemoryMB:    memMB,
+		DiskMB:      s.cfg.DiskMB,
+		Runtime:     s.cfg.Runtime,
 		PidsLimit:   s.cfg.PidsLimit,
 		AgentBinary: s.cfg.AgentBinary,
 		AgentToken:  sb.AccessToken,
@@ -348,6 +425,16 @@ func (s *Service) awaitCreate(ctx context.Context, id string) error {
 // port and each custom domain.
 func (s *Service) sandboxRoutes(ctx context.Context, id, ip string) ([]router.Route, error) {
 	routes := []router.Route{{Kind: router.KindHTTP, SandboxID: id, Port: driver.AgentPort, Upstream: upstream(ip, driver.AgentPort)}}
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	switch sb.PortAccess {
+	case sandpit.PortAccessPublic:
+		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0)})
+	case sandpit.PortAccessToken:
+		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0), TrafficToken: sb.TrafficToken})
+	}
 	ports, err := s.store.ListPorts(ctx, id)
 	if err != nil {
 		return nil, err

@@ -40,6 +40,9 @@ var (
 	// ErrEngineTimeout: the container engine did not answer within the
 	// daemon's engine timeout.
 	ErrEngineTimeout = driver.ErrTimeout
+	// ErrPortForbidden: the port is neither the agent's nor one the caller
+	// may reach (not exposed, or the traffic token is missing or wrong).
+	ErrPortForbidden = errors.New("port not reachable")
 )
 
 // Config is the service's configuration. Zero values take the defaults noted.
@@ -49,11 +52,31 @@ type Config struct {
 	AgentBinary   string            // host path of the sandpit executable
 	HealthTimeout time.Duration     // default 30s
 	PidsLimit     int64             // default 1024
-	Domain        string            // default "localhost"
-	ProxyPort     int               // port of the proxy, for URLs; 80 (443 with TLS) omits it
-	PublicHost    string            // host in tcp:// URLs; default 127.0.0.1
-	PortRange     sandpit.PortRange // TCP host-port pool
-	ExtraLabels   map[string]string // added to every container (tests tag runs)
+	// DefaultCPU and DefaultMemoryMB apply to a create that names no limit;
+	// MaxCPU and MaxMemoryMB bound what a create may ask for (a create above
+	// them is refused, not clamped). Zero defaults mean 1 core and 1024 MiB;
+	// zero maxima mean the built-in bounds (64 cores, 256 GiB).
+	DefaultCPU      float64
+	DefaultMemoryMB int64
+	MaxCPU          float64
+	MaxMemoryMB     int64
+	// DiskMB limits each sandbox's writable layer when the engine can
+	// enforce it (DiskQuota reports so); 0 means no limit.
+	DiskMB int64
+	// MaxSandboxes caps how many sandboxes the daemon holds (any state);
+	// a create beyond it fails with sandpit.ErrQuotaExceeded. 0 = no cap.
+	MaxSandboxes int
+	// MaxConcurrentCreates bounds creates in progress at once; the others
+	// wait their turn (default 8).
+	MaxConcurrentCreates int
+	// Runtime is the OCI runtime containers run under ("" = the engine's
+	// default, runc).
+	Runtime     string
+	Domain      string            // default "localhost"
+	ProxyPort   int               // port of the proxy, for URLs; 80 (443 with TLS) omits it
+	PublicHost  string            // host in tcp:// URLs; default 127.0.0.1
+	PortRange   sandpit.PortRange // TCP host-port pool
+	ExtraLabels map[string]string // added to every container (tests tag runs)
 	// Instance identifies this daemon's containers (label sandpit.instance):
 	// reconcile touches only those, so daemons can share an engine.
 	Instance string
@@ -107,6 +130,10 @@ type Service struct {
 	locks keyedLocks
 	// bg tracks background work: reconcile's restarts, event handling.
 	bg sync.WaitGroup
+
+	// creates is a semaphore bounding creates in progress: each holds a
+	// slot from before its row is inserted until it returns.
+	creates chan struct{}
 }
 
 // New builds a Service.
@@ -116,6 +143,21 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	}
 	if cfg.PidsLimit <= 0 {
 		cfg.PidsLimit = 1024
+	}
+	if cfg.DefaultCPU <= 0 {
+		cfg.DefaultCPU = DefaultCPU
+	}
+	if cfg.DefaultMemoryMB <= 0 {
+		cfg.DefaultMemoryMB = DefaultMemoryMB
+	}
+	if cfg.MaxCPU <= 0 || cfg.MaxCPU > maxCPU {
+		cfg.MaxCPU = maxCPU
+	}
+	if cfg.MaxMemoryMB <= 0 || cfg.MaxMemoryMB > maxMemoryMB {
+		cfg.MaxMemoryMB = maxMemoryMB
+	}
+	if cfg.MaxConcurrentCreates <= 0 {
+		cfg.MaxConcurrentCreates = 8
 	}
 	if cfg.Domain == "" {
 		cfg.Domain = "localhost"
@@ -147,6 +189,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		starting:     map[string]bool{},
 		idem:         NewIdempotency(st, cfg.Now, cfg.Logger),
 		events:       newEvents(),
+		creates:      make(chan struct{}, cfg.MaxConcurrentCreates),
 	}
 }
 

@@ -226,7 +226,7 @@ func (s *Store) Close() error {
 // every call. They must be prepared at Open: preparing on demand inside a
 // transaction would need a second connection, and there is only one.
 var preparedQueries = []string{
-	qSandboxInsert, qSandboxByID,
+	qSandboxInsert, qSandboxInsertCapped, qSandboxByID,
 	qPortInsert, qPortByKey,
 	qClaimInsert, qClaimSelect, qClaimRenewLock, qClaimRestart, qSetTarget, qComplete,
 	qTapAllocate, qTapBySandbox,

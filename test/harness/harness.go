@@ -333,3 +333,46 @@ func RunWithBinary(m *testing.M, bin *string) int {
 	}
 	return m.Run()
 }
+
+// Pid is the daemon process's id (0 when it is not running).
+func (d *Daemon) Pid() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cmd == nil || d.cmd.Process == nil {
+		return 0
+	}
+	return d.cmd.Process.Pid
+}
+
+// RSSKiB reads the daemon's resident set size from /proc.
+func (d *Daemon) RSSKiB(t testing.TB) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.Pid()))
+	if err != nil {
+		t.Fatalf("read daemon status: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			return n
+		}
+	}
+	t.Fatal("no VmRSS in the daemon's status")
+	return 0
+}
+
+// RequireRuntime skips the test when the Docker engine has no OCI runtime of
+// that name registered, except in CI, where .ci/run registers gVisor's runsc
+// (scripts/ensure-runsc.sh) and its absence is a failure.
+func RequireRuntime(t testing.TB, name string) {
+	t.Helper()
+	RequireDocker(t)
+	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
+	if err == nil && strings.Contains(string(out), `"`+name+`"`) {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("OCI runtime %s not registered with Docker in CI (scripts/ensure-runsc.sh): %v %s", name, err, out)
+	}
+	t.Skipf("OCI runtime %s not registered with Docker (run scripts/ensure-runsc.sh)", name)
+}

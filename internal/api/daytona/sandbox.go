@@ -146,7 +146,8 @@ func renderSandbox(toolboxBase string, sb sandpit.Sandbox, withEnv bool) Sandbox
 		Public:          true,
 		NetworkBlockAll: false,
 		Target:          defaultTarget,
-		// Zero means "no limit set": the engine's default applies.
+		// The effective limits: the daemon's defaults when the create
+		// named none.
 		CPU:         sb.CPU,
 		Memory:      float64(sb.MemoryMB) / 1024,
 		State:       daytonaState(sb.State),

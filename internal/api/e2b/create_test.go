@@ -141,6 +141,10 @@ func (f *fakeBackend) CreateOrAdopt(ctx context.Context, req service.CreateReque
 	return sb, false, err
 }
 
+func (f *fakeBackend) CheckPortAccess(context.Context, sandpit.Sandbox, int, string) error {
+	return nil
+}
+
 type fixture struct {
 	t   *testing.T
 	st  *store.Store
