@@ -6,6 +6,7 @@
 package sandpit
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -19,6 +20,29 @@ var (
 	ErrPortPoolExhausted = errors.New("host port pool exhausted")
 	ErrTapPoolExhausted  = errors.New("tap pool exhausted")
 	ErrClaimLost         = errors.New("idempotency claim no longer held")
+	// ErrSandboxExists is returned when a sandbox id is taken. It is distinct
+	// from ErrNameConflict: a duplicate id is a caller bug or a retry of a
+	// create that already happened, not a user-visible name clash.
+	ErrSandboxExists = errors.New("sandbox id already exists")
+	// ErrInvalidPageToken is returned for a page token the listing did not
+	// issue.
+	ErrInvalidPageToken = errors.New("invalid page token")
+)
+
+// PortAccess says who may reach a sandbox's ports, other than its agent's,
+// through the E2B gateway and the preview proxy.
+type PortAccess string
+
+// Port access policies.
+const (
+	// PortAccessExposed: only ports exposed through the API (the default,
+	// and what native and Daytona creates get).
+	PortAccessExposed PortAccess = "exposed"
+	// PortAccessPublic: every port, as E2B serves its sandboxes by default.
+	PortAccessPublic PortAccess = "public"
+	// PortAccessToken: every port, to requests carrying the sandbox's traffic
+	// token (E2B's network.allowPublicTraffic false).
+	PortAccessToken PortAccess = "token"
 )
 
 // State is a sandbox's lifecycle state as the store records it.
@@ -33,24 +57,46 @@ const (
 	StateStopped  State = "stopped"
 	StatePaused   State = "paused"
 	StateError    State = "error"
+	// StateDeleting records a delete's intent before its first side effect,
+	// so a delete interrupted by a crash is finished rather than forgotten.
+	StateDeleting State = "deleting"
+	// StateStarting is never stored: the API shows it for a running row
+	// whose container the daemon is still bringing back after a restart.
+	StateStarting State = "starting"
+)
+
+// Reasons a sandbox left the running state without being asked to.
+const (
+	ReasonExited  = "exited"  // its main process ended on its own
+	ReasonOOM     = "oom"     // the kernel killed it for memory
+	ReasonKilled  = "killed"  // a signal from outside the daemon ended it
+	ReasonRemoved = "removed" // its container was removed behind the daemon's back
 )
 
 // Sandbox is one row of the sandboxes table.
 type Sandbox struct {
-	ID          string
-	Name        string // "" means unnamed; non-empty names are unique
-	Image       string
-	Template    string // facade template / snapshot name, informational
-	State       State
+	ID       string
+	Name     string // "" means unnamed; non-empty names are unique per daemon
+	Owner    string // owner of the token that made it
+	Image    string
+	Template string // facade template / snapshot name, informational
+	State    State
+	// StateReason says why the sandbox is in State when the daemon did not
+	// put it there on request (a container that died on its own); "" else.
+	StateReason string
 	Labels      map[string]string // E2B metadata and Daytona labels live here
 	Env         map[string]string
 	CPU         float64 // cores; 0 = engine default
 	MemoryMB    int64   // 0 = engine default
 	ContainerID string
-	AccessToken string    // the agent's per-sandbox token
-	EndAt       time.Time // zero = no deadline
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	AccessToken string // the agent's per-sandbox token
+	// PortAccess and TrafficToken decide who reaches ports other than the
+	// agent's; empty PortAccess reads as PortAccessExposed.
+	PortAccess   PortAccess
+	TrafficToken string
+	EndAt        time.Time // zero = no deadline
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 
 	// DiskGB is the disk the sandbox was allocated; 0 = the engine's default.
 	DiskGB float64
@@ -96,6 +142,7 @@ func (sb Sandbox) IdleSince() time.Time {
 // ordered by (created_at, id) and the page token encodes the last row seen.
 type ListOptions struct {
 	Labels    map[string]string // every pair must match
+	Owner     string            // "" = every owner
 	States    []State           // empty = any
 	Limit     int               // <= 0 means 100
 	PageToken string
@@ -240,3 +287,109 @@ const (
 	Added AddOutcome = iota + 1
 	AlreadyBound
 )
+
+// ErrQuotaExceeded is returned when an operation would take an owner past one
+// of its limits; the error names the limit.
+var ErrQuotaExceeded = errors.New("quota exceeded")
+
+// Scopes a personal access token may carry. Write implies read; admin implies
+// everything and sees every owner's resources.
+const (
+	ScopeAdmin          = "admin"
+	ScopeSandboxesWrite = "sandboxes:write"
+	ScopeSandboxesRead  = "sandboxes:read"
+)
+
+// AdminOwner owns what the daemon's own token (<data-dir>/token or
+// SANDPIT_TOKEN) makes, and every row that predates owners.
+const AdminOwner = "admin"
+
+// Principal is who a request acts as: the token's name, its owner and its
+// scopes. The API's authentication puts it in the request's context and the
+// service reads it there, so ownership travels with the request instead of
+// through every signature.
+type Principal struct {
+	TokenName string
+	Owner     string
+	Scopes    []string
+	// Admin principals see and act on every owner's resources.
+	Admin bool
+}
+
+// Can reports whether the principal holds scope (admin holds all, write
+// holds read).
+func (p Principal) Can(scope string) bool {
+	if p.Admin {
+		return true
+	}
+	for _, s := range p.Scopes {
+		if s == scope || s == ScopeAdmin || (scope == ScopeSandboxesRead && s == ScopeSandboxesWrite) {
+			return true
+		}
+	}
+	return false
+}
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying p.
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// PrincipalFrom returns the principal of ctx. A context without one is the
+// daemon acting on its own behalf (sweeper, reconcile, start-up), which sees
+// everything; every API request carries a principal set by authentication.
+func PrincipalFrom(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(Principal)
+	return p, ok
+}
+
+// Token is one personal access token as stored: never the secret, only its
+// SHA-256 hash and the short public prefix it is looked up by.
+type Token struct {
+	Prefix     string
+	Name       string
+	Owner      string
+	Scopes     []string
+	SecretHash []byte
+	CreatedAt  time.Time
+	LastUsedAt time.Time // zero = never used
+	ExpiresAt  time.Time // zero = never expires
+	RevokedAt  time.Time // zero = live
+}
+
+// OwnerLimits are an owner's quotas; zero means unlimited.
+type OwnerLimits struct {
+	Owner        string
+	MaxSandboxes int64
+	MaxCPU       float64 // total cores over the owner's sandboxes
+	MaxMemoryMB  int64   // total MiB over the owner's sandboxes
+	MaxPorts     int64   // exposed ports over the owner's sandboxes
+	UpdatedAt    time.Time
+}
+
+// Unlimited reports whether no limit is set.
+func (l OwnerLimits) Unlimited() bool {
+	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0
+}
+
+// AuditEntry is one row of the append-only audit log. It never holds a
+// secret: the actor is a token's name, never the token.
+type AuditEntry struct {
+	Seq       int64
+	At        time.Time
+	TokenName string
+	Owner     string
+	Action    string // "sandbox.create", "token.revoke", ...
+	Resource  string // sandbox id, token name, owner, ...
+	Outcome   string // "ok" or the error code
+	Detail    string
+}
+
+// AuditQuery filters a listing of the audit log.
+type AuditQuery struct {
+	Owner    string // "" = all
+	AfterSeq int64  // entries with a larger seq only
+	Limit    int    // <= 0 means 100, at most 1000
+}

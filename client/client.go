@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/sandpit-dev/sandpit/apitypes"
 )
 
 // Client talks to one Sandpit daemon.
@@ -90,13 +92,28 @@ func FromEnv(defaultDataDir string) (*Client, error) {
 		if dir == "" {
 			dir = defaultDataDir
 		}
-		b, err := os.ReadFile(dir + "/token")
+		t, err := ReadTokenFile(dir + "/token")
 		if err != nil {
 			return nil, fmt.Errorf("no SANDPIT_TOKEN and no token file in %s: %w", dir, err)
 		}
-		token = strings.TrimSpace(string(b))
+		token = t
 	}
 	return New(addr, token), nil
+}
+
+// ReadTokenFile reads a token from the first line of a file. The error names
+// the file, never its content.
+func ReadTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	tok = strings.TrimSpace(tok)
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", path)
+	}
+	return tok, nil
 }
 
 // Error is a non-2xx answer of the API.
@@ -206,9 +223,7 @@ func (c *Client) once(ctx context.Context, rq request, payload []byte, key strin
 	if resp.StatusCode >= 300 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		e := &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
-		var eb struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
+		var eb apitypes.ErrorBody
 		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
 			e.Code, e.Message = eb.Error.Code, eb.Error.Message
 		}
@@ -257,8 +272,9 @@ func retryable(err error) bool {
 	if errors.As(err, &e) {
 		switch e.Status {
 		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			// A full port pool is a 503 that no retry will cure.
-			return e.Code != "port_pool_exhausted"
+			// A full port pool is a 503, and an owner's quota a 429, that
+			// no retry will cure.
+			return e.Code != apitypes.CodePortPoolExhausted && e.Code != apitypes.CodeQuotaExceeded
 		}
 	}
 	return false

@@ -29,9 +29,19 @@ func reportPercentiles(b *testing.B, samples []time.Duration) {
 }
 
 // BenchmarkCreateToFirstExec times a native create until the first exec
-// returns. Run with -benchtime=30x for the figure over 30 sandboxes.
+// returns, under each OCI runtime (runc, and gVisor's runsc where Docker has
+// it registered), so one run gives the ratio of the two. Run with
+// -benchtime=30x for the figure over 30 sandboxes.
 func BenchmarkCreateToFirstExec(b *testing.B) {
-	d := harness.Start(b, sandpitBin, harness.Options{})
+	for _, rt := range []string{"runc", "runsc"} {
+		b.Run("runtime="+rt, func(b *testing.B) {
+			harness.RequireRuntime(b, rt)
+			benchCreateToFirstExec(b, harness.Start(b, sandpitBin, harness.Options{Args: []string{"--oci-runtime", rt}}))
+		})
+	}
+}
+
+func benchCreateToFirstExec(b *testing.B, d *harness.Daemon) {
 	c := d.Client()
 	ctx := context.Background()
 	samples := make([]time.Duration, 0, b.N)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +17,29 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/daemon"
 )
 
-func newClient() (*client.Client, error) { return client.FromEnv(daemon.DefaultDataDir()) }
+// cliEnv holds the CLI's connection flags, shared by every client command.
+type cliEnv struct {
+	addr      string
+	tokenFile string
+}
+
+// client connects as the flags and environment say. A token is read from a
+// file (--token-file, SANDPIT_TOKEN_FILE) rather than taken on the command
+// line, where every user of the machine could read it in the process list.
+func (e *cliEnv) client() (*client.Client, error) {
+	if e.addr != "" {
+		_ = os.Setenv("SANDPIT_ADDR", e.addr)
+	}
+	if e.tokenFile != "" {
+		tok, err := client.ReadTokenFile(e.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		addr := envOr("SANDPIT_ADDR", "127.0.0.1:7420")
+		return client.New(addr, tok), nil
+	}
+	return client.FromEnv(daemon.DefaultDataDir())
+}
 
 func kvFlags(pairs []string, what string) (map[string]string, error) {
 	m := map[string]string{}
@@ -36,11 +59,12 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func clientCmds() []*cobra.Command {
-	return []*cobra.Command{createCmd(), lsCmd(), execCmd(), cpCmd(), rmCmd(), exposeCmd(), portsCmd(), unexposeCmd(), domainCmd()}
+func clientCmds(e *cliEnv) []*cobra.Command {
+	return []*cobra.Command{createCmd(e), lsCmd(e), execCmd(e), cpCmd(e), rmCmd(e), exposeCmd(e), portsCmd(e), unexposeCmd(e), domainCmd(e),
+		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e)}
 }
 
-func createCmd() *cobra.Command {
+func createCmd(e *cliEnv) *cobra.Command {
 	var req client.CreateRequest
 	var envs, labels []string
 	cmd := &cobra.Command{
@@ -55,7 +79,7 @@ func createCmd() *cobra.Command {
 			if req.Labels, err = kvFlags(labels, "--label"); err != nil {
 				return err
 			}
-			c, err := newClient()
+			c, err := e.client()
 			if err != nil {
 				return err
 			}
@@ -78,7 +102,7 @@ func createCmd() *cobra.Command {
 	return cmd
 }
 
-func lsCmd() *cobra.Command {
+func lsCmd(e *cliEnv) *cobra.Command {
 	var labels []string
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -90,7 +114,7 @@ func lsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := newClient()
+			c, err := e.client()
 			if err != nil {
 				return err
 			}
@@ -123,7 +147,7 @@ func lsCmd() *cobra.Command {
 	return cmd
 }
 
-func execCmd() *cobra.Command {
+func execCmd(e *cliEnv) *cobra.Command {
 	var envs []string
 	var cwd string
 	var timeout int64
@@ -136,7 +160,7 @@ func execCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := newClient()
+			c, err := e.client()
 			if err != nil {
 				return err
 			}
@@ -165,7 +189,7 @@ func splitRemote(s string) (id, path string, remote bool) {
 	return id, path, true
 }
 
-func cpCmd() *cobra.Command {
+func cpCmd(e *cliEnv) *cobra.Command {
 	return &cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy a file into or out of a sandbox (either side ID:/path; - is stdin/stdout)",
@@ -176,7 +200,7 @@ func cpCmd() *cobra.Command {
 			if sremote == dremote {
 				return fmt.Errorf("exactly one of SRC and DST must be ID:/path")
 			}
-			c, err := newClient()
+			c, err := e.client()
 			if err != nil {
 				return err
 			}
@@ -205,13 +229,13 @@ func cpCmd() *cobra.Command {
 	}
 }
 
-func rmCmd() *cobra.Command {
+func rmCmd(e *cliEnv) *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm ID...",
 		Short: "Remove sandboxes",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
+			c, err := e.client()
 			if err != nil {
 				return err
 			}
@@ -240,7 +264,7 @@ func parsePort(s string) (int, error) {
 	return p, nil
 }
 
-func exposeCmd() *cobra.Command {
+func exposeCmd(e *cliEnv) *cobra.Command {
 	var tcp bool
 	cmd := &cobra.Command{
 		Use:   "expose ID PORT",
@@ -255,7 +279,7 @@ func exposeCmd() *cobra.Command {
 			if tcp {
 				proto = "tcp"
 			}
-			c, err := newClient()
+			c, err := e.client()
 			if err != nil {
 				return err
 			}
@@ -271,13 +295,13 @@ func exposeCmd() *cobra.Command {
 	return cmd
 }
 
-func portsCmd() *cobra.Command {
+func portsCmd(e *cliEnv) *cobra.Command {
 	return &cobra.Command{
 		Use:   "ports ID",
 		Short: "List a sandbox's exposed ports",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
+			c, err := e.client()
 			if err != nil {
 				return err
 			}
@@ -295,7 +319,7 @@ func portsCmd() *cobra.Command {
 	}
 }
 
-func unexposeCmd() *cobra.Command {
+func unexposeCmd(e *cliEnv) *cobra.Command {
 	return &cobra.Command{
 		Use:   "unexpose ID PORT",
 		Short: "Remove a port exposure",
@@ -305,7 +329,7 @@ func unexposeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := newClient()
+			c, err := e.client()
 			if err != nil {
 				return err
 			}
@@ -314,7 +338,7 @@ func unexposeCmd() *cobra.Command {
 	}
 }
 
-func domainCmd() *cobra.Command {
+func domainCmd(e *cliEnv) *cobra.Command {
 	cmd := &cobra.Command{Use: "domain", Short: "Manage custom hostnames of a sandbox"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "add ID HOSTNAME PORT",
@@ -325,7 +349,7 @@ func domainCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := newClient()
+			c, err := e.client()
 			if err != nil {
 				return err
 			}
@@ -341,7 +365,7 @@ func domainCmd() *cobra.Command {
 		Short: "Unbind a hostname",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
+			c, err := e.client()
 			if err != nil {
 				return err
 			}
@@ -352,7 +376,7 @@ func domainCmd() *cobra.Command {
 		Short: "List a sandbox's hostnames",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
+			c, err := e.client()
 			if err != nil {
 				return err
 			}
@@ -368,5 +392,43 @@ func domainCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	})
+	return cmd
+}
+
+func eventsCmd(e *cliEnv) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Follow sandbox state changes as they happen",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			err = c.Events(cmd.Context(), func(e client.Event) error {
+				if asJSON {
+					b, err := json.Marshal(e)
+					if err != nil {
+						return err
+					}
+					_, err = fmt.Fprintf(out, "%s\n", b)
+					return err
+				}
+				state := e.State
+				if state == "" {
+					state = "-"
+				}
+				_, err := fmt.Fprintf(out, "%s  %-8s %s  %s -> %s\n", e.Time.Format("2006-01-02 15:04:05.000"), e.Type, e.SandboxID, e.OldState, state)
+				return err
+			})
+			if errors.Is(err, io.EOF) {
+				return nil // the daemon shut down
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per line")
 	return cmd
 }

@@ -32,7 +32,10 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(serveCmd(), agentCmd(), versionCmd())
-	root.AddCommand(clientCmds()...)
+	var e cliEnv
+	root.PersistentFlags().StringVar(&e.addr, "addr", "", "daemon API address for client commands (env SANDPIT_ADDR; default 127.0.0.1:7420)")
+	root.PersistentFlags().StringVar(&e.tokenFile, "token-file", os.Getenv("SANDPIT_TOKEN_FILE"), "file holding the API token for client commands (env SANDPIT_TOKEN_FILE; else SANDPIT_TOKEN, else <data-dir>/token)")
+	root.AddCommand(clientCmds(&e)...)
 	err := root.ExecuteContext(ctx)
 	var ee *exitError
 	switch {

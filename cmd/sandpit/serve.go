@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandpit-dev/sandpit/client"
 	"github.com/sandpit-dev/sandpit/internal/daemon"
 )
 
@@ -23,7 +24,7 @@ func envOr(name, def string) string {
 func serveCmd() *cobra.Command {
 	var (
 		cfg                                    daemon.Config
-		portRange, logLevel                    string
+		portRange, logLevel, tokenFile         string
 		templates, labels                      []string
 		e2bPending, e2bReplay, idemWait, idemR time.Duration
 	)
@@ -32,6 +33,16 @@ func serveCmd() *cobra.Command {
 		Short: "Run the daemon: API, store, runtime, router and facades",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if tokenFile != "" {
+				if cfg.Token != "" {
+					return fmt.Errorf("give --token-file or --token (SANDPIT_TOKEN), not both")
+				}
+				tok, err := client.ReadTokenFile(tokenFile)
+				if err != nil {
+					return fmt.Errorf("--token-file: %w", err)
+				}
+				cfg.Token = tok
+			}
 			pr, err := daemon.ParsePortRange(portRange)
 			if err != nil {
 				return err
@@ -58,8 +69,11 @@ func serveCmd() *cobra.Command {
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-			if e2bReplay < 0 || e2bPending <= 0 || idemWait <= 0 || idemR <= 0 {
+			if e2bReplay < 0 || e2bPending <= 0 || idemWait <= 0 || idemR <= 0 || cfg.IdempotencyLock <= 0 {
 				return fmt.Errorf("TTL flags must be positive (the E2B replay window may be 0 to turn dedupe off)")
+			}
+			if cfg.EngineTimeout <= 0 || cfg.JanitorInterval <= 0 {
+				return fmt.Errorf("--engine-timeout and --janitor-interval must be positive")
 			}
 			cfg.E2BPendingTTL, cfg.E2BReplayWindow, cfg.IdempotencyWait, cfg.IdempotencyRetention = e2bPending, e2bReplay, idemWait, idemR
 			return daemon.Run(cmd.Context(), cfg)
@@ -69,7 +83,9 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.DataDir, "data-dir", envOr("SANDPIT_DATA_DIR", daemon.DefaultDataDir()), "data directory (env SANDPIT_DATA_DIR)")
 	f.StringVar(&cfg.Listen, "listen", envOr("SANDPIT_LISTEN", "127.0.0.1:7420"), "API listen address (env SANDPIT_LISTEN)")
 	f.StringVar(&cfg.ProxyListen, "proxy-listen", envOr("SANDPIT_PROXY_LISTEN", "127.0.0.1:7480"), "preview proxy listen address; TCP exposures bind on its host (env SANDPIT_PROXY_LISTEN)")
-	f.StringVar(&cfg.Token, "token", os.Getenv("SANDPIT_TOKEN"), "API token (env SANDPIT_TOKEN); default: generated once into <data-dir>/token")
+	f.StringVar(&cfg.Token, "token", os.Getenv("SANDPIT_TOKEN"), "admin API token (env SANDPIT_TOKEN); prefer --token-file, since a flag shows in process listings; default: generated once into <data-dir>/token")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the admin API token")
+	f.DurationVar(&cfg.AuditRetention, "audit-retention", 90*24*time.Hour, "how long audit log entries are kept")
 	f.StringVar(&cfg.DefaultImage, "default-image", os.Getenv("SANDPIT_DEFAULT_IMAGE"), "image used when a create names none (env SANDPIT_DEFAULT_IMAGE); default: "+daemon.BaseImage+" when scripts/build-base-image.sh has built it, else "+daemon.TestImage)
 	f.StringArrayVar(&templates, "template", nil, "template NAME=IMAGE for the facades (repeatable); 'base' is the default image")
 	f.StringVar(&cfg.Domain, "domain", envOr("SANDPIT_DOMAIN", "localhost"), "domain of preview URLs <id>-<port>.<domain>")
@@ -79,7 +95,27 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&e2bPending, "e2b-pending-ttl", 2*time.Minute, "how long an in-flight E2B create holds its claim")
 	f.DurationVar(&e2bReplay, "e2b-replay-window", 10*time.Second, "how long an identical E2B create replays the same sandbox; 0 turns dedupe off")
 	f.DurationVar(&idemWait, "idempotency-wait", 30*time.Second, "how long a duplicate keyed request waits for the first")
+	f.DurationVar(&cfg.IdempotencyLock, "idempotency-lock", 2*time.Minute, "how long a keyed request holds its Idempotency-Key before a retry may take it over (renewed while it runs)")
 	f.DurationVar(&idemR, "idempotency-retention", 24*time.Hour, "how long an Idempotency-Key's response is kept")
+	f.StringVar(&cfg.Router, "router", envOr("SANDPIT_ROUTER", "builtin"), "builtin (in-process proxy) or caddy (routes through the Caddy admin API; Caddy listens on --proxy-listen)")
+	f.StringVar(&cfg.CaddyAdmin, "caddy-admin", envOr("SANDPIT_CADDY_ADMIN", "http://127.0.0.1:2019"), "Caddy admin API URL (--router caddy)")
+	f.BoolVar(&cfg.PreviewTLS, "preview-tls", false, "serve preview and custom domains over HTTPS with on-demand certificates (--router caddy)")
+	f.BoolVar(&cfg.CaddyInternalCA, "caddy-internal-ca", false, "issue --preview-tls certificates from Caddy's internal CA instead of public ACME issuers")
+	f.StringVar(&cfg.Network, "network", envOr("SANDPIT_NETWORK", ""), "engine network sandboxes join (default: the engine's bridge)")
+	f.DurationVar(&cfg.EngineTimeout, "engine-timeout", 30*time.Second, "time limit of every container-engine call")
+	f.DurationVar(&cfg.JanitorInterval, "janitor-interval", 10*time.Second, "how often sandboxes stuck half-created or half-deleted, and orphan containers, are cleaned up")
+	f.Float64Var(&cfg.DefaultCPU, "default-cpu", 1, "CPU cores of a sandbox whose create names none")
+	f.Int64Var(&cfg.DefaultMemoryMB, "default-memory-mb", 1024, "memory (MiB, no swap) of a sandbox whose create names none")
+	f.Float64Var(&cfg.MaxCPU, "max-cpu", 0, "most CPU cores a create may ask for; 0 means 64")
+	f.Int64Var(&cfg.MaxMemoryMB, "max-memory-mb", 0, "most memory (MiB) a create may ask for; 0 means 262144")
+	f.Int64Var(&cfg.PidsLimit, "pids-limit", 1024, "most processes and threads in one sandbox")
+	f.Int64Var(&cfg.DiskMB, "disk-mb", 0, "writable-layer size limit (MiB) of every sandbox; enforced only where the storage driver can (the log says); 0 means none")
+	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes (any state) the daemon holds; a create beyond it gets 429 quota_exceeded; 0 means no cap")
+	f.IntVar(&cfg.MaxConcurrentCreates, "max-concurrent-creates", 8, "creates in progress at once; more wait their turn")
+	f.StringVar(&cfg.OCIRuntime, "oci-runtime", envOr("SANDPIT_OCI_RUNTIME", "runc"), "OCI runtime registered with Docker to run sandboxes under (runc, runsc for gVisor)")
+	f.Int64Var(&cfg.MaxUploadMB, "max-upload-mb", 1024, "largest request body (file uploads included), MiB")
+	f.DurationVar(&cfg.ReadTimeout, "read-timeout", time.Minute, "how long a request body may take to arrive on non-streaming routes")
+	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection to the API or the proxy is kept")
 	f.DurationVar(&cfg.IntervalUnit, "daytona-interval-unit", time.Minute, "length of one minute of the lifecycle intervals (tests only)")
 	_ = f.MarkHidden("daytona-interval-unit")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")

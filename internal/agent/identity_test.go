@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -427,5 +428,35 @@ func TestSignedFileURLs(t *testing.T) {
 	_ = res.Body.Close()
 	if res.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("RPC with a signature: %d", res.StatusCode)
+	}
+}
+
+// BenchmarkStat compares a Stat as root (no identity change) with one as an
+// unprivileged user, whose file operations run on a thread of their own
+// with that user's filesystem identity.
+func BenchmarkStat(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("switching users needs root")
+	}
+	base := b.TempDir()
+	etc := filepath.Join(base, "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(etc, "passwd"), []byte("root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/tmp:/bin/sh\n"), 0o644)
+	_ = os.WriteFile(filepath.Join(etc, "group"), []byte("root:x:0:\nalice:x:1000:\n"), 0o644)
+	a := &agent{cfg: Config{EtcDir: etc}.withDefaults(), accounts: accounts{etc: etc}}
+	a.log = a.cfg.Logger
+	s := &filesystemService{a: a}
+	for _, user := range []string{"root", "alice"} {
+		b.Run(user, func(b *testing.B) {
+			ctx := context.WithValue(b.Context(), accountKey{}, a.identity(user))
+			req := connect.NewRequest(&fspb.StatRequest{Path: "/tmp"})
+			for b.Loop() {
+				if _, err := s.Stat(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -40,9 +41,16 @@ func domainRoute(d sandpit.CustomDomain, ip string) router.Route {
 	return router.Route{Kind: router.KindDomain, SandboxID: d.SandboxID, Port: d.Port, Hostname: d.Hostname, Upstream: upstream(ip, d.Port)}
 }
 
-// PreviewURL is the HTTP URL of a sandbox port through the builtin proxy.
+// PreviewURL is the URL of a sandbox port through the proxy.
 func (s *Service) PreviewURL(id string, port int) string {
-	return "http://" + s.PreviewHost(id, port) + s.proxyPortSuffix()
+	return s.scheme() + "://" + s.PreviewHost(id, port) + s.proxyPortSuffix()
+}
+
+func (s *Service) scheme() string {
+	if s.cfg.PreviewTLS {
+		return "https"
+	}
+	return "http"
 }
 
 // PreviewHost is the Host the proxy routes to a sandbox port.
@@ -51,7 +59,7 @@ func (s *Service) PreviewHost(id string, port int) string {
 }
 
 func (s *Service) proxyPortSuffix() string {
-	if s.cfg.ProxyPort == 0 || s.cfg.ProxyPort == 80 {
+	if s.cfg.ProxyPort == 0 || (!s.cfg.PreviewTLS && s.cfg.ProxyPort == 80) || (s.cfg.PreviewTLS && s.cfg.ProxyPort == 443) {
 		return ""
 	}
 	return ":" + strconv.Itoa(s.cfg.ProxyPort)
@@ -63,9 +71,15 @@ func (s *Service) tcpURL(hostPort int) string {
 
 // ExposePort exposes a sandbox port. The store decides whether this is a new
 // exposure or a retry of an existing one; the router install follows, and if
-// it fails the row is deleted only when this call inserted it: a row another
-// caller installed is not ours to undo.
-func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol string) (ExposeResult, error) {
+// it fails the row is deleted only when this call inserted it and no
+// concurrent retry has installed it meanwhile: a row another caller
+// installed, or answered success for, is not ours to undo (claimAndInstall).
+func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol string) (out ExposeResult, err error) {
+	defer func() {
+		if !out.Reuse {
+			s.audit(ctx, "port.expose", id+":"+strconv.Itoa(port), err)
+		}
+	}()
 	if port < 1 || port > 65535 {
 		return ExposeResult{}, invalidf("port must be between 1 and 65535")
 	}
@@ -78,64 +92,120 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 	if protocol != ProtoHTTP && protocol != ProtoTCP {
 		return ExposeResult{}, invalidf("protocol must be %q or %q", ProtoHTTP, ProtoTCP)
 	}
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
+		return ExposeResult{}, err
+	}
+	defer unlock()
+	if sb.State == sandpit.StateDeleting {
+		return ExposeResult{}, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
+	}
+	if err := s.checkPortQuota(ctx, sb, port); err != nil {
 		return ExposeResult{}, err
 	}
 	now := s.now()
 	want := sandpit.ExposedPort{SandboxID: id, Port: port, Protocol: protocol, CreatedAt: now}
 	var row sandpit.ExposedPort
-	var reused bool
-	if protocol == ProtoTCP {
-		row, reused, err = s.store.AllocateHostPort(ctx, want, s.cfg.PortRange, s.tcpURL, now)
-		if err != nil {
-			return ExposeResult{}, err
-		}
-	} else {
-		want.PublicURL = s.PreviewURL(id, port)
-		res, err := s.store.TryReserveHostPort(ctx, want, now)
-		if err != nil {
-			return ExposeResult{}, err
-		}
-		row, reused = res.Row, res.Outcome == sandpit.Existing
-	}
-	if row.Protocol != protocol {
-		return ExposeResult{}, fmt.Errorf("%w: port %d is exposed as %s; unexpose it first", ErrProtocolConflict, port, row.Protocol)
-	}
-	if sb.State == sandpit.StateRunning && s.router != nil {
-		ip, ierr := s.sandboxIP(ctx, id)
-		if ierr == nil {
-			ierr = s.router.Install(ctx, portRoute(row, ip))
-		}
-		if ierr != nil {
-			if !reused {
-				if derr := s.store.DeletePort(context.WithoutCancel(ctx), id, port); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
-					s.log.Error("expose rollback: delete row", "sandbox", id, "port", port, "err", derr)
-				}
+	claim := func() (claimOutcome, error) {
+		var reused bool
+		if protocol == ProtoTCP {
+			row, reused, err = s.store.AllocateHostPort(ctx, want, s.cfg.PortRange, s.tcpURL, now)
+			if err != nil {
+				return claimOutcome{}, err
 			}
-			return ExposeResult{}, fmt.Errorf("%w: install route for port %d: %v", ErrRouter, port, ierr)
+		} else {
+			want.PublicURL = s.PreviewURL(id, port)
+			res, err := s.store.TryReserveHostPort(ctx, want, now)
+			if err != nil {
+				return claimOutcome{}, err
+			}
+			row, reused = res.Row, res.Outcome == sandpit.Existing
 		}
+		if row.Protocol != protocol {
+			return claimOutcome{}, fmt.Errorf("%w: port %d is exposed as %s; unexpose it first", ErrProtocolConflict, port, row.Protocol)
+		}
+		out := claimOutcome{inserted: !reused}
+		if sb.State == sandpit.StateRunning && s.router != nil {
+			ip, ierr := s.sandboxIP(ctx, id)
+			if ierr != nil {
+				if !reused {
+					s.deletePortRow(ctx, id, port)
+				}
+				return claimOutcome{}, fmt.Errorf("%w: install route for port %d: %v", ErrRouter, port, ierr)
+			}
+			out.install, out.route = true, portRoute(row, ip)
+		}
+		return out, nil
 	}
-	return ExposeResult{Port: row, Reuse: reused}, nil
+	claimed, err, ierr := s.claimAndInstall(ctx, portKey(id, port), claim, func(ctx context.Context) { s.deletePortRow(ctx, id, port) })
+	if err != nil {
+		return ExposeResult{}, err
+	}
+	if ierr != nil {
+		return ExposeResult{}, fmt.Errorf("%w: install route for port %d: %v", ErrRouter, port, ierr)
+	}
+	return ExposeResult{Port: row, Reuse: !claimed.inserted}, nil
+}
+
+func portKey(id string, port int) string { return "port:" + id + ":" + strconv.Itoa(port) }
+
+func domainKey(hostname string) string { return "domain:" + hostname }
+
+// deletePortRow is an exposure's rollback: the row goes, and with it its
+// host port.
+func (s *Service) deletePortRow(ctx context.Context, id string, port int) {
+	if err := s.store.DeletePort(context.WithoutCancel(ctx), id, port); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+		s.log.Error("expose rollback: delete row", "sandbox", id, "port", port, "err", err)
+	}
 }
 
 // UnexposePort removes the route, then the row.
-func (s *Service) UnexposePort(ctx context.Context, id string, port int) error {
+func (s *Service) UnexposePort(ctx context.Context, id string, port int) (err error) {
+	if _, err := s.sandbox(ctx, id); err != nil {
+		return err
+	}
+	defer func() { s.audit(ctx, "port.unexpose", id+":"+strconv.Itoa(port), err) }()
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	row, err := s.store.GetPort(ctx, id, port)
 	if err != nil {
 		return err
 	}
-	if s.router != nil {
-		if err := s.router.Remove(ctx, portRoute(row, "")); err != nil {
-			return fmt.Errorf("%w: remove route: %v", ErrRouter, err)
-		}
+	return s.removeThenDelete(ctx, portKey(id, port), portRoute(row, ""), func() error { return s.store.DeletePort(ctx, id, port) })
+}
+
+// removeThenDelete removes a route, then its row. The route goes first so
+// that a failing router leaves the row (and a retry can finish the job); it
+// is removed once more after the row, because a router reconciling against
+// the store (Caddy after a restart) may have put it back from the row in
+// between. That second removal is best effort: the row is gone, so the next
+// reconcile removes whatever it leaves. The row's deletion and the second
+// removal hold the key, so an exposure of the same key made meanwhile
+// inserts its row only after both and keeps its route.
+func (s *Service) removeThenDelete(ctx context.Context, key string, r router.Route, deleteRow func() error) error {
+	if s.router == nil {
+		return deleteRow()
 	}
-	return s.store.DeletePort(ctx, id, port)
+	if err := s.router.Remove(ctx, r); err != nil {
+		return fmt.Errorf("%w: remove route: %v", ErrRouter, err)
+	}
+	_, unlock := s.exposing.lock(key)
+	defer unlock()
+	if err := deleteRow(); err != nil {
+		return err
+	}
+	if err := s.router.Remove(ctx, r); err != nil {
+		s.log.Warn("remove route after deleting its row", "route", r.Key(), "err", err)
+	}
+	return nil
 }
 
 // ListPorts lists a sandbox's exposures.
 func (s *Service) ListPorts(ctx context.Context, id string) ([]sandpit.ExposedPort, error) {
-	if _, err := s.store.GetSandbox(ctx, id); err != nil {
+	if _, err := s.sandbox(ctx, id); err != nil {
 		return nil, err
 	}
 	return s.store.ListPorts(ctx, id)
@@ -167,7 +237,12 @@ func NormalizeHostname(h string) (string, error) {
 
 // AddCustomDomain binds a hostname to a sandbox port. The hostname primary key
 // decides between two sandboxes racing for it.
-func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port int) (sandpit.CustomDomain, bool, error) {
+func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port int) (_ sandpit.CustomDomain, added bool, err error) {
+	defer func() {
+		if added || err != nil {
+			s.audit(ctx, "domain.add", id+":"+hostname, err)
+		}
+	}()
 	h, err := NormalizeHostname(hostname)
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
@@ -181,38 +256,69 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if port < 1 || port > 65535 {
 		return sandpit.CustomDomain{}, false, invalidf("port must be between 1 and 65535")
 	}
-	sb, err := s.store.GetSandbox(ctx, id)
+	// The agent answers to its token, not to whoever knows a hostname; as
+	// with exposing it, a domain may not point at it.
+	if port == driver.AgentPort {
+		return sandpit.CustomDomain{}, false, invalidf("port %d is reserved for the sandbox agent", port)
+	}
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
 	}
-	d, outcome, err := s.store.AddCustomDomain(ctx, sandpit.CustomDomain{Hostname: h, SandboxID: id, Port: port, CreatedAt: s.now()}, s.now())
-	if err != nil {
-		return sandpit.CustomDomain{}, false, err
+	defer unlock()
+	if sb.State == sandpit.StateDeleting {
+		return sandpit.CustomDomain{}, false, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
 	}
-	added := outcome == sandpit.Added
-	if sb.State == sandpit.StateRunning && s.router != nil {
-		ip, ierr := s.sandboxIP(ctx, id)
-		if ierr == nil {
-			ierr = s.router.Install(ctx, domainRoute(d, ip))
+	var d sandpit.CustomDomain
+	rollback := func(ctx context.Context) {
+		if derr := s.store.RemoveCustomDomain(context.WithoutCancel(ctx), id, h); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
+			s.log.Error("domain rollback", "hostname", h, "err", derr)
 		}
-		if ierr != nil {
-			if added {
-				if derr := s.store.RemoveCustomDomain(context.WithoutCancel(ctx), id, h); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
-					s.log.Error("domain rollback", "hostname", h, "err", derr)
+	}
+	claim := func() (claimOutcome, error) {
+		var outcome sandpit.AddOutcome
+		d, outcome, err = s.store.AddCustomDomain(ctx, sandpit.CustomDomain{Hostname: h, SandboxID: id, Port: port, CreatedAt: s.now()}, s.now())
+		if err != nil {
+			return claimOutcome{}, err
+		}
+		out := claimOutcome{inserted: outcome == sandpit.Added}
+		if sb.State == sandpit.StateRunning && s.router != nil {
+			ip, ierr := s.sandboxIP(ctx, id)
+			if ierr != nil {
+				if out.inserted {
+					rollback(ctx)
 				}
+				return claimOutcome{}, fmt.Errorf("%w: install route for %s: %v", ErrRouter, h, ierr)
 			}
-			return sandpit.CustomDomain{}, false, fmt.Errorf("%w: install route for %s: %v", ErrRouter, h, ierr)
+			out.install, out.route = true, domainRoute(d, ip)
 		}
+		return out, nil
 	}
-	return d, added, nil
+	out, err, ierr := s.claimAndInstall(ctx, domainKey(h), claim, rollback)
+	if err != nil {
+		return sandpit.CustomDomain{}, false, err
+	}
+	if ierr != nil {
+		return sandpit.CustomDomain{}, false, fmt.Errorf("%w: install route for %s: %v", ErrRouter, h, ierr)
+	}
+	return d, out.inserted, nil
 }
 
 // RemoveCustomDomain unbinds a hostname from a sandbox.
-func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) error {
+func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) (err error) {
 	h, err := NormalizeHostname(hostname)
 	if err != nil {
 		return err
 	}
+	if _, err := s.sandbox(ctx, id); err != nil {
+		return err
+	}
+	defer func() { s.audit(ctx, "domain.remove", id+":"+h, err) }()
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	d, err := s.store.GetCustomDomain(ctx, h)
 	if err != nil {
 		return err
@@ -220,17 +326,12 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) e
 	if d.SandboxID != id {
 		return fmt.Errorf("%w: hostname %s is not bound to sandbox %s", sandpit.ErrNotFound, h, id)
 	}
-	if s.router != nil {
-		if err := s.router.Remove(ctx, domainRoute(d, "")); err != nil {
-			return fmt.Errorf("%w: remove route: %v", ErrRouter, err)
-		}
-	}
-	return s.store.RemoveCustomDomain(ctx, id, h)
+	return s.removeThenDelete(ctx, domainKey(h), domainRoute(d, ""), func() error { return s.store.RemoveCustomDomain(ctx, id, h) })
 }
 
 // ListCustomDomains lists a sandbox's hostnames.
 func (s *Service) ListCustomDomains(ctx context.Context, id string) ([]sandpit.CustomDomain, error) {
-	if _, err := s.store.GetSandbox(ctx, id); err != nil {
+	if _, err := s.sandbox(ctx, id); err != nil {
 		return nil, err
 	}
 	return s.store.ListCustomDomains(ctx, id)
@@ -238,5 +339,55 @@ func (s *Service) ListCustomDomains(ctx context.Context, id string) ([]sandpit.C
 
 // CustomDomainURL is the URL a custom hostname serves on through the proxy.
 func (s *Service) CustomDomainURL(hostname string) string {
-	return "http://" + hostname + s.proxyPortSuffix()
+	return s.scheme() + "://" + hostname + s.proxyPortSuffix()
+}
+
+// checkPortQuota refuses a new exposure that would take the sandbox's owner
+// past its max_ports limit. Re-exposing a port already exposed is a retry,
+// not a new exposure, and always passes. The check reads the owner's count
+// before the reservation, so two exposures racing for an owner's last port
+// may both pass; the limit bounds an owner's use, it is not a schema
+// invariant like a host port's uniqueness.
+func (s *Service) checkPortQuota(ctx context.Context, sb sandpit.Sandbox, port int) error {
+	limits, err := s.store.GetOwnerLimits(ctx, sb.Owner)
+	if err != nil || limits.MaxPorts == 0 {
+		return err
+	}
+	if _, err := s.store.GetPort(ctx, sb.ID, port); err == nil {
+		return nil
+	}
+	u, err := s.store.GetOwnerUsage(ctx, sb.Owner)
+	if err != nil {
+		return err
+	}
+	if u.Ports+1 > limits.MaxPorts {
+		return fmt.Errorf("%w: owner %q may expose at most %d ports (limit max_ports)", sandpit.ErrQuotaExceeded, sb.Owner, limits.MaxPorts)
+	}
+	return nil
+}
+
+// CheckPortAccess decides whether a request through the E2B gateway may
+// reach port of sandbox sb: the agent's port always (the agent checks its own
+// token), an exposed port always, and any other port only as the sandbox's
+// port-access policy says (public, or with its traffic token). A refusal is
+// ErrPortForbidden.
+func (s *Service) CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error {
+	if port == driver.AgentPort {
+		return nil
+	}
+	if _, err := s.store.GetPort(ctx, sb.ID, port); err == nil {
+		return nil
+	} else if !errors.Is(err, sandpit.ErrNotFound) {
+		return err
+	}
+	switch sb.PortAccess {
+	case sandpit.PortAccessPublic:
+		return nil
+	case sandpit.PortAccessToken:
+		if sb.TrafficToken != "" && subtle.ConstantTimeCompare([]byte(trafficToken), []byte(sb.TrafficToken)) == 1 {
+			return nil
+		}
+		return fmt.Errorf("%w: port %d of sandbox %s needs the sandbox's traffic token", ErrPortForbidden, port, sb.ID)
+	}
+	return fmt.Errorf("%w: port %d of sandbox %s is not exposed", ErrPortForbidden, port, sb.ID)
 }

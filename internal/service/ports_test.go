@@ -316,9 +316,10 @@ func TestExposeRollbackOnRouterFailure(t *testing.T) {
 
 // TestExposeRetryFailureDoesNotUndoInFlightExposure is the race the reused
 // flag exists for: the first call has inserted the row and is still
-// installing its route when a retry arrives, finds the row (reused) and
-// fails its own install. The retry must not delete the row; the first call
-// then completes and its exposure serves.
+// installing its route when a retry arrives. Calls on one sandbox are
+// serialised, so the retry waits for the first to finish; it then finds the
+// row (reused) and fails its own install, and must not delete the row: the
+// first call's exposure keeps serving.
 func TestExposeRetryFailureDoesNotUndoInFlightExposure(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -359,22 +360,95 @@ func TestExposeRetryFailureDoesNotUndoInFlightExposure(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the first exposure never reached the router")
 	}
-	if _, err := r.svc.ExposePort(ctx, id, 9000, service.ProtoTCP); !errors.Is(err, service.ErrRouter) {
-		t.Fatalf("retry with a failing install: %v, want ErrRouter", err)
-	}
-	if _, err := r.st.GetPort(ctx, id, 9000); err != nil {
-		t.Fatalf("the retry's failure removed the first call's row: %v", err)
+	retry := make(chan error, 1)
+	go func() {
+		_, err := r.svc.ExposePort(ctx, id, 9000, service.ProtoTCP)
+		retry <- err
+	}()
+	select {
+	case err := <-retry:
+		t.Fatalf("the retry ran beside the first call (err %v): calls on one sandbox must be serialised", err)
+	case <-time.After(300 * time.Millisecond):
 	}
 	close(release)
 	got := <-first
 	if got.err != nil || got.res.Reuse {
 		t.Fatalf("first exposure: %+v %v, want a new exposure", got.res, got.err)
 	}
+	if err := <-retry; !errors.Is(err, service.ErrRouter) {
+		t.Fatalf("retry with a failing install: %v, want ErrRouter", err)
+	}
 	row, err := r.st.GetPort(ctx, id, 9000)
 	if err != nil || row.HostPort != got.res.Port.HostPort {
-		t.Fatalf("row after both calls: %+v %v, want %+v", row, err, got.res.Port)
+		t.Fatalf("the retry's failure removed the first call's row: %+v %v, want %+v", row, err, got.res.Port)
 	}
 	eventually(t, "traffic through the exposure", func() error { return r.serves(row) })
+}
+
+// TestExposeRollbackKeepsRowARetryInstalled is the other order of the same
+// race: the first call inserts the row and its install is held; a retry
+// finds the row and installs successfully; then the first install fails (a
+// router in another process refused it). The first call answers ErrRouter,
+// but its rollback must leave the row the retry answered success for.
+func TestExposeRollbackKeepsRowARetryInstalled(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id := r.sandbox(t, ctx)
+
+	for _, protocol := range []string{service.ProtoTCP, service.ProtoHTTP} {
+		t.Run(protocol, func(t *testing.T) {
+			port := 9100
+			if protocol == service.ProtoHTTP {
+				port = 8100
+			}
+			entered := make(chan struct{})
+			retried := make(chan struct{})
+			var calls atomic.Int64
+			hook := func(rt router.Route) error {
+				if rt.SandboxID != id || rt.Port != port {
+					return nil
+				}
+				switch calls.Add(1) {
+				case 1: // the first call: held until the retry succeeded, then refused
+					close(entered)
+					<-retried
+					return errInjected
+				default: // the retry: installs
+					return nil
+				}
+			}
+			r.rtr.hook.Store(&hook)
+			defer r.rtr.hook.Store(nil)
+
+			type result struct {
+				res service.ExposeResult
+				err error
+			}
+			first := make(chan result, 1)
+			go func() {
+				res, err := r.svc.ExposePort(ctx, id, port, protocol)
+				first <- result{res, err}
+			}()
+			<-entered
+			again, err := r.svc.ExposePort(ctx, id, port, protocol)
+			close(retried)
+			if err != nil || !again.Reuse {
+				t.Fatalf("retry: %+v %v, want success on the existing row", again, err)
+			}
+			if got := <-first; !errors.Is(got.err, service.ErrRouter) {
+				t.Fatalf("first call: %+v %v, want ErrRouter", got.res, got.err)
+			}
+			row, err := r.st.GetPort(ctx, id, port)
+			if err != nil || row.HostPort != again.Port.HostPort {
+				t.Fatalf("row after the first call's rollback: %+v %v, want the retry's %+v", row, err, again.Port)
+			}
+			if _, ok := routeOf(t, r, id, port); !ok {
+				t.Fatal("the retry's route is gone")
+			}
+		})
+	}
 }
 
 // TestCustomDomainRollbackOnRouterFailure is the same property for custom

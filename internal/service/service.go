@@ -14,11 +14,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -39,21 +37,15 @@ var (
 	ErrAgentUnhealthy   = errors.New("sandbox agent did not become healthy")
 	ErrRuntime          = errors.New("container runtime failed")
 	ErrRouter           = errors.New("router failed")
+	// ErrEngineTimeout: the container engine did not answer within the
+	// daemon's engine timeout.
+	ErrEngineTimeout = driver.ErrTimeout
+	// ErrPortForbidden: the port is neither the agent's nor one the caller
+	// may reach (not exposed, or the traffic token is missing or wrong).
+	ErrPortForbidden = errors.New("port not reachable")
 	// ErrDeletedOnStop: the stop succeeded and, the sandbox's auto-delete
 	// interval being 0, the sandbox was deleted with it.
 	ErrDeletedOnStop = errors.New("sandbox deleted on stop")
-)
-
-// CrashPointEnv names the environment variable that makes the daemon kill
-// itself at a named point of an operation. Only crash tests set it; it lets a
-// test prove that a daemon dying between two side effects leaves nothing
-// behind after restart.
-const CrashPointEnv = "SANDPIT_TEST_CRASH_POINT"
-
-// Crash points.
-const (
-	CrashAfterContainerCreate = "after-container-create"
-	CrashBeforeResponse       = "before-response"
 )
 
 // Config is the service's configuration. Zero values take the defaults noted.
@@ -63,15 +55,40 @@ type Config struct {
 	AgentBinary   string            // host path of the sandpit executable
 	HealthTimeout time.Duration     // default 30s
 	PidsLimit     int64             // default 1024
-	Domain        string            // default "localhost"
-	ProxyPort     int               // port of the builtin proxy, for URLs; 80 omits it
-	PublicHost    string            // host in tcp:// URLs; default 127.0.0.1
-	PortRange     sandpit.PortRange // TCP host-port pool
-	ExtraLabels   map[string]string // added to every container (tests tag runs)
+	// DefaultCPU and DefaultMemoryMB apply to a create that names no limit;
+	// MaxCPU and MaxMemoryMB bound what a create may ask for (a create above
+	// them is refused, not clamped). Zero defaults mean 1 core and 1024 MiB;
+	// zero maxima mean the built-in bounds (64 cores, 256 GiB).
+	DefaultCPU      float64
+	DefaultMemoryMB int64
+	MaxCPU          float64
+	MaxMemoryMB     int64
+	// DiskMB limits each sandbox's writable layer when the engine can
+	// enforce it (DiskQuota reports so); 0 means no limit.
+	DiskMB int64
+	// MaxSandboxes caps how many sandboxes the daemon holds (any state);
+	// a create beyond it fails with sandpit.ErrQuotaExceeded. 0 = no cap.
+	MaxSandboxes int
+	// MaxConcurrentCreates bounds creates in progress at once; the others
+	// wait their turn (default 8).
+	MaxConcurrentCreates int
+	// Runtime is the OCI runtime containers run under ("" = the engine's
+	// default, runc).
+	Runtime     string
+	Domain      string            // default "localhost"
+	ProxyPort   int               // port of the proxy, for URLs; 80 (443 with TLS) omits it
+	PublicHost  string            // host in tcp:// URLs; default 127.0.0.1
+	PortRange   sandpit.PortRange // TCP host-port pool
+	ExtraLabels map[string]string // added to every container (tests tag runs)
 	// Instance identifies this daemon's containers (label sandpit.instance):
 	// reconcile touches only those, so daemons can share an engine.
-	Instance   string
-	CrashPoint string // see CrashPointEnv
+	Instance string
+	// PreviewTLS makes preview and custom-domain URLs https:// (the Caddy
+	// router serving them with on-demand certificates).
+	PreviewTLS bool
+	// RestartParallel bounds the sandboxes a start brings back at once
+	// (default 8).
+	RestartParallel int
 	// IntervalUnit is the length of one unit of the lifecycle intervals
 	// (auto-stop, auto-archive, auto-delete); default one minute. Only
 	// tests shorten it.
@@ -88,15 +105,20 @@ type Service struct {
 	router router.Router
 	log    *slog.Logger
 	http   *http.Client
-	// agentHTTP carries agent RPCs; it has no overall timeout, since a
-	// command's stream lasts as long as the command.
-	agentHTTP *http.Client
+	// agents carries every call the daemon makes to sandbox agents.
+	agents *agentLink
+	// agentClients are the Connect clients of each agent address, built on
+	// first use; guarded by mu and dropped with the address.
+	agentClients map[string]agentClients
 
 	// ips caches each running sandbox's container address so the hot paths
 	// (proxying, exec) do not inspect the container on every request. It is
 	// dropped whenever the container is started, stopped or removed.
 	mu  sync.Mutex
 	ips map[string]string
+	// creating holds, for each sandbox this process is creating, a channel
+	// closed when that create returns.
+	creating map[string]chan struct{}
 	// touched is when each sandbox's activity was last written to the
 	// store, so that a burst of toolbox calls costs one write, not one per
 	// call. Guarded by mu.
@@ -106,6 +128,23 @@ type Service struct {
 	// at once instead of being sent to an address that stops answering
 	// (which costs the caller seconds of connect timeout).
 	leaving map[string]bool
+	// starting holds the running sandboxes reconcile is still bringing back.
+	starting map[string]bool
+
+	idem   *Idempotency
+	events *events
+
+	// exposing coordinates the calls exposing one route key; see
+	// ExposePort.
+	exposing keyedExposures
+	// locks serialise the lifecycle operations of each sandbox.
+	locks keyedLocks
+	// bg tracks background work: reconcile's restarts, event handling.
+	bg sync.WaitGroup
+
+	// creates is a semaphore bounding creates in progress: each holds a
+	// slot from before its row is inserted until it returns.
+	creates chan struct{}
 }
 
 // New builds a Service.
@@ -115,6 +154,21 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	}
 	if cfg.PidsLimit <= 0 {
 		cfg.PidsLimit = 1024
+	}
+	if cfg.DefaultCPU <= 0 {
+		cfg.DefaultCPU = DefaultCPU
+	}
+	if cfg.DefaultMemoryMB <= 0 {
+		cfg.DefaultMemoryMB = DefaultMemoryMB
+	}
+	if cfg.MaxCPU <= 0 || cfg.MaxCPU > maxCPU {
+		cfg.MaxCPU = maxCPU
+	}
+	if cfg.MaxMemoryMB <= 0 || cfg.MaxMemoryMB > maxMemoryMB {
+		cfg.MaxMemoryMB = maxMemoryMB
+	}
+	if cfg.MaxConcurrentCreates <= 0 {
+		cfg.MaxConcurrentCreates = 8
 	}
 	if cfg.Domain == "" {
 		cfg.Domain = "localhost"
@@ -135,38 +189,33 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		cfg.IntervalUnit = time.Minute
 	}
 	return &Service{
-		cfg:       cfg,
-		store:     st,
-		rt:        rt,
-		router:    rtr,
-		log:       cfg.Logger,
-		http:      &http.Client{Timeout: 2 * time.Second},
-		agentHTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}},
-		ips:       map[string]string{},
-		touched:   map[string]time.Time{},
-		leaving:   map[string]bool{},
+		cfg:          cfg,
+		store:        st,
+		rt:           rt,
+		router:       rtr,
+		log:          cfg.Logger,
+		http:         &http.Client{Timeout: 2 * time.Second},
+		agents:       newAgentLink(),
+		agentClients: map[string]agentClients{},
+		ips:          map[string]string{},
+		touched:      map[string]time.Time{},
+		creating:     map[string]chan struct{}{},
+		leaving:      map[string]bool{},
+		starting:     map[string]bool{},
+		idem:         NewIdempotency(st, cfg.Now, cfg.Logger),
+		events:       newEvents(),
+		creates:      make(chan struct{}, cfg.MaxConcurrentCreates),
 	}
 }
+
+// Idempotency returns the idempotency engine every surface deduplicates
+// through.
+func (s *Service) Idempotency() *Idempotency { return s.idem }
 
 // Config returns the effective configuration.
 func (s *Service) Config() Config { return s.cfg }
 
-// Store exposes the store to the facades for read-only lookups and the
-// idempotency primitive; mutations of sandboxes go through the service.
-func (s *Service) Store() *store.Store { return s.store }
-
 func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
-
-// Crash kills the process with SIGKILL at a named point when the test crash
-// point is set: no deferred cleanup, no graceful shutdown, exactly what a
-// machine losing the process looks like.
-func (s *Service) Crash(point string) {
-	if s.cfg.CrashPoint == point {
-		s.log.Warn("crash point reached, killing the process", "point", point)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // the signal is on its way; never return into the operation
-	}
-}
 
 // NewSandboxID returns a random id that is safe as a DNS label (lower-case
 // base32), since ids appear in preview hostnames.
@@ -231,7 +280,7 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 	}
 	c, err := s.rt.Inspect(ctx, sb.ContainerID)
 	if err != nil {
-		return "", fmt.Errorf("%w: inspect %s: %v", ErrRuntime, id, err)
+		return "", runtimeErr("inspect "+id, err)
 	}
 	if c.IP == "" {
 		return "", fmt.Errorf("%w: sandbox %s has no address", ErrNotRunning, id)
@@ -248,8 +297,16 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 
 func (s *Service) forgetIP(id string) {
 	s.mu.Lock()
+	if ip, ok := s.ips[id]; ok {
+		delete(s.agentClients, net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort)))
+	}
 	delete(s.ips, id)
 	s.mu.Unlock()
+	// A kept-alive connection to a container that went away is never reset
+	// (its network namespace is gone), and the engine hands its address to
+	// the next container: reusing it would reach that one, or get a reset.
+	// Idle connections are cheap to remake, so all of them go.
+	s.agents.http.CloseIdleConnections()
 }
 
 // leave marks a sandbox's agent as going away (see Service.leaving) until
@@ -295,7 +352,7 @@ func (s *Service) waitHealthy(ctx context.Context, ip string) error {
 // AgentTarget returns the address and access token of a running sandbox's
 // agent, for the API layers that proxy the agent protocol.
 func (s *Service) AgentTarget(ctx context.Context, id string) (addr, token string, err error) {
-	sb, err := s.store.GetSandbox(ctx, id)
+	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return "", "", err
 	}

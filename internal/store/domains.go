@@ -55,8 +55,11 @@ func (s *Store) AddCustomDomain(ctx context.Context, d sandpit.CustomDomain, now
 	outcome := sandpit.Added
 	if inserted == 0 {
 		if row.SandboxID != d.SandboxID || row.Port != d.Port {
-			return sandpit.CustomDomain{}, 0, fmt.Errorf("add custom domain %s for sandbox %s port %d: bound to sandbox %s port %d: %w",
-				d.Hostname, d.SandboxID, d.Port, row.SandboxID, row.Port, sandpit.ErrHostnameConflict)
+			// The message names neither the other sandbox nor its port: the
+			// binding may belong to another owner, whose ids are not the
+			// caller's to learn.
+			return sandpit.CustomDomain{}, 0, fmt.Errorf("add custom domain %s for sandbox %s port %d: %w",
+				d.Hostname, d.SandboxID, d.Port, sandpit.ErrHostnameConflict)
 		}
 		outcome = sandpit.AlreadyBound
 	}

@@ -15,14 +15,11 @@ import (
 	"github.com/sandpit-dev/sandpit"
 )
 
+// The store's sandbox errors are the domain's; these names keep the store's
+// callers and tests readable.
 var (
-	// ErrSandboxExists is returned by CreateSandbox when the id is taken. It is
-	// distinct from ErrNameConflict: a duplicate id is a caller bug or a retry
-	// of a create that already happened, not a user-visible name clash.
-	ErrSandboxExists = errors.New("sandbox id already exists")
-	// ErrInvalidPageToken is returned by ListSandboxes for a page token it did
-	// not issue.
-	ErrInvalidPageToken = errors.New("invalid page token")
+	ErrSandboxExists    = sandpit.ErrSandboxExists
+	ErrInvalidPageToken = sandpit.ErrInvalidPageToken
 )
 
 const (
@@ -31,20 +28,38 @@ const (
 )
 
 const sandboxColumns = `id, name, image, template, state, labels, env, cpu, memory_mb,
-	container_id, access_token, end_at, created_at, updated_at,
+	container_id, access_token, end_at, created_at, updated_at, owner, state_reason, port_access, traffic_token,
 	disk_gb, auto_stop_minutes, auto_archive_minutes, auto_delete_minutes, last_activity_at, stopped_at`
 
 const (
 	qSandboxInsert = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	// qSandboxInsertCapped inserts only while the table holds fewer rows than
+	// the last argument. The count and the insert are one statement on the
+	// single writer connection, so concurrent creates cannot both take the
+	// last slot.
+	qSandboxInsertCapped = `INSERT INTO sandboxes (` + sandboxColumns + `)
+		SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+		WHERE (SELECT COUNT(*) FROM sandboxes) < ?`
 	qSandboxByID = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
 )
 
 // CreateSandbox inserts a new sandbox row. A duplicate non-empty name fails
 // with ErrNameConflict and a duplicate id with ErrSandboxExists; both are
 // decided by the schema's unique indexes, not by a prior lookup. A zero
-// CreatedAt means now; a zero UpdatedAt means CreatedAt.
+// CreatedAt means now; a zero UpdatedAt means CreatedAt. An empty Owner is
+// the admin owner.
 func (s *Store) CreateSandbox(ctx context.Context, sb sandpit.Sandbox) error {
+	return s.CreateSandboxWithinLimits(ctx, sb, sandpit.OwnerLimits{}, 0)
+}
+
+// CreateSandboxWithinLimits is CreateSandbox under quotas: the owner's
+// limits, and maxRows, the most sandboxes (any state, any owner) the daemon
+// holds (<= 0: no cap). Usage is read and the row inserted in one statement
+// or one write transaction on the single writer, so two creates racing for
+// the last slot cannot both win. A create that would pass a limit fails
+// with ErrQuotaExceeded naming it, and inserts nothing.
+func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbox, limits sandpit.OwnerLimits, maxRows int) error {
 	if sb.ID == "" {
 		return errors.New("create sandbox: id must not be empty")
 	}
@@ -61,12 +76,37 @@ func (s *Store) CreateSandbox(ctx context.Context, sb sandpit.Sandbox) error {
 	if updated.IsZero() {
 		updated = created
 	}
-	_, err = s.exec(ctx, nil, qSandboxInsert,
-		sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
-		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated),
-		sb.DiskGB, sb.AutoStop, sb.AutoArchive, sb.AutoDelete, nullableNanos(sb.LastActivityAt), nullableNanos(sb.StoppedAt))
+	owner := sb.Owner
+	if owner == "" {
+		owner = sandpit.AdminOwner
+	}
+	access := sb.PortAccess
+	if access == "" {
+		access = sandpit.PortAccessExposed
+	}
+	args := []any{sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
+		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated), owner, sb.StateReason,
+		string(access), sb.TrafficToken,
+		sb.DiskGB, sb.AutoStop, sb.AutoArchive, sb.AutoDelete, nullableNanos(sb.LastActivityAt), nullableNanos(sb.StoppedAt)}
+	var res sql.Result
 	switch {
+	case !limits.Unlimited():
+		err = s.insertWithinLimits(ctx, owner, sb, limits, maxRows, args)
+	case maxRows > 0:
+		res, err = s.exec(ctx, nil, qSandboxInsertCapped, append(args, maxRows)...)
+	default:
+		res, err = s.exec(ctx, nil, qSandboxInsert, args...)
+	}
+	switch {
+	case errors.Is(err, sandpit.ErrQuotaExceeded):
+		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	case err == nil:
+		if res == nil {
+			return nil
+		}
+		if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
+			return fmt.Errorf("create sandbox %s: at most %d sandboxes: %w", sb.ID, maxRows, sandpit.ErrQuotaExceeded)
+		}
 		return nil
 	case isUniqueViolation(err):
 		// The only UNIQUE index on sandboxes besides the primary key is
@@ -138,6 +178,10 @@ func (s *Store) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]
 		}
 		args = append(args, created, id)
 	}
+	if opts.Owner != "" {
+		where = append(where, `owner = ?`)
+		args = append(args, opts.Owner)
+	}
 	if len(opts.States) > 0 {
 		where = append(where, `state IN (?`+strings.Repeat(`, ?`, len(opts.States)-1)+`)`)
 		for _, st := range opts.States {
@@ -196,18 +240,24 @@ func (s *Store) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]
 	return out, next, nil
 }
 
-// UpdateSandboxState sets the sandbox's state, or returns ErrNotFound.
-// Stopping records when (auto-delete and auto-archive count from then);
-// starting clears that and counts as activity, so that auto-stop measures
-// idleness from the start rather than from before the stop.
+// UpdateSandboxState sets the sandbox's state and clears its reason, or
+// returns ErrNotFound.
 func (s *Store) UpdateSandboxState(ctx context.Context, id string, state sandpit.State, now time.Time) error {
-	n := toNanos(clock(now))
+	return s.SetSandboxState(ctx, id, state, "", now)
+}
+
+// SetSandboxState sets the sandbox's state with the reason it is in it
+// ("" for none), or returns ErrNotFound. Stopping records when (auto-delete
+// and auto-archive count from then); starting clears that and counts as
+// activity, so that auto-stop measures idleness from the start rather than
+// from before the stop.
+func (s *Store) SetSandboxState(ctx context.Context, id string, state sandpit.State, reason string, now time.Time) error {
 	return s.updateSandbox(ctx, "update state of sandbox", id,
-		`UPDATE sandboxes SET state = ?1, updated_at = ?2,
-			stopped_at = CASE WHEN ?1 = 'stopped' THEN COALESCE(stopped_at, ?2) ELSE NULL END,
-			last_activity_at = CASE WHEN ?1 = 'running' AND state <> 'running' THEN ?2 ELSE last_activity_at END
-		WHERE id = ?3`,
-		string(state), n, id)
+		`UPDATE sandboxes SET state = ?1, state_reason = ?2, updated_at = ?3,
+			stopped_at = CASE WHEN ?1 = 'stopped' THEN COALESCE(stopped_at, ?3) ELSE NULL END,
+			last_activity_at = CASE WHEN ?1 = 'running' AND state <> 'running' THEN ?3 ELSE last_activity_at END
+		WHERE id = ?4`,
+		string(state), reason, toNanos(clock(now)), id)
 }
 
 // SetSandboxInterval sets one lifecycle interval of a sandbox. The caller
@@ -385,7 +435,8 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 		activity, stopped  sql.NullInt64
 	)
 	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
-		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated,
+		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated, &sb.Owner, &sb.StateReason,
+		&sb.PortAccess, &sb.TrafficToken,
 		&sb.DiskGB, &sb.AutoStop, &sb.AutoArchive, &sb.AutoDelete, &activity, &stopped); err != nil {
 		return sandpit.Sandbox{}, err
 	}
@@ -457,4 +508,39 @@ func decodePageToken(tok string) (int64, string, error) {
 		return 0, "", fmt.Errorf("%w: malformed position", ErrInvalidPageToken)
 	}
 	return created, id, nil
+}
+
+// insertWithinLimits checks the owner's usage against limits and inserts the
+// row, in one transaction.
+func (s *Store) insertWithinLimits(ctx context.Context, owner string, sb sandpit.Sandbox, limits sandpit.OwnerLimits, maxRows int, args []any) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer rollback(tx)
+	u, err := ownerUsage(ctx, tx, owner)
+	if err != nil {
+		return err
+	}
+	switch {
+	case limits.MaxSandboxes > 0 && u.Sandboxes+1 > limits.MaxSandboxes:
+		return fmt.Errorf("%w: owner %q may have at most %d sandboxes (limit max_sandboxes)", sandpit.ErrQuotaExceeded, owner, limits.MaxSandboxes)
+	case limits.MaxCPU > 0 && u.CPU+sb.CPU > limits.MaxCPU:
+		return fmt.Errorf("%w: owner %q may use at most %g cpu in total, %g in use (limit max_cpu)", sandpit.ErrQuotaExceeded, owner, limits.MaxCPU, u.CPU)
+	case limits.MaxMemoryMB > 0 && u.MemoryMB+sb.MemoryMB > limits.MaxMemoryMB:
+		return fmt.Errorf("%w: owner %q may use at most %d MiB of memory in total, %d in use (limit max_memory_mb)", sandpit.ErrQuotaExceeded, owner, limits.MaxMemoryMB, u.MemoryMB)
+	}
+	if maxRows > 0 {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes`).Scan(&n); err != nil {
+			return err
+		}
+		if n >= maxRows {
+			return fmt.Errorf("at most %d sandboxes: %w", maxRows, sandpit.ErrQuotaExceeded)
+		}
+	}
+	if _, err := s.exec(ctx, tx, qSandboxInsert, args...); err != nil {
+		return err
+	}
+	return tx.Commit()
 }

@@ -89,7 +89,8 @@ func TestSandboxRoundTrip(t *testing.T) {
 		ID: "sb-full", Name: "full", Image: "debian:12", Template: "base", State: sandpit.StatePaused,
 		Labels: map[string]string{"team": "infra", `odd "key"`: "v"}, Env: map[string]string{"A": "1"},
 		CPU: 1.5, MemoryMB: 512, ContainerID: "c0ffee", AccessToken: "tok",
-		EndAt: t0.Add(time.Hour), CreatedAt: t0, UpdatedAt: t0.Add(time.Second),
+		PortAccess: sandpit.PortAccessToken, TrafficToken: "traffic",
+		EndAt: t0.Add(time.Hour), CreatedAt: t0, UpdatedAt: t0.Add(time.Second), Owner: "team-infra",
 	}
 	bare := sandpit.Sandbox{ID: "sb-bare", CreatedAt: t0}
 	for _, sb := range []sandpit.Sandbox{full, bare} {
@@ -119,6 +120,9 @@ func TestSandboxRoundTrip(t *testing.T) {
 	}
 	if got.Labels == nil || got.Env == nil || len(got.Labels) != 0 || len(got.Env) != 0 {
 		t.Errorf("nil maps should read back as empty maps: labels=%#v env=%#v", got.Labels, got.Env)
+	}
+	if got.Owner != sandpit.AdminOwner {
+		t.Errorf("a sandbox created without an owner belongs to %q, want the admin owner", got.Owner)
 	}
 	if !got.EndAt.IsZero() || !got.UpdatedAt.Equal(t0) {
 		t.Errorf("bare sandbox: EndAt=%v UpdatedAt=%v", got.EndAt, got.UpdatedAt)

@@ -321,3 +321,73 @@ test('an SDK script exits within 5 s of its last call (the event socket handshak
   t.diagnostic(`the SDK process exited ${lag} ms after its last call`);
   assert.ok(lag < 5000, `the SDK process took ${lag} ms to exit after its last call`);
 });
+
+// tokenFor mints a personal access token for owner through the native admin
+// API, with the daemon's admin token.
+async function tokenFor(name, owner) {
+  const res = await fetch(`${d.base}/v1/tokens`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${d.token}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ name, owner }),
+  });
+  const body = await res.json();
+  assert.equal(res.status, 201, JSON.stringify(body));
+  return body.token;
+}
+
+test("owners: A's sandbox is not found for B by id or by name, and B's list never includes it", async () => {
+  const A = new Daytona({ apiUrl: d.apiUrl, apiKey: await tokenFor('alice-daytona', 'alice') });
+  const B = new Daytona({ apiUrl: d.apiUrl, apiKey: await tokenFor('bob-daytona', 'bob') });
+  const sb = await A.create({ name: `alice-${suite}`, labels: { suite, owner: 'alice' } });
+  try {
+    await rejectsWith(B.get(sb.id), DaytonaNotFoundError);
+    await rejectsWith(B.get(sb.name), DaytonaNotFoundError);
+    assert.ok(!(await collect(B.list({ labels: { suite } }))).some((s) => s.id === sb.id));
+    assert.ok(!(await collect(B.list())).some((s) => s.id === sb.id));
+    assert.deepEqual((await collect(A.list({ labels: { suite, owner: 'alice' } }))).map((s) => s.id), [sb.id]);
+    assert.equal((await A.get(sb.name)).id, sb.id);
+    // Names are unique per daemon; the conflict does not reveal A's id.
+    const err = await rejectsWith(B.create({ name: sb.name }), DaytonaConflictError);
+    assert.ok(!err.message.includes(sb.id), err.message);
+    // The admin token sees every owner's sandboxes.
+    assert.equal((await daytona.get(sb.id)).id, sb.id);
+  } finally {
+    await sb.delete();
+    await dispose(A);
+    await dispose(B);
+  }
+});
+
+// waitFor polls a condition on local state only (no API call), so what it
+// sees can only have come through the event socket.
+async function waitFor(what, cond, ms = 20_000) {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (cond()) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
+// nativeCall calls the daemon's other APIs with the same token.
+async function nativeCall(method, path, headers, body) {
+  const res = await fetch(d.base + path, { method, headers: { 'Content-Type': 'application/json', ...headers }, body });
+  assert.ok(res.ok, `${method} ${path}: ${res.status} ${await res.text()}`);
+}
+
+test('the event socket announces changes made outside the Daytona API: a /v1 stop and a sweeper expiry', async () => {
+  const stopped = await daytona.create({ labels: { suite, role: 'events-stop' } });
+  const expiring = await daytona.create({ labels: { suite, role: 'events-expire' } });
+  try {
+    assert.equal(stopped.state, 'started');
+    await nativeCall('POST', `/v1/sandboxes/${stopped.id}/stop`, { Authorization: `Bearer ${d.token}` });
+    await waitFor('sandbox.state.updated to stopped', () => stopped.state === 'stopped');
+
+    // The E2B API sets the end time; the sweeper then deletes the sandbox.
+    await nativeCall('POST', `/e2b/sandboxes/${expiring.id}/timeout`, { 'X-API-KEY': d.token }, JSON.stringify({ timeout: 1 }));
+    await waitFor('sandbox.state.updated to destroyed', () => expiring.state === 'destroyed');
+  } finally {
+    await stopped.delete().catch(() => {});
+    await expiring.delete().catch(() => {});
+  }
+});

@@ -57,6 +57,9 @@ describe('the base image and its user', { timeout: T }, () => {
     assert.equal(root.stdout, 'root\n/root\n/root\n')
     const groups = await sbx.commands.run('id -Gn')
     assert.match(groups.stdout, /\bsudo\b/)
+    const env = await sbx.commands.run('env')
+    assert.match(env.stdout, /^USER=user$/m)
+    assert.doesNotMatch(env.stdout, /SANDPIT_AGENT/)
   })
 
   test('python3, node, git, sudo and tput are there', async () => {
@@ -220,7 +223,7 @@ describe('listing and metrics', { timeout: T }, () => {
 })
 
 describe('a sandbox going away', { timeout: T }, () => {
-  test('kill() during commands.run rejects the command promptly with the SDK\'s error', async () => {
+  test('kill() during commands.run rejects the command promptly with the SDK\'s error', async (t) => {
     const sbx = await Sandbox.create({ ...opts, metadata: uniq('kill-run') })
     const running = sbx.commands.run('sleep 60').then(
       () => ({ ok: true }),
@@ -236,13 +239,37 @@ describe('a sandbox going away', { timeout: T }, () => {
     const killReturned = performance.now()
     const outcome = await running
     assert.ok(!outcome.ok, 'the command succeeded')
+    const after = outcome.at - killedAt
+    t.diagnostic(`command rejected ${after.toFixed(0)} ms after kill() began (${outcome.err.name}); kill() took ${(killReturned - killedAt).toFixed(0)} ms`)
     assert.ok(outcome.err instanceof SandboxError, `not an SDK error: ${outcome.err}`)
     assert.ok(outcome.err instanceof TimeoutError, `${outcome.err.name}: ${outcome.err.message}`)
-    const after = outcome.at - killedAt
     assert.ok(after < 2000, `rejected ${after.toFixed(0)} ms after kill() (kill took ${(killReturned - killedAt).toFixed(0)} ms)`)
   })
 
-  test('the gateway answers for a deleted sandbox at once, in E2B\'s error shape', async () => {
+  test('requests while kill() is under way are answered at once', async (t) => {
+    const sbx = await Sandbox.create({ ...opts, metadata: uniq('dying') })
+    const id = sbx.sandboxId
+    const killing = sbx.kill()
+    let slowest = 0
+    let answered = 0
+    // Ask until the kill is done: every answer, whatever it is, is prompt.
+    for (let done = false; !done;) {
+      done = await Promise.race([killing.then(() => true), sleep(20).then(() => false)])
+      const began = performance.now()
+      const res = await fetch(d.sandboxUrl + '/health', { headers: { 'E2b-Sandbox-Id': id } })
+      await res.arrayBuffer()
+      slowest = Math.max(slowest, performance.now() - began)
+      answered++
+      if (res.status !== 204) {
+        assert.equal(res.status, 502)
+        assert.equal(res.headers.get('content-type'), 'application/json')
+      }
+    }
+    t.diagnostic(`${answered} requests during kill(), slowest ${slowest.toFixed(1)} ms`)
+    assert.ok(slowest < 500, `slowest answer during kill(): ${slowest.toFixed(0)} ms`)
+  })
+
+  test('the gateway answers for a deleted sandbox at once, in E2B\'s error shape', async (t) => {
     const sbx = await Sandbox.create({ ...opts, metadata: uniq('gone') })
     const id = sbx.sandboxId
     assert.equal(await sbx.kill(), true)
@@ -261,6 +288,7 @@ describe('a sandbox going away', { timeout: T }, () => {
       assert.equal(res.status, 502, path)
       assert.equal(body.code, 502)
       assert.equal(typeof body.message, 'string')
+      t.diagnostic(`${path} for a deleted sandbox: ${res.status} in ${took.toFixed(1)} ms`)
       assert.ok(took < 100, `${path} took ${took.toFixed(1)} ms`)
     }
     // The SDK reads that as a sandbox that is no longer running.

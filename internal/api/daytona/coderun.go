@@ -61,14 +61,14 @@ func (h *Handler) codeRun(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, err)
 		return
 	}
-	addr, token, err := h.agent(r)
+	agent, err := h.agent(r)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
 	}
 	args := append([]string{"-c", codeRunScript, "code-run"}, interp...)
 	args = append(append(args, req.Code), req.Argv...)
-	res, err := h.runProc(r.Context(), addr, token, &process.ProcessConfig{Cmd: "/bin/sh", Args: args, Envs: req.Envs}, timeout)
+	res, err := h.runProc(r.Context(), agent, &process.ProcessConfig{Cmd: "/bin/sh", Args: args, Envs: req.Envs}, timeout)
 	if err != nil {
 		writeProblem(w, r, err)
 		return

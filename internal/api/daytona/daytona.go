@@ -29,6 +29,13 @@ type Options struct {
 	Prefix string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// AuthTimeout is how long an event socket may stay open without
+	// authenticating; default 10 seconds.
+	AuthTimeout time.Duration
+	// PreviewKey is the secret signed preview URLs are derived from. The
+	// daemon keeps it in a file, so URLs stay valid across restarts; empty
+	// means a random key, so URLs end with the handler.
+	PreviewKey []byte
 }
 
 // Handler serves the facade. It is safe for concurrent use.
@@ -37,7 +44,7 @@ type Handler struct {
 	// does not track once hijacked, are closed when it ends.
 	ctx    context.Context
 	svc    *service.Service
-	token  string
+	auth   *api.Auth
 	prefix string
 	log    *slog.Logger
 	mux    *http.ServeMux
@@ -52,16 +59,14 @@ type Handler struct {
 	// started is when the facade was made, the creation time reported for
 	// the daemon's snapshots.
 	started time.Time
-	// agentHTTP carries toolbox calls to sandbox agents. It has no overall
-	// timeout: a command runs as long as its own timeout allows, and a file
-	// transfer as long as the file takes.
-	agentHTTP *http.Client
+	// authTimeout: see Options.AuthTimeout.
+	authTimeout time.Duration
 }
 
 // New builds the facade. Every route but the event socket requires
 // "Authorization: Bearer <token>"; the socket authenticates in its Socket.IO
 // connect packet, as the SDK sends it there.
-func New(ctx context.Context, svc *service.Service, token string, opts Options) *Handler {
+func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options) *Handler {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
@@ -69,23 +74,25 @@ func New(ctx context.Context, svc *service.Service, token string, opts Options) 
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.AuthTimeout <= 0 {
+		opts.AuthTimeout = 10 * time.Second
+	}
 	h := &Handler{
 		ctx:     ctx,
 		svc:     svc,
-		token:   token,
+		auth:    auth,
 		prefix:  opts.Prefix,
 		log:     opts.Logger,
 		mux:     http.NewServeMux(),
 		hub:     newHub(),
-		res:     readHostResources(),
+		res:     readHostResources(svc.Config().DiskMB),
 		started: time.Now(),
 		ptys:    newPTYTable(),
-		signKey: signingKey(token),
-		agentHTTP: &http.Client{Transport: &http.Transport{
-			MaxIdleConnsPerHost: 16,
-			IdleConnTimeout:     90 * time.Second,
-		}},
+		signKey: signingKey(opts.PreviewKey),
+
+		authTimeout: opts.AuthTimeout,
 	}
+	go h.relayEvents(ctx, svc.Subscribe(eventBuffer))
 	p := h.prefix
 	route := func(pattern string, f http.HandlerFunc) {
 		method, path, _ := strings.Cut(pattern, " ")
@@ -162,8 +169,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveSocket(w, r)
 		return
 	}
-	if !api.TokenEqual(api.BearerToken(r), h.token) {
-		writeProblem(w, r, newProblem(http.StatusUnauthorized, "Invalid credentials"))
+	r, err := h.auth.Authorize(r, api.BearerToken(r))
+	if err != nil {
+		writeProblem(w, r, err)
 		return
 	}
 	h.mux.ServeHTTP(w, r)

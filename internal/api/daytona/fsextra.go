@@ -53,12 +53,12 @@ func (h *Handler) findFiles(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, badRequest("query parameters path and pattern are required"))
 		return
 	}
-	addr, token, err := h.agent(r)
+	agent, err := h.agent(r)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
 	}
-	res, err := h.runProc(r.Context(), addr, token, &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", findScript, "find", pattern, path}}, fsToolTimeout)
+	res, err := h.runProc(r.Context(), agent, &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", findScript, "find", pattern, path}}, fsToolTimeout)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
@@ -98,12 +98,12 @@ func (h *Handler) searchFiles(w http.ResponseWriter, r *http.Request) {
 		// find takes a leading '-' as an option and has no "--".
 		path = "./" + path
 	}
-	addr, token, err := h.agent(r)
+	agent, err := h.agent(r)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
 	}
-	res, err := h.runProc(r.Context(), addr, token, &process.ProcessConfig{Cmd: "find", Args: []string{path, "-name", pattern}}, fsToolTimeout)
+	res, err := h.runProc(r.Context(), agent, &process.ProcessConfig{Cmd: "find", Args: []string{path, "-name", pattern}}, fsToolTimeout)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
@@ -157,7 +157,7 @@ func (h *Handler) replaceInFiles(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, badRequest("newValue is required"))
 		return
 	}
-	addr, token, err := h.agent(r)
+	agent, err := h.agent(r)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
@@ -165,7 +165,7 @@ func (h *Handler) replaceInFiles(w http.ResponseWriter, r *http.Request) {
 	out := make([]ReplaceResult, 0, len(req.Files))
 	for _, f := range req.Files {
 		res := ReplaceResult{File: f, Success: true}
-		if err := h.replaceInFile(r.Context(), addr, token, f, req.Pattern, *req.NewValue); err != nil {
+		if err := h.replaceInFile(r.Context(), agent.Addr, agent.Token, f, req.Pattern, *req.NewValue); err != nil {
 			res.Success, res.Error = false, err.Error()
 		}
 		out = append(out, res)
@@ -184,7 +184,7 @@ func (h *Handler) replaceInFile(ctx context.Context, addr, token, path, pattern,
 		return err
 	}
 	req.Header.Set(accessTokenHeader, token)
-	resp, err := h.agentHTTP.Do(req)
+	resp, err := h.svc.AgentHTTP().Do(req)
 	if err != nil {
 		return fmt.Errorf("sandbox agent unreachable: %v", err)
 	}
@@ -229,7 +229,7 @@ func (h *Handler) setFilePermissions(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, badRequest("owner and group must be user or group names or numeric ids"))
 		return
 	}
-	addr, token, err := h.agent(r)
+	agent, err := h.agent(r)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
@@ -247,7 +247,7 @@ func (h *Handler) setFilePermissions(w http.ResponseWriter, r *http.Request) {
 		cmds = append(cmds, []string{"chgrp", group, "--", path})
 	}
 	for _, c := range cmds {
-		res, err := h.runProc(r.Context(), addr, token, &process.ProcessConfig{Cmd: c[0], Args: c[1:]}, fsToolTimeout)
+		res, err := h.runProc(r.Context(), agent, &process.ProcessConfig{Cmd: c[0], Args: c[1:]}, fsToolTimeout)
 		if err != nil {
 			writeProblem(w, r, err)
 			return

@@ -49,7 +49,7 @@ func (h *Handler) git(ctx context.Context, c *sandboxConn, call gitCall) (string
 	if call.dir != "" {
 		cfg.Cwd = &call.dir
 	}
-	res, err := h.runProc(ctx, c.addr, c.token, cfg, gitTimeout)
+	res, err := h.runProc(ctx, c.Agent, cfg, gitTimeout)
 	if err != nil {
 		return "", err
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -80,7 +81,7 @@ func newEnv(t *testing.T) *env {
 		ExtraLabels:   labels,
 		Logger:        log,
 	}, st, rt, nil)
-	h := New(ctx, svc, testToken, Options{Logger: log})
+	h := New(ctx, svc, api.NewAuth(svc, testToken), Options{Logger: log})
 	mux := http.NewServeMux()
 	mux.Handle(DefaultPrefix+"/", h)
 	srv := httptest.NewServer(mux)

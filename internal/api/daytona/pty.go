@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/proto/process"
 )
 
@@ -214,7 +215,7 @@ func (h *Handler) listPTYs(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, err)
 		return
 	}
-	resp, err := c.proc.List(r.Context(), fsRequest(&process.ListRequest{}, c.token))
+	resp, err := c.Process.List(r.Context(), fsRequest(&process.ListRequest{}, c.Token))
 	if err != nil {
 		writeProblem(w, r, rpcError(err, false))
 		return
@@ -299,10 +300,10 @@ func (h *Handler) resizePTY(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	_, err := c.proc.Update(r.Context(), fsRequest(&process.UpdateRequest{
+	_, err := c.Process.Update(r.Context(), fsRequest(&process.UpdateRequest{
 		Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: ptyTagPrefix + info.ID}},
 		Pty:     &process.PTY{Size: &process.PTY_Size{Cols: uint32(req.Cols), Rows: uint32(req.Rows)}},
-	}, c.token))
+	}, c.Token))
 	if err != nil {
 		writeProblem(w, r, rpcError(err, false))
 		return
@@ -389,6 +390,9 @@ type ptyControl struct {
 // feeds the socket, the socket's frames are the PTY's input. Closing the
 // socket leaves the shell running, as Daytona does; only kill ends it.
 func (h *Handler) attachPTY(w http.ResponseWriter, r *http.Request, c *sandboxConn, id string) {
+	// The socket lasts as long as the terminal or the command: no read
+	// deadline of the request's may cut it.
+	httpguard.LiftReadDeadline(w)
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{ptyExitControl}})
 	if err != nil {
 		return
@@ -398,9 +402,9 @@ func (h *Handler) attachPTY(w http.ResponseWriter, r *http.Request, c *sandboxCo
 	ctx, cancel := context.WithCancel(h.ctx)
 	defer cancel()
 	tag := ptyTagPrefix + id
-	stream, err := c.proc.Connect(ctx, fsRequest(&process.ConnectRequest{
+	stream, err := c.Process.Connect(ctx, fsRequest(&process.ConnectRequest{
 		Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}},
-	}, c.token))
+	}, c.Token))
 	if err != nil {
 		h.ptyFail(ctx, ws, err.Error())
 		return

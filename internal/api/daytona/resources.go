@@ -19,7 +19,10 @@ type hostResources struct {
 	diskGB float64
 }
 
-func readHostResources() hostResources {
+// readHostResources reads the host's capacity. diskMB is the daemon's
+// enforced writable-layer limit of every sandbox (0 = none), which is then
+// what a sandbox without a disk of its own can use.
+func readHostResources(diskMB int64) hostResources {
 	r := hostResources{cpus: float64(runtime.NumCPU())}
 	if f, err := os.Open("/proc/meminfo"); err == nil {
 		sc := bufio.NewScanner(f)
@@ -36,6 +39,9 @@ func readHostResources() hostResources {
 	var st syscall.Statfs_t
 	if syscall.Statfs("/", &st) == nil {
 		r.diskGB = math.Floor(float64(st.Blocks) * float64(st.Bsize) / (1 << 30))
+	}
+	if diskMB > 0 {
+		r.diskGB = float64(diskMB) / 1024
 	}
 	return r
 }

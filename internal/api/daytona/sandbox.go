@@ -39,7 +39,11 @@ const (
 	stateError     = "error"
 	stateDestroyed = "destroyed"
 	stateArchived  = "archived"
-	stateUnknown   = "unknown"
+	// Sandboxes coming back after a daemon restart, and ones whose delete
+	// is under way, have Daytona states of their own.
+	stateStarting   = "starting"
+	stateDestroying = "destroying"
+	stateUnknown    = "unknown"
 )
 
 // Daytona's defaults for intervals a create leaves out: stop after 15
@@ -62,6 +66,10 @@ func daytonaState(s sandpit.State) string {
 		return statePaused
 	case sandpit.StateError:
 		return stateError
+	case sandpit.StateStarting:
+		return stateStarting
+	case sandpit.StateDeleting:
+		return stateDestroying
 	}
 	return stateUnknown
 }
@@ -87,6 +95,9 @@ func storeStates(s string) []sandpit.State {
 
 // Sandbox is Daytona's sandbox model, with every field the SDK requires.
 type Sandbox struct {
+	// owner is not part of the wire shape: the event hub uses it to send a
+	// sandbox's events only to its owner's sockets.
+	owner          string
 	ID             string `json:"id"`
 	OrganizationID string `json:"organizationId"`
 	Name           string `json:"name"`
@@ -126,7 +137,14 @@ type BuildInfo struct {
 
 // toSandbox renders a store row. withEnv is false for listings.
 func (h *Handler) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool) Sandbox {
+	return h.renderSandbox(h.toolboxBase(r), sb, withEnv)
+}
+
+// renderSandbox renders a store row with the toolbox URL a client reaches the
+// daemon by.
+func (h *Handler) renderSandbox(toolboxBase string, sb sandpit.Sandbox, withEnv bool) Sandbox {
 	out := Sandbox{
+		owner:          sb.Owner,
 		ID:             sb.ID,
 		OrganizationID: organizationID,
 		Name:           sb.Name,
@@ -135,9 +153,11 @@ func (h *Handler) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool) S
 		Labels:         sb.Labels,
 		// Preview URLs go through Sandpit's proxy, which asks for no token:
 		// in Daytona's terms every sandbox is public.
-		Public:              true,
-		NetworkBlockAll:     false,
-		Target:              defaultTarget,
+		Public:          true,
+		NetworkBlockAll: false,
+		Target:          defaultTarget,
+		// The allocation: the daemon's defaults when the create named none,
+		// the host's capacity for a resource without a limit.
 		CPU:                 h.res.cpu(sb.CPU),
 		Memory:              h.res.memoryGiB(sb.MemoryMB),
 		Disk:                h.res.diskGiB(sb.DiskGB),
@@ -149,7 +169,7 @@ func (h *Handler) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool) S
 		CreatedAt:           sb.CreatedAt.UTC().Format(isoMillis),
 		UpdatedAt:           sb.UpdatedAt.UTC().Format(isoMillis),
 		SandboxClass:        "container",
-		ToolboxProxyURL:     h.toolboxBase(r),
+		ToolboxProxyURL:     toolboxBase,
 	}
 	if out.Snapshot == "" {
 		out.Snapshot = sb.Image
@@ -363,10 +383,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, err)
 		return
 	}
-	out := h.toSandbox(r, sb, true)
-	h.hub.broadcast(eventCreated, out)
-	h.publish(r.Context(), out, stateCreating)
-	api.WriteJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, sb, true))
 }
 
 // ListResponse is the body of GET /sandbox.
@@ -520,9 +537,7 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
 	}
 	h.ptys.dropSandbox(sb.ID)
 	out := h.toSandbox(r, sb, true)
-	old := out.State
 	out.State, out.DesiredState = stateDestroyed, stateDestroyed
-	h.publish(r.Context(), out, old)
 	api.WriteJSON(w, http.StatusOK, out)
 }
 
@@ -593,7 +608,6 @@ func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx
 		writeProblem(w, r, err)
 		return
 	}
-	old := daytonaState(sb.State)
 	after, err := op(r.Context(), sb.ID)
 	if err != nil || sb.State != sandpit.StateRunning || after.State != sandpit.StateRunning {
 		// A stop, or a start after one, leaves no shell of before running;
@@ -605,7 +619,6 @@ func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx
 		// waits for stopped or destroyed and takes either.
 		out := h.toSandbox(r, after, true)
 		out.State, out.DesiredState = stateDestroyed, stateDestroyed
-		h.publish(r.Context(), out, old)
 		api.WriteJSON(w, http.StatusOK, out)
 		return
 	}
@@ -613,9 +626,7 @@ func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx
 		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
 		return
 	}
-	out := h.toSandbox(r, after, true)
-	h.publish(r.Context(), out, old)
-	api.WriteJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, after, true))
 }
 
 // LabelsBody is the body and answer of PUT /sandbox/{id}/labels.

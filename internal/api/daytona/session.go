@@ -18,10 +18,10 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
+	"github.com/sandpit-dev/sandpit/internal/service"
 	fspb "github.com/sandpit-dev/sandpit/proto/filesystem"
-	"github.com/sandpit-dev/sandpit/proto/filesystem/filesystemconnect"
 	"github.com/sandpit-dev/sandpit/proto/process"
-	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
 )
 
 // Process sessions. A session is one long-lived /bin/sh in the sandbox,
@@ -84,29 +84,24 @@ type SessionCommandLogs struct {
 	Stderr string `json:"stderr"`
 }
 
-// sandboxConn is a resolved sandbox agent with its clients.
+// sandboxConn is a resolved sandbox: its id and the service's connection to
+// its agent.
 type sandboxConn struct {
-	id          string // the sandbox's
-	addr, token string
-	proc        processconnect.ProcessClient
-	fs          filesystemconnect.FilesystemClient
+	id string // the sandbox's
+	service.Agent
 }
 
 func (h *Handler) conn(r *http.Request) (*sandboxConn, error) {
-	id, addr, token, err := h.agentOf(r)
+	id, a, err := h.agentOf(r)
 	if err != nil {
 		return nil, err
 	}
-	return &sandboxConn{
-		id: id, addr: addr, token: token,
-		proc: processconnect.NewProcessClient(h.agentHTTP, "http://"+addr),
-		fs:   filesystemconnect.NewFilesystemClient(h.agentHTTP, "http://"+addr),
-	}, nil
+	return &sandboxConn{id: id, Agent: a}, nil
 }
 
 // byTag returns the running process with the tag, if any.
 func (c *sandboxConn) byTag(ctx context.Context, tag string) (*process.ProcessInfo, error) {
-	resp, err := c.proc.List(ctx, fsRequest(&process.ListRequest{}, c.token))
+	resp, err := c.Process.List(ctx, fsRequest(&process.ListRequest{}, c.Token))
 	if err != nil {
 		return nil, rpcError(err, false)
 	}
@@ -120,7 +115,7 @@ func (c *sandboxConn) byTag(ctx context.Context, tag string) (*process.ProcessIn
 
 // sessions returns the ids of the running session shells.
 func (c *sandboxConn) sessions(ctx context.Context) ([]string, error) {
-	resp, err := c.proc.List(ctx, fsRequest(&process.ListRequest{}, c.token))
+	resp, err := c.Process.List(ctx, fsRequest(&process.ListRequest{}, c.Token))
 	if err != nil {
 		return nil, rpcError(err, false)
 	}
@@ -139,7 +134,7 @@ func (c *sandboxConn) sessions(ctx context.Context) ([]string, error) {
 func (c *sandboxConn) startDetached(ctx context.Context, req *process.StartRequest) (uint32, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.proc.Start(ctx, fsRequest(req, c.token))
+	stream, err := c.Process.Start(ctx, fsRequest(req, c.Token))
 	if err != nil {
 		return 0, rpcError(err, false)
 	}
@@ -156,10 +151,10 @@ func (c *sandboxConn) startDetached(ctx context.Context, req *process.StartReque
 }
 
 func (c *sandboxConn) input(ctx context.Context, tag string, in *process.ProcessInput) error {
-	_, err := c.proc.SendInput(ctx, fsRequest(&process.SendInputRequest{
+	_, err := c.Process.SendInput(ctx, fsRequest(&process.SendInputRequest{
 		Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}},
 		Input:   in,
-	}, c.token))
+	}, c.Token))
 	if err != nil {
 		return rpcError(err, false)
 	}
@@ -167,10 +162,10 @@ func (c *sandboxConn) input(ctx context.Context, tag string, in *process.Process
 }
 
 func (c *sandboxConn) kill(ctx context.Context, tag string) error {
-	_, err := c.proc.SendSignal(ctx, fsRequest(&process.SendSignalRequest{
+	_, err := c.Process.SendSignal(ctx, fsRequest(&process.SendSignalRequest{
 		Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}},
 		Signal:  process.Signal_SIGNAL_SIGKILL,
-	}, c.token))
+	}, c.Token))
 	if err != nil {
 		return rpcError(err, false)
 	}
@@ -179,7 +174,7 @@ func (c *sandboxConn) kill(ctx context.Context, tag string) error {
 
 // exists reports whether a path exists in the sandbox.
 func (c *sandboxConn) exists(ctx context.Context, path string) (bool, error) {
-	_, err := c.fs.Stat(ctx, fsRequest(&fspb.StatRequest{Path: path}, c.token))
+	_, err := c.Filesystem.Stat(ctx, fsRequest(&fspb.StatRequest{Path: path}, c.Token))
 	if connect.CodeOf(err) == connect.CodeNotFound {
 		return false, nil
 	}
@@ -192,15 +187,15 @@ func (c *sandboxConn) exists(ctx context.Context, path string) (bool, error) {
 // readFrom reads a sandbox file from offset on; a missing file reads as
 // empty.
 func (h *Handler) readFrom(ctx context.Context, c *sandboxConn, path string, offset int64) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.addr+"/files?path="+url.QueryEscape(path), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Addr+"/files?path="+url.QueryEscape(path), nil)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set(accessTokenHeader, c.token)
+	req.Header.Set(accessTokenHeader, c.Token)
 	if offset > 0 {
 		req.Header.Set("Range", "bytes="+strconv.FormatInt(offset, 10)+"-")
 	}
-	resp, err := h.agentHTTP.Do(req)
+	resp, err := h.svc.AgentHTTP().Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox agent unreachable: %w", err)
 	}
@@ -264,7 +259,7 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 	dir := sessionDir(req.SessionID)
 	// A directory left by a session of the same id that died on its own is
 	// replaced, so the new session does not list the old one's commands.
-	prep, err := h.runProc(r.Context(), c.addr, c.token, &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", `rm -rf -- "$1" && mkdir -p -- "$1"`, "prep", dir}}, fsToolTimeout)
+	prep, err := h.runProc(r.Context(), c.Agent, &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", `rm -rf -- "$1" && mkdir -p -- "$1"`, "prep", dir}}, fsToolTimeout)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
@@ -329,7 +324,7 @@ func (h *Handler) sessionExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dir, cid := sessionDir(sid), newCommandID()
-	if err := h.writeFile(r.Context(), c.addr, c.token, dir+"/"+cid+".cmd", strings.NewReader(req.Command+"\n")); err != nil {
+	if err := h.writeFile(r.Context(), c.Addr, c.Token, dir+"/"+cid+".cmd", strings.NewReader(req.Command+"\n")); err != nil {
 		writeProblem(w, r, err)
 		return
 	}
@@ -421,7 +416,7 @@ func (h *Handler) commandLogs(ctx context.Context, c *sandboxConn, dir, cid stri
 func (h *Handler) session(ctx context.Context, c *sandboxConn, sid string) (Session, error) {
 	out := Session{SessionID: sid, Commands: []Command{}}
 	dir := sessionDir(sid)
-	resp, err := c.fs.ListDir(ctx, fsRequest(&fspb.ListDirRequest{Path: dir, Depth: 1}, c.token))
+	resp, err := c.Filesystem.ListDir(ctx, fsRequest(&fspb.ListDirRequest{Path: dir, Depth: 1}, c.Token))
 	if connect.CodeOf(err) == connect.CodeNotFound {
 		return out, nil
 	}
@@ -538,7 +533,7 @@ func (h *Handler) deleteSession(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, err)
 		return
 	}
-	if _, err := c.fs.Remove(r.Context(), fsRequest(&fspb.RemoveRequest{Path: sessionDir(sid)}, c.token)); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+	if _, err := c.Filesystem.Remove(r.Context(), fsRequest(&fspb.RemoveRequest{Path: sessionDir(sid)}, c.Token)); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
 		writeProblem(w, r, rpcError(err, true))
 		return
 	}
@@ -616,6 +611,9 @@ func (h *Handler) getSessionCommandLogs(w http.ResponseWriter, r *http.Request) 
 // chunk prefixed with its stream's marker, and closes normally once the
 // command has ended and everything it wrote was sent.
 func (h *Handler) followLogs(w http.ResponseWriter, r *http.Request, c *sandboxConn, dir, cid string) {
+	// The socket lasts as long as the terminal or the command: no read
+	// deadline of the request's may cut it.
+	httpguard.LiftReadDeadline(w)
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return

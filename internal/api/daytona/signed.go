@@ -2,6 +2,7 @@ package daytona
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
 	"net"
@@ -16,9 +17,9 @@ import (
 // Signed preview URLs: http://<port>-<token>.<domain>, where the token is
 // <sandbox id>-<expiry>-<mac>: the expiry in Unix seconds (base 36) and an
 // HMAC of sandbox, port and expiry truncated to 100 bits (20 base32
-// characters). The key is derived from the daemon's API token, so a URL
-// stays valid across daemon restarts and changing the token revokes every
-// URL. The proxy gate (PreviewGate) checks the token and rewrites the Host
+// characters). The key is derived from the daemon's preview secret
+// (<data-dir>/preview-key), so a URL stays valid across daemon restarts and
+// removing that file revokes every URL. The proxy gate (PreviewGate) checks the token and rewrites the Host
 // to the port's ordinary preview host before the router sees it.
 
 const (
@@ -29,9 +30,15 @@ const (
 
 var macEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
-// signingKey derives the preview-signing key from the API token.
-func signingKey(token string) []byte {
-	m := hmac.New(sha256.New, []byte(token))
+// signingKey derives the preview-signing key from the daemon's preview
+// secret; without one (a handler built outside the daemon) a random secret
+// stands in, and the URLs end with the handler.
+func signingKey(secret []byte) []byte {
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		_, _ = rand.Read(secret)
+	}
+	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("sandpit daytona signed preview url v1"))
 	return m.Sum(nil)
 }

@@ -34,13 +34,13 @@ func TestParseGitStatus(t *testing.T) {
 }
 
 func TestSignedPreviewToken(t *testing.T) {
-	h := &Handler{signKey: signingKey("token-a")}
+	h := &Handler{signKey: signingKey([]byte("key-a"))}
 	now := time.Unix(1_800_000_000, 0)
 	tok := h.signPreview("sbabc-def", 3000, now.Add(time.Minute))
 	if id, o := h.verifySigned(3000, tok, now); o != signedValid || id != "sbabc-def" {
 		t.Fatalf("valid token: %q %v", id, o)
 	}
-	other := &Handler{signKey: signingKey("token-b")}
+	other := &Handler{signKey: signingKey([]byte("key-b"))}
 	for name, tc := range map[string]struct {
 		h     *Handler
 		port  int

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -113,7 +114,36 @@ func (f *fakeBackend) AgentAddr(context.Context, string) (string, error) {
 	return "", errors.New("no agents in unit tests")
 }
 
-func (f *fakeBackend) Crash(string) {}
+func (f *fakeBackend) ForwardToAgent(w http.ResponseWriter, _ *http.Request, _, _, _ string, onError func(http.ResponseWriter, error)) {
+	onError(w, errors.New("no agents in unit tests"))
+}
+
+// CreateOrAdopt applies the service's one adopt policy to the fake's rows.
+func (f *fakeBackend) CreateOrAdopt(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, bool, error) {
+	sb, err := f.st.GetSandbox(ctx, req.ID)
+	switch {
+	case errors.Is(err, sandpit.ErrNotFound):
+	case err != nil:
+		return sb, false, err
+	default:
+		switch service.AdoptPolicy(sb.State) {
+		case service.Adopt:
+			return sb, true, nil
+		case service.AwaitCreate:
+			return sb, false, service.ErrCreateInProgress
+		case service.Replace:
+			if err := f.st.DeleteSandbox(ctx, req.ID); err != nil {
+				return sb, false, err
+			}
+		}
+	}
+	sb, err = f.CreateSandbox(ctx, req)
+	return sb, false, err
+}
+
+func (f *fakeBackend) CheckPortAccess(context.Context, sandpit.Sandbox, int, string) error {
+	return nil
+}
 
 type fixture struct {
 	t   *testing.T
@@ -139,7 +169,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	f := &fixture{t: t, st: st, be: &fakeBackend{st: st}, cfg: cfg}
-	f.h = New(f.be, st, cfg)
+	f.h = New(f.be, service.NewIdempotency(st, cfg.Now, cfg.Logger), cfg)
 	return f
 }
 
@@ -150,7 +180,7 @@ func (f *fixture) restart() {
 	if _, err := f.st.ExpirePendingClaims(context.Background(), time.Now(), 24*time.Hour); err != nil {
 		f.t.Fatal(err)
 	}
-	f.h = New(f.be, f.st, f.cfg)
+	f.h = New(f.be, service.NewIdempotency(f.st, f.cfg.Now, f.cfg.Logger), f.cfg)
 }
 
 type result struct {
@@ -193,7 +223,9 @@ func (f *fixture) countSandboxes() int {
 }
 
 func (f *fixture) claimRow(fp string) (sandpit.Claim, error) {
-	return f.st.GetIdempotentRequest(context.Background(), Scope, fp)
+	// Requests with the admin token claim in the admin owner's scope.
+	ctx := sandpit.WithPrincipal(context.Background(), api.AdminPrincipal())
+	return f.st.GetIdempotentRequest(ctx, service.OwnerScope(ctx, Scope), fp)
 }
 
 const body1 = `{"templateID":"base","metadata":{"run":"1"},"timeout":60}`
@@ -337,13 +369,14 @@ func TestWaitBudgetAnswers429(t *testing.T) {
 // lock live, target recorded.
 func deadDaemonClaim(t *testing.T, f *fixture, fp string) string {
 	t.Helper()
-	ctx := context.Background()
-	c, err := f.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: Scope, Fingerprint: fp, PendingTTL: 2 * time.Minute}, time.Now())
+	ctx := sandpit.WithPrincipal(context.Background(), api.AdminPrincipal())
+	scope := service.OwnerScope(ctx, Scope)
+	c, err := f.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: scope, Fingerprint: fp, PendingTTL: 2 * time.Minute}, time.Now())
 	if err != nil || c.Outcome != sandpit.Acquired {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
 	id := SandboxIDFor(fp, c.Generation)
-	if err := f.st.SetIdempotentTarget(ctx, Scope, fp, c.Generation, id, time.Now()); err != nil {
+	if err := f.st.SetIdempotentTarget(ctx, scope, fp, c.Generation, id, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	return id

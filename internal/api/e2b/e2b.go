@@ -19,7 +19,6 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/service"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // Prefix is where the daemon mounts the facade.
@@ -31,6 +30,7 @@ const Prefix = "/e2b"
 type Backend interface {
 	ResolveImage(image, template string) (string, error)
 	CreateSandbox(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, error)
+	CreateOrAdopt(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, bool, error)
 	GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error)
 	DeleteSandbox(ctx context.Context, id string) error
@@ -39,15 +39,19 @@ type Backend interface {
 	SetTimeout(ctx context.Context, id string, timeout time.Duration) (sandpit.Sandbox, error)
 	Stats(ctx context.Context, id string) (driver.Stats, error)
 	AgentAddr(ctx context.Context, id string) (string, error)
-	Crash(point string)
+	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
+	CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error
 }
 
 var _ Backend = (*service.Service)(nil)
 
 // Config configures the facade.
 type Config struct {
-	// Token is the daemon's API token; E2B clients send it as X-API-KEY.
+	// Token is the daemon's admin token, used when Auth is nil (unit tests).
 	Token string
+	// Auth authenticates X-API-KEY: the admin token or a personal access
+	// token, whose owner scopes what the request sees and makes.
+	Auth *api.Auth
 	// Domain is the create response's domain. Without E2B_SANDBOX_URL the
 	// SDK reaches a sandbox's agent at 49983-<id>.<domain>, which the
 	// daemon's proxy listener routes; see DomainFor.
@@ -64,6 +68,9 @@ type Config struct {
 	// SDK's default request timeout, so the 429 reaches the SDK and its
 	// retry still fits within the caller's deadline.
 	WaitBudget time.Duration
+	// DiskSizeMB is the writable-layer limit every sandbox gets, reported
+	// as diskSizeMB; 0 when the engine cannot enforce one.
+	DiskSizeMB int64
 	Logger     *slog.Logger
 	Now        func() time.Time
 	// Metrics is the daemon's sample history, which getMetrics windows
@@ -83,16 +90,16 @@ func DomainFor(domain string, proxyPort int) string {
 
 // Handler serves everything under /e2b.
 type Handler struct {
-	be    Backend
-	st    *store.Store
-	cfg   Config
-	log   *slog.Logger
-	proxy *api.AgentProxy
-	mux   *http.ServeMux
+	be   Backend
+	idem *service.Idempotency
+	cfg  Config
+	log  *slog.Logger
+	mux  *http.ServeMux
 }
 
-// New builds the facade over the service (be) and its store (st).
-func New(be Backend, st *store.Store, cfg Config) *Handler {
+// New builds the facade over the service (be), deduplicating creates through
+// the service's idempotency engine.
+func New(be Backend, idem *service.Idempotency, cfg Config) *Handler {
 	if cfg.PendingTTL <= 0 {
 		cfg.PendingTTL = 2 * time.Minute
 	}
@@ -108,13 +115,15 @@ func New(be Backend, st *store.Store, cfg Config) *Handler {
 	if cfg.Domain == "" {
 		cfg.Domain = "localhost"
 	}
+	if cfg.Auth == nil {
+		cfg.Auth = api.NewAuth(nil, cfg.Token)
+	}
 	h := &Handler{
-		be:    be,
-		st:    st,
-		cfg:   cfg,
-		log:   cfg.Logger.With("surface", "e2b"),
-		proxy: api.NewAgentProxy().WithErrorWriter(writeError),
-		mux:   http.NewServeMux(),
+		be:   be,
+		idem: idem,
+		cfg:  cfg,
+		log:  cfg.Logger.With("surface", "e2b"),
+		mux:  http.NewServeMux(),
 	}
 	m := h.mux
 	// The v2 routes are what SDK 2.x calls; the unversioned ones are what
@@ -155,8 +164,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.gateway(w, r, strings.TrimPrefix(rest, "/envd"))
 		return
 	}
-	if !api.TokenEqual(r.Header.Get("X-API-KEY"), h.cfg.Token) {
-		writeError(w, http.StatusUnauthorized, "missing or invalid X-API-KEY")
+	r, err := h.cfg.Auth.Authorize(r, r.Header.Get("X-API-KEY"))
+	if err != nil {
+		p := api.Classify(err)
+		writeError(w, p.Status, p.Message)
 		return
 	}
 	r2 := r.Clone(r.Context())
@@ -176,10 +187,6 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 func fail(w http.ResponseWriter, err error, id string) {
 	if id != "" && errors.Is(err, sandpit.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "sandbox "+id+" not found")
-		return
-	}
-	if errors.Is(err, errCreateInProgress) {
-		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
 	p := api.Classify(err)

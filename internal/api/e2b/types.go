@@ -120,8 +120,6 @@ func (b CreateBody) validate() error {
 		switch {
 		case len(n.DenyOut) > 0:
 			return unsupported("network.denyOut")
-		case n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic:
-			return unsupported("network.allowPublicTraffic false")
 		case present(n.EgressProxy):
 			return unsupported("network.egressProxy")
 		case present(n.Rules):
@@ -139,7 +137,11 @@ type CreatedSandbox struct {
 	ClientID        string `json:"clientID"`
 	EnvdVersion     string `json:"envdVersion"`
 	EnvdAccessToken string `json:"envdAccessToken"`
-	Domain          string `json:"domain"`
+	// TrafficAccessToken is set for sandboxes created with
+	// network.allowPublicTraffic false: requests to their ports must carry
+	// it in the e2b-traffic-access-token header.
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
+	Domain             string `json:"domain"`
 }
 
 // SandboxDetail is the response of GET /sandboxes/{id}.
@@ -196,7 +198,9 @@ const (
 // E2B state and are not shown.
 func e2bState(state sandpit.State) (string, bool) {
 	switch state {
-	case sandpit.StateRunning:
+	case sandpit.StateRunning, sandpit.StateStarting:
+		// A sandbox the daemon is bringing back after its own restart is
+		// running as far as the client is concerned: it was never stopped.
 		return stateRunning, true
 	case sandpit.StatePaused, sandpit.StateStopped:
 		return statePaused, true
@@ -213,13 +217,14 @@ func templateOf(sb sandpit.Sandbox) string {
 
 func (h *Handler) created(sb sandpit.Sandbox) CreatedSandbox {
 	return CreatedSandbox{
-		SandboxID:       sb.ID,
-		TemplateID:      templateOf(sb),
-		Alias:           sb.Template,
-		ClientID:        clientID,
-		EnvdVersion:     EnvdVersion,
-		EnvdAccessToken: sb.AccessToken,
-		Domain:          h.cfg.Domain,
+		SandboxID:          sb.ID,
+		TemplateID:         templateOf(sb),
+		Alias:              sb.Template,
+		ClientID:           clientID,
+		EnvdVersion:        EnvdVersion,
+		EnvdAccessToken:    sb.AccessToken,
+		TrafficAccessToken: sb.TrafficToken,
+		Domain:             h.cfg.Domain,
 	}
 }
 
@@ -246,6 +251,7 @@ func (h *Handler) listed(sb sandpit.Sandbox, state string) ListedSandbox {
 		EndAt:       end.UTC(),
 		CPUCount:    cpus,
 		MemoryMB:    sb.MemoryMB,
+		DiskSizeMB:  h.cfg.DiskSizeMB,
 		EnvdVersion: EnvdVersion,
 		Metadata:    md,
 		State:       state,

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/client"
+)
+
+// parseExpiry parses "30d", "12h", "90m" (Go durations plus a day suffix).
+func parseExpiry(s string) (time.Duration, error) {
+	if s == "" || s == "0" || s == "never" {
+		return 0, nil
+	}
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		d, err := strconv.Atoi(n)
+		if err != nil || d < 1 {
+			return 0, fmt.Errorf("invalid --expires %q: want a positive number of days like 30d", s)
+		}
+		return time.Duration(d) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Second {
+		return 0, fmt.Errorf("invalid --expires %q: want a duration like 30d, 12h or 90m", s)
+	}
+	return d, nil
+}
+
+func fmtTime(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+func tokenCmd(e *cliEnv) *cobra.Command {
+	cmd := &cobra.Command{Use: "token", Short: "Manage personal access tokens (admin)"}
+	var (
+		req     client.TokenRequest
+		expires string
+		limits  client.Limits
+	)
+	create := &cobra.Command{
+		Use:   "create --name NAME [--owner OWNER] [--scope SCOPE...] [--expires 30d]",
+		Short: "Create a token and print it once; only its hash is kept",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := parseExpiry(expires)
+			if err != nil {
+				return err
+			}
+			req.ExpiresInS = int64(d / time.Second)
+			if limits != (client.Limits{}) {
+				req.Limits = &limits
+			}
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.CreateToken(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t.Secret)
+			fmt.Fprintf(cmd.ErrOrStderr(), "token %q for owner %q (scopes %s, prefix %s): store it now, it is not shown again\n",
+				t.Name, t.Owner, strings.Join(t.Scopes, ","), t.Prefix)
+			return nil
+		},
+	}
+	f := create.Flags()
+	f.StringVar(&req.Name, "name", "", "token name (unique among live tokens)")
+	f.StringVar(&req.Owner, "owner", "", "owner of what the token makes (default: the name)")
+	f.StringSliceVar(&req.Scopes, "scope", nil, "scope: admin, sandboxes:write or sandboxes:read (repeatable; default sandboxes:write)")
+	f.StringVar(&expires, "expires", "", "lifetime, e.g. 30d, 12h (default: never)")
+	f.Int64Var(&limits.MaxSandboxes, "max-sandboxes", 0, "owner quota: sandboxes (0: unlimited)")
+	f.Float64Var(&limits.MaxCPU, "max-cpu", 0, "owner quota: total CPU cores (0: unlimited)")
+	f.Int64Var(&limits.MaxMemoryMB, "max-memory", 0, "owner quota: total memory in MiB (0: unlimited)")
+	f.Int64Var(&limits.MaxPorts, "max-ports", 0, "owner quota: exposed ports (0: unlimited)")
+	_ = create.MarkFlagRequired("name")
+
+	var all bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List tokens (never their secrets)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			ts, err := c.ListTokens(cmd.Context(), all)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tOWNER\tPREFIX\tSCOPES\tCREATED\tLAST USED\tEXPIRES\tREVOKED")
+			for _, t := range ts {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Owner, t.Prefix, strings.Join(t.Scopes, ","),
+					fmtTime(&t.CreatedAt), fmtTime(t.LastUsedAt), fmtTime(t.ExpiresAt), fmtTime(t.RevokedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&all, "all", false, "include revoked tokens")
+
+	revoke := &cobra.Command{
+		Use:   "revoke NAME|PREFIX",
+		Short: "Revoke a token; the next request carrying it is refused",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.RevokeToken(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t.Name)
+			return nil
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}
+
+func ownerCmd(e *cliEnv) *cobra.Command {
+	cmd := &cobra.Command{Use: "owner", Short: "Show or set an owner's quotas"}
+	var l client.Limits
+	show := func(cmd *cobra.Command, ol client.OwnerLimits) {
+		fmt.Fprintf(cmd.OutOrStdout(), "owner %s\n  sandboxes %d / %s\n  cpu       %g / %s\n  memory_mb %d / %s\n  ports     %d / %s\n",
+			ol.Owner, ol.Usage.Sandboxes, limitStr(float64(ol.Limits.MaxSandboxes)), ol.Usage.CPU, limitStr(ol.Limits.MaxCPU),
+			ol.Usage.MemoryMB, limitStr(float64(ol.Limits.MaxMemoryMB)), ol.Usage.Ports, limitStr(float64(ol.Limits.MaxPorts)))
+	}
+	set := &cobra.Command{
+		Use:   "limits OWNER [--max-sandboxes N] [--max-cpu C] [--max-memory MiB] [--max-ports N]",
+		Short: "Show an owner's quotas and usage; with flags, replace the quotas (admin)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			var ol client.OwnerLimits
+			if cmd.Flags().NFlag() > 0 {
+				ol, err = c.SetOwnerLimits(cmd.Context(), args[0], l)
+			} else {
+				ol, err = c.GetOwnerLimits(cmd.Context(), args[0])
+			}
+			if err != nil {
+				return err
+			}
+			show(cmd, ol)
+			return nil
+		},
+	}
+	f := set.Flags()
+	f.Int64Var(&l.MaxSandboxes, "max-sandboxes", 0, "sandboxes (0: unlimited)")
+	f.Float64Var(&l.MaxCPU, "max-cpu", 0, "total CPU cores (0: unlimited)")
+	f.Int64Var(&l.MaxMemoryMB, "max-memory", 0, "total memory in MiB (0: unlimited)")
+	f.Int64Var(&l.MaxPorts, "max-ports", 0, "exposed ports (0: unlimited)")
+	cmd.AddCommand(set)
+	return cmd
+}
+
+func limitStr(v float64) string {
+	if v == 0 {
+		return "unlimited"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+func auditCmd(e *cliEnv) *cobra.Command {
+	var opts client.AuditOptions
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Print the audit log (admin): who did what to which resource, when, with what outcome",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			var all []client.AuditEntry
+			for {
+				page, next, err := c.Audit(cmd.Context(), client.AuditOptions{Owner: opts.Owner, After: opts.After, Limit: 1000})
+				if err != nil {
+					return err
+				}
+				all = append(all, page...)
+				if len(page) < 1000 || next == opts.After {
+					break
+				}
+				opts.After = next
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), all)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SEQ\tTIME\tTOKEN\tOWNER\tACTION\tRESOURCE\tOUTCOME")
+			for _, a := range all {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Seq, a.At.Local().Format("2006-01-02 15:04:05"), a.TokenName, a.Owner, a.Action, a.Resource, a.Outcome)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&opts.Owner, "owner", "", "only this owner's entries")
+	cmd.Flags().Int64Var(&opts.After, "after", 0, "only entries after this sequence number")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

@@ -1,0 +1,74 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/service"
+)
+
+// Auth turns a presented credential into the principal a request acts as.
+// The daemon's own token (<data-dir>/token or SANDPIT_TOKEN) is the admin;
+// any other credential must be a live personal access token. Every surface
+// (native API, E2B, Daytona, their event sockets) authenticates through it,
+// and puts the principal in the request's context, where the service reads
+// the owner from.
+type Auth struct {
+	admin string
+	// svc resolves personal access tokens; nil accepts the admin token only
+	// (unit tests of a facade over a fake backend).
+	svc *service.Service
+}
+
+// NewAuth builds the authenticator.
+func NewAuth(svc *service.Service, adminToken string) *Auth {
+	return &Auth{admin: adminToken, svc: svc}
+}
+
+// AdminPrincipal is the principal of the daemon's own token.
+func AdminPrincipal() sandpit.Principal {
+	return sandpit.Principal{TokenName: "admin", Owner: sandpit.AdminOwner, Scopes: []string{sandpit.ScopeAdmin}, Admin: true}
+}
+
+// Principal resolves a presented credential. The admin token is compared in
+// constant time; a personal access token is found by its public prefix and
+// its hash compared in constant time. Failures wrap service.ErrUnauthorized
+// and never quote the credential.
+func (a *Auth) Principal(ctx context.Context, presented string) (sandpit.Principal, error) {
+	if presented == "" {
+		return sandpit.Principal{}, fmt.Errorf("%w: no token presented", service.ErrUnauthorized)
+	}
+	if TokenEqual(presented, a.admin) {
+		return AdminPrincipal(), nil
+	}
+	if a.svc == nil {
+		return sandpit.Principal{}, service.ErrUnauthorized
+	}
+	return a.svc.AuthenticateToken(ctx, presented)
+}
+
+// ScopeFor is the scope a request needs: reads need sandboxes:read, anything
+// else sandboxes:write.
+func ScopeFor(r *http.Request) string {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return sandpit.ScopeSandboxesRead
+	}
+	return sandpit.ScopeSandboxesWrite
+}
+
+// Authorize authenticates presented for r and checks the method's scope. It
+// returns r with the principal in its context.
+func (a *Auth) Authorize(r *http.Request, presented string) (*http.Request, error) {
+	p, err := a.Principal(r.Context(), presented)
+	if err != nil {
+		return r, err
+	}
+	if need := ScopeFor(r); !p.Can(need) {
+		return r, fmt.Errorf("%w: %s needs scope %s", service.ErrForbidden, r.Method, need)
+	}
+	return r.WithContext(sandpit.WithPrincipal(r.Context(), p)), nil
+}
