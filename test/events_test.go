@@ -185,3 +185,66 @@ func TestContainerDeathIsAnnounced(t *testing.T) {
 		}
 	}
 }
+
+// TestLifecycleSweepIsAnnounced: a Daytona sandbox idle past its auto-stop
+// interval is stopped by the sweeper, and with auto-delete 0 deleted with
+// the stop; both reach the event stream like a caller's stop and delete.
+func TestLifecycleSweepIsAnnounced(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--daytona-interval-unit", "2s"}})
+	ctx := ctxFor(t, 2*time.Minute)
+	c := d.Client()
+	events := make(chan client.Event, 64)
+	streamCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		defer close(events)
+		_ = c.Events(streamCtx, func(e client.Event) error {
+			events <- e
+			return nil
+		})
+	}()
+	body := `{"autoStopInterval":1,"autoDeleteInterval":0,"labels":{"test":"lifecycle-sweep"}}`
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.URL()+"/daytona/sandbox", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+d.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made struct {
+		ID string `json:"id"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&made)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode/100 != 2 || made.ID == "" {
+		t.Fatalf("daytona create: %d %+v %v", resp.StatusCode, made, err)
+	}
+	var seen []string
+	for {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				t.Fatalf("stream ended after %v", seen)
+			}
+			// The create may come before the stream is subscribed: only
+			// what the sweeper does is checked.
+			if e.SandboxID != made.ID || e.Type == "created" {
+				continue
+			}
+			seen = append(seen, e.Type)
+			if e.Type != "deleted" {
+				continue
+			}
+			if want := []string{"stopped", "deleted"}; strings.Join(seen, ",") != strings.Join(want, ",") {
+				t.Fatalf("events %v, want %v", seen, want)
+			}
+			if _, err := c.Get(ctx, made.ID); err == nil {
+				t.Fatal("the sandbox is still there after its deleted event")
+			}
+			return
+		case <-time.After(45 * time.Second):
+			t.Fatalf("events so far %v; no deleted event within 45 s", seen)
+		}
+	}
+}

@@ -67,7 +67,8 @@ func (h *Handler) snapshots() []Snapshot {
 		out = append(out, Snapshot{
 			ID: name, OrganizationID: organizationID, General: true, Name: name, ImageName: img,
 			State: "active", Entrypoint: []string{},
-			CPU: h.res.cpu(0), Mem: h.res.memoryGiB(0), Disk: h.res.diskGiB(0),
+			// What a sandbox made from it gets: the daemon's defaults.
+			CPU: h.res.cpu(min(cfg.DefaultCPU, cfg.MaxCPU)), Mem: h.res.memoryGiB(min(cfg.DefaultMemoryMB, cfg.MaxMemoryMB)), Disk: h.res.diskGiB(0),
 			CreatedAt: ts, UpdatedAt: ts, SandboxClass: "container",
 		})
 	}
