@@ -31,7 +31,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), agentCmd(), versionCmd())
+	root.AddCommand(serveCmd(), uninstallCmd(), agentCmd(), versionCmd())
 	root.AddCommand(clientCmds()...)
 	err := root.ExecuteContext(ctx)
 	var ee *exitError

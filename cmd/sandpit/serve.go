@@ -83,6 +83,26 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&e2bReplay, "e2b-replay-window", 10*time.Second, "how long an identical E2B create replays the same sandbox; 0 turns dedupe off")
 	f.DurationVar(&idemWait, "idempotency-wait", 30*time.Second, "how long a duplicate keyed request waits for the first")
 	f.DurationVar(&idemR, "idempotency-retention", 24*time.Hour, "how long an Idempotency-Key's response is kept")
+	f.StringVar(&cfg.Network.Name, "network-name", envOr("SANDPIT_NETWORK_NAME", daemon.DefaultNetworkName), "Docker bridge network sandboxes join; created (inter-container traffic off) when missing")
+	f.StringVar(&cfg.Network.Subnet, "network-subnet", os.Getenv("SANDPIT_NETWORK_SUBNET"), "IPv4 subnet of the network when sandpit creates it (default: Docker picks)")
+	f.StringVar(&cfg.Network.Pool, "network-pool", os.Getenv("SANDPIT_NETWORK_POOL"), "without --network-subnet, take a free /24 from this IPv4 range (many daemons on one engine)")
+	f.StringVar(&cfg.Network.Egress, "sandbox-egress", envOr("SANDPIT_SANDBOX_EGRESS", "public"), "default outbound policy of sandboxes: public (public addresses only) or none")
+	f.StringArrayVar(&cfg.Network.Allow, "allow-cidr", nil, "IPv4 CIDR every sandbox may reach although it is private (repeatable); never link-local")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")
+	return cmd
+}
+
+func uninstallCmd() *cobra.Command {
+	var network string
+	cmd := &cobra.Command{
+		Use:   "uninstall",
+		Short: "Remove the sandbox network and its firewall rules (refused while sandboxes are attached)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			return daemon.Uninstall(cmd.Context(), network, log)
+		},
+	}
+	cmd.Flags().StringVar(&network, "network-name", envOr("SANDPIT_NETWORK_NAME", daemon.DefaultNetworkName), "the network serve used")
 	return cmd
 }

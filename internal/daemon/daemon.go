@@ -27,6 +27,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/firewall"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -43,6 +44,8 @@ type Config struct {
 	PublicHost   string
 	PortRange    sandpit.PortRange
 	ExtraLabels  map[string]string
+	// Network is the sandbox network and its default egress policy.
+	Network NetworkConfig
 
 	E2BPendingTTL        time.Duration
 	E2BReplayWindow      time.Duration
@@ -183,6 +186,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := validDomain(cfg.Domain); err != nil {
 		return err
 	}
+	pn, err := cfg.Network.parse()
+	if err != nil {
+		return err
+	}
 	log := cfg.Logger
 	st, err := store.Open(ctx, cfg.DataDir)
 	if err != nil {
@@ -226,7 +233,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("locate own executable: %w", err)
 	}
 
-	rt, err := docker.New(ctx, docker.Options{Logger: log})
+	rt, err := docker.New(ctx, docker.Options{Logger: log, Network: pn.name})
 	if err != nil {
 		return fmt.Errorf("docker: %w", err)
 	}
@@ -242,6 +249,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	proxyPort := proxyLn.Addr().(*net.TCPAddr).Port
 
+	// Sandboxes may reach the host only on the proxy and the TCP-forward
+	// pool: that is how anyone, another sandbox included, reaches an
+	// exposed port.
+	netw, fw, err := setupNetwork(ctx, rt, pn, instance, []firewall.PortRange{
+		{Lo: proxyPort, Hi: proxyPort}, {Lo: cfg.PortRange.Lo, Hi: cfg.PortRange.Hi},
+	}, log)
+	if err != nil {
+		apiLn.Close()
+		proxyLn.Close()
+		return fmt.Errorf("sandbox network: %w", err)
+	}
+
 	rtr := newRouter(cfg, log)
 	svc := service.New(service.Config{
 		DefaultImage: cfg.DefaultImage,
@@ -254,6 +273,7 @@ func Run(ctx context.Context, cfg Config) error {
 		ExtraLabels:  cfg.ExtraLabels,
 		Instance:     instance,
 		CrashPoint:   os.Getenv(service.CrashPointEnv),
+		Firewall:     fw,
 		Logger:       log,
 	}, st, rt, rtr)
 
@@ -297,6 +317,7 @@ func Run(ctx context.Context, cfg Config) error {
 	_ = apiSrv.Shutdown(shutCtx)
 	_ = proxySrv.Shutdown(shutCtx)
 	_ = rtr.Close()
+	teardownNetwork(ctx, rt, netw, fw, log)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}

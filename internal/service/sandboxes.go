@@ -28,6 +28,8 @@ type CreateRequest struct {
 	MemoryMB int64
 	// Timeout sets the sandbox's end time; zero means no deadline.
 	Timeout time.Duration
+	// Network is the sandbox's own egress policy; zero follows the daemon.
+	Network sandpit.NetworkPolicy
 }
 
 var (
@@ -100,6 +102,11 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 			return invalidf("invalid environment variable name %q", k)
 		}
 	}
+	p, err := NormalizeNetwork(req.Network)
+	if err != nil {
+		return err
+	}
+	req.Network = p
 	return nil
 }
 
@@ -131,6 +138,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit
 		Env:         nonNil(req.Env),
 		CPU:         req.CPU,
 		MemoryMB:    req.MemoryMB,
+		Network:     req.Network,
 		ContainerID: containerName(id),
 		AccessToken: newToken(),
 		CreatedAt:   now,
@@ -151,6 +159,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (sandpit
 		if err := s.rt.Remove(rctx, sb.ContainerID); err != nil {
 			s.log.Error("rollback: remove container", "sandbox", id, "err", err)
 		}
+		s.removeFirewall(rctx, id)
 		if err := s.store.DeleteSandbox(rctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Error("rollback: delete row", "sandbox", id, "err", err)
 		}
@@ -199,6 +208,16 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 	}
 	if c.IP == "" {
 		return fmt.Errorf("%w: container has no address", ErrRuntime)
+	}
+	if err := s.applyFirewall(ctx, *sb, c.IP); err != nil {
+		// A sandbox whose policy is not in place must not run: stop it
+		// rather than leave it with more reach than it was given.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if serr := s.rt.Stop(sctx, sb.ContainerID, 0); serr != nil {
+			s.log.Error("stop sandbox after firewall failure", "sandbox", sb.ID, "err", serr)
+		}
+		return err
 	}
 	if err := s.waitHealthy(ctx, c.IP); err != nil {
 		return err
@@ -274,6 +293,7 @@ func (s *Service) DeleteSandbox(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: remove container: %v", ErrRuntime, err)
 	}
 	s.forgetIP(id)
+	s.removeFirewall(ctx, id)
 	s.removeRoutes(ctx, id)
 	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 		return err
@@ -301,6 +321,7 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, 
 		return sb, fmt.Errorf("%w: stop container: %v", ErrRuntime, err)
 	}
 	s.forgetIP(id)
+	s.removeFirewall(ctx, id)
 	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
 		return sb, err
 	}
@@ -578,10 +599,13 @@ func (s *Service) removeRoutes(ctx context.Context, id string) {
 	}
 }
 
-// ReinstallRoutes installs the routes of every running sandbox; routes are
-// durable intent in the store, so a restarted daemon serves them again.
+// ReinstallRoutes installs the routes and the firewall rules of every
+// running sandbox; both are durable intent in the store, so a restarted
+// daemon serves and confines them again. Then the rules of sandboxes that
+// no longer run are removed.
 func (s *Service) ReinstallRoutes(ctx context.Context) error {
 	token := ""
+	running := map[string]bool{}
 	for {
 		page, next, err := s.store.ListSandboxes(ctx, sandpit.ListOptions{Limit: 500, PageToken: token, States: []sandpit.State{sandpit.StateRunning, sandpit.StatePaused}})
 		if err != nil {
@@ -593,6 +617,16 @@ func (s *Service) ReinstallRoutes(ctx context.Context) error {
 				s.log.Error("reinstall routes: no address", "sandbox", sb.ID, "err", err)
 				continue
 			}
+			running[sb.ID] = true
+			if err := s.applyFirewall(ctx, sb, c.IP); err != nil {
+				// Fail closed: a sandbox whose policy cannot be asserted
+				// is stopped, not left running unconfined.
+				s.log.Error("reinstall firewall; stopping the sandbox", "sandbox", sb.ID, "err", err)
+				if _, err := s.StopSandbox(ctx, sb.ID); err != nil {
+					s.log.Error("stop unconfined sandbox", "sandbox", sb.ID, "err", err)
+				}
+				continue
+			}
 			// A route that cannot be installed is logged, not fatal: a
 			// daemon that refused to start because another program took one
 			// host port would take every other sandbox's routes down too.
@@ -601,6 +635,7 @@ func (s *Service) ReinstallRoutes(ctx context.Context) error {
 			}
 		}
 		if next == "" {
+			s.pruneFirewall(ctx, running)
 			return nil
 		}
 		token = next

@@ -24,6 +24,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/firewall"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -69,6 +70,9 @@ type Config struct {
 	// reconcile touches only those, so daemons can share an engine.
 	Instance   string
 	CrashPoint string // see CrashPointEnv
+	// Firewall, when set, holds each sandbox's network policy; nil leaves
+	// sandboxes to the engine's network as it is (unit tests).
+	Firewall *firewall.Firewall
 	Logger     *slog.Logger
 	Now        func() time.Time
 }

@@ -31,11 +31,11 @@ const (
 )
 
 const sandboxColumns = `id, name, image, template, state, labels, env, cpu, memory_mb,
-	container_id, access_token, end_at, created_at, updated_at`
+	container_id, access_token, end_at, created_at, updated_at, network`
 
 const (
 	qSandboxInsert = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qSandboxByID = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
 )
 
@@ -55,6 +55,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb sandpit.Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: env: %w", sb.ID, err)
 	}
+	netPolicy, err := encodeNetwork(sb.Network)
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: network: %w", sb.ID, err)
+	}
 	created := clock(sb.CreatedAt)
 	updated := sb.UpdatedAt
 	if updated.IsZero() {
@@ -62,7 +66,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb sandpit.Sandbox) error {
 	}
 	_, err = s.exec(ctx, nil, qSandboxInsert,
 		sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
-		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated))
+		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated), netPolicy)
 	switch {
 	case err == nil:
 		return nil
@@ -299,12 +303,12 @@ type rowScanner interface {
 func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 	var (
 		sb                 sandpit.Sandbox
-		labels, env        string
+		labels, env, netw  string
 		endAt              sql.NullInt64
 		createdAt, updated int64
 	)
 	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
-		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated); err != nil {
+		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated, &netw); err != nil {
 		return sandpit.Sandbox{}, err
 	}
 	var err error
@@ -314,10 +318,24 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 	if sb.Env, err = decodeMap(env); err != nil {
 		return sandpit.Sandbox{}, fmt.Errorf("sandbox %s: env: %w", sb.ID, err)
 	}
+	if netw != "" && netw != "{}" {
+		if err := json.Unmarshal([]byte(netw), &sb.Network); err != nil {
+			return sandpit.Sandbox{}, fmt.Errorf("sandbox %s: network: %w", sb.ID, err)
+		}
+	}
 	sb.EndAt = fromNullNanos(endAt)
 	sb.CreatedAt = fromNanos(createdAt)
 	sb.UpdatedAt = fromNanos(updated)
 	return sb, nil
+}
+
+// encodeNetwork stores the default policy as "{}".
+func encodeNetwork(p sandpit.NetworkPolicy) (string, error) {
+	if p.IsZero() {
+		return "{}", nil
+	}
+	b, err := json.Marshal(p)
+	return string(b), err
 }
 
 // encodeMap stores a nil map as "{}" so that it reads back as an empty map

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -140,7 +141,7 @@ func TestPragmas(t *testing.T) {
 		"foreign_keys": "1",
 		"busy_timeout": "5000",
 		"synchronous":  "2", // FULL
-		"user_version": "1",
+		"user_version": latestVersion(t),
 	} {
 		got, err := s.Pragma(ctx, name)
 		if err != nil {
@@ -209,7 +210,7 @@ func TestMigrationsIdempotentOnReopen(t *testing.T) {
 			t.Fatalf("reopen: %v", err)
 		}
 		v, _ := s.Pragma(ctx, "user_version")
-		if v != v1 || v != "1" {
+		if v != v1 || v != latestVersion(t) {
 			t.Errorf("user_version after reopen = %s, want %s", v, v1)
 		}
 		if _, err := s.GetSandbox(ctx, "sb-keep"); err != nil {
@@ -238,7 +239,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	}
 	// The failed Open must not keep the directory locked.
 	db = rawDB(t, dir, false)
-	if _, err := db.Exec(`PRAGMA user_version = 1`); err != nil {
+	if _, err := db.Exec(`PRAGMA user_version = ` + latestVersion(t)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -281,4 +282,22 @@ func TestOneWriterConnection(t *testing.T) {
 	if err != nil || len(rows) != 64 {
 		t.Fatalf("rows = %d %v", len(rows), err)
 	}
+}
+
+// latestVersion is the number of the newest migration file, which is what
+// user_version reads after Open.
+func latestVersion(t *testing.T) string {
+	t.Helper()
+	entries, err := os.ReadDir("migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := 0
+	for _, e := range entries {
+		var n int
+		if _, err := fmt.Sscanf(e.Name(), "%d_", &n); err == nil && n > latest {
+			latest = n
+		}
+	}
+	return strconv.Itoa(latest)
 }

@@ -91,6 +91,22 @@ type Sandbox struct {
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
 	EndAt     *time.Time        `json:"end_at,omitempty"`
+	Network   *Network          `json:"network,omitempty"`
+}
+
+// Network is a sandbox's own egress policy: egress "public" (default) or
+// "none", allow and deny lists of IPv4 CIDRs (allow wins).
+type Network struct {
+	Egress string   `json:"egress,omitempty"`
+	Allow  []string `json:"allow,omitempty"`
+	Deny   []string `json:"deny,omitempty"`
+}
+
+func (n *Network) policy() sandpit.NetworkPolicy {
+	if n == nil {
+		return sandpit.NetworkPolicy{}
+	}
+	return sandpit.NetworkPolicy{Egress: n.Egress, Allow: n.Allow, Deny: n.Deny}
 }
 
 func toSandbox(sb sandpit.Sandbox) Sandbox {
@@ -99,6 +115,9 @@ func toSandbox(sb sandpit.Sandbox) Sandbox {
 	if !sb.EndAt.IsZero() {
 		t := sb.EndAt
 		out.EndAt = &t
+	}
+	if !sb.Network.IsZero() {
+		out.Network = &Network{Egress: sb.Network.Egress, Allow: sb.Network.Allow, Deny: sb.Network.Deny}
 	}
 	return out
 }
@@ -112,6 +131,7 @@ type CreateRequest struct {
 	CPU      float64           `json:"cpu,omitempty"`
 	MemoryMB int64             `json:"memory_mb,omitempty"`
 	TimeoutS int64             `json:"timeout_s,omitempty"`
+	Network  *Network          `json:"network,omitempty"`
 }
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
@@ -147,6 +167,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	sb, err := h.svc.CreateSandbox(r.Context(), service.CreateRequest{
 		ID: id, Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Timeout: time.Duration(req.TimeoutS) * time.Second,
+		Network: req.Network.policy(),
 	})
 	if err != nil {
 		fail(w, err)

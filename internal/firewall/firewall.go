@@ -1,0 +1,689 @@
+// Package firewall keeps sandboxes from reaching what they must not: the host,
+// link-local addresses (cloud metadata), private ranges and each other. It
+// owns a few iptables chains per sandbox network, hooked into INPUT (traffic
+// from a sandbox to any of the host's own addresses) and DOCKER-USER (traffic
+// the host forwards for a sandbox), plus one chain per sandbox that has an
+// egress policy of its own.
+//
+// Every change is one iptables-restore transaction with --noflush, so a rule
+// set is never seen half-applied, and every operation is idempotent: Ensure
+// re-asserts the network's chains on every start, Apply replaces a sandbox's
+// rules, Remove and Uninstall remove what is there and nothing else.
+//
+// The chains of one network (named after it) look like this:
+//
+//	INPUT       -i BR -j SANDPIT-<net>-IN
+//	DOCKER-USER -i BR -j SANDPIT-<net>-FWD
+//	SANDPIT-<net>-IN   established/related RETURN; the proxy and TCP-forward ports RETURN; the rest REJECT
+//	SANDPIT-<net>-FWD  to another sandbox REJECT; to link-local REJECT;
+//	                   then one rule per sandbox with a policy: -s IP -g SANDPIT-<net>-<sandbox>;
+//	                   last -g SANDPIT-<net>-DEF
+//	SANDPIT-<net>-<sb> allow CIDRs RETURN (allow wins over deny, as on E2B); deny CIDRs REJECT;
+//	                   egress none REJECT, else -g SANDPIT-<net>-DEF
+//	SANDPIT-<net>-DEF  operator allow CIDRs RETURN; private ranges REJECT; egress none REJECT
+//
+// A RETURN from a chain entered by goto (-g) returns to DOCKER-USER, so an
+// allowed packet goes on through Docker's own rules (which accept traffic
+// leaving a bridge and keep networks apart); nothing here ever ACCEPTs.
+// IPv6 from the bridge is refused outright, since sandbox networks are IPv4
+// only (ip6tables: SANDPIT-<net>-V6 from INPUT and FORWARD).
+package firewall
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Egress is an outbound posture: the daemon's default or one sandbox's.
+type Egress string
+
+const (
+	// EgressPublic allows public addresses (the default).
+	EgressPublic Egress = "public"
+	// EgressNone allows nothing beyond explicit allow CIDRs.
+	EgressNone Egress = "none"
+)
+
+// ParseEgress accepts "public" and "none"; "" is public.
+func ParseEgress(s string) (Egress, error) {
+	switch Egress(s) {
+	case "", EgressPublic:
+		return EgressPublic, nil
+	case EgressNone:
+		return EgressNone, nil
+	}
+	return "", fmt.Errorf("egress %q: want public or none", s)
+}
+
+// Blocked are the destinations a sandbox does not reach unless allowed: the
+// RFC 1918 ranges, CGNAT, loopback, "this network", multicast and reserved
+// space. Link-local (169.254.0.0/16) is refused even before that and cannot
+// be allowed at all.
+var Blocked = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+// LinkLocal is never reachable from a sandbox: cloud metadata services live
+// there and hand out the machine's credentials.
+var LinkLocal = netip.MustParsePrefix("169.254.0.0/16")
+
+// ErrInvalid marks a policy or configuration the firewall refuses.
+var ErrInvalid = errors.New("invalid network policy")
+
+// ParseCIDR accepts an IPv4 CIDR or a bare IPv4 address (taken as /32). The
+// result is masked, so "10.1.2.3/8" is 10.0.0.0/8. IPv6 is refused: sandbox
+// networks have no IPv6.
+func ParseCIDR(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	var p netip.Prefix
+	if strings.Contains(s, "/") {
+		var err error
+		if p, err = netip.ParsePrefix(s); err != nil {
+			return p, fmt.Errorf("%w: %q is not a CIDR", ErrInvalid, s)
+		}
+	} else {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return p, fmt.Errorf("%w: %q is not an IP address or CIDR (domain names are not supported)", ErrInvalid, s)
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if !p.Addr().Is4() {
+		return p, fmt.Errorf("%w: %q is not IPv4 (sandbox networks are IPv4 only)", ErrInvalid, s)
+	}
+	return p.Masked(), nil
+}
+
+// Policy is one sandbox's own egress policy. The zero Policy follows the
+// daemon's defaults and installs no rule of its own.
+type Policy struct {
+	// Egress none refuses every destination not in Allow. Public (or "")
+	// leaves the sandbox to the daemon's default.
+	Egress Egress
+	// Allow CIDRs are reachable even when private or denied (but never
+	// link-local, the host, or other sandboxes). When the daemon's own
+	// egress is none they only fall back to the daemon's rules.
+	Allow []netip.Prefix
+	// Deny CIDRs are refused unless also allowed.
+	Deny []netip.Prefix
+}
+
+// IsZero reports a policy that adds nothing to the daemon's.
+func (p Policy) IsZero() bool {
+	return (p.Egress == "" || p.Egress == EgressPublic) && len(p.Allow) == 0 && len(p.Deny) == 0
+}
+
+// PortRange is an inclusive range of host ports sandboxes may connect to on
+// the host (the proxy, the TCP forwards).
+type PortRange struct{ Lo, Hi int }
+
+// Config describes one sandbox network.
+type Config struct {
+	// Network names the network; chain names derive from it.
+	Network string
+	// Bridge is the network's bridge interface on the host.
+	Bridge string
+	// Egress is the daemon's default posture for every sandbox.
+	Egress Egress
+	// Allow are CIDRs every sandbox reaches even though they are private.
+	Allow []netip.Prefix
+	// HostPorts are the TCP ports of the host sandboxes may connect to: the
+	// preview proxy and the TCP-forward pool, so that one sandbox reaches
+	// another's exposed port the way anyone else does.
+	HostPorts []PortRange
+	Logger    *slog.Logger
+}
+
+// Runner runs one command with optional stdin and returns its combined
+// output; tests replace it to see the commands without root.
+type Runner func(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error)
+
+func execRunner(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return out, nil
+}
+
+// Firewall manages the rules of one sandbox network.
+type Firewall struct {
+	cfg    Config
+	log    *slog.Logger
+	run    Runner
+	prefix string // "SANDPIT-<8 hex>-"
+	ipv6   bool   // ip6tables is available
+
+	// mu serialises every change: each one reads the FWD chain and rewrites
+	// part of it, so two at once could drop each other's rules.
+	mu sync.Mutex
+}
+
+// New checks the configuration and that iptables is installed.
+func New(cfg Config) (*Firewall, error) {
+	return NewWithRunner(cfg, nil)
+}
+
+// NewWithRunner is New with another command runner (nil: run the commands).
+func NewWithRunner(cfg Config, run Runner) (*Firewall, error) {
+	if cfg.Network == "" || cfg.Bridge == "" {
+		return nil, fmt.Errorf("%w: network and bridge names are required", ErrInvalid)
+	}
+	if len(cfg.Bridge) > 15 || strings.ContainsAny(cfg.Bridge, " \t\n\"'/") {
+		return nil, fmt.Errorf("%w: bridge name %q", ErrInvalid, cfg.Bridge)
+	}
+	eg, err := ParseEgress(string(cfg.Egress))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	cfg.Egress = eg
+	for _, p := range cfg.Allow {
+		if p.Overlaps(LinkLocal) {
+			return nil, fmt.Errorf("%w: allow %s: link-local addresses are never reachable from a sandbox", ErrInvalid, p)
+		}
+	}
+	for _, r := range cfg.HostPorts {
+		if r.Lo < 1 || r.Hi > 65535 || r.Lo > r.Hi {
+			return nil, fmt.Errorf("%w: host port range %d-%d", ErrInvalid, r.Lo, r.Hi)
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	f := &Firewall{cfg: cfg, log: cfg.Logger, run: run, prefix: ChainPrefix(cfg.Network)}
+	if f.run == nil {
+		f.run = execRunner
+		for _, bin := range []string{"iptables", "iptables-restore"} {
+			if _, err := exec.LookPath(bin); err != nil {
+				return nil, fmt.Errorf("%s not found: install the iptables package (sandbox isolation needs it): %w", bin, err)
+			}
+		}
+		_, err6 := exec.LookPath("ip6tables-restore")
+		f.ipv6 = err6 == nil
+	} else {
+		f.ipv6 = true
+	}
+	return f, nil
+}
+
+// ChainPrefix is the prefix of every chain of a network: "SANDPIT-" and
+// eight hex digits of the network name's hash, short enough that a
+// sandbox's chain name fits iptables' 28 characters.
+func ChainPrefix(network string) string {
+	h := sha256.Sum256([]byte(network))
+	return "SANDPIT-" + hex.EncodeToString(h[:4]) + "-"
+}
+
+// SandboxChain is the chain holding one sandbox's policy.
+func (f *Firewall) SandboxChain(sandboxID string) string {
+	h := sha256.Sum256([]byte(sandboxID))
+	return f.prefix + hex.EncodeToString(h[:5])
+}
+
+func (f *Firewall) chain(suffix string) string { return f.prefix + suffix }
+
+// Comment marks the dispatch rule of one sandbox, so removal is exact.
+func Comment(sandboxID string) string { return "sandpit:" + sandboxID }
+
+// fixedFWD is how many rules precede the per-sandbox dispatch rules in FWD.
+const fixedFWD = 2
+
+// jump is one rule in a chain sandpit does not own.
+type jump struct {
+	v6    bool
+	chain string
+	spec  []string
+}
+
+func (f *Firewall) jumps() []jump {
+	c := "sandpit network " + f.cfg.Network
+	j := []jump{
+		{chain: "INPUT", spec: []string{"-i", f.cfg.Bridge, "-m", "comment", "--comment", c, "-j", f.chain("IN")}},
+		{chain: "DOCKER-USER", spec: []string{"-i", f.cfg.Bridge, "-m", "comment", "--comment", c, "-j", f.chain("FWD")}},
+	}
+	if f.ipv6 {
+		j = append(j,
+			jump{v6: true, chain: "INPUT", spec: []string{"-i", f.cfg.Bridge, "-m", "comment", "--comment", c, "-j", f.chain("V6")}},
+			jump{v6: true, chain: "FORWARD", spec: []string{"-i", f.cfg.Bridge, "-m", "comment", "--comment", c, "-j", f.chain("V6")}},
+		)
+	}
+	return j
+}
+
+// reject refuses at once (a TCP reset or an ICMP error) rather than dropping,
+// so a blocked connection fails fast instead of hanging until its timeout.
+func reject() string { return "-j REJECT" }
+
+// GlobalRules renders the network's own chains (IN, FWD head and tail, DEF)
+// as iptables-restore lines, given the dispatch rules to keep in FWD.
+func (f *Firewall) GlobalRules(dispatch []string) []string {
+	in, fwd, def := f.chain("IN"), f.chain("FWD"), f.chain("DEF")
+	lines := []string{
+		":" + in + " - [0:0]",
+		":" + fwd + " - [0:0]",
+		":" + def + " - [0:0]",
+		// Replies to connections the host opened (the daemon reaching the
+		// agent, the proxy reaching a port) come back through INPUT.
+		"-A " + in + " -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN",
+	}
+	if ports := portList(f.cfg.HostPorts); ports != "" {
+		lines = append(lines, "-A "+in+" -p tcp -m multiport --dports "+ports+" -j RETURN")
+	}
+	lines = append(lines,
+		"-A "+in+" -p tcp -j REJECT --reject-with tcp-reset",
+		"-A "+in+" "+reject(),
+		"-A "+fwd+" -o "+f.cfg.Bridge+" "+reject(),
+		"-A "+fwd+" -d "+LinkLocal.String()+" "+reject(),
+	)
+	lines = append(lines, dispatch...)
+	lines = append(lines, "-A "+fwd+" -g "+def)
+	for _, p := range f.cfg.Allow {
+		lines = append(lines, "-A "+def+" -d "+p.String()+" -j RETURN")
+	}
+	for _, p := range Blocked {
+		lines = append(lines, "-A "+def+" -d "+p.String()+" "+reject())
+	}
+	if f.cfg.Egress == EgressNone {
+		lines = append(lines, "-A "+def+" "+reject())
+	}
+	return lines
+}
+
+// SandboxRules renders one sandbox's chain (declared, hence flushed, first).
+func (f *Firewall) SandboxRules(sandboxID string, p Policy) []string {
+	c := f.SandboxChain(sandboxID)
+	lines := []string{":" + c + " - [0:0]"}
+	for _, a := range p.Allow {
+		if f.cfg.Egress == EgressNone {
+			// The daemon's "none" is a ceiling a sandbox cannot lift: its
+			// allow list only falls back to the daemon's own rules.
+			lines = append(lines, "-A "+c+" -d "+a.String()+" -g "+f.chain("DEF"))
+		} else {
+			lines = append(lines, "-A "+c+" -d "+a.String()+" -j RETURN")
+		}
+	}
+	for _, d := range p.Deny {
+		lines = append(lines, "-A "+c+" -d "+d.String()+" "+reject())
+	}
+	if p.Egress == EgressNone {
+		lines = append(lines, "-A "+c+" "+reject())
+	} else {
+		lines = append(lines, "-A "+c+" -g "+f.chain("DEF"))
+	}
+	return lines
+}
+
+func (f *Firewall) dispatchRule(sandboxID string, ip netip.Addr) string {
+	return "-s " + ip.String() + "/32 -m comment --comment " + Comment(sandboxID) + " -g " + f.SandboxChain(sandboxID)
+}
+
+func portList(rs []PortRange) string {
+	var parts []string
+	for _, r := range rs {
+		if r.Lo == r.Hi {
+			parts = append(parts, strconv.Itoa(r.Lo))
+		} else {
+			parts = append(parts, strconv.Itoa(r.Lo)+":"+strconv.Itoa(r.Hi))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// restore applies lines to the filter table in one transaction.
+func (f *Firewall) restore(ctx context.Context, v6 bool, lines []string) error {
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	for _, l := range lines {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	b.WriteString("COMMIT\n")
+	bin := "iptables-restore"
+	if v6 {
+		bin = "ip6tables-restore"
+	}
+	_, err := f.run(ctx, []byte(b.String()), bin, "--noflush", "--wait")
+	return err
+}
+
+func (f *Firewall) iptables(ctx context.Context, v6 bool, args ...string) ([]byte, error) {
+	bin := "iptables"
+	if v6 {
+		bin = "ip6tables"
+	}
+	return f.run(ctx, nil, bin, append([]string{"--wait"}, args...)...)
+}
+
+// listChain returns the rules of a chain as -S prints them ("-A CHAIN ...");
+// a missing chain has none.
+func (f *Firewall) listChain(ctx context.Context, v6 bool, chain string) ([]string, error) {
+	out, err := f.iptables(ctx, v6, "-S", chain)
+	if err != nil {
+		// The message for a missing chain differs between the legacy and
+		// nf_tables back ends (the latter may even call it "incompatible"),
+		// so ask the whole table whether the chain exists.
+		all, lerr := f.iptables(ctx, v6, "-S")
+		if lerr == nil && !slices.Contains(strings.Split(string(all), "\n"), "-N "+chain) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var rules []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "-A ") {
+			rules = append(rules, l)
+		}
+	}
+	return rules, nil
+}
+
+// dispatchRules returns FWD's per-sandbox rules, keyed by the sandbox id in
+// their comment.
+func (f *Firewall) dispatchRules(ctx context.Context) (map[string][]string, error) {
+	rules, err := f.listChain(ctx, false, f.chain("FWD"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, r := range rules {
+		if id, ok := commentID(r); ok {
+			out[id] = append(out[id], r)
+		}
+	}
+	return out, nil
+}
+
+// commentID extracts the sandbox id of a rule carrying Comment(id); -S
+// prints the comment bare or in double quotes.
+func commentID(rule string) (string, bool) {
+	_, after, ok := strings.Cut(rule, "--comment ")
+	if !ok {
+		return "", false
+	}
+	c, _, _ := strings.Cut(after, " ")
+	c = strings.Trim(c, `"`)
+	return strings.CutPrefix(c, "sandpit:")
+}
+
+// ruleSource is the -s address of a dispatch rule.
+func ruleSource(rule string) string {
+	f := strings.Fields(rule)
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "-s" {
+			return strings.TrimSuffix(f[i+1], "/32")
+		}
+	}
+	return ""
+}
+
+// Ensure installs (or re-asserts) the network's chains and the jumps into
+// INPUT and DOCKER-USER, keeping the per-sandbox rules already in place: a
+// restarted daemon must not open a window in which a sandbox denied egress
+// has it. Prune then drops the rules of sandboxes that are gone.
+func (f *Firewall) Ensure(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.iptables(ctx, false, "-S", "DOCKER-USER"); err != nil {
+		return fmt.Errorf("chain DOCKER-USER missing (is Docker managing iptables?): %w", err)
+	}
+	disp, err := f.dispatchRules(ctx)
+	if err != nil {
+		return err
+	}
+	var keep []string
+	for _, id := range sortedKeys(disp) {
+		keep = append(keep, disp[id]...)
+	}
+	if err := f.restore(ctx, false, f.GlobalRules(keep)); err != nil {
+		return fmt.Errorf("install chains: %w", err)
+	}
+	if f.ipv6 {
+		v6 := f.chain("V6")
+		if err := f.restore(ctx, true, []string{
+			":" + v6 + " - [0:0]",
+			"-A " + v6 + " -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN",
+			"-A " + v6 + " -j REJECT",
+		}); err != nil {
+			f.log.Warn("ip6tables: IPv6 from sandboxes is not filtered", "err", err)
+			f.ipv6 = false
+		}
+	}
+	for _, j := range f.jumps() {
+		if _, err := f.iptables(ctx, j.v6, append([]string{"-C", j.chain}, j.spec...)...); err == nil {
+			continue
+		}
+		if _, err := f.iptables(ctx, j.v6, append([]string{"-I", j.chain, "1"}, j.spec...)...); err != nil {
+			return fmt.Errorf("hook %s: %w", j.chain, err)
+		}
+	}
+	f.log.Info("firewall ready", "network", f.cfg.Network, "bridge", f.cfg.Bridge, "egress", f.cfg.Egress, "chains", f.prefix+"*")
+	return nil
+}
+
+// Apply installs a sandbox's policy for its address, replacing whatever
+// rules it had, and drops any other sandbox's rule for the same address (an
+// address freed by a dead container is handed out again). A zero policy
+// leaves the sandbox to the network's defaults.
+func (f *Firewall) Apply(ctx context.Context, sandboxID string, ip netip.Addr, p Policy) error {
+	if !ip.Is4() {
+		return fmt.Errorf("%w: sandbox address %s is not IPv4", ErrInvalid, ip)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	disp, err := f.dispatchRules(ctx)
+	if err != nil {
+		return err
+	}
+	var lines []string
+	var dropChains []string
+	for id, rules := range disp {
+		for _, r := range rules {
+			if id == sandboxID || ruleSource(r) == ip.String() {
+				lines = append(lines, "-D"+strings.TrimPrefix(r, "-A"))
+				if id != sandboxID {
+					dropChains = append(dropChains, f.SandboxChain(id))
+				}
+			}
+		}
+	}
+	if p.IsZero() {
+		if err := f.restoreIfAny(ctx, lines); err != nil {
+			return fmt.Errorf("firewall: sandbox %s: %w", sandboxID, err)
+		}
+		dropChains = append(dropChains, f.SandboxChain(sandboxID))
+	} else {
+		lines = append(f.SandboxRules(sandboxID, p), lines...)
+		lines = append(lines, "-I "+f.chain("FWD")+" "+strconv.Itoa(fixedFWD+1)+" "+f.dispatchRule(sandboxID, ip))
+		if err := f.restore(ctx, false, lines); err != nil {
+			return fmt.Errorf("firewall: sandbox %s: %w", sandboxID, err)
+		}
+	}
+	f.dropChains(ctx, dropChains)
+	return nil
+}
+
+func (f *Firewall) restoreIfAny(ctx context.Context, lines []string) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	return f.restore(ctx, false, lines)
+}
+
+// dropChains flushes and deletes per-sandbox chains no rule jumps to any
+// more; a chain that is not there is not an error.
+func (f *Firewall) dropChains(ctx context.Context, chains []string) {
+	for _, c := range chains {
+		if _, err := f.iptables(ctx, false, "-F", c); err != nil {
+			continue
+		}
+		if _, err := f.iptables(ctx, false, "-X", c); err != nil {
+			f.log.Warn("firewall: delete chain", "chain", c, "err", err)
+		}
+	}
+}
+
+// Remove deletes a sandbox's rules (on stop and delete). Removing rules that
+// are not there is not an error.
+func (f *Firewall) Remove(ctx context.Context, sandboxID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	disp, err := f.dispatchRules(ctx)
+	if err != nil {
+		return err
+	}
+	var lines []string
+	for _, r := range disp[sandboxID] {
+		lines = append(lines, "-D"+strings.TrimPrefix(r, "-A"))
+	}
+	if err := f.restoreIfAny(ctx, lines); err != nil {
+		return fmt.Errorf("firewall: remove sandbox %s: %w", sandboxID, err)
+	}
+	f.dropChains(ctx, []string{f.SandboxChain(sandboxID)})
+	return nil
+}
+
+// Prune removes the rules of every sandbox not in keep (after a restart,
+// those of sandboxes deleted or stopped while the daemon was down).
+func (f *Firewall) Prune(ctx context.Context, keep map[string]bool) error {
+	f.mu.Lock()
+	disp, err := f.dispatchRules(ctx)
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for id := range disp {
+		if !keep[id] {
+			errs = append(errs, f.Remove(ctx, id))
+		}
+	}
+	// Chains no dispatch rule names any more (a crash between two steps).
+	chains, err := f.chains(ctx, false)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	want := map[string]bool{f.chain("IN"): true, f.chain("FWD"): true, f.chain("DEF"): true}
+	for id := range keep {
+		want[f.SandboxChain(id)] = true
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var stale []string
+	for _, c := range chains {
+		if !want[c] {
+			stale = append(stale, c)
+		}
+	}
+	f.dropChains(ctx, stale)
+	return errors.Join(errs...)
+}
+
+// chains lists the chains of this network in the filter table.
+func (f *Firewall) chains(ctx context.Context, v6 bool) ([]string, error) {
+	out, err := f.iptables(ctx, v6, "-S")
+	if err != nil {
+		return nil, err
+	}
+	var cs []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if c, ok := strings.CutPrefix(l, "-N "); ok && strings.HasPrefix(c, f.prefix) {
+			cs = append(cs, strings.TrimSpace(c))
+		}
+	}
+	return cs, nil
+}
+
+// Uninstall removes every rule and chain of the network: the jumps into it
+// first (found by their target, whatever bridge they name), so no packet
+// ever meets a half-removed chain, then the chains.
+func (f *Firewall) Uninstall(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	for _, v6 := range []bool{false, true} {
+		if v6 && !f.ipv6 {
+			continue
+		}
+		for _, parent := range []string{"INPUT", "DOCKER-USER", "FORWARD"} {
+			rules, err := f.listChain(ctx, v6, parent)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			var del []string
+			for _, r := range rules {
+				if strings.Contains(r, " -j "+f.prefix) || strings.Contains(r, " -g "+f.prefix) {
+					del = append(del, "-D"+strings.TrimPrefix(r, "-A"))
+				}
+			}
+			if len(del) > 0 {
+				errs = append(errs, f.restore(ctx, v6, del))
+			}
+		}
+		chains, err := f.chains(ctx, v6)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, c := range chains {
+			if _, err := f.iptables(ctx, v6, "-F", c); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, c := range chains {
+			if _, err := f.iptables(ctx, v6, "-X", c); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Rules returns every rule of the network (iptables -S lines of its chains
+// and of the jumps into them), for tests and diagnostics.
+func (f *Firewall) Rules(ctx context.Context) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out, err := f.iptables(ctx, false, "-S")
+	if err != nil {
+		return nil, err
+	}
+	var rules []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, f.prefix) {
+			rules = append(rules, l)
+		}
+	}
+	return rules, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
