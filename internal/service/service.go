@@ -73,8 +73,8 @@ type Config struct {
 	// Firewall, when set, holds each sandbox's network policy; nil leaves
 	// sandboxes to the engine's network as it is (unit tests).
 	Firewall *firewall.Firewall
-	Logger     *slog.Logger
-	Now        func() time.Time
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 // Service is Sandpit's domain layer.
