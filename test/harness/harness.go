@@ -76,7 +76,16 @@ type Options struct {
 	// PortRange overrides the TCP pool ("LO-HI"); by default each daemon
 	// gets its own small range so parallel daemons never share ports.
 	PortRange string
+	// ProxyHost is the address the preview proxy (and the TCP forwards)
+	// bind; default 127.0.0.1. Tests that reach the proxy from inside a
+	// sandbox bind 0.0.0.0.
+	ProxyHost string
 }
+
+// NetworkPool is the range test daemons take their sandbox networks from, a
+// /24 each: Docker's default pools hold about thirty networks, fewer than
+// the daemons that parallel test runs on one engine start.
+const NetworkPool = "10.200.0.0/14"
 
 // Daemon is one running `sandpit serve`.
 type Daemon struct {
@@ -89,6 +98,9 @@ type Daemon struct {
 	Token     string
 	Label     string // value of the sandpit.run label on its containers
 	PortRange string
+	// Network is the daemon's own sandbox network, removed (with its
+	// firewall rules) when the test ends.
+	Network string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -145,15 +157,25 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 	t.Helper()
 	RequireDocker(t)
 	d := &Daemon{t: t, bin: bin, opts: opts, DataDir: t.TempDir(), Token: "test-" + randHex(8), Label: "t" + randHex(6)}
+	d.Network = "sandpit-test-" + d.Label
 	d.PortRange = opts.PortRange
 	if d.PortRange == "" {
 		d.PortRange = FreeRange(t, 20)
 	}
 	d.Addr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
-	d.ProxyAddr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+	proxyHost := opts.ProxyHost
+	if proxyHost == "" {
+		proxyHost = "127.0.0.1"
+	}
+	d.ProxyAddr = net.JoinHostPort(proxyHost, strconv.Itoa(FreePort(t)))
 	t.Cleanup(func() {
 		d.Stop()
 		RemoveLabelled(d.Label)
+		// The daemon keeps its network and firewall while sandboxes run;
+		// with its containers gone, uninstall removes both.
+		if out, err := exec.Command(d.bin, "uninstall", "--network-name", d.Network).CombinedOutput(); err != nil {
+			t.Errorf("sandpit uninstall --network-name %s: %v\n%s", d.Network, err, out)
+		}
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.Logs())
 		}
@@ -168,6 +190,7 @@ func (d *Daemon) Restart(env []string) {
 	d.t.Helper()
 	args := append([]string{"serve", "--data-dir", d.DataDir, "--listen", d.Addr, "--proxy-listen", d.ProxyAddr,
 		"--token", d.Token, "--container-label", "sandpit.run=" + d.Label, "--port-range", d.PortRange,
+		"--network-name", d.Network, "--network-pool", NetworkPool,
 		"--log-level", "debug"}, d.opts.Args...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = append(append(os.Environ(), d.opts.Env...), env...)

@@ -80,6 +80,7 @@ func (b CreateBody) request(id string) service.CreateRequest {
 		Env:      b.EnvVars,
 		Labels:   b.Metadata,
 		Timeout:  time.Duration(b.timeoutSeconds()) * time.Second,
+		Network:  b.network(),
 	}
 }
 
