@@ -233,7 +233,8 @@ func TestEgressPolicy(t *testing.T) {
 				linkLocal: reaches(t, ctx, c, ids[i], fn.linkLocal, fn.port),
 			}
 			if got != tc.want {
-				t.Errorf("%s: %s: reaches %+v, want %+v", stage, tc.name, got, tc.want)
+				t.Errorf("%s: %s (%s at %s): reaches %+v, want %+v", stage, tc.name, ids[i], containerIP(t, ids[i]), got, tc.want)
+				t.Logf("rules:\n%s", iptablesRules(t))
 			}
 		}
 	}
@@ -310,7 +311,7 @@ func countSandboxChains(rules, prefix string) int {
 	n := 0
 	for _, l := range strings.Split(rules, "\n") {
 		c, ok := strings.CutPrefix(l, "-N "+prefix)
-		if ok && c != "IN" && c != "FWD" && c != "DEF" {
+		if ok && c != "IN" && c != "FWD" && c != "DEF" && c != "REJ" {
 			n++
 		}
 	}
@@ -330,4 +331,58 @@ func expectNetworkGone(t *testing.T, network *string) {
 			t.Errorf("network %s remains", *network)
 		}
 	})
+}
+
+// TestEgressHoldsWhileDockerRearranges: Docker deletes and re-inserts its
+// jump to DOCKER-USER whenever a network is created, anywhere on the
+// engine. Sandboxes must stay confined through those moments: a sandbox
+// hammers a blocked address while networks come and go.
+func TestEgressHoldsWhileDockerRearranges(t *testing.T) {
+	t.Parallel()
+	fn := newFakeNet(t)
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := d.Client()
+	id := newSandbox(t, ctx, c)
+	if !reaches(t, ctx, c, id, fn.internet, fn.port) {
+		t.Fatal("the sandbox does not reach the internet: the probe is broken")
+	}
+
+	stop := make(chan struct{})
+	churned := make(chan int)
+	go func() {
+		n := 0
+		defer func() { churned <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			name := "sandpit-churn-" + d.Label + "-" + strconv.Itoa(n)
+			if exec.Command("docker", "network", "create", "--label", "sandpit.run="+d.Label, name).Run() == nil {
+				_ = exec.Command("docker", "network", "rm", name).Run()
+				n++
+			}
+		}
+	}()
+	// The sandbox probes for ten seconds (a refused connection takes well
+	// under a millisecond) while the networks come and go.
+	script := fmt.Sprintf("end=$(($(date +%%s)+10)); n=0; while [ $(date +%%s) -lt $end ]; do n=$((n+2)); "+
+		"nc -w 1 %s %d </dev/null && echo REACHED %s; nc -w 1 %s %d </dev/null && echo REACHED %s; done 2>/dev/null; echo probes $n",
+		fn.lan, fn.port, fn.lan, fn.linkLocal, fn.port, fn.linkLocal)
+	res, err := c.Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", script}, TimeoutS: 60})
+	close(stop)
+	n := <-churned
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d networks created and removed during %s", n, strings.TrimSpace(res.Stdout[strings.LastIndex(res.Stdout, "probes"):]))
+	if n < 3 {
+		t.Errorf("only %d networks were created during the probes: the test proves little", n)
+	}
+	if strings.Contains(res.Stdout, "REACHED") || strings.Contains(res.Stdout, "hello") {
+		t.Errorf("blocked addresses answered while Docker re-arranged its chains:\n%s", res.Stdout)
+	}
 }

@@ -145,6 +145,11 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"template", []string{"--template", "noequals"}, "--template"},
 		{"log level", []string{"--log-level", "loud"}, "--log-level"},
 		{"ttl", []string{"--idempotency-wait", "0s"}, "TTL"},
+		{"egress", []string{"--sandbox-egress", "some"}, "--sandbox-egress"},
+		{"allow cidr", []string{"--allow-cidr", "10.0.0.0/33"}, "--allow-cidr"},
+		{"allow link-local", []string{"--allow-cidr", "169.254.169.254"}, "link-local"},
+		{"subnet", []string{"--network-subnet", "fd00::/64"}, "--network-subnet"},
+		{"network name", []string{"--network-name", `a "b"`}, "--network-name"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"regexp"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
@@ -15,6 +16,9 @@ import (
 
 // DefaultNetworkName is the bridge network sandboxes join by default.
 const DefaultNetworkName = "sandpit"
+
+// networkNameRE is what Docker accepts as a network name, bounded.
+var networkNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // NetworkConfig is the sandbox network and its default egress policy.
 type NetworkConfig struct {
@@ -43,6 +47,9 @@ func (n NetworkConfig) parse() (parsedNetwork, error) {
 	p := parsedNetwork{name: n.Name}
 	if p.name == "" {
 		p.name = DefaultNetworkName
+	}
+	if !networkNameRE.MatchString(p.name) {
+		return p, fmt.Errorf("--network-name %q: want 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit", p.name)
 	}
 	var err error
 	if p.egress, err = firewall.ParseEgress(n.Egress); err != nil {

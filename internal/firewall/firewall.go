@@ -13,7 +13,8 @@
 // The chains of one network (named after it) look like this:
 //
 //	INPUT       -i BR -j SANDPIT-<net>-IN
-//	DOCKER-USER -i BR -j SANDPIT-<net>-FWD
+//	DOCKER-USER -i BR -j SANDPIT-<net>-FWD   (and FORWARD too: see jumps)
+//	SANDPIT-<net>-REJ  TCP reset, else ICMP port unreachable (every refusal jumps here)
 //	SANDPIT-<net>-IN   established/related RETURN; the proxy and TCP-forward ports RETURN; the rest REJECT
 //	SANDPIT-<net>-FWD  to another sandbox REJECT; to link-local REJECT;
 //	                   then one rule per sandbox with a policy: -s IP -g SANDPIT-<net>-<sandbox>;
@@ -257,33 +258,57 @@ type jump struct {
 	spec  []string
 }
 
+// line is the jump as an iptables-restore rule body (the comment quoted).
+func (j jump) line() string {
+	parts := make([]string, len(j.spec))
+	for i, p := range j.spec {
+		if strings.Contains(p, " ") {
+			p = `"` + p + `"`
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, " ")
+}
+
+// jumps hooks the network's chains into the built-in ones. Forwarded
+// traffic is hooked twice: from DOCKER-USER, which Docker keeps ahead of its
+// own rules, and straight from FORWARD, because Docker re-arranges
+// DOCKER-USER by deleting its jump and inserting it again whenever any
+// network is created; in between, only a jump of our own stands in front of
+// Docker's accept rules. FWD decides the same way however often it runs.
 func (f *Firewall) jumps() []jump {
 	c := "sandpit network " + f.cfg.Network
+	hook := func(v6 bool, parent, target string) jump {
+		return jump{v6: v6, chain: parent, spec: []string{"-i", f.cfg.Bridge, "-m", "comment", "--comment", c, "-j", target}}
+	}
 	j := []jump{
-		{chain: "INPUT", spec: []string{"-i", f.cfg.Bridge, "-m", "comment", "--comment", c, "-j", f.chain("IN")}},
-		{chain: "DOCKER-USER", spec: []string{"-i", f.cfg.Bridge, "-m", "comment", "--comment", c, "-j", f.chain("FWD")}},
+		hook(false, "INPUT", f.chain("IN")),
+		hook(false, "FORWARD", f.chain("FWD")),
+		hook(false, "DOCKER-USER", f.chain("FWD")),
 	}
 	if f.ipv6 {
-		j = append(j,
-			jump{v6: true, chain: "INPUT", spec: []string{"-i", f.cfg.Bridge, "-m", "comment", "--comment", c, "-j", f.chain("V6")}},
-			jump{v6: true, chain: "FORWARD", spec: []string{"-i", f.cfg.Bridge, "-m", "comment", "--comment", c, "-j", f.chain("V6")}},
-		)
+		j = append(j, hook(true, "INPUT", f.chain("V6")), hook(true, "FORWARD", f.chain("V6")))
 	}
 	return j
 }
 
-// reject refuses at once (a TCP reset or an ICMP error) rather than dropping,
-// so a blocked connection fails fast instead of hanging until its timeout.
-func reject() string { return "-j REJECT" }
+// reject refuses at once rather than dropping, so a blocked connection
+// fails fast instead of hanging until its timeout. The REJ chain answers TCP
+// with a reset, since the kernel rate-limits the ICMP errors it would
+// otherwise send (a sandbox retrying in a loop would see timeouts).
+func (f *Firewall) reject() string { return "-j " + f.chain("REJ") }
 
 // GlobalRules renders the network's own chains (IN, FWD head and tail, DEF)
 // as iptables-restore lines, given the dispatch rules to keep in FWD.
 func (f *Firewall) GlobalRules(dispatch []string) []string {
-	in, fwd, def := f.chain("IN"), f.chain("FWD"), f.chain("DEF")
+	in, fwd, def, rej := f.chain("IN"), f.chain("FWD"), f.chain("DEF"), f.chain("REJ")
 	lines := []string{
+		":" + rej + " - [0:0]",
 		":" + in + " - [0:0]",
 		":" + fwd + " - [0:0]",
 		":" + def + " - [0:0]",
+		"-A " + rej + " -p tcp -j REJECT --reject-with tcp-reset",
+		"-A " + rej + " -j REJECT",
 		// Replies to connections the host opened (the daemon reaching the
 		// agent, the proxy reaching a port) come back through INPUT.
 		"-A " + in + " -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN",
@@ -292,10 +317,9 @@ func (f *Firewall) GlobalRules(dispatch []string) []string {
 		lines = append(lines, "-A "+in+" -p tcp -m multiport --dports "+ports+" -j RETURN")
 	}
 	lines = append(lines,
-		"-A "+in+" -p tcp -j REJECT --reject-with tcp-reset",
-		"-A "+in+" "+reject(),
-		"-A "+fwd+" -o "+f.cfg.Bridge+" "+reject(),
-		"-A "+fwd+" -d "+LinkLocal.String()+" "+reject(),
+		"-A "+in+" "+f.reject(),
+		"-A "+fwd+" -o "+f.cfg.Bridge+" "+f.reject(),
+		"-A "+fwd+" -d "+LinkLocal.String()+" "+f.reject(),
 	)
 	lines = append(lines, dispatch...)
 	lines = append(lines, "-A "+fwd+" -g "+def)
@@ -303,10 +327,10 @@ func (f *Firewall) GlobalRules(dispatch []string) []string {
 		lines = append(lines, "-A "+def+" -d "+p.String()+" -j RETURN")
 	}
 	for _, p := range Blocked {
-		lines = append(lines, "-A "+def+" -d "+p.String()+" "+reject())
+		lines = append(lines, "-A "+def+" -d "+p.String()+" "+f.reject())
 	}
 	if f.cfg.Egress == EgressNone {
-		lines = append(lines, "-A "+def+" "+reject())
+		lines = append(lines, "-A "+def+" "+f.reject())
 	}
 	return lines
 }
@@ -325,10 +349,10 @@ func (f *Firewall) SandboxRules(sandboxID string, p Policy) []string {
 		}
 	}
 	for _, d := range p.Deny {
-		lines = append(lines, "-A "+c+" -d "+d.String()+" "+reject())
+		lines = append(lines, "-A "+c+" -d "+d.String()+" "+f.reject())
 	}
 	if p.Egress == EgressNone {
-		lines = append(lines, "-A "+c+" "+reject())
+		lines = append(lines, "-A "+c+" "+f.reject())
 	} else {
 		lines = append(lines, "-A "+c+" -g "+f.chain("DEF"))
 	}
@@ -470,11 +494,15 @@ func (f *Firewall) Ensure(ctx context.Context) error {
 			f.ipv6 = false
 		}
 	}
+	// Each jump goes (back) to the top of its chain, atomically: a delete
+	// and an insert in one transaction leave no moment without it.
 	for _, j := range f.jumps() {
+		var lines []string
 		if _, err := f.iptables(ctx, j.v6, append([]string{"-C", j.chain}, j.spec...)...); err == nil {
-			continue
+			lines = append(lines, "-D "+j.chain+" "+j.line())
 		}
-		if _, err := f.iptables(ctx, j.v6, append([]string{"-I", j.chain, "1"}, j.spec...)...); err != nil {
+		lines = append(lines, "-I "+j.chain+" 1 "+j.line())
+		if err := f.restore(ctx, j.v6, lines); err != nil {
 			return fmt.Errorf("hook %s: %w", j.chain, err)
 		}
 	}
@@ -584,7 +612,7 @@ func (f *Firewall) Prune(ctx context.Context, keep map[string]bool) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	want := map[string]bool{f.chain("IN"): true, f.chain("FWD"): true, f.chain("DEF"): true}
+	want := map[string]bool{f.chain("IN"): true, f.chain("FWD"): true, f.chain("DEF"): true, f.chain("REJ"): true}
 	for id := range keep {
 		want[f.SandboxChain(id)] = true
 	}

@@ -87,6 +87,25 @@ type Options struct {
 // the daemons that parallel test runs on one engine start.
 const NetworkPool = "10.200.0.0/14"
 
+// UniqueNetwork names a sandbox network for one test daemon.
+func UniqueNetwork() string { return "sandpit-test-" + randHex(6) }
+
+// NetworkArgs are the serve flags that give a daemon its own network from
+// NetworkPool; pass the same name to Uninstall when the test ends.
+func NetworkArgs(network string) []string {
+	return []string{"--network-name", network, "--network-pool", NetworkPool}
+}
+
+// Uninstall removes a test daemon's network and firewall rules. The daemon
+// keeps both while sandboxes run (they must stay confined), so call it once
+// the daemon and its containers are gone.
+func Uninstall(t testing.TB, bin, network string) {
+	t.Helper()
+	if out, err := exec.Command(bin, "uninstall", "--network-name", network).CombinedOutput(); err != nil {
+		t.Errorf("sandpit uninstall --network-name %s: %v\n%s", network, err, out)
+	}
+}
+
 // Daemon is one running `sandpit serve`.
 type Daemon struct {
 	t         testing.TB
@@ -157,7 +176,7 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 	t.Helper()
 	RequireDocker(t)
 	d := &Daemon{t: t, bin: bin, opts: opts, DataDir: t.TempDir(), Token: "test-" + randHex(8), Label: "t" + randHex(6)}
-	d.Network = "sandpit-test-" + d.Label
+	d.Network = UniqueNetwork()
 	d.PortRange = opts.PortRange
 	if d.PortRange == "" {
 		d.PortRange = FreeRange(t, 20)
@@ -171,11 +190,7 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 	t.Cleanup(func() {
 		d.Stop()
 		RemoveLabelled(d.Label)
-		// The daemon keeps its network and firewall while sandboxes run;
-		// with its containers gone, uninstall removes both.
-		if out, err := exec.Command(d.bin, "uninstall", "--network-name", d.Network).CombinedOutput(); err != nil {
-			t.Errorf("sandpit uninstall --network-name %s: %v\n%s", d.Network, err, out)
-		}
+		Uninstall(t, d.bin, d.Network)
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.Logs())
 		}
@@ -190,8 +205,7 @@ func (d *Daemon) Restart(env []string) {
 	d.t.Helper()
 	args := append([]string{"serve", "--data-dir", d.DataDir, "--listen", d.Addr, "--proxy-listen", d.ProxyAddr,
 		"--token", d.Token, "--container-label", "sandpit.run=" + d.Label, "--port-range", d.PortRange,
-		"--network-name", d.Network, "--network-pool", NetworkPool,
-		"--log-level", "debug"}, d.opts.Args...)
+		"--log-level", "debug"}, append(NetworkArgs(d.Network), d.opts.Args...)...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = append(append(os.Environ(), d.opts.Env...), env...)
 	stderr, _ := cmd.StderrPipe()
