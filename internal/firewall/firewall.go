@@ -452,11 +452,14 @@ func commentID(rule string) (string, bool) {
 }
 
 // ruleSource is the -s address of a dispatch rule.
-func ruleSource(rule string) string {
+func ruleSource(rule string) string { return strings.TrimSuffix(ruleArg(rule, "-s"), "/32") }
+
+// ruleArg is the argument of an option in a rule as -S prints it.
+func ruleArg(rule, opt string) string {
 	f := strings.Fields(rule)
 	for i := 0; i+1 < len(f); i++ {
-		if f[i] == "-s" {
-			return strings.TrimSuffix(f[i+1], "/32")
+		if f[i] == opt {
+			return f[i+1]
 		}
 	}
 	return ""
@@ -530,8 +533,8 @@ func (f *Firewall) Apply(ctx context.Context, sandboxID string, ip netip.Addr, p
 		for _, r := range rules {
 			if id == sandboxID || ruleSource(r) == ip.String() {
 				lines = append(lines, "-D"+strings.TrimPrefix(r, "-A"))
-				if id != sandboxID {
-					dropChains = append(dropChains, f.SandboxChain(id))
+				if t := ruleArg(r, "-g"); id != sandboxID && t != "" {
+					dropChains = append(dropChains, t)
 				}
 			}
 		}
@@ -563,6 +566,9 @@ func (f *Firewall) restoreIfAny(ctx context.Context, lines []string) error {
 // more; a chain that is not there is not an error.
 func (f *Firewall) dropChains(ctx context.Context, chains []string) {
 	for _, c := range chains {
+		if !strings.HasPrefix(c, f.prefix) || slices.Contains([]string{f.chain("IN"), f.chain("FWD"), f.chain("DEF"), f.chain("REJ")}, c) {
+			continue // only ever a sandbox's own chain
+		}
 		if _, err := f.iptables(ctx, false, "-F", c); err != nil {
 			continue
 		}
@@ -582,13 +588,17 @@ func (f *Firewall) Remove(ctx context.Context, sandboxID string) error {
 		return err
 	}
 	var lines []string
+	chains := []string{f.SandboxChain(sandboxID)}
 	for _, r := range disp[sandboxID] {
 		lines = append(lines, "-D"+strings.TrimPrefix(r, "-A"))
+		if t := ruleArg(r, "-g"); t != "" && t != chains[0] {
+			chains = append(chains, t)
+		}
 	}
 	if err := f.restoreIfAny(ctx, lines); err != nil {
 		return fmt.Errorf("firewall: remove sandbox %s: %w", sandboxID, err)
 	}
-	f.dropChains(ctx, []string{f.SandboxChain(sandboxID)})
+	f.dropChains(ctx, chains)
 	return nil
 }
 
