@@ -527,23 +527,21 @@ func (f *Firewall) Apply(ctx context.Context, sandboxID string, ip netip.Addr, p
 	if err != nil {
 		return err
 	}
-	var lines []string
+	own := f.SandboxChain(sandboxID)
+	lines, stale := unhook(disp, func(id, rule string) bool { return id == sandboxID || ruleSource(rule) == ip.String() })
+	// The sandbox's own chain is declared (hence flushed) again below
+	// unless its policy is now the default.
 	var dropChains []string
-	for id, rules := range disp {
-		for _, r := range rules {
-			if id == sandboxID || ruleSource(r) == ip.String() {
-				lines = append(lines, "-D"+strings.TrimPrefix(r, "-A"))
-				if t := ruleArg(r, "-g"); id != sandboxID && t != "" {
-					dropChains = append(dropChains, t)
-				}
-			}
+	for _, c := range stale {
+		if c != own || p.IsZero() {
+			dropChains = append(dropChains, c)
 		}
 	}
 	if p.IsZero() {
 		if err := f.restoreIfAny(ctx, lines); err != nil {
 			return fmt.Errorf("firewall: sandbox %s: %w", sandboxID, err)
 		}
-		dropChains = append(dropChains, f.SandboxChain(sandboxID))
+		dropChains = append(dropChains, own)
 	} else {
 		lines = append(f.SandboxRules(sandboxID, p), lines...)
 		lines = append(lines, "-I "+f.chain("FWD")+" "+strconv.Itoa(fixedFWD+1)+" "+f.dispatchRule(sandboxID, ip))
@@ -553,6 +551,23 @@ func (f *Firewall) Apply(ctx context.Context, sandboxID string, ip netip.Addr, p
 	}
 	f.dropChains(ctx, dropChains)
 	return nil
+}
+
+// unhook returns the deletions of the dispatch rules match selects and the
+// chains those rules jump to.
+func unhook(disp map[string][]string, match func(id, rule string) bool) (lines, chains []string) {
+	for _, id := range sortedKeys(disp) {
+		for _, r := range disp[id] {
+			if !match(id, r) {
+				continue
+			}
+			lines = append(lines, "-D"+strings.TrimPrefix(r, "-A"))
+			if t := ruleArg(r, "-g"); t != "" && !slices.Contains(chains, t) {
+				chains = append(chains, t)
+			}
+		}
+	}
+	return lines, chains
 }
 
 func (f *Firewall) restoreIfAny(ctx context.Context, lines []string) error {
@@ -587,14 +602,8 @@ func (f *Firewall) Remove(ctx context.Context, sandboxID string) error {
 	if err != nil {
 		return err
 	}
-	var lines []string
-	chains := []string{f.SandboxChain(sandboxID)}
-	for _, r := range disp[sandboxID] {
-		lines = append(lines, "-D"+strings.TrimPrefix(r, "-A"))
-		if t := ruleArg(r, "-g"); t != "" && t != chains[0] {
-			chains = append(chains, t)
-		}
-	}
+	lines, chains := unhook(disp, func(id, _ string) bool { return id == sandboxID })
+	chains = append(chains, f.SandboxChain(sandboxID))
 	if err := f.restoreIfAny(ctx, lines); err != nil {
 		return fmt.Errorf("firewall: remove sandbox %s: %w", sandboxID, err)
 	}
