@@ -386,3 +386,41 @@ func TestEgressHoldsWhileDockerRearranges(t *testing.T) {
 		t.Errorf("blocked addresses answered while Docker re-arranged its chains:\n%s", res.Stdout)
 	}
 }
+
+// TestShutdownKeepsRulesWhileSandboxesRun: a daemon that stops while a
+// sandbox runs leaves the network and the sandbox's rules in place (the
+// sandbox keeps running untrusted code); once the last sandbox is deleted,
+// stopping the daemon removes the network and every rule of it.
+func TestShutdownKeepsRulesWhileSandboxesRun(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := d.Client()
+	sb, err := c.Create(ctx, client.CreateRequest{Network: &client.Network{Egress: "none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := chainPrefix(t, d.Network)
+
+	d.Stop()
+	if rules := iptablesRules(t); !strings.Contains(rules, "sandpit:"+sb.ID) || !strings.Contains(rules, "sandpit network "+d.Network) {
+		t.Errorf("rules gone while the sandbox runs:\n%s", rules)
+	}
+	if err := exec.Command("docker", "network", "inspect", d.Network).Run(); err != nil {
+		t.Errorf("network %s gone while the sandbox runs: %v", d.Network, err)
+	}
+
+	d.Restart(nil)
+	if err := c.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.Stop()
+	rules := iptablesRules(t)
+	if strings.Contains(rules, prefix) || strings.Contains(rules, "sandpit network "+d.Network) {
+		t.Errorf("rules of %s remain after an empty shutdown:\n%s", d.Network, rules)
+	}
+	if err := exec.Command("docker", "network", "inspect", d.Network).Run(); err == nil {
+		t.Errorf("network %s remains after an empty shutdown", d.Network)
+	}
+}
