@@ -54,12 +54,16 @@ func newFakeNet(t *testing.T) *fakeNet {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatalf("the ip command (iproute2) is required: %v", err)
 	}
+	taken := addressesInUse()
 	var lastErr error
 	for range 5 {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
 		tag := hex.EncodeToString(b[:3])
 		r := 1 + int(b[3])%250
+		if taken["203.0.113."+fmt.Sprint(r)] {
+			continue
+		}
 		fn := &fakeNet{
 			ns:        "sptest-" + tag,
 			hostVeth:  "spth" + tag,
@@ -79,6 +83,20 @@ func newFakeNet(t *testing.T) *fakeNet {
 	}
 	t.Fatalf("fake network: %v", lastErr)
 	return nil
+}
+
+// addressesInUse are addresses the machine really uses that a route of
+// the test's own must not capture: on some machines the package mirrors
+// live in TEST-NET-3 too.
+func addressesInUse() map[string]bool {
+	out := map[string]bool{}
+	for _, h := range []string{"deb.debian.org", "proxy.golang.org", "sum.golang.org", "registry.npmjs.org", "security.debian.org"} {
+		addrs, _ := net.LookupHost(h)
+		for _, a := range addrs {
+			out[a] = true
+		}
+	}
+	return out
 }
 
 func (fn *fakeNet) up() error {
@@ -148,6 +166,19 @@ func (fn *fakeNet) listen(t *testing.T) {
 				return
 			}
 			port = ln.Addr().(*net.TCPAddr).Port
+			lns = append(lns, ln)
+		}
+		// DNS stand-ins: the LAN and link-local addresses also listen on
+		// port 53, for the daemon's resolver exception.
+		for _, a := range []string{fn.lan, fn.linkLocal} {
+			ln, err := net.Listen("tcp4", net.JoinHostPort(a, "53"))
+			if err != nil {
+				for _, l := range lns {
+					l.Close()
+				}
+				ch <- result{err: err}
+				return
+			}
 			lns = append(lns, ln)
 		}
 		ch <- result{lns: lns}

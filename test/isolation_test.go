@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -203,34 +204,42 @@ func TestEgressPolicy(t *testing.T) {
 	fn := newFakeNet(t)
 	var network string
 	expectNetworkGone(t, &network)
-	d := harness.Start(t, sandpitBin, harness.Options{})
+	// The LAN and link-local hosts stand in for the host's resolvers too.
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--sandbox-dns", fn.lan, "--sandbox-dns", fn.linkLocal}})
 	network = d.Network
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	c := d.Client()
 
-	type reach struct{ internet, lan, linkLocal bool }
+	// lanDNS and linkLocalDNS are port 53 of the two resolvers.
+	type reach struct{ internet, lan, linkLocal, lanDNS, linkLocalDNS bool }
 	cases := []struct {
 		name    string
 		network *client.Network
 		want    reach
 	}{
-		{"default", nil, reach{internet: true}},
+		{"default", nil, reach{internet: true, lanDNS: true, linkLocalDNS: true}},
 		{"egress none", &client.Network{Egress: "none"}, reach{}},
-		{"deny the internet", &client.Network{Deny: []string{"203.0.113.0/24"}}, reach{}},
-		{"allow the LAN", &client.Network{Allow: []string{fn.lanCIDR}}, reach{internet: true, lan: true}},
-		{"none but the LAN", &client.Network{Egress: "none", Allow: []string{fn.lanCIDR}}, reach{lan: true}},
+		{"deny the internet", &client.Network{Deny: []string{"203.0.113.0/24"}}, reach{lanDNS: true, linkLocalDNS: true}},
+		{"allow the LAN", &client.Network{Allow: []string{fn.lanCIDR}}, reach{internet: true, lan: true, lanDNS: true, linkLocalDNS: true}},
+		{"none but the LAN", &client.Network{Egress: "none", Allow: []string{fn.lanCIDR}}, reach{lan: true, lanDNS: true}},
 		{"allow wins over deny", &client.Network{Allow: []string{fn.internet}, Deny: []string{"0.0.0.0/0"}}, reach{internet: true}},
-		{"allow everything", &client.Network{Allow: []string{"0.0.0.0/0"}}, reach{internet: true, lan: true}},
+		{"allow everything", &client.Network{Allow: []string{"0.0.0.0/0"}}, reach{internet: true, lan: true, lanDNS: true, linkLocalDNS: true}},
+	}
+	connects := func(id, addr string, port int) bool {
+		_, ok := probe(t, ctx, c, id, addr, port, "")
+		return ok
 	}
 	ids := make([]string, len(cases))
 	check := func(stage string) {
 		t.Helper()
 		for i, tc := range cases {
 			got := reach{
-				internet:  reaches(t, ctx, c, ids[i], fn.internet, fn.port),
-				lan:       reaches(t, ctx, c, ids[i], fn.lan, fn.port),
-				linkLocal: reaches(t, ctx, c, ids[i], fn.linkLocal, fn.port),
+				internet:     reaches(t, ctx, c, ids[i], fn.internet, fn.port),
+				lan:          reaches(t, ctx, c, ids[i], fn.lan, fn.port),
+				linkLocal:    reaches(t, ctx, c, ids[i], fn.linkLocal, fn.port),
+				lanDNS:       connects(ids[i], fn.lan, 53),
+				linkLocalDNS: connects(ids[i], fn.linkLocal, 53),
 			}
 			if got != tc.want {
 				t.Errorf("%s: %s (%s at %s): reaches %+v, want %+v", stage, tc.name, ids[i], containerIP(t, ids[i]), got, tc.want)
@@ -311,7 +320,7 @@ func countSandboxChains(rules, prefix string) int {
 	n := 0
 	for _, l := range strings.Split(rules, "\n") {
 		c, ok := strings.CutPrefix(l, "-N "+prefix)
-		if ok && c != "IN" && c != "FWD" && c != "DEF" && c != "REJ" {
+		if ok && !slices.Contains([]string{"IN", "FWD", "DEF", "REJ", "LL"}, c) {
 			n++
 		}
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
@@ -32,6 +34,10 @@ type NetworkConfig struct {
 	Egress string
 	// Allow are CIDRs every sandbox reaches although they are private.
 	Allow []string
+	// DNS are the resolvers sandboxes' DNS queries go to (port 53 stays
+	// open to them); empty means the host's, from /etc/resolv.conf, which
+	// is where Docker's embedded DNS forwards.
+	DNS []string
 }
 
 // parsedNetwork is a validated NetworkConfig.
@@ -40,6 +46,7 @@ type parsedNetwork struct {
 	subnet, pool netip.Prefix
 	egress       firewall.Egress
 	allow        []netip.Prefix
+	dns          []netip.Addr
 }
 
 // parse validates the flags before anything is opened or created.
@@ -78,7 +85,38 @@ func (n NetworkConfig) parse() (parsedNetwork, error) {
 		}
 		p.allow = append(p.allow, c)
 	}
+	for _, d := range n.DNS {
+		a, err := netip.ParseAddr(d)
+		if err != nil || !a.Is4() {
+			return p, fmt.Errorf("--sandbox-dns %q: want an IPv4 address", d)
+		}
+		p.dns = append(p.dns, a)
+	}
+	if len(n.DNS) == 0 {
+		p.dns = hostResolvers("/etc/resolv.conf")
+	}
 	return p, nil
+}
+
+// hostResolvers reads the IPv4 nameservers of a resolv.conf. Loopback ones
+// are left out: Docker does not forward to them (it falls back to public
+// resolvers, which sandboxes reach anyway). A missing file means none.
+func hostResolvers(path string) []netip.Addr {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "nameserver" {
+			continue
+		}
+		if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() && !a.IsLoopback() {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // setupNetwork makes sure the sandbox network exists and its firewall is in
@@ -94,7 +132,7 @@ func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, inst
 	}
 	fw, err := firewall.New(firewall.Config{
 		Network: netw.Name, Bridge: netw.Bridge, Egress: pn.egress, Allow: pn.allow,
-		HostPorts: hostPorts, Logger: log,
+		HostPorts: hostPorts, DNS: pn.dns, Logger: log,
 	})
 	if err != nil {
 		return netw, nil, err
@@ -102,7 +140,7 @@ func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, inst
 	if err := fw.Ensure(ctx); err != nil {
 		return netw, nil, fmt.Errorf("firewall: %w", err)
 	}
-	log.Info("sandbox network", "network", netw.Name, "subnet", netw.Subnet, "gateway", netw.Gateway, "bridge", netw.Bridge, "egress", pn.egress)
+	log.Info("sandbox network", "network", netw.Name, "subnet", netw.Subnet, "gateway", netw.Gateway, "bridge", netw.Bridge, "egress", pn.egress, "dns", pn.dns)
 	return netw, fw, nil
 }
 

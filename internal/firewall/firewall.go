@@ -16,12 +16,13 @@
 //	DOCKER-USER -i BR -j SANDPIT-<net>-FWD   (and FORWARD too: see jumps)
 //	SANDPIT-<net>-REJ  TCP reset, else ICMP port unreachable (every refusal jumps here)
 //	SANDPIT-<net>-IN   established/related RETURN; the proxy and TCP-forward ports RETURN; the rest REJECT
-//	SANDPIT-<net>-FWD  to another sandbox REJECT; to link-local REJECT;
+//	SANDPIT-<net>-FWD  to another sandbox REJECT; to link-local -j LL (REJECT but DNS to a resolver);
 //	                   then one rule per sandbox with a policy: -s IP -g SANDPIT-<net>-<sandbox>;
 //	                   last -g SANDPIT-<net>-DEF
 //	SANDPIT-<net>-<sb> allow CIDRs RETURN (allow wins over deny, as on E2B); deny CIDRs REJECT;
 //	                   egress none REJECT, else -g SANDPIT-<net>-DEF
-//	SANDPIT-<net>-DEF  operator allow CIDRs RETURN; private ranges REJECT; egress none REJECT
+//	SANDPIT-<net>-DEF  DNS to the host's resolvers RETURN; operator allow CIDRs RETURN;
+//	                   private ranges REJECT; egress none REJECT
 //
 // A RETURN from a chain entered by goto (-g) returns to DOCKER-USER, so an
 // allowed packet goes on through Docker's own rules (which accept traffic
@@ -150,7 +151,13 @@ type Config struct {
 	// preview proxy and the TCP-forward pool, so that one sandbox reaches
 	// another's exposed port the way anyone else does.
 	HostPorts []PortRange
-	Logger    *slog.Logger
+	// DNS are the resolvers Docker's embedded DNS forwards sandboxes'
+	// queries to (the host's, from /etc/resolv.conf): it sends them from
+	// the sandbox's own network namespace, so port 53 of these addresses
+	// stays reachable under the daemon's default policy even when they are
+	// private or link-local. A sandbox with egress none has no DNS.
+	DNS    []netip.Addr
+	Logger *slog.Logger
 }
 
 // Runner runs one command with optional stdin and returns its combined
@@ -205,6 +212,11 @@ func NewWithRunner(cfg Config, run Runner) (*Firewall, error) {
 			return nil, fmt.Errorf("%w: allow %s: link-local addresses are never reachable from a sandbox", ErrInvalid, p)
 		}
 	}
+	for _, r := range cfg.DNS {
+		if !r.Is4() {
+			return nil, fmt.Errorf("%w: DNS server %s is not IPv4", ErrInvalid, r)
+		}
+	}
 	for _, r := range cfg.HostPorts {
 		if r.Lo < 1 || r.Hi > 65535 || r.Lo > r.Hi {
 			return nil, fmt.Errorf("%w: host port range %d-%d", ErrInvalid, r.Lo, r.Hi)
@@ -244,6 +256,11 @@ func (f *Firewall) SandboxChain(sandboxID string) string {
 }
 
 func (f *Firewall) chain(suffix string) string { return f.prefix + suffix }
+
+// fixedChains are the network's own chains, as opposed to per-sandbox ones.
+func (f *Firewall) fixedChains() []string {
+	return []string{f.chain("IN"), f.chain("FWD"), f.chain("DEF"), f.chain("REJ"), f.chain("LL")}
+}
 
 // Comment marks the dispatch rule of one sandbox, so removal is exact.
 func Comment(sandboxID string) string { return "sandpit:" + sandboxID }
@@ -301,9 +318,10 @@ func (f *Firewall) reject() string { return "-j " + f.chain("REJ") }
 // GlobalRules renders the network's own chains (IN, FWD head and tail, DEF)
 // as iptables-restore lines, given the dispatch rules to keep in FWD.
 func (f *Firewall) GlobalRules(dispatch []string) []string {
-	in, fwd, def, rej := f.chain("IN"), f.chain("FWD"), f.chain("DEF"), f.chain("REJ")
+	in, fwd, def, rej, ll := f.chain("IN"), f.chain("FWD"), f.chain("DEF"), f.chain("REJ"), f.chain("LL")
 	lines := []string{
 		":" + rej + " - [0:0]",
+		":" + ll + " - [0:0]",
 		":" + in + " - [0:0]",
 		":" + fwd + " - [0:0]",
 		":" + def + " - [0:0]",
@@ -319,10 +337,23 @@ func (f *Firewall) GlobalRules(dispatch []string) []string {
 	lines = append(lines,
 		"-A "+in+" "+f.reject(),
 		"-A "+fwd+" -o "+f.cfg.Bridge+" "+f.reject(),
-		"-A "+fwd+" -d "+LinkLocal.String()+" "+f.reject(),
+		"-A "+fwd+" -d "+LinkLocal.String()+" -j "+ll,
 	)
 	lines = append(lines, dispatch...)
 	lines = append(lines, "-A "+fwd+" -g "+def)
+	// Link-local is refused but for DNS to a link-local resolver, which
+	// RETURNs to FWD and so still meets the sandbox's own policy.
+	for _, r := range f.cfg.DNS {
+		if LinkLocal.Contains(r) {
+			lines = append(lines, dnsRules(ll, r, "-j RETURN")...)
+		}
+	}
+	lines = append(lines, "-A "+ll+" "+f.reject())
+	for _, r := range f.cfg.DNS {
+		if !LinkLocal.Contains(r) {
+			lines = append(lines, dnsRules(def, r, "-j RETURN")...)
+		}
+	}
 	for _, p := range f.cfg.Allow {
 		lines = append(lines, "-A "+def+" -d "+p.String()+" -j RETURN")
 	}
@@ -361,6 +392,14 @@ func (f *Firewall) SandboxRules(sandboxID string, p Policy) []string {
 
 func (f *Firewall) dispatchRule(sandboxID string, ip netip.Addr) string {
 	return "-s " + ip.String() + "/32 -m comment --comment " + Comment(sandboxID) + " -g " + f.SandboxChain(sandboxID)
+}
+
+// dnsRules match DNS (UDP and TCP port 53) to one resolver.
+func dnsRules(chain string, r netip.Addr, target string) []string {
+	return []string{
+		"-A " + chain + " -d " + r.String() + "/32 -p udp --dport 53 " + target,
+		"-A " + chain + " -d " + r.String() + "/32 -p tcp --dport 53 " + target,
+	}
 }
 
 func portList(rs []PortRange) string {
@@ -581,7 +620,7 @@ func (f *Firewall) restoreIfAny(ctx context.Context, lines []string) error {
 // more; a chain that is not there is not an error.
 func (f *Firewall) dropChains(ctx context.Context, chains []string) {
 	for _, c := range chains {
-		if !strings.HasPrefix(c, f.prefix) || slices.Contains([]string{f.chain("IN"), f.chain("FWD"), f.chain("DEF"), f.chain("REJ")}, c) {
+		if !strings.HasPrefix(c, f.prefix) || slices.Contains(f.fixedChains(), c) {
 			continue // only ever a sandbox's own chain
 		}
 		if _, err := f.iptables(ctx, false, "-F", c); err != nil {
@@ -631,7 +670,10 @@ func (f *Firewall) Prune(ctx context.Context, keep map[string]bool) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	want := map[string]bool{f.chain("IN"): true, f.chain("FWD"): true, f.chain("DEF"): true, f.chain("REJ"): true}
+	want := map[string]bool{}
+	for _, c := range f.fixedChains() {
+		want[c] = true
+	}
 	for id := range keep {
 		want[f.SandboxChain(id)] = true
 	}

@@ -95,6 +95,7 @@ func TestNewRefuses(t *testing.T) {
 		"bad egress":       {Network: "n", Bridge: "br0", Egress: "some"},
 		"allow link-local": {Network: "n", Bridge: "br0", Allow: []netip.Prefix{netip.MustParsePrefix("169.254.169.254/32")}},
 		"bad port range":   {Network: "n", Bridge: "br0", HostPorts: []firewall.PortRange{{Lo: 9, Hi: 8}}},
+		"ipv6 dns":         {Network: "n", Bridge: "br0", DNS: []netip.Addr{netip.MustParseAddr("::1")}},
 	} {
 		if _, err := firewall.NewWithRunner(cfg, (&fakeIptables{}).run); !errors.Is(err, firewall.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
@@ -110,14 +111,17 @@ func TestGlobalRules(t *testing.T) {
 		Egress:    firewall.EgressNone,
 		Allow:     []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")},
 		HostPorts: []firewall.PortRange{{Lo: 7480, Hi: 7480}, {Lo: 22000, Hi: 23000}},
+		DNS:       []netip.Addr{netip.MustParseAddr("10.255.255.53"), netip.MustParseAddr("169.254.169.254")},
 	}, &fakeIptables{})
 	p := firewall.ChainPrefix("sandpit")
 	keep := "-A " + p + "FWD -s 10.0.0.2/32 -m comment --comment sandpit:sb1 -g " + p + "0123456789"
 	got := strings.Join(fw.GlobalRules([]string{keep}), "\n")
 	for _, want := range []string{
 		"-A " + p + "IN -p tcp -m multiport --dports 7480,22000:23000 -j RETURN",
-		"-A " + p + "FWD -o sp-test -j " + p + "REJ\n-A " + p + "FWD -d 169.254.0.0/16 -j " + p + "REJ\n" + keep + "\n-A " + p + "FWD -g " + p + "DEF",
-		"-A " + p + "DEF -d 10.9.0.0/16 -j RETURN\n-A " + p + "DEF -d 10.0.0.0/8 -j " + p + "REJ",
+		"-A " + p + "FWD -o sp-test -j " + p + "REJ\n-A " + p + "FWD -d 169.254.0.0/16 -j " + p + "LL\n" + keep + "\n-A " + p + "FWD -g " + p + "DEF",
+		"-A " + p + "LL -d 169.254.169.254/32 -p udp --dport 53 -j RETURN\n-A " + p + "LL -d 169.254.169.254/32 -p tcp --dport 53 -j RETURN\n-A " + p + "LL -j " + p + "REJ",
+		"-A " + p + "DEF -d 10.255.255.53/32 -p udp --dport 53 -j RETURN\n-A " + p + "DEF -d 10.255.255.53/32 -p tcp --dport 53 -j RETURN\n" +
+			"-A " + p + "DEF -d 10.9.0.0/16 -j RETURN\n-A " + p + "DEF -d 10.0.0.0/8 -j " + p + "REJ",
 		"-A " + p + "DEF -d 240.0.0.0/4 -j " + p + "REJ\n-A " + p + "DEF -j " + p + "REJ",
 		"-A " + p + "REJ -p tcp -j REJECT --reject-with tcp-reset",
 	} {
