@@ -750,24 +750,6 @@ func (f *Firewall) Uninstall(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Rules returns every rule of the network (iptables -S lines of its chains
-// and of the jumps into them), for tests and diagnostics.
-func (f *Firewall) Rules(ctx context.Context) ([]string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out, err := f.iptables(ctx, false, "-S")
-	if err != nil {
-		return nil, err
-	}
-	var rules []string
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, f.prefix) {
-			rules = append(rules, l)
-		}
-	}
-	return rules, nil
-}
-
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
