@@ -570,25 +570,19 @@ func (f *Firewall) Apply(ctx context.Context, sandboxID string, ip netip.Addr, p
 	lines, stale := unhook(disp, func(id, rule string) bool { return id == sandboxID || ruleSource(rule) == ip.String() })
 	// The sandbox's own chain is declared (hence flushed) again below
 	// unless its policy is now the default.
-	var dropChains []string
+	var drop []string
 	for _, c := range stale {
 		if c != own || p.IsZero() {
-			dropChains = append(dropChains, c)
+			drop = append(drop, c)
 		}
 	}
-	if p.IsZero() {
-		if err := f.restoreIfAny(ctx, lines); err != nil {
-			return fmt.Errorf("firewall: sandbox %s: %w", sandboxID, err)
-		}
-		dropChains = append(dropChains, own)
-	} else {
+	if !p.IsZero() {
 		lines = append(f.SandboxRules(sandboxID, p), lines...)
 		lines = append(lines, "-I "+f.chain("FWD")+" "+strconv.Itoa(fixedFWD+1)+" "+f.dispatchRule(sandboxID, ip))
-		if err := f.restore(ctx, false, lines); err != nil {
-			return fmt.Errorf("firewall: sandbox %s: %w", sandboxID, err)
-		}
 	}
-	f.dropChains(ctx, dropChains)
+	if err := f.restoreIfAny(ctx, append(lines, f.deleteChains(drop)...)); err != nil {
+		return fmt.Errorf("firewall: sandbox %s: %w", sandboxID, err)
+	}
 	return nil
 }
 
@@ -616,6 +610,19 @@ func (f *Firewall) restoreIfAny(ctx context.Context, lines []string) error {
 	return f.restore(ctx, false, lines)
 }
 
+// deleteChains are the transaction lines that flush and delete per-sandbox
+// chains (named by rules being deleted in the same transaction, so they
+// exist); the network's own chains are never among them.
+func (f *Firewall) deleteChains(chains []string) []string {
+	var lines []string
+	for _, c := range chains {
+		if strings.HasPrefix(c, f.prefix) && !slices.Contains(f.fixedChains(), c) {
+			lines = append(lines, "-F "+c, "-X "+c)
+		}
+	}
+	return lines
+}
+
 // dropChains flushes and deletes per-sandbox chains no rule jumps to any
 // more; a chain that is not there is not an error.
 func (f *Firewall) dropChains(ctx context.Context, chains []string) {
@@ -632,8 +639,8 @@ func (f *Firewall) dropChains(ctx context.Context, chains []string) {
 	}
 }
 
-// Remove deletes a sandbox's rules (on stop and delete). Removing rules that
-// are not there is not an error.
+// Remove deletes a sandbox's rules and chain (on stop and delete) in one
+// transaction. Removing rules that are not there is not an error.
 func (f *Firewall) Remove(ctx context.Context, sandboxID string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -642,11 +649,9 @@ func (f *Firewall) Remove(ctx context.Context, sandboxID string) error {
 		return err
 	}
 	lines, chains := unhook(disp, func(id, _ string) bool { return id == sandboxID })
-	chains = append(chains, f.SandboxChain(sandboxID))
-	if err := f.restoreIfAny(ctx, lines); err != nil {
+	if err := f.restoreIfAny(ctx, append(lines, f.deleteChains(chains)...)); err != nil {
 		return fmt.Errorf("firewall: remove sandbox %s: %w", sandboxID, err)
 	}
-	f.dropChains(ctx, chains)
 	return nil
 }
 

@@ -197,15 +197,18 @@ func TestApplyAndRemove(t *testing.T) {
 	if strings.Contains(tx, "sandpit:other") {
 		t.Errorf("transaction touched another sandbox's rule:\n%s", tx)
 	}
-	if !slices.ContainsFunc(fake.calls, func(c string) bool { return strings.HasSuffix(c, "-X "+p+"aaaaaaaaaa") }) {
-		t.Errorf("the replaced sandbox's chain was not deleted: %q", fake.calls)
+	if !strings.Contains(tx, "-X "+p+"aaaaaaaaaa\n") {
+		t.Errorf("the replaced sandbox's chain was not deleted in the same transaction:\n%s", tx)
+	}
+	if strings.Contains(tx, "-X "+fw.SandboxChain("sb1")) {
+		t.Errorf("the sandbox's own chain was deleted:\n%s", tx)
 	}
 
 	fake.restores = nil
 	if err := fw.Remove(ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
-	if len(fake.restores) != 1 || strings.TrimSpace(strings.Split(fake.restores[0], "\n")[1]) != "-D"+strings.TrimPrefix(other, "-A") {
+	if len(fake.restores) != 1 || !strings.Contains(fake.restores[0], "-D"+strings.TrimPrefix(other, "-A")+"\n-F "+p+"bbbbbbbbbb\n-X "+p+"bbbbbbbbbb\n") {
 		t.Errorf("remove: %q", fake.restores)
 	}
 	// Removing a sandbox that has no rules changes nothing.
