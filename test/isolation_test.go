@@ -433,3 +433,27 @@ func TestShutdownKeepsRulesWhileSandboxesRun(t *testing.T) {
 		t.Errorf("network %s remains after an empty shutdown", d.Network)
 	}
 }
+
+// TestNetworkPolicyBadInput: a policy the firewall cannot express is a 400
+// that creates nothing.
+func TestNetworkPolicyBadInput(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for name, body := range map[string]string{
+		"unknown egress": `{"network":{"egress":"some"}}`,
+		"domain":         `{"network":{"allow":["example.com"]}}`,
+		"ipv6":           `{"network":{"deny":["fd00::/8"]}}`,
+		"bad prefix":     `{"network":{"deny":["10.0.0.0/33"]}}`,
+		"not a list":     `{"network":{"allow":"10.0.0.0/8"}}`,
+	} {
+		status, code, msg, err := postJSON(ctx, d, http.MethodPost, "/v1/sandboxes", body, nil)
+		if err != nil || status != http.StatusBadRequest || code != "bad_request" {
+			t.Errorf("%s: %d %s %q %v, want 400 bad_request", name, status, code, msg, err)
+		}
+	}
+	if got := d.Containers(t); len(got) != 0 {
+		t.Errorf("%d containers after refused creates", len(got))
+	}
+}
