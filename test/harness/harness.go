@@ -144,15 +144,18 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// FreeRange finds n consecutive loopback ports in 30000-39999 that were free
+// FreeRange finds n consecutive loopback ports in 23000-32767 that were free
 // a moment ago and returns them as "LO-HI", for Options.PortRange: tests of
-// the host-port pool need a pool of a size they choose.
+// the host-port pool need a pool of a size they choose. The range stays
+// below Linux's ephemeral ports (32768 and up), which every outgoing
+// connection of every test takes from, so none of them lands in a pool
+// between the check and the daemon's bind.
 func FreeRange(t testing.TB, n int) string {
 	t.Helper()
 	for tries := 0; tries < 200; tries++ {
 		var b [2]byte
 		_, _ = rand.Read(b[:])
-		lo := 30000 + int(b[0])<<8%9000 + int(b[1])%900
+		lo := 23000 + (int(b[0])<<8|int(b[1]))%(32768-23000-n)
 		ok := true
 		for p := lo; p < lo+n && ok; p++ {
 			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
