@@ -95,6 +95,7 @@ type Sandbox struct {
 	PortAccess   PortAccess
 	TrafficToken string
 	EndAt        time.Time // zero = no deadline
+	Network      NetworkPolicy
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 
@@ -136,6 +137,27 @@ func (sb Sandbox) IdleSince() time.Time {
 		return sb.LastActivityAt
 	}
 	return sb.CreatedAt
+}
+
+// Egress values of a NetworkPolicy.
+const (
+	EgressPublic = "public"
+	EgressNone   = "none"
+)
+
+// NetworkPolicy is a sandbox's own outbound policy: "none" refuses every
+// destination not allowed; Allow CIDRs are reachable even when private or
+// denied (allow wins, as on E2B); Deny CIDRs are refused. The zero value
+// follows the daemon's defaults.
+type NetworkPolicy struct {
+	Egress string   `json:"egress,omitempty"` // "", "public" or "none"
+	Allow  []string `json:"allow,omitempty"`
+	Deny   []string `json:"deny,omitempty"`
+}
+
+// IsZero reports a policy that adds nothing to the daemon's defaults.
+func (p NetworkPolicy) IsZero() bool {
+	return (p.Egress == "" || p.Egress == EgressPublic) && len(p.Allow) == 0 && len(p.Deny) == 0
 }
 
 // ListOptions filters and pages a sandbox listing. Paging is stable: rows are

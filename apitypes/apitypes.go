@@ -22,6 +22,7 @@ type Sandbox struct {
 	CreatedAt   time.Time         `json:"created_at"`
 	UpdatedAt   time.Time         `json:"updated_at"`
 	EndAt       *time.Time        `json:"end_at,omitempty"`
+	Network     *Network          `json:"network,omitempty"`
 }
 
 // CreateRequest is the body of POST /v1/sandboxes.
@@ -33,6 +34,7 @@ type CreateRequest struct {
 	CPU      float64           `json:"cpu,omitempty"`
 	MemoryMB int64             `json:"memory_mb,omitempty"`
 	TimeoutS int64             `json:"timeout_s,omitempty"`
+	Network  *Network          `json:"network,omitempty"`
 }
 
 // ListResponse is the body of GET /v1/sandboxes.
@@ -152,3 +154,13 @@ const (
 	CodePortForbidden      = "port_forbidden"
 	CodeTokenNameConflict  = "token_name_conflict"
 )
+
+// Network is a sandbox's own egress policy. Egress "public" (the default)
+// leaves the daemon's policy (public addresses only); "none" refuses every
+// destination not in Allow. Allow and Deny hold IPv4 CIDRs or addresses;
+// an address in both is allowed.
+type Network struct {
+	Egress string   `json:"egress,omitempty"`
+	Allow  []string `json:"allow,omitempty"`
+	Deny   []string `json:"deny,omitempty"`
+}

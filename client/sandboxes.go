@@ -32,6 +32,8 @@ type (
 	Domain = apitypes.Domain
 	// Event is one sandbox state change.
 	Event = apitypes.Event
+	// Network is a sandbox's own egress policy.
+	Network = apitypes.Network
 )
 
 // Create makes a sandbox. It is safe to retry: the call carries an

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,29 +16,6 @@ import (
 	"github.com/sandpit-dev/sandpit/client"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
-
-// testNetwork makes a labelled engine network with a subnet of its own, so a
-// test can pin a container to a chosen address (`docker network connect
-// --ip` needs a user-configured subnet), and removes it afterwards.
-func testNetwork(t *testing.T, label string) string {
-	t.Helper()
-	name := "sandpit-test-" + label
-	for tries := 0; tries < 20; tries++ {
-		var b [2]byte
-		_, _ = rand.Read(b[:])
-		subnet := fmt.Sprintf("10.%d.%d.0/24", 200+int(b[0])%50, b[1])
-		out, err := exec.Command("docker", "network", "create", "--label", "sandpit.run="+label, "--subnet", subnet, name).CombinedOutput()
-		if err == nil {
-			t.Cleanup(func() { _ = exec.Command("docker", "network", "rm", name).Run() })
-			return name
-		}
-		if !strings.Contains(string(out), "overlap") {
-			t.Fatalf("docker network create: %v: %s", err, out)
-		}
-	}
-	t.Fatal("no free subnet for the test network")
-	return ""
-}
 
 // containerIP is a sandbox's address on the test network, as the engine says.
 func containerIP(t *testing.T, network, id string) string {
@@ -89,9 +65,10 @@ func reachesB(t *testing.T, ip string) {
 // listening on A's exposed ports, is reached neither through A's preview URL
 // nor through A's TCP forward.
 func TestStaleRoute(t *testing.T) {
-	label := "n" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
-	network := testNetwork(t, label)
-	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--network", network}})
+	// The daemon's own network has a subnet of its pool, so B can be
+	// pinned onto A's old address with docker network connect --ip.
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	network := d.Network
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := d.Client()

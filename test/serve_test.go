@@ -153,6 +153,11 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"default above max cpu", []string{"--default-cpu", "4", "--max-cpu", "2"}, "--default-cpu"},
 		{"default above max memory", []string{"--default-memory-mb", "4096", "--max-memory-mb", "2048"}, "--default-memory-mb"},
 		{"negative quota", []string{"--max-sandboxes", "-1"}, "negative"},
+		{"egress", []string{"--sandbox-egress", "some"}, "--sandbox-egress"},
+		{"allow cidr", []string{"--allow-cidr", "10.0.0.0/33"}, "--allow-cidr"},
+		{"allow link-local", []string{"--allow-cidr", "169.254.169.254"}, "link-local"},
+		{"subnet", []string{"--network-subnet", "fd00::/64"}, "--network-subnet"},
+		{"network name", []string{"--network-name", `a "b"`}, "--network-name"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -31,7 +31,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), agentCmd(), versionCmd())
+	root.AddCommand(serveCmd(), uninstallCmd(), agentCmd(), versionCmd())
 	var e cliEnv
 	root.PersistentFlags().StringVar(&e.addr, "addr", "", "daemon API address for client commands (env SANDPIT_ADDR; default 127.0.0.1:7420)")
 	root.PersistentFlags().StringVar(&e.tokenFile, "token-file", os.Getenv("SANDPIT_TOKEN_FILE"), "file holding the API token for client commands (env SANDPIT_TOKEN_FILE; else SANDPIT_TOKEN, else <data-dir>/token)")

@@ -101,7 +101,6 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.CaddyAdmin, "caddy-admin", envOr("SANDPIT_CADDY_ADMIN", "http://127.0.0.1:2019"), "Caddy admin API URL (--router caddy)")
 	f.BoolVar(&cfg.PreviewTLS, "preview-tls", false, "serve preview and custom domains over HTTPS with on-demand certificates (--router caddy)")
 	f.BoolVar(&cfg.CaddyInternalCA, "caddy-internal-ca", false, "issue --preview-tls certificates from Caddy's internal CA instead of public ACME issuers")
-	f.StringVar(&cfg.Network, "network", envOr("SANDPIT_NETWORK", ""), "engine network sandboxes join (default: the engine's bridge)")
 	f.DurationVar(&cfg.EngineTimeout, "engine-timeout", 30*time.Second, "time limit of every container-engine call")
 	f.DurationVar(&cfg.JanitorInterval, "janitor-interval", 10*time.Second, "how often sandboxes stuck half-created or half-deleted, and orphan containers, are cleaned up")
 	f.Float64Var(&cfg.DefaultCPU, "default-cpu", 1, "CPU cores of a sandbox whose create names none")
@@ -116,8 +115,29 @@ func serveCmd() *cobra.Command {
 	f.Int64Var(&cfg.MaxUploadMB, "max-upload-mb", 1024, "largest request body (file uploads included), MiB")
 	f.DurationVar(&cfg.ReadTimeout, "read-timeout", time.Minute, "how long a request body may take to arrive on non-streaming routes")
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection to the API or the proxy is kept")
+	f.StringVar(&cfg.Network.Name, "network-name", envOr("SANDPIT_NETWORK_NAME", daemon.DefaultNetworkName), "Docker bridge network sandboxes join; created (inter-container traffic off) when missing")
+	f.StringVar(&cfg.Network.Subnet, "network-subnet", os.Getenv("SANDPIT_NETWORK_SUBNET"), "IPv4 subnet of the network when sandpit creates it (default: Docker picks)")
+	f.StringVar(&cfg.Network.Pool, "network-pool", os.Getenv("SANDPIT_NETWORK_POOL"), "without --network-subnet, take a free /24 from this IPv4 range (many daemons on one engine)")
+	f.StringVar(&cfg.Network.Egress, "sandbox-egress", envOr("SANDPIT_SANDBOX_EGRESS", "public"), "default outbound policy of sandboxes: public (public addresses only) or none")
+	f.StringArrayVar(&cfg.Network.Allow, "allow-cidr", nil, "IPv4 CIDR every sandbox may reach although it is private (repeatable); never link-local")
+	f.StringArrayVar(&cfg.Network.DNS, "sandbox-dns", nil, "resolver whose port 53 sandboxes may reach although it is private or link-local (repeatable; default: the host's from /etc/resolv.conf, where Docker's DNS forwards)")
 	f.DurationVar(&cfg.IntervalUnit, "daytona-interval-unit", time.Minute, "length of one minute of the lifecycle intervals (tests only)")
 	_ = f.MarkHidden("daytona-interval-unit")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")
+	return cmd
+}
+
+func uninstallCmd() *cobra.Command {
+	var network string
+	cmd := &cobra.Command{
+		Use:   "uninstall",
+		Short: "Remove the sandbox network and its firewall rules (refused while sandboxes are attached)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			return daemon.Uninstall(cmd.Context(), network, log)
+		},
+	}
+	cmd.Flags().StringVar(&network, "network-name", envOr("SANDPIT_NETWORK_NAME", daemon.DefaultNetworkName), "the network serve used")
 	return cmd
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/firewall"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
@@ -51,6 +52,8 @@ type Config struct {
 	PublicHost   string
 	PortRange    sandpit.PortRange
 	ExtraLabels  map[string]string
+	// Network is the sandbox network and its default egress policy.
+	Network NetworkConfig
 
 	// Router is "builtin" (default) or "caddy": routes installed through
 	// the Caddy admin API at CaddyAdmin, whose HTTP server listens on
@@ -98,8 +101,6 @@ type Config struct {
 	// auto-stop, auto-archive and auto-delete minutes); default one minute.
 	// Tests shorten it with the hidden --daytona-interval-unit flag.
 	IntervalUnit time.Duration
-	// Network is the engine network sandboxes join ("" = bridge).
-	Network string
 	// EngineTimeout bounds every container-engine call (default 30s).
 	EngineTimeout time.Duration
 	// JanitorInterval is how often rows stuck in creating or deleting are
@@ -342,11 +343,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := validResources(cfg); err != nil {
 		return err
 	}
+	pn, err := cfg.Network.parse()
+	if err != nil {
+		return err
+	}
 	log := cfg.Logger
 	// The engine is asked first, so a runtime it lacks stops the daemon
 	// before it touches its data directory.
 	pctx, cancelPing := context.WithTimeout(ctx, cfg.EngineTimeout)
-	dk, err := docker.New(pctx, docker.Options{Logger: log, Network: cfg.Network})
+	dk, err := docker.New(pctx, docker.Options{Logger: log, Network: pn.name})
 	cancelPing()
 	if err != nil {
 		return fmt.Errorf("docker: %w", err)
@@ -468,6 +473,17 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Warn("ignoring "+crashpoint.Env+": this binary was built without crash points", "point", p)
 	}
 
+	// Sandboxes may reach the host only on the proxy and the TCP-forward
+	// pool: that is how anyone, another sandbox included, reaches an
+	// exposed port.
+	netw, fw, err := setupNetwork(ctx, dk, pn, instance, []firewall.PortRange{
+		{Lo: proxyPort, Hi: proxyPort}, {Lo: cfg.PortRange.Lo, Hi: cfg.PortRange.Hi},
+	}, log)
+	if err != nil {
+		closeListeners()
+		return fmt.Errorf("sandbox network: %w", err)
+	}
+
 	svc = service.New(service.Config{
 		DefaultImage: cfg.DefaultImage,
 		Templates:    cfg.Templates,
@@ -480,6 +496,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Instance:     instance,
 		PreviewTLS:   cfg.PreviewTLS,
 		IntervalUnit: cfg.IntervalUnit,
+		Firewall:     fw,
 		Logger:       log,
 
 		DefaultCPU:           cfg.DefaultCPU,
@@ -614,6 +631,7 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = proxySrv.Shutdown(shutCtx)
 	}
 	_ = edg.close()
+	teardownNetwork(ctx, dk, netw, fw, log)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}

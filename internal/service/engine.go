@@ -146,6 +146,9 @@ func (s *Service) sandboxDied(ctx context.Context, id, reason string) error {
 	s.log.Warn("sandbox container died", "sandbox", id, "state", state, "reason", reason)
 	s.removeRoutes(ctx, id)
 	s.forgetIP(id)
+	// The rules name the dead container's address, which the engine may
+	// hand to the next container.
+	s.removeFirewall(ctx, id)
 	old, _ := s.store.GetSandbox(ctx, id)
 	if err := s.store.SetSandboxState(ctx, id, state, reason, s.now()); err != nil {
 		return err

@@ -39,6 +39,12 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 		if c.IP == "" {
 			return fmt.Errorf("%w: container has no address", ErrRuntime)
 		}
+		// The sandbox's egress policy goes in before its agent is reported
+		// ready; a sandbox whose policy is not in place must not run, so a
+		// failure here undoes the start.
+		if err := s.applyFirewall(ctx, *sb, c.IP); err != nil {
+			return err
+		}
 		if err := s.waitHealthy(ctx, c.IP); err != nil {
 			return err
 		}
@@ -70,6 +76,9 @@ func (s *Service) undoStart(ctx context.Context, sb *sandpit.Sandbox) {
 	if err := s.rt.Stop(rctx, sb.ContainerID, 0); err != nil && !errors.Is(err, driver.ErrNotFound) {
 		s.log.Error("undo start: stop container", "sandbox", sb.ID, "err", err)
 	}
+	// The rules are keyed to the address the container had, which the
+	// engine may hand to the next container.
+	s.removeFirewall(rctx, sb.ID)
 }
 
 // ownLabels select the containers of this daemon instance.
@@ -212,6 +221,7 @@ func (s *Service) deleteLocked(ctx context.Context, id string, typ EventType) er
 	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
 		return runtimeErr("remove container", err)
 	}
+	s.removeFirewall(ctx, id)
 	if err := s.store.DeleteSandbox(ctx, id); err != nil {
 		if errors.Is(err, sandpit.ErrNotFound) {
 			return nil // someone else's delete won, and announced it
@@ -266,6 +276,7 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, 
 		s.restoreRoutes(ctx, id)
 		return sb, runtimeErr("stop container", err)
 	}
+	s.removeFirewall(ctx, id)
 	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
 		return sb, err
 	}

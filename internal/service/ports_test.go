@@ -387,9 +387,12 @@ func TestExposeRetryFailureDoesNotUndoInFlightExposure(t *testing.T) {
 
 // TestExposeRollbackKeepsRowARetryInstalled is the other order of the same
 // race: the first call inserts the row and its install is held; a retry
-// finds the row and installs successfully; then the first install fails (a
-// router in another process refused it). The first call answers ErrRouter,
-// but its rollback must leave the row the retry answered success for.
+// arrives meanwhile; then the first install fails (a router in another
+// process refused it). Lifecycle calls on one sandbox are serialised, so the
+// retry waits for the first call instead of answering success for a row the
+// first call then rolls back: the first answers ErrRouter and removes only
+// what it made, and the retry then makes the exposure afresh, so the
+// success it answers is true in the final state.
 func TestExposeRollbackKeepsRowARetryInstalled(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -404,16 +407,16 @@ func TestExposeRollbackKeepsRowARetryInstalled(t *testing.T) {
 				port = 8100
 			}
 			entered := make(chan struct{})
-			retried := make(chan struct{})
+			release := make(chan struct{})
 			var calls atomic.Int64
 			hook := func(rt router.Route) error {
 				if rt.SandboxID != id || rt.Port != port {
 					return nil
 				}
 				switch calls.Add(1) {
-				case 1: // the first call: held until the retry succeeded, then refused
+				case 1: // the first call: held, then refused
 					close(entered)
-					<-retried
+					<-release
 					return errInjected
 				default: // the retry: installs
 					return nil
@@ -432,20 +435,33 @@ func TestExposeRollbackKeepsRowARetryInstalled(t *testing.T) {
 				first <- result{res, err}
 			}()
 			<-entered
-			again, err := r.svc.ExposePort(ctx, id, port, protocol)
-			close(retried)
-			if err != nil || !again.Reuse {
-				t.Fatalf("retry: %+v %v, want success on the existing row", again, err)
+			retry := make(chan result, 1)
+			go func() {
+				res, err := r.svc.ExposePort(ctx, id, port, protocol)
+				retry <- result{res, err}
+			}()
+			// Give the retry every chance to overtake the held call; it must
+			// not answer while the first call is undecided.
+			time.Sleep(100 * time.Millisecond)
+			select {
+			case got := <-retry:
+				t.Fatalf("the retry answered %+v %v while the first call was still installing", got.res, got.err)
+			default:
 			}
+			close(release)
 			if got := <-first; !errors.Is(got.err, service.ErrRouter) {
 				t.Fatalf("first call: %+v %v, want ErrRouter", got.res, got.err)
 			}
+			again := <-retry
+			if again.err != nil || again.res.Reuse {
+				t.Fatalf("retry: %+v %v, want a fresh exposure after the first call's rollback", again.res, again.err)
+			}
 			row, err := r.st.GetPort(ctx, id, port)
-			if err != nil || row.HostPort != again.Port.HostPort {
-				t.Fatalf("row after the first call's rollback: %+v %v, want the retry's %+v", row, err, again.Port)
+			if err != nil || row.HostPort != again.res.Port.HostPort {
+				t.Fatalf("row: %+v %v, want the retry's %+v", row, err, again.res.Port)
 			}
 			if _, ok := routeOf(t, r, id, port); !ok {
-				t.Fatal("the retry's route is gone")
+				t.Fatal("the retry's route is missing")
 			}
 		})
 	}

@@ -74,14 +74,33 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		s.starting[sb.ID] = true
 	}
 	s.mu.Unlock()
+	// Firewall rules are durable intent like routes: every sandbox whose
+	// container runs (or is frozen) gets its rules asserted again, failing
+	// closed, and the rules of every other sandbox go.
+	confined := map[string]bool{}
 	for _, sb := range all {
 		c, ok := byID[sb.ID]
-		if sb.State == sandpit.StateRunning && ok && c.State == "running" && c.IP != "" {
+		if !ok || c.IP == "" || (c.State != "running" && c.State != "paused") {
+			continue
+		}
+		if err := s.applyFirewall(ctx, sb, c.IP); err != nil {
+			s.log.Error("reconcile: firewall; stopping the sandbox", "sandbox", sb.ID, "err", err)
+			if _, err := s.StopSandbox(ctx, sb.ID); err != nil {
+				s.log.Error("reconcile: stop unconfined sandbox", "sandbox", sb.ID, "err", err)
+			}
+			continue
+		}
+		confined[sb.ID] = true
+		if sb.State == sandpit.StateRunning && c.State == "running" {
 			if err := s.installRoutes(ctx, sb.ID, c.IP); err != nil {
 				s.log.Error("reconcile: install routes", "sandbox", sb.ID, "err", err)
 			}
 		}
 	}
+	for _, sb := range restart {
+		confined[sb.ID] = true // its start asserts the rules again
+	}
+	s.pruneFirewall(ctx, confined)
 	s.background(func() { s.restartAll(ctx, restart) })
 	return nil
 }

@@ -46,6 +46,8 @@ type CreateRequest struct {
 	// PortAccess says who may reach ports other than the agent's; "" is
 	// sandpit.PortAccessExposed. PortAccessToken gets a fresh traffic token.
 	PortAccess sandpit.PortAccess
+	// Network is the sandbox's own egress policy; zero follows the daemon.
+	Network sandpit.NetworkPolicy
 }
 
 var (
@@ -161,7 +163,15 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 	if len(req.Env) > maxEnv {
 		return invalidf("at most %d environment variables", maxEnv)
 	}
-	return validateEnv(req.Env)
+	if err := validateEnv(req.Env); err != nil {
+		return err
+	}
+	p, err := NormalizeNetwork(req.Network)
+	if err != nil {
+		return err
+	}
+	req.Network = p
+	return nil
 }
 
 // validateEnv refuses names the engine or the agent would choke on and the
@@ -253,6 +263,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		Owner:        ownerOf(ctx),
 		ContainerID:  containerName(id),
 		AccessToken:  newToken(),
+		Network:      req.Network,
 		PortAccess:   access,
 		TrafficToken: trafficToken,
 		CreatedAt:    now,
@@ -306,6 +317,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		if err := s.rt.Remove(rctx, sb.ContainerID); err != nil {
 			s.log.Error("rollback: remove container", "sandbox", id, "err", err)
 		}
+		s.removeFirewall(rctx, id)
 		if err := s.store.DeleteSandbox(rctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Error("rollback: delete row", "sandbox", id, "err", err)
 		}

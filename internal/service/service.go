@@ -22,6 +22,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/firewall"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -83,6 +84,9 @@ type Config struct {
 	// Instance identifies this daemon's containers (label sandpit.instance):
 	// reconcile touches only those, so daemons can share an engine.
 	Instance string
+	// Firewall, when set, holds each sandbox's network policy; nil leaves
+	// sandboxes to the engine's network as it is (unit tests).
+	Firewall *firewall.Firewall
 	// PreviewTLS makes preview and custom-domain URLs https:// (the Caddy
 	// router serving them with on-demand certificates).
 	PreviewTLS bool

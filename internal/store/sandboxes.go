@@ -28,18 +28,18 @@ const (
 )
 
 const sandboxColumns = `id, name, image, template, state, labels, env, cpu, memory_mb,
-	container_id, access_token, end_at, created_at, updated_at, owner, state_reason, port_access, traffic_token,
+	container_id, access_token, end_at, created_at, updated_at, owner, state_reason, port_access, traffic_token, network,
 	disk_gb, auto_stop_minutes, auto_archive_minutes, auto_delete_minutes, last_activity_at, stopped_at`
 
 const (
 	qSandboxInsert = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	// qSandboxInsertCapped inserts only while the table holds fewer rows than
 	// the last argument. The count and the insert are one statement on the
 	// single writer connection, so concurrent creates cannot both take the
 	// last slot.
 	qSandboxInsertCapped = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+		SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
 		WHERE (SELECT COUNT(*) FROM sandboxes) < ?`
 	qSandboxByID = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
 )
@@ -71,6 +71,10 @@ func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbo
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: env: %w", sb.ID, err)
 	}
+	netPolicy, err := encodeNetwork(sb.Network)
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: network: %w", sb.ID, err)
+	}
 	created := clock(sb.CreatedAt)
 	updated := sb.UpdatedAt
 	if updated.IsZero() {
@@ -86,7 +90,7 @@ func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbo
 	}
 	args := []any{sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
 		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated), owner, sb.StateReason,
-		string(access), sb.TrafficToken,
+		string(access), sb.TrafficToken, netPolicy,
 		sb.DiskGB, sb.AutoStop, sb.AutoArchive, sb.AutoDelete, nullableNanos(sb.LastActivityAt), nullableNanos(sb.StoppedAt)}
 	var res sql.Result
 	switch {
@@ -429,14 +433,14 @@ func scanSandboxes(rows *sql.Rows) ([]sandpit.Sandbox, error) {
 func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 	var (
 		sb                 sandpit.Sandbox
-		labels, env        string
+		labels, env, netw  string
 		endAt              sql.NullInt64
 		createdAt, updated int64
 		activity, stopped  sql.NullInt64
 	)
 	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
 		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated, &sb.Owner, &sb.StateReason,
-		&sb.PortAccess, &sb.TrafficToken,
+		&sb.PortAccess, &sb.TrafficToken, &netw,
 		&sb.DiskGB, &sb.AutoStop, &sb.AutoArchive, &sb.AutoDelete, &activity, &stopped); err != nil {
 		return sandpit.Sandbox{}, err
 	}
@@ -447,12 +451,26 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 	if sb.Env, err = decodeMap(env); err != nil {
 		return sandpit.Sandbox{}, fmt.Errorf("sandbox %s: env: %w", sb.ID, err)
 	}
+	if netw != "" && netw != "{}" {
+		if err := json.Unmarshal([]byte(netw), &sb.Network); err != nil {
+			return sandpit.Sandbox{}, fmt.Errorf("sandbox %s: network: %w", sb.ID, err)
+		}
+	}
 	sb.EndAt = fromNullNanos(endAt)
 	sb.CreatedAt = fromNanos(createdAt)
 	sb.UpdatedAt = fromNanos(updated)
 	sb.LastActivityAt = fromNullNanos(activity)
 	sb.StoppedAt = fromNullNanos(stopped)
 	return sb, nil
+}
+
+// encodeNetwork stores the default policy as "{}".
+func encodeNetwork(p sandpit.NetworkPolicy) (string, error) {
+	if p.IsZero() {
+		return "{}", nil
+	}
+	b, err := json.Marshal(p)
+	return string(b), err
 }
 
 // encodeMap stores a nil map as "{}" so that it reads back as an empty map

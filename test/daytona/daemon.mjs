@@ -101,6 +101,8 @@ export async function startDaemon(extraArgs = []) {
     '--token', token,
     '--default-image', testImage,
     '--container-label', runLabel,
+    '--network-name', `sandpit-${run}`,
+    '--network-pool', '10.200.0.0/14',
     ...extraArgs,
   ];
   const base = `http://127.0.0.1:${apiPort}`;
@@ -157,6 +159,9 @@ export async function startDaemon(extraArgs = []) {
           // Already gone.
         }
       }
+      // The daemon keeps its network and firewall rules while sandboxes
+      // run; with the containers gone, uninstall removes both.
+      execFileSync(bin, ['uninstall', '--network-name', `sandpit-${run}`], { stdio: 'inherit' });
       rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -154,7 +154,7 @@ func (h *Handler) renderSandbox(toolboxBase string, sb sandpit.Sandbox, withEnv 
 		// Preview URLs go through Sandpit's proxy, which asks for no token:
 		// in Daytona's terms every sandbox is public.
 		Public:          true,
-		NetworkBlockAll: false,
+		NetworkBlockAll: sb.Network.Egress == sandpit.EgressNone && len(sb.Network.Allow) == 0,
 		Target:          defaultTarget,
 		// The allocation: the daemon's defaults when the create named none,
 		// the host's capacity for a resource without a limit.
@@ -281,8 +281,8 @@ func serviceRequest(req CreateRequest) (service.CreateRequest, error) {
 	switch {
 	case req.GPU != nil && *req.GPU > 0, len(req.GPUType) > 0:
 		return out, badRequest("GPUs are not supported")
-	case req.NetworkBlockAll != nil && *req.NetworkBlockAll, req.NetworkAllowList != "", req.DomainAllowList != "":
-		return out, badRequest("network restrictions (networkBlockAll, networkAllowList, domainAllowList) are not supported: sandboxes have the engine's default network")
+	case req.DomainAllowList != "":
+		return out, badRequest("domainAllowList is not supported: network restrictions are by address (networkAllowList)")
 	case len(req.Volumes) > 0:
 		return out, badRequest("volumes are not supported")
 	case len(req.Secrets) > 0:
@@ -338,6 +338,17 @@ func serviceRequest(req CreateRequest) (service.CreateRequest, error) {
 			return out, badRequest("ttlMinutes must not be negative")
 		}
 		out.Timeout = time.Duration(*req.TTLMinutes) * time.Minute
+	}
+	// Daytona's networkBlockAll blocks all egress; networkAllowList (comma
+	// separated CIDRs) blocks all but those.
+	if req.NetworkBlockAll != nil && *req.NetworkBlockAll {
+		out.Network.Egress = sandpit.EgressNone
+	}
+	if req.NetworkAllowList != "" {
+		out.Network.Egress = sandpit.EgressNone
+		for _, c := range strings.Split(req.NetworkAllowList, ",") {
+			out.Network.Allow = append(out.Network.Allow, strings.TrimSpace(c))
+		}
 	}
 	out.Name = req.Name
 	out.Env = req.Env

@@ -83,6 +83,7 @@ func (b CreateBody) request(id string) service.CreateRequest {
 		// E2B serves every port of a sandbox publicly unless the create
 		// asks for its traffic token to be required.
 		PortAccess: b.portAccess(),
+		Network:    b.network(),
 	}
 }
 

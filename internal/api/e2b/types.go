@@ -113,13 +113,12 @@ func (b CreateBody) validate() error {
 		return unsupported("volumeMounts")
 	case present(b.IAM):
 		return unsupported("iam")
-	case b.AllowInternetAccess != nil && !*b.AllowInternetAccess:
-		return unsupported("allowInternetAccess false")
+	}
+	if _, err := service.NormalizeNetwork(b.network()); err != nil {
+		return err
 	}
 	if n := b.Network; n != nil {
 		switch {
-		case len(n.DenyOut) > 0:
-			return unsupported("network.denyOut")
 		case present(n.EgressProxy):
 			return unsupported("network.egressProxy")
 		case present(n.Rules):
@@ -127,6 +126,22 @@ func (b CreateBody) validate() error {
 		}
 	}
 	return nil
+}
+
+// network maps E2B's egress settings to a sandbox policy:
+// allow_internet_access false is E2B's denyOut ["0.0.0.0/0"], that is no
+// egress beyond allowOut; allowOut wins over denyOut, as on E2B. Domain names
+// in allowOut are refused (sandpit filters by address only).
+func (b CreateBody) network() sandpit.NetworkPolicy {
+	var p sandpit.NetworkPolicy
+	if b.AllowInternetAccess != nil && !*b.AllowInternetAccess {
+		p.Egress = sandpit.EgressNone
+	}
+	if b.Network != nil {
+		p.Allow = b.Network.AllowOut
+		p.Deny = b.Network.DenyOut
+	}
+	return p
 }
 
 // CreatedSandbox is the response of a create or a connect.

@@ -74,12 +74,23 @@ func writeError(w http.ResponseWriter, p api.Problem) {
 
 func fail(w http.ResponseWriter, err error) { writeError(w, api.Classify(err)) }
 
+// networkPolicy converts a wire egress policy to the domain's.
+func networkPolicy(n *apitypes.Network) sandpit.NetworkPolicy {
+	if n == nil {
+		return sandpit.NetworkPolicy{}
+	}
+	return sandpit.NetworkPolicy{Egress: n.Egress, Allow: n.Allow, Deny: n.Deny}
+}
+
 func toSandbox(sb sandpit.Sandbox) apitypes.Sandbox {
 	out := apitypes.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), StateReason: sb.StateReason, Labels: sb.Labels, Env: sb.Env,
 		CPU: sb.CPU, MemoryMB: sb.MemoryMB, CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt}
 	if !sb.EndAt.IsZero() {
 		t := sb.EndAt
 		out.EndAt = &t
+	}
+	if !sb.Network.IsZero() {
+		out.Network = &apitypes.Network{Egress: sb.Network.Egress, Allow: sb.Network.Allow, Deny: sb.Network.Deny}
 	}
 	return out
 }
@@ -97,6 +108,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	creq := service.CreateRequest{
 		ID: IDFromContext(r.Context()), Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Timeout: time.Duration(req.TimeoutS) * time.Second,
+		Network: networkPolicy(req.Network),
 	}
 	var (
 		sb  sandpit.Sandbox

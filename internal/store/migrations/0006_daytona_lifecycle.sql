@@ -1,4 +1,4 @@
--- 0005_daytona_lifecycle: the disk a sandbox was allocated and its lifecycle
+-- 0006_daytona_lifecycle: the disk a sandbox was allocated and its lifecycle
 -- intervals, which Daytona's API sets and reports and the sweeper enforces.
 --
 -- Intervals are in minutes (the daemon's interval unit, shortened only in
