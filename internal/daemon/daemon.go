@@ -64,6 +64,8 @@ type Config struct {
 	IdempotencyRetention time.Duration
 	// AuditRetention is how long audit log entries are kept (default 90 days).
 	AuditRetention time.Duration
+	// MetricsPublic serves /metrics without a token.
+	MetricsPublic bool
 
 	SweepInterval time.Duration
 	Logger        *slog.Logger
@@ -350,6 +352,10 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Warn("ignoring "+crashpoint.Env+": this binary was built without crash points", "point", p)
 	}
 
+	mets := newMetrics()
+	if edg.proxy != nil {
+		edg.proxy = mets.ProxyHandler(edg.proxy)
+	}
 	svc = service.New(service.Config{
 		DefaultImage: cfg.DefaultImage,
 		Templates:    cfg.Templates,
@@ -361,8 +367,10 @@ func Run(ctx context.Context, cfg Config) error {
 		ExtraLabels:  cfg.ExtraLabels,
 		Instance:     instance,
 		PreviewTLS:   cfg.PreviewTLS,
+		Metrics:      mets,
 		Logger:       log,
-	}, st, rt, edg.Router)
+	}, st, mets.Driver(rt), edg.Router)
+	watchSources(mets, st, edg.Router)
 
 	if edg.caddy != nil {
 		mode, err := edg.caddy.Start(ctx)
@@ -395,13 +403,14 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	metrics := service.NewMetricsHistory(svc, 0, 0)
 	surfaces(ctx, mux, cfg, svc, token, metrics)
+	mux.Handle("GET /metrics", metricsHandler(mets, api.NewAuth(svc, token), cfg.MetricsPublic))
 	if cfg.Router == RouterCaddy {
 		// Unauthenticated: Caddy sends no token, and the answer only says
 		// whether a hostname is bound.
 		mux.Handle("GET "+askPath, askHandler(svc, log))
 	}
 
-	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	apiSrv := &http.Server{Handler: api.AccessLog(log, mux), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	// Event streams last as long as their clients; ending the subscriptions
 	// when the server shuts down lets Shutdown finish.
 	apiSrv.RegisterOnShutdown(svc.CloseEvents)
@@ -477,7 +486,7 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	idem := v1.NewIdempotency(svc.Idempotency(), v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
 	})
-	mux.Handle("/v1/", v1.New(svc, auth, idem.Wrap))
+	mux.Handle("/v1/", v1.New(svc, auth, v1RouteWrap(idem.Wrap)))
 	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger, Metrics: metrics})
 	mux.Handle(e2b.Prefix+"/", e2bAPI)
 	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's

@@ -22,6 +22,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -57,7 +58,9 @@ type Config struct {
 	// PreviewTLS makes preview and custom-domain URLs https:// (the Caddy
 	// router serving them with on-demand certificates).
 	PreviewTLS bool
-	Logger     *slog.Logger
+	// Metrics counts creates and idempotency outcomes; nil counts nothing.
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
 	Now        func() time.Time
 }
 
@@ -123,6 +126,8 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	if cfg.Templates == nil {
 		cfg.Templates = map[string]string{}
 	}
+	idem := NewIdempotency(st, cfg.Now, cfg.Logger)
+	idem.metrics = cfg.Metrics
 	return &Service{
 		cfg:          cfg,
 		store:        st,
@@ -136,7 +141,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		creating:     map[string]chan struct{}{},
 		stopping:     map[string]int{},
 		leaving:      map[string]bool{},
-		idem:         NewIdempotency(st, cfg.Now, cfg.Logger),
+		idem:         idem,
 		events:       newEvents(),
 	}
 }
