@@ -71,4 +71,3 @@ func v1RouteWrap(idem func(pattern string, h http.HandlerFunc) http.Handler) fun
 		return api.RouteNoting(pattern, idem(pattern, h))
 	}
 }
-

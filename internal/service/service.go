@@ -61,7 +61,7 @@ type Config struct {
 	// Metrics counts creates and idempotency outcomes; nil counts nothing.
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
-	Now        func() time.Time
+	Now     func() time.Time
 }
 
 // Service is Sandpit's domain layer.
