@@ -72,6 +72,7 @@ func serveCmd() *cobra.Command {
 			if e2bReplay < 0 || e2bPending <= 0 || idemWait <= 0 || idemR <= 0 {
 				return fmt.Errorf("TTL flags must be positive (the E2B replay window may be 0 to turn dedupe off)")
 			}
+			cfg.Version = version
 			cfg.E2BPendingTTL, cfg.E2BReplayWindow, cfg.IdempotencyWait, cfg.IdempotencyRetention = e2bPending, e2bReplay, idemWait, idemR
 			return daemon.Run(cmd.Context(), cfg)
 		},

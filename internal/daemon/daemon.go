@@ -66,6 +66,8 @@ type Config struct {
 	AuditRetention time.Duration
 	// MetricsPublic serves /metrics without a token.
 	MetricsPublic bool
+	// Version is the binary's version, reported by /v1/status.
+	Version string
 
 	SweepInterval time.Duration
 	Logger        *slog.Logger
@@ -404,6 +406,13 @@ func Run(ctx context.Context, cfg Config) error {
 	metrics := service.NewMetricsHistory(svc, 0, 0)
 	surfaces(ctx, mux, cfg, svc, token, metrics)
 	mux.Handle("GET /metrics", metricsHandler(mets, api.NewAuth(svc, token), cfg.MetricsPublic))
+	spec, err := openAPIHandler()
+	if err != nil {
+		closeListeners()
+		return err
+	}
+	mux.Handle("GET /v1/openapi.json", spec)
+	mux.Handle("GET /v1/status", statusHandler(cfg, time.Now(), api.NewAuth(svc, token), st, rt))
 	if cfg.Router == RouterCaddy {
 		// Unauthenticated: Caddy sends no token, and the answer only says
 		// whether a hostname is bound.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/sandpit-dev/sandpit/api/openapi"
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
@@ -70,4 +71,18 @@ func v1RouteWrap(idem func(pattern string, h http.HandlerFunc) http.Handler) fun
 	return func(pattern string, h http.HandlerFunc) http.Handler {
 		return api.RouteNoting(pattern, idem(pattern, h))
 	}
+}
+
+// openAPIHandler serves the /v1 contract as JSON. It needs no token: it is
+// the same document anyone can read in the repository.
+func openAPIHandler() (http.Handler, error) {
+	doc, err := openapi.JSON()
+	if err != nil {
+		return nil, err
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "public, max-age=300")
+		_, _ = w.Write(doc)
+	}), nil
 }

@@ -29,3 +29,6 @@ func (s *Store) CountSandboxesByState(ctx context.Context) (map[sandpit.State]in
 	}
 	return out, rows.Err()
 }
+
+// Dir is the data directory the store holds.
+func (s *Store) Dir() string { return s.dir }
