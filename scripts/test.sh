@@ -31,7 +31,7 @@ export SANDPIT_CADDY_L4
 echo "$SANDPIT_CADDY_L4"
 
 # Node packages first: the Go tests of the Caddy router run the E2B SDK.
-for dir in test/e2b test/daytona; do
+for dir in test/e2b test/daytona test/ui; do
 	[[ -f "$dir/package.json" ]] || continue
 	(
 		cd "$dir"
@@ -47,7 +47,9 @@ done
 step "go test -race -count=1 -timeout ${GO_TEST_TIMEOUT:-20m} ./..."
 go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-20m}" ./...
 
-for dir in test/e2b test/daytona; do
+# test/ui drives the dashboard in Debian's headless Chromium and keeps its
+# screenshots under test/ui/artifacts (SANDPIT_ARTIFACTS overrides).
+for dir in test/e2b test/daytona test/ui; do
 	[[ -f "$dir/package.json" ]] || continue
 	step "node tests in $dir"
 	(

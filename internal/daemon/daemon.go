@@ -33,6 +33,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/ui"
 )
 
 // Config is everything `sandpit serve` takes.
@@ -413,6 +414,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	mux.Handle("GET /v1/openapi.json", spec)
 	mux.Handle("GET /v1/status", statusHandler(cfg, time.Now(), api.NewAuth(svc, token), st, rt))
+	mux.Handle("GET "+ui.Prefix, ui.Handler())
+	mux.Handle("GET /ui", http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently))
 	if cfg.Router == RouterCaddy {
 		// Unauthenticated: Caddy sends no token, and the answer only says
 		// whether a hostname is bound.
