@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Create paths: how a create request was answered.
@@ -104,6 +105,9 @@ func New(createScopes ...string) *Metrics {
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
+
+// Gather collects every family now, as a scrape would (tests read it).
+func (m *Metrics) Gather() ([]*dto.MetricFamily, error) { return m.reg.Gather() }
 
 // CreateDone records one answered create.
 func (m *Metrics) CreateDone(path string, d time.Duration) {
