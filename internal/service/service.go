@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
+	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -90,8 +91,10 @@ type Config struct {
 	// RestartParallel bounds the sandboxes a start brings back at once
 	// (default 8).
 	RestartParallel int
-	Logger          *slog.Logger
-	Now             func() time.Time
+	// Metrics counts creates and idempotency outcomes; nil counts nothing.
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Service is Sandpit's domain layer.
@@ -178,6 +181,8 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	if cfg.Templates == nil {
 		cfg.Templates = map[string]string{}
 	}
+	idem := NewIdempotency(st, cfg.Now, cfg.Logger)
+	idem.metrics = cfg.Metrics
 	return &Service{
 		cfg:          cfg,
 		store:        st,
@@ -191,7 +196,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		creating:     map[string]chan struct{}{},
 		leaving:      map[string]bool{},
 		starting:     map[string]bool{},
-		idem:         NewIdempotency(st, cfg.Now, cfg.Logger),
+		idem:         idem,
 		events:       newEvents(),
 		creates:      make(chan struct{}, cfg.MaxConcurrentCreates),
 	}
