@@ -156,6 +156,15 @@ func (c *Client) WriteFile(ctx context.Context, id, path string, data []byte) er
 	return err
 }
 
+// WriteFileProgress is WriteFile telling progress how many bytes have been
+// sent so far (from 0 again if the upload is retried).
+func (c *Client) WriteFileProgress(ctx context.Context, id, path string, data []byte, progress func(sent int64)) error {
+	_, err := c.do(ctx, request{method: http.MethodPut, path: "/v1/sandboxes/" + url.PathEscape(id) + "/files",
+		query: url.Values{"path": {path}}, raw: data, idempotent: true, progress: progress,
+		header: http.Header{"Content-Type": {"application/octet-stream"}}}, nil)
+	return err
+}
+
 // ReadFile copies the file at path inside the sandbox to w.
 func (c *Client) ReadFile(ctx context.Context, id, path string, w io.Writer) error {
 	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/" + url.PathEscape(id) + "/files",

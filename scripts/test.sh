@@ -31,7 +31,7 @@ export SANDPIT_CADDY_L4
 echo "$SANDPIT_CADDY_L4"
 
 # Node packages first: the Go tests of the Caddy router run the E2B SDK.
-for dir in test/e2b test/daytona; do
+for dir in test/e2b test/daytona test/ui; do
 	[[ -f "$dir/package.json" ]] || continue
 	(
 		cd "$dir"
@@ -61,7 +61,9 @@ done < <(grep -rlE --include='*_test.go' '^func Fuzz' internal cmd test 2>/dev/n
 		done
 	done | sort)
 
-for dir in test/e2b test/daytona; do
+# test/ui drives the dashboard in Debian's headless Chromium and keeps its
+# screenshots under test/ui/artifacts (SANDPIT_ARTIFACTS overrides).
+for dir in test/e2b test/daytona test/ui; do
 	[[ -f "$dir/package.json" ]] || continue
 	step "node tests in $dir"
 	(

@@ -38,6 +38,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/ui"
 )
 
 // Config is everything `sandpit serve` takes.
@@ -95,6 +96,10 @@ type Config struct {
 	ReadTimeout    time.Duration
 	IdleTimeout    time.Duration
 	MaxHeaderBytes int
+	// MetricsPublic serves /metrics without a token.
+	MetricsPublic bool
+	// Version is the binary's version, reported by /v1/status.
+	Version string
 
 	SweepInterval time.Duration
 	// IntervalUnit is the unit of the lifecycle intervals (Daytona's
@@ -484,6 +489,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("sandbox network: %w", err)
 	}
 
+	mets := newMetrics()
+	if edg.proxy != nil {
+		edg.proxy = mets.ProxyHandler(edg.proxy)
+	}
 	svc = service.New(service.Config{
 		DefaultImage: cfg.DefaultImage,
 		Templates:    cfg.Templates,
@@ -508,7 +517,9 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxSandboxes:         cfg.MaxSandboxes,
 		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
 		Runtime:              cfg.OCIRuntime,
-	}, st, rt, edg.Router)
+		Metrics:              mets,
+	}, st, mets.Driver(rt), edg.Router)
+	watchSources(mets, st, edg.Router)
 
 	if edg.caddy != nil {
 		mode, err := edg.caddy.Start(ctx)
@@ -545,6 +556,16 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	metrics := service.NewMetricsHistory(svc, 0, 0)
 	dt := surfaces(ctx, mux, cfg, svc, token, previewKey, metrics, diskMB)
+	mux.Handle("GET /metrics", metricsHandler(mets, api.NewAuth(svc, token), cfg.MetricsPublic))
+	spec, err := openAPIHandler()
+	if err != nil {
+		closeListeners()
+		return err
+	}
+	mux.Handle("GET /v1/openapi.json", spec)
+	mux.Handle("GET /v1/status", statusHandler(cfg, time.Now(), api.NewAuth(svc, token), st, dk))
+	mux.Handle("GET "+ui.Prefix, ui.Handler())
+	mux.Handle("GET /ui", http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently))
 	if cfg.Router == RouterCaddy {
 		// Unauthenticated: Caddy sends no token, and the answer only says
 		// whether a hostname is bound.
@@ -553,7 +574,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	guard := httpguard.Options{MaxBody: cfg.MaxUploadMB << 20, ReadTimeout: cfg.ReadTimeout}
 	apiSrv := &http.Server{
-		Handler:           httpguard.Guard(mux, guard),
+		Handler:           api.AccessLog(log, httpguard.Guard(mux, guard)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
@@ -663,7 +684,7 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	idem := v1.NewIdempotency(svc.Idempotency(), v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, PendingTTL: cfg.IdempotencyLock, Logger: cfg.Logger,
 	})
-	mux.Handle("/v1/", v1.New(svc, auth, idem.Wrap))
+	mux.Handle("/v1/", v1.New(svc, auth, v1RouteWrap(idem.Wrap)))
 	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics})
 	mux.Handle(e2b.Prefix+"/", e2bAPI)
 	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's

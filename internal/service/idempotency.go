@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -112,6 +114,8 @@ type Idempotency struct {
 	st  ClaimStore
 	now func() time.Time
 	log *slog.Logger
+	// metrics counts claim outcomes per base scope; nil counts nothing.
+	metrics *metrics.Metrics
 
 	mu sync.Mutex
 	// held counts the attempts of each key running in this process.
@@ -162,7 +166,11 @@ const (
 // op's error is returned as is, with the zero Response.
 func (e *Idempotency) Do(ctx context.Context, req IdemRequest, op func(context.Context, *Attempt) (Response, error)) (Response, Outcome, error) {
 	k := claimKey{req.Scope, req.Key}
-	deadline := time.Now().Add(req.Wait)
+	start := time.Now()
+	deadline := start.Add(req.Wait)
+	// Metrics name the scope without its owner: one series per operation,
+	// not per tenant.
+	base, _, _ := strings.Cut(req.Scope, ownerScopeSep)
 	for {
 		claim, err := e.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{
 			Scope: req.Scope, Fingerprint: req.Key, RequestHash: req.RequestHash, PendingTTL: req.PendingTTL,
@@ -172,18 +180,24 @@ func (e *Idempotency) Do(ctx context.Context, req IdemRequest, op func(context.C
 		}
 		switch claim.Outcome {
 		case sandpit.Mismatch:
+			e.metrics.IdemOutcome(base, metrics.IdemMismatch)
 			return Response{}, 0, ErrKeyMismatch
 		case sandpit.Replay:
+			e.metrics.IdemOutcome(base, metrics.IdemReplay)
+			e.metrics.IdemAnswered(base, metrics.PathReplayed, time.Since(start))
 			return stored(claim), Replayed, nil
 		case sandpit.Acquired:
+			e.metrics.IdemOutcome(base, metrics.IdemAcquired)
 			resp, err := e.run(ctx, k, req, claim, op)
 			return resp, Executed, err
 		case sandpit.InFlight:
+			e.metrics.IdemOutcome(base, metrics.IdemInFlight)
 			done, ready, err := e.await(ctx, k, deadline)
 			if err != nil {
 				return Response{}, 0, err
 			}
 			if ready {
+				e.metrics.IdemAnswered(base, metrics.PathDeduplicated, time.Since(start))
 				return stored(done), Replayed, nil
 			}
 			if !time.Now().Before(deadline) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
 )
@@ -221,8 +222,12 @@ func (s *Service) acquireCreateSlot(ctx context.Context) (release func(), err er
 // and the row flips to running. Any failure unwinds every step taken, so a
 // failed create leaves no container and no row.
 func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out sandpit.Sandbox, err error) {
+	start := time.Now()
 	defer func() {
 		s.audit(ctx, "sandbox.create", auditResource(out.ID, req.ID, req.Name), err)
+		if err == nil {
+			s.cfg.Metrics.CreateDone(metrics.PathCold, time.Since(start))
+		}
 	}()
 	if err := s.validateCreate(&req); err != nil {
 		return sandpit.Sandbox{}, err

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
+	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -97,8 +98,10 @@ type Config struct {
 	// (auto-stop, auto-archive, auto-delete); default one minute. Only
 	// tests shorten it.
 	IntervalUnit time.Duration
-	Logger       *slog.Logger
-	Now          func() time.Time
+	// Metrics counts creates and idempotency outcomes; nil counts nothing.
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Service is Sandpit's domain layer.
@@ -192,6 +195,8 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	if cfg.IntervalUnit <= 0 {
 		cfg.IntervalUnit = time.Minute
 	}
+	idem := NewIdempotency(st, cfg.Now, cfg.Logger)
+	idem.metrics = cfg.Metrics
 	return &Service{
 		cfg:          cfg,
 		store:        st,
@@ -206,7 +211,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		creating:     map[string]chan struct{}{},
 		leaving:      map[string]bool{},
 		starting:     map[string]bool{},
-		idem:         NewIdempotency(st, cfg.Now, cfg.Logger),
+		idem:         idem,
 		events:       newEvents(),
 		creates:      make(chan struct{}, cfg.MaxConcurrentCreates),
 	}

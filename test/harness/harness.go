@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -369,7 +370,24 @@ func RunWithBinary(m *testing.M, bin *string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	return m.Run()
+	// Every /v1 exchange of the suite, through the Go client or a raw
+	// request, is validated against the OpenAPI document: both use the
+	// default transport.
+	contract, err := LoadContract()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	http.DefaultTransport = contract.Transport(http.DefaultTransport)
+	code := m.Run()
+	if vs := contract.Violations(); len(vs) > 0 {
+		fmt.Fprintf(os.Stderr, "%d exchanges violated the OpenAPI document:\n", len(vs))
+		for _, v := range vs {
+			fmt.Fprintln(os.Stderr, "  "+v)
+		}
+		return 1
+	}
+	return code
 }
 
 // Pid is the daemon process's id (0 when it is not running).
