@@ -261,10 +261,34 @@ func (acc account) as(fn func() error) error {
 		gid, _ := unix.SetfsgidRetGid(-1)
 		uid, _ := unix.SetfsuidRetUid(-1)
 		if uid != int(acc.UID) || gid != int(acc.GID) {
-			errc <- fmt.Errorf("act as %s: filesystem identity is %d:%d", acc.Name, uid, gid)
-			return
+			// Some kernels (gVisor's) do not keep a filesystem identity of
+			// its own. The thread's effective ids, which the filesystem
+			// identity follows, do the same job: set with the raw system
+			// calls they change this thread only (the libc and Go wrappers
+			// change every thread), and the thread ends with fn.
+			if err := setThreadEffectiveIDs(acc.UID, acc.GID); err != nil {
+				errc <- fmt.Errorf("act as %s: filesystem identity is %d:%d, and effective ids: %w", acc.Name, uid, gid, err)
+				return
+			}
 		}
 		errc <- fn()
 	}()
 	return <-errc
+}
+
+// setThreadEffectiveIDs makes uid:gid the calling thread's effective ids,
+// keeping the real and saved ones, through the raw system calls, which act
+// on the calling thread alone. The caller runs on a thread that is locked
+// and dies with it.
+func setThreadEffectiveIDs(uid, gid uint32) error {
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, ^uintptr(0), uintptr(gid), ^uintptr(0)); e != 0 {
+		return fmt.Errorf("setresgid: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); e != 0 {
+		return fmt.Errorf("setresuid: %w", e)
+	}
+	if got := unix.Geteuid(); got != int(uid) {
+		return fmt.Errorf("effective uid is %d", got)
+	}
+	return nil
 }
