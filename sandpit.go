@@ -20,6 +20,9 @@ var (
 	ErrPortPoolExhausted = errors.New("host port pool exhausted")
 	ErrTapPoolExhausted  = errors.New("tap pool exhausted")
 	ErrClaimLost         = errors.New("idempotency claim no longer held")
+	// ErrNoLeader: a cluster write found no Raft leader (an election is under
+	// way); the request may be retried shortly.
+	ErrNoLeader = errors.New("no cluster leader")
 )
 
 // State is a sandbox's lifecycle state as the store records it.
