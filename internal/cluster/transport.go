@@ -191,8 +191,14 @@ func (m *Mux) SetApply(f func(data []byte) (Result, error)) {
 
 // Close stops the listener.
 func (m *Mux) Close() error {
-	m.once.Do(func() { close(m.closed) })
-	return m.ln.Close()
+	var err error
+	// Raft closes its stream layer on shutdown and the node closes the port
+	// again; only the first close acts.
+	m.once.Do(func() {
+		close(m.closed)
+		err = m.ln.Close()
+	})
+	return err
 }
 
 func (m *Mux) serve() {

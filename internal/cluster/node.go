@@ -1,0 +1,450 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Config is what `sandpit serve --cluster` gives the cluster layer.
+type Config struct {
+	NodeName string
+	DataDir  string // the daemon's; Raft keeps <DataDir>/raft
+	// RaftListen is the cluster port: Raft, forwarded entries and forwarded
+	// API requests, all over TLS keyed by the cluster key.
+	RaftListen   string
+	GossipListen string
+	// Advertise is the host other nodes reach this one at; empty uses the
+	// listen addresses' hosts.
+	Advertise       string
+	Join            []string // gossip addresses of existing members
+	Bootstrap       bool     // form a one-node cluster if this node has no state
+	BootstrapExpect int      // form the cluster once this many members gossip
+	Keys            Keys
+	// Self is this node's API, proxy and public addresses, registered in the
+	// replicated index.
+	Self Node
+	// Capacity reports how many sandboxes this node runs and its limit
+	// (0 = none), gossiped for placement.
+	Capacity func() (running, max int)
+	Logger   *slog.Logger
+	// Fast shortens Raft's and gossip's timers (tests on one machine).
+	Fast bool
+}
+
+// Cluster is one node's membership in the cluster: its cluster port, its
+// gossip and its Raft replica, and the loops that keep them in agreement.
+type Cluster struct {
+	cfg     Config
+	mux     *Mux
+	gossip  *Membership
+	rep     *Replica
+	log     *slog.Logger
+	changed chan struct{}
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	leaving chan struct{}
+	once    sync.Once
+}
+
+// Start opens the cluster port and gossip, starts Raft from <DataDir>/raft,
+// joins the given members (retrying in the background until one answers) and
+// bootstraps when told to.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("cluster: --node-name is required")
+	}
+	if cfg.Bootstrap && cfg.BootstrapExpect > 0 {
+		return nil, errors.New("cluster: give --bootstrap or --bootstrap-expect, not both")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger.With("node", cfg.NodeName)
+	raftAdv, err := advertised(cfg.RaftListen, cfg.Advertise)
+	if err != nil {
+		return nil, fmt.Errorf("--raft-listen: %w", err)
+	}
+	mux, err := Listen(cfg.RaftListen, raftAdv, cfg.Keys, log)
+	if err != nil {
+		return nil, err
+	}
+	// With port 0 the real port is known only now.
+	if raftAdv == "" || isPortZero(raftAdv) {
+		raftAdv = mux.ln.Addr().String()
+		mux.adv = mux.ln.Addr()
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  mux.RaftLayer(),
+		MaxPool: 4,
+		Timeout: 5 * time.Second,
+		Logger:  hclogFor(log, "raft-net"),
+	})
+	rcfg := ReplicaConfig{
+		NodeID:    cfg.NodeName,
+		Dir:       filepath.Join(cfg.DataDir, "raft"),
+		Transport: trans,
+		Forward:   mux.Forwarder(),
+		Logger:    log,
+	}
+	if cfg.Fast {
+		rcfg.Tune = func(c *raft.Config) {
+			c.HeartbeatTimeout = 300 * time.Millisecond
+			c.ElectionTimeout = 300 * time.Millisecond
+			c.LeaderLeaseTimeout = 150 * time.Millisecond
+		}
+	}
+	rep, err := NewReplica(rcfg)
+	if err != nil {
+		mux.Close()
+		return nil, err
+	}
+	mux.SetApply(rep.ApplyLocal)
+
+	c := &Cluster{
+		cfg: cfg, mux: mux, rep: rep, log: log,
+		changed: make(chan struct{}, 1),
+		leaving: make(chan struct{}),
+	}
+	c.cfg.Self.ID = cfg.NodeName
+	c.cfg.Self.RaftAddr = raftAdv
+	gossipAdv, err := advertised(cfg.GossipListen, cfg.Advertise)
+	if err != nil {
+		c.closeRaft()
+		return nil, fmt.Errorf("--gossip-listen: %w", err)
+	}
+	g, err := StartMembership(MembershipConfig{
+		NodeName: cfg.NodeName, Bind: cfg.GossipListen, Advertise: gossipAdv, Keys: cfg.Keys,
+		Meta: c.meta, OnChange: c.poke, Logger: log, Fast: cfg.Fast,
+	})
+	if err != nil {
+		c.closeRaft()
+		return nil, err
+	}
+	c.gossip = g
+
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.stop = cancel
+	c.wg.Add(2)
+	go func() {
+		defer c.wg.Done()
+		if err := g.Join(bg, cfg.Join); err != nil && bg.Err() == nil {
+			log.Error("cluster: join", "err", err)
+		}
+		c.poke()
+	}()
+	go func() {
+		defer c.wg.Done()
+		c.run(bg)
+	}()
+	return c, nil
+}
+
+func isPortZero(addr string) bool {
+	_, p, err := net.SplitHostPort(addr)
+	return err == nil && p == "0"
+}
+
+// advertised is listen with its host replaced by advertise, when given.
+func advertised(listen, advertise string) (string, error) {
+	h, p, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", err
+	}
+	if advertise != "" {
+		h = advertise
+	}
+	if h == "" || h == "0.0.0.0" || h == "::" {
+		return "", fmt.Errorf("listening on %q needs --advertise", listen)
+	}
+	return net.JoinHostPort(h, p), nil
+}
+
+func (c *Cluster) meta() Meta {
+	m := Meta{API: c.cfg.Self.APIAddr, Raft: c.cfg.Self.RaftAddr, Proxy: c.cfg.Self.ProxyAddr, Public: c.cfg.Self.PublicHost, Expect: c.cfg.BootstrapExpect}
+	if c.cfg.Capacity != nil {
+		m.Running, m.Max = c.cfg.Capacity()
+	}
+	return m
+}
+
+func (c *Cluster) poke() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// run bootstraps when due, and while this node leads keeps the Raft
+// configuration and the registered nodes in step with gossip, and reaps
+// expired claims.
+func (c *Cluster) run(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	lastReap := time.Now()
+	for {
+		if err := c.maybeBootstrap(); err != nil {
+			c.log.Error("cluster: bootstrap", "err", err)
+		}
+		if c.rep.IsLeader() {
+			c.reconcile(ctx)
+			if time.Since(lastReap) > 10*time.Second {
+				lastReap = time.Now()
+				if err := c.rep.Reap(ctx); err != nil && ctx.Err() == nil {
+					c.log.Warn("cluster: reap claims", "err", err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.changed:
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *Cluster) maybeBootstrap() error {
+	if c.rep.HasState() {
+		return nil
+	}
+	switch {
+	case c.cfg.Bootstrap:
+		return c.rep.Bootstrap([]raft.Server{{ID: raft.ServerID(c.cfg.NodeName), Address: raft.ServerAddress(c.cfg.Self.RaftAddr)}})
+	case c.cfg.BootstrapExpect > 0:
+		var servers []raft.Server
+		for _, m := range c.gossip.Members() {
+			if m.State != "alive" || m.Meta.Raft == "" {
+				continue
+			}
+			if m.Meta.Expect != 0 && m.Meta.Expect != c.cfg.BootstrapExpect {
+				return fmt.Errorf("member %s expects %d nodes, this node %d", m.Name, m.Meta.Expect, c.cfg.BootstrapExpect)
+			}
+			servers = append(servers, raft.Server{ID: raft.ServerID(m.Name), Address: raft.ServerAddress(m.Meta.Raft)})
+		}
+		if len(servers) < c.cfg.BootstrapExpect {
+			return nil
+		}
+		// Every node computes the same sorted configuration from gossip, so
+		// however many of them bootstrap, they agree.
+		slices.SortFunc(servers, func(a, b raft.Server) int {
+			switch {
+			case a.ID < b.ID:
+				return -1
+			case a.ID > b.ID:
+				return 1
+			}
+			return 0
+		})
+		c.log.Info("cluster: bootstrapping", "servers", len(servers))
+		return c.rep.Bootstrap(servers)
+	}
+	return nil
+}
+
+// reconcile runs on the leader: alive members that are not voters become
+// voters, members that left are removed, and every member's addresses are
+// registered in the index.
+func (c *Cluster) reconcile(ctx context.Context) {
+	cf := c.rep.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return
+	}
+	voters := map[string]raft.Server{}
+	for _, s := range cf.Configuration().Servers {
+		voters[string(s.ID)] = s
+	}
+	registered := map[string]Node{}
+	for _, n := range c.rep.fsm.Nodes() {
+		registered[n.ID] = n
+	}
+	for _, m := range c.gossip.Members() {
+		switch m.State {
+		case "alive":
+			if m.Meta.Raft == "" {
+				continue
+			}
+			if s, ok := voters[m.Name]; !ok || string(s.Address) != m.Meta.Raft {
+				c.log.Info("cluster: adding voter", "member", m.Name, "raft", m.Meta.Raft)
+				if err := c.rep.raft.AddVoter(raft.ServerID(m.Name), raft.ServerAddress(m.Meta.Raft), 0, 10*time.Second).Error(); err != nil {
+					c.log.Warn("cluster: add voter", "member", m.Name, "err", err)
+					continue
+				}
+			}
+			want := Node{ID: m.Name, APIAddr: m.Meta.API, ProxyAddr: m.Meta.Proxy, PublicHost: m.Meta.Public, RaftAddr: m.Meta.Raft}
+			if registered[m.Name] != want {
+				if err := c.rep.RegisterNode(ctx, want); err != nil {
+					c.log.Warn("cluster: register node", "member", m.Name, "err", err)
+				}
+			}
+		case "left":
+			if _, ok := voters[m.Name]; ok && m.Name != c.cfg.NodeName {
+				c.log.Info("cluster: removing server that left", "member", m.Name)
+				if err := c.rep.raft.RemoveServer(raft.ServerID(m.Name), 0, 10*time.Second).Error(); err != nil {
+					c.log.Warn("cluster: remove server", "member", m.Name, "err", err)
+				}
+			}
+			if _, ok := registered[m.Name]; ok {
+				_ = c.rep.RemoveNode(ctx, m.Name)
+			}
+		}
+	}
+}
+
+// Replica is this node's Raft replica of the index.
+func (c *Cluster) Replica() *Replica { return c.rep }
+
+// Mux is this node's cluster port.
+func (c *Cluster) Mux() *Mux { return c.mux }
+
+// NodeName is this node's name.
+func (c *Cluster) NodeName() string { return c.cfg.NodeName }
+
+// RefreshCapacity gossips this node's capacity after it changed.
+func (c *Cluster) RefreshCapacity() {
+	if err := c.gossip.Refresh(); err != nil {
+		c.log.Debug("cluster: gossip capacity", "err", err)
+	}
+}
+
+// MemberStatus is one member as `cluster members` shows it: gossip's view
+// joined with Raft's.
+type MemberStatus struct {
+	Member
+	Voter  bool `json:"voter"`
+	Leader bool `json:"leader"`
+}
+
+// Members lists the members gossip knows, with their Raft role.
+func (c *Cluster) Members() []MemberStatus {
+	voters := map[string]bool{}
+	if cf := c.rep.raft.GetConfiguration(); cf.Error() == nil {
+		for _, s := range cf.Configuration().Servers {
+			voters[string(s.ID)] = s.Suffrage == raft.Voter
+		}
+	}
+	_, leader := c.rep.Leader()
+	var out []MemberStatus
+	for _, m := range c.gossip.Members() {
+		out = append(out, MemberStatus{Member: m, Voter: voters[m.Name], Leader: string(leader) == m.Name})
+	}
+	return out
+}
+
+// Status is this node's view of the cluster.
+type Status struct {
+	Node         string `json:"node"`
+	State        string `json:"state"` // Raft state: Leader, Follower, Candidate
+	Leader       string `json:"leader"`
+	Term         string `json:"term"`
+	AppliedIndex uint64 `json:"applied_index"`
+	Digest       string `json:"digest"`
+	Placements   int    `json:"placements"`
+	Names        int    `json:"names"`
+	Hostnames    int    `json:"hostnames"`
+	Claims       int    `json:"claims"`
+}
+
+// Status reports this node's Raft state and the digest of its index.
+func (c *Cluster) Status() Status {
+	_, leader := c.rep.Leader()
+	p, n, h, cl := c.rep.fsm.Counts()
+	return Status{
+		Node:         c.cfg.NodeName,
+		State:        c.rep.raft.State().String(),
+		Leader:       string(leader),
+		Term:         c.rep.raft.Stats()["term"],
+		AppliedIndex: c.rep.raft.AppliedIndex(),
+		Digest:       c.rep.fsm.Digest(),
+		Placements:   p, Names: n, Hostnames: h, Claims: cl,
+	}
+}
+
+// PickOwner chooses the node for a new sandbox by the power of two choices:
+// two alive members at random, the one with more free capacity wins. Members
+// at their --max-sandboxes are never chosen; with none left it returns
+// ErrNoCapacity.
+func (c *Cluster) PickOwner() (Member, error) {
+	var cands []Member
+	for _, m := range c.gossip.Members() {
+		if m.State == "alive" && m.Meta.API != "" && !m.Meta.Draining && m.Meta.Free() > 0 {
+			cands = append(cands, m)
+		}
+	}
+	switch len(cands) {
+	case 0:
+		return Member{}, ErrNoCapacity
+	case 1:
+		return cands[0], nil
+	}
+	i := rand.IntN(len(cands))
+	j := rand.IntN(len(cands) - 1)
+	if j >= i {
+		j++
+	}
+	a, b := cands[i], cands[j]
+	if b.Meta.Free() > a.Meta.Free() {
+		return b, nil
+	}
+	return a, nil
+}
+
+// ErrNoCapacity: no member has room for another sandbox.
+var ErrNoCapacity = errors.New("no cluster member has free capacity")
+
+// Leave hands leadership on if this node leads, tells the others it leaves
+// (the leader then removes it from the Raft configuration) and stops.
+func (c *Cluster) Leave(ctx context.Context) error {
+	if c.rep.IsLeader() {
+		if err := c.rep.raft.LeadershipTransfer().Error(); err != nil {
+			c.log.Warn("cluster: leadership transfer before leave", "err", err)
+		}
+	}
+	err := c.gossip.Leave(5 * time.Second)
+	// Wait until the leader has removed this node, so a restart does not
+	// find itself still a voter of a cluster it left.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		cf := c.rep.raft.GetConfiguration()
+		if cf.Error() != nil {
+			break
+		}
+		still := slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool { return string(s.ID) == c.cfg.NodeName })
+		if !still {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return errors.Join(err, c.Close())
+}
+
+// Close stops the loops, Raft and gossip, without leaving: the others see
+// this node fail and keep it as a voter, so it rejoins on restart.
+func (c *Cluster) Close() error {
+	var err error
+	c.once.Do(func() {
+		c.stop()
+		err = errors.Join(c.gossip.Shutdown(), c.closeRaft())
+		c.wg.Wait()
+	})
+	return err
+}
+
+func (c *Cluster) closeRaft() error {
+	return errors.Join(c.rep.Shutdown(), c.mux.Close())
+}
+
+// WaitLeader waits until the cluster has a leader.
+func (c *Cluster) WaitLeader(ctx context.Context) error {
+	_, err := c.rep.WaitLeader(ctx)
+	return err
+}
