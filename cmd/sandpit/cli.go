@@ -60,7 +60,7 @@ func printJSON(w io.Writer, v any) error {
 
 func clientCmds(e *cliEnv) []*cobra.Command {
 	return []*cobra.Command{createCmd(e), lsCmd(e), execCmd(e), cpCmd(e), rmCmd(e), exposeCmd(e), portsCmd(e), unexposeCmd(e), domainCmd(e),
-		tokenCmd(e), auditCmd(e), ownerCmd(e)}
+		tokenCmd(e), auditCmd(e), ownerCmd(e), clusterCmd(e)}
 }
 
 func createCmd(e *cliEnv) *cobra.Command {

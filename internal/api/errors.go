@@ -49,6 +49,7 @@ const (
 	CodeForbidden          = "forbidden"
 	CodeQuotaExceeded      = "quota_exceeded"
 	CodeTokenNameTaken     = "token_name_conflict"
+	CodeNoLeader           = "no_leader"
 )
 
 // ErrBodyTooLarge is returned by DecodeJSON when a body exceeds its limit.
@@ -93,6 +94,8 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, CodeNotRunning, msg}
 	case errors.Is(err, service.ErrRuntime), errors.Is(err, service.ErrRouter), errors.Is(err, service.ErrAgentUnhealthy):
 		return Problem{http.StatusBadGateway, CodeUpstream, msg}
+	case errors.Is(err, sandpit.ErrNoLeader):
+		return Problem{http.StatusServiceUnavailable, CodeNoLeader, msg}
 	case errors.Is(err, context.DeadlineExceeded):
 		return Problem{http.StatusGatewayTimeout, CodeTimeout, msg}
 	}

@@ -595,3 +595,16 @@ func (p *Placement) clone() Placement {
 	c.Hostnames = slices.Clone(p.Hostnames)
 	return c
 }
+
+// CountOn returns how many placements a node owns.
+func (f *FSM) CountOn(node string) int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	n := 0
+	for _, p := range f.idx.Placements {
+		if p.Node == node {
+			n++
+		}
+	}
+	return n
+}

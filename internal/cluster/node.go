@@ -173,6 +173,8 @@ func (c *Cluster) meta() Meta {
 	m := Meta{API: c.cfg.Self.APIAddr, Raft: c.cfg.Self.RaftAddr, Proxy: c.cfg.Self.ProxyAddr, Public: c.cfg.Self.PublicHost, Expect: c.cfg.BootstrapExpect}
 	if c.cfg.Capacity != nil {
 		m.Running, m.Max = c.cfg.Capacity()
+	} else {
+		m.Running = c.rep.fsm.CountOn(c.cfg.NodeName)
 	}
 	return m
 }
@@ -191,7 +193,13 @@ func (c *Cluster) run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastReap := time.Now()
+	gossiped := -1
 	for {
+		// Capacity travels by gossip; push it when it changed.
+		if n := c.meta().Running; n != gossiped && c.gossip != nil {
+			gossiped = n
+			c.RefreshCapacity()
+		}
 		if err := c.maybeBootstrap(); err != nil {
 			c.log.Error("cluster: bootstrap", "err", err)
 		}

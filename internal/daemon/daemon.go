@@ -26,6 +26,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -50,6 +51,10 @@ type Config struct {
 	IdempotencyRetention time.Duration
 	// AuditRetention is how long audit log entries are kept (default 90 days).
 	AuditRetention time.Duration
+
+	// Cluster, when set, makes this daemon one node of a cluster (serve
+	// --cluster); nil is a single node, exactly as without cluster support.
+	Cluster *ClusterConfig
 
 	SweepInterval time.Duration
 	Logger        *slog.Logger
@@ -247,6 +252,17 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	proxyPort := proxyLn.Addr().(*net.TCPAddr).Port
 
+	var cl *cluster.Cluster
+	if cfg.Cluster != nil {
+		cl, err = startCluster(ctx, cfg, instance, apiLn.Addr().String(), proxyLn.Addr().String())
+		if err != nil {
+			apiLn.Close()
+			proxyLn.Close()
+			return err
+		}
+		defer cl.Close()
+	}
+
 	rtr := newRouter(cfg, log)
 	svc := service.New(service.Config{
 		DefaultImage: cfg.DefaultImage,
@@ -259,6 +275,8 @@ func Run(ctx context.Context, cfg Config) error {
 		ExtraLabels:  cfg.ExtraLabels,
 		Instance:     instance,
 		CrashPoint:   os.Getenv(service.CrashPointEnv),
+		Cluster:      clusterReplica(cl),
+		NodeName:     clusterNodeName(cl),
 		Logger:       log,
 	}, st, rt, rtr)
 
@@ -273,6 +291,12 @@ func Run(ctx context.Context, cfg Config) error {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	surfaces(ctx, mux, cfg, svc, token)
+	// serveCtx ends the daemon from inside, when `cluster leave` is done.
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	if cl != nil {
+		mux.Handle("/v1/cluster/", clusterAuth(api.NewAuth(svc, token), cl.Handler(stopServing)))
+	}
 
 	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	proxySrv := &http.Server{Handler: rtr.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -293,7 +317,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	var serveErr error
 	select {
-	case <-ctx.Done():
+	case <-serveCtx.Done():
 	case serveErr = <-errc:
 	}
 	log.Info("sandpit shutting down")

@@ -202,8 +202,17 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
 	}
+	if err := s.clusterBind(ctx, id, h); err != nil {
+		return sandpit.CustomDomain{}, false, err
+	}
 	d, outcome, err := s.store.AddCustomDomain(ctx, sandpit.CustomDomain{Hostname: h, SandboxID: id, Port: port, CreatedAt: s.now()}, s.now())
 	if err != nil {
+		if errors.Is(err, sandpit.ErrHostnameConflict) {
+			// The cluster said the hostname was free (or already this
+			// sandbox's); the local row is what stands.
+			return sandpit.CustomDomain{}, false, err
+		}
+		s.clusterUnbind(ctx, id, h)
 		return sandpit.CustomDomain{}, false, err
 	}
 	added = outcome == sandpit.Added
@@ -217,6 +226,7 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 				if derr := s.store.RemoveCustomDomain(context.WithoutCancel(ctx), id, h); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
 					s.log.Error("domain rollback", "hostname", h, "err", derr)
 				}
+				s.clusterUnbind(ctx, id, h)
 			}
 			return sandpit.CustomDomain{}, false, fmt.Errorf("%w: install route for %s: %v", ErrRouter, h, ierr)
 		}
@@ -246,7 +256,11 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) (
 			return fmt.Errorf("%w: remove route: %v", ErrRouter, err)
 		}
 	}
-	return s.store.RemoveCustomDomain(ctx, id, h)
+	if err := s.store.RemoveCustomDomain(ctx, id, h); err != nil {
+		return err
+	}
+	s.clusterUnbind(ctx, id, h)
+	return nil
 }
 
 // ListCustomDomains lists a sandbox's hostnames.

@@ -147,7 +147,11 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}
+	if err := s.clusterReserve(ctx, sb); err != nil {
+		return sandpit.Sandbox{}, err
+	}
 	if err := s.store.CreateSandboxWithinLimits(ctx, sb, limits); err != nil {
+		s.clusterRelease(ctx, id)
 		return sandpit.Sandbox{}, err
 	}
 	// From here on every failure must undo what was made. The rollback runs
@@ -163,6 +167,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 			s.log.Error("rollback: delete row", "sandbox", id, "err", err)
 		}
 		s.forgetIP(id)
+		s.clusterRelease(rctx, id)
 		return sandpit.Sandbox{}, cause
 	}
 
@@ -296,6 +301,7 @@ func (s *Service) DeleteSandbox(ctx context.Context, id string) (err error) {
 	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 		return err
 	}
+	s.clusterRelease(ctx, id)
 	return nil
 }
 

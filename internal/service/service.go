@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -69,8 +70,12 @@ type Config struct {
 	// reconcile touches only those, so daemons can share an engine.
 	Instance   string
 	CrashPoint string // see CrashPointEnv
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Cluster is the replicated index of a clustered daemon, nil on a single
+	// node; NodeName is this node's name in it.
+	Cluster  *cluster.Replica
+	NodeName string
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 // Service is Sandpit's domain layer.

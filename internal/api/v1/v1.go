@@ -73,7 +73,16 @@ type ErrorBody struct {
 	} `json:"error"`
 }
 
+// WriteProblem writes a classified error in the native shape; the daemon's
+// own endpoints (cluster administration) use it too.
+func WriteProblem(w http.ResponseWriter, p api.Problem) { writeError(w, p) }
+
 func writeError(w http.ResponseWriter, p api.Problem) {
+	if p.Code == api.CodeNoLeader {
+		// An election takes about a second; the Go client retries a 503
+		// that names a delay with the same Idempotency-Key.
+		w.Header().Set("Retry-After", "1")
+	}
 	var b ErrorBody
 	b.Error.Code, b.Error.Message = p.Code, p.Message
 	api.WriteJSON(w, p.Status, b)

@@ -1,0 +1,101 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/api"
+	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/service"
+)
+
+// ClusterConfig is what `serve --cluster` adds to a daemon.
+type ClusterConfig struct {
+	NodeName        string // default <hostname>-<instance id prefix>
+	RaftListen      string // cluster port: Raft and node-to-node forwarding
+	GossipListen    string
+	Advertise       string // host the other nodes reach this one at
+	Join            []string
+	Bootstrap       bool
+	BootstrapExpect int
+	KeyFile         string
+	// Fast shortens Raft's and gossip's timers (tests on one machine).
+	Fast bool
+}
+
+// startCluster starts this daemon's cluster membership. The default node name
+// includes the data directory's instance id, so that daemons on one machine
+// differ by data directory alone.
+func startCluster(ctx context.Context, cfg Config, instance, apiAddr, proxyAddr string) (*cluster.Cluster, error) {
+	cc := cfg.Cluster
+	if cc.KeyFile == "" {
+		return nil, fmt.Errorf("--cluster needs --cluster-key-file")
+	}
+	keys, err := cluster.LoadKeyFile(cc.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-key-file: %w", err)
+	}
+	name := cc.NodeName
+	if name == "" {
+		host, _ := os.Hostname()
+		name = strings.ToLower(host) + "-" + instance[:6]
+	}
+	var join []string
+	for _, j := range cc.Join {
+		if j = strings.TrimSpace(j); j != "" {
+			join = append(join, j)
+		}
+	}
+	return cluster.Start(ctx, cluster.Config{
+		NodeName:        name,
+		DataDir:         cfg.DataDir,
+		RaftListen:      cc.RaftListen,
+		GossipListen:    cc.GossipListen,
+		Advertise:       cc.Advertise,
+		Join:            join,
+		Bootstrap:       cc.Bootstrap,
+		BootstrapExpect: cc.BootstrapExpect,
+		Keys:            keys,
+		Self:            cluster.Node{APIAddr: apiAddr, ProxyAddr: proxyAddr, PublicHost: cfg.PublicHost},
+		Logger:          cfg.Logger,
+		Fast:            cc.Fast,
+	})
+}
+
+func clusterReplica(c *cluster.Cluster) *cluster.Replica {
+	if c == nil {
+		return nil
+	}
+	return c.Replica()
+}
+
+func clusterNodeName(c *cluster.Cluster) string {
+	if c == nil {
+		return ""
+	}
+	return c.NodeName()
+}
+
+// clusterAuth admits any valid token to read the cluster's state and only an
+// admin to make this node leave.
+func clusterAuth(auth *api.Auth, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r, err := auth.Authorize(r, api.BearerToken(r))
+		if err == nil && r.Method != http.MethodGet {
+			if p, _ := sandpit.PrincipalFrom(r.Context()); !p.Admin {
+				err = fmt.Errorf("%w: only an admin token makes a node leave", service.ErrForbidden)
+			}
+		}
+		if err != nil {
+			v1.WriteProblem(w, api.Classify(err))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,72 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/cluster"
+)
+
+// In a cluster, names and custom hostnames must be unique across every
+// node's store, which no single SQLite file can enforce. The replicated index
+// (Config.Cluster) decides them first: a create reserves its id and name
+// there before it touches its own store, and a delete frees them after. A
+// daemon without --cluster has a nil index and none of this runs.
+
+// clusterReserve takes sb's id and name cluster-wide and places it on this
+// node. It returns sandpit.ErrNameConflict when another node's sandbox holds
+// the name.
+func (s *Service) clusterReserve(ctx context.Context, sb sandpit.Sandbox) error {
+	if s.cfg.Cluster == nil {
+		return nil
+	}
+	if err := s.cfg.Cluster.Reserve(ctx, cluster.Reservation{
+		SandboxID: sb.ID, Name: sb.Name, Owner: sb.Owner, Labels: sb.Labels,
+	}); err != nil {
+		return err
+	}
+	if err := s.cfg.Cluster.Place(ctx, sb.ID, s.cfg.NodeName); err != nil {
+		s.clusterRelease(ctx, sb.ID)
+		return err
+	}
+	return nil
+}
+
+// clusterRelease frees a sandbox's id, name and hostnames cluster-wide. It
+// runs in rollbacks and after deletes, so it must not be cut short by the
+// caller's cancellation; a failure is logged, since the sandbox is gone
+// here either way.
+func (s *Service) clusterRelease(ctx context.Context, id string) {
+	if s.cfg.Cluster == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := s.cfg.Cluster.Delete(rctx, id); err != nil {
+		s.log.Error("cluster: release sandbox", "sandbox", id, "err", err)
+	}
+}
+
+// clusterBind binds a custom hostname cluster-wide before the local store
+// records it; sandpit.ErrHostnameConflict when another sandbox holds it.
+func (s *Service) clusterBind(ctx context.Context, id, host string) error {
+	if s.cfg.Cluster == nil {
+		return nil
+	}
+	return s.cfg.Cluster.AddHostname(ctx, id, host)
+}
+
+// clusterUnbind frees a custom hostname cluster-wide.
+func (s *Service) clusterUnbind(ctx context.Context, id, host string) {
+	if s.cfg.Cluster == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := s.cfg.Cluster.RemoveHostname(rctx, id, host); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+		s.log.Error("cluster: unbind hostname", "hostname", host, "err", err)
+	}
+}

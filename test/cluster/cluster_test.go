@@ -1,0 +1,327 @@
+// Package cluster_test runs three real daemons on loopback as one cluster,
+// each with its own data directory and ports, sharing the Docker engine, and
+// checks what must hold cluster-wide.
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/test/harness"
+)
+
+var sandpitBin string
+
+func TestMain(m *testing.M) { os.Exit(harness.RunWithBinary(m, &sandpitBin)) }
+
+// node is one daemon of the test cluster.
+type node struct {
+	*harness.Daemon
+	name   string
+	gossip string
+	raft   string
+}
+
+// testCluster is three daemons formed with --bootstrap-expect 3.
+type testCluster struct {
+	t     *testing.T
+	nodes []*node
+	key   string
+}
+
+func writeKey(t *testing.T, secret string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "cluster.key")
+	if err := os.WriteFile(p, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func clusterArgs(name, gossip, raft, keyFile string, expect int, join []string) []string {
+	args := []string{"--cluster", "--node-name", name, "--gossip-listen", gossip, "--raft-listen", raft,
+		"--cluster-key-file", keyFile}
+	if expect > 0 {
+		args = append(args, "--bootstrap-expect", strconv.Itoa(expect))
+	}
+	if len(join) > 0 {
+		args = append(args, "--join", strings.Join(join, ","))
+	}
+	return args
+}
+
+func loopback(t *testing.T) string { return "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)) }
+
+// startNode starts one clustered daemon.
+func startNode(t *testing.T, name, keyFile string, expect int, join []string) *node {
+	t.Helper()
+	gossip, raft := loopback(t), loopback(t)
+	d := harness.Start(t, sandpitBin, harness.Options{
+		Args: clusterArgs(name, gossip, raft, keyFile, expect, join),
+		Env:  []string{"SANDPIT_TEST_CLUSTER_FAST=1"},
+	})
+	return &node{Daemon: d, name: name, gossip: gossip, raft: raft}
+}
+
+// startCluster starts three nodes and waits until they form one cluster with
+// a leader and three voters.
+func startCluster(t *testing.T) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, key: writeKey(t, "the test cluster's shared secret")}
+	first := startNode(t, "n1", c.key, 3, nil)
+	c.nodes = []*node{first,
+		startNode(t, "n2", c.key, 3, []string{first.gossip}),
+		startNode(t, "n3", c.key, 3, []string{first.gossip})}
+	c.waitFormed(30 * time.Second)
+	return c
+}
+
+func (c *testCluster) waitFormed(d time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ok := true
+		for _, n := range c.nodes {
+			ms, err := n.Client().ClusterMembers(context.Background())
+			voters, leaders := 0, 0
+			for _, m := range ms {
+				if m.Voter && m.State == "alive" {
+					voters++
+				}
+				if m.Leader {
+					leaders++
+				}
+			}
+			if err != nil || voters != len(c.nodes) || leaders != 1 {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, n := range c.nodes {
+				ms, err := n.Client().ClusterMembers(context.Background())
+				c.t.Logf("%s: %+v %v", n.name, ms, err)
+			}
+			c.t.Fatal("the cluster did not form")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// digests waits until every node reports the same digest and returns it.
+func (c *testCluster) digests(d time.Duration) string {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		var ds []string
+		for _, n := range c.nodes {
+			st, err := n.Client().ClusterStatus(context.Background())
+			if err != nil {
+				ds = append(ds, "error: "+err.Error())
+				continue
+			}
+			ds = append(ds, st.Digest)
+		}
+		same := true
+		for _, x := range ds {
+			if x != ds[0] || strings.HasPrefix(x, "error") {
+				same = false
+			}
+		}
+		if same {
+			return ds[0]
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("digests differ: %v", ds)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// answer is one raw HTTP answer.
+type answer struct {
+	status   int
+	body     []byte
+	replayed bool
+	err      error
+}
+
+func (a answer) code() string {
+	var e struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	_ = json.Unmarshal(a.body, &e)
+	return e.Error.Code
+}
+
+func (a answer) id() string {
+	var sb struct{ ID string }
+	_ = json.Unmarshal(a.body, &sb)
+	return sb.ID
+}
+
+// call sends one request without retries, so every answer is counted as the
+// server gave it.
+func call(ctx context.Context, n *node, method, path, body string, header map[string]string) answer {
+	req, err := http.NewRequestWithContext(ctx, method, n.URL()+path, strings.NewReader(body))
+	if err != nil {
+		return answer{err: err}
+	}
+	req.Header.Set("Authorization", "Bearer "+n.Token)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, body: b, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
+}
+
+// storm sends n requests spread round-robin over the nodes, all at once.
+func storm(c *testCluster, n int, send func(i int, nd *node) answer) []answer {
+	out := make([]answer, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			out[i] = send(i, c.nodes[i%len(c.nodes)])
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
+
+func tally(as []answer) map[string]int {
+	m := map[string]int{}
+	for _, a := range as {
+		switch {
+		case a.err != nil:
+			m["error: "+a.err.Error()]++
+		case a.status >= 400:
+			m[fmt.Sprintf("%d %s", a.status, a.code())]++
+		default:
+			m[strconv.Itoa(a.status)]++
+		}
+	}
+	return m
+}
+
+func TestClusterNameIsUniqueAcrossNodes(t *testing.T) {
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	as := storm(c, 30, func(i int, nd *node) answer {
+		return call(ctx, nd, http.MethodPost, "/v1/sandboxes", `{"name":"contested"}`, nil)
+	})
+	got := tally(as)
+	t.Logf("answers: %v", got)
+	if got["201"] != 1 || got["409 name_conflict"] != 29 {
+		t.Fatalf("answers %v, want one 201 and 29 409 name_conflict", got)
+	}
+	var winner answer
+	for _, a := range as {
+		if a.status == 201 {
+			winner = a
+		}
+	}
+	// Exactly one container exists across the three daemons.
+	total := 0
+	for _, n := range c.nodes {
+		total += len(n.Containers(t))
+	}
+	if total != 1 {
+		t.Fatalf("%d containers across the cluster, want 1", total)
+	}
+	c.digests(10 * time.Second)
+
+	// The same holds for a custom hostname bound to sandboxes on different
+	// nodes: make one sandbox on each node, then race the binds.
+	var ids []string
+	for i, n := range c.nodes {
+		sb, err := n.Client().Create(ctx, client.CreateRequest{Name: fmt.Sprintf("host-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	binds := storm(c, 30, func(i int, nd *node) answer {
+		id := ids[i%len(c.nodes)]
+		return call(ctx, nd, http.MethodPost, "/v1/sandboxes/"+id+"/custom-domains", `{"hostname":"app.contested.test","port":8080}`, nil)
+	})
+	got = tally(binds)
+	t.Logf("binds: %v", got)
+	okBinds := 0
+	for k, v := range got {
+		if k == "200" || k == "201" {
+			okBinds += v
+		}
+	}
+	// The winner's node may see a few of its own retries succeed
+	// idempotently (same sandbox, same hostname); every other bind loses.
+	if okBinds != 10 || got["409 hostname_conflict"] != 20 {
+		t.Fatalf("binds %v, want 10 successes for one sandbox and 20 409 hostname_conflict", got)
+	}
+
+	// Deleting the named sandbox frees the name cluster-wide.
+	owner := c.nodes[0]
+	for _, n := range c.nodes {
+		if len(n.Containers(t, "sandpit.sandbox-id="+winner.id())) > 0 {
+			owner = n
+		}
+	}
+	if err := owner.Client().Delete(ctx, winner.id()); err != nil {
+		t.Fatal(err)
+	}
+	other := c.nodes[0]
+	if other == owner {
+		other = c.nodes[1]
+	}
+	if a := call(ctx, other, http.MethodPost, "/v1/sandboxes", `{"name":"contested"}`, nil); a.status != 201 {
+		t.Fatalf("create of a freed name on another node: %d %s", a.status, a.body)
+	}
+	c.digests(10 * time.Second)
+}
+
+func TestClusterRefusesWrongKey(t *testing.T) {
+	c := startCluster(t)
+	bad := writeKey(t, "not the cluster's secret at all")
+	intruder := startNode(t, "intruder", bad, 0, []string{c.nodes[0].gossip})
+	// Give gossip time to try (the joiner retries in the background).
+	time.Sleep(3 * time.Second)
+	for _, n := range c.nodes {
+		ms, err := n.Client().ClusterMembers(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.Name == "intruder" {
+				t.Fatalf("%s lists the node with the wrong key", n.name)
+			}
+		}
+	}
+	if !strings.Contains(intruder.Logs(), "join failed") {
+		t.Fatalf("the intruder does not report a failed join:\n%s", intruder.Logs())
+	}
+}
