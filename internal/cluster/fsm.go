@@ -269,8 +269,10 @@ func (x *Index) apply(c command) Result {
 	case opAbandon:
 		// Only the generation the abandoning attempt held is removed: a later
 		// generation belongs to someone else.
+		// Generation 0 deletes the row whatever its state, like the SQLite
+		// store's DeleteIdempotentRequest.
 		k := claimKey(c.Scope, c.Fingerprint)
-		if r, ok := x.Claims[k]; ok && r.Generation == c.Generation && r.State == claimPending {
+		if r, ok := x.Claims[k]; ok && (c.Generation == 0 || r.Generation == c.Generation && r.State == claimPending) {
 			delete(x.Claims, k)
 		}
 		return Result{}

@@ -246,7 +246,7 @@ type tcpNode struct {
 	dir string
 }
 
-func startTCPNode(t *testing.T, id, dir string, keys Keys, addr string) *tcpNode {
+func startTCPNode(t testing.TB, id, dir string, keys Keys, addr string) *tcpNode {
 	t.Helper()
 	mux, err := Listen(addr, "", keys, quietLogger())
 	if err != nil {
