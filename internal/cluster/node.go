@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -54,6 +55,11 @@ type Cluster struct {
 	wg      sync.WaitGroup
 	leaving chan struct{}
 	once    sync.Once
+	// pending counts the creates this node is forwarding, per target.
+	pending struct {
+		sync.Mutex
+		n map[string]int
+	}
 }
 
 // Start opens the cluster port and gossip, starts Raft from <DataDir>/raft,
@@ -382,12 +388,7 @@ func (c *Cluster) Status() Status {
 // at their --max-sandboxes are never chosen; with none left it returns
 // ErrNoCapacity.
 func (c *Cluster) PickOwner() (Member, error) {
-	var cands []Member
-	for _, m := range c.gossip.Members() {
-		if m.State == "alive" && m.Meta.API != "" && !m.Meta.Draining && m.Meta.Free() > 0 {
-			cands = append(cands, m)
-		}
-	}
+	cands := c.candidates()
 	switch len(cands) {
 	case 0:
 		return Member{}, ErrNoCapacity
@@ -404,6 +405,58 @@ func (c *Cluster) PickOwner() (Member, error) {
 		return b, nil
 	}
 	return a, nil
+}
+
+// candidates are the alive members with room, their running counts taken
+// from the replicated index (current within milliseconds, where gossip lags
+// by its interval) plus the creates this node is forwarding to them now.
+func (c *Cluster) candidates() []Member {
+	c.pending.Lock()
+	defer c.pending.Unlock()
+	var out []Member
+	for _, m := range c.gossip.Members() {
+		if m.State != "alive" || m.Meta.API == "" || m.Meta.Draining {
+			continue
+		}
+		m.Meta.Running = c.rep.fsm.CountOn(m.Name) + c.pending.n[m.Name]
+		if m.Meta.Free() > 0 {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (c *Cluster) inflight(node string, d int) {
+	c.pending.Lock()
+	defer c.pending.Unlock()
+	if c.pending.n == nil {
+		c.pending.n = map[string]int{}
+	}
+	c.pending.n[node] += d
+}
+
+// OwnerForKey picks the owner of a keyed create by rendezvous hashing of the
+// key over the members with room: every node computes the same owner for a
+// key while membership holds, so the retries of one create meet on one node.
+func (c *Cluster) OwnerForKey(key string) (Member, error) {
+	var (
+		best  Member
+		score uint64
+		found bool
+	)
+	for _, m := range c.candidates() {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(m.Name))
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(key))
+		if s := h.Sum64(); !found || s > score {
+			best, score, found = m, s, true
+		}
+	}
+	if !found {
+		return Member{}, ErrNoCapacity
+	}
+	return best, nil
 }
 
 // ErrNoCapacity: no member has room for another sandbox.

@@ -99,3 +99,23 @@ func clusterAuth(auth *api.Auth, next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// clusterRouter sends each request about a sandbox to the node that owns it
+// and each create to the node placement picks. The credential is checked
+// here, with this node's tokens, before anything is forwarded.
+func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler) http.Handler {
+	return cl.Router(local, cluster.RouterConfig{
+		Authenticate: func(r *http.Request) (sandpit.Principal, error) {
+			presented := api.BearerToken(r)
+			if strings.HasPrefix(r.URL.Path, "/e2b/") {
+				presented = r.Header.Get("X-API-KEY")
+			}
+			rr, err := auth.Authorize(r, presented)
+			if err != nil {
+				return sandpit.Principal{}, err
+			}
+			p, _ := sandpit.PrincipalFrom(rr.Context())
+			return p, nil
+		},
+	})
+}

@@ -298,7 +298,11 @@ func Run(ctx context.Context, cfg Config) error {
 		mux.Handle("/v1/cluster/", clusterAuth(api.NewAuth(svc, token), cl.Handler(stopServing)))
 	}
 
-	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	var handler http.Handler = mux
+	if cl != nil {
+		handler = clusterRouter(cl, api.NewAuth(svc, token), mux)
+	}
+	apiSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	proxySrv := &http.Server{Handler: rtr.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
 	bg, stopBG := context.WithCancel(ctx)
@@ -306,6 +310,9 @@ func Run(ctx context.Context, cfg Config) error {
 	go svc.RunSweeper(bg, cfg.SweepInterval)
 	go reapIdempotency(bg, st, log)
 	go svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour)
+	if cl != nil {
+		go cl.ServeForwarded(bg, handler)
+	}
 
 	errc := make(chan error, 2)
 	go func() { errc <- apiSrv.Serve(apiLn) }()

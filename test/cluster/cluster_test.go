@@ -325,3 +325,86 @@ func TestClusterRefusesWrongKey(t *testing.T) {
 		t.Fatalf("the intruder does not report a failed join:\n%s", intruder.Logs())
 	}
 }
+
+// ownerOf finds the node whose daemon runs the sandbox's container.
+func (c *testCluster) ownerOf(t *testing.T, id string) *node {
+	t.Helper()
+	for _, n := range c.nodes {
+		if len(n.Containers(t, "sandpit.sandbox-id="+id)) > 0 {
+			return n
+		}
+	}
+	return nil
+}
+
+func TestClusterUnnamedCreatesSpreadAndEveryNodeServesEverySandbox(t *testing.T) {
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// Thirty creates without a key through node 1, a few at a time.
+	entry := c.nodes[0]
+	var ids []string
+	var mu sync.Mutex
+	sem := make(chan struct{}, 6)
+	var wg sync.WaitGroup
+	for range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			a := call(ctx, entry, http.MethodPost, "/v1/sandboxes", `{}`, nil)
+			if a.status != 201 {
+				t.Errorf("create: %d %s %v", a.status, a.body, a.err)
+				return
+			}
+			mu.Lock()
+			ids = append(ids, a.id())
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	per := map[string]int{}
+	for _, n := range c.nodes {
+		per[n.name] = len(n.Containers(t))
+	}
+	t.Logf("containers per node: %v", per)
+	for name, k := range per {
+		if k < 5 {
+			t.Errorf("node %s owns %d of 30 sandboxes, want at least 5", name, k)
+		}
+	}
+	// Any node answers for any sandbox: get, exec and delete reach the
+	// owner.
+	id := ids[0]
+	owner := c.ownerOf(t, id)
+	for _, n := range c.nodes {
+		sb, err := n.Client().Get(ctx, id)
+		if err != nil || sb.ID != id {
+			t.Fatalf("get %s through %s (owner %s): %+v %v", id, n.name, owner.name, sb, err)
+		}
+		res, err := n.Client().Exec(ctx, id, client.ExecRequest{Cmd: "echo", Args: []string{"hi from " + n.name}})
+		if err != nil || strings.TrimSpace(res.Stdout) != "hi from "+n.name {
+			t.Fatalf("exec through %s: %+v %v", n.name, res, err)
+		}
+	}
+	var other *node
+	for _, n := range c.nodes {
+		if n != owner {
+			other = n
+		}
+	}
+	if err := other.Client().Delete(ctx, id); err != nil {
+		t.Fatalf("delete through a non-owner: %v", err)
+	}
+	if len(owner.Containers(t, "sandpit.sandbox-id="+id)) != 0 {
+		t.Fatal("the owner still has the container")
+	}
+	if a := call(ctx, c.nodes[2], http.MethodGet, "/v1/sandboxes/"+id, "", nil); a.status != 404 {
+		t.Fatalf("get after delete: %d %s", a.status, a.body)
+	}
+	c.digests(10 * time.Second)
+}

@@ -1,0 +1,233 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+)
+
+// Headers of a request one node forwards to another over the cluster port.
+// They are read only on the cluster port, where the TLS handshake has proved
+// the sender holds the cluster key; on the public API they mean nothing.
+const (
+	// HeaderForwardedBy names the node that forwarded the request. A node
+	// that receives a forwarded request for a sandbox it does not own
+	// answers 421 instead of forwarding it again.
+	HeaderForwardedBy = "Sandpit-Forwarded-By"
+	// HeaderPrincipal carries the principal the forwarding node
+	// authenticated, as JSON; the owner acts as that principal.
+	HeaderPrincipal = "Sandpit-Principal"
+)
+
+type forwardedKey struct{}
+
+// Forwarded returns the principal a forwarded request carries, when ctx is
+// a request's that arrived on the cluster port.
+func Forwarded(ctx context.Context) (sandpit.Principal, bool) {
+	p, ok := ctx.Value(forwardedKey{}).(sandpit.Principal)
+	return p, ok
+}
+
+// RouterConfig configures the forwarding of API requests to the node that
+// owns their sandbox.
+type RouterConfig struct {
+	// Authenticate resolves the request's credential on this node; a request
+	// that does not authenticate is never forwarded (this node refuses it).
+	Authenticate func(r *http.Request) (sandpit.Principal, error)
+	Logger       *slog.Logger
+}
+
+// route is what one request is about.
+type route struct {
+	create    bool   // a create: placed by capacity
+	sandbox   string // id or name of the sandbox it acts on
+	byNameToo bool   // the surface also accepts a name where the id goes
+}
+
+// classify finds the sandbox a request acts on from its path. Paths it does
+// not know are served where they arrive.
+func classify(r *http.Request) (route, bool) {
+	p := r.URL.Path
+	switch {
+	case strings.HasPrefix(p, "/v1/sandboxes"):
+		rest := strings.TrimPrefix(p, "/v1/sandboxes")
+		if rest == "" || rest == "/" {
+			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		return route{sandbox: id, byNameToo: true}, id != ""
+	case strings.HasPrefix(p, "/e2b/"):
+		rest := strings.TrimPrefix(p, "/e2b")
+		rest = strings.TrimPrefix(rest, "/v2")
+		if !strings.HasPrefix(rest, "/sandboxes") {
+			return route{}, false
+		}
+		rest = strings.TrimPrefix(rest, "/sandboxes")
+		if rest == "" || rest == "/" {
+			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		return route{sandbox: id}, id != ""
+	}
+	return route{}, false
+}
+
+// Router wraps the daemon's API: a request about a sandbox another node owns
+// goes to that node, a create goes to the node placement picks, and
+// everything else is served here.
+func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = c.log
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = pr.In.Header.Get(HeaderForwardedBy + "-To")
+			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Del(HeaderForwardedBy + "-To")
+		},
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+				host, _, err := net.SplitHostPort(addr)
+				if err != nil {
+					host = addr
+				}
+				raftAddr := c.addressOf(host)
+				if raftAddr == "" {
+					return nil, errors.New("no address for node " + host)
+				}
+				return c.mux.DialHTTP(ctx, raftAddr)
+			},
+			MaxIdleConnsPerHost: 16,
+			IdleConnTimeout:     30 * time.Second,
+		},
+		// Streams (exec output, event streams) pass through as they come.
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			cfg.Logger.Warn("cluster: forward failed", "path", r.URL.Path, "err", err)
+			writeJSON(w, http.StatusBadGateway, map[string]any{"error": map[string]string{
+				"code": "owner_unreachable", "message": "the node that owns this sandbox did not answer: " + err.Error()}})
+		},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, forwarded := Forwarded(r.Context())
+		rt, ok := classify(r)
+		if !ok {
+			local.ServeHTTP(w, r)
+			return
+		}
+		var target string
+		switch {
+		case rt.create:
+			if forwarded {
+				// Placement already chose this node.
+				local.ServeHTTP(w, r)
+				return
+			}
+			var (
+				m   Member
+				err error
+			)
+			if key := r.Header.Get("Idempotency-Key"); key != "" {
+				// Every retry of a keyed create goes to the same owner
+				// while membership holds, whichever node it reaches.
+				m, err = c.OwnerForKey(key)
+			} else {
+				m, err = c.PickOwner()
+			}
+			if err != nil {
+				local.ServeHTTP(w, r)
+				return
+			}
+			c.inflight(m.Name, 1)
+			defer c.inflight(m.Name, -1)
+			if m.Name == c.cfg.NodeName {
+				local.ServeHTTP(w, r)
+				return
+			}
+			target = m.Name
+		default:
+			p, found := c.rep.fsm.Placement(rt.sandbox)
+			if !found && rt.byNameToo {
+				p, found = c.rep.fsm.PlacementByName(rt.sandbox)
+			}
+			if !found || p.Node == "" || p.Node == c.cfg.NodeName {
+				local.ServeHTTP(w, r)
+				return
+			}
+			target = p.Node
+		}
+		if forwarded {
+			// One hop only: the forwarding node thought this node owns the
+			// sandbox and this node thinks otherwise; the index is moving.
+			writeJSON(w, http.StatusMisdirectedRequest, map[string]any{"error": map[string]string{
+				"code": "misdirected", "message": "sandbox is owned by " + target + ", not by this node"}})
+			return
+		}
+		if cfg.Authenticate == nil {
+			local.ServeHTTP(w, r)
+			return
+		}
+		pr, err := cfg.Authenticate(r)
+		if err != nil {
+			local.ServeHTTP(w, r)
+			return
+		}
+		pj, _ := json.Marshal(pr)
+		r = r.Clone(r.Context())
+		r.Header.Set(HeaderForwardedBy, c.cfg.NodeName)
+		r.Header.Set(HeaderPrincipal, string(pj))
+		r.Header.Set(HeaderForwardedBy+"-To", target)
+		proxy.ServeHTTP(w, r)
+	})
+}
+
+// addressOf is the cluster port of a node, from gossip or else the index.
+func (c *Cluster) addressOf(node string) string {
+	for _, m := range c.gossip.Members() {
+		if m.Name == node && m.Meta.Raft != "" {
+			return m.Meta.Raft
+		}
+	}
+	for _, n := range c.rep.fsm.Nodes() {
+		if n.ID == node {
+			return n.RaftAddr
+		}
+	}
+	return ""
+}
+
+// ServeForwarded serves the API requests other nodes forward here, on the
+// cluster port, until ctx ends. Each carries the principal its sending node
+// authenticated, which the handler's authentication then accepts.
+func (c *Cluster) ServeForwarded(ctx context.Context, h http.Handler) {
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var p sandpit.Principal
+			if err := json.Unmarshal([]byte(r.Header.Get(HeaderPrincipal)), &p); err != nil || r.Header.Get(HeaderForwardedBy) == "" {
+				writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{"code": "bad_request", "message": "forwarded request without its principal"}})
+				return
+			}
+			h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardedKey{}, p)))
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(c.mux.HTTPListener()); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+		c.log.Warn("cluster: forwarded API server", "err", err)
+	}
+}
