@@ -408,3 +408,44 @@ func TestClusterUnnamedCreatesSpreadAndEveryNodeServesEverySandbox(t *testing.T)
 	}
 	c.digests(10 * time.Second)
 }
+
+func TestClusterIdempotencyKeyAcrossNodes(t *testing.T) {
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	key := map[string]string{"Idempotency-Key": "cluster-key-1"}
+	as := storm(c, 30, func(i int, nd *node) answer {
+		// A duplicate that finds the first attempt in flight waits for it
+		// (up to --idempotency-wait), so every answer is the result.
+		return call(ctx, nd, http.MethodPost, "/v1/sandboxes", `{"labels":{"k":"v"}}`, key)
+	})
+	t.Logf("answers: %v", tally(as))
+	ids := map[string]bool{}
+	var first []byte
+	for _, a := range as {
+		if a.status != 201 {
+			t.Fatalf("answer %d %s %v", a.status, a.body, a.err)
+		}
+		ids[a.id()] = true
+		if first == nil {
+			first = a.body
+		}
+	}
+	if len(ids) != 1 {
+		t.Fatalf("%d sandboxes for one key: %v", len(ids), ids)
+	}
+	total := 0
+	for _, n := range c.nodes {
+		total += len(n.Containers(t))
+	}
+	if total != 1 {
+		t.Fatalf("%d containers for one key", total)
+	}
+	// Replays from every node are byte-identical and say so.
+	for _, n := range c.nodes {
+		a := call(ctx, n, http.MethodPost, "/v1/sandboxes", `{"labels":{"k":"v"}}`, key)
+		if a.status != 201 || !a.replayed || string(a.body) != string(as[0].body) {
+			t.Fatalf("replay from %s: %d replayed=%v %s, want %s", n.name, a.status, a.replayed, a.body, as[0].body)
+		}
+	}
+}
