@@ -104,6 +104,9 @@ type Index struct {
 	Names      map[string]string       `json:"names"`     // name -> sandbox id
 	Hostnames  map[string]string       `json:"hostnames"` // custom hostname -> sandbox id
 	Claims     map[string]*ClaimRecord `json:"claims"`    // claimKey -> claim
+	// Marks holds each node's last barrier, an entry whose only purpose is
+	// to tell its proposer when it has applied everything before it.
+	Marks map[string]string `json:"marks"`
 }
 
 func newIndex() *Index {
@@ -113,6 +116,7 @@ func newIndex() *Index {
 		Names:      map[string]string{},
 		Hostnames:  map[string]string{},
 		Claims:     map[string]*ClaimRecord{},
+		Marks:      map[string]string{},
 	}
 }
 
@@ -132,6 +136,7 @@ const (
 	opComplete       = "complete"
 	opAbandon        = "abandon"
 	opReap           = "reap"
+	opMark           = "mark"
 )
 
 // command is one log entry. At is the proposer's clock, the only time Apply
@@ -155,6 +160,8 @@ type command struct {
 	// entry committed twice (proposed again after its leader lost leadership
 	// without answering) gets the first answer again.
 	Attempt string `json:"attempt,omitempty"`
+	// Place, on a reservation, places the sandbox on Node in the same entry.
+	Place bool `json:"place,omitempty"`
 }
 
 // Result is what applying one command returns: an error sentinel from
@@ -276,6 +283,9 @@ func (x *Index) apply(c command) Result {
 			delete(x.Claims, k)
 		}
 		return Result{}
+	case opMark:
+		x.Marks[c.Node] = c.Attempt
+		return Result{}
 	case opReap:
 		for k, r := range x.Claims {
 			if r.LockedUntil.Before(c.At) && (r.ReplayUntil.IsZero() || r.ReplayUntil.Before(c.At)) {
@@ -294,7 +304,7 @@ func (x *Index) reserve(c command) Result {
 	if p, ok := x.Placements[c.SandboxID]; ok {
 		// A retry of the same reservation (its first proposal may have
 		// committed before the proposer lost leadership) succeeds again.
-		if p.Name == c.Name {
+		if p.Name == c.Name && (!c.Place || p.Node == c.Node) {
 			return Result{}
 		}
 		return Result{Err: fmt.Errorf("reserve %s: id already reserved under another name: %w", c.SandboxID, sandpit.ErrNameConflict)}
@@ -305,7 +315,7 @@ func (x *Index) reserve(c command) Result {
 		}
 		x.Names[c.Name] = c.SandboxID
 	}
-	x.Placements[c.SandboxID] = &Placement{
+	p := &Placement{
 		SandboxID: c.SandboxID,
 		Name:      c.Name,
 		Owner:     c.Owner,
@@ -313,6 +323,10 @@ func (x *Index) reserve(c command) Result {
 		State:     PlacementReserved,
 		CreatedAt: c.At,
 	}
+	if c.Place {
+		p.Node, p.State = c.Node, PlacementPlaced
+	}
+	x.Placements[c.SandboxID] = p
 	return Result{}
 }
 
@@ -457,6 +471,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	if idx.Claims == nil {
 		idx.Claims = fresh.Claims
+	}
+	if idx.Marks == nil {
+		idx.Marks = fresh.Marks
 	}
 	f.mu.Lock()
 	f.idx = idx
@@ -609,4 +626,11 @@ func (f *FSM) CountOn(node string) int {
 		}
 	}
 	return n
+}
+
+// Mark returns a node's last barrier mark.
+func (f *FSM) Mark(node string) string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.idx.Marks[node]
 }

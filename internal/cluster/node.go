@@ -509,3 +509,32 @@ func (c *Cluster) WaitLeader(ctx context.Context) error {
 	_, err := c.rep.WaitLeader(ctx)
 	return err
 }
+
+// WaitCaughtUp waits until the cluster has a leader and this node has applied
+// every entry the leader had committed when it asked (a read barrier through
+// a no-op entry).
+func (c *Cluster) WaitCaughtUp(ctx context.Context) error {
+	if _, err := c.rep.WaitLeader(ctx); err != nil {
+		return err
+	}
+	// An entry committed now follows everything committed before it; once
+	// this node has applied it, its copy is at least that current.
+	mark := newAttempt()
+	if err := c.rep.do(ctx, command{Op: opMark, Attempt: mark}); err != nil {
+		return err
+	}
+	for c.rep.fsm.Mark(c.cfg.NodeName) != mark {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) selfNode() Node {
+	n := c.cfg.Self
+	n.ID = c.cfg.NodeName
+	return n
+}

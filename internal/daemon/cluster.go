@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sandpit-dev/sandpit"
 
@@ -118,4 +120,26 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler) http
 			return p, nil
 		},
 	})
+}
+
+// reconcileCluster waits for the cluster to have a leader and for this node
+// to have applied the log it finds, then releases this node's placements
+// that have no sandbox (see service.ReconcileCluster).
+func reconcileCluster(ctx context.Context, cl *cluster.Cluster, svc *service.Service, started time.Time, log *slog.Logger) {
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := cl.WaitCaughtUp(wctx)
+		cancel()
+		if err == nil {
+			err = svc.ReconcileCluster(ctx, started)
+		}
+		if err == nil {
+			return
+		}
+		log.Warn("cluster reconcile, retrying", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
 }

@@ -190,6 +190,7 @@ func loadOrCreate(path, prefix string) (value string, created bool, err error) {
 // the store is closed.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.Defaults()
+	started := time.Now().UTC()
 	if err := validDomain(cfg.Domain); err != nil {
 		return err
 	}
@@ -312,6 +313,7 @@ func Run(ctx context.Context, cfg Config) error {
 	go svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour)
 	if cl != nil {
 		go cl.ServeForwarded(bg, handler)
+		go reconcileCluster(bg, cl, svc, started, log)
 	}
 
 	errc := make(chan error, 2)

@@ -23,14 +23,37 @@ func (s *Service) clusterReserve(ctx context.Context, sb sandpit.Sandbox) error 
 	if s.cfg.Cluster == nil {
 		return nil
 	}
-	if err := s.cfg.Cluster.Reserve(ctx, cluster.Reservation{
-		SandboxID: sb.ID, Name: sb.Name, Owner: sb.Owner, Labels: sb.Labels,
-	}); err != nil {
-		return err
+	// One entry reserves and places, so a crash never leaves a reservation
+	// without the node whose restart must clean it up.
+	return s.cfg.Cluster.Reserve(ctx, cluster.Reservation{
+		SandboxID: sb.ID, Name: sb.Name, Owner: sb.Owner, Labels: sb.Labels, Node: s.cfg.NodeName,
+	})
+}
+
+// ReconcileCluster releases the placements on this node that have no row in
+// its store: a create that reserved its name and then died with the daemon
+// before it recorded the sandbox locally (or whose rollback could not reach
+// the cluster). Only placements made before since are considered, so creates
+// running now are left alone. The daemon runs it once the node has a leader.
+func (s *Service) ReconcileCluster(ctx context.Context, since time.Time) error {
+	if s.cfg.Cluster == nil {
+		return nil
 	}
-	if err := s.cfg.Cluster.Place(ctx, sb.ID, s.cfg.NodeName); err != nil {
-		s.clusterRelease(ctx, sb.ID)
-		return err
+	for _, p := range s.cfg.Cluster.FSM().Placements(nil) {
+		if p.Node != s.cfg.NodeName || !p.CreatedAt.Before(since) {
+			continue
+		}
+		_, err := s.store.GetSandbox(ctx, p.SandboxID)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, sandpit.ErrNotFound) {
+			return err
+		}
+		s.log.Warn("reconcile: releasing cluster placement without a sandbox", "sandbox", p.SandboxID, "name", p.Name)
+		if err := s.cfg.Cluster.Delete(ctx, p.SandboxID); err != nil {
+			return err
+		}
 	}
 	return nil
 }
