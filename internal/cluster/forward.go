@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -28,6 +31,16 @@ const (
 )
 
 type forwardedKey struct{}
+
+// fallbackKey carries, on a forwarded create, the function that serves it
+// locally when its owner cannot be dialled.
+type fallbackKey struct{}
+
+// errDial marks a forward that never reached the target node.
+var errDial = errors.New("cannot reach node")
+
+// maxCreateBody bounds the create body kept for that fallback.
+const maxCreateBody = 1 << 20
 
 // Forwarded returns the principal a forwarded request carries, when ctx is
 // a request's that arrived on the cluster port.
@@ -102,9 +115,17 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 				}
 				raftAddr := c.addressOf(host)
 				if raftAddr == "" {
-					return nil, errors.New("no address for node " + host)
+					return nil, fmt.Errorf("%w: no address for node %s", errDial, host)
 				}
-				return c.mux.DialHTTP(ctx, raftAddr)
+				// A frozen or partitioned node accepts TCP and then never
+				// answers the handshake; do not wait on it for long.
+				dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+				conn, err := c.mux.DialHTTP(dctx, raftAddr)
+				if err != nil {
+					return nil, fmt.Errorf("%w: %s: %v", errDial, host, err)
+				}
+				return conn, nil
 			},
 			MaxIdleConnsPerHost: 16,
 			IdleConnTimeout:     30 * time.Second,
@@ -113,6 +134,12 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			cfg.Logger.Warn("cluster: forward failed", "path", r.URL.Path, "err", err)
+			if retry, ok := r.Context().Value(fallbackKey{}).(func()); ok && errors.Is(err, errDial) {
+				// Nothing reached the chosen owner: the create is made
+				// here instead.
+				retry()
+				return
+			}
 			writeJSON(w, http.StatusBadGateway, map[string]any{"error": map[string]string{
 				"code": "owner_unreachable", "message": "the node that owns this sandbox did not answer: " + err.Error()}})
 		},
@@ -182,6 +209,23 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			return
 		}
 		pj, _ := json.Marshal(pr)
+		if rt.create {
+			// Keep the body, so that a create whose owner cannot be
+			// reached is served here with it.
+			body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))
+			if err != nil || len(body) > maxCreateBody {
+				local.ServeHTTP(w, r)
+				return
+			}
+			orig := r
+			fallback := func() {
+				orig.Body = io.NopCloser(bytes.NewReader(body))
+				local.ServeHTTP(w, orig)
+			}
+			r = r.WithContext(context.WithValue(r.Context(), fallbackKey{}, fallback))
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+		}
 		r = r.Clone(r.Context())
 		r.Header.Set(HeaderForwardedBy, c.cfg.NodeName)
 		r.Header.Set(HeaderPrincipal, string(pj))

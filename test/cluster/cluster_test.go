@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -447,5 +448,60 @@ func TestClusterIdempotencyKeyAcrossNodes(t *testing.T) {
 		if a.status != 201 || !a.replayed || string(a.body) != string(as[0].body) {
 			t.Fatalf("replay from %s: %d replayed=%v %s, want %s", n.name, a.status, a.replayed, a.body, as[0].body)
 		}
+	}
+}
+
+// role returns the node's Raft state ("Leader", "Follower", ...).
+func role(n *node) string {
+	st, err := n.Client().ClusterStatus(context.Background())
+	if err != nil {
+		return ""
+	}
+	return st.State
+}
+
+func TestClusterFrozenFollowerCatchesUp(t *testing.T) {
+	c := startCluster(t)
+	var frozen *node
+	var live []*node
+	for _, n := range c.nodes {
+		if frozen == nil && role(n) == "Follower" {
+			frozen = n
+		} else {
+			live = append(live, n)
+		}
+	}
+	if frozen == nil {
+		t.Fatal("no follower")
+	}
+	frozen.Signal(syscall.SIGSTOP)
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			frozen.Signal(syscall.SIGCONT)
+		}
+	}
+	defer thaw()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// For 15 s the two others keep taking named creates.
+	end := time.Now().Add(15 * time.Second)
+	made := 0
+	for i := 0; time.Now().Before(end); i++ {
+		n := live[i%len(live)]
+		a := call(ctx, n, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":"frozen-%d"}`, i), nil)
+		if a.status != 201 {
+			t.Fatalf("create %d through %s while %s is frozen: %d %s %v", i, n.name, frozen.name, a.status, a.body, a.err)
+		}
+		made++
+	}
+	t.Logf("%d named creates while %s was frozen", made, frozen.name)
+	thaw()
+	c.digests(30 * time.Second)
+	st, err := frozen.Client().ClusterStatus(ctx)
+	if err != nil || st.Names < made {
+		t.Fatalf("thawed node status %+v %v, want at least %d names", st, err, made)
 	}
 }

@@ -252,6 +252,17 @@ func (d *Daemon) Wait(timeout time.Duration) bool {
 // Kill sends SIGKILL and waits for the process to go.
 func (d *Daemon) Kill() { d.signal(syscall.SIGKILL) }
 
+// Signal sends sig without waiting for anything (SIGSTOP and SIGCONT freeze
+// and thaw the daemon).
+func (d *Daemon) Signal(sig syscall.Signal) {
+	d.mu.Lock()
+	cmd := d.cmd
+	d.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
 // Stop sends SIGTERM (a clean shutdown) and waits.
 func (d *Daemon) Stop() { d.signal(syscall.SIGTERM) }
 
