@@ -140,7 +140,10 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 				retry()
 				return
 			}
-			writeJSON(w, http.StatusBadGateway, map[string]any{"error": map[string]string{
+			// The client's retry (same key) will find the owner back, or
+			// the cluster changed.
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
 				"code": "owner_unreachable", "message": "the node that owns this sandbox did not answer: " + err.Error()}})
 		},
 	}
@@ -163,9 +166,11 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 				m   Member
 				err error
 			)
-			if key := r.Header.Get("Idempotency-Key"); key != "" {
-				// Every retry of a keyed create goes to the same owner
-				// while membership holds, whichever node it reaches.
+			key := r.Header.Get("Idempotency-Key")
+			if key != "" {
+				// Every retry of a keyed create goes to the same owner,
+				// whichever node it reaches, so that the owner's claim
+				// decides them all; while that owner is down they wait.
 				m, err = c.OwnerForKey(key)
 			} else {
 				m, err = c.PickOwner()
@@ -209,7 +214,7 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			return
 		}
 		pj, _ := json.Marshal(pr)
-		if rt.create {
+		if rt.create && r.Header.Get("Idempotency-Key") == "" {
 			// Keep the body, so that a create whose owner cannot be
 			// reached is served here with it.
 			body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))

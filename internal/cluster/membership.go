@@ -27,6 +27,10 @@ type Meta struct {
 	Max      int    `json:"max,omitempty"`    // 0 = no limit
 	Expect   int    `json:"expect,omitempty"` // --bootstrap-expect of this node
 	Draining bool   `json:"draining,omitempty"`
+	// Leaving is gossiped just before a graceful leave, so the others can
+	// tell a member that left (and is removed from Raft) from one that died
+	// (and is expected back): memberlist reports both alike.
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // Free is the node's free capacity for placement; a node without a limit
@@ -67,6 +71,22 @@ type Membership struct {
 	ml  *memberlist.Memberlist
 	cfg MembershipConfig
 	mu  sync.Mutex
+	// gone holds the last view of members that died or left.
+	gone    map[string]Member
+	leaving bool
+	spread  time.Duration // how long a gossiped update takes to reach all
+	upd     sync.Mutex
+}
+
+func toMember(n *memberlist.Node) Member {
+	var meta Meta
+	_ = json.Unmarshal(n.Meta, &meta)
+	return Member{
+		Name:   n.Name,
+		Gossip: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
+		State:  stateName(n.State),
+		Meta:   meta,
+	}
 }
 
 // StartMembership starts gossip on cfg.Bind.
@@ -100,7 +120,7 @@ func StartMembership(cfg MembershipConfig) (*Membership, error) {
 	mc.Keyring = kr
 	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	mc.Logger = slog.NewLogLogger(cfg.Logger.With("component", "gossip").Handler(), slog.LevelDebug)
-	m := &Membership{cfg: cfg}
+	m := &Membership{cfg: cfg, gone: map[string]Member{}, spread: 10 * mc.GossipInterval}
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
 	ml, err := memberlist.Create(mc)
@@ -148,20 +168,24 @@ func (m *Membership) Join(ctx context.Context, addrs []string) error {
 	}
 }
 
-// Members returns the members gossip knows, alive or suspected, sorted by
-// name.
+// Members returns every member gossip has told of, with its state as of the
+// last event about it (alive, suspect, dead or left), sorted by name.
+// memberlist itself lists only the live ones; the leader needs the ones that
+// left too, to remove them from Raft.
 func (m *Membership) Members() []Member {
+	live := map[string]bool{}
 	var out []Member
 	for _, n := range m.ml.Members() {
-		var meta Meta
-		_ = json.Unmarshal(n.Meta, &meta)
-		out = append(out, Member{
-			Name:   n.Name,
-			Gossip: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
-			State:  stateName(n.State),
-			Meta:   meta,
-		})
+		live[n.Name] = true
+		out = append(out, toMember(n))
 	}
+	m.mu.Lock()
+	for name, mem := range m.gone {
+		if !live[name] {
+			out = append(out, mem)
+		}
+	}
+	m.mu.Unlock()
 	slices.SortFunc(out, func(a, b Member) int {
 		switch {
 		case a.Name < b.Name:
@@ -190,13 +214,20 @@ func stateName(s memberlist.NodeStateType) string {
 
 // Refresh gossips this node's current Meta (after its capacity changed).
 func (m *Membership) Refresh() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.upd.Lock()
+	defer m.upd.Unlock()
 	return m.ml.UpdateNode(time.Second)
 }
 
 // Leave tells the others this node leaves, then stops gossip.
 func (m *Membership) Leave(timeout time.Duration) error {
+	m.mu.Lock()
+	m.leaving = true
+	m.mu.Unlock()
+	// Announce the intent first, then wait a moment for it to spread by
+	// gossip before the leave itself.
+	_ = m.Refresh()
+	time.Sleep(m.spread)
 	err := m.ml.Leave(timeout)
 	return errors.Join(err, m.ml.Shutdown())
 }
@@ -210,10 +241,13 @@ func (d delegate) NodeMeta(limit int) []byte {
 	if d.m.cfg.Meta == nil {
 		return nil
 	}
-	b, _ := json.Marshal(d.m.cfg.Meta())
+	meta := d.m.cfg.Meta()
+	d.m.mu.Lock()
+	meta.Leaving = d.m.leaving
+	d.m.mu.Unlock()
+	b, _ := json.Marshal(meta)
 	if len(b) > limit {
 		// The addresses matter more than the numbers; drop those.
-		meta := d.m.cfg.Meta()
 		meta.Running, meta.Max = 0, 0
 		b, _ = json.Marshal(meta)
 	}
@@ -224,9 +258,26 @@ func (delegate) NotifyMsg([]byte)                {}
 func (delegate) GetBroadcasts(int, int) [][]byte { return nil }
 func (delegate) LocalState(bool) []byte          { return nil }
 func (delegate) MergeRemoteState([]byte, bool)   {}
-func (e events) NotifyJoin(*memberlist.Node)     { e.changed() }
-func (e events) NotifyLeave(*memberlist.Node)    { e.changed() }
-func (e events) NotifyUpdate(*memberlist.Node)   { e.changed() }
+func (e events) NotifyJoin(n *memberlist.Node) {
+	e.m.mu.Lock()
+	delete(e.m.gone, n.Name)
+	e.m.mu.Unlock()
+	e.changed()
+}
+
+func (e events) NotifyLeave(n *memberlist.Node) {
+	mem := toMember(n)
+	mem.State = "dead"
+	if mem.Meta.Leaving {
+		mem.State = "left"
+	}
+	e.m.mu.Lock()
+	e.m.gone[n.Name] = mem
+	e.m.mu.Unlock()
+	e.changed()
+}
+
+func (e events) NotifyUpdate(*memberlist.Node) { e.changed() }
 func (e events) changed() {
 	if e.m.cfg.OnChange != nil {
 		e.m.cfg.OnChange()

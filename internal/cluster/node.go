@@ -436,15 +436,22 @@ func (c *Cluster) inflight(node string, d int) {
 }
 
 // OwnerForKey picks the owner of a keyed create by rendezvous hashing of the
-// key over the members with room: every node computes the same owner for a
-// key while membership holds, so the retries of one create meet on one node.
+// key over the members: every node computes the same owner for a key while
+// membership holds, so the retries of one create meet on one node, whose
+// idempotency claim decides them.
 func (c *Cluster) OwnerForKey(key string) (Member, error) {
 	var (
 		best  Member
 		score uint64
 		found bool
 	)
-	for _, m := range c.candidates() {
+	// Every member that has not left counts, even one that is down: moving
+	// a key's owner while its first attempt may still finish there would
+	// let a retry make a second sandbox.
+	for _, m := range c.gossip.Members() {
+		if m.State == "left" || m.Meta.API == "" {
+			continue
+		}
 		h := fnv.New64a()
 		_, _ = h.Write([]byte(m.Name))
 		_, _ = h.Write([]byte{0})

@@ -115,6 +115,11 @@ func TestClusterFormsByGossipAndRefusesWrongKey(t *testing.T) {
 			other = n
 		}
 	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("members seen by %s: %+v", other.NodeName(), other.Members())
+		}
+	}()
 	waitFor(t, "the leaver removed", 20*time.Second, func() bool {
 		for _, m := range other.Members() {
 			if m.Name == leaver.NodeName() && m.Voter {

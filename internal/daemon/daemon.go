@@ -287,6 +287,24 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 
+	// A restarted node must release the placements its interrupted creates
+	// left before it serves: a retry resuming such a create would otherwise
+	// race the release. This needs the cluster's leader, which the other
+	// nodes provide; a node that cannot reach it in time serves anyway and
+	// reconciles in the background.
+	clusterReconciled := false
+	if cl != nil && cl.Replica().HasState() {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if err := cl.WaitCaughtUp(rctx); err != nil {
+			log.Warn("cluster: not caught up before serving", "err", err)
+		} else if err := svc.ReconcileCluster(rctx, started); err != nil {
+			log.Warn("cluster: reconcile before serving", "err", err)
+		} else {
+			clusterReconciled = true
+		}
+		cancel()
+	}
+
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -313,7 +331,9 @@ func Run(ctx context.Context, cfg Config) error {
 	go svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour)
 	if cl != nil {
 		go cl.ServeForwarded(bg, handler)
-		go reconcileCluster(bg, cl, svc, started, log)
+		if !clusterReconciled {
+			go reconcileCluster(bg, cl, svc, started, log)
+		}
 	}
 
 	errc := make(chan error, 2)
