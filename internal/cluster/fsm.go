@@ -42,6 +42,7 @@ type Node struct {
 	ProxyAddr  string `json:"proxy_addr,omitempty"`
 	PublicHost string `json:"public_host,omitempty"`
 	RaftAddr   string `json:"raft_addr"`
+	GossipAddr string `json:"gossip_addr,omitempty"`
 }
 
 // Placement is one sandbox as the cluster knows it.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -45,16 +46,17 @@ type Config struct {
 // Cluster is one node's membership in the cluster: its cluster port, its
 // gossip and its Raft replica, and the loops that keep them in agreement.
 type Cluster struct {
-	cfg     Config
-	mux     *Mux
-	gossip  *Membership
-	rep     *Replica
-	log     *slog.Logger
-	changed chan struct{}
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
-	leaving chan struct{}
-	once    sync.Once
+	cfg       Config
+	mux       *Mux
+	gossip    *Membership
+	rep       *Replica
+	log       *slog.Logger
+	changed   chan struct{}
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+	leaving   chan struct{}
+	once      sync.Once
+	rejoining atomic.Bool
 	// pending counts the creates this node is forwarding, per target.
 	pending struct {
 		sync.Mutex
@@ -199,8 +201,20 @@ func (c *Cluster) run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastReap := time.Now()
+	lastRejoin := time.Now()
 	gossiped := -1
 	for {
+		if time.Since(lastRejoin) > 3*time.Second {
+			lastRejoin = time.Now()
+			// A join to a node that is down waits out a dial timeout;
+			// it must not hold up the leader's work.
+			if c.rejoining.CompareAndSwap(false, true) {
+				go func() {
+					defer c.rejoining.Store(false)
+					c.rejoin(ctx)
+				}()
+			}
+		}
 		// Capacity travels by gossip; push it when it changed.
 		if n := c.meta().Running; n != gossiped && c.gossip != nil {
 			gossiped = n
@@ -294,7 +308,7 @@ func (c *Cluster) reconcile(ctx context.Context) {
 					continue
 				}
 			}
-			want := Node{ID: m.Name, APIAddr: m.Meta.API, ProxyAddr: m.Meta.Proxy, PublicHost: m.Meta.Public, RaftAddr: m.Meta.Raft}
+			want := Node{ID: m.Name, APIAddr: m.Meta.API, ProxyAddr: m.Meta.Proxy, PublicHost: m.Meta.Public, RaftAddr: m.Meta.Raft, GossipAddr: m.Gossip}
 			if registered[m.Name] != want {
 				if err := c.rep.RegisterNode(ctx, want); err != nil {
 					c.log.Warn("cluster: register node", "member", m.Name, "err", err)
@@ -544,4 +558,30 @@ func (c *Cluster) selfNode() Node {
 	n := c.cfg.Self
 	n.ID = c.cfg.NodeName
 	return n
+}
+
+// rejoin asks gossip to contact the registered nodes it does not see alive.
+// memberlist gives up on a member it declared dead, so a node restarted
+// without --join (the cluster's first node) would otherwise stay alone in
+// gossip, and a node that came back would stay dead in the others' eyes;
+// the index remembers where every node's gossip listens.
+func (c *Cluster) rejoin(ctx context.Context) {
+	alive := map[string]bool{}
+	for _, m := range c.gossip.Members() {
+		if m.State == "alive" || m.State == "suspect" {
+			alive[m.Name] = true
+		}
+	}
+	var addrs []string
+	for _, n := range c.rep.fsm.Nodes() {
+		if !alive[n.ID] && n.ID != c.cfg.NodeName && n.GossipAddr != "" {
+			addrs = append(addrs, n.GossipAddr)
+		}
+	}
+	if len(addrs) == 0 {
+		return
+	}
+	if _, err := c.gossip.ml.Join(addrs); err != nil {
+		c.log.Debug("cluster: rejoin", "addrs", addrs, "err", err)
+	}
 }
