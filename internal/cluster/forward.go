@@ -32,14 +32,14 @@ const (
 
 type forwardedKey struct{}
 
-// fallbackKey carries, on a forwarded create, the function that serves it
-// locally when its owner cannot be dialled.
+// fallbackKey carries, on a forwarded unkeyed create, the function that
+// serves it locally when its owner cannot be dialled.
 type fallbackKey struct{}
 
 // errDial marks a forward that never reached the target node.
 var errDial = errors.New("cannot reach node")
 
-// maxCreateBody bounds the create body kept for that fallback.
+// maxCreateBody bounds the create body the router reads to place a create.
 const maxCreateBody = 1 << 20
 
 // Forwarded returns the principal a forwarded request carries, when ctx is
@@ -55,7 +55,12 @@ type RouterConfig struct {
 	// Authenticate resolves the request's credential on this node; a request
 	// that does not authenticate is never forwarded (this node refuses it).
 	Authenticate func(r *http.Request) (sandpit.Principal, error)
-	Logger       *slog.Logger
+	// AffinityKey names a create that must meet its duplicates on one node
+	// (its Idempotency-Key, or a facade's fingerprint of the body), or
+	// returns "" for a create that may go anywhere. Nil uses the
+	// Idempotency-Key header alone.
+	AffinityKey func(r *http.Request, body []byte) string
+	Logger      *slog.Logger
 }
 
 // route is what one request is about.
@@ -162,11 +167,20 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 				local.ServeHTTP(w, r)
 				return
 			}
-			var (
-				m   Member
-				err error
-			)
+			var m Member
+			body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))
+			if err != nil || len(body) > maxCreateBody {
+				// Too large for any create; let the surface refuse it.
+				r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
+				local.ServeHTTP(w, r)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
 			key := r.Header.Get("Idempotency-Key")
+			if cfg.AffinityKey != nil {
+				key = cfg.AffinityKey(r, body)
+			}
 			if key != "" {
 				// Every retry of a keyed create goes to the same owner,
 				// whichever node it reaches, so that the owner's claim
@@ -178,6 +192,16 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			if err != nil {
 				local.ServeHTTP(w, r)
 				return
+			}
+			if key == "" {
+				// Nothing pins an unkeyed create to its owner: if the owner
+				// cannot be dialled, it is made here.
+				orig := r
+				fallback := func() {
+					orig.Body = io.NopCloser(bytes.NewReader(body))
+					local.ServeHTTP(w, orig)
+				}
+				r = r.WithContext(context.WithValue(r.Context(), fallbackKey{}, fallback))
 			}
 			c.inflight(m.Name, 1)
 			defer c.inflight(m.Name, -1)
@@ -214,23 +238,6 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			return
 		}
 		pj, _ := json.Marshal(pr)
-		if rt.create && r.Header.Get("Idempotency-Key") == "" {
-			// Keep the body, so that a create whose owner cannot be
-			// reached is served here with it.
-			body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))
-			if err != nil || len(body) > maxCreateBody {
-				local.ServeHTTP(w, r)
-				return
-			}
-			orig := r
-			fallback := func() {
-				orig.Body = io.NopCloser(bytes.NewReader(body))
-				local.ServeHTTP(w, orig)
-			}
-			r = r.WithContext(context.WithValue(r.Context(), fallbackKey{}, fallback))
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			r.ContentLength = int64(len(body))
-		}
 		r = r.Clone(r.Context())
 		r.Header.Set(HeaderForwardedBy, c.cfg.NodeName)
 		r.Header.Set(HeaderPrincipal, string(pj))

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -118,6 +120,22 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler) http
 			}
 			p, _ := sandpit.PrincipalFrom(rr.Context())
 			return p, nil
+		},
+		// Duplicates of one create must meet on one node, whose claim
+		// decides them: the Idempotency-Key names a create, and so does the
+		// E2B facade's fingerprint of an identical body.
+		AffinityKey: func(r *http.Request, body []byte) string {
+			if k := r.Header.Get("Idempotency-Key"); k != "" {
+				return k
+			}
+			if strings.HasPrefix(r.URL.Path, e2b.Prefix+"/") {
+				var b e2b.CreateBody
+				if json.Unmarshal(body, &b) != nil {
+					return ""
+				}
+				return e2b.Fingerprint(e2b.KeyIdentity(r.Header.Get("X-API-KEY")), b)
+			}
+			return ""
 		},
 	})
 }

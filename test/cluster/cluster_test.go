@@ -65,12 +65,17 @@ func clusterArgs(name, gossip, raft, keyFile string, expect int, join []string) 
 func loopback(t *testing.T) string { return "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)) }
 
 // startNode starts one clustered daemon.
+// The nodes of a test cluster share one admin token, as an operator's would,
+// so that one E2B key or client works against every node.
+const clusterToken = "test-cluster-admin-token"
+
 func startNode(t *testing.T, name, keyFile string, expect int, join []string) *node {
 	t.Helper()
 	gossip, raft := loopback(t), loopback(t)
 	d := harness.Start(t, sandpitBin, harness.Options{
-		Args: clusterArgs(name, gossip, raft, keyFile, expect, join),
-		Env:  []string{"SANDPIT_TEST_CLUSTER_FAST=1"},
+		Args:  clusterArgs(name, gossip, raft, keyFile, expect, join),
+		Env:   []string{"SANDPIT_TEST_CLUSTER_FAST=1"},
+		Token: clusterToken,
 	})
 	return &node{Daemon: d, name: name, gossip: gossip, raft: raft}
 }
@@ -503,5 +508,37 @@ func TestClusterFrozenFollowerCatchesUp(t *testing.T) {
 	st, err := frozen.Client().ClusterStatus(ctx)
 	if err != nil || st.Names < made {
 		t.Fatalf("thawed node status %+v %v, want at least %d names", st, err, made)
+	}
+}
+
+func TestClusterE2BIdenticalCreatesAcrossNodes(t *testing.T) {
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// Twelve identical creates with one key, split over the three nodes,
+	// make one sandbox: the body's fingerprint sends them all to one owner,
+	// whose claim decides them.
+	as := storm(c, 12, func(i int, nd *node) answer {
+		return call(ctx, nd, http.MethodPost, "/e2b/sandboxes", `{"templateID":"base","metadata":{"storm":"e2b"},"timeout":120}`,
+			map[string]string{"X-API-KEY": clusterToken})
+	})
+	t.Logf("answers: %v", tally(as))
+	ids := map[string]bool{}
+	for i, a := range as {
+		if a.status != 201 && a.status != 200 {
+			t.Fatalf("answer %d: %d %s %v", i, a.status, a.body, a.err)
+		}
+		var sb struct {
+			SandboxID string `json:"sandboxID"`
+		}
+		_ = json.Unmarshal(a.body, &sb)
+		ids[sb.SandboxID] = true
+	}
+	total := 0
+	for _, n := range c.nodes {
+		total += len(n.Containers(t))
+	}
+	if len(ids) != 1 || total != 1 {
+		t.Fatalf("%d sandbox ids %v and %d containers, want one", len(ids), ids, total)
 	}
 }

@@ -76,6 +76,9 @@ type Options struct {
 	// PortRange overrides the TCP pool ("LO-HI"); by default each daemon
 	// gets its own small range so parallel daemons never share ports.
 	PortRange string
+	// Token, when set, is the admin token instead of a random one (the
+	// nodes of a test cluster share one).
+	Token string
 }
 
 // Daemon is one running `sandpit serve`.
@@ -145,6 +148,9 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 	t.Helper()
 	RequireDocker(t)
 	d := &Daemon{t: t, bin: bin, opts: opts, DataDir: t.TempDir(), Token: "test-" + randHex(8), Label: "t" + randHex(6)}
+	if opts.Token != "" {
+		d.Token = opts.Token
+	}
 	d.PortRange = opts.PortRange
 	if d.PortRange == "" {
 		d.PortRange = FreeRange(t, 20)
