@@ -36,12 +36,12 @@ type node struct {
 
 // testCluster is three daemons formed with --bootstrap-expect 3.
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	nodes []*node
 	key   string
 }
 
-func writeKey(t *testing.T, secret string) string {
+func writeKey(t testing.TB, secret string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "cluster.key")
 	if err := os.WriteFile(p, []byte(secret+"\n"), 0o600); err != nil {
@@ -62,14 +62,14 @@ func clusterArgs(name, gossip, raft, keyFile string, expect int, join []string) 
 	return args
 }
 
-func loopback(t *testing.T) string { return "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)) }
+func loopback(t testing.TB) string { return "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)) }
 
 // startNode starts one clustered daemon.
 // The nodes of a test cluster share one admin token, as an operator's would,
 // so that one E2B key or client works against every node.
 const clusterToken = "test-cluster-admin-token"
 
-func startNode(t *testing.T, name, keyFile string, expect int, join []string) *node {
+func startNode(t testing.TB, name, keyFile string, expect int, join []string) *node {
 	t.Helper()
 	gossip, raft := loopback(t), loopback(t)
 	d := harness.Start(t, sandpitBin, harness.Options{
@@ -82,7 +82,7 @@ func startNode(t *testing.T, name, keyFile string, expect int, join []string) *n
 
 // startCluster starts three nodes and waits until they form one cluster with
 // a leader and three voters.
-func startCluster(t *testing.T) *testCluster {
+func startCluster(t testing.TB) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, key: writeKey(t, "the test cluster's shared secret")}
 	first := startNode(t, "n1", c.key, 3, nil)
@@ -540,5 +540,29 @@ func TestClusterE2BIdenticalCreatesAcrossNodes(t *testing.T) {
 	}
 	if len(ids) != 1 || total != 1 {
 		t.Fatalf("%d sandbox ids %v and %d containers, want one", len(ids), ids, total)
+	}
+}
+
+func TestClusterWithoutQuorumAnswersNoLeader(t *testing.T) {
+	c := startCluster(t)
+	c.nodes[0].Kill()
+	c.nodes[1].Kill()
+	last := c.nodes[2]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, last.URL()+"/v1/sandboxes", strings.NewReader(`{"name":"no-quorum"}`))
+	req.Header.Set("Authorization", "Bearer "+last.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	a := answer{status: resp.StatusCode, body: b}
+	if a.status != http.StatusServiceUnavailable || a.code() != "no_leader" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("create without quorum: %d %s Retry-After %q, want 503 no_leader with Retry-After", a.status, b, resp.Header.Get("Retry-After"))
+	}
+	if n := len(last.Containers(t)); n != 0 {
+		t.Fatalf("%d containers made without quorum", n)
 	}
 }
