@@ -23,6 +23,13 @@ var (
 	// ErrNoLeader: a cluster write found no Raft leader (an election is under
 	// way); the request may be retried shortly.
 	ErrNoLeader = errors.New("no cluster leader")
+	// ErrSandboxExists is returned when a sandbox id is taken. It is distinct
+	// from ErrNameConflict: a duplicate id is a caller bug or a retry of a
+	// create that already happened, not a user-visible name clash.
+	ErrSandboxExists = errors.New("sandbox id already exists")
+	// ErrInvalidPageToken is returned for a page token the listing did not
+	// issue.
+	ErrInvalidPageToken = errors.New("invalid page token")
 )
 
 // State is a sandbox's lifecycle state as the store records it.
@@ -66,6 +73,8 @@ type ListOptions struct {
 	States    []State           // empty = any
 	Limit     int               // <= 0 means 100
 	PageToken string
+	// Descending lists newest first: by (created_at, id) from the top.
+	Descending bool
 }
 
 // ExposedPort is one row of exposed_ports.
@@ -303,4 +312,11 @@ type AuditEntry struct {
 	Resource  string // sandbox id, token name, owner, ...
 	Outcome   string // "ok" or the error code
 	Detail    string
+}
+
+// AuditQuery filters a listing of the audit log.
+type AuditQuery struct {
+	Owner    string // "" = all
+	AfterSeq int64  // entries with a larger seq only
+	Limit    int    // <= 0 means 100, at most 1000
 }

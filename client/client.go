@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/sandpit-dev/sandpit/apitypes"
 )
 
 // Client talks to one Sandpit daemon.
@@ -221,9 +223,7 @@ func (c *Client) once(ctx context.Context, rq request, payload []byte, key strin
 	if resp.StatusCode >= 300 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		e := &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
-		var eb struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
+		var eb apitypes.ErrorBody
 		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
 			e.Code, e.Message = eb.Error.Code, eb.Error.Message
 		}
@@ -274,7 +274,7 @@ func retryable(err error) bool {
 		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			// A full port pool is a 503, and an owner's quota a 429, that
 			// no retry will cure.
-			return e.Code != "port_pool_exhausted" && e.Code != "quota_exceeded"
+			return e.Code != apitypes.CodePortPoolExhausted && e.Code != apitypes.CodeQuotaExceeded
 		}
 	}
 	return false

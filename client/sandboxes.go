@@ -10,35 +10,29 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/proto/process"
 	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
 )
 
-// Sandbox is a sandbox as the API returns it.
-type Sandbox struct {
-	ID        string            `json:"id"`
-	Name      string            `json:"name,omitempty"`
-	Image     string            `json:"image"`
-	State     string            `json:"state"`
-	Labels    map[string]string `json:"labels"`
-	Env       map[string]string `json:"env"`
-	CPU       float64           `json:"cpu,omitempty"`
-	MemoryMB  int64             `json:"memory_mb,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
-	EndAt     *time.Time        `json:"end_at,omitempty"`
-}
-
-// CreateRequest creates a sandbox.
-type CreateRequest struct {
-	Image    string            `json:"image,omitempty"`
-	Name     string            `json:"name,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
-	Labels   map[string]string `json:"labels,omitempty"`
-	CPU      float64           `json:"cpu,omitempty"`
-	MemoryMB int64             `json:"memory_mb,omitempty"`
-	TimeoutS int64             `json:"timeout_s,omitempty"`
-}
+// The wire types are the daemon's own (package apitypes); the aliases keep
+// the SDK's names.
+type (
+	// Sandbox is a sandbox as the API returns it.
+	Sandbox = apitypes.Sandbox
+	// CreateRequest creates a sandbox.
+	CreateRequest = apitypes.CreateRequest
+	// ExecRequest runs a command.
+	ExecRequest = apitypes.ExecRequest
+	// ExecResult is a finished command.
+	ExecResult = apitypes.ExecResult
+	// Port is an exposure of a sandbox port.
+	Port = apitypes.Port
+	// Domain is a custom hostname bound to a sandbox port.
+	Domain = apitypes.Domain
+	// Event is one sandbox state change.
+	Event = apitypes.Event
+)
 
 // Create makes a sandbox. It is safe to retry: the call carries an
 // Idempotency-Key, and retries reuse it.
@@ -74,10 +68,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) ([]Sandbox, string,
 	if opts.PageToken != "" {
 		q.Set("page_token", opts.PageToken)
 	}
-	var out struct {
-		Sandboxes     []Sandbox `json:"sandboxes"`
-		NextPageToken string    `json:"next_page_token"`
-	}
+	var out apitypes.ListResponse
 	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes", query: q, idempotent: true}, &out)
 	return out.Sandboxes, out.NextPageToken, err
 }
@@ -100,22 +91,6 @@ func (c *Client) Stop(ctx context.Context, id string) (Sandbox, error) {
 	var sb Sandbox
 	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes/" + url.PathEscape(id) + "/stop", idempotent: true, keyed: true}, &sb)
 	return sb, err
-}
-
-// ExecRequest runs a command.
-type ExecRequest struct {
-	Cmd      string            `json:"cmd"`
-	Args     []string          `json:"args,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
-	Cwd      string            `json:"cwd,omitempty"`
-	TimeoutS int64             `json:"timeout_s,omitempty"`
-}
-
-// ExecResult is a finished command.
-type ExecResult struct {
-	ExitCode int    `json:"exit_code"`
-	Stdout   string `json:"stdout"`
-	Stderr   string `json:"stderr"`
 }
 
 // Exec runs a command to completion. It is never retried: running a command

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: test image, vet, static build, Go tests (race
+# The whole test suite: test and base images, vet, static build, Go tests (race
 # detector, real Docker), then the SDK compatibility tests under test/ when
 # they exist. Needs a running Docker engine (scripts/ensure-docker.sh).
 set -euo pipefail
@@ -14,11 +14,35 @@ scripts/check-repo.sh
 step "test image"
 scripts/build-test-image.sh
 
+# The realistic image the E2B conformance tests run on; cached by a hash of
+# its recipe under /var/cache/sandpit, so only the first run builds it.
+step "base image"
+scripts/build-base-image.sh
+
 step "go vet ./..."
 go vet ./...
 
 step "CGO_ENABLED=0 go build ./..."
 CGO_ENABLED=0 go build ./...
+
+step "Caddy with caddy-l4 (built once per tools/caddy-l4/go.sum, cached)"
+SANDPIT_CADDY_L4="$(scripts/build-caddy-l4.sh)"
+export SANDPIT_CADDY_L4
+echo "$SANDPIT_CADDY_L4"
+
+# Node packages first: the Go tests of the Caddy router run the E2B SDK.
+for dir in test/e2b test/daytona; do
+	[[ -f "$dir/package.json" ]] || continue
+	(
+		cd "$dir"
+		# A checkout has no node_modules (ignored by git): install then. An
+		# existing one is used as is, so this works without a registry.
+		if [[ ! -d node_modules ]]; then
+			step "npm install in $dir"
+			if [[ -f package-lock.json ]]; then npm ci --no-audit --no-fund; else npm install --no-audit --no-fund; fi
+		fi
+	)
+done
 
 step "go test -race -count=1 -timeout ${GO_TEST_TIMEOUT:-20m} ./..."
 go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-20m}" ./...
@@ -28,11 +52,6 @@ for dir in test/e2b test/daytona; do
 	step "node tests in $dir"
 	(
 		cd "$dir"
-		# A checkout has no node_modules (ignored by git): install then. An
-		# existing one is used as is, so this works without a registry.
-		if [[ ! -d node_modules ]]; then
-			if [[ -f package-lock.json ]]; then npm ci --no-audit --no-fund; else npm install --no-audit --no-fund; fi
-		fi
 		# The package's own test script when it has one, else node's runner.
 		if node -e 'process.exit(require("./package.json").scripts?.test ? 0 : 1)'; then
 			npm test

@@ -357,53 +357,7 @@ func TestExposeRetriesConsumeOneHostPort(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			const sequential, concurrent = 100, 32
-			answers := make([]exposeResp, 0, sequential+concurrent)
-			for range sequential {
-				r, err := expose(ctx, d, id, tc.port, tc.protocol)
-				if err != nil {
-					t.Fatal(err)
-				}
-				answers = append(answers, r)
-			}
-			var (
-				mu sync.Mutex
-				wg sync.WaitGroup
-			)
-			for range concurrent {
-				wg.Go(func() {
-					r, err := expose(ctx, d, id, tc.port, tc.protocol)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					mu.Lock()
-					answers = append(answers, r)
-					mu.Unlock()
-				})
-			}
-			wg.Wait()
-			if len(answers) != sequential+concurrent {
-				t.Fatalf("%d answers, want %d", len(answers), sequential+concurrent)
-			}
-			first := answers[0].port
-			fresh := 0
-			for i, r := range answers {
-				switch {
-				case r.status == http.StatusCreated && !r.port.Reused:
-					fresh++
-				case r.status == http.StatusOK && r.port.Reused:
-				default:
-					t.Fatalf("answer %d: %d %+v (%s)", i, r.status, r.port, r.msg)
-				}
-				if r.port.PublicURL != first.PublicURL || r.port.HostPort != first.HostPort {
-					t.Fatalf("answer %d = %s host port %d, first was %s host port %d",
-						i, r.port.PublicURL, r.port.HostPort, first.PublicURL, first.HostPort)
-				}
-			}
-			if fresh != 1 || answers[0].status != http.StatusCreated {
-				t.Fatalf("%d answers were new (first %d), want exactly the first", fresh, answers[0].status)
-			}
+			exposeRepeatedly(t, ctx, d, id, tc.port, tc.protocol, 100, 32)
 			ports, err := c.ListPorts(ctx, id)
 			if err != nil {
 				t.Fatal(err)

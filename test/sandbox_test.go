@@ -323,3 +323,31 @@ func TestForkBombIsContained(t *testing.T) {
 		t.Fatalf("delete the bombed sandbox: %v", err)
 	}
 }
+
+// TestReleaseBuildIgnoresCrashPoint builds the binary without the crash-point
+// build tag, as a release is built, and sets the crash point anyway: the
+// daemon must create the sandbox and keep serving.
+func TestReleaseBuildIgnoresCrashPoint(t *testing.T) {
+	t.Parallel()
+	bin, err := harness.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, point := range []string{"after-container-create", "before-response"} {
+		t.Run(point, func(t *testing.T) {
+			d := harness.Start(t, bin, harness.Options{Env: []string{"SANDPIT_TEST_CRASH_POINT=" + point}})
+			ctx := ctxFor(t, 2*time.Minute)
+			c := d.Client()
+			sb, err := c.Create(ctx, client.CreateRequest{})
+			if err != nil {
+				t.Fatalf("create with %s set on a release build: %v\n%s", point, err, d.Logs())
+			}
+			if _, err := c.Get(ctx, sb.ID); err != nil {
+				t.Fatalf("daemon after the create: %v", err)
+			}
+			if !strings.Contains(d.Logs(), "built without crash points") {
+				t.Errorf("the daemon did not say it ignores the crash point:\n%s", d.Logs())
+			}
+		})
+	}
+}

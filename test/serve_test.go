@@ -145,6 +145,10 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"template", []string{"--template", "noequals"}, "--template"},
 		{"log level", []string{"--log-level", "loud"}, "--log-level"},
 		{"ttl", []string{"--idempotency-wait", "0s"}, "TTL"},
+		{"router", []string{"--router", "nginx"}, "--router"},
+		{"tls without caddy", []string{"--preview-tls"}, "--preview-tls needs --router caddy"},
+		{"caddy without a proxy port", []string{"--router", "caddy"}, "--proxy-listen"},
+		{"caddy admin", []string{"--router", "caddy", "--proxy-listen", "127.0.0.1:7999", "--caddy-admin", "localhost:2019"}, "--caddy-admin"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

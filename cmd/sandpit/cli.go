@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -60,7 +61,7 @@ func printJSON(w io.Writer, v any) error {
 
 func clientCmds(e *cliEnv) []*cobra.Command {
 	return []*cobra.Command{createCmd(e), lsCmd(e), execCmd(e), cpCmd(e), rmCmd(e), exposeCmd(e), portsCmd(e), unexposeCmd(e), domainCmd(e),
-		tokenCmd(e), auditCmd(e), ownerCmd(e), clusterCmd(e)}
+		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e), clusterCmd(e)}
 }
 
 func createCmd(e *cliEnv) *cobra.Command {
@@ -391,5 +392,43 @@ func domainCmd(e *cliEnv) *cobra.Command {
 			return tw.Flush()
 		},
 	})
+	return cmd
+}
+
+func eventsCmd(e *cliEnv) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Follow sandbox state changes as they happen",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			err = c.Events(cmd.Context(), func(e client.Event) error {
+				if asJSON {
+					b, err := json.Marshal(e)
+					if err != nil {
+						return err
+					}
+					_, err = fmt.Fprintf(out, "%s\n", b)
+					return err
+				}
+				state := e.State
+				if state == "" {
+					state = "-"
+				}
+				_, err := fmt.Fprintf(out, "%s  %-8s %s  %s -> %s\n", e.Time.Format("2006-01-02 15:04:05.000"), e.Type, e.SandboxID, e.OldState, state)
+				return err
+			})
+			if errors.Is(err, io.EOF) {
+				return nil // the daemon shut down
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per line")
 	return cmd
 }

@@ -66,9 +66,6 @@ func serveCmd() *cobra.Command {
 				}
 				cfg.ExtraLabels[k] = v
 			}
-			if _, ok := cfg.Templates["base"]; !ok {
-				cfg.Templates["base"] = cfg.DefaultImage
-			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
@@ -97,7 +94,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Token, "token", os.Getenv("SANDPIT_TOKEN"), "admin API token (env SANDPIT_TOKEN); prefer --token-file, since a flag shows in process listings; default: generated once into <data-dir>/token")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the admin API token")
 	f.DurationVar(&cfg.AuditRetention, "audit-retention", 90*24*time.Hour, "how long audit log entries are kept")
-	f.StringVar(&cfg.DefaultImage, "default-image", envOr("SANDPIT_DEFAULT_IMAGE", "sandpit/base:test"), "image used when a create names none")
+	f.StringVar(&cfg.DefaultImage, "default-image", os.Getenv("SANDPIT_DEFAULT_IMAGE"), "image used when a create names none (env SANDPIT_DEFAULT_IMAGE); default: "+daemon.BaseImage+" when scripts/build-base-image.sh has built it, else "+daemon.TestImage)
 	f.StringArrayVar(&templates, "template", nil, "template NAME=IMAGE for the facades (repeatable); 'base' is the default image")
 	f.StringVar(&cfg.Domain, "domain", envOr("SANDPIT_DOMAIN", "localhost"), "domain of preview URLs <id>-<port>.<domain>")
 	f.StringVar(&cfg.PublicHost, "public-host", envOr("SANDPIT_PUBLIC_HOST", "127.0.0.1"), "host named in tcp:// URLs")
@@ -107,6 +104,10 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&e2bReplay, "e2b-replay-window", 10*time.Second, "how long an identical E2B create replays the same sandbox; 0 turns dedupe off")
 	f.DurationVar(&idemWait, "idempotency-wait", 30*time.Second, "how long a duplicate keyed request waits for the first")
 	f.DurationVar(&idemR, "idempotency-retention", 24*time.Hour, "how long an Idempotency-Key's response is kept")
+	f.StringVar(&cfg.Router, "router", envOr("SANDPIT_ROUTER", "builtin"), "builtin (in-process proxy) or caddy (routes through the Caddy admin API; Caddy listens on --proxy-listen)")
+	f.StringVar(&cfg.CaddyAdmin, "caddy-admin", envOr("SANDPIT_CADDY_ADMIN", "http://127.0.0.1:2019"), "Caddy admin API URL (--router caddy)")
+	f.BoolVar(&cfg.PreviewTLS, "preview-tls", false, "serve preview and custom domains over HTTPS with on-demand certificates (--router caddy)")
+	f.BoolVar(&cfg.CaddyInternalCA, "caddy-internal-ca", false, "issue --preview-tls certificates from Caddy's internal CA instead of public ACME issuers")
 	f.BoolVar(&clustered, "cluster", false, "run as one node of a cluster (needs --cluster-key-file)")
 	f.StringVar(&cc.NodeName, "node-name", envOr("SANDPIT_NODE_NAME", ""), "this node's unique name in the cluster (default <hostname>-<data dir's instance id>)")
 	f.StringVar(&cc.RaftListen, "raft-listen", envOr("SANDPIT_RAFT_LISTEN", "127.0.0.1:7421"), "cluster port: Raft and node-to-node forwarding, over TLS keyed by the cluster key")

@@ -16,13 +16,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit/internal/filesig"
 	"github.com/sandpit-dev/sandpit/proto/filesystem/filesystemconnect"
 	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
 )
@@ -60,6 +60,12 @@ type Config struct {
 	// KeepaliveInterval is how long a stream may stay silent before a
 	// keepalive event is sent; zero means DefaultKeepaliveInterval.
 	KeepaliveInterval time.Duration
+	// DefaultUser is the account processes and file operations act as when
+	// a request names none; empty, or a name the image lacks, means root.
+	DefaultUser string
+	// EtcDir holds the passwd and group files users are looked up in;
+	// empty means /etc.
+	EtcDir string
 }
 
 // withDefaults returns a copy of cfg with every unset field filled in, so that
@@ -73,6 +79,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.KeepaliveInterval <= 0 {
 		cfg.KeepaliveInterval = DefaultKeepaliveInterval
+	}
+	if cfg.EtcDir == "" {
+		cfg.EtcDir = "/etc"
 	}
 	// The map is copied so that a caller mutating its map later cannot race
 	// with processes being started.
@@ -91,6 +100,7 @@ type agent struct {
 	errw     *connect.ErrorWriter
 	procs    *procTable
 	watchers *watcherRegistry
+	accounts accounts
 }
 
 // NewHandler returns the agent's complete HTTP surface: the Connect services
@@ -104,6 +114,7 @@ func NewHandler(cfg Config) http.Handler {
 		errw:     connect.NewErrorWriter(),
 		procs:    newProcTable(),
 		watchers: newWatcherRegistry(),
+		accounts: accounts{etc: cfg.EtcDir},
 	}
 
 	mux := http.NewServeMux()
@@ -168,11 +179,13 @@ func serve(ctx context.Context, ln net.Listener, cfg Config) error {
 	return nil
 }
 
-// userKey is the context key under which the request's user hint is stored.
-type userKey struct{}
+// accountKey is the context key under which the account a request acts as
+// is stored.
+type accountKey struct{}
 
 // authenticate rejects every request except GET /health that lacks the access
-// token, and records the optional user hint in the request context.
+// token (or, for /files, a valid signature), and records the account the
+// request acts as in its context.
 func (a *agent) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
@@ -180,7 +193,15 @@ func (a *agent) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		if !a.tokenOK(r.Header.Get(accessTokenHeader)) {
-			const msg = "missing or invalid " + accessTokenHeader
+			msg := "missing or invalid " + accessTokenHeader
+			if r.URL.Path == "/files" && r.URL.Query().Has(filesig.ParamSignature) {
+				err := a.signatureOK(r)
+				if err == nil {
+					a.serveAs(next, w, r)
+					return
+				}
+				msg = err.Error()
+			}
 			if isRPCPath(r.URL.Path) && a.errw.IsSupported(r) {
 				_ = a.errw.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errors.New(msg)))
 				return
@@ -188,9 +209,22 @@ func (a *agent) authenticate(next http.Handler) http.Handler {
 			writeJSONError(w, http.StatusUnauthorized, msg)
 			return
 		}
-		ctx := context.WithValue(r.Context(), userKey{}, userHint(r))
-		next.ServeHTTP(w, r.WithContext(ctx))
+		a.serveAs(next, w, r)
 	})
+}
+
+// serveAs passes an authenticated request on with its account.
+func (a *agent) serveAs(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	ctx := context.WithValue(r.Context(), accountKey{}, a.identity(userName(r)))
+	next.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// account returns the account the request in ctx acts as.
+func (a *agent) account(ctx context.Context) account {
+	if acc, ok := ctx.Value(accountKey{}).(account); ok {
+		return acc
+	}
+	return a.identity("")
 }
 
 // tokenOK reports whether got is the configured token, in constant time so
@@ -208,11 +242,9 @@ func isRPCPath(path string) bool {
 		strings.HasPrefix(path, "/"+filesystemconnect.FilesystemName+"/")
 }
 
-// userHint extracts the user name E2B clients send as Basic auth with an empty
-// password, or as the username query parameter on /files. It is only a hint:
-// processes run as the container's user, and the name merely selects the home
-// directory that relative paths resolve against.
-func userHint(r *http.Request) string {
+// userName extracts the user name E2B clients send as Basic auth with an
+// empty password, or as the username query parameter on /files.
+func userName(r *http.Request) string {
 	if name, _, ok := r.BasicAuth(); ok && name != "" {
 		return name
 	}
@@ -220,22 +252,10 @@ func userHint(r *http.Request) string {
 }
 
 // homeDir returns the directory that relative paths and commands without a
-// cwd resolve against: the hinted user's home if that user exists, else $HOME
-// from the default environment, else /root, else /.
+// cwd resolve against: the account's home if it exists, else /.
 func (a *agent) homeDir(ctx context.Context) string {
-	if name, _ := ctx.Value(userKey{}).(string); name != "" {
-		// Unknown user names are ignored rather than rejected: E2B clients
-		// send "user" or "root" by default and most images have neither
-		// account set up the way E2B's own images do.
-		if u, err := user.Lookup(name); err == nil && isDir(u.HomeDir) {
-			return u.HomeDir
-		}
-	}
-	if h := a.cfg.Env["HOME"]; h != "" && isDir(h) {
+	if h := a.account(ctx).Home; h != "" && isDir(h) {
 		return h
-	}
-	if isDir("/root") {
-		return "/root"
 	}
 	return "/"
 }

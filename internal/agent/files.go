@@ -18,9 +18,10 @@ import (
 
 // writtenEntry is one element of the /files upload response.
 type writtenEntry struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // readFile answers GET /files?path= with the file's raw bytes. Range and
@@ -32,7 +33,11 @@ func (a *agent) readFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := a.resolvePath(r.Context(), p)
-	f, err := os.Open(path)
+	var f *os.File
+	err := a.account(r.Context()).as(func() (err error) {
+		f, err = os.Open(path)
+		return err
+	})
 	if err != nil {
 		writeFileError(w, err)
 		return
@@ -60,6 +65,11 @@ func (a *agent) readFile(w http.ResponseWriter, r *http.Request) {
 // Missing parent directories are created.
 func (a *agent) writeFiles(w http.ResponseWriter, r *http.Request) {
 	target := r.URL.Query().Get("path")
+	md, err := metadataFromHeaders(r.Header)
+	if err != nil {
+		writeJSONError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	body := io.Reader(r.Body)
 	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
 		zr, err := gzip.NewReader(r.Body)
@@ -104,7 +114,7 @@ func (a *agent) writeFiles(w http.ResponseWriter, r *http.Request) {
 				writeJSONError(w, http.StatusBadRequest, "a file part has no filename and no path was given")
 				return
 			}
-			entry, status, err := a.writeOne(r, dest, part)
+			entry, status, err := a.writeOne(r, dest, part, md)
 			if err != nil {
 				writeJSONError(w, status, err.Error())
 				return
@@ -116,7 +126,7 @@ func (a *agent) writeFiles(w http.ResponseWriter, r *http.Request) {
 			writeJSONError(w, http.StatusBadRequest, "query parameter path is required for a raw body")
 			return
 		}
-		entry, status, err := a.writeOne(r, target, body)
+		entry, status, err := a.writeOne(r, target, body, md)
 		if err != nil {
 			writeJSONError(w, status, err.Error())
 			return
@@ -143,23 +153,48 @@ func partFilename(part *multipart.Part) string {
 }
 
 // writeOne writes src to the client path dest, returning the HTTP status to
-// answer with when it fails. An existing file is truncated and keeps its
-// mode and owner, as with shell redirection.
-func (a *agent) writeOne(r *http.Request, dest string, src io.Reader) (writtenEntry, int, error) {
+// answer with when it fails. The file and any missing parent directories are
+// made as the request's account, so they belong to it and the account's
+// permissions apply; an existing file is truncated and keeps its mode and
+// owner, as with shell redirection. Metadata, when the upload carries any,
+// replaces the file's.
+func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[string]string) (writtenEntry, int, error) {
+	acc := a.account(r.Context())
 	path := a.resolvePath(r.Context(), dest)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return writtenEntry{}, fileErrorStatus(err), fmt.Errorf("create parent directories of %s: %w", path, err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	var f *os.File
+	err := acc.as(func() error {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fmt.Errorf("create parent directories of %s: %w", path, err)
+		}
+		var err error
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return writtenEntry{}, fileErrorStatus(err), fmt.Errorf("open %s: %w", path, err)
+		return writtenEntry{}, fileErrorStatus(err), err
 	}
 	_, copyErr := io.Copy(f, src)
 	closeErr := f.Close()
 	if err := errors.Join(copyErr, closeErr); err != nil {
 		return writtenEntry{}, fileErrorStatus(err), fmt.Errorf("write %s: %w", path, err)
 	}
-	return writtenEntry{Name: filepath.Base(path), Type: "file", Path: path}, 0, nil
+	var stored map[string]string
+	err = acc.as(func() error {
+		if md != nil {
+			if err := setMetadata(path, md); err != nil {
+				return err
+			}
+		}
+		var err error
+		stored, err = readMetadata(path)
+		return err
+	})
+	if err != nil {
+		return writtenEntry{}, fileErrorStatus(err), err
+	}
+	return writtenEntry{Name: filepath.Base(path), Type: "file", Path: path, Metadata: stored}, 0, nil
 }
 
 // writeFileError answers with the status that matches a filesystem error.

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"syscall"
 
 	"connectrpc.com/connect"
@@ -28,7 +26,11 @@ var _ filesystemconnect.FilesystemHandler = (*filesystemService)(nil)
 // Stat describes one entry; symbolic links are described, not followed.
 func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[fspb.StatRequest]) (*connect.Response[fspb.StatResponse], error) {
 	path := s.a.resolvePath(ctx, req.Msg.GetPath())
-	entry, err := newOwnerCache().entry(path)
+	var entry *fspb.EntryInfo
+	err := s.a.account(ctx).as(func() (err error) {
+		entry, err = newOwnerCache(s.a.accounts).entry(path)
+		return err
+	})
 	if err != nil {
 		return nil, fsError(err)
 	}
@@ -39,17 +41,21 @@ func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[fspb.
 // reported as already_exists, which E2B clients read as "not created".
 func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fspb.MakeDirRequest]) (*connect.Response[fspb.MakeDirResponse], error) {
 	path := s.a.resolvePath(ctx, req.Msg.GetPath())
-	if fi, err := os.Lstat(path); err == nil {
-		what := "directory"
-		if !fi.IsDir() {
-			what = "a non-directory entry"
+	var entry *fspb.EntryInfo
+	err := s.a.account(ctx).as(func() (err error) {
+		if fi, err := os.Lstat(path); err == nil {
+			what := "directory"
+			if !fi.IsDir() {
+				what = "a non-directory entry"
+			}
+			return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists at %s", what, path))
 		}
-		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists at %s", what, path))
-	}
-	if err := os.MkdirAll(path, 0o755); err != nil {
-		return nil, fsError(err)
-	}
-	entry, err := newOwnerCache().entry(path)
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			return err
+		}
+		entry, err = newOwnerCache(s.a.accounts).entry(path)
+		return err
+	})
 	if err != nil {
 		return nil, fsError(err)
 	}
@@ -63,16 +69,20 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[fspb.
 	}
 	src := s.a.resolvePath(ctx, req.Msg.GetSource())
 	dst := s.a.resolvePath(ctx, req.Msg.GetDestination())
-	if _, err := os.Lstat(src); err != nil {
-		return nil, fsError(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return nil, fsError(err)
-	}
-	if err := os.Rename(src, dst); err != nil {
-		return nil, fsError(err)
-	}
-	entry, err := newOwnerCache().entry(dst)
+	var entry *fspb.EntryInfo
+	err := s.a.account(ctx).as(func() (err error) {
+		if _, err := os.Lstat(src); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := os.Rename(src, dst); err != nil {
+			return err
+		}
+		entry, err = newOwnerCache(s.a.accounts).entry(dst)
+		return err
+	})
 	if err != nil {
 		return nil, fsError(err)
 	}
@@ -86,15 +96,27 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[fspb.
 // the listing endless.
 func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fspb.ListDirRequest]) (*connect.Response[fspb.ListDirResponse], error) {
 	root := s.a.resolvePath(ctx, req.Msg.GetPath())
-	fi, err := os.Stat(root)
+	var entries []*fspb.EntryInfo
+	err := s.a.account(ctx).as(func() (err error) {
+		entries, err = s.listDir(ctx, root, max(int(req.Msg.GetDepth()), 1))
+		return err
+	})
 	if err != nil {
 		return nil, fsError(err)
+	}
+	return connect.NewResponse(&fspb.ListDirResponse{Entries: entries}), nil
+}
+
+// listDir walks root down to depth levels.
+func (s *filesystemService) listDir(ctx context.Context, root string, depth int) ([]*fspb.EntryInfo, error) {
+	fi, err := os.Stat(root)
+	if err != nil {
+		return nil, err
 	}
 	if !fi.IsDir() {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a directory", root))
 	}
-	depth := max(int(req.Msg.GetDepth()), 1)
-	owners := newOwnerCache()
+	owners := newOwnerCache(s.a.accounts)
 	var entries []*fspb.EntryInfo
 	var walk func(dir string, level int) error
 	walk = func(dir string, level int) error {
@@ -127,9 +149,9 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fs
 		return nil
 	}
 	if err := walk(root, 1); err != nil {
-		return nil, fsError(err)
+		return nil, err
 	}
-	return connect.NewResponse(&fspb.ListDirResponse{Entries: entries}), nil
+	return entries, nil
 }
 
 // Remove deletes a file or a directory tree. Removing a missing path
@@ -143,7 +165,7 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[fsp
 	if path == "/" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("refusing to remove /"))
 	}
-	if err := os.RemoveAll(path); err != nil {
+	if err := s.a.account(ctx).as(func() error { return os.RemoveAll(path) }); err != nil {
 		return nil, fsError(err)
 	}
 	return connect.NewResponse(&fspb.RemoveResponse{}), nil
@@ -151,6 +173,9 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[fsp
 
 // fsError maps a filesystem error to the Connect code E2B clients expect.
 func fsError(err error) error {
+	if ce := new(connect.Error); errors.As(err, &ce) {
+		return ce
+	}
 	var code connect.Code
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
@@ -174,42 +199,31 @@ func fsError(err error) error {
 	return connect.NewError(code, err)
 }
 
-// ownerCache remembers uid and gid names for the duration of one request, so
-// that listing a large directory does not reread /etc/passwd per entry.
+// ownerCache names uids and gids from the sandbox's own passwd and group
+// files, read at most once per cache, so that listing a large directory does
+// not reread them per entry.
 type ownerCache struct {
-	users  map[uint32]string
-	groups map[uint32]string
+	accounts accounts
+	names    *names
 }
 
-func newOwnerCache() *ownerCache {
-	return &ownerCache{users: map[uint32]string{}, groups: map[uint32]string{}}
+func newOwnerCache(as accounts) *ownerCache {
+	return &ownerCache{accounts: as}
+}
+
+func (c *ownerCache) loaded() names {
+	if c.names == nil {
+		n := c.accounts.names()
+		c.names = &n
+	}
+	return *c.names
 }
 
 // userName returns the name of uid, or the number itself when the image has
 // no such user (or no /etc/passwd at all).
-func (c *ownerCache) userName(uid uint32) string {
-	if n, ok := c.users[uid]; ok {
-		return n
-	}
-	n := strconv.FormatUint(uint64(uid), 10)
-	if u, err := user.LookupId(n); err == nil {
-		n = u.Username
-	}
-	c.users[uid] = n
-	return n
-}
+func (c *ownerCache) userName(uid uint32) string { return c.loaded().user(uid) }
 
-func (c *ownerCache) groupName(gid uint32) string {
-	if n, ok := c.groups[gid]; ok {
-		return n
-	}
-	n := strconv.FormatUint(uint64(gid), 10)
-	if g, err := user.LookupGroupId(n); err == nil {
-		n = g.Name
-	}
-	c.groups[gid] = n
-	return n
-}
+func (c *ownerCache) groupName(gid uint32) string { return c.loaded().group(gid) }
 
 // entry describes path without following it if it is a symbolic link. Like
 // E2B's agent, a link reports the type and permission bits of its target
@@ -250,6 +264,11 @@ func (c *ownerCache) entry(path string) (*fspb.EntryInfo, error) {
 		e.Owner = c.userName(st.Uid)
 		e.Group = c.groupName(st.Gid)
 	}
+	md, err := readMetadata(path)
+	if err != nil {
+		return nil, err
+	}
+	e.Metadata = md
 	return e, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func TestFilesBinaryRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(body, &written); err != nil {
 		t.Fatalf("upload response %s: %v", body, err)
 	}
-	if want := []writtenEntry{{Name: "blob.bin", Type: "file", Path: path}}; !slices.Equal(written, want) {
+	if want := []writtenEntry{{Name: "blob.bin", Type: "file", Path: path}}; !reflect.DeepEqual(written, want) {
 		t.Fatalf("upload response %v, want %v", written, want)
 	}
 

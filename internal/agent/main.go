@@ -29,6 +29,11 @@ const (
 	// environment however often it calls Unsetenv.
 	tokenFDEnv = "SANDPIT_AGENT_TOKEN_FD"
 
+	// UserEnv names the sandbox's default user: the account processes and
+	// file operations act as when a request names none. The agent removes
+	// it from the environment of the processes it starts.
+	UserEnv = "SANDPIT_AGENT_USER"
+
 	// childEnv marks the server process that PID 1 starts, so it serves
 	// instead of supervising again.
 	childEnv = "SANDPIT_AGENT_CHILD"
@@ -82,6 +87,8 @@ func Main(ctx context.Context, args []string) int {
 		return supervise(ctx, token, log)
 	}
 	_ = os.Unsetenv(childEnv)
+	defaultUser := os.Getenv(UserEnv)
+	_ = os.Unsetenv(UserEnv)
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -90,6 +97,8 @@ func Main(ctx context.Context, args []string) int {
 		Token:  token,
 		Env:    environMap(os.Environ()),
 		Logger: log,
+		// Empty, or a name the image lacks, means root.
+		DefaultUser: defaultUser,
 	}
 	if err := Run(ctx, cfg); err != nil {
 		log.Error("agent stopped", "err", err)

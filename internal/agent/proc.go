@@ -133,6 +133,7 @@ type startSpec struct {
 	path   string                   // resolved executable
 	env    []string
 	dir    string
+	cred   *syscall.Credential // nil: run as the agent itself
 	tag    *string
 	stdin  bool
 	pty    *processpb.PTY // nil for pipes
@@ -161,11 +162,16 @@ func startProc(t *procTable, spec startSpec, log *slog.Logger) (*proc, *subscrip
 		if err != nil {
 			return nil, nil, err
 		}
+		if spec.cred != nil {
+			// The terminal belongs to its user, as login gives it, so that
+			// programs that reopen it (sudo, ssh, less) can.
+			_ = tty.Chown(int(spec.cred.Uid), int(spec.cred.Gid))
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 		// A new session with the terminal as controlling tty (fd 0 in the
 		// child) makes the process a group leader, so signals reach its whole
 		// group as they do for pipe processes.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Credential: spec.cred}
 		err = cmd.Start()
 		_ = tty.Close()
 		if err != nil {
@@ -178,7 +184,7 @@ func startProc(t *procTable, spec startSpec, log *slog.Logger) (*proc, *subscrip
 	} else {
 		// Its own process group lets SendSignal and deadlines reach the
 		// children a shell starts, not just the shell.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred}
 		var closeAfterStart []*os.File
 		cleanup := func(fs []*os.File) {
 			for _, f := range fs {

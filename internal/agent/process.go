@@ -120,7 +120,18 @@ func (s *processService) startSpec(ctx context.Context, req *processpb.StartRequ
 		}
 	}
 
+	// The account's identity variables replace the agent's own (root's),
+	// and the request's variables win over both.
+	acc := s.a.account(ctx)
 	env := maps.Clone(s.a.cfg.Env)
+	if acc.Home != "" {
+		env["HOME"] = acc.Home
+	}
+	env["USER"] = acc.Name
+	env["LOGNAME"] = acc.Name
+	if acc.Shell != "" {
+		env["SHELL"] = acc.Shell
+	}
 	maps.Copy(env, cfg.GetEnvs())
 	if req.GetPty() != nil {
 		if _, ok := env["TERM"]; !ok {
@@ -141,6 +152,7 @@ func (s *processService) startSpec(ctx context.Context, req *processpb.StartRequ
 		path:   path,
 		env:    envList(env),
 		dir:    dir,
+		cred:   acc.credential(),
 		tag:    req.Tag,
 		stdin:  req.GetStdin(),
 		pty:    req.GetPty(),

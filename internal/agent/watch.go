@@ -34,7 +34,7 @@ type dirWatcher struct {
 	log          *slog.Logger
 }
 
-func newDirWatcher(root string, recursive, includeEntry bool, log *slog.Logger) (*dirWatcher, error) {
+func newDirWatcher(root string, recursive, includeEntry bool, as accounts, log *slog.Logger) (*dirWatcher, error) {
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("create watcher: %w", err)
@@ -44,7 +44,7 @@ func newDirWatcher(root string, recursive, includeEntry bool, log *slog.Logger) 
 		root:         root,
 		recursive:    recursive,
 		includeEntry: includeEntry,
-		owners:       newOwnerCache(),
+		owners:       newOwnerCache(as),
 		log:          log.With("watch", root),
 	}
 	if err := w.add(root); err != nil {
@@ -158,7 +158,13 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	if err != nil {
 		return err
 	}
-	w, err := newDirWatcher(root, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), s.a.log)
+	var w *dirWatcher
+	// Only the directories watched from the start are opened as the
+	// request's account; ones that appear later are added by the agent.
+	err = s.a.account(ctx).as(func() (err error) {
+		w, err = newDirWatcher(root, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), s.a.accounts, s.a.log)
+		return err
+	})
 	if err != nil {
 		return fsError(err)
 	}
@@ -260,7 +266,13 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 	if err != nil {
 		return nil, err
 	}
-	w, err := newDirWatcher(root, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), s.a.log)
+	var w *dirWatcher
+	// Only the directories watched from the start are opened as the
+	// request's account; ones that appear later are added by the agent.
+	err = s.a.account(ctx).as(func() (err error) {
+		w, err = newDirWatcher(root, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), s.a.accounts, s.a.log)
+		return err
+	})
 	if err != nil {
 		return nil, fsError(err)
 	}

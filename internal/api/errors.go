@@ -10,47 +10,18 @@ import (
 	"net/http"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/apitypes"
 
 	"github.com/sandpit-dev/sandpit/internal/service"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
-// Problem is a classified error: the HTTP status, a stable machine code and a
-// human message.
+// Problem is a classified error: the HTTP status, a stable machine code (one
+// of apitypes' codes) and a human message.
 type Problem struct {
 	Status  int
 	Code    string
 	Message string
 }
-
-// Error codes of the native API.
-const (
-	CodeBadRequest         = "bad_request"
-	CodeUnauthorized       = "unauthorized"
-	CodeNotFound           = "not_found"
-	CodeNameConflict       = "name_conflict"
-	CodeHostnameConflict   = "hostname_conflict"
-	CodeProtocolConflict   = "port_protocol_conflict"
-	CodeConflict           = "conflict"
-	CodePortPoolExhausted  = "port_pool_exhausted"
-	CodeNotRunning         = "not_running"
-	CodeUnknownImage       = "unknown_image"
-	CodeUnknownTemplate    = "unknown_template"
-	CodeBodyTooLarge       = "body_too_large"
-	CodeUpstream           = "upstream_failed"
-	CodeInternal           = "internal"
-	CodeTimeout            = "timeout"
-	CodeKeyMismatch        = "idempotency_key_mismatch"
-	CodeKeyInFlight        = "idempotency_key_in_flight"
-	CodeInvalidKey         = "invalid_idempotency_key"
-	CodeMethodNotAllowed   = "method_not_allowed"
-	CodeUnsupportedMedia   = "unsupported_media_type"
-	CodeServiceUnavailable = "unavailable"
-	CodeForbidden          = "forbidden"
-	CodeQuotaExceeded      = "quota_exceeded"
-	CodeTokenNameTaken     = "token_name_conflict"
-	CodeNoLeader           = "no_leader"
-)
 
 // ErrBodyTooLarge is returned by DecodeJSON when a body exceeds its limit.
 var ErrBodyTooLarge = errors.New("request body too large")
@@ -65,39 +36,47 @@ func Classify(err error) Problem {
 	switch {
 	case errors.Is(err, service.ErrUnauthorized):
 		// The message is fixed: whatever was presented is never echoed.
-		return Problem{http.StatusUnauthorized, CodeUnauthorized, "missing, invalid, revoked or expired token"}
+		return Problem{http.StatusUnauthorized, apitypes.CodeUnauthorized, "missing, invalid, revoked or expired token"}
 	case errors.Is(err, service.ErrForbidden):
-		return Problem{http.StatusForbidden, CodeForbidden, msg}
+		return Problem{http.StatusForbidden, apitypes.CodeForbidden, msg}
 	case errors.Is(err, sandpit.ErrQuotaExceeded):
-		return Problem{http.StatusTooManyRequests, CodeQuotaExceeded, msg}
+		return Problem{http.StatusTooManyRequests, apitypes.CodeQuotaExceeded, msg}
 	case errors.Is(err, service.ErrTokenNameTaken):
-		return Problem{http.StatusConflict, CodeTokenNameTaken, msg}
+		return Problem{http.StatusConflict, apitypes.CodeTokenNameConflict, msg}
 	case errors.Is(err, ErrBodyTooLarge):
-		return Problem{http.StatusRequestEntityTooLarge, CodeBodyTooLarge, msg}
-	case errors.Is(err, ErrBadJSON), errors.Is(err, service.ErrInvalid), errors.Is(err, store.ErrInvalidPageToken):
-		return Problem{http.StatusBadRequest, CodeBadRequest, msg}
+		return Problem{http.StatusRequestEntityTooLarge, apitypes.CodeBodyTooLarge, msg}
+	case errors.Is(err, ErrBadJSON), errors.Is(err, service.ErrInvalid), errors.Is(err, sandpit.ErrInvalidPageToken):
+		return Problem{http.StatusBadRequest, apitypes.CodeBadRequest, msg}
 	case errors.Is(err, service.ErrUnknownImage):
-		return Problem{http.StatusBadRequest, CodeUnknownImage, msg}
+		return Problem{http.StatusBadRequest, apitypes.CodeUnknownImage, msg}
 	case errors.Is(err, service.ErrUnknownTemplate):
-		return Problem{http.StatusBadRequest, CodeUnknownTemplate, msg}
+		return Problem{http.StatusBadRequest, apitypes.CodeUnknownTemplate, msg}
 	case errors.Is(err, sandpit.ErrNotFound):
-		return Problem{http.StatusNotFound, CodeNotFound, msg}
+		return Problem{http.StatusNotFound, apitypes.CodeNotFound, msg}
 	case errors.Is(err, sandpit.ErrNameConflict):
-		return Problem{http.StatusConflict, CodeNameConflict, msg}
+		return Problem{http.StatusConflict, apitypes.CodeNameConflict, msg}
 	case errors.Is(err, sandpit.ErrHostnameConflict):
-		return Problem{http.StatusConflict, CodeHostnameConflict, msg}
+		return Problem{http.StatusConflict, apitypes.CodeHostnameConflict, msg}
+	case errors.Is(err, service.ErrKeyMismatch):
+		return Problem{http.StatusUnprocessableEntity, apitypes.CodeKeyMismatch, msg}
+	case errors.Is(err, service.ErrKeyInFlight):
+		return Problem{http.StatusConflict, apitypes.CodeKeyInFlight, msg}
+	case errors.Is(err, sandpit.ErrSandboxExists), errors.Is(err, sandpit.ErrClaimLost), errors.Is(err, service.ErrCreateInProgress):
+		// A retry racing its own first attempt: the request is being done,
+		// by another attempt. Never a server fault.
+		return Problem{http.StatusConflict, apitypes.CodeConflict, msg}
 	case errors.Is(err, service.ErrProtocolConflict):
-		return Problem{http.StatusConflict, CodeProtocolConflict, msg}
+		return Problem{http.StatusConflict, apitypes.CodeProtocolConflict, msg}
 	case errors.Is(err, sandpit.ErrPortPoolExhausted):
-		return Problem{http.StatusServiceUnavailable, CodePortPoolExhausted, msg}
+		return Problem{http.StatusServiceUnavailable, apitypes.CodePortPoolExhausted, msg}
 	case errors.Is(err, service.ErrNotRunning):
-		return Problem{http.StatusConflict, CodeNotRunning, msg}
+		return Problem{http.StatusConflict, apitypes.CodeNotRunning, msg}
 	case errors.Is(err, service.ErrRuntime), errors.Is(err, service.ErrRouter), errors.Is(err, service.ErrAgentUnhealthy):
-		return Problem{http.StatusBadGateway, CodeUpstream, msg}
+		return Problem{http.StatusBadGateway, apitypes.CodeUpstream, msg}
 	case errors.Is(err, sandpit.ErrNoLeader):
-		return Problem{http.StatusServiceUnavailable, CodeNoLeader, msg}
+		return Problem{http.StatusServiceUnavailable, apitypes.CodeNoLeader, msg}
 	case errors.Is(err, context.DeadlineExceeded):
-		return Problem{http.StatusGatewayTimeout, CodeTimeout, msg}
+		return Problem{http.StatusGatewayTimeout, apitypes.CodeTimeout, msg}
 	}
-	return Problem{http.StatusInternalServerError, CodeInternal, msg}
+	return Problem{http.StatusInternalServerError, apitypes.CodeInternal, msg}
 }

@@ -73,6 +73,7 @@ type ClaimRecord struct {
 	ResponseBody   []byte    `json:"response_body,omitempty"`
 	LockedUntil    time.Time `json:"locked_until"`
 	ReplayUntil    time.Time `json:"replay_until"`
+	ClaimedAt      time.Time `json:"claimed_at"` // when its holder acquired it
 }
 
 func (c ClaimRecord) claim(o sandpit.ClaimOutcome) sandpit.Claim {
@@ -138,6 +139,7 @@ const (
 	opAbandon        = "abandon"
 	opReap           = "reap"
 	opMark           = "mark"
+	opExpireNode     = "expire_node_claims"
 )
 
 // command is one log entry. At is the proposer's clock, the only time Apply
@@ -163,6 +165,8 @@ type command struct {
 	Attempt string `json:"attempt,omitempty"`
 	// Place, on a reservation, places the sandbox on Node in the same entry.
 	Place bool `json:"place,omitempty"`
+	// Keep is how long expired claims stay (expire_node_claims).
+	Keep time.Duration `json:"keep,omitempty"`
 }
 
 // Result is what applying one command returns: an error sentinel from
@@ -284,6 +288,22 @@ func (x *Index) apply(c command) Result {
 			delete(x.Claims, k)
 		}
 		return Result{}
+	case opExpireNode:
+		// c.At is the restarted node's start: only the claims it took
+		// before then are ended (attempts of the previous run); generation
+		// and target stay, so the retry resumes the same attempt.
+		for _, r := range x.Claims {
+			if r.Node != c.Node || r.State != claimPending || !r.ClaimedAt.Before(c.At) {
+				continue
+			}
+			if r.LockedUntil.After(c.At) {
+				r.LockedUntil = c.At
+			}
+			if keep := c.At.Add(c.Keep); keep.After(r.ReplayUntil) {
+				r.ReplayUntil = keep
+			}
+		}
+		return Result{}
 	case opMark:
 		x.Marks[c.Node] = c.Attempt
 		return Result{}
@@ -377,7 +397,7 @@ func (x *Index) claim(c command) Result {
 	if !ok {
 		r = &ClaimRecord{
 			Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: 1,
-			State: claimPending, RequestHash: req.RequestHash, Node: c.Node, Attempt: c.Attempt, LockedUntil: lock,
+			State: claimPending, RequestHash: req.RequestHash, Node: c.Node, Attempt: c.Attempt, LockedUntil: lock, ClaimedAt: c.At,
 		}
 		x.Claims[k] = r
 		return Result{Claim: r.claim(sandpit.Acquired)}
@@ -401,7 +421,7 @@ func (x *Index) claim(c command) Result {
 	case r.State == claimPending:
 		// The previous attempt's lock ran out: take the same attempt over,
 		// keeping its generation and recorded target.
-		r.LockedUntil, r.Node, r.Attempt = lock, c.Node, c.Attempt
+		r.LockedUntil, r.Node, r.Attempt, r.ClaimedAt = lock, c.Node, c.Attempt, c.At
 		if req.RequestHash != "" {
 			r.RequestHash = req.RequestHash
 		}
@@ -409,7 +429,7 @@ func (x *Index) claim(c command) Result {
 	default:
 		*r = ClaimRecord{
 			Scope: req.Scope, Fingerprint: req.Fingerprint, Generation: r.Generation + 1,
-			State: claimPending, RequestHash: req.RequestHash, Node: c.Node, Attempt: c.Attempt, LockedUntil: lock,
+			State: claimPending, RequestHash: req.RequestHash, Node: c.Node, Attempt: c.Attempt, LockedUntil: lock, ClaimedAt: c.At,
 		}
 		return Result{Claim: r.claim(sandpit.Acquired)}
 	}

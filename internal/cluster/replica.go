@@ -357,3 +357,11 @@ func hclogFor(l *slog.Logger, name string) hclog.Logger {
 		Level: hclog.Warn,
 	})
 }
+
+// ExpireNodeClaims ends, as of since (the node's start), the locks of the
+// pending claims node held, and keeps each for at least keep, so the retries
+// of its interrupted attempts take them over at once (same generation, same
+// target) instead of waiting out the locks.
+func (r *Replica) ExpireNodeClaims(ctx context.Context, node string, since time.Time, keep time.Duration) error {
+	return r.do(ctx, command{Op: opExpireNode, Node: node, At: since.UTC(), Keep: keep})
+}

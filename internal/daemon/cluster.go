@@ -143,13 +143,13 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler) http
 // reconcileCluster waits for the cluster to have a leader and for this node
 // to have applied the log it finds, then releases this node's placements
 // that have no sandbox (see service.ReconcileCluster).
-func reconcileCluster(ctx context.Context, cl *cluster.Cluster, svc *service.Service, started time.Time, log *slog.Logger) {
+func reconcileCluster(ctx context.Context, cl *cluster.Cluster, svc *service.Service, started time.Time, keep time.Duration, log *slog.Logger) {
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		err := cl.WaitCaughtUp(wctx)
 		cancel()
 		if err == nil {
-			err = svc.ReconcileCluster(ctx, started)
+			err = svc.ReconcileCluster(ctx, started, keep)
 		}
 		if err == nil {
 			return

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -27,7 +28,10 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/router"
+	"github.com/sandpit-dev/sandpit/internal/router/caddy"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -44,6 +48,16 @@ type Config struct {
 	PublicHost   string
 	PortRange    sandpit.PortRange
 	ExtraLabels  map[string]string
+
+	// Router is "builtin" (default) or "caddy": routes installed through
+	// the Caddy admin API at CaddyAdmin, whose HTTP server listens on
+	// ProxyListen. PreviewTLS serves previews and custom domains over HTTPS
+	// with on-demand certificates (Caddy only); CaddyInternalCA issues them
+	// from Caddy's internal CA.
+	Router          string
+	CaddyAdmin      string
+	PreviewTLS      bool
+	CaddyInternalCA bool
 
 	E2BPendingTTL        time.Duration
 	E2BReplayWindow      time.Duration
@@ -70,9 +84,6 @@ func (c *Config) Defaults() {
 	}
 	if c.ProxyListen == "" {
 		c.ProxyListen = "127.0.0.1:7480"
-	}
-	if c.DefaultImage == "" {
-		c.DefaultImage = "sandpit/base:test"
 	}
 	if c.Domain == "" {
 		c.Domain = "localhost"
@@ -105,6 +116,33 @@ func (c *Config) Defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Router == "" {
+		c.Router = RouterBuiltin
+	}
+	if c.CaddyAdmin == "" {
+		c.CaddyAdmin = "http://127.0.0.1:2019"
+	}
+}
+
+// validRouter refuses router flags that cannot work together, before the
+// daemon opens anything.
+func validRouter(c Config) error {
+	switch c.Router {
+	case RouterBuiltin:
+		if c.PreviewTLS {
+			return fmt.Errorf("--preview-tls needs --router caddy")
+		}
+	case RouterCaddy:
+		if _, err := proxyPortOf(c); err != nil {
+			return err
+		}
+		if err := caddy.ValidAdminURL(c.CaddyAdmin); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("invalid --router %q: want %q or %q", c.Router, RouterBuiltin, RouterCaddy)
+	}
+	return nil
 }
 
 // DefaultDataDir is /var/lib/sandpit for root, else ~/.local/share/sandpit.
@@ -186,12 +224,35 @@ func loadOrCreate(path, prefix string) (value string, created bool, err error) {
 	return value, true, f.Sync()
 }
 
+// Images the daemon defaults to: the realistic one scripts/build-base-image.sh
+// builds, else the small test image scripts/build-test-image.sh builds.
+const (
+	BaseImage = "sandpit/base:latest"
+	TestImage = "sandpit/base:test"
+)
+
+// pickDefaultImage returns BaseImage when the engine has it, else TestImage.
+func pickDefaultImage(ctx context.Context, rt *docker.Docker, log *slog.Logger) string {
+	ok, err := rt.HasImage(ctx, BaseImage)
+	if err != nil {
+		log.Warn("look up the base image", "image", BaseImage, "err", err)
+	}
+	if ok {
+		return BaseImage
+	}
+	log.Info("base image not built, defaulting to the test image (scripts/build-base-image.sh builds it)", "image", TestImage)
+	return TestImage
+}
+
 // Run serves until ctx ends, then shuts down: in-flight requests finish and
 // the store is closed.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.Defaults()
 	started := time.Now().UTC()
 	if err := validDomain(cfg.Domain); err != nil {
+		return err
+	}
+	if err := validRouter(cfg); err != nil {
 		return err
 	}
 	log := cfg.Logger
@@ -241,31 +302,75 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("docker: %w", err)
 	}
+	if cfg.DefaultImage == "" {
+		cfg.DefaultImage = pickDefaultImage(ctx, rt, log)
+	}
+	if cfg.Templates["base"] == "" {
+		cfg.Templates = maps.Clone(cfg.Templates)
+		if cfg.Templates == nil {
+			cfg.Templates = map[string]string{}
+		}
+		cfg.Templates["base"] = cfg.DefaultImage
+	}
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	proxyLn, err := net.Listen("tcp", cfg.ProxyListen)
-	if err != nil {
-		apiLn.Close()
-		return fmt.Errorf("proxy listen %s: %w", cfg.ProxyListen, err)
+	// The builtin router serves the proxy listener itself; with Caddy,
+	// Caddy listens there and sandpit only writes its config.
+	var (
+		proxyLn   net.Listener
+		proxyPort int
+		edg       *edge
+		svc       *service.Service
+	)
+	if cfg.Router == RouterCaddy {
+		if proxyPort, err = proxyPortOf(cfg); err != nil {
+			apiLn.Close()
+			return err
+		}
+		edg, err = newCaddyEdge(cfg, apiLn.Addr().String(), func(ctx context.Context) ([]router.Route, error) { return svc.DesiredRoutes(ctx) }, log)
+		if err != nil {
+			apiLn.Close()
+			return err
+		}
+	} else {
+		proxyLn, err = net.Listen("tcp", cfg.ProxyListen)
+		if err != nil {
+			apiLn.Close()
+			return fmt.Errorf("proxy listen %s: %w", cfg.ProxyListen, err)
+		}
+		proxyPort = proxyLn.Addr().(*net.TCPAddr).Port
+		b := newRouter(cfg, log)
+		edg = &edge{Router: b, proxy: b.Handler(), close: b.Close}
 	}
-	proxyPort := proxyLn.Addr().(*net.TCPAddr).Port
+	closeListeners := func() {
+		apiLn.Close()
+		if proxyLn != nil {
+			proxyLn.Close()
+		}
+	}
+
+	if p := os.Getenv(crashpoint.Env); p != "" && !crashpoint.Enabled {
+		log.Warn("ignoring "+crashpoint.Env+": this binary was built without crash points", "point", p)
+	}
 
 	var cl *cluster.Cluster
 	if cfg.Cluster != nil {
-		cl, err = startCluster(ctx, cfg, instance, apiLn.Addr().String(), proxyLn.Addr().String())
+		proxyAddr := cfg.ProxyListen
+		if proxyLn != nil {
+			proxyAddr = proxyLn.Addr().String()
+		}
+		cl, err = startCluster(ctx, cfg, instance, apiLn.Addr().String(), proxyAddr)
 		if err != nil {
-			apiLn.Close()
-			proxyLn.Close()
+			closeListeners()
 			return err
 		}
 		defer cl.Close()
 	}
 
-	rtr := newRouter(cfg, log)
-	svc := service.New(service.Config{
+	svc = service.New(service.Config{
 		DefaultImage: cfg.DefaultImage,
 		Templates:    cfg.Templates,
 		AgentBinary:  exe,
@@ -275,16 +380,35 @@ func Run(ctx context.Context, cfg Config) error {
 		PortRange:    cfg.PortRange,
 		ExtraLabels:  cfg.ExtraLabels,
 		Instance:     instance,
-		CrashPoint:   os.Getenv(service.CrashPointEnv),
+		PreviewTLS:   cfg.PreviewTLS,
 		Cluster:      clusterReplica(cl),
 		NodeName:     clusterNodeName(cl),
 		Logger:       log,
-	}, st, rt, rtr)
+	}, st, rt, edg.Router)
+
+	if edg.caddy != nil {
+		mode, err := edg.caddy.Start(ctx)
+		if err != nil {
+			closeListeners()
+			return fmt.Errorf("caddy at %s: %w", cfg.CaddyAdmin, err)
+		}
+		if mode == caddy.TCPSandpit {
+			log.Warn("caddy has no layer4 app (caddy-l4): sandpit serves TCP forwards itself", "caddy_admin", cfg.CaddyAdmin)
+		} else {
+			log.Info("caddy router: TCP forwards go to caddy's layer4 app", "caddy_admin", cfg.CaddyAdmin)
+		}
+	}
 
 	if err := svc.Reconcile(ctx); err != nil {
-		apiLn.Close()
-		proxyLn.Close()
+		closeListeners()
 		return fmt.Errorf("reconcile: %w", err)
+	}
+	if edg.caddy != nil {
+		// Routes the store no longer knows (removed while sandpit was
+		// down) go; missing ones come back.
+		if err := edg.caddy.Sync(ctx); err != nil {
+			log.Error("caddy reconcile at start", "err", err)
+		}
 	}
 
 	// A restarted node must release the placements its interrupted creates
@@ -297,7 +421,7 @@ func Run(ctx context.Context, cfg Config) error {
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
 		if err := cl.WaitCaughtUp(rctx); err != nil {
 			log.Warn("cluster: not caught up before serving", "err", err)
-		} else if err := svc.ReconcileCluster(rctx, started); err != nil {
+		} else if err := svc.ReconcileCluster(rctx, started, cfg.IdempotencyRetention); err != nil {
 			log.Warn("cluster: reconcile before serving", "err", err)
 		} else {
 			clusterReconciled = true
@@ -309,39 +433,58 @@ func Run(ctx context.Context, cfg Config) error {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	surfaces(ctx, mux, cfg, svc, token)
+	metrics := service.NewMetricsHistory(svc, 0, 0)
+	surfaces(ctx, mux, cfg, svc, token, metrics)
+	if cfg.Router == RouterCaddy {
+		// Unauthenticated: Caddy sends no token, and the answer only says
+		// whether a hostname is bound.
+		mux.Handle("GET "+askPath, askHandler(svc, log))
+	}
 	// serveCtx ends the daemon from inside, when `cluster leave` is done.
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
-	if cl != nil {
-		mux.Handle("/v1/cluster/", clusterAuth(api.NewAuth(svc, token), cl.Handler(stopServing)))
-	}
-
 	var handler http.Handler = mux
 	if cl != nil {
+		mux.Handle("/v1/cluster/", clusterAuth(api.NewAuth(svc, token), cl.Handler(stopServing)))
 		handler = clusterRouter(cl, api.NewAuth(svc, token), mux)
 	}
+
 	apiSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	proxySrv := &http.Server{Handler: rtr.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// Event streams last as long as their clients; ending the subscriptions
+	// when the server shuts down lets Shutdown finish.
+	apiSrv.RegisterOnShutdown(svc.CloseEvents)
+	var proxySrv *http.Server
+	if proxyLn != nil {
+		proxySrv = &http.Server{Handler: edg.proxy, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	}
 
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
 	go svc.RunSweeper(bg, cfg.SweepInterval)
+	go svc.WatchExits(bg)
+	go metrics.Run(bg)
 	go reapIdempotency(bg, st, log)
 	go svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour)
+	if edg.caddy != nil {
+		go edg.caddy.Poll(bg)
+	}
 	if cl != nil {
 		go cl.ServeForwarded(bg, handler)
 		if !clusterReconciled {
-			go reconcileCluster(bg, cl, svc, started, log)
+			go reconcileCluster(bg, cl, svc, started, cfg.IdempotencyRetention, log)
 		}
 	}
 
 	errc := make(chan error, 2)
 	go func() { errc <- apiSrv.Serve(apiLn) }()
-	go func() { errc <- proxySrv.Serve(proxyLn) }()
-	log.Info("sandpit serving", "api", apiLn.Addr().String(), "proxy", proxyLn.Addr().String(), "data_dir", cfg.DataDir)
+	proxyAddr := cfg.ProxyListen
+	if proxySrv != nil {
+		go func() { errc <- proxySrv.Serve(proxyLn) }()
+		proxyAddr = proxyLn.Addr().String()
+	}
+	log.Info("sandpit serving", "api", apiLn.Addr().String(), "proxy", proxyAddr, "router", cfg.Router, "data_dir", cfg.DataDir)
 	if cfg.Ready != nil {
-		cfg.Ready(apiLn.Addr().String(), proxyLn.Addr().String())
+		cfg.Ready(apiLn.Addr().String(), proxyAddr)
 	}
 
 	var serveErr error
@@ -354,8 +497,10 @@ func Run(ctx context.Context, cfg Config) error {
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	_ = apiSrv.Shutdown(shutCtx)
-	_ = proxySrv.Shutdown(shutCtx)
-	_ = rtr.Close()
+	if proxySrv != nil {
+		_ = proxySrv.Shutdown(shutCtx)
+	}
+	_ = edg.close()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
@@ -379,14 +524,18 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 }
 
 // surfaces mounts the native API and the facades.
-func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string) {
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string, metrics *service.MetricsHistory) {
 	// One authenticator for every surface: the admin token or a personal
 	// access token, resolved to the principal whose owner scopes the request.
 	auth := api.NewAuth(svc, token)
-	idem := v1.NewIdempotency(svc.Store(), v1.IdempotencyConfig{
+	idem := v1.NewIdempotency(svc.Idempotency(), v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
 	})
 	mux.Handle("/v1/", v1.New(svc, auth, idem.Wrap))
-	mux.Handle(e2b.Prefix+"/", e2b.New(svc, svc.Store(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger}))
+	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger, Metrics: metrics})
+	mux.Handle(e2b.Prefix+"/", e2bAPI)
+	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
+	// origin, i.e. here.
+	mux.HandleFunc("/files", e2bAPI.SignedFiles)
 	mux.Handle(daytona.DefaultPrefix+"/", daytona.New(ctx, svc, auth, daytona.Options{Logger: cfg.Logger}))
 }

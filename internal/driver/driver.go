@@ -43,6 +43,9 @@ type Spec struct {
 	// read-only and run as PID 1 with `agent` as its argument.
 	AgentBinary string
 	AgentToken  string
+	// AgentUser is the account the agent acts as when a request names none;
+	// empty (or a name the image lacks) means root.
+	AgentUser string
 }
 
 // Container is the engine's view of one sandbox.
@@ -82,4 +85,9 @@ type Driver interface {
 	Pause(ctx context.Context, containerID string) error
 	Unpause(ctx context.Context, containerID string) error
 	Stats(ctx context.Context, containerID string) (Stats, error)
+	// Exits streams the sandbox ids of containers carrying every given label
+	// as they stop running, for whatever reason, until ctx ends or the
+	// stream breaks; then the channel is closed and the caller subscribes
+	// again.
+	Exits(ctx context.Context, labels map[string]string) (<-chan string, error)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // In a cluster, names and custom hostnames must be unique across every
@@ -15,6 +16,18 @@ import (
 // (Config.Cluster) decides them first: a create reserves its id and name
 // there before it touches its own store, and a delete frees them after. A
 // daemon without --cluster has a nil index and none of this runs.
+
+var _ ClaimStore = (*cluster.ClaimStore)(nil)
+
+// claimStore is where the idempotency engine keeps its claims: the
+// replicated index in a cluster, so that a retry reaching any node finds the
+// claim its first attempt made on another; the SQLite store otherwise.
+func claimStore(cfg Config, st *store.Store) ClaimStore {
+	if cfg.Cluster != nil {
+		return cfg.Cluster.Claims()
+	}
+	return st
+}
 
 // clusterReserve takes sb's id and name cluster-wide and places it on this
 // node. It returns sandpit.ErrNameConflict when another node's sandbox holds
@@ -35,9 +48,15 @@ func (s *Service) clusterReserve(ctx context.Context, sb sandpit.Sandbox) error 
 // before it recorded the sandbox locally (or whose rollback could not reach
 // the cluster). Only placements made before since are considered, so creates
 // running now are left alone. The daemon runs it once the node has a leader.
-func (s *Service) ReconcileCluster(ctx context.Context, since time.Time) error {
+func (s *Service) ReconcileCluster(ctx context.Context, since time.Time, keep time.Duration) error {
 	if s.cfg.Cluster == nil {
 		return nil
+	}
+	// The claims this node's previous run held are not running any more:
+	// free them for their retries now, as the SQLite store's
+	// ExpirePendingClaims does on a single node, keeping each for keep.
+	if err := s.cfg.Cluster.ExpireNodeClaims(ctx, s.cfg.NodeName, since, keep); err != nil {
+		return err
 	}
 	for _, p := range s.cfg.Cluster.FSM().Placements(nil) {
 		if p.Node != s.cfg.NodeName || !p.CreatedAt.Before(since) {

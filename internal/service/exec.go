@@ -9,7 +9,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sandpit-dev/sandpit/proto/process"
-	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
 )
 
 // ExecRequest runs one command to completion.
@@ -45,7 +44,7 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (ExecRes
 			return ExecResult{}, invalidf("invalid environment variable name %q", k)
 		}
 	}
-	addr, token, err := s.AgentTarget(ctx, id)
+	agent, err := s.Agent(ctx, id)
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -54,14 +53,13 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (ExecRes
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
-	client := processconnect.NewProcessClient(s.agentHTTP, "http://"+addr, connect.WithProtoJSON())
 	cfg := &process.ProcessConfig{Cmd: req.Cmd, Args: req.Args, Envs: req.Env}
 	if req.Cwd != "" {
 		cfg.Cwd = &req.Cwd
 	}
 	creq := connect.NewRequest(&process.StartRequest{Process: cfg})
-	creq.Header().Set("X-Access-Token", token)
-	stream, err := client.Start(ctx, creq)
+	creq.Header().Set("X-Access-Token", agent.Token)
+	stream, err := agent.Process.Start(ctx, creq)
 	if err != nil {
 		return ExecResult{}, agentError(err)
 	}

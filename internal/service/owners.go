@@ -54,6 +54,13 @@ func visibleTo(p sandpit.Principal, sb sandpit.Sandbox) bool {
 	return p.Admin || sb.Owner == p.Owner
 }
 
+// CanSee reports whether the caller in ctx may see the sandbox. Surfaces that
+// relay the event stream use it, so one owner never hears of another's
+// sandboxes.
+func CanSee(ctx context.Context, sb sandpit.Sandbox) bool {
+	return visibleTo(principalOf(ctx), sb)
+}
+
 // sandbox returns the sandbox with the id if the caller in ctx may see it,
 // else ErrNotFound. Every operation on an existing sandbox starts here, which
 // is what scopes the facades by owner.

@@ -40,9 +40,16 @@ func domainRoute(d sandpit.CustomDomain, ip string) router.Route {
 	return router.Route{Kind: router.KindDomain, SandboxID: d.SandboxID, Port: d.Port, Hostname: d.Hostname, Upstream: upstream(ip, d.Port)}
 }
 
-// PreviewURL is the HTTP URL of a sandbox port through the builtin proxy.
+// PreviewURL is the URL of a sandbox port through the proxy.
 func (s *Service) PreviewURL(id string, port int) string {
-	return "http://" + s.PreviewHost(id, port) + s.proxyPortSuffix()
+	return s.scheme() + "://" + s.PreviewHost(id, port) + s.proxyPortSuffix()
+}
+
+func (s *Service) scheme() string {
+	if s.cfg.PreviewTLS {
+		return "https"
+	}
+	return "http"
 }
 
 // PreviewHost is the Host the proxy routes to a sandbox port.
@@ -51,7 +58,7 @@ func (s *Service) PreviewHost(id string, port int) string {
 }
 
 func (s *Service) proxyPortSuffix() string {
-	if s.cfg.ProxyPort == 0 || s.cfg.ProxyPort == 80 {
+	if s.cfg.ProxyPort == 0 || (!s.cfg.PreviewTLS && s.cfg.ProxyPort == 80) || (s.cfg.PreviewTLS && s.cfg.ProxyPort == 443) {
 		return ""
 	}
 	return ":" + strconv.Itoa(s.cfg.ProxyPort)
@@ -63,8 +70,9 @@ func (s *Service) tcpURL(hostPort int) string {
 
 // ExposePort exposes a sandbox port. The store decides whether this is a new
 // exposure or a retry of an existing one; the router install follows, and if
-// it fails the row is deleted only when this call inserted it: a row another
-// caller installed is not ours to undo.
+// it fails the row is deleted only when this call inserted it and no
+// concurrent retry has installed it meanwhile: a row another caller
+// installed, or answered success for, is not ours to undo (claimAndInstall).
 func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol string) (out ExposeResult, err error) {
 	defer func() {
 		if !out.Reuse {
@@ -93,38 +101,57 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 	now := s.now()
 	want := sandpit.ExposedPort{SandboxID: id, Port: port, Protocol: protocol, CreatedAt: now}
 	var row sandpit.ExposedPort
-	var reused bool
-	if protocol == ProtoTCP {
-		row, reused, err = s.store.AllocateHostPort(ctx, want, s.cfg.PortRange, s.tcpURL, now)
-		if err != nil {
-			return ExposeResult{}, err
-		}
-	} else {
-		want.PublicURL = s.PreviewURL(id, port)
-		res, err := s.store.TryReserveHostPort(ctx, want, now)
-		if err != nil {
-			return ExposeResult{}, err
-		}
-		row, reused = res.Row, res.Outcome == sandpit.Existing
-	}
-	if row.Protocol != protocol {
-		return ExposeResult{}, fmt.Errorf("%w: port %d is exposed as %s; unexpose it first", ErrProtocolConflict, port, row.Protocol)
-	}
-	if sb.State == sandpit.StateRunning && s.router != nil {
-		ip, ierr := s.sandboxIP(ctx, id)
-		if ierr == nil {
-			ierr = s.router.Install(ctx, portRoute(row, ip))
-		}
-		if ierr != nil {
-			if !reused {
-				if derr := s.store.DeletePort(context.WithoutCancel(ctx), id, port); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
-					s.log.Error("expose rollback: delete row", "sandbox", id, "port", port, "err", derr)
-				}
+	claim := func() (claimOutcome, error) {
+		var reused bool
+		if protocol == ProtoTCP {
+			row, reused, err = s.store.AllocateHostPort(ctx, want, s.cfg.PortRange, s.tcpURL, now)
+			if err != nil {
+				return claimOutcome{}, err
 			}
-			return ExposeResult{}, fmt.Errorf("%w: install route for port %d: %v", ErrRouter, port, ierr)
+		} else {
+			want.PublicURL = s.PreviewURL(id, port)
+			res, err := s.store.TryReserveHostPort(ctx, want, now)
+			if err != nil {
+				return claimOutcome{}, err
+			}
+			row, reused = res.Row, res.Outcome == sandpit.Existing
 		}
+		if row.Protocol != protocol {
+			return claimOutcome{}, fmt.Errorf("%w: port %d is exposed as %s; unexpose it first", ErrProtocolConflict, port, row.Protocol)
+		}
+		out := claimOutcome{inserted: !reused}
+		if sb.State == sandpit.StateRunning && s.router != nil {
+			ip, ierr := s.sandboxIP(ctx, id)
+			if ierr != nil {
+				if !reused {
+					s.deletePortRow(ctx, id, port)
+				}
+				return claimOutcome{}, fmt.Errorf("%w: install route for port %d: %v", ErrRouter, port, ierr)
+			}
+			out.install, out.route = true, portRoute(row, ip)
+		}
+		return out, nil
 	}
-	return ExposeResult{Port: row, Reuse: reused}, nil
+	claimed, err, ierr := s.claimAndInstall(ctx, portKey(id, port), claim, func(ctx context.Context) { s.deletePortRow(ctx, id, port) })
+	if err != nil {
+		return ExposeResult{}, err
+	}
+	if ierr != nil {
+		return ExposeResult{}, fmt.Errorf("%w: install route for port %d: %v", ErrRouter, port, ierr)
+	}
+	return ExposeResult{Port: row, Reuse: !claimed.inserted}, nil
+}
+
+func portKey(id string, port int) string { return "port:" + id + ":" + strconv.Itoa(port) }
+
+func domainKey(hostname string) string { return "domain:" + hostname }
+
+// deletePortRow is an exposure's rollback: the row goes, and with it its
+// host port.
+func (s *Service) deletePortRow(ctx context.Context, id string, port int) {
+	if err := s.store.DeletePort(context.WithoutCancel(ctx), id, port); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+		s.log.Error("expose rollback: delete row", "sandbox", id, "port", port, "err", err)
+	}
 }
 
 // UnexposePort removes the route, then the row.
@@ -137,12 +164,33 @@ func (s *Service) UnexposePort(ctx context.Context, id string, port int) (err er
 	if err != nil {
 		return err
 	}
-	if s.router != nil {
-		if err := s.router.Remove(ctx, portRoute(row, "")); err != nil {
-			return fmt.Errorf("%w: remove route: %v", ErrRouter, err)
-		}
+	return s.removeThenDelete(ctx, portKey(id, port), portRoute(row, ""), func() error { return s.store.DeletePort(ctx, id, port) })
+}
+
+// removeThenDelete removes a route, then its row. The route goes first so
+// that a failing router leaves the row (and a retry can finish the job); it
+// is removed once more after the row, because a router reconciling against
+// the store (Caddy after a restart) may have put it back from the row in
+// between. That second removal is best effort: the row is gone, so the next
+// reconcile removes whatever it leaves. The row's deletion and the second
+// removal hold the key, so an exposure of the same key made meanwhile
+// inserts its row only after both and keeps its route.
+func (s *Service) removeThenDelete(ctx context.Context, key string, r router.Route, deleteRow func() error) error {
+	if s.router == nil {
+		return deleteRow()
 	}
-	return s.store.DeletePort(ctx, id, port)
+	if err := s.router.Remove(ctx, r); err != nil {
+		return fmt.Errorf("%w: remove route: %v", ErrRouter, err)
+	}
+	_, unlock := s.exposing.lock(key)
+	defer unlock()
+	if err := deleteRow(); err != nil {
+		return err
+	}
+	if err := s.router.Remove(ctx, r); err != nil {
+		s.log.Warn("remove route after deleting its row", "route", r.Key(), "err", err)
+	}
+	return nil
 }
 
 // ListPorts lists a sandbox's exposures.
@@ -202,10 +250,37 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
 	}
+	// The cluster decides the hostname first; this store records it after.
 	if err := s.clusterBind(ctx, id, h); err != nil {
 		return sandpit.CustomDomain{}, false, err
 	}
-	d, outcome, err := s.store.AddCustomDomain(ctx, sandpit.CustomDomain{Hostname: h, SandboxID: id, Port: port, CreatedAt: s.now()}, s.now())
+	var d sandpit.CustomDomain
+	rollback := func(ctx context.Context) {
+		if derr := s.store.RemoveCustomDomain(context.WithoutCancel(ctx), id, h); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
+			s.log.Error("domain rollback", "hostname", h, "err", derr)
+		}
+		s.clusterUnbind(ctx, id, h)
+	}
+	claim := func() (claimOutcome, error) {
+		var outcome sandpit.AddOutcome
+		d, outcome, err = s.store.AddCustomDomain(ctx, sandpit.CustomDomain{Hostname: h, SandboxID: id, Port: port, CreatedAt: s.now()}, s.now())
+		if err != nil {
+			return claimOutcome{}, err
+		}
+		out := claimOutcome{inserted: outcome == sandpit.Added}
+		if sb.State == sandpit.StateRunning && s.router != nil {
+			ip, ierr := s.sandboxIP(ctx, id)
+			if ierr != nil {
+				if out.inserted {
+					rollback(ctx)
+				}
+				return claimOutcome{}, fmt.Errorf("%w: install route for %s: %v", ErrRouter, h, ierr)
+			}
+			out.install, out.route = true, domainRoute(d, ip)
+		}
+		return out, nil
+	}
+	out, err, ierr := s.claimAndInstall(ctx, domainKey(h), claim, rollback)
 	if err != nil {
 		if errors.Is(err, sandpit.ErrHostnameConflict) {
 			// The cluster said the hostname was free (or already this
@@ -215,23 +290,10 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 		s.clusterUnbind(ctx, id, h)
 		return sandpit.CustomDomain{}, false, err
 	}
-	added = outcome == sandpit.Added
-	if sb.State == sandpit.StateRunning && s.router != nil {
-		ip, ierr := s.sandboxIP(ctx, id)
-		if ierr == nil {
-			ierr = s.router.Install(ctx, domainRoute(d, ip))
-		}
-		if ierr != nil {
-			if added {
-				if derr := s.store.RemoveCustomDomain(context.WithoutCancel(ctx), id, h); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
-					s.log.Error("domain rollback", "hostname", h, "err", derr)
-				}
-				s.clusterUnbind(ctx, id, h)
-			}
-			return sandpit.CustomDomain{}, false, fmt.Errorf("%w: install route for %s: %v", ErrRouter, h, ierr)
-		}
+	if ierr != nil {
+		return sandpit.CustomDomain{}, false, fmt.Errorf("%w: install route for %s: %v", ErrRouter, h, ierr)
 	}
-	return d, added, nil
+	return d, out.inserted, nil
 }
 
 // RemoveCustomDomain unbinds a hostname from a sandbox.
@@ -251,16 +313,13 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) (
 	if d.SandboxID != id {
 		return fmt.Errorf("%w: hostname %s is not bound to sandbox %s", sandpit.ErrNotFound, h, id)
 	}
-	if s.router != nil {
-		if err := s.router.Remove(ctx, domainRoute(d, "")); err != nil {
-			return fmt.Errorf("%w: remove route: %v", ErrRouter, err)
+	return s.removeThenDelete(ctx, domainKey(h), domainRoute(d, ""), func() error {
+		if err := s.store.RemoveCustomDomain(ctx, id, h); err != nil {
+			return err
 		}
-	}
-	if err := s.store.RemoveCustomDomain(ctx, id, h); err != nil {
-		return err
-	}
-	s.clusterUnbind(ctx, id, h)
-	return nil
+		s.clusterUnbind(ctx, id, h)
+		return nil
+	})
 }
 
 // ListCustomDomains lists a sandbox's hostnames.
@@ -273,7 +332,7 @@ func (s *Service) ListCustomDomains(ctx context.Context, id string) ([]sandpit.C
 
 // CustomDomainURL is the URL a custom hostname serves on through the proxy.
 func (s *Service) CustomDomainURL(hostname string) string {
-	return "http://" + hostname + s.proxyPortSuffix()
+	return s.scheme() + "://" + hostname + s.proxyPortSuffix()
 }
 
 // checkPortQuota refuses a new exposure that would take the sandbox's owner

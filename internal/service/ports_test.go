@@ -377,6 +377,72 @@ func TestExposeRetryFailureDoesNotUndoInFlightExposure(t *testing.T) {
 	eventually(t, "traffic through the exposure", func() error { return r.serves(row) })
 }
 
+// TestExposeRollbackKeepsRowARetryInstalled is the other order of the same
+// race: the first call inserts the row and its install is held; a retry
+// finds the row and installs successfully; then the first install fails (a
+// router in another process refused it). The first call answers ErrRouter,
+// but its rollback must leave the row the retry answered success for.
+func TestExposeRollbackKeepsRowARetryInstalled(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id := r.sandbox(t, ctx)
+
+	for _, protocol := range []string{service.ProtoTCP, service.ProtoHTTP} {
+		t.Run(protocol, func(t *testing.T) {
+			port := 9100
+			if protocol == service.ProtoHTTP {
+				port = 8100
+			}
+			entered := make(chan struct{})
+			retried := make(chan struct{})
+			var calls atomic.Int64
+			hook := func(rt router.Route) error {
+				if rt.SandboxID != id || rt.Port != port {
+					return nil
+				}
+				switch calls.Add(1) {
+				case 1: // the first call: held until the retry succeeded, then refused
+					close(entered)
+					<-retried
+					return errInjected
+				default: // the retry: installs
+					return nil
+				}
+			}
+			r.rtr.hook.Store(&hook)
+			defer r.rtr.hook.Store(nil)
+
+			type result struct {
+				res service.ExposeResult
+				err error
+			}
+			first := make(chan result, 1)
+			go func() {
+				res, err := r.svc.ExposePort(ctx, id, port, protocol)
+				first <- result{res, err}
+			}()
+			<-entered
+			again, err := r.svc.ExposePort(ctx, id, port, protocol)
+			close(retried)
+			if err != nil || !again.Reuse {
+				t.Fatalf("retry: %+v %v, want success on the existing row", again, err)
+			}
+			if got := <-first; !errors.Is(got.err, service.ErrRouter) {
+				t.Fatalf("first call: %+v %v, want ErrRouter", got.res, got.err)
+			}
+			row, err := r.st.GetPort(ctx, id, port)
+			if err != nil || row.HostPort != again.Port.HostPort {
+				t.Fatalf("row after the first call's rollback: %+v %v, want the retry's %+v", row, err, again.Port)
+			}
+			if _, ok := routeOf(t, r, id, port); !ok {
+				t.Fatal("the retry's route is gone")
+			}
+		})
+	}
+}
+
 // TestCustomDomainRollbackOnRouterFailure is the same property for custom
 // domains: a failed install of a new binding frees the hostname, a failed
 // install while repeating an existing one keeps it serving.

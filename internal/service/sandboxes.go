@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/router"
+	"github.com/sandpit-dev/sandpit/internal/router/builtin"
 )
 
 // CreateRequest is a validated-on-entry sandbox create.
@@ -28,6 +31,9 @@ type CreateRequest struct {
 	MemoryMB int64
 	// Timeout sets the sandbox's end time; zero means no deadline.
 	Timeout time.Duration
+	// User is the account processes and file operations act as when a
+	// request names none; empty, or a name the image lacks, means root.
+	User string
 }
 
 var (
@@ -154,6 +160,10 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		s.clusterRelease(ctx, id)
 		return sandpit.Sandbox{}, err
 	}
+	// While the row says creating, a resumed attempt of the same create
+	// (CreateOrAdopt) waits for this one instead of failing on the taken id.
+	finished := s.trackCreate(id)
+	defer finished()
 	// From here on every failure must undo what was made. The rollback runs
 	// without the caller's cancellation: a client hanging up mid-create must
 	// not leave a half-made sandbox behind.
@@ -181,6 +191,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		PidsLimit:   s.cfg.PidsLimit,
 		AgentBinary: s.cfg.AgentBinary,
 		AgentToken:  sb.AccessToken,
+		AgentUser:   req.User,
 	}
 	if _, err := s.rt.Create(ctx, spec); err != nil {
 		if errors.Is(err, driver.ErrImageNotFound) {
@@ -188,7 +199,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		}
 		return fail(fmt.Errorf("%w: create container: %v", ErrRuntime, err))
 	}
-	s.Crash(CrashAfterContainerCreate)
+	crashpoint.Hit(crashpoint.AfterContainerCreate)
 	if err := s.startAndAwait(ctx, &sb); err != nil {
 		return fail(err)
 	}
@@ -196,7 +207,128 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		return fail(err)
 	}
 	sb.State = sandpit.StateRunning
+	s.publish(EventCreated, sb, sandpit.StateCreating)
 	return sb, nil
+}
+
+// ErrCreateInProgress: a resumed create found its sandbox still being created
+// by an attempt this process cannot wait for.
+var ErrCreateInProgress = errors.New("an earlier attempt at this create is still running")
+
+// CreateOrAdopt is the create of an idempotent attempt, and the one adopt
+// policy of every surface. req.ID is the id the attempt recorded in its
+// claim before any side effect; a sandbox already under it was made by an
+// earlier attempt of the same request (one that crashed, stalled, or answered
+// a client that never saw the answer):
+//
+//   - running, stopped or paused: adopted as it is. It is the sandbox this
+//     request made; what happened to it since is its owner's business, and
+//     making another would be the duplicate idempotency exists to prevent;
+//   - error (its container vanished): removed and made again under the id;
+//   - creating: the earlier attempt still runs in this process; wait for it
+//     and decide again;
+//   - none: made.
+//
+// adopted reports that the sandbox was not made by this call.
+func (s *Service) CreateOrAdopt(ctx context.Context, req CreateRequest) (sandpit.Sandbox, bool, error) {
+	if req.ID == "" {
+		return sandpit.Sandbox{}, false, invalidf("an idempotent create needs its recorded id")
+	}
+	const rounds = 4
+	for range rounds {
+		sb, err := s.store.GetSandbox(ctx, req.ID)
+		switch {
+		case errors.Is(err, sandpit.ErrNotFound):
+			sb, err = s.CreateSandbox(ctx, req)
+			if errors.Is(err, sandpit.ErrSandboxExists) {
+				continue // another attempt inserted it meanwhile: look again
+			}
+			return sb, false, err
+		case err != nil:
+			return sb, false, err
+		}
+		switch AdoptPolicy(sb.State) {
+		case Adopt:
+			return sb, true, nil
+		case AwaitCreate:
+			if err := s.awaitCreate(ctx, req.ID); err != nil {
+				return sb, false, err
+			}
+		case Replace:
+			s.log.Warn("removing the leftover of an interrupted create", "sandbox", req.ID, "state", sb.State)
+			if err := s.DeleteSandbox(ctx, req.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+				return sb, false, err
+			}
+		}
+	}
+	return sandpit.Sandbox{}, false, fmt.Errorf("sandbox %s: %w", req.ID, ErrCreateInProgress)
+}
+
+// AdoptAction is what a resumed create does with the sandbox it finds under
+// its recorded id.
+type AdoptAction int
+
+const (
+	// Adopt: answer with the sandbox as it is.
+	Adopt AdoptAction = iota + 1
+	// Replace: remove the broken leftover and make the sandbox again.
+	Replace
+	// AwaitCreate: the earlier attempt is still creating it; wait, then
+	// decide again.
+	AwaitCreate
+)
+
+// AdoptPolicy is the one adopt policy of idempotent creates; see
+// CreateOrAdopt.
+func AdoptPolicy(state sandpit.State) AdoptAction {
+	switch state {
+	case sandpit.StateRunning, sandpit.StateStopped, sandpit.StatePaused:
+		return Adopt
+	case sandpit.StateCreating:
+		return AwaitCreate
+	}
+	return Replace
+}
+
+// trackCreate marks id as being created by this process until the returned
+// function runs.
+func (s *Service) trackCreate(id string) func() {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.creating[id] = ch
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.creating[id] == ch {
+			delete(s.creating, id)
+		}
+		s.mu.Unlock()
+		close(ch)
+	}
+}
+
+// awaitCreate waits for this process's create of id to end. When none runs
+// here (it ended a moment ago, or it runs in another process) it returns at
+// once, or ErrCreateInProgress after a short pause if the create still seems
+// to be running elsewhere, so the caller looks again without spinning.
+func (s *Service) awaitCreate(ctx context.Context, id string) error {
+	s.mu.Lock()
+	ch, ok := s.creating[id]
+	s.mu.Unlock()
+	if !ok {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+			return nil
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ch:
+		return nil
+	}
 }
 
 // startAndAwait starts the container, learns its address, waits for the agent
@@ -289,19 +421,30 @@ func (s *Service) DeleteSandbox(ctx context.Context, id string) (err error) {
 			s.audit(ctx, "sandbox.delete", id, err)
 		}
 	}()
+	return s.deleteSandbox(ctx, id, EventDeleted)
+}
+
+// deleteSandbox deletes and announces the deletion as typ.
+func (s *Service) deleteSandbox(ctx context.Context, id string, typ EventType) error {
 	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return err
 	}
+	defer s.expectExit(id)()
+	defer s.leave(id)()
 	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
 		return fmt.Errorf("%w: remove container: %v", ErrRuntime, err)
 	}
 	s.forgetIP(id)
 	s.removeRoutes(ctx, id)
-	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+	if err := s.store.DeleteSandbox(ctx, id); err != nil {
+		if errors.Is(err, sandpit.ErrNotFound) {
+			return nil // someone else's delete won, and announced it
+		}
 		return err
 	}
 	s.clusterRelease(ctx, id)
+	s.publish(typ, sb, sb.State)
 	return nil
 }
 
@@ -321,6 +464,8 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, 
 			return sb, fmt.Errorf("%w: unpause: %v", ErrRuntime, err)
 		}
 	}
+	defer s.expectExit(id)()
+	defer s.leave(id)()
 	if err := s.rt.Stop(ctx, sb.ContainerID, 5*time.Second); err != nil {
 		return sb, fmt.Errorf("%w: stop container: %v", ErrRuntime, err)
 	}
@@ -328,7 +473,7 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, 
 	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
 		return sb, err
 	}
-	return s.sandbox(ctx, id)
+	return s.changed(ctx, EventStopped, id, sb.State)
 }
 
 // StartSandbox starts a stopped sandbox (or resumes a paused one) and waits
@@ -352,7 +497,17 @@ func (s *Service) StartSandbox(ctx context.Context, id string) (sandpit.Sandbox,
 	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
 		return sb, err
 	}
-	return s.sandbox(ctx, id)
+	return s.changed(ctx, EventStarted, id, sb.State)
+}
+
+// changed reads a sandbox after a state change and announces the change.
+func (s *Service) changed(ctx context.Context, typ EventType, id string, old sandpit.State) (sandpit.Sandbox, error) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	s.publish(typ, sb, old)
+	return sb, nil
 }
 
 // PauseSandbox freezes a running sandbox's processes.
@@ -371,6 +526,7 @@ func (s *Service) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox,
 		return sb, err
 	}
 	sb.State = sandpit.StatePaused
+	s.publish(EventPaused, sb, sandpit.StateRunning)
 	return sb, nil
 }
 
@@ -390,6 +546,7 @@ func (s *Service) ResumeSandbox(ctx context.Context, id string) (sandpit.Sandbox
 		return sb, err
 	}
 	sb.State = sandpit.StateRunning
+	s.publish(EventResumed, sb, sandpit.StatePaused)
 	// Ports and domains added while the sandbox was paused were only
 	// recorded (ExposePort installs routes for running sandboxes), so their
 	// routes are installed now; the others are reinstalled, which is a no-op.
@@ -454,7 +611,7 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 		if sb.State == sandpit.StateCreating {
 			continue
 		}
-		if err := s.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+		if err := s.deleteSandbox(ctx, sb.ID, EventExpired); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Error("sweep: delete expired sandbox", "sandbox", sb.ID, "err", err)
 			continue
 		}
@@ -478,6 +635,68 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
+}
+
+// expectExit marks id's container as being stopped or removed by the service
+// until the returned function runs, so the exit watcher does not mistake it
+// for a death.
+func (s *Service) expectExit(id string) func() {
+	s.mu.Lock()
+	s.stopping[id]++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.stopping[id]--; s.stopping[id] <= 0 {
+			delete(s.stopping, id)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// WatchExits follows the engine's container exits until ctx ends, and marks
+// a running sandbox whose container stopped on its own as stopped, announcing
+// it as died. A broken event stream is followed again after a pause.
+func (s *Service) WatchExits(ctx context.Context) {
+	for ctx.Err() == nil {
+		exits, err := s.rt.Exits(ctx, s.ownLabels())
+		if err != nil {
+			s.log.Warn("watch container exits", "err", err)
+		} else {
+			for id := range exits {
+				s.containerExited(ctx, id)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Service) containerExited(ctx context.Context, id string) {
+	s.mu.Lock()
+	expected := s.stopping[id] > 0
+	s.mu.Unlock()
+	if expected {
+		return
+	}
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil || sb.State != sandpit.StateRunning {
+		// Gone, or stopped, paused or being created by the service: the
+		// exit is the service's own doing.
+		return
+	}
+	if c, err := s.rt.Inspect(ctx, sb.ContainerID); err == nil && c.State == "running" {
+		return // restarted since
+	}
+	s.forgetIP(id)
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
+		s.log.Error("mark died sandbox stopped", "sandbox", id, "err", err)
+		return
+	}
+	s.log.Warn("sandbox container exited on its own", "sandbox", id)
+	sb.State = sandpit.StateStopped
+	s.publish(EventDied, sb, sandpit.StateRunning)
 }
 
 // Reconcile makes the store and the engine agree after a restart: a managed
@@ -528,6 +747,9 @@ func (s *Service) Reconcile(ctx context.Context) error {
 				if err := s.store.UpdateSandboxState(ctx, sb.ID, sandpit.StateError, s.now()); err != nil {
 					return err
 				}
+				old := sb.State
+				sb.State = sandpit.StateError
+				s.publish(EventDied, sb, old)
 			}
 		case sb.State == sandpit.StateStopped && c.State == "running":
 			if err := s.rt.Stop(ctx, c.ID, 5*time.Second); err != nil {
@@ -555,27 +777,14 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	return s.ReinstallRoutes(ctx)
 }
 
-// installRoutes installs every route of one sandbox towards ip: the agent's
-// preview route (E2B clients reach 49983-<id>.<domain>), each exposed port
-// and each custom domain.
+// installRoutes installs every route of one sandbox towards ip.
 func (s *Service) installRoutes(ctx context.Context, id, ip string) error {
 	if s.router == nil {
 		return nil
 	}
-	routes := []router.Route{{Kind: router.KindHTTP, SandboxID: id, Port: driver.AgentPort, Upstream: upstream(ip, driver.AgentPort)}}
-	ports, err := s.store.ListPorts(ctx, id)
+	routes, err := s.sandboxRoutes(ctx, id, ip)
 	if err != nil {
 		return err
-	}
-	for _, p := range ports {
-		routes = append(routes, portRoute(p, ip))
-	}
-	domains, err := s.store.ListCustomDomains(ctx, id)
-	if err != nil {
-		return err
-	}
-	for _, d := range domains {
-		routes = append(routes, domainRoute(d, ip))
 	}
 	// Every route is tried even after one fails, so one bad route does not
 	// take the sandbox's other routes down with it.
@@ -586,6 +795,99 @@ func (s *Service) installRoutes(ctx context.Context, id, ip string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sandboxRoutes lists the routes one sandbox must have towards ip: the
+// agent's preview route (E2B clients reach 49983-<id>.<domain>), each exposed
+// port and each custom domain.
+func (s *Service) sandboxRoutes(ctx context.Context, id, ip string) ([]router.Route, error) {
+	routes := []router.Route{{Kind: router.KindHTTP, SandboxID: id, Port: driver.AgentPort, Upstream: upstream(ip, driver.AgentPort)}}
+	ports, err := s.store.ListPorts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ports {
+		routes = append(routes, portRoute(p, ip))
+	}
+	domains, err := s.store.ListCustomDomains(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range domains {
+		routes = append(routes, domainRoute(d, ip))
+	}
+	return routes, nil
+}
+
+// DesiredRoutes lists every route the store says must be installed now: the
+// routes of each running sandbox. A router that lives in another process
+// (Caddy) reconciles against it.
+func (s *Service) DesiredRoutes(ctx context.Context) ([]router.Route, error) {
+	var out []router.Route
+	token := ""
+	for {
+		page, next, err := s.store.ListSandboxes(ctx, sandpit.ListOptions{Limit: 500, PageToken: token, States: []sandpit.State{sandpit.StateRunning}})
+		if err != nil {
+			return nil, err
+		}
+		for _, sb := range page {
+			ip, err := s.sandboxIP(ctx, sb.ID)
+			if err != nil {
+				// A sandbox without an address has no route to serve;
+				// its routes come back when it is started again.
+				s.log.Warn("desired routes: no address", "sandbox", sb.ID, "err", err)
+				continue
+			}
+			routes, err := s.sandboxRoutes(ctx, sb.ID, ip)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, routes...)
+		}
+		if next == "" {
+			return out, nil
+		}
+		token = next
+	}
+}
+
+// HostnameBound reports whether a hostname routes to a sandbox right now: a
+// custom domain of a running sandbox, or a preview host of a running
+// sandbox's agent or exposed HTTP port. It is what Caddy's on-demand TLS asks
+// before issuing a certificate.
+func (s *Service) HostnameBound(ctx context.Context, host string) (bool, error) {
+	host = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(host)), ".")
+	running := func(id string) (bool, error) {
+		sb, err := s.store.GetSandbox(ctx, id)
+		if errors.Is(err, sandpit.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil && sb.State == sandpit.StateRunning, err
+	}
+	if d, err := s.store.GetCustomDomain(ctx, host); err == nil {
+		return running(d.SandboxID)
+	} else if !errors.Is(err, sandpit.ErrNotFound) {
+		return false, err
+	}
+	label, ok := strings.CutSuffix(host, "."+s.cfg.Domain)
+	if !ok || strings.Contains(label, ".") {
+		return false, nil
+	}
+	id, port, ok := builtin.ParsePreviewLabel(label)
+	if !ok {
+		return false, nil
+	}
+	if up, err := running(id); err != nil || !up {
+		return false, err
+	}
+	if port == driver.AgentPort {
+		return true, nil
+	}
+	p, err := s.store.GetPort(ctx, id, port)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil && p.Protocol == ProtoHTTP, err
 }
 
 // removeRoutes removes every route that belongs to a sandbox; failures are

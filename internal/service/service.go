@@ -14,11 +14,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -42,18 +40,6 @@ var (
 	ErrRouter           = errors.New("router failed")
 )
 
-// CrashPointEnv names the environment variable that makes the daemon kill
-// itself at a named point of an operation. Only crash tests set it; it lets a
-// test prove that a daemon dying between two side effects leaves nothing
-// behind after restart.
-const CrashPointEnv = "SANDPIT_TEST_CRASH_POINT"
-
-// Crash points.
-const (
-	CrashAfterContainerCreate = "after-container-create"
-	CrashBeforeResponse       = "before-response"
-)
-
 // Config is the service's configuration. Zero values take the defaults noted.
 type Config struct {
 	DefaultImage  string            // image used when a create names none
@@ -62,14 +48,16 @@ type Config struct {
 	HealthTimeout time.Duration     // default 30s
 	PidsLimit     int64             // default 1024
 	Domain        string            // default "localhost"
-	ProxyPort     int               // port of the builtin proxy, for URLs; 80 omits it
+	ProxyPort     int               // port of the proxy, for URLs; 80 (443 with TLS) omits it
 	PublicHost    string            // host in tcp:// URLs; default 127.0.0.1
 	PortRange     sandpit.PortRange // TCP host-port pool
 	ExtraLabels   map[string]string // added to every container (tests tag runs)
 	// Instance identifies this daemon's containers (label sandpit.instance):
 	// reconcile touches only those, so daemons can share an engine.
-	Instance   string
-	CrashPoint string // see CrashPointEnv
+	Instance string
+	// PreviewTLS makes preview and custom-domain URLs https:// (the Caddy
+	// router serving them with on-demand certificates).
+	PreviewTLS bool
 	// Cluster is the replicated index of a clustered daemon, nil on a single
 	// node; NodeName is this node's name in it.
 	Cluster  *cluster.Replica
@@ -86,15 +74,35 @@ type Service struct {
 	router router.Router
 	log    *slog.Logger
 	http   *http.Client
-	// agentHTTP carries agent RPCs; it has no overall timeout, since a
-	// command's stream lasts as long as the command.
-	agentHTTP *http.Client
+	// agents carries every call the daemon makes to sandbox agents.
+	agents *agentLink
+	// agentClients are the Connect clients of each agent address, built on
+	// first use; guarded by mu and dropped with the address.
+	agentClients map[string]agentClients
 
 	// ips caches each running sandbox's container address so the hot paths
 	// (proxying, exec) do not inspect the container on every request. It is
 	// dropped whenever the container is started, stopped or removed.
 	mu  sync.Mutex
 	ips map[string]string
+	// creating holds, for each sandbox this process is creating, a channel
+	// closed when that create returns.
+	creating map[string]chan struct{}
+	// stopping counts, per sandbox, the service's own stops and removals in
+	// progress (see expectExit).
+	stopping map[string]int
+	// leaving holds the sandboxes whose container is being stopped or
+	// removed. Their agent is going away, so requests for them are refused
+	// at once instead of being sent to an address that stops answering
+	// (which costs the caller seconds of connect timeout).
+	leaving map[string]bool
+
+	idem   *Idempotency
+	events *events
+
+	// exposing coordinates the calls exposing one route key; see
+	// ExposePort.
+	exposing keyedExposures
 }
 
 // New builds a Service.
@@ -121,36 +129,31 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		cfg.Templates = map[string]string{}
 	}
 	return &Service{
-		cfg:       cfg,
-		store:     st,
-		rt:        rt,
-		router:    rtr,
-		log:       cfg.Logger,
-		http:      &http.Client{Timeout: 2 * time.Second},
-		agentHTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}},
-		ips:       map[string]string{},
+		cfg:          cfg,
+		store:        st,
+		rt:           rt,
+		router:       rtr,
+		log:          cfg.Logger,
+		http:         &http.Client{Timeout: 2 * time.Second},
+		agents:       newAgentLink(),
+		agentClients: map[string]agentClients{},
+		ips:          map[string]string{},
+		creating:     map[string]chan struct{}{},
+		stopping:     map[string]int{},
+		leaving:      map[string]bool{},
+		idem:         NewIdempotency(claimStore(cfg, st), cfg.Now, cfg.Logger),
+		events:       newEvents(),
 	}
 }
+
+// Idempotency returns the idempotency engine every surface deduplicates
+// through.
+func (s *Service) Idempotency() *Idempotency { return s.idem }
 
 // Config returns the effective configuration.
 func (s *Service) Config() Config { return s.cfg }
 
-// Store exposes the store to the facades for read-only lookups and the
-// idempotency primitive; mutations of sandboxes go through the service.
-func (s *Service) Store() *store.Store { return s.store }
-
 func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
-
-// Crash kills the process with SIGKILL at a named point when the test crash
-// point is set: no deferred cleanup, no graceful shutdown, exactly what a
-// machine losing the process looks like.
-func (s *Service) Crash(point string) {
-	if s.cfg.CrashPoint == point {
-		s.log.Warn("crash point reached, killing the process", "point", point)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // the signal is on its way; never return into the operation
-	}
-}
 
 // NewSandboxID returns a random id that is safe as a DNS label (lower-case
 // base32), since ids appear in preview hostnames.
@@ -198,7 +201,11 @@ func (s *Service) AgentAddr(ctx context.Context, id string) (string, error) {
 func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 	s.mu.Lock()
 	ip, ok := s.ips[id]
+	leaving := s.leaving[id]
 	s.mu.Unlock()
+	if leaving {
+		return "", fmt.Errorf("%w: sandbox %s is going away", ErrNotRunning, id)
+	}
 	if ok {
 		return ip, nil
 	}
@@ -217,6 +224,10 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 		return "", fmt.Errorf("%w: sandbox %s has no address", ErrNotRunning, id)
 	}
 	s.mu.Lock()
+	if s.leaving[id] {
+		s.mu.Unlock()
+		return "", fmt.Errorf("%w: sandbox %s is going away", ErrNotRunning, id)
+	}
 	s.ips[id] = c.IP
 	s.mu.Unlock()
 	return c.IP, nil
@@ -224,8 +235,25 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 
 func (s *Service) forgetIP(id string) {
 	s.mu.Lock()
+	if ip, ok := s.ips[id]; ok {
+		delete(s.agentClients, net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort)))
+	}
 	delete(s.ips, id)
 	s.mu.Unlock()
+}
+
+// leave marks a sandbox's agent as going away (see Service.leaving) until
+// the returned function is called.
+func (s *Service) leave(id string) (done func()) {
+	s.mu.Lock()
+	s.leaving[id] = true
+	delete(s.ips, id)
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.leaving, id)
+		s.mu.Unlock()
+	}
 }
 
 // waitHealthy polls the agent's /health until it answers or the budget ends.

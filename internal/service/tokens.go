@@ -216,7 +216,7 @@ func (s *Service) OwnerLimits(ctx context.Context, owner string) (sandpit.OwnerL
 }
 
 // ListAudit reads the audit log (admin only).
-func (s *Service) ListAudit(ctx context.Context, q store.AuditQuery) ([]sandpit.AuditEntry, error) {
+func (s *Service) ListAudit(ctx context.Context, q sandpit.AuditQuery) ([]sandpit.AuditEntry, error) {
 	if err := requireAdmin(ctx); err != nil {
 		return nil, err
 	}

@@ -15,14 +15,11 @@ import (
 	"github.com/sandpit-dev/sandpit"
 )
 
+// The store's sandbox errors are the domain's; these names keep the store's
+// callers and tests readable.
 var (
-	// ErrSandboxExists is returned by CreateSandbox when the id is taken. It is
-	// distinct from ErrNameConflict: a duplicate id is a caller bug or a retry
-	// of a create that already happened, not a user-visible name clash.
-	ErrSandboxExists = errors.New("sandbox id already exists")
-	// ErrInvalidPageToken is returned by ListSandboxes for a page token it did
-	// not issue.
-	ErrInvalidPageToken = errors.New("invalid page token")
+	ErrSandboxExists    = sandpit.ErrSandboxExists
+	ErrInvalidPageToken = sandpit.ErrInvalidPageToken
 )
 
 const (
@@ -149,7 +146,11 @@ func (s *Store) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]
 		if err != nil {
 			return nil, "", fmt.Errorf("list sandboxes: %w", err)
 		}
-		where = append(where, `(created_at, id) > (?, ?)`)
+		if opts.Descending {
+			where = append(where, `(created_at, id) < (?, ?)`)
+		} else {
+			where = append(where, `(created_at, id) > (?, ?)`)
+		}
 		args = append(args, created, id)
 	}
 	if opts.Owner != "" {
@@ -182,7 +183,11 @@ func (s *Store) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
 	// One extra row tells us whether another page exists.
-	q += ` ORDER BY created_at, id LIMIT ?`
+	if opts.Descending {
+		q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	} else {
+		q += ` ORDER BY created_at, id LIMIT ?`
+	}
 	args = append(args, limit+1)
 
 	rows, err := s.db.QueryContext(ctx, q, args...)

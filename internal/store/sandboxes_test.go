@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -263,6 +264,12 @@ func TestListSandboxesPaging(t *testing.T) {
 		t.Errorf("unexpected order: %v", ids)
 	}
 
+	// Descending walks the same rows in exactly the reverse order.
+	sizes, desc := collect(sandpit.ListOptions{Limit: 10, Descending: true})
+	if !reflect.DeepEqual(sizes, []int{10, 10, 5}) || !reflect.DeepEqual(desc, reversed(ids)) {
+		t.Fatalf("descending: sizes %v, ids %v, want the reverse of %v", sizes, desc, ids)
+	}
+
 	// A row created mid-walk after the cursor shows up once; rows before it
 	// do not shift the walk.
 	first, next, err := s.ListSandboxes(ctx, sandpit.ListOptions{Limit: 10})
@@ -321,4 +328,10 @@ func collectFrom(t *testing.T, s *store.Store, opts sandpit.ListOptions) ([]sand
 		}
 		opts.PageToken = next
 	}
+}
+
+func reversed(s []string) []string {
+	out := slices.Clone(s)
+	slices.Reverse(out)
+	return out
 }

@@ -209,15 +209,8 @@ func (s *Store) AppendAudit(ctx context.Context, e sandpit.AuditEntry) error {
 	return nil
 }
 
-// AuditQuery filters ListAudit.
-type AuditQuery struct {
-	Owner    string // "" = all
-	AfterSeq int64  // entries with a larger seq only
-	Limit    int    // <= 0 means 100, at most 1000
-}
-
 // ListAudit returns audit entries in append order.
-func (s *Store) ListAudit(ctx context.Context, q AuditQuery) ([]sandpit.AuditEntry, error) {
+func (s *Store) ListAudit(ctx context.Context, q sandpit.AuditQuery) ([]sandpit.AuditEntry, error) {
 	limit := q.Limit
 	if limit <= 0 {
 		limit = defaultListLimit

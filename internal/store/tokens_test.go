@@ -123,7 +123,7 @@ func TestAuditLogIsAppendOnly(t *testing.T) {
 	if n, err := s.ReapAudit(ctx, t0.Add(time.Minute)); err != nil || n != 1 {
 		t.Fatalf("reap: %d %v", n, err)
 	}
-	es, err := s.ListAudit(ctx, store.AuditQuery{})
+	es, err := s.ListAudit(ctx, sandpit.AuditQuery{})
 	if err != nil || len(es) != 1 || es[0].Resource != "1" {
 		t.Fatalf("after retention: %+v %v", es, err)
 	}

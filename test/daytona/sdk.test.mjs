@@ -355,3 +355,37 @@ test("owners: A's sandbox is not found for B by id or by name, and B's list neve
     await dispose(B);
   }
 });
+
+// waitFor polls a condition on local state only (no API call), so what it
+// sees can only have come through the event socket.
+async function waitFor(what, cond, ms = 20_000) {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (cond()) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
+// nativeCall calls the daemon's other APIs with the same token.
+async function nativeCall(method, path, headers, body) {
+  const res = await fetch(d.base + path, { method, headers: { 'Content-Type': 'application/json', ...headers }, body });
+  assert.ok(res.ok, `${method} ${path}: ${res.status} ${await res.text()}`);
+}
+
+test('the event socket announces changes made outside the Daytona API: a /v1 stop and a sweeper expiry', async () => {
+  const stopped = await daytona.create({ labels: { suite, role: 'events-stop' } });
+  const expiring = await daytona.create({ labels: { suite, role: 'events-expire' } });
+  try {
+    assert.equal(stopped.state, 'started');
+    await nativeCall('POST', `/v1/sandboxes/${stopped.id}/stop`, { Authorization: `Bearer ${d.token}` });
+    await waitFor('sandbox.state.updated to stopped', () => stopped.state === 'stopped');
+
+    // The E2B API sets the end time; the sweeper then deletes the sandbox.
+    await nativeCall('POST', `/e2b/sandboxes/${expiring.id}/timeout`, { 'X-API-KEY': d.token }, JSON.stringify({ timeout: 1 }));
+    await waitFor('sandbox.state.updated to destroyed', () => expiring.state === 'destroyed');
+  } finally {
+    await stopped.delete().catch(() => {});
+    await expiring.delete().catch(() => {});
+  }
+});

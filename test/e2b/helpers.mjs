@@ -28,7 +28,8 @@ export async function setup() {
   workDir = await mkdtemp(join(tmpdir(), 'sandpit-e2b-'))
   binary = process.env.SANDPIT_BIN || join(workDir, 'sandpit')
   if (!process.env.SANDPIT_BIN) {
-    await run('go', ['build', '-o', binary, './cmd/sandpit'], {
+    // The crash-recovery tests need the test-only crash points compiled in.
+    await run('go', ['build', '-tags', 'sandpit_crashpoints', '-o', binary, './cmd/sandpit'], {
       cwd: repoRoot,
       env: { ...process.env, CGO_ENABLED: '0' },
       maxBuffer: 16 << 20,

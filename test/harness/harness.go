@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,15 +24,24 @@ import (
 	"github.com/sandpit-dev/sandpit/client"
 )
 
-// Build compiles cmd/sandpit into dir and returns the binary's path. Call it
-// once from TestMain.
-func Build(dir string) (string, error) {
+// CrashPointsTag is the build tag that compiles the test crash points in
+// (internal/crashpoint); the harness builds with it so crash tests can use
+// them, and a release build never has them.
+const CrashPointsTag = "sandpit_crashpoints"
+
+// Build compiles cmd/sandpit into dir, with the given build tags, and returns
+// the binary's path. Call it once from TestMain.
+func Build(dir string, tags ...string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "sandpit")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sandpit")
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, "./cmd/sandpit")...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -116,15 +124,23 @@ func FreePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// FreeRange finds n consecutive loopback ports in 30000-39999 that were free
-// a moment ago and returns them as "LO-HI", for Options.PortRange: tests of
-// the host-port pool need a pool of a size they choose.
+// FreeRange finds n consecutive loopback ports that were free a moment ago
+// and returns them as "LO-HI", for Options.PortRange: tests of the host-port
+// pool need a pool of a size they choose. The ports lie below the kernel's
+// ephemeral range, as the default pool does, so that no outgoing connection
+// of this machine (the tests make thousands, to the daemon and to Caddy's
+// admin API) takes a pool port and lingers on it in TIME_WAIT.
 func FreeRange(t testing.TB, n int) string {
 	t.Helper()
+	const base = 20000
+	top := ephemeralLow() - n
+	if top <= base+n {
+		top = base + 9000
+	}
 	for tries := 0; tries < 200; tries++ {
 		var b [2]byte
 		_, _ = rand.Read(b[:])
-		lo := 30000 + int(b[0])<<8%9000 + int(b[1])%900
+		lo := base + (int(b[0])<<8|int(b[1]))%(top-base)
 		ok := true
 		for p := lo; p < lo+n && ok; p++ {
 			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
@@ -140,6 +156,20 @@ func FreeRange(t testing.TB, n int) string {
 	}
 	t.Fatal("no free port range")
 	return ""
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
+		}
+	}
+	return 32768
 }
 
 // Start runs a daemon and stops it (and removes its containers) when the test
@@ -180,7 +210,10 @@ func (d *Daemon) Restart(env []string) {
 	}
 	args := append([]string{"serve", "--data-dir", d.DataDir, "--listen", d.Addr, "--proxy-listen", d.ProxyAddr,
 		"--token-file", tokenFile, "--container-label", "sandpit.run=" + d.Label, "--port-range", d.PortRange,
-		"--log-level", "debug"}, d.opts.Args...)
+		"--log-level", "debug",
+		// The small busybox image: fast to start, and what these tests'
+		// commands (httpd, nc) are written for. Options.Args may override.
+		"--default-image", "sandpit/base:test"}, d.opts.Args...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = append(append(os.Environ(), d.opts.Env...), env...)
 	stderr, _ := cmd.StderrPipe()
@@ -213,23 +246,7 @@ func (d *Daemon) Restart(env []string) {
 	d.mu.Lock()
 	d.cmd, d.done = cmd, done
 	d.mu.Unlock()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			d.t.Fatalf("daemon exited during start:\n%s", d.Logs())
-		default:
-		}
-		resp, err := http.Get("http://" + d.Addr + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	d.t.Fatalf("daemon did not answer /health:\n%s", d.Logs())
+	awaitHTTP(d.t, "http://"+d.Addr+"/health", done, 60*time.Second, "daemon", d.Logs)
 }
 
 // Logs returns what the daemon wrote to stderr.
@@ -276,21 +293,7 @@ func (d *Daemon) signal(sig syscall.Signal) {
 	d.mu.Lock()
 	cmd, done := d.cmd, d.done
 	d.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-done:
-	case <-time.After(40 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
+	stopProcess(cmd, done, sig, 40*time.Second)
 }
 
 // Client returns a Go client for the daemon.
@@ -341,7 +344,7 @@ func RunWithBinary(m *testing.M, bin *string) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if *bin, err = Build(dir); err != nil {
+	if *bin, err = Build(dir, CrashPointsTag); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -27,6 +27,9 @@ type Options struct {
 	Prefix string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// AuthTimeout is how long an event socket may stay open without
+	// authenticating; default 10 seconds.
+	AuthTimeout time.Duration
 }
 
 // Handler serves the facade. It is safe for concurrent use.
@@ -40,10 +43,8 @@ type Handler struct {
 	log    *slog.Logger
 	mux    *http.ServeMux
 	hub    *hub
-	// agentHTTP carries toolbox calls to sandbox agents. It has no overall
-	// timeout: a command runs as long as its own timeout allows, and a file
-	// transfer as long as the file takes.
-	agentHTTP *http.Client
+	// authTimeout: see Options.AuthTimeout.
+	authTimeout time.Duration
 }
 
 // New builds the facade. Every route but the event socket requires
@@ -57,6 +58,9 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.AuthTimeout <= 0 {
+		opts.AuthTimeout = 10 * time.Second
+	}
 	h := &Handler{
 		ctx:    ctx,
 		svc:    svc,
@@ -65,11 +69,10 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 		log:    opts.Logger,
 		mux:    http.NewServeMux(),
 		hub:    newHub(),
-		agentHTTP: &http.Client{Transport: &http.Transport{
-			MaxIdleConnsPerHost: 16,
-			IdleConnTimeout:     90 * time.Second,
-		}},
+
+		authTimeout: opts.AuthTimeout,
 	}
+	go h.relayEvents(ctx, svc.Subscribe(eventBuffer))
 	p := h.prefix
 	route := func(pattern string, f http.HandlerFunc) {
 		method, path, _ := strings.Cut(pattern, " ")

@@ -26,7 +26,7 @@ func TestHubSendsEventsToTheOwnerOnly(t *testing.T) {
 	alice := conn(sandpit.Principal{Owner: "alice"})
 	bob := conn(sandpit.Principal{Owner: "bob"})
 	admin := conn(api.AdminPrincipal())
-	h.broadcast("alice", eventCreated, map[string]string{"id": "sb-a"})
+	h.broadcast("alice", eventCreated, func(*sioConn) any { return map[string]string{"id": "sb-a"} })
 	if len(alice.out) != 1 || len(admin.out) != 1 || len(bob.out) != 0 {
 		t.Fatalf("queued: alice %d, admin %d, bob %d; want 1, 1, 0", len(alice.out), len(admin.out), len(bob.out))
 	}
@@ -47,7 +47,7 @@ func TestEventStreamIsScopedByOwner(t *testing.T) {
 	}
 	tokA, tokB := mint("alice"), mint("bob")
 	connect := func(tok string) *wsClient {
-		c, _ := handshake(t, e)
+		c, _ := handshake(t, e.srv)
 		c.text(`40{"token":"` + tok + `"}`)
 		if msg := c.recvText(); !strings.HasPrefix(msg, "40{") {
 			t.Fatalf("connect answer %q", msg)
@@ -75,8 +75,7 @@ func TestEventStreamIsScopedByOwner(t *testing.T) {
 	}
 	// Bob's socket answers a ping with nothing of Alice's queued before it.
 	sockB.text("2")
-	_ = sockB.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if msg := sockB.recvText(); msg != "3" {
+	if msg, err := sockB.read(5 * time.Second); err != nil || msg != "3" {
 		t.Fatalf("bob's socket got %q before its pong: another owner's event leaked", msg)
 	}
 }

@@ -119,6 +119,12 @@ type BuildInfo struct {
 
 // toSandbox renders a store row. withEnv is false for listings.
 func (h *Handler) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool) Sandbox {
+	return renderSandbox(h.toolboxBase(r), sb, withEnv)
+}
+
+// renderSandbox renders a store row with the toolbox URL a client reaches the
+// daemon by.
+func renderSandbox(toolboxBase string, sb sandpit.Sandbox, withEnv bool) Sandbox {
 	out := Sandbox{
 		owner:          sb.Owner,
 		ID:             sb.ID,
@@ -143,7 +149,7 @@ func (h *Handler) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool) S
 		CreatedAt:          sb.CreatedAt.UTC().Format(isoMillis),
 		UpdatedAt:          sb.UpdatedAt.UTC().Format(isoMillis),
 		SandboxClass:       "container",
-		ToolboxProxyURL:    h.toolboxBase(r),
+		ToolboxProxyURL:    toolboxBase,
 	}
 	if out.Snapshot == "" {
 		out.Snapshot = sb.Image
@@ -325,10 +331,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, err)
 		return
 	}
-	out := h.toSandbox(r, sb, true)
-	h.hub.broadcast(out.owner, eventCreated, out)
-	h.publish(r.Context(), out, stateCreating)
-	api.WriteJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, sb, true))
 }
 
 // ListResponse is the body of GET /sandbox.
@@ -475,9 +478,7 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := h.toSandbox(r, sb, true)
-	old := out.State
 	out.State, out.DesiredState = stateDestroyed, stateDestroyed
-	h.publish(r.Context(), out, old)
 	api.WriteJSON(w, http.StatusOK, out)
 }
 
@@ -498,15 +499,12 @@ func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx
 		writeProblem(w, r, err)
 		return
 	}
-	old := daytonaState(sb.State)
 	after, err := op(r.Context(), sb.ID)
 	if err != nil {
 		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
 		return
 	}
-	out := h.toSandbox(r, after, true)
-	h.publish(r.Context(), out, old)
-	api.WriteJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, after, true))
 }
 
 // LabelsBody is the body and answer of PUT /sandbox/{id}/labels.

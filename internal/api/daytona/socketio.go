@@ -5,16 +5,19 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // This file serves the Daytona event socket: the Engine.IO v4 / Socket.IO v5
@@ -68,23 +71,24 @@ func (h *hub) remove(c *sioConn) {
 	delete(h.conns, c)
 }
 
-// broadcast queues one Socket.IO event for every authenticated socket. It
-// never blocks the API request that triggered it: a socket whose queue is
+// broadcast queues one Socket.IO event for every authenticated socket, its
+// payload rendered for that socket (sandboxes carry the toolbox URL the
+// client reached the daemon by). It never blocks: a socket whose queue is
 // full is closed instead.
-func (h *hub) broadcast(owner, event string, payload any) {
-	b, err := json.Marshal([]any{event, payload})
-	if err != nil {
-		return
-	}
-	msg := "42" + string(b)
+func (h *hub) broadcast(owner, event string, payload func(c *sioConn) any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for c := range h.conns {
+		// A socket sees only its own owner's sandboxes; admin sees all.
 		if !c.who.Admin && c.who.Owner != owner {
 			continue
 		}
+		b, err := json.Marshal([]any{event, payload(c)})
+		if err != nil {
+			continue
+		}
 		select {
-		case c.out <- msg:
+		case c.out <- "42" + string(b):
 		default:
 			delete(h.conns, c)
 			c.kill()
@@ -103,15 +107,28 @@ func (h *hub) size() int {
 type sioConn struct {
 	// who is the principal the socket authenticated as; it is set before
 	// the socket joins the hub and never changes.
-	who  sandpit.Principal
-	ws   *wsConn
-	out  chan string
-	done chan struct{}
-	once sync.Once
+	who sandpit.Principal
+	// toolbox is the toolbox URL as this client reaches the daemon.
+	toolbox string
+	ws      *websocket.Conn
+	out     chan string
+	done    chan struct{}
+	once    sync.Once
+	// authed is set once the client's connect packet carried the token.
+	authed atomic.Bool
+	// refused is set when the socket is closed for a bad token.
+	refused atomic.Bool
 }
 
 // kill ends the connection's writer, which closes the socket.
 func (c *sioConn) kill() { c.once.Do(func() { close(c.done) }) }
+
+// refuse sends a last packet and closes the socket.
+func (c *sioConn) refuse(msg string) {
+	c.refused.Store(true)
+	c.enqueue(msg)
+	c.kill()
+}
 
 // openPacket is the Engine.IO handshake.
 type openPacket struct {
@@ -142,26 +159,33 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
 		engineError(w, 5, "Unsupported protocol version")
 		return
 	}
-	if q.Get("transport") != "websocket" || !isWebSocketUpgrade(r) {
+	if q.Get("transport") != "websocket" || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		// Only the WebSocket transport is offered; the SDK asks for nothing
 		// else, and a long-polling client learns it here at once.
 		engineError(w, 0, "Transport unknown")
 		return
 	}
-	ws, err := upgradeWebSocket(w, r, maxSocketFrame)
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		// The socket authenticates with the API token inside its first
+		// Socket.IO packet, never with cookies, so a page of another origin
+		// gains nothing by opening one; and the SDK outside a browser sends
+		// no Origin to check.
+		InsecureSkipVerify: true,
+	})
 	if err != nil {
 		h.log.Debug("daytona socket: upgrade failed", "err", err)
 		return
 	}
-	c := &sioConn{ws: ws, out: make(chan string, sendQueue), done: make(chan struct{})}
+	ws.SetReadLimit(maxSocketFrame)
+	c := &sioConn{toolbox: h.toolboxBase(r), ws: ws, out: make(chan string, sendQueue), done: make(chan struct{})}
 	sid := newSID()
 	open, _ := json.Marshal(openPacket{
 		SID: sid, Upgrades: []string{},
 		PingInterval: int(pingInterval / time.Millisecond), PingTimeout: int(pingTimeout / time.Millisecond),
 		MaxPayload: maxSocketFrame,
 	})
-	if err := ws.WriteText("0" + string(open)); err != nil {
-		ws.Close(closeGoingAway, "")
+	if err := h.write(ws, "0"+string(open)); err != nil {
+		ws.Close(websocket.StatusGoingAway, "")
 		return
 	}
 	pongs := make(chan struct{}, 1)
@@ -171,14 +195,17 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
 		c.kill()
 	}()
 	for {
-		op, msg, err := ws.ReadMessage()
+		// Reads take no deadline: the writer closes the socket, with a
+		// close frame, on shutdown, on a ping timeout and when the client
+		// does not authenticate in time, and the close ends the read.
+		typ, msg, err := ws.Read(context.Background())
 		if err != nil {
-			if !errors.Is(err, errWSClosed) {
+			if websocket.CloseStatus(err) == -1 && h.ctx.Err() == nil {
 				h.log.Debug("daytona socket: read", "err", err)
 			}
 			return
 		}
-		if op != opText || len(msg) == 0 {
+		if typ != websocket.MessageText || len(msg) == 0 {
 			continue
 		}
 		switch msg[0] {
@@ -197,6 +224,16 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// writeTimeout bounds one frame's write; a client that does not take a frame
+// within it is gone.
+const writeTimeout = 10 * time.Second
+
+func (h *Handler) write(ws *websocket.Conn, msg string) error {
+	ctx, cancel := context.WithTimeout(h.ctx, writeTimeout)
+	defer cancel()
+	return ws.Write(ctx, websocket.MessageText, []byte(msg))
 }
 
 // enqueue queues a frame for the writer without blocking; a full queue means
@@ -234,12 +271,15 @@ func (h *Handler) socketMessage(c *sioConn, sid, pkt string) bool {
 		}
 		p, err := h.auth.Principal(h.ctx, auth.Token)
 		if err != nil || !p.Can(sandpit.ScopeSandboxesRead) {
-			c.enqueue(`44{"message":"Unauthorized"}`)
-			return true
+			// The refusal is sent, then the socket closed: a client with a
+			// wrong token has nothing more to do here.
+			c.refuse(`44{"message":"Unauthorized"}`)
+			return false
 		}
 		c.who = p
 		b, _ := json.Marshal(map[string]string{"sid": sid})
 		c.enqueue("40" + string(b))
+		c.authed.Store(true)
 		h.hub.add(c)
 	case '1': // the client left the namespace
 		h.hub.remove(c)
@@ -256,17 +296,26 @@ func (h *Handler) socketMessage(c *sioConn, sid, pkt string) bool {
 func (h *Handler) socketWriter(c *sioConn, pongs <-chan struct{}) {
 	ping := time.NewTicker(pingInterval)
 	defer ping.Stop()
+	// A client must authenticate within authTimeout of connecting; one that
+	// does not is closed, so idle unauthenticated sockets cannot pile up.
+	auth := time.NewTimer(h.authTimeout)
+	defer auth.Stop()
 	var deadline <-chan time.Time
 	for {
 		select {
+		case <-auth.C:
+			if !c.authed.Load() {
+				c.ws.Close(websocket.StatusPolicyViolation, "not authenticated in time")
+				return
+			}
 		case msg := <-c.out:
-			if err := c.ws.WriteText(msg); err != nil {
-				c.ws.Close(closeGoingAway, "")
+			if err := h.write(c.ws, msg); err != nil {
+				c.ws.Close(websocket.StatusGoingAway, "")
 				return
 			}
 		case <-ping.C:
-			if err := c.ws.WriteText("2"); err != nil {
-				c.ws.Close(closeGoingAway, "")
+			if err := h.write(c.ws, "2"); err != nil {
+				c.ws.Close(websocket.StatusGoingAway, "")
 				return
 			}
 			if deadline == nil {
@@ -275,26 +324,85 @@ func (h *Handler) socketWriter(c *sioConn, pongs <-chan struct{}) {
 		case <-pongs:
 			deadline = nil
 		case <-deadline:
-			c.ws.Close(closePolicyViolation, "ping timeout")
+			c.ws.Close(websocket.StatusPolicyViolation, "ping timeout")
 			return
 		case <-c.done:
-			c.ws.Close(closeNormal, "")
+			// Frames queued before the end (a refusal) go out first.
+			for {
+				select {
+				case msg := <-c.out:
+					if h.write(c.ws, msg) != nil {
+						c.ws.Close(websocket.StatusGoingAway, "")
+						return
+					}
+					continue
+				default:
+				}
+				break
+			}
+			status, reason := websocket.StatusNormalClosure, ""
+			if c.refused.Load() {
+				status, reason = websocket.StatusPolicyViolation, "unauthorized"
+			}
+			c.ws.Close(status, reason)
 			return
 		case <-h.ctx.Done():
-			c.ws.Close(closeGoingAway, "server shutting down")
+			c.ws.Close(websocket.StatusGoingAway, "server shutting down")
 			return
 		}
 	}
 }
 
-// publish sends a state change of a sandbox to every socket. oldState may be
-// empty for a sandbox that did not exist before.
-func (h *Handler) publish(ctx context.Context, sb Sandbox, oldState string) {
-	if sb.State == oldState {
-		return
+// relayEvents announces the service's sandbox state changes, whichever
+// surface or background task made them, on every socket until ctx ends.
+func (h *Handler) relayEvents(ctx context.Context, sub *service.Subscription) {
+	defer func() { sub.Close() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-sub.C():
+			if !ok {
+				// Dropped as too slow (or the service is shutting down):
+				// subscribe again rather than go silent.
+				if ctx.Err() != nil {
+					return
+				}
+				sub = h.svc.Subscribe(eventBuffer)
+				continue
+			}
+			h.announce(ctx, e)
+		}
 	}
-	h.hub.broadcast(sb.owner, eventStateUpdated, map[string]any{"sandbox": sb, "oldState": oldState, "newState": sb.State})
+}
+
+// eventBuffer is how far the relay may fall behind the service.
+const eventBuffer = 1024
+
+// announce sends one state change as the SDK expects it: sandbox.created for
+// a new sandbox, and sandbox.state.updated with the old and new state for
+// every change.
+func (h *Handler) announce(ctx context.Context, e service.Event) {
+	old, state, desired := daytonaState(e.OldState), daytonaState(e.Sandbox.State), ""
+	if e.Gone() {
+		state, desired = stateDestroyed, stateDestroyed
+	}
+	render := func(c *sioConn) Sandbox {
+		sb := renderSandbox(c.toolbox, e.Sandbox, true)
+		if desired != "" {
+			sb.State, sb.DesiredState = state, desired
+		}
+		return sb
+	}
+	if e.Type == service.EventCreated {
+		h.hub.broadcast(e.Sandbox.Owner, eventCreated, func(c *sioConn) any { return render(c) })
+	}
+	if old != state {
+		h.hub.broadcast(e.Sandbox.Owner, eventStateUpdated, func(c *sioConn) any {
+			return map[string]any{"sandbox": render(c), "oldState": old, "newState": state}
+		})
+	}
 	if h.log.Enabled(ctx, slog.LevelDebug) {
-		h.log.Debug("daytona event", "sandbox", sb.ID, "old", oldState, "new", sb.State)
+		h.log.Debug("daytona event", "sandbox", e.Sandbox.ID, "old", old, "new", state)
 	}
 }

@@ -24,7 +24,6 @@ import (
 	fspb "github.com/sandpit-dev/sandpit/proto/filesystem"
 	"github.com/sandpit-dev/sandpit/proto/filesystem/filesystemconnect"
 	"github.com/sandpit-dev/sandpit/proto/process"
-	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
 )
 
 // The toolbox: Daytona's in-sandbox API, translated call by call onto the
@@ -49,19 +48,19 @@ const (
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// agent resolves the {id} path value (an id or a name) to the address and
-// token of a running sandbox's agent.
-func (h *Handler) agent(r *http.Request) (addr, token string, err error) {
+// agent resolves the {id} path value (an id or a name) to the service's
+// connection to a running sandbox's agent.
+func (h *Handler) agent(r *http.Request) (service.Agent, error) {
 	x := r.PathValue("id")
 	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), x)
 	if err != nil {
-		return "", "", lookupError(err, x)
+		return service.Agent{}, lookupError(err, x)
 	}
-	addr, token, err = h.svc.AgentTarget(r.Context(), sb.ID)
+	a, err := h.svc.Agent(r.Context(), sb.ID)
 	if err != nil {
-		return "", "", lookupError(err, x)
+		return service.Agent{}, lookupError(err, x)
 	}
-	return addr, token, nil
+	return a, nil
 }
 
 // rpcError maps an agent RPC failure to a Daytona error. File operations get
@@ -147,12 +146,12 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	addr, token, err := h.agent(r)
+	agent, err := h.agent(r)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
 	}
-	res, err := h.run(r.Context(), addr, token, req, timeout)
+	res, err := h.run(r.Context(), agent, req, timeout)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
@@ -168,19 +167,18 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 // is what Daytona's combined result promises. A deadline travels to the
 // agent as the stream's Connect timeout, and the agent kills the process
 // when it fires.
-func (h *Handler) run(ctx context.Context, addr, token string, req ExecuteRequest, timeout time.Duration) (ExecuteResponse, error) {
+func (h *Handler) run(ctx context.Context, agent service.Agent, req ExecuteRequest, timeout time.Duration) (ExecuteResponse, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	client := processconnect.NewProcessClient(h.agentHTTP, "http://"+addr)
 	cfg := &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "exec 2>&1\n" + req.Command}, Envs: req.Envs}
 	if req.Cwd != "" {
 		cfg.Cwd = &req.Cwd
 	}
 	creq := connect.NewRequest(&process.StartRequest{Process: cfg})
-	creq.Header().Set(accessTokenHeader, token)
+	creq.Header().Set(accessTokenHeader, agent.Token)
 	timedOut := func(err error) error {
 		if timeout > 0 && (errors.Is(ctx.Err(), context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded) {
 			return &problem{
@@ -192,7 +190,7 @@ func (h *Handler) run(ctx context.Context, addr, token string, req ExecuteReques
 		}
 		return nil
 	}
-	stream, err := client.Start(ctx, creq)
+	stream, err := agent.Process.Start(ctx, creq)
 	if err != nil {
 		if p := timedOut(err); p != nil {
 			return ExecuteResponse{}, p
@@ -253,7 +251,7 @@ func (h *Handler) bulkUpload(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, badRequest("bulk-upload takes a multipart/form-data body: %v", err))
 		return
 	}
-	addr, token, err := h.agent(r)
+	agent, err := h.agent(r)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
@@ -298,7 +296,7 @@ func (h *Handler) bulkUpload(w http.ResponseWriter, r *http.Request) {
 				writeProblem(w, r, badRequest("files[%s].file has no destination: send files[%s].path first", idx, idx))
 				return
 			}
-			if err := h.writeFile(r.Context(), addr, token, dest, part); err != nil {
+			if err := h.writeFile(r.Context(), agent.Addr, agent.Token, dest, part); err != nil {
 				writeProblem(w, r, err)
 				return
 			}
@@ -323,7 +321,7 @@ func (h *Handler) writeFile(ctx context.Context, addr, token, dest string, body 
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.Header.Set(accessTokenHeader, token)
-	resp, err := h.agentHTTP.Do(req)
+	resp, err := h.svc.AgentHTTP().Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: upload %s: %v", service.ErrRuntime, dest, err)
 	}
@@ -394,7 +392,7 @@ func (h *Handler) bulkDownload(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, badRequest("at most %d paths per bulk download", maxBulkPaths))
 		return
 	}
-	addr, token, err := h.agent(r)
+	agent, err := h.agent(r)
 	if err != nil {
 		writeProblem(w, r, err)
 		return
@@ -403,7 +401,7 @@ func (h *Handler) bulkDownload(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", mw.FormDataContentType())
 	w.WriteHeader(http.StatusOK)
 	for _, p := range req.Paths {
-		if err := h.downloadPart(r.Context(), mw, addr, token, p); err != nil {
+		if err := h.downloadPart(r.Context(), mw, agent.Addr, agent.Token, p); err != nil {
 			// A file is half-written into the response: there is no way to
 			// mark it failed, so the response is cut short, which the client
 			// sees as a broken multipart body rather than a truncated file.
@@ -433,7 +431,7 @@ func (h *Handler) downloadPart(ctx context.Context, mw *multipart.Writer, addr, 
 		return err
 	}
 	req.Header.Set(accessTokenHeader, token)
-	resp, err := h.agentHTTP.Do(req)
+	resp, err := h.svc.AgentHTTP().Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -550,11 +548,11 @@ func toFileInfo(e *fspb.EntryInfo) FileInfo {
 
 // fsClient returns a filesystem client for the request's sandbox.
 func (h *Handler) fsClient(r *http.Request) (filesystemconnect.FilesystemClient, string, error) {
-	addr, token, err := h.agent(r)
+	agent, err := h.agent(r)
 	if err != nil {
 		return nil, "", err
 	}
-	return filesystemconnect.NewFilesystemClient(h.agentHTTP, "http://"+addr), token, nil
+	return agent.Filesystem, agent.Token, nil
 }
 
 // pathAndClient reads the required ?path= and connects to the sandbox's

@@ -11,12 +11,9 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
-
-// errCreateInProgress is returned when a claim taken over from a stalled
-// attempt finds that attempt's sandbox still being created in this process.
-var errCreateInProgress = errors.New("an earlier attempt at this create is still running")
 
 // create serves POST /v2/sandboxes. The body is validated first, so a create
 // that cannot succeed claims and makes nothing. Then, unless the replay
@@ -80,105 +77,60 @@ func (b CreateBody) request(id string) service.CreateRequest {
 		Env:      b.EnvVars,
 		Labels:   b.Metadata,
 		Timeout:  time.Duration(b.timeoutSeconds()) * time.Second,
+		// E2B sandboxes act as "user" unless a call names another, like
+		// E2B's base template; an image without that account acts as root.
+		User: defaultUser,
 	}
 }
 
-// createDeduplicated runs the claim loop of a create:
+// createDeduplicated runs the create through the service's idempotency
+// engine on (e2b.create, fingerprint):
 //
-//   - Acquired: this request makes (or adopts) the sandbox; see runClaimed.
-//   - Replay: an identical create completed within the replay window; its
-//     stored response is returned verbatim, even if that sandbox has since
-//     been killed, because within the window it is the same request.
-//   - InFlight: an identical create is running; wait for it (bounded by the
-//     wait budget) and replay its result. If it fails it deletes its claim,
-//     and this request claims again; if its lock runs out, the claim is
-//     stale and this request takes it over.
-//   - Mismatch: an Idempotency-Key reused with a different body.
+//   - the first request makes (or adopts) the sandbox; see runClaimed;
+//   - an identical create within the replay window gets the stored response
+//     verbatim, even if that sandbox has since been killed, because within
+//     the window it is the same request;
+//   - an identical create while the first runs waits for it (bounded by the
+//     wait budget) and replays its result; if the first fails it abandons its
+//     claim and the waiter claims again;
+//   - an Idempotency-Key reused with a different body is refused.
 func (h *Handler) createDeduplicated(w http.ResponseWriter, r *http.Request, b CreateBody, fp, reqHash string) {
-	ctx := r.Context()
-	deadline := time.Now().Add(h.cfg.WaitBudget)
-	for {
-		claim, err := h.claim(ctx, fp, reqHash)
-		if err != nil {
+	req := service.IdemRequest{
+		Scope: service.OwnerScope(r.Context(), Scope), Key: fp, RequestHash: reqHash,
+		PendingTTL: h.cfg.PendingTTL, Wait: h.cfg.WaitBudget, ReplayTTL: h.cfg.ReplayWindow,
+	}
+	resp, outcome, err := h.idem.Do(r.Context(), req, func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+		return h.runClaimed(ctx, b, a)
+	})
+	switch {
+	case errors.Is(err, service.ErrKeyMismatch):
+		writeError(w, http.StatusUnprocessableEntity, "this Idempotency-Key was already used for a different create")
+		return
+	case errors.Is(err, service.ErrKeyInFlight):
+		// The SDK retries a 429 that carries an integer Retry-After, create
+		// included, so a caller that ran out of patience here comes back and
+		// finds the create finished.
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, "an identical create is still in progress; retry shortly")
+		return
+	case err != nil:
+		if r.Context().Err() == nil {
 			fail(w, err, "")
-			return
 		}
-		switch claim.Outcome {
-		case sandpit.Acquired:
-			h.runClaimed(w, r, b, claim)
-			return
-		case sandpit.Replay:
-			h.replay(w, r, claim)
-			return
-		case sandpit.Mismatch:
-			writeError(w, http.StatusUnprocessableEntity, "this Idempotency-Key was already used for a different create")
-			return
-		case sandpit.InFlight:
-			done, ready, err := h.await(ctx, fp, deadline)
-			switch {
-			case err != nil:
-				if ctx.Err() == nil {
-					fail(w, err, "")
-				}
-				return
-			case ready:
-				h.replay(w, r, done)
-				return
-			case time.Now().After(deadline):
-				// The SDK retries a 429 that carries an integer Retry-After,
-				// create included, so a caller that ran out of patience here
-				// comes back and finds the create finished.
-				w.Header().Set("Retry-After", "1")
-				writeError(w, http.StatusTooManyRequests, "an identical create is still in progress; retry shortly")
-				return
-			}
-			// The claim vanished (the first attempt failed) or went stale:
-			// claim again.
-		default:
-			fail(w, fmt.Errorf("unexpected claim outcome %v", claim.Outcome), "")
-			return
-		}
+		return
 	}
-}
-
-// claim claims the create. A pending claim left by a daemon that died is
-// freed at daemon start (store.ExpirePendingClaims), so its retry acquires it
-// at once, with the dead attempt's generation and recorded target.
-func (h *Handler) claim(ctx context.Context, fp, reqHash string) (sandpit.Claim, error) {
-	return h.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{
-		Scope: service.OwnerScope(ctx, Scope), Fingerprint: fp, RequestHash: reqHash, PendingTTL: h.cfg.PendingTTL,
-	}, h.now())
-}
-
-// await polls an in-flight claim until it turns ready (ready), disappears or
-// goes stale (neither: claim again), or the deadline passes.
-func (h *Handler) await(ctx context.Context, fp string, deadline time.Time) (sandpit.Claim, bool, error) {
-	delay := 20 * time.Millisecond
-	for time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return sandpit.Claim{}, false, ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 250*time.Millisecond)
-		c, err := h.st.GetIdempotentRequest(ctx, service.OwnerScope(ctx, Scope), fp)
-		switch {
-		case errors.Is(err, sandpit.ErrNotFound):
-			return sandpit.Claim{}, false, nil
-		case err != nil:
-			return sandpit.Claim{}, false, err
-		case c.State == "ready":
-			return c, true, nil
-		case !c.LockedUntil.After(h.now()):
-			return sandpit.Claim{}, false, nil
-		}
+	if outcome == service.Replayed {
+		h.replay(w, r, resp)
+		return
 	}
-	return sandpit.Claim{}, false, nil
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
 }
 
 // replay answers with a completed create's stored response.
-func (h *Handler) replay(w http.ResponseWriter, r *http.Request, c sandpit.Claim) {
-	if len(c.ResponseBody) == 0 || c.ResponseStatus == 0 {
+func (h *Handler) replay(w http.ResponseWriter, r *http.Request, c service.Response) {
+	if len(c.Body) == 0 || c.Status == 0 {
 		// Every completion this facade writes stores the response; a row
 		// without one was not written by it.
 		sb, err := h.be.GetSandbox(r.Context(), c.TargetID)
@@ -191,81 +143,45 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request, c sandpit.Claim
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Idempotent-Replayed", "true")
-	w.WriteHeader(c.ResponseStatus)
-	_, _ = w.Write(c.ResponseBody)
+	w.WriteHeader(c.Status)
+	_, _ = w.Write(c.Body)
 }
 
 // runClaimed makes the sandbox of an acquired claim. A fresh claim derives
 // the id from the fingerprint and the generation; a claim taken over from a
 // crashed or stalled attempt reuses the id that attempt recorded. Either way
 // the id is recorded in the claim before anything is created, so an attempt
-// that dies half-way is resumed on the same id: a running sandbox under it is
-// adopted, a broken one is removed and made again. The work runs detached
-// from the client's connection, bounded by the pending TTL: a client that
-// gives up does not waste a create its own retry will replay. Every failure
-// deletes the claim, so the next attempt starts afresh instead of waiting out
-// the lock.
-func (h *Handler) runClaimed(w http.ResponseWriter, r *http.Request, b CreateBody, c sandpit.Claim) {
-	fp := c.Fingerprint
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.PendingTTL)
+// that dies half-way is resumed on the same id, and the service's one adopt
+// policy (CreateOrAdopt) decides what to do with what it left. The work runs
+// detached from the client's connection, bounded by the pending TTL: a client
+// that gives up does not waste a create its own retry will replay.
+func (h *Handler) runClaimed(ctx context.Context, b CreateBody, a *service.Attempt) (service.Response, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.PendingTTL)
 	defer cancel()
-	rollback := func(cause error) {
-		if err := h.st.DeleteIdempotentRequest(ctx, c.Scope, fp); err != nil {
-			h.log.Error("release create claim", "fingerprint", fp, "err", err)
+	if !a.Resumed() {
+		id, err := h.freshID(ctx, a.Key(), a.Generation)
+		if err != nil {
+			return service.Response{}, err
 		}
-		fail(w, cause, "")
-	}
-
-	id, resumed := c.TargetID, c.TargetID != ""
-	if !resumed {
-		var err error
-		if id, err = h.freshID(ctx, fp, c.Generation); err != nil {
-			rollback(err)
-			return
+		if err := a.SetTarget(ctx, id); err != nil {
+			return service.Response{}, err
 		}
 	}
-	if err := h.st.SetIdempotentTarget(ctx, c.Scope, fp, c.Generation, id, h.now()); err != nil {
-		rollback(err)
-		return
-	}
-	var (
-		sb      sandpit.Sandbox
-		adopted bool
-		err     error
-	)
-	if resumed {
-		sb, adopted, err = h.adoptOrCreate(ctx, id, b)
-	} else {
-		sb, err = h.be.CreateSandbox(ctx, b.request(id))
-	}
+	sb, adopted, err := h.be.CreateOrAdopt(ctx, b.request(a.TargetID))
 	if err != nil {
-		rollback(err)
-		return
+		return service.Response{}, err
 	}
 	body, err := json.Marshal(h.created(sb))
 	if err != nil {
-		rollback(err)
-		return
+		return service.Response{}, err
 	}
 	if adopted {
-		h.log.Info("adopted the sandbox of an interrupted create", "sandbox", id, "generation", c.Generation)
+		h.log.Info("adopted the sandbox of an interrupted create", "sandbox", sb.ID, "generation", a.Generation)
 	}
-	// A test crash point: dying here leaves a finished sandbox under a
-	// pending claim, which the retry must adopt.
-	h.be.Crash(service.CrashBeforeResponse)
-	err = h.st.CompleteIdempotentRequest(ctx, sandpit.Completion{
-		Scope: c.Scope, Fingerprint: fp, Generation: c.Generation, TargetID: id,
-		ResponseStatus: http.StatusCreated, ResponseBody: body, ReplayTTL: h.cfg.ReplayWindow,
-	}, h.now())
-	if err != nil {
-		// The sandbox exists and is this request's answer. A duplicate that
-		// later finds the claim stale takes it over on the same id and
-		// adopts this sandbox, so nothing is duplicated.
-		h.log.Error("complete create claim", "sandbox", id, "err", err)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusCreated)
-	_, _ = w.Write(body)
+	// Dying here leaves a finished sandbox under a pending claim, which the
+	// retry must adopt.
+	crashpoint.Hit(crashpoint.BeforeResponse)
+	return service.Response{Status: http.StatusCreated, Body: body, TargetID: sb.ID}, nil
 }
 
 // maxIDProbes bounds freshID's search; each probe is one indexed lookup.
@@ -289,25 +205,4 @@ func (h *Handler) freshID(ctx context.Context, fp string, generation int64) (str
 		}
 	}
 	return "", fmt.Errorf("no free sandbox id for fingerprint %s after %d probes", fp, maxIDProbes)
-}
-
-func (h *Handler) adoptOrCreate(ctx context.Context, id string, b CreateBody) (sandpit.Sandbox, bool, error) {
-	sb, err := h.be.GetSandbox(ctx, id)
-	switch {
-	case err == nil && sb.State == sandpit.StateRunning:
-		return sb, true, nil
-	case err == nil && sb.State == sandpit.StateCreating:
-		// Only a create of this very process can be creating it: one that
-		// stalled past the pending TTL and lost its claim to this request.
-		return sb, false, fmt.Errorf("sandbox %s: %w", id, errCreateInProgress)
-	case err == nil:
-		h.log.Warn("removing the leftover of an interrupted create", "sandbox", id, "state", sb.State)
-		if err := h.be.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
-			return sb, false, err
-		}
-	case !errors.Is(err, sandpit.ErrNotFound):
-		return sb, false, err
-	}
-	sb, err = h.be.CreateSandbox(ctx, b.request(id))
-	return sb, false, err
 }

@@ -114,7 +114,32 @@ func (f *fakeBackend) AgentAddr(context.Context, string) (string, error) {
 	return "", errors.New("no agents in unit tests")
 }
 
-func (f *fakeBackend) Crash(string) {}
+func (f *fakeBackend) ForwardToAgent(w http.ResponseWriter, _ *http.Request, _, _, _ string, onError func(http.ResponseWriter, error)) {
+	onError(w, errors.New("no agents in unit tests"))
+}
+
+// CreateOrAdopt applies the service's one adopt policy to the fake's rows.
+func (f *fakeBackend) CreateOrAdopt(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, bool, error) {
+	sb, err := f.st.GetSandbox(ctx, req.ID)
+	switch {
+	case errors.Is(err, sandpit.ErrNotFound):
+	case err != nil:
+		return sb, false, err
+	default:
+		switch service.AdoptPolicy(sb.State) {
+		case service.Adopt:
+			return sb, true, nil
+		case service.AwaitCreate:
+			return sb, false, service.ErrCreateInProgress
+		case service.Replace:
+			if err := f.st.DeleteSandbox(ctx, req.ID); err != nil {
+				return sb, false, err
+			}
+		}
+	}
+	sb, err = f.CreateSandbox(ctx, req)
+	return sb, false, err
+}
 
 type fixture struct {
 	t   *testing.T
@@ -140,7 +165,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	f := &fixture{t: t, st: st, be: &fakeBackend{st: st}, cfg: cfg}
-	f.h = New(f.be, st, cfg)
+	f.h = New(f.be, service.NewIdempotency(st, cfg.Now, cfg.Logger), cfg)
 	return f
 }
 
@@ -151,7 +176,7 @@ func (f *fixture) restart() {
 	if _, err := f.st.ExpirePendingClaims(context.Background(), time.Now(), 24*time.Hour); err != nil {
 		f.t.Fatal(err)
 	}
-	f.h = New(f.be, f.st, f.cfg)
+	f.h = New(f.be, service.NewIdempotency(f.st, f.cfg.Now, f.cfg.Logger), f.cfg)
 }
 
 type result struct {

@@ -19,7 +19,6 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/service"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // Prefix is where the daemon mounts the facade.
@@ -31,6 +30,7 @@ const Prefix = "/e2b"
 type Backend interface {
 	ResolveImage(image, template string) (string, error)
 	CreateSandbox(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, error)
+	CreateOrAdopt(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, bool, error)
 	GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error)
 	DeleteSandbox(ctx context.Context, id string) error
@@ -39,7 +39,7 @@ type Backend interface {
 	SetTimeout(ctx context.Context, id string, timeout time.Duration) (sandpit.Sandbox, error)
 	Stats(ctx context.Context, id string) (driver.Stats, error)
 	AgentAddr(ctx context.Context, id string) (string, error)
-	Crash(point string)
+	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
 }
 
 var _ Backend = (*service.Service)(nil)
@@ -69,6 +69,9 @@ type Config struct {
 	WaitBudget time.Duration
 	Logger     *slog.Logger
 	Now        func() time.Time
+	// Metrics is the daemon's sample history, which getMetrics windows
+	// select from; nil answers only the current sample.
+	Metrics *service.MetricsHistory
 }
 
 // DomainFor returns the domain to report for a proxy listening on proxyPort:
@@ -83,16 +86,16 @@ func DomainFor(domain string, proxyPort int) string {
 
 // Handler serves everything under /e2b.
 type Handler struct {
-	be    Backend
-	st    *store.Store
-	cfg   Config
-	log   *slog.Logger
-	proxy *api.AgentProxy
-	mux   *http.ServeMux
+	be   Backend
+	idem *service.Idempotency
+	cfg  Config
+	log  *slog.Logger
+	mux  *http.ServeMux
 }
 
-// New builds the facade over the service (be) and its store (st).
-func New(be Backend, st *store.Store, cfg Config) *Handler {
+// New builds the facade over the service (be), deduplicating creates through
+// the service's idempotency engine.
+func New(be Backend, idem *service.Idempotency, cfg Config) *Handler {
 	if cfg.PendingTTL <= 0 {
 		cfg.PendingTTL = 2 * time.Minute
 	}
@@ -112,12 +115,11 @@ func New(be Backend, st *store.Store, cfg Config) *Handler {
 		cfg.Auth = api.NewAuth(nil, cfg.Token)
 	}
 	h := &Handler{
-		be:    be,
-		st:    st,
-		cfg:   cfg,
-		log:   cfg.Logger.With("surface", "e2b"),
-		proxy: api.NewAgentProxy(),
-		mux:   http.NewServeMux(),
+		be:   be,
+		idem: idem,
+		cfg:  cfg,
+		log:  cfg.Logger.With("surface", "e2b"),
+		mux:  http.NewServeMux(),
 	}
 	m := h.mux
 	// The v2 routes are what SDK 2.x calls; the unversioned ones are what
@@ -181,10 +183,6 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 func fail(w http.ResponseWriter, err error, id string) {
 	if id != "" && errors.Is(err, sandpit.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "sandbox "+id+" not found")
-		return
-	}
-	if errors.Is(err, errCreateInProgress) {
-		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
 	p := api.Classify(err)

@@ -71,5 +71,7 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 	if path == "" {
 		path = "/"
 	}
-	h.proxy.Forward(w, r, addr, path, "")
+	h.be.ForwardToAgent(w, r, addr, path, "", func(w http.ResponseWriter, err error) {
+		writeError(w, http.StatusBadGateway, "sandbox agent unreachable: "+err.Error())
+	})
 }

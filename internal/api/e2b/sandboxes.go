@@ -12,6 +12,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -100,6 +101,14 @@ func parseListQuery(q url.Values, defaultStates []string) (listQuery, error) {
 		lq.opts.Limit = n
 	}
 	lq.opts.PageToken = q.Get("nextToken")
+	// E2B lists newest first unless asked otherwise.
+	switch q.Get("order") {
+	case "", "desc":
+		lq.opts.Descending = true
+	case "asc":
+	default:
+		return lq, invalid("order must be \"asc\" or \"desc\", got %q", q.Get("order"))
+	}
 	lq.template = q.Get("template")
 	if s := q.Get("startedAfter"); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
@@ -373,25 +382,68 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// metrics answers one current sample; sandpit keeps no history, so the
-// start and end parameters select nothing.
+// metrics answers the samples taken within [start, end] (Unix seconds,
+// either optional), oldest first, from the daemon's metrics history. A
+// request without a window whose sandbox has no sample yet gets one taken
+// now, so that a call right after create is not empty; a window in the past
+// with nothing in it is an empty list, as in E2B.
 func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	q := r.URL.Query()
+	var bounds [2]time.Time
+	for i, name := range []string{"start", "end"} {
+		if v := q.Get(name); v != "" {
+			secs, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || secs < 0 {
+				fail(w, invalid("%s must be a Unix time in seconds", name), id)
+				return
+			}
+			bounds[i] = time.Unix(secs, 0)
+		}
+	}
+	start, end := bounds[0], bounds[1]
+	if !start.IsZero() && !end.IsZero() && end.Before(start) {
+		fail(w, invalid("end is before start"), id)
+		return
+	}
 	if _, _, err := h.visible(r, id); err != nil {
 		fail(w, err, id)
 		return
 	}
-	st, err := h.be.Stats(r.Context(), id)
-	if err != nil {
-		fail(w, err, id)
-		return
+	var samples []driver.Stats
+	if hist := h.cfg.Metrics; hist != nil {
+		var err error
+		if samples, err = hist.Window(r.Context(), id, start, end); err != nil {
+			fail(w, err, id)
+			return
+		}
+		if len(samples) == 0 && start.IsZero() && end.IsZero() {
+			st, err := hist.Sample(r.Context(), id)
+			if err != nil {
+				fail(w, err, id)
+				return
+			}
+			samples = append(samples, st)
+		}
+	} else {
+		// No history (tests of the facade alone): the current sample.
+		st, err := h.be.Stats(r.Context(), id)
+		if err != nil {
+			fail(w, err, id)
+			return
+		}
+		samples = append(samples, st)
 	}
-	ts := st.Timestamp
-	if ts.IsZero() {
-		ts = h.now()
+	out := make([]SandboxMetric, 0, len(samples))
+	for _, st := range samples {
+		ts := st.Timestamp
+		if ts.IsZero() {
+			ts = h.now()
+		}
+		out = append(out, SandboxMetric{
+			Timestamp: ts.UTC(), TimestampUnix: ts.Unix(), CPUCount: st.CPUCount, CPUUsedPct: st.CPUUsedPct,
+			MemUsed: st.MemUsed, MemTotal: st.MemTotal, DiskUsed: st.DiskUsed, DiskTotal: st.DiskTotal,
+		})
 	}
-	api.WriteJSON(w, http.StatusOK, []SandboxMetric{{
-		Timestamp: ts.UTC(), TimestampUnix: ts.Unix(), CPUCount: st.CPUCount, CPUUsedPct: st.CPUUsedPct,
-		MemUsed: st.MemUsed, MemTotal: st.MemTotal, DiskUsed: st.DiskUsed, DiskTotal: st.DiskTotal,
-	}})
+	api.WriteJSON(w, http.StatusOK, out)
 }

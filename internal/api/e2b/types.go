@@ -18,6 +18,10 @@ import (
 // forces the user "user"; 0.6.4 is the protocol the agent implements.
 const EnvdVersion = "0.6.4"
 
+// defaultUser is the account an E2B sandbox's processes and file
+// operations act as when a call names none, as in E2B's base template.
+const defaultUser = "user"
+
 // clientID fills E2B's clientID field, which names the cluster client that
 // runs a sandbox; sandpit has one.
 const clientID = "sandpit"

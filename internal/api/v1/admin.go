@@ -8,9 +8,9 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // adminRoutes mounts token, owner-limit and audit administration. Tokens,
@@ -30,40 +30,9 @@ func (h *Handler) adminRoutes() {
 	h.mux.HandleFunc("GET /v1/audit", h.listAudit)
 }
 
-// Limits are an owner's quotas; 0 is unlimited.
-type Limits struct {
-	MaxSandboxes int64   `json:"max_sandboxes"`
-	MaxCPU       float64 `json:"max_cpu"`
-	MaxMemoryMB  int64   `json:"max_memory_mb"`
-	MaxPorts     int64   `json:"max_ports"`
-}
-
-func (l Limits) domain(owner string) sandpit.OwnerLimits {
+// limitsOf converts wire limits to the domain's.
+func limitsOf(l apitypes.Limits, owner string) sandpit.OwnerLimits {
 	return sandpit.OwnerLimits{Owner: owner, MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts}
-}
-
-// TokenCreateRequest is the body of POST /v1/tokens.
-type TokenCreateRequest struct {
-	Name       string   `json:"name"`
-	Owner      string   `json:"owner,omitempty"`
-	Scopes     []string `json:"scopes,omitempty"`
-	ExpiresInS int64    `json:"expires_in_s,omitempty"`
-	// Limits, when given with any non-zero field, replace the owner's.
-	Limits *Limits `json:"limits,omitempty"`
-}
-
-// Token is a token's public description; Secret is set only in the answer
-// to its creation, and never again.
-type Token struct {
-	Name       string     `json:"name"`
-	Owner      string     `json:"owner"`
-	Prefix     string     `json:"prefix"`
-	Scopes     []string   `json:"scopes"`
-	CreatedAt  time.Time  `json:"created_at"`
-	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
-	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
-	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
-	Secret     string     `json:"token,omitempty"`
 }
 
 func optTime(t time.Time) *time.Time {
@@ -73,13 +42,13 @@ func optTime(t time.Time) *time.Time {
 	return &t
 }
 
-func toToken(t sandpit.Token) Token {
-	return Token{Name: t.Name, Owner: t.Owner, Prefix: t.Prefix, Scopes: t.Scopes, CreatedAt: t.CreatedAt,
+func toToken(t sandpit.Token) apitypes.Token {
+	return apitypes.Token{Name: t.Name, Owner: t.Owner, Prefix: t.Prefix, Scopes: t.Scopes, CreatedAt: t.CreatedAt,
 		LastUsedAt: optTime(t.LastUsedAt), ExpiresAt: optTime(t.ExpiresAt), RevokedAt: optTime(t.RevokedAt)}
 }
 
 func (h *Handler) createToken(w http.ResponseWriter, r *http.Request) {
-	var req TokenCreateRequest
+	var req apitypes.TokenRequest
 	if err := api.DecodeJSON(r, &req, true); err != nil {
 		fail(w, err)
 		return
@@ -90,7 +59,7 @@ func (h *Handler) createToken(w http.ResponseWriter, r *http.Request) {
 	}
 	sreq := service.TokenRequest{Name: req.Name, Owner: req.Owner, Scopes: req.Scopes, ExpiresIn: time.Duration(req.ExpiresInS) * time.Second}
 	if req.Limits != nil {
-		sreq.Limits = req.Limits.domain(req.Owner)
+		sreq.Limits = limitsOf(*req.Limits, req.Owner)
 	}
 	ct, err := h.svc.CreateToken(r.Context(), sreq)
 	if err != nil {
@@ -109,11 +78,11 @@ func (h *Handler) listTokens(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	out := make([]Token, 0, len(ts))
+	out := apitypes.TokenList{Tokens: make([]apitypes.Token, 0, len(ts))}
 	for _, t := range ts {
-		out = append(out, toToken(t))
+		out.Tokens = append(out.Tokens, toToken(t))
 	}
-	api.WriteJSON(w, http.StatusOK, map[string]any{"tokens": out})
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request) {
@@ -125,25 +94,13 @@ func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, toToken(t))
 }
 
-// LimitsResponse is an owner's limits and what it holds now.
-type LimitsResponse struct {
-	Owner  string `json:"owner"`
-	Limits Limits `json:"limits"`
-	Usage  struct {
-		Sandboxes int64   `json:"sandboxes"`
-		CPU       float64 `json:"cpu"`
-		MemoryMB  int64   `json:"memory_mb"`
-		Ports     int64   `json:"ports"`
-	} `json:"usage"`
-}
-
 func (h *Handler) writeLimits(w http.ResponseWriter, r *http.Request, owner string) {
 	l, u, err := h.svc.OwnerLimits(r.Context(), owner)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	out := LimitsResponse{Owner: owner, Limits: Limits{MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts}}
+	out := apitypes.OwnerLimits{Owner: owner, Limits: apitypes.Limits{MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts}}
 	out.Usage.Sandboxes, out.Usage.CPU, out.Usage.MemoryMB, out.Usage.Ports = u.Sandboxes, u.CPU, u.MemoryMB, u.Ports
 	api.WriteJSON(w, http.StatusOK, out)
 }
@@ -153,41 +110,22 @@ func (h *Handler) getLimits(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) putLimits(w http.ResponseWriter, r *http.Request) {
-	var req Limits
+	var req apitypes.Limits
 	if err := api.DecodeJSON(r, &req, true); err != nil {
 		fail(w, err)
 		return
 	}
 	owner := r.PathValue("owner")
-	if err := h.svc.SetOwnerLimits(r.Context(), req.domain(owner)); err != nil {
+	if err := h.svc.SetOwnerLimits(r.Context(), limitsOf(req, owner)); err != nil {
 		fail(w, err)
 		return
 	}
 	h.writeLimits(w, r, owner)
 }
 
-// AuditEntry is one audit log entry.
-type AuditEntry struct {
-	Seq       int64     `json:"seq"`
-	At        time.Time `json:"at"`
-	TokenName string    `json:"token_name"`
-	Owner     string    `json:"owner"`
-	Action    string    `json:"action"`
-	Resource  string    `json:"resource"`
-	Outcome   string    `json:"outcome"`
-	Detail    string    `json:"detail,omitempty"`
-}
-
-// AuditResponse is one page of the audit log; pass next_after as after for
-// the next page.
-type AuditResponse struct {
-	Entries   []AuditEntry `json:"entries"`
-	NextAfter int64        `json:"next_after"`
-}
-
 func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	aq := store.AuditQuery{Owner: q.Get("owner")}
+	aq := sandpit.AuditQuery{Owner: q.Get("owner")}
 	if s := q.Get("after"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
@@ -209,9 +147,9 @@ func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	out := AuditResponse{Entries: make([]AuditEntry, 0, len(es)), NextAfter: aq.AfterSeq}
+	out := apitypes.AuditPage{Entries: make([]apitypes.AuditEntry, 0, len(es)), NextAfter: aq.AfterSeq}
 	for _, e := range es {
-		out.Entries = append(out.Entries, AuditEntry{Seq: e.Seq, At: e.At, TokenName: e.TokenName, Owner: e.Owner,
+		out.Entries = append(out.Entries, apitypes.AuditEntry{Seq: e.Seq, At: e.At, TokenName: e.TokenName, Owner: e.Owner,
 			Action: e.Action, Resource: e.Resource, Outcome: e.Outcome, Detail: e.Detail})
 		out.NextAfter = e.Seq
 	}

@@ -13,11 +13,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sandpit-dev/sandpit"
-
+	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
-	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // IdempotencyConfig tunes the Idempotency-Key layer.
@@ -30,7 +28,6 @@ type IdempotencyConfig struct {
 	// dead. At daemon start every pending claim is expired at once, since no
 	// attempt outlives the process that ran it.
 	PendingTTL time.Duration
-	Now        func() time.Time
 	Logger     *slog.Logger
 }
 
@@ -49,18 +46,18 @@ var keyedPatterns = map[string]bool{
 	"DELETE /v1/sandboxes/{id}/custom-domains/{hostname}": true,
 }
 
-// Idempotency implements the Idempotency-Key header on top of the store's
-// request_idempotency claim: the key is the fingerprint, the scope is the
-// caller and the route, and the row keeps a hash of the request and the
-// final response.
+// Idempotency implements the Idempotency-Key header on the service's
+// idempotency engine: the key is the fingerprint, the scope is the caller and
+// the route, and the claim keeps a hash of the request and the final
+// response.
 type Idempotency struct {
-	st  *store.Store
-	cfg IdempotencyConfig
+	engine *service.Idempotency
+	cfg    IdempotencyConfig
 }
 
 // NewIdempotency builds the layer. Keys are scoped by the owner of the
-// request's token (service.OwnerScope).
-func NewIdempotency(st *store.Store, cfg IdempotencyConfig) *Idempotency {
+// request's token (service.OwnerScope), so two owners never share a key.
+func NewIdempotency(engine *service.Idempotency, cfg IdempotencyConfig) *Idempotency {
 	if cfg.Wait <= 0 {
 		cfg.Wait = 30 * time.Second
 	}
@@ -70,13 +67,10 @@ func NewIdempotency(st *store.Store, cfg IdempotencyConfig) *Idempotency {
 	if cfg.PendingTTL <= 0 {
 		cfg.PendingTTL = 2 * time.Minute
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Idempotency{st: st, cfg: cfg}
+	return &Idempotency{engine: engine, cfg: cfg}
 }
 
 // Wrap is the route wrapper New takes.
@@ -91,7 +85,7 @@ func (m *Idempotency) Wrap(pattern string, h http.HandlerFunc) http.Handler {
 			return
 		}
 		if len(key) != 1 || !validKey(key[0]) {
-			writeError(w, api.Problem{Status: http.StatusBadRequest, Code: api.CodeInvalidKey,
+			writeError(w, api.Problem{Status: http.StatusBadRequest, Code: apitypes.CodeInvalidKey,
 				Message: "Idempotency-Key must be one header of 1-255 printable ASCII characters"})
 			return
 		}
@@ -129,130 +123,62 @@ func requestHash(method, path string, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// serve runs the handler through the engine. For a create the sandbox id is
+// chosen and recorded in the claim before any side effect; a retry after a
+// crash finds it there and the create handler adopts the sandbox the crashed
+// attempt made or makes it under the same id (service.CreateOrAdopt), so it
+// never makes a second one.
 func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, h http.HandlerFunc, pattern, key string) {
-	ctx := r.Context()
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, api.MaxBodyBytes))
 	if err != nil {
 		fail(w, fmt.Errorf("%w: limit is %d bytes", api.ErrBodyTooLarge, api.MaxBodyBytes))
 		return
 	}
-	scope := service.OwnerScope(ctx, "v1:"+pattern)
-	hash := requestHash(r.Method, r.URL.Path, body)
-	deadline := time.Now().Add(m.cfg.Wait)
-	for {
-		claim, err := m.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: scope, Fingerprint: key, RequestHash: hash, PendingTTL: m.cfg.PendingTTL}, m.cfg.Now().UTC())
-		if err != nil {
+	var header http.Header
+	req := service.IdemRequest{
+		Scope: service.OwnerScope(r.Context(), "v1:"+pattern), Key: key, RequestHash: requestHash(r.Method, r.URL.Path, body),
+		PendingTTL: m.cfg.PendingTTL, Wait: m.cfg.Wait, ReplayTTL: m.cfg.Retention,
+	}
+	resp, outcome, err := m.engine.Do(r.Context(), req, func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+		if pattern == "POST /v1/sandboxes" {
+			if !a.Resumed() {
+				if err := a.SetTarget(ctx, service.NewSandboxID()); err != nil {
+					return service.Response{}, err
+				}
+			}
+			ctx = WithID(ctx, a.TargetID)
+		}
+		rec := &recorder{header: http.Header{}, status: http.StatusOK}
+		r2 := r.WithContext(ctx)
+		r2.Body = io.NopCloser(bytes.NewReader(body))
+		h(rec, r2)
+		header = rec.header
+		return service.Response{Status: rec.status, Body: rec.body.Bytes(), TargetID: rec.target(a.TargetID)}, nil
+	})
+	switch {
+	case errors.Is(err, service.ErrKeyMismatch):
+		writeError(w, api.Problem{Status: http.StatusUnprocessableEntity, Code: apitypes.CodeKeyMismatch,
+			Message: "this Idempotency-Key was already used for a different request"})
+		return
+	case errors.Is(err, service.ErrKeyInFlight):
+		writeError(w, api.Problem{Status: http.StatusConflict, Code: apitypes.CodeKeyInFlight,
+			Message: "a request with this Idempotency-Key is still in progress; retry later"})
+		return
+	case err != nil:
+		if r.Context().Err() == nil {
 			fail(w, err)
-			return
 		}
-		switch claim.Outcome {
-		case sandpit.Mismatch:
-			writeError(w, api.Problem{Status: http.StatusUnprocessableEntity, Code: api.CodeKeyMismatch,
-				Message: "this Idempotency-Key was already used for a different request"})
-			return
-		case sandpit.Replay:
-			replay(w, claim)
-			return
-		case sandpit.Acquired:
-			m.execute(w, r, h, pattern, body, claim)
-			return
-		case sandpit.InFlight:
-			done, ok := m.await(ctx, scope, key, deadline)
-			if ok {
-				replay(w, done)
-				return
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				writeError(w, api.Problem{Status: http.StatusConflict, Code: api.CodeKeyInFlight,
-					Message: "a request with this Idempotency-Key is still in progress; retry later"})
-				return
-			}
-			// The first attempt failed and released the key: claim again.
-		}
+		return
 	}
-}
-
-// await polls the claim until it completes (ok), disappears (the first
-// attempt failed: !ok, claim again) or the deadline passes.
-func (m *Idempotency) await(ctx context.Context, scope, key string, deadline time.Time) (sandpit.Claim, bool) {
-	delay := 10 * time.Millisecond
-	for time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return sandpit.Claim{}, false
-		case <-time.After(delay):
-		}
-		if delay < 250*time.Millisecond {
-			delay *= 2
-		}
-		c, err := m.st.GetIdempotentRequest(ctx, scope, key)
-		if errors.Is(err, sandpit.ErrNotFound) {
-			return sandpit.Claim{}, false
-		}
-		if err == nil && c.State == "ready" {
-			return c, true
-		}
+	if outcome == service.Replayed {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	return sandpit.Claim{}, false
-}
-
-func replay(w http.ResponseWriter, c sandpit.Claim) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Idempotent-Replayed", "true")
-	w.WriteHeader(c.ResponseStatus)
-	_, _ = w.Write(c.ResponseBody)
-}
-
-// execute runs the handler under an acquired claim and records its response.
-// For a create the sandbox id is chosen and recorded in the claim before any
-// side effect; a retry after a crash finds it there and either adopts the
-// sandbox the crashed attempt finished or creates it under the same id, so
-// it never makes a second one.
-func (m *Idempotency) execute(w http.ResponseWriter, r *http.Request, h http.HandlerFunc, pattern string, body []byte, claim sandpit.Claim) {
-	ctx := r.Context()
-	scope, key := claim.Scope, claim.Fingerprint
-	release := func() {
-		if err := m.st.DeleteIdempotentRequest(context.WithoutCancel(ctx), scope, key); err != nil {
-			m.cfg.Logger.Error("release idempotency claim", "scope", scope, "err", err)
-		}
-	}
-	if pattern == "POST /v1/sandboxes" {
-		id := claim.TargetID
-		if id == "" {
-			id = service.NewSandboxID()
-			if err := m.st.SetIdempotentTarget(ctx, scope, key, claim.Generation, id, m.cfg.Now().UTC()); err != nil {
-				release()
-				fail(w, err)
-				return
-			}
-		}
-		r = r.WithContext(WithID(ctx, id))
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	rec := &recorder{header: http.Header{}, status: http.StatusOK}
-	h(rec, r)
-
-	// Server-side failures are not recorded: the request may well succeed
-	// when retried, and every failing path has already undone its effects.
-	if rec.status >= 500 {
-		release()
-	} else {
-		err := m.st.CompleteIdempotentRequest(context.WithoutCancel(ctx), sandpit.Completion{
-			Scope: scope, Fingerprint: key, Generation: claim.Generation, TargetID: rec.target(claim.TargetID),
-			ResponseStatus: rec.status, ResponseBody: rec.body.Bytes(), ReplayTTL: m.cfg.Retention,
-		}, m.cfg.Now().UTC())
-		if err != nil {
-			m.cfg.Logger.Error("complete idempotency claim", "scope", scope, "err", err)
-		}
-	}
-	for k, v := range rec.header {
+	for k, v := range header {
 		w.Header()[k] = v
 	}
-	w.WriteHeader(rec.status)
-	_, _ = w.Write(rec.body.Bytes())
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
 }
 
 // recorder buffers a handler's response so it can be stored before it is

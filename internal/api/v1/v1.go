@@ -9,24 +9,25 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/apitypes"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // Handler serves /v1.
 type Handler struct {
-	svc   *service.Service
-	auth  *api.Auth
-	proxy *api.AgentProxy
-	mux   *http.ServeMux
+	svc  *service.Service
+	auth *api.Auth
+	mux  *http.ServeMux
 }
 
 // New builds the /v1 handler. Every route needs "Authorization: Bearer
 // <token>": the daemon's admin token or a personal access token, whose owner
 // scopes everything the request sees and makes.
 func New(svc *service.Service, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler) *Handler {
-	h := &Handler{svc: svc, auth: auth, proxy: api.NewAgentProxy(), mux: http.NewServeMux()}
+	h := &Handler{svc: svc, auth: auth, mux: http.NewServeMux()}
 	if wrap == nil {
 		wrap = func(_ string, f http.HandlerFunc) http.Handler { return f }
 	}
@@ -49,9 +50,10 @@ func New(svc *service.Service, auth *api.Auth, wrap func(pattern string, h http.
 	route("POST /v1/sandboxes/{id}/custom-domains", h.addDomain)
 	route("GET /v1/sandboxes/{id}/custom-domains", h.listDomains)
 	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", h.removeDomain)
+	route("GET /v1/events", h.events)
 	h.adminRoutes()
 	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, api.Problem{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+		writeError(w, api.Problem{Status: http.StatusNotFound, Code: apitypes.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
 	return h
 }
@@ -65,48 +67,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// ErrorBody is the native error shape.
-type ErrorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 // WriteProblem writes a classified error in the native shape; the daemon's
 // own endpoints (cluster administration) use it too.
 func WriteProblem(w http.ResponseWriter, p api.Problem) { writeError(w, p) }
 
 func writeError(w http.ResponseWriter, p api.Problem) {
-	if p.Code == api.CodeNoLeader {
+	if p.Code == apitypes.CodeNoLeader {
 		// An election takes about a second; the Go client retries a 503
 		// that names a delay with the same Idempotency-Key.
 		w.Header().Set("Retry-After", "1")
 	}
-	var b ErrorBody
-	b.Error.Code, b.Error.Message = p.Code, p.Message
-	api.WriteJSON(w, p.Status, b)
+	api.WriteJSON(w, p.Status, apitypes.ErrorBody{Error: apitypes.ErrorDetail{Code: p.Code, Message: p.Message}})
 }
 
 func fail(w http.ResponseWriter, err error) { writeError(w, api.Classify(err)) }
 
-// Sandbox is the native representation of a sandbox.
-type Sandbox struct {
-	ID        string            `json:"id"`
-	Name      string            `json:"name,omitempty"`
-	Image     string            `json:"image"`
-	State     string            `json:"state"`
-	Labels    map[string]string `json:"labels"`
-	Env       map[string]string `json:"env"`
-	CPU       float64           `json:"cpu,omitempty"`
-	MemoryMB  int64             `json:"memory_mb,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
-	EndAt     *time.Time        `json:"end_at,omitempty"`
-}
-
-func toSandbox(sb sandpit.Sandbox) Sandbox {
-	out := Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), Labels: sb.Labels, Env: sb.Env,
+func toSandbox(sb sandpit.Sandbox) apitypes.Sandbox {
+	out := apitypes.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), Labels: sb.Labels, Env: sb.Env,
 		CPU: sb.CPU, MemoryMB: sb.MemoryMB, CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt}
 	if !sb.EndAt.IsZero() {
 		t := sb.EndAt
@@ -115,19 +92,8 @@ func toSandbox(sb sandpit.Sandbox) Sandbox {
 	return out
 }
 
-// CreateRequest is the body of POST /v1/sandboxes.
-type CreateRequest struct {
-	Image    string            `json:"image,omitempty"`
-	Name     string            `json:"name,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
-	Labels   map[string]string `json:"labels,omitempty"`
-	CPU      float64           `json:"cpu,omitempty"`
-	MemoryMB int64             `json:"memory_mb,omitempty"`
-	TimeoutS int64             `json:"timeout_s,omitempty"`
-}
-
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
-	var req CreateRequest
+	var req apitypes.CreateRequest
 	if err := api.DecodeJSON(r, &req, true); err != nil {
 		fail(w, err)
 		return
@@ -136,42 +102,27 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		fail(w, errors.Join(service.ErrInvalid, errors.New("timeout_s must not be negative")))
 		return
 	}
-	id := IDFromContext(r.Context())
-	if id != "" {
-		// A keyed retry whose first attempt died after making the sandbox:
-		// adopt what it finished rather than fail on the taken id, and clean
-		// up what it left broken (its container vanished) so the sandbox is
-		// made again under the same id. A row still creating or a missing
-		// one falls through to the create.
-		sb, err := h.svc.GetSandbox(r.Context(), id)
-		switch {
-		case err != nil:
-		case sb.State == sandpit.StateError:
-			if err := h.svc.DeleteSandbox(r.Context(), id); err != nil {
-				fail(w, err)
-				return
-			}
-		case sb.State != sandpit.StateCreating:
-			api.WriteJSON(w, http.StatusCreated, toSandbox(sb))
-			return
-		}
-	}
-	sb, err := h.svc.CreateSandbox(r.Context(), service.CreateRequest{
-		ID: id, Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels,
+	creq := service.CreateRequest{
+		ID: IDFromContext(r.Context()), Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Timeout: time.Duration(req.TimeoutS) * time.Second,
-	})
+	}
+	var (
+		sb  sandpit.Sandbox
+		err error
+	)
+	if creq.ID != "" {
+		// A keyed create: the id is recorded in the claim, and an earlier
+		// attempt of the same request may already have made the sandbox.
+		sb, _, err = h.svc.CreateOrAdopt(r.Context(), creq)
+	} else {
+		sb, err = h.svc.CreateSandbox(r.Context(), creq)
+	}
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	h.svc.Crash(service.CrashBeforeResponse)
+	crashpoint.Hit(crashpoint.BeforeResponse)
 	api.WriteJSON(w, http.StatusCreated, toSandbox(sb))
-}
-
-// ListResponse is the body of GET /v1/sandboxes.
-type ListResponse struct {
-	Sandboxes     []Sandbox `json:"sandboxes"`
-	NextPageToken string    `json:"next_page_token,omitempty"`
 }
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
@@ -203,7 +154,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	out := ListResponse{Sandboxes: make([]Sandbox, 0, len(page)), NextPageToken: next}
+	out := apitypes.ListResponse{Sandboxes: make([]apitypes.Sandbox, 0, len(page)), NextPageToken: next}
 	for _, sb := range page {
 		out.Sandboxes = append(out.Sandboxes, toSandbox(sb))
 	}
@@ -245,24 +196,8 @@ func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, toSandbox(sb))
 }
 
-// ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
-type ExecRequest struct {
-	Cmd      string            `json:"cmd"`
-	Args     []string          `json:"args,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
-	Cwd      string            `json:"cwd,omitempty"`
-	TimeoutS int64             `json:"timeout_s,omitempty"`
-}
-
-// ExecResponse is the result of a finished command.
-type ExecResponse struct {
-	ExitCode int    `json:"exit_code"`
-	Stdout   string `json:"stdout"`
-	Stderr   string `json:"stderr"`
-}
-
 func (h *Handler) exec(w http.ResponseWriter, r *http.Request) {
-	var req ExecRequest
+	var req apitypes.ExecRequest
 	if err := api.DecodeJSON(r, &req, true); err != nil {
 		fail(w, err)
 		return
@@ -274,7 +209,7 @@ func (h *Handler) exec(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, ExecResponse{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)})
+	api.WriteJSON(w, http.StatusOK, apitypes.ExecResult{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)})
 }
 
 // files proxies GET (read) and PUT (write, raw body) of one file to the
@@ -295,7 +230,7 @@ func (h *Handler) files(w http.ResponseWriter, r *http.Request) {
 			r.Header.Set("Content-Type", "application/octet-stream")
 		}
 	}
-	h.proxy.Forward(w, r, addr, "/files", token)
+	h.svc.ForwardToAgent(w, r, addr, "/files", token, agentUnreachable)
 }
 
 // agent proxies the whole agent protocol (Connect RPC and /files) so native
@@ -306,31 +241,19 @@ func (h *Handler) agent(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	h.proxy.Forward(w, r, addr, "/"+r.PathValue("rest"), token)
+	h.svc.ForwardToAgent(w, r, addr, "/"+r.PathValue("rest"), token, agentUnreachable)
 }
 
-// ExposeRequest is the body of POST /v1/sandboxes/{id}/ports.
-type ExposeRequest struct {
-	Port     int    `json:"port"`
-	Protocol string `json:"protocol,omitempty"`
+func agentUnreachable(w http.ResponseWriter, err error) {
+	writeError(w, api.Problem{Status: http.StatusBadGateway, Code: apitypes.CodeUpstream, Message: "sandbox agent unreachable: " + err.Error()})
 }
 
-// Port is an exposure.
-type Port struct {
-	Port      int       `json:"port"`
-	Protocol  string    `json:"protocol"`
-	HostPort  int       `json:"host_port"`
-	PublicURL string    `json:"public_url"`
-	Reused    bool      `json:"reused"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-func toPort(p sandpit.ExposedPort, reused bool) Port {
-	return Port{Port: p.Port, Protocol: p.Protocol, HostPort: p.HostPort, PublicURL: p.PublicURL, Reused: reused, CreatedAt: p.CreatedAt}
+func toPort(p sandpit.ExposedPort, reused bool) apitypes.Port {
+	return apitypes.Port{Port: p.Port, Protocol: p.Protocol, HostPort: p.HostPort, PublicURL: p.PublicURL, Reused: reused, CreatedAt: p.CreatedAt}
 }
 
 func (h *Handler) expose(w http.ResponseWriter, r *http.Request) {
-	var req ExposeRequest
+	var req apitypes.ExposeRequest
 	if err := api.DecodeJSON(r, &req, true); err != nil {
 		fail(w, err)
 		return
@@ -353,11 +276,11 @@ func (h *Handler) listPorts(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	out := make([]Port, 0, len(ports))
+	out := apitypes.PortList{Ports: make([]apitypes.Port, 0, len(ports))}
 	for _, p := range ports {
-		out = append(out, toPort(p, false))
+		out.Ports = append(out.Ports, toPort(p, false))
 	}
-	api.WriteJSON(w, http.StatusOK, map[string]any{"ports": out})
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 func (h *Handler) unexpose(w http.ResponseWriter, r *http.Request) {
@@ -373,27 +296,12 @@ func (h *Handler) unexpose(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// DomainRequest is the body of POST /v1/sandboxes/{id}/custom-domains.
-type DomainRequest struct {
-	Hostname string `json:"hostname"`
-	Port     int    `json:"port"`
-}
-
-// Domain is a custom-domain binding.
-type Domain struct {
-	Hostname  string    `json:"hostname"`
-	SandboxID string    `json:"sandbox_id"`
-	Port      int       `json:"port"`
-	URL       string    `json:"url"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-func (h *Handler) toDomain(d sandpit.CustomDomain) Domain {
-	return Domain{Hostname: d.Hostname, SandboxID: d.SandboxID, Port: d.Port, URL: h.svc.CustomDomainURL(d.Hostname), CreatedAt: d.CreatedAt}
+func (h *Handler) toDomain(d sandpit.CustomDomain) apitypes.Domain {
+	return apitypes.Domain{Hostname: d.Hostname, SandboxID: d.SandboxID, Port: d.Port, URL: h.svc.CustomDomainURL(d.Hostname), CreatedAt: d.CreatedAt}
 }
 
 func (h *Handler) addDomain(w http.ResponseWriter, r *http.Request) {
-	var req DomainRequest
+	var req apitypes.DomainRequest
 	if err := api.DecodeJSON(r, &req, true); err != nil {
 		fail(w, err)
 		return
@@ -416,11 +324,11 @@ func (h *Handler) listDomains(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	out := make([]Domain, 0, len(ds))
+	out := apitypes.DomainList{Domains: make([]apitypes.Domain, 0, len(ds))}
 	for _, d := range ds {
-		out = append(out, h.toDomain(d))
+		out.Domains = append(out.Domains, h.toDomain(d))
 	}
-	api.WriteJSON(w, http.StatusOK, map[string]any{"custom_domains": out})
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 func (h *Handler) removeDomain(w http.ResponseWriter, r *http.Request) {

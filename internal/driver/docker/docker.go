@@ -5,8 +5,9 @@
 // Every sandbox is one container named "sandpit-<sandbox id>" whose PID 1 is
 // the sandpit executable itself ("sandpit agent"), bind-mounted read-only from
 // the host at AgentPath. Containers run untrusted code, so they are never
-// privileged, keep Docker's default seccomp profile, get no-new-privileges, a
-// pids limit and a reduced capability set.
+// privileged, keep Docker's default seccomp profile, get a pids limit and a
+// reduced capability set, and no-new-privileges unless they have a default
+// user (see Spec.AgentUser) who may need sudo.
 package docker
 
 import (
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
@@ -36,6 +38,8 @@ const (
 	AgentPath = "/.sandpit/sandpit"
 	// EnvAgentToken carries the agent's access token into the container.
 	EnvAgentToken = "SANDPIT_AGENT_TOKEN"
+	// EnvAgentUser names the agent's default user (agent.UserEnv).
+	EnvAgentUser = "SANDPIT_AGENT_USER"
 	// NamePrefix prefixes the sandbox id in container names.
 	NamePrefix = "sandpit-"
 	// DefaultNetwork is the engine network containers join unless told otherwise.
@@ -102,6 +106,19 @@ func (d *Docker) Ping(ctx context.Context) error {
 	return err
 }
 
+// HasImage reports whether the engine has the image ref locally.
+func (d *Docker) HasImage(ctx context.Context, ref string) (bool, error) {
+	_, _, err := d.cli.ImageInspectWithRaw(ctx, ref)
+	switch {
+	case err == nil:
+		return true, nil
+	case errdefs.IsNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("inspect image %s: %w", ref, err)
+	}
+}
+
 // ContainerName is the name of the container of a sandbox.
 func ContainerName(sandboxID string) string { return NamePrefix + sandboxID }
 
@@ -148,13 +165,16 @@ func (d *Docker) configs(spec driver.Spec) (*container.Config, *container.HostCo
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.Contains(v, "\x00") {
 			return nil, nil, fmt.Errorf("spec: invalid environment variable %q", k)
 		}
-		if k == EnvAgentToken {
+		if k == EnvAgentToken || k == EnvAgentUser {
 			continue
 		}
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
 	env = append(env, EnvAgentToken+"="+spec.AgentToken)
+	if spec.AgentUser != "" {
+		env = append(env, EnvAgentUser+"="+spec.AgentUser)
+	}
 
 	// The managed labels go last so that spec.Labels cannot override them.
 	labels := make(map[string]string, len(spec.Labels)+2)
@@ -175,7 +195,8 @@ func (d *Docker) configs(spec driver.Spec) (*container.Config, *container.HostCo
 		Env:    env,
 		Labels: labels,
 		// The agent runs as root whatever USER the image names: it starts
-		// processes as the user each request asks for.
+		// processes (and creates files) as the user each request asks for,
+		// or as the sandbox's default user.
 		User:       "0:0",
 		Entrypoint: []string{AgentPath},
 		Cmd:        []string{"agent"},
@@ -197,13 +218,19 @@ func (d *Docker) configs(spec driver.Spec) (*container.Config, *container.HostCo
 			ReadOnly: true,
 		}},
 		Privileged:    false,
-		SecurityOpt:   []string{"no-new-privileges"},
 		CapDrop:       append([]string(nil), droppedCaps...),
 		Init:          &noInit, // the agent is PID 1 and reaps
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		Resources: container.Resources{
 			PidsLimit: &pids,
 		},
+	}
+	if spec.AgentUser == "" {
+		// A sandbox whose processes run as an unprivileged user by default
+		// goes without no-new-privileges: sudo, which E2B's images offer for
+		// root's work, needs its setuid bit honoured, and root inside the
+		// container is what a request naming root gets anyway.
+		hostCfg.SecurityOpt = []string{"no-new-privileges"}
 	}
 	if spec.CPU > 0 {
 		hostCfg.NanoCPUs = int64(math.Round(spec.CPU * 1e9))
@@ -353,6 +380,41 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]driver.C
 		}
 		return out[i].ID < out[j].ID
 	})
+	return out, nil
+}
+
+// Exits follows the engine's "die" events of the labelled containers.
+func (d *Docker) Exits(ctx context.Context, labels map[string]string) (<-chan string, error) {
+	args := filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)), filters.Arg("event", string(events.ActionDie)))
+	for k, v := range labels {
+		args.Add("label", k+"="+v)
+	}
+	msgs, errs := d.cli.Events(ctx, events.ListOptions{Filters: args})
+	out := make(chan string, 16)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case err := <-errs:
+				if ctx.Err() == nil {
+					d.log.Warn("docker events stream ended", "err", err)
+				}
+				return
+			case m := <-msgs:
+				id := m.Actor.Attributes[driver.LabelSandboxID]
+				if id == "" {
+					continue
+				}
+				select {
+				case out <- id:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
 	return out, nil
 }
 

@@ -212,7 +212,7 @@ func (b *Builtin) Handler() http.Handler {
 			return
 		}
 		// Keep the request body flowing upstream after the response starts
-		// (streaming RPCs through preview hosts); see api.EnableFullDuplex.
+		// (streaming RPCs through preview hosts); see service.ForwardToAgent.
 		_ = http.NewResponseController(w).EnableFullDuplex()
 		rp := &httputil.ReverseProxy{
 			Transport:     b.transport,

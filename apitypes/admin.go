@@ -1,0 +1,75 @@
+package apitypes
+
+import "time"
+
+// Limits are an owner's quotas; 0 is unlimited.
+type Limits struct {
+	MaxSandboxes int64   `json:"max_sandboxes"`
+	MaxCPU       float64 `json:"max_cpu"`
+	MaxMemoryMB  int64   `json:"max_memory_mb"`
+	MaxPorts     int64   `json:"max_ports"`
+}
+
+// TokenRequest is the body of POST /v1/tokens. Owner defaults to Name and
+// Scopes to sandboxes:write; Limits, when given with any non-zero field,
+// replace the owner's quotas.
+type TokenRequest struct {
+	Name       string   `json:"name"`
+	Owner      string   `json:"owner,omitempty"`
+	Scopes     []string `json:"scopes,omitempty"`
+	ExpiresInS int64    `json:"expires_in_s,omitempty"`
+	Limits     *Limits  `json:"limits,omitempty"`
+}
+
+// Token is a token's public description. Secret is set only in the answer to
+// its creation: the daemon keeps a hash and can never show it again.
+type Token struct {
+	Name       string     `json:"name"`
+	Owner      string     `json:"owner"`
+	Prefix     string     `json:"prefix"`
+	Scopes     []string   `json:"scopes"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+	Secret     string     `json:"token,omitempty"`
+}
+
+// TokenList is the body of GET /v1/tokens.
+type TokenList struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// Usage is what an owner holds now, counted against its Limits.
+type Usage struct {
+	Sandboxes int64   `json:"sandboxes"`
+	CPU       float64 `json:"cpu"`
+	MemoryMB  int64   `json:"memory_mb"`
+	Ports     int64   `json:"ports"`
+}
+
+// OwnerLimits is the body of GET and PUT /v1/owners/{owner}/limits answers.
+type OwnerLimits struct {
+	Owner  string `json:"owner"`
+	Limits Limits `json:"limits"`
+	Usage  Usage  `json:"usage"`
+}
+
+// AuditEntry is one entry of the audit log.
+type AuditEntry struct {
+	Seq       int64     `json:"seq"`
+	At        time.Time `json:"at"`
+	TokenName string    `json:"token_name"`
+	Owner     string    `json:"owner"`
+	Action    string    `json:"action"`
+	Resource  string    `json:"resource"`
+	Outcome   string    `json:"outcome"`
+	Detail    string    `json:"detail,omitempty"`
+}
+
+// AuditPage is one page of the audit log; pass NextAfter as after for the
+// next page.
+type AuditPage struct {
+	Entries   []AuditEntry `json:"entries"`
+	NextAfter int64        `json:"next_after"`
+}

@@ -1,0 +1,148 @@
+// Package apitypes is the wire contract of Sandpit's native API (/v1): the
+// request and response bodies and the error codes. The daemon's handlers
+// (internal/api/v1) and the Go SDK (client) both use these types, so the
+// server and its SDK cannot drift apart.
+package apitypes
+
+import "time"
+
+// Sandbox is the native representation of a sandbox.
+type Sandbox struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name,omitempty"`
+	Image     string            `json:"image"`
+	State     string            `json:"state"`
+	Labels    map[string]string `json:"labels"`
+	Env       map[string]string `json:"env"`
+	CPU       float64           `json:"cpu,omitempty"`
+	MemoryMB  int64             `json:"memory_mb,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	EndAt     *time.Time        `json:"end_at,omitempty"`
+}
+
+// CreateRequest is the body of POST /v1/sandboxes.
+type CreateRequest struct {
+	Image    string            `json:"image,omitempty"`
+	Name     string            `json:"name,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	CPU      float64           `json:"cpu,omitempty"`
+	MemoryMB int64             `json:"memory_mb,omitempty"`
+	TimeoutS int64             `json:"timeout_s,omitempty"`
+}
+
+// ListResponse is the body of GET /v1/sandboxes.
+type ListResponse struct {
+	Sandboxes     []Sandbox `json:"sandboxes"`
+	NextPageToken string    `json:"next_page_token,omitempty"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
+type ExecRequest struct {
+	Cmd      string            `json:"cmd"`
+	Args     []string          `json:"args,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Cwd      string            `json:"cwd,omitempty"`
+	TimeoutS int64             `json:"timeout_s,omitempty"`
+}
+
+// ExecResult is the answer of a finished command.
+type ExecResult struct {
+	ExitCode int    `json:"exit_code"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+}
+
+// ExposeRequest is the body of POST /v1/sandboxes/{id}/ports.
+type ExposeRequest struct {
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol,omitempty"`
+}
+
+// Port is an exposure of a sandbox port.
+type Port struct {
+	Port      int       `json:"port"`
+	Protocol  string    `json:"protocol"`
+	HostPort  int       `json:"host_port"`
+	PublicURL string    `json:"public_url"`
+	Reused    bool      `json:"reused"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// PortList is the body of GET /v1/sandboxes/{id}/ports.
+type PortList struct {
+	Ports []Port `json:"ports"`
+}
+
+// DomainRequest is the body of POST /v1/sandboxes/{id}/custom-domains.
+type DomainRequest struct {
+	Hostname string `json:"hostname"`
+	Port     int    `json:"port"`
+}
+
+// Domain is a custom hostname bound to a sandbox port.
+type Domain struct {
+	Hostname  string    `json:"hostname"`
+	SandboxID string    `json:"sandbox_id"`
+	Port      int       `json:"port"`
+	URL       string    `json:"url"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// DomainList is the body of GET /v1/sandboxes/{id}/custom-domains.
+type DomainList struct {
+	Domains []Domain `json:"custom_domains"`
+}
+
+// Event is one sandbox state change, as GET /v1/events streams it (one
+// Server-Sent Event per change, the event name being Type).
+type Event struct {
+	Type      string    `json:"type"` // created, started, stopped, paused, resumed, expired, deleted, died
+	SandboxID string    `json:"sandbox_id"`
+	State     string    `json:"state"`     // the sandbox's state after the change; "" once it is gone
+	OldState  string    `json:"old_state"` // its state before
+	Time      time.Time `json:"time"`
+}
+
+// ErrorBody is the shape of every non-2xx answer.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is a machine code and a human message.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error codes of the native API.
+const (
+	CodeBadRequest         = "bad_request"
+	CodeUnauthorized       = "unauthorized"
+	CodeNotFound           = "not_found"
+	CodeNameConflict       = "name_conflict"
+	CodeHostnameConflict   = "hostname_conflict"
+	CodeProtocolConflict   = "port_protocol_conflict"
+	CodeConflict           = "conflict"
+	CodePortPoolExhausted  = "port_pool_exhausted"
+	CodeNotRunning         = "not_running"
+	CodeUnknownImage       = "unknown_image"
+	CodeUnknownTemplate    = "unknown_template"
+	CodeBodyTooLarge       = "body_too_large"
+	CodeUpstream           = "upstream_failed"
+	CodeInternal           = "internal"
+	CodeTimeout            = "timeout"
+	CodeKeyMismatch        = "idempotency_key_mismatch"
+	CodeKeyInFlight        = "idempotency_key_in_flight"
+	CodeInvalidKey         = "invalid_idempotency_key"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeUnsupportedMedia   = "unsupported_media_type"
+	CodeServiceUnavailable = "unavailable"
+	CodeForbidden          = "forbidden"
+	CodeQuotaExceeded      = "quota_exceeded"
+	CodeTokenNameConflict  = "token_name_conflict"
+	// CodeNoLeader (503, with Retry-After): a cluster write found no Raft
+	// leader; retry with the same key.
+	CodeNoLeader = "no_leader"
+)

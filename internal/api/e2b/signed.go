@@ -1,0 +1,62 @@
+package e2b
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/filesig"
+)
+
+// SignedFiles serves /files at the root of the daemon's API listener. With
+// E2B_SANDBOX_URL set, the SDK builds upload and download URLs as
+// new URL('/files', E2B_SANDBOX_URL): the gateway's path prefix is dropped
+// and, since the URL is meant to be used without the SDK, no E2b-Sandbox-Id
+// header is sent either. What identifies the sandbox is the signature: it is
+// keyed with the sandbox's access token, so the one running sandbox whose
+// token reproduces it is the one the URL was made for. Its agent then checks
+// the signature and expiry again, as it does for every signed request.
+func (h *Handler) SignedFiles(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get(headerSandboxID) != "" {
+		h.gateway(w, r, "/files")
+		return
+	}
+	q := r.URL.Query()
+	if q.Get(filesig.ParamSignature) == "" {
+		writeError(w, http.StatusBadRequest, "/files needs a signed URL (sandbox.downloadUrl or uploadUrl) or the "+headerSandboxID+" header")
+		return
+	}
+	id, err := h.signer(r.Context(), r.Method, q)
+	if err != nil {
+		fail(w, err, "")
+		return
+	}
+	if id == "" {
+		writeError(w, http.StatusUnauthorized, "the signature matches no running sandbox")
+		return
+	}
+	r.Header.Set(headerSandboxID, id)
+	h.gateway(w, r, "/files")
+}
+
+// signer returns the running sandbox whose access token made the signature
+// in q, or "" when none did.
+func (h *Handler) signer(ctx context.Context, method string, q map[string][]string) (string, error) {
+	opts := sandpit.ListOptions{States: []sandpit.State{sandpit.StateRunning}, Limit: maxListLimit}
+	for {
+		page, next, err := h.be.ListSandboxes(ctx, opts)
+		if err != nil {
+			return "", err
+		}
+		for _, sb := range page {
+			if sb.AccessToken != "" && filesig.Matches(method, q, sb.AccessToken) {
+				return sb.ID, nil
+			}
+		}
+		if next == "" {
+			return "", nil
+		}
+		opts.PageToken = next
+	}
+}

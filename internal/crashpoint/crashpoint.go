@@ -1,0 +1,15 @@
+// Package crashpoint lets crash tests kill the daemon at a named point of an
+// operation, to prove that a daemon dying between two side effects leaves
+// nothing behind after restart. The points exist only in binaries built with
+// the sandpit_crashpoints build tag, which the test harnesses use; a normal
+// build compiles Hit to nothing and ignores the environment variable.
+package crashpoint
+
+// Env names the environment variable that selects the point to die at.
+const Env = "SANDPIT_TEST_CRASH_POINT"
+
+// The crash points.
+const (
+	AfterContainerCreate = "after-container-create"
+	BeforeResponse       = "before-response"
+)

@@ -1,0 +1,126 @@
+package service
+
+import (
+	"context"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sandpit-dev/sandpit/proto/filesystem/filesystemconnect"
+	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
+)
+
+// AgentReadMaxBytes bounds every message the daemon reads from a sandbox's
+// agent over Connect. The agent runs inside the sandbox, next to untrusted
+// code, so its answers are untrusted input too: without the bound a
+// compromised agent could make the daemon allocate without limit.
+const AgentReadMaxBytes = 32 << 20
+
+// Agent is the daemon's connection to one running sandbox's agent: its
+// Connect clients (built once per agent address and shared by every request
+// to it), the address and the access token every call must carry.
+type Agent struct {
+	Addr       string
+	Token      string
+	Process    processconnect.ProcessClient
+	Filesystem filesystemconnect.FilesystemClient
+}
+
+// agentClients are the Connect clients of one agent address.
+type agentClients struct {
+	process    processconnect.ProcessClient
+	filesystem filesystemconnect.FilesystemClient
+}
+
+// newAgentClients builds the Connect clients of the agent at addr; every
+// message they read is bounded by AgentReadMaxBytes.
+func newAgentClients(hc *http.Client, addr string) agentClients {
+	base := "http://" + addr
+	opt := connect.WithReadMaxBytes(AgentReadMaxBytes)
+	return agentClients{
+		process:    processconnect.NewProcessClient(hc, base, opt),
+		filesystem: filesystemconnect.NewFilesystemClient(hc, base, opt),
+	}
+}
+
+// agentLink is the one HTTP client and the one reverse proxy through which
+// every surface reaches the agents.
+type agentLink struct {
+	http  *http.Client
+	proxy *httputil.ReverseProxy
+}
+
+func newAgentLink() *agentLink {
+	// No overall timeout: a command's stream lasts as long as the command,
+	// a file transfer as long as the file.
+	transport := &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}
+	l := &agentLink{http: &http.Client{Transport: transport}}
+	l.proxy = &httputil.ReverseProxy{
+		Transport: transport,
+		// -1 flushes every write at once, so Connect server streams (command
+		// output) pass through unbuffered.
+		FlushInterval: -1,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			f := pr.In.Context().Value(forwardKey{}).(*forward)
+			pr.Out.URL = &url.URL{Scheme: "http", Host: f.addr, Path: f.path, RawQuery: pr.In.URL.RawQuery}
+			pr.Out.Host = f.addr
+			if f.token != "" {
+				pr.Out.Header.Set("X-Access-Token", f.token)
+			}
+			pr.Out.Header.Del("Authorization")
+			if u := pr.In.Header.Get("Authorization"); strings.HasPrefix(u, "Basic ") {
+				// The E2B SDK names the process user with Basic auth.
+				pr.Out.Header.Set("Authorization", u)
+			}
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			r.Context().Value(forwardKey{}).(*forward).onError(w, err)
+		},
+	}
+	return l
+}
+
+type forwardKey struct{}
+
+// forward is one proxied request's target, carried in its context to the
+// shared proxy.
+type forward struct {
+	addr, path, token string
+	onError           func(http.ResponseWriter, error)
+}
+
+// Agent returns the connection to a running sandbox's agent.
+func (s *Service) Agent(ctx context.Context, id string) (Agent, error) {
+	addr, token, err := s.AgentTarget(ctx, id)
+	if err != nil {
+		return Agent{}, err
+	}
+	s.mu.Lock()
+	c, ok := s.agentClients[addr]
+	if !ok {
+		c = newAgentClients(s.agents.http, addr)
+		s.agentClients[addr] = c
+	}
+	s.mu.Unlock()
+	return Agent{Addr: addr, Token: token, Process: c.process, Filesystem: c.filesystem}, nil
+}
+
+// AgentHTTP is the client for the agent's plain HTTP endpoints (/files),
+// sharing the Connect clients' connections.
+func (s *Service) AgentHTTP() *http.Client { return s.agents.http }
+
+// ForwardToAgent proxies r to path on the agent at addr, streaming both ways.
+// A non-empty token replaces whatever access token the client sent; onError
+// answers when the agent cannot be reached, in the caller's error shape.
+func (s *Service) ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error)) {
+	// A proxied request body must keep flowing after the response starts:
+	// the agent may answer a streamed RPC before the upload ends, and by
+	// default the server would then drain and close the rest of the body.
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	f := &forward{addr: addr, path: path, token: token, onError: onError}
+	s.agents.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
+}
