@@ -10,6 +10,7 @@
 package cluster
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -583,13 +584,7 @@ func (f *FSM) Placements(labels map[string]string) []Placement {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}
-		if a.SandboxID < b.SandboxID {
-			return -1
-		}
-		if a.SandboxID > b.SandboxID {
-			return 1
-		}
-		return 0
+		return cmp.Compare(a.SandboxID, b.SandboxID)
 	})
 	return out
 }
@@ -610,15 +605,7 @@ func (f *FSM) Nodes() []Node {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	out := slices.Collect(maps.Values(f.idx.Nodes))
-	slices.SortFunc(out, func(a, b Node) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b Node) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -186,15 +187,7 @@ func (m *Membership) Members() []Member {
 		}
 	}
 	m.mu.Unlock()
-	slices.SortFunc(out, func(a, b Member) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b Member) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }
 

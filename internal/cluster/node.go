@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -264,15 +265,7 @@ func (c *Cluster) maybeBootstrap() error {
 		}
 		// Every node computes the same sorted configuration from gossip, so
 		// however many of them bootstrap, they agree.
-		slices.SortFunc(servers, func(a, b raft.Server) int {
-			switch {
-			case a.ID < b.ID:
-				return -1
-			case a.ID > b.ID:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(servers, func(a, b raft.Server) int { return cmp.Compare(a.ID, b.ID) })
 		c.log.Info("cluster: bootstrapping", "servers", len(servers))
 		return c.rep.Bootstrap(servers)
 	}
