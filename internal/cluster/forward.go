@@ -82,6 +82,16 @@ func classify(r *http.Request) (route, bool) {
 		}
 		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
 		return route{sandbox: id, byNameToo: true}, id != ""
+	case strings.HasPrefix(p, "/daytona/sandbox"):
+		rest := strings.TrimPrefix(p, "/daytona/sandbox")
+		if rest == "" || rest == "/" {
+			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		return route{sandbox: id, byNameToo: true}, id != ""
+	case strings.HasPrefix(p, "/daytona/toolbox/"):
+		id, _, _ := strings.Cut(strings.TrimPrefix(p, "/daytona/toolbox/"), "/")
+		return route{sandbox: id}, id != ""
 	case strings.HasPrefix(p, "/e2b/"):
 		rest := strings.TrimPrefix(p, "/e2b")
 		rest = strings.TrimPrefix(rest, "/v2")

@@ -42,6 +42,9 @@ func TestRouterServesLocallyAndRefusesASecondHop(t *testing.T) {
 		{"forwarded for own sandbox", "/v1/sandboxes/mine", true, http.StatusTeapot},
 		{"forwarded for another node's sandbox", "/v1/sandboxes/theirs", true, http.StatusMisdirectedRequest},
 		{"e2b, forwarded for another node's sandbox", "/e2b/sandboxes/theirs", true, http.StatusMisdirectedRequest},
+		{"daytona by name, forwarded", "/daytona/sandbox/t", true, http.StatusMisdirectedRequest},
+		{"daytona toolbox, forwarded", "/daytona/toolbox/theirs/files", true, http.StatusMisdirectedRequest},
+		{"daytona own by name", "/daytona/sandbox/m", false, http.StatusTeapot},
 		// n2 has no address: the forward fails and says so.
 		{"another node's sandbox, owner unknown", "/v1/sandboxes/theirs", false, http.StatusServiceUnavailable},
 	}

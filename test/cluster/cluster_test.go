@@ -262,6 +262,14 @@ func TestClusterNameIsUniqueAcrossNodes(t *testing.T) {
 	}
 	c.digests(10 * time.Second)
 
+	// Daytona finds it by name through every node.
+	for _, n := range c.nodes {
+		a := call(ctx, n, http.MethodGet, "/daytona/sandbox/contested", "", nil)
+		if a.status != 200 || a.id() != winner.id() {
+			t.Fatalf("daytona get by name through %s: %d %s, want %s", n.name, a.status, a.body, winner.id())
+		}
+	}
+
 	// The same holds for a custom hostname bound to sandboxes on different
 	// nodes: make one sandbox on each node, then race the binds.
 	var ids []string
