@@ -60,11 +60,15 @@ type RouterConfig struct {
 	// returns "" for a create that may go anywhere. Nil uses the
 	// Idempotency-Key header alone.
 	AffinityKey func(r *http.Request, body []byte) string
-	Logger      *slog.Logger
+	// ListToken, when set, makes GET /v1/sandboxes list the whole cluster:
+	// it returns the page token that continues after a row.
+	ListToken func(created time.Time, id string) string
+	Logger    *slog.Logger
 }
 
 // route is what one request is about.
 type route struct {
+	list      bool   // the native listing: merged from every node
 	create    bool   // a create: placed by capacity
 	sandbox   string // id or name of the sandbox it acts on
 	byNameToo bool   // the surface also accepts a name where the id goes
@@ -78,6 +82,9 @@ func classify(r *http.Request) (route, bool) {
 	case strings.HasPrefix(p, "/v1/sandboxes"):
 		rest := strings.TrimPrefix(p, "/v1/sandboxes")
 		if rest == "" || rest == "/" {
+			if r.Method == http.MethodGet {
+				return route{list: true}, true
+			}
 			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
 		}
 		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
@@ -115,6 +122,7 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = c.log
 	}
+	transport := c.transport()
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
@@ -122,29 +130,7 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del(HeaderForwardedBy + "-To")
 		},
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-				host, _, err := net.SplitHostPort(addr)
-				if err != nil {
-					host = addr
-				}
-				raftAddr := c.addressOf(host)
-				if raftAddr == "" {
-					return nil, fmt.Errorf("%w: no address for node %s", errDial, host)
-				}
-				// A frozen or partitioned node accepts TCP and then never
-				// answers the handshake; do not wait on it for long.
-				dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				defer cancel()
-				conn, err := c.mux.DialHTTP(dctx, raftAddr)
-				if err != nil {
-					return nil, fmt.Errorf("%w: %s: %v", errDial, host, err)
-				}
-				return conn, nil
-			},
-			MaxIdleConnsPerHost: 16,
-			IdleConnTimeout:     30 * time.Second,
-		},
+		Transport: transport,
 		// Streams (exec output, event streams) pass through as they come.
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -171,6 +157,18 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 		}
 		var target string
 		switch {
+		case rt.list:
+			if forwarded || cfg.ListToken == nil || cfg.Authenticate == nil {
+				local.ServeHTTP(w, r)
+				return
+			}
+			p, err := cfg.Authenticate(r)
+			if err != nil {
+				local.ServeHTTP(w, r)
+				return
+			}
+			c.listAll(w, r, local, p, &http.Client{Transport: transport}, cfg.ListToken)
+			return
 		case rt.create:
 			if forwarded {
 				// Placement already chose this node.
@@ -254,6 +252,34 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 		r.Header.Set(HeaderForwardedBy+"-To", target)
 		proxy.ServeHTTP(w, r)
 	})
+}
+
+// transport dials other nodes' forwarded-API servers over the cluster port;
+// the URL host is the node's name.
+func (c *Cluster) transport() *http.Transport {
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				host = addr
+			}
+			raftAddr := c.addressOf(host)
+			if raftAddr == "" {
+				return nil, fmt.Errorf("%w: no address for node %s", errDial, host)
+			}
+			// A frozen or partitioned node accepts TCP and then never
+			// answers the handshake; do not wait on it for long.
+			dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			conn, err := c.mux.DialHTTP(dctx, raftAddr)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", errDial, host, err)
+			}
+			return conn, nil
+		},
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     30 * time.Second,
+	}
 }
 
 // addressOf is the cluster port of a node, from gossip or else the index.

@@ -17,6 +17,7 @@ import (
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // ClusterConfig is what `serve --cluster` adds to a daemon.
@@ -121,6 +122,9 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler) http
 			p, _ := sandpit.PrincipalFrom(rr.Context())
 			return p, nil
 		},
+		// The native listing covers the whole cluster; its page tokens name
+		// a position that every node's store continues from.
+		ListToken: store.PageTokenAfter,
 		// Duplicates of one create must meet on one node, whose claim
 		// decides them: the Idempotency-Key names a create, and so does the
 		// E2B facade's fingerprint of an identical body.

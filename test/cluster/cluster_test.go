@@ -391,6 +391,36 @@ func TestClusterUnnamedCreatesSpreadAndEveryNodeServesEverySandbox(t *testing.T)
 			t.Errorf("node %s owns %d of 30 sandboxes, want at least 5", name, k)
 		}
 	}
+	// Every node lists the whole cluster, and pages through it.
+	for _, n := range c.nodes {
+		all, err := listAll(ctx, n)
+		if err != nil || len(all) != 30 {
+			t.Fatalf("list through %s: %d sandboxes, %v", n.name, len(all), err)
+		}
+	}
+	seen := map[string]bool{}
+	token := ""
+	var last time.Time
+	for pages := 0; ; pages++ {
+		page, next, err := c.nodes[2].Client().List(ctx, client.ListOptions{Limit: 7, PageToken: token})
+		if err != nil || pages > 10 {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		for _, sb := range page {
+			if seen[sb.ID] || sb.CreatedAt.Before(last) {
+				t.Fatalf("page %d repeats or reorders %s", pages, sb.ID)
+			}
+			seen[sb.ID], last = true, sb.CreatedAt
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	if len(seen) != 30 {
+		t.Fatalf("paging saw %d of 30 sandboxes", len(seen))
+	}
+
 	// Any node answers for any sandbox: get, exec and delete reach the
 	// owner.
 	id := ids[0]
