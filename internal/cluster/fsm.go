@@ -642,3 +642,17 @@ func (f *FSM) Mark(node string) string {
 	defer f.mu.RUnlock()
 	return f.idx.Marks[node]
 }
+
+// PendingClaimOn reports whether node holds a pending claim of fingerprint
+// in any scope: an attempt that may still finish there when the node comes
+// back.
+func (f *FSM) PendingClaimOn(fingerprint, node string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, r := range f.idx.Claims {
+		if r.Fingerprint == fingerprint && r.Node == node && r.State == claimPending {
+			return true
+		}
+	}
+	return false
+}

@@ -447,16 +447,31 @@ func (c *Cluster) inflight(node string, d int) {
 // membership holds, so the retries of one create meet on one node, whose
 // idempotency claim decides them.
 func (c *Cluster) OwnerForKey(key string) (Member, error) {
+	m, err := c.rendezvous(key, func(m Member) bool { return m.State != "left" })
+	if err != nil || m.State == "alive" {
+		return m, err
+	}
+	// The key's owner is down. If an attempt of this key is pending there,
+	// its retries wait for the owner: moving them while that attempt may
+	// still finish there could make a second sandbox. Otherwise nothing of
+	// this key is in flight anywhere (a completed attempt replays from the
+	// replicated claim on any node), and the key goes to a live owner.
+	if c.rep.fsm.PendingClaimOn(key, m.Name) {
+		return m, nil
+	}
+	return c.rendezvous(key, func(m Member) bool { return m.State == "alive" })
+}
+
+// rendezvous picks, among the members ok accepts, the one with the highest
+// hash of (member, key).
+func (c *Cluster) rendezvous(key string, ok func(Member) bool) (Member, error) {
 	var (
 		best  Member
 		score uint64
 		found bool
 	)
-	// Every member that has not left counts, even one that is down: moving
-	// a key's owner while its first attempt may still finish there would
-	// let a retry make a second sandbox.
 	for _, m := range c.gossip.Members() {
-		if m.State == "left" || m.Meta.API == "" {
+		if !ok(m) || m.Meta.API == "" {
 			continue
 		}
 		h := fnv.New64a()
