@@ -58,3 +58,9 @@ func (s *ClaimStore) GetIdempotentRequest(ctx context.Context, scope, fingerprin
 func (s *ClaimStore) DeleteIdempotentRequest(ctx context.Context, scope, fingerprint string) error {
 	return s.r.do(ctx, command{Op: opAbandon, Scope: scope, Fingerprint: fingerprint})
 }
+
+// RenewIdempotentClaim moves a pending claim's lock while its holder still
+// works on it; sandpit.ErrClaimLost when it is not pending at generation.
+func (s *ClaimStore) RenewIdempotentClaim(ctx context.Context, scope, fingerprint string, generation int64, lockedUntil, now time.Time) error {
+	return s.r.do(ctx, command{Op: opRenew, At: now.UTC(), Scope: scope, Fingerprint: fingerprint, Generation: generation, Until: lockedUntil.UTC()})
+}

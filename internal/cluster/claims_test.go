@@ -22,6 +22,7 @@ type claimStore interface {
 	CompleteIdempotentRequest(ctx context.Context, c sandpit.Completion, now time.Time) error
 	GetIdempotentRequest(ctx context.Context, scope, fingerprint string) (sandpit.Claim, error)
 	DeleteIdempotentRequest(ctx context.Context, scope, fingerprint string) error
+	RenewIdempotentClaim(ctx context.Context, scope, fingerprint string, generation int64, lockedUntil, now time.Time) error
 }
 
 var (
@@ -62,6 +63,18 @@ func TestClaimStoreMatchesSQLite(t *testing.T) {
 		{claim("h", 0), "acquired/1/"},
 		{claim("h", time.Second), "in_flight/1/"},
 		{claim("x", time.Second), "mismatch/1/"},
+		{func(ctx context.Context, s claimStore) (string, error) {
+			// The holder renews its lock past the original TTL...
+			return "", s.RenewIdempotentClaim(ctx, "v1", "key", 1, t0.Add(90*time.Second), t0.Add(30*time.Second))
+		}, ""},
+		{claim("h", 70*time.Second), "in_flight/1/"}, // ...so it is still held after it
+		{func(ctx context.Context, s claimStore) (string, error) {
+			err := s.RenewIdempotentClaim(ctx, "v1", "key", 7, t0.Add(time.Hour), t0)
+			if errors.Is(err, sandpit.ErrClaimLost) {
+				return "lost", nil
+			}
+			return "", err
+		}, "lost"},
 		{func(ctx context.Context, s claimStore) (string, error) {
 			return "", s.SetIdempotentTarget(ctx, "v1", "key", 1, "sb-1", t0)
 		}, ""},

@@ -141,6 +141,7 @@ const (
 	opReap           = "reap"
 	opMark           = "mark"
 	opExpireNode     = "expire_node_claims"
+	opRenew          = "renew"
 )
 
 // command is one log entry. At is the proposer's clock, the only time Apply
@@ -168,6 +169,8 @@ type command struct {
 	Place bool `json:"place,omitempty"`
 	// Keep is how long expired claims stay (expire_node_claims).
 	Keep time.Duration `json:"keep,omitempty"`
+	// Until is a renewed claim's new lock deadline.
+	Until time.Time `json:"until,omitempty"`
 }
 
 // Result is what applying one command returns: an error sentinel from
@@ -288,6 +291,13 @@ func (x *Index) apply(c command) Result {
 		if r, ok := x.Claims[k]; ok && (c.Generation == 0 || r.Generation == c.Generation && r.State == claimPending) {
 			delete(x.Claims, k)
 		}
+		return Result{}
+	case opRenew:
+		r, ok := x.Claims[claimKey(c.Scope, c.Fingerprint)]
+		if !ok || r.State != claimPending || r.Generation != c.Generation {
+			return Result{Err: fmt.Errorf("renew %s/%s generation %d: %w", c.Scope, c.Fingerprint, c.Generation, sandpit.ErrClaimLost)}
+		}
+		r.LockedUntil = c.Until
 		return Result{}
 	case opExpireNode:
 		// c.At is the restarted node's start: only the claims it took

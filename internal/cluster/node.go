@@ -39,7 +39,10 @@ type Config struct {
 	// Capacity reports how many sandboxes this node runs and its limit
 	// (0 = none), gossiped for placement.
 	Capacity func() (running, max int)
-	Logger   *slog.Logger
+	// MaxSandboxes is this node's --max-sandboxes (0 = no cap), gossiped so
+	// that placement never picks a full node.
+	MaxSandboxes int
+	Logger       *slog.Logger
 	// Fast shortens Raft's and gossip's timers (tests on one machine).
 	Fast bool
 }
@@ -183,7 +186,7 @@ func (c *Cluster) meta() Meta {
 	if c.cfg.Capacity != nil {
 		m.Running, m.Max = c.cfg.Capacity()
 	} else {
-		m.Running = c.rep.fsm.CountOn(c.cfg.NodeName)
+		m.Running, m.Max = c.rep.fsm.CountOn(c.cfg.NodeName), c.cfg.MaxSandboxes
 	}
 	return m
 }

@@ -68,6 +68,7 @@ func startCluster(ctx context.Context, cfg Config, instance, apiAddr, proxyAddr 
 		BootstrapExpect: cc.BootstrapExpect,
 		Keys:            keys,
 		Self:            cluster.Node{APIAddr: apiAddr, ProxyAddr: proxyAddr, PublicHost: cfg.PublicHost},
+		MaxSandboxes:    cfg.MaxSandboxes,
 		Logger:          cfg.Logger,
 		Fast:            cc.Fast,
 	})

@@ -2,6 +2,9 @@ package store_test
 
 import (
 	"context"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,4 +62,21 @@ func parallel(n int, fn func(i int)) {
 	}
 	close(start)
 	wg.Wait()
+}
+
+// latestVersion is the schema version the embedded migrations lead to: the
+// number of migration files, since they are numbered 1..N without gaps.
+func latestVersion(t testing.TB) string {
+	t.Helper()
+	entries, err := os.ReadDir("migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".sql") {
+			n++
+		}
+	}
+	return strconv.Itoa(n)
 }
