@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/apitypes"
 )
 
 // Headers of a request one node forwards to another over the cluster port.
@@ -145,7 +146,7 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			// the cluster changed.
 			w.Header().Set("Retry-After", "1")
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
-				"code": "owner_unreachable", "message": "the node that owns this sandbox did not answer: " + err.Error()}})
+				"code": apitypes.CodeOwnerUnreachable, "message": "the node that owns this sandbox did not answer: " + err.Error()}})
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -233,7 +234,7 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			// One hop only: the forwarding node thought this node owns the
 			// sandbox and this node thinks otherwise; the index is moving.
 			writeJSON(w, http.StatusMisdirectedRequest, map[string]any{"error": map[string]string{
-				"code": "misdirected", "message": "sandbox is owned by " + target + ", not by this node"}})
+				"code": apitypes.CodeMisdirected, "message": "sandbox is owned by " + target + ", not by this node"}})
 			return
 		}
 		if cfg.Authenticate == nil {
