@@ -53,7 +53,9 @@ func TestBadInputIs4xx(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	many := url.Values{}
-	for i := range 5000 {
+	// More filters than the cap (32) but a URL well inside the header
+	// limit, so the cap is what answers.
+	for i := range 200 {
 		many.Add("label", "k"+strconv.Itoa(i)+"=v")
 	}
 	manyStates := url.Values{"state": {strings.Repeat("running,", 2000) + "running"}}
@@ -61,7 +63,7 @@ func TestBadInputIs4xx(t *testing.T) {
 		name, method, path, body string
 		want                     int
 	}{
-		{"thousands of label filters", http.MethodGet, "/v1/sandboxes?" + many.Encode(), "", http.StatusBadRequest},
+		{"hundreds of label filters", http.MethodGet, "/v1/sandboxes?" + many.Encode(), "", http.StatusBadRequest},
 		{"thousands of state filters", http.MethodGet, "/v1/sandboxes?" + manyStates.Encode(), "", http.StatusBadRequest},
 		{"unknown state", http.MethodGet, "/v1/sandboxes?state=bogus", "", http.StatusBadRequest},
 		{"bad page token", http.MethodGet, "/v1/sandboxes?page_token=bm9wZQ", "", http.StatusBadRequest},

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -33,7 +34,16 @@ func Guard(h http.Handler, opts Options) http.Handler {
 			w.Header().Set("Connection", "close")
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			_, _ = io.WriteString(w, `{"error":{"code":"body_too_large","message":"request body exceeds `+strconv.FormatInt(opts.MaxBody, 10)+` bytes"},"code":413,"message":"request body too large"}`+"\n")
+			limit := strconv.FormatInt(opts.MaxBody, 10)
+			if strings.HasPrefix(r.URL.Path, "/v1/") {
+				// The native API's error shape exactly: its contract
+				// (the OpenAPI document) allows no other fields.
+				_, _ = io.WriteString(w, `{"error":{"code":"body_too_large","message":"request body exceeds `+limit+` bytes"}}`+"\n")
+				return
+			}
+			// Elsewhere one body both shapes read: the native one and the
+			// facades' top-level code and message.
+			_, _ = io.WriteString(w, `{"error":{"code":"body_too_large","message":"request body exceeds `+limit+` bytes"},"code":413,"message":"request body too large"}`+"\n")
 			return
 		}
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
