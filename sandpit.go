@@ -20,6 +20,9 @@ var (
 	ErrPortPoolExhausted = errors.New("host port pool exhausted")
 	ErrTapPoolExhausted  = errors.New("tap pool exhausted")
 	ErrClaimLost         = errors.New("idempotency claim no longer held")
+	// ErrNoLeader: a cluster write found no Raft leader (an election is under
+	// way); the request may be retried shortly.
+	ErrNoLeader = errors.New("no cluster leader")
 	// ErrSandboxExists is returned when a sandbox id is taken. It is distinct
 	// from ErrNameConflict: a duplicate id is a caller bug or a retry of a
 	// create that already happened, not a user-visible name clash.

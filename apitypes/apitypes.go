@@ -153,6 +153,15 @@ const (
 	CodeQuotaExceeded      = "quota_exceeded"
 	CodePortForbidden      = "port_forbidden"
 	CodeTokenNameConflict  = "token_name_conflict"
+	// CodeNoLeader (503, with Retry-After): a cluster write found no Raft
+	// leader; retry with the same key.
+	CodeNoLeader = "no_leader"
+	// CodeOwnerUnreachable (503, with Retry-After): the cluster node that owns
+	// the sandbox, or that a keyed create must reach, did not answer.
+	CodeOwnerUnreachable = "owner_unreachable"
+	// CodeMisdirected (421): a forwarded request reached a node that does not
+	// own its sandbox; nodes forward only once.
+	CodeMisdirected = "misdirected"
 )
 
 // Network is a sandbox's own egress policy. Egress "public" (the default)

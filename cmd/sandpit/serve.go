@@ -27,6 +27,8 @@ func serveCmd() *cobra.Command {
 		portRange, logLevel, tokenFile         string
 		templates, labels                      []string
 		e2bPending, e2bReplay, idemWait, idemR time.Duration
+		clustered                              bool
+		cc                                     daemon.ClusterConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -77,6 +79,15 @@ func serveCmd() *cobra.Command {
 			}
 			cfg.Version = version
 			cfg.E2BPendingTTL, cfg.E2BReplayWindow, cfg.IdempotencyWait, cfg.IdempotencyRetention = e2bPending, e2bReplay, idemWait, idemR
+			if clustered {
+				if cc.BootstrapExpect < 0 {
+					return fmt.Errorf("--bootstrap-expect must not be negative")
+				}
+				cc.Fast = os.Getenv("SANDPIT_TEST_CLUSTER_FAST") == "1"
+				cfg.Cluster = &cc
+			} else if cmd.Flags().Changed("join") || cc.Bootstrap || cc.BootstrapExpect > 0 {
+				return fmt.Errorf("cluster flags need --cluster")
+			}
 			return daemon.Run(cmd.Context(), cfg)
 		},
 	}
@@ -125,6 +136,15 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&cfg.MetricsPublic, "metrics-public", false, "serve /metrics without a token (default: the admin token is required)")
 	f.DurationVar(&cfg.IntervalUnit, "daytona-interval-unit", time.Minute, "length of one minute of the lifecycle intervals (tests only)")
 	_ = f.MarkHidden("daytona-interval-unit")
+	f.BoolVar(&clustered, "cluster", false, "run as one node of a cluster (needs --cluster-key-file)")
+	f.StringVar(&cc.NodeName, "node-name", envOr("SANDPIT_NODE_NAME", ""), "this node's unique name in the cluster (default <hostname>-<data dir's instance id>)")
+	f.StringVar(&cc.RaftListen, "raft-listen", envOr("SANDPIT_RAFT_LISTEN", "127.0.0.1:7421"), "cluster port: Raft and node-to-node forwarding, over TLS keyed by the cluster key")
+	f.StringVar(&cc.GossipListen, "gossip-listen", envOr("SANDPIT_GOSSIP_LISTEN", "127.0.0.1:7946"), "gossip address (TCP and UDP), encrypted with the cluster key")
+	f.StringVar(&cc.Advertise, "advertise", envOr("SANDPIT_ADVERTISE", ""), "host the other nodes reach this one at (default: the listen addresses' host)")
+	f.StringSliceVar(&cc.Join, "join", nil, "gossip addresses host:port,... of existing members (retried until one answers)")
+	f.BoolVar(&cc.Bootstrap, "bootstrap", false, "form a new one-node cluster if this node has no cluster state")
+	f.IntVar(&cc.BootstrapExpect, "bootstrap-expect", 0, "form the cluster once this many members have joined")
+	f.StringVar(&cc.KeyFile, "cluster-key-file", envOr("SANDPIT_CLUSTER_KEY_FILE", ""), "file holding the shared cluster secret (at least 16 bytes)")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }

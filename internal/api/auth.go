@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -38,6 +39,11 @@ func AdminPrincipal() sandpit.Principal {
 // its hash compared in constant time. Failures wrap service.ErrUnauthorized
 // and never quote the credential.
 func (a *Auth) Principal(ctx context.Context, presented string) (sandpit.Principal, error) {
+	// A request another node of the cluster forwarded over the cluster port
+	// was authenticated there; it acts as the principal that node found.
+	if p, ok := cluster.Forwarded(ctx); ok {
+		return p, nil
+	}
 	if presented == "" {
 		return sandpit.Principal{}, fmt.Errorf("%w: no token presented", service.ErrUnauthorized)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
@@ -100,6 +101,10 @@ type Config struct {
 	MetricsPublic bool
 	// Version is the binary's version, reported by /v1/status.
 	Version string
+
+	// Cluster, when set, makes this daemon one node of a cluster (serve
+	// --cluster); nil is a single node, exactly as without cluster support.
+	Cluster *ClusterConfig
 
 	SweepInterval time.Duration
 	// IntervalUnit is the unit of the lifecycle intervals (Daytona's
@@ -339,6 +344,7 @@ func pickDefaultImage(ctx context.Context, rt *docker.Docker, log *slog.Logger) 
 // the store is closed.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.Defaults()
+	started := time.Now().UTC()
 	if err := validDomain(cfg.Domain); err != nil {
 		return err
 	}
@@ -493,6 +499,21 @@ func Run(ctx context.Context, cfg Config) error {
 	if edg.proxy != nil {
 		edg.proxy = mets.ProxyHandler(edg.proxy)
 	}
+
+	var cl *cluster.Cluster
+	if cfg.Cluster != nil {
+		proxyAddr := cfg.ProxyListen
+		if proxyLn != nil {
+			proxyAddr = proxyLn.Addr().String()
+		}
+		cl, err = startCluster(ctx, cfg, instance, apiLn.Addr().String(), proxyAddr)
+		if err != nil {
+			closeListeners()
+			return err
+		}
+		defer cl.Close()
+	}
+
 	svc = service.New(service.Config{
 		DefaultImage: cfg.DefaultImage,
 		Templates:    cfg.Templates,
@@ -506,6 +527,8 @@ func Run(ctx context.Context, cfg Config) error {
 		PreviewTLS:   cfg.PreviewTLS,
 		IntervalUnit: cfg.IntervalUnit,
 		Firewall:     fw,
+		Cluster:      clusterReplica(cl),
+		NodeName:     clusterNodeName(cl),
 		Logger:       log,
 
 		DefaultCPU:           cfg.DefaultCPU,
@@ -550,6 +573,24 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
+	// A restarted node must release the placements its interrupted creates
+	// left before it serves: a retry resuming such a create would otherwise
+	// race the release. This needs the cluster's leader, which the other
+	// nodes provide; a node that cannot reach it in time serves anyway and
+	// reconciles in the background.
+	clusterReconciled := false
+	if cl != nil && cl.Replica().HasState() {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if err := cl.WaitCaughtUp(rctx); err != nil {
+			log.Warn("cluster: not caught up before serving", "err", err)
+		} else if err := svc.ReconcileCluster(rctx, started, cfg.IdempotencyRetention); err != nil {
+			log.Warn("cluster: reconcile before serving", "err", err)
+		} else {
+			clusterReconciled = true
+		}
+		cancel()
+	}
+
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -571,10 +612,18 @@ func Run(ctx context.Context, cfg Config) error {
 		// whether a hostname is bound.
 		mux.Handle("GET "+askPath, askHandler(svc, log))
 	}
+	// serveCtx ends the daemon from inside, when `cluster leave` is done.
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	var handler http.Handler = mux
+	if cl != nil {
+		mux.Handle("/v1/cluster/", clusterAuth(api.NewAuth(svc, token), cl.Handler(stopServing)))
+		handler = clusterRouter(cl, api.NewAuth(svc, token), mux)
+	}
 
 	guard := httpguard.Options{MaxBody: cfg.MaxUploadMB << 20, ReadTimeout: cfg.ReadTimeout}
 	apiSrv := &http.Server{
-		Handler:           api.AccessLog(log, httpguard.Guard(mux, guard)),
+		Handler:           api.AccessLog(log, httpguard.Guard(handler, guard)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
@@ -619,6 +668,12 @@ func Run(ctx context.Context, cfg Config) error {
 			edg.caddy.Poll(bg)
 		}()
 	}
+	if cl != nil {
+		go cl.ServeForwarded(bg, handler)
+		if !clusterReconciled {
+			go reconcileCluster(bg, cl, svc, started, cfg.IdempotencyRetention, log)
+		}
+	}
 
 	errc := make(chan error, 2)
 	go func() { errc <- apiSrv.Serve(apiLn) }()
@@ -634,7 +689,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	var serveErr error
 	select {
-	case <-ctx.Done():
+	case <-serveCtx.Done():
 	case serveErr = <-errc:
 	}
 	log.Info("sandpit shutting down")

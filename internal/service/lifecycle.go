@@ -228,6 +228,7 @@ func (s *Service) deleteLocked(ctx context.Context, id string, typ EventType) er
 		}
 		return err
 	}
+	s.clusterRelease(ctx, id)
 	s.publish(typ, sb, sb.State)
 	return nil
 }

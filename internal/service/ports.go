@@ -269,11 +269,16 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if sb.State == sandpit.StateDeleting {
 		return sandpit.CustomDomain{}, false, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
 	}
+	// The cluster decides the hostname first; this store records it after.
+	if err := s.clusterBind(ctx, id, h); err != nil {
+		return sandpit.CustomDomain{}, false, err
+	}
 	var d sandpit.CustomDomain
 	rollback := func(ctx context.Context) {
 		if derr := s.store.RemoveCustomDomain(context.WithoutCancel(ctx), id, h); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
 			s.log.Error("domain rollback", "hostname", h, "err", derr)
 		}
+		s.clusterUnbind(ctx, id, h)
 	}
 	claim := func() (claimOutcome, error) {
 		var outcome sandpit.AddOutcome
@@ -296,6 +301,12 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	}
 	out, err, ierr := s.claimAndInstall(ctx, domainKey(h), claim, rollback)
 	if err != nil {
+		if errors.Is(err, sandpit.ErrHostnameConflict) {
+			// The cluster said the hostname was free (or already this
+			// sandbox's); the local row is what stands.
+			return sandpit.CustomDomain{}, false, err
+		}
+		s.clusterUnbind(ctx, id, h)
 		return sandpit.CustomDomain{}, false, err
 	}
 	if ierr != nil {
@@ -326,7 +337,13 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) (
 	if d.SandboxID != id {
 		return fmt.Errorf("%w: hostname %s is not bound to sandbox %s", sandpit.ErrNotFound, h, id)
 	}
-	return s.removeThenDelete(ctx, domainKey(h), domainRoute(d, ""), func() error { return s.store.RemoveCustomDomain(ctx, id, h) })
+	return s.removeThenDelete(ctx, domainKey(h), domainRoute(d, ""), func() error {
+		if err := s.store.RemoveCustomDomain(ctx, id, h); err != nil {
+			return err
+		}
+		s.clusterUnbind(ctx, id, h)
+		return nil
+	})
 }
 
 // ListCustomDomains lists a sandbox's hostnames.

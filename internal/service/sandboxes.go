@@ -300,7 +300,11 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}
+	if err := s.clusterReserve(ctx, sb); err != nil {
+		return sandpit.Sandbox{}, err
+	}
 	if err := s.store.CreateSandboxWithinLimits(ctx, sb, limits, s.cfg.MaxSandboxes); err != nil {
+		s.clusterRelease(ctx, id)
 		return sandpit.Sandbox{}, err
 	}
 	// While the row says creating, a resumed attempt of the same create
@@ -326,6 +330,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		if err := s.store.DeleteSandbox(rctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Error("rollback: delete row", "sandbox", id, "err", err)
 		}
+		s.clusterRelease(rctx, id)
 		return sandpit.Sandbox{}, cause
 	}
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
@@ -100,8 +101,12 @@ type Config struct {
 	IntervalUnit time.Duration
 	// Metrics counts creates and idempotency outcomes; nil counts nothing.
 	Metrics *metrics.Metrics
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// Cluster is the replicated index of a clustered daemon, nil on a single
+	// node; NodeName is this node's name in it.
+	Cluster  *cluster.Replica
+	NodeName string
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 // Service is Sandpit's domain layer.
@@ -195,7 +200,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	if cfg.IntervalUnit <= 0 {
 		cfg.IntervalUnit = time.Minute
 	}
-	idem := NewIdempotency(st, cfg.Now, cfg.Logger)
+	idem := NewIdempotency(claimStore(cfg, st), cfg.Now, cfg.Logger)
 	idem.metrics = cfg.Metrics
 	return &Service{
 		cfg:          cfg,

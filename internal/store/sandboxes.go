@@ -562,3 +562,11 @@ func (s *Store) insertWithinLimits(ctx context.Context, owner string, sb sandpit
 	}
 	return tx.Commit()
 }
+
+// PageTokenAfter is the page token that continues a listing after the row
+// (created, id). Tokens name a position in the (created_at, id) order, not a
+// store, so a listing merged from several stores (a cluster's nodes) pages
+// with them too.
+func PageTokenAfter(created time.Time, id string) string {
+	return encodePageToken(toNanos(created), id)
+}

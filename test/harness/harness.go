@@ -85,6 +85,9 @@ type Options struct {
 	// PortRange overrides the TCP pool ("LO-HI"); by default each daemon
 	// gets its own small range so parallel daemons never share ports.
 	PortRange string
+	// Token, when set, is the admin token instead of a random one (the
+	// nodes of a test cluster share one).
+	Token string
 	// ProxyHost is the address the preview proxy (and the TCP forwards)
 	// bind; default 127.0.0.1. Tests that reach the proxy from inside a
 	// sandbox bind 0.0.0.0.
@@ -208,6 +211,9 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 	t.Helper()
 	RequireDocker(t)
 	d := &Daemon{t: t, bin: bin, opts: opts, DataDir: t.TempDir(), Token: "test-" + randHex(8), Label: "t" + randHex(6)}
+	if opts.Token != "" {
+		d.Token = opts.Token
+	}
 	d.Network = UniqueNetwork()
 	d.PortRange = opts.PortRange
 	if d.PortRange == "" {
@@ -307,6 +313,17 @@ func (d *Daemon) Wait(timeout time.Duration) bool {
 
 // Kill sends SIGKILL and waits for the process to go.
 func (d *Daemon) Kill() { d.signal(syscall.SIGKILL) }
+
+// Signal sends sig without waiting for anything (SIGSTOP and SIGCONT freeze
+// and thaw the daemon).
+func (d *Daemon) Signal(sig syscall.Signal) {
+	d.mu.Lock()
+	cmd := d.cmd
+	d.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Signal(sig)
+	}
+}
 
 // Stop sends SIGTERM (a clean shutdown) and waits.
 func (d *Daemon) Stop() { d.signal(syscall.SIGTERM) }

@@ -68,7 +68,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
+// WriteProblem writes a classified error in the native shape; the daemon's
+// own endpoints (cluster administration) use it too.
+func WriteProblem(w http.ResponseWriter, p api.Problem) { writeError(w, p) }
+
 func writeError(w http.ResponseWriter, p api.Problem) {
+	if p.Code == apitypes.CodeNoLeader {
+		// An election takes about a second; the Go client retries a 503
+		// that names a delay with the same Idempotency-Key.
+		w.Header().Set("Retry-After", "1")
+	}
 	api.WriteJSON(w, p.Status, apitypes.ErrorBody{Error: apitypes.ErrorDetail{Code: p.Code, Message: p.Message}})
 }
 

@@ -1,0 +1,326 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/apitypes"
+)
+
+// Headers of a request one node forwards to another over the cluster port.
+// They are read only on the cluster port, where the TLS handshake has proved
+// the sender holds the cluster key; on the public API they mean nothing.
+const (
+	// HeaderForwardedBy names the node that forwarded the request. A node
+	// that receives a forwarded request for a sandbox it does not own
+	// answers 421 instead of forwarding it again.
+	HeaderForwardedBy = "Sandpit-Forwarded-By"
+	// HeaderPrincipal carries the principal the forwarding node
+	// authenticated, as JSON; the owner acts as that principal.
+	HeaderPrincipal = "Sandpit-Principal"
+)
+
+type forwardedKey struct{}
+
+// fallbackKey carries, on a forwarded unkeyed create, the function that
+// serves it locally when its owner cannot be dialled.
+type fallbackKey struct{}
+
+// errDial marks a forward that never reached the target node.
+var errDial = errors.New("cannot reach node")
+
+// maxCreateBody bounds the create body the router reads to place a create.
+const maxCreateBody = 1 << 20
+
+// Forwarded returns the principal a forwarded request carries, when ctx is
+// a request's that arrived on the cluster port.
+func Forwarded(ctx context.Context) (sandpit.Principal, bool) {
+	p, ok := ctx.Value(forwardedKey{}).(sandpit.Principal)
+	return p, ok
+}
+
+// RouterConfig configures the forwarding of API requests to the node that
+// owns their sandbox.
+type RouterConfig struct {
+	// Authenticate resolves the request's credential on this node; a request
+	// that does not authenticate is never forwarded (this node refuses it).
+	Authenticate func(r *http.Request) (sandpit.Principal, error)
+	// AffinityKey names a create that must meet its duplicates on one node
+	// (its Idempotency-Key, or a facade's fingerprint of the body), or
+	// returns "" for a create that may go anywhere. Nil uses the
+	// Idempotency-Key header alone.
+	AffinityKey func(r *http.Request, body []byte) string
+	// ListToken, when set, makes GET /v1/sandboxes list the whole cluster:
+	// it returns the page token that continues after a row.
+	ListToken func(created time.Time, id string) string
+	Logger    *slog.Logger
+}
+
+// route is what one request is about.
+type route struct {
+	list      bool   // the native listing: merged from every node
+	create    bool   // a create: placed by capacity
+	sandbox   string // id or name of the sandbox it acts on
+	byNameToo bool   // the surface also accepts a name where the id goes
+}
+
+// classify finds the sandbox a request acts on from its path. Paths it does
+// not know are served where they arrive.
+func classify(r *http.Request) (route, bool) {
+	p := r.URL.Path
+	switch {
+	case strings.HasPrefix(p, "/v1/sandboxes"):
+		rest := strings.TrimPrefix(p, "/v1/sandboxes")
+		if rest == "" || rest == "/" {
+			if r.Method == http.MethodGet {
+				return route{list: true}, true
+			}
+			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		return route{sandbox: id, byNameToo: true}, id != ""
+	case strings.HasPrefix(p, "/daytona/sandbox"):
+		rest := strings.TrimPrefix(p, "/daytona/sandbox")
+		if rest == "" || rest == "/" {
+			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		return route{sandbox: id, byNameToo: true}, id != ""
+	case strings.HasPrefix(p, "/daytona/toolbox/"):
+		id, _, _ := strings.Cut(strings.TrimPrefix(p, "/daytona/toolbox/"), "/")
+		return route{sandbox: id}, id != ""
+	case strings.HasPrefix(p, "/e2b/"):
+		rest := strings.TrimPrefix(p, "/e2b")
+		rest = strings.TrimPrefix(rest, "/v2")
+		if !strings.HasPrefix(rest, "/sandboxes") {
+			return route{}, false
+		}
+		rest = strings.TrimPrefix(rest, "/sandboxes")
+		if rest == "" || rest == "/" {
+			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		return route{sandbox: id}, id != ""
+	}
+	return route{}, false
+}
+
+// Router wraps the daemon's API: a request about a sandbox another node owns
+// goes to that node, a create goes to the node placement picks, and
+// everything else is served here.
+func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = c.log
+	}
+	transport := c.transport()
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = pr.In.Header.Get(HeaderForwardedBy + "-To")
+			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Del(HeaderForwardedBy + "-To")
+		},
+		Transport: transport,
+		// Streams (exec output, event streams) pass through as they come.
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			cfg.Logger.Warn("cluster: forward failed", "path", r.URL.Path, "err", err)
+			if retry, ok := r.Context().Value(fallbackKey{}).(func()); ok && errors.Is(err, errDial) {
+				// Nothing reached the chosen owner: the create is made
+				// here instead.
+				retry()
+				return
+			}
+			// The client's retry (same key) will find the owner back, or
+			// the cluster changed.
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
+				"code": apitypes.CodeOwnerUnreachable, "message": "the node that owns this sandbox did not answer: " + err.Error()}})
+		},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, forwarded := Forwarded(r.Context())
+		rt, ok := classify(r)
+		if !ok {
+			local.ServeHTTP(w, r)
+			return
+		}
+		var target string
+		switch {
+		case rt.list:
+			if forwarded || cfg.ListToken == nil || cfg.Authenticate == nil {
+				local.ServeHTTP(w, r)
+				return
+			}
+			p, err := cfg.Authenticate(r)
+			if err != nil {
+				local.ServeHTTP(w, r)
+				return
+			}
+			c.listAll(w, r, local, p, &http.Client{Transport: transport}, cfg.ListToken)
+			return
+		case rt.create:
+			if forwarded {
+				// Placement already chose this node.
+				local.ServeHTTP(w, r)
+				return
+			}
+			var m Member
+			body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))
+			if err != nil || len(body) > maxCreateBody {
+				// Too large for any create; let the surface refuse it.
+				r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
+				local.ServeHTTP(w, r)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+			key := r.Header.Get("Idempotency-Key")
+			if cfg.AffinityKey != nil {
+				key = cfg.AffinityKey(r, body)
+			}
+			if key != "" {
+				// Every retry of a keyed create goes to the same owner,
+				// whichever node it reaches, so that the owner's claim
+				// decides them all; while that owner is down they wait.
+				m, err = c.OwnerForKey(key)
+			} else {
+				m, err = c.PickOwner()
+			}
+			if err != nil {
+				local.ServeHTTP(w, r)
+				return
+			}
+			if key == "" {
+				// Nothing pins an unkeyed create to its owner: if the owner
+				// cannot be dialled, it is made here.
+				orig := r
+				fallback := func() {
+					orig.Body = io.NopCloser(bytes.NewReader(body))
+					local.ServeHTTP(w, orig)
+				}
+				r = r.WithContext(context.WithValue(r.Context(), fallbackKey{}, fallback))
+			}
+			c.inflight(m.Name, 1)
+			defer c.inflight(m.Name, -1)
+			if m.Name == c.cfg.NodeName {
+				local.ServeHTTP(w, r)
+				return
+			}
+			target = m.Name
+		default:
+			p, found := c.rep.fsm.Placement(rt.sandbox)
+			if !found && rt.byNameToo {
+				p, found = c.rep.fsm.PlacementByName(rt.sandbox)
+			}
+			if !found || p.Node == "" || p.Node == c.cfg.NodeName {
+				local.ServeHTTP(w, r)
+				return
+			}
+			target = p.Node
+		}
+		if forwarded {
+			// One hop only: the forwarding node thought this node owns the
+			// sandbox and this node thinks otherwise; the index is moving.
+			writeJSON(w, http.StatusMisdirectedRequest, map[string]any{"error": map[string]string{
+				"code": apitypes.CodeMisdirected, "message": "sandbox is owned by " + target + ", not by this node"}})
+			return
+		}
+		if cfg.Authenticate == nil {
+			local.ServeHTTP(w, r)
+			return
+		}
+		pr, err := cfg.Authenticate(r)
+		if err != nil {
+			local.ServeHTTP(w, r)
+			return
+		}
+		pj, _ := json.Marshal(pr)
+		r = r.Clone(r.Context())
+		r.Header.Set(HeaderForwardedBy, c.cfg.NodeName)
+		r.Header.Set(HeaderPrincipal, string(pj))
+		r.Header.Set(HeaderForwardedBy+"-To", target)
+		proxy.ServeHTTP(w, r)
+	})
+}
+
+// transport dials other nodes' forwarded-API servers over the cluster port;
+// the URL host is the node's name.
+func (c *Cluster) transport() *http.Transport {
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				host = addr
+			}
+			raftAddr := c.addressOf(host)
+			if raftAddr == "" {
+				return nil, fmt.Errorf("%w: no address for node %s", errDial, host)
+			}
+			// A frozen or partitioned node accepts TCP and then never
+			// answers the handshake; do not wait on it for long.
+			dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			conn, err := c.mux.DialHTTP(dctx, raftAddr)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", errDial, host, err)
+			}
+			return conn, nil
+		},
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     30 * time.Second,
+	}
+}
+
+// addressOf is the cluster port of a node, from gossip or else the index.
+func (c *Cluster) addressOf(node string) string {
+	for _, m := range c.gossip.Members() {
+		if m.Name == node && m.Meta.Raft != "" {
+			return m.Meta.Raft
+		}
+	}
+	for _, n := range c.rep.fsm.Nodes() {
+		if n.ID == node {
+			return n.RaftAddr
+		}
+	}
+	return ""
+}
+
+// ServeForwarded serves the API requests other nodes forward here, on the
+// cluster port, until ctx ends. Each carries the principal its sending node
+// authenticated, which the handler's authentication then accepts.
+func (c *Cluster) ServeForwarded(ctx context.Context, h http.Handler) {
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var p sandpit.Principal
+			if err := json.Unmarshal([]byte(r.Header.Get(HeaderPrincipal)), &p); err != nil || r.Header.Get(HeaderForwardedBy) == "" {
+				writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{"code": "bad_request", "message": "forwarded request without its principal"}})
+				return
+			}
+			h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardedKey{}, p)))
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(c.mux.HTTPListener()); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+		c.log.Warn("cluster: forwarded API server", "err", err)
+	}
+}

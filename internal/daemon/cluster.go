@@ -1,0 +1,168 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/e2b"
+	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// ClusterConfig is what `serve --cluster` adds to a daemon.
+type ClusterConfig struct {
+	NodeName        string // default <hostname>-<instance id prefix>
+	RaftListen      string // cluster port: Raft and node-to-node forwarding
+	GossipListen    string
+	Advertise       string // host the other nodes reach this one at
+	Join            []string
+	Bootstrap       bool
+	BootstrapExpect int
+	KeyFile         string
+	// Fast shortens Raft's and gossip's timers (tests on one machine).
+	Fast bool
+}
+
+// startCluster starts this daemon's cluster membership. The default node name
+// includes the data directory's instance id, so that daemons on one machine
+// differ by data directory alone.
+func startCluster(ctx context.Context, cfg Config, instance, apiAddr, proxyAddr string) (*cluster.Cluster, error) {
+	cc := cfg.Cluster
+	if cc.KeyFile == "" {
+		return nil, fmt.Errorf("--cluster needs --cluster-key-file")
+	}
+	keys, err := cluster.LoadKeyFile(cc.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-key-file: %w", err)
+	}
+	name := cc.NodeName
+	if name == "" {
+		host, _ := os.Hostname()
+		name = strings.ToLower(host) + "-" + instance[:6]
+	}
+	var join []string
+	for _, j := range cc.Join {
+		if j = strings.TrimSpace(j); j != "" {
+			join = append(join, j)
+		}
+	}
+	return cluster.Start(ctx, cluster.Config{
+		NodeName:        name,
+		DataDir:         cfg.DataDir,
+		RaftListen:      cc.RaftListen,
+		GossipListen:    cc.GossipListen,
+		Advertise:       cc.Advertise,
+		Join:            join,
+		Bootstrap:       cc.Bootstrap,
+		BootstrapExpect: cc.BootstrapExpect,
+		Keys:            keys,
+		Self:            cluster.Node{APIAddr: apiAddr, ProxyAddr: proxyAddr, PublicHost: cfg.PublicHost},
+		MaxSandboxes:    cfg.MaxSandboxes,
+		Logger:          cfg.Logger,
+		Fast:            cc.Fast,
+	})
+}
+
+func clusterReplica(c *cluster.Cluster) *cluster.Replica {
+	if c == nil {
+		return nil
+	}
+	return c.Replica()
+}
+
+func clusterNodeName(c *cluster.Cluster) string {
+	if c == nil {
+		return ""
+	}
+	return c.NodeName()
+}
+
+// clusterAuth admits any valid token to read the cluster's state and only an
+// admin to make this node leave.
+func clusterAuth(auth *api.Auth, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r, err := auth.Authorize(r, api.BearerToken(r))
+		if err == nil && r.Method != http.MethodGet {
+			if p, _ := sandpit.PrincipalFrom(r.Context()); !p.Admin {
+				err = fmt.Errorf("%w: only an admin token makes a node leave", service.ErrForbidden)
+			}
+		}
+		if err != nil {
+			v1.WriteProblem(w, api.Classify(err))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// clusterRouter sends each request about a sandbox to the node that owns it
+// and each create to the node placement picks. The credential is checked
+// here, with this node's tokens, before anything is forwarded.
+func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler) http.Handler {
+	return cl.Router(local, cluster.RouterConfig{
+		Authenticate: func(r *http.Request) (sandpit.Principal, error) {
+			presented := api.BearerToken(r)
+			if strings.HasPrefix(r.URL.Path, "/e2b/") {
+				presented = r.Header.Get("X-API-KEY")
+			}
+			rr, err := auth.Authorize(r, presented)
+			if err != nil {
+				return sandpit.Principal{}, err
+			}
+			p, _ := sandpit.PrincipalFrom(rr.Context())
+			return p, nil
+		},
+		// The native listing covers the whole cluster; its page tokens name
+		// a position that every node's store continues from.
+		ListToken: store.PageTokenAfter,
+		// Duplicates of one create must meet on one node, whose claim
+		// decides them: the Idempotency-Key names a create, and so does the
+		// E2B facade's fingerprint of an identical body.
+		AffinityKey: func(r *http.Request, body []byte) string {
+			if k := r.Header.Get("Idempotency-Key"); k != "" {
+				return k
+			}
+			if strings.HasPrefix(r.URL.Path, e2b.Prefix+"/") {
+				var b e2b.CreateBody
+				if json.Unmarshal(body, &b) != nil {
+					return ""
+				}
+				return e2b.Fingerprint(e2b.KeyIdentity(r.Header.Get("X-API-KEY")), b)
+			}
+			return ""
+		},
+	})
+}
+
+// reconcileCluster waits for the cluster to have a leader and for this node
+// to have applied the log it finds, then releases this node's placements
+// that have no sandbox (see service.ReconcileCluster).
+func reconcileCluster(ctx context.Context, cl *cluster.Cluster, svc *service.Service, started time.Time, keep time.Duration, log *slog.Logger) {
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := cl.WaitCaughtUp(wctx)
+		cancel()
+		if err == nil {
+			err = svc.ReconcileCluster(ctx, started, keep)
+		}
+		if err == nil {
+			return
+		}
+		log.Warn("cluster reconcile, retrying", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
