@@ -25,7 +25,7 @@ func serveCmd() *cobra.Command {
 	var (
 		cfg                                    daemon.Config
 		portRange, logLevel, tokenFile         string
-		templates, labels                      []string
+		templates, labels, pools               []string
 		e2bPending, e2bReplay, idemWait, idemR time.Duration
 	)
 	cmd := &cobra.Command{
@@ -55,6 +55,13 @@ func serveCmd() *cobra.Command {
 					return fmt.Errorf("--template wants NAME=IMAGE, got %q", t)
 				}
 				cfg.Templates[name] = image
+			}
+			for _, p := range pools {
+				spec, err := daemon.ParseWarmPool(p)
+				if err != nil {
+					return err
+				}
+				cfg.WarmPool = append(cfg.WarmPool, spec)
 			}
 			cfg.ExtraLabels = map[string]string{}
 			for _, l := range labels {
@@ -97,6 +104,9 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.CaddyAdmin, "caddy-admin", envOr("SANDPIT_CADDY_ADMIN", "http://127.0.0.1:2019"), "Caddy admin API URL (--router caddy)")
 	f.BoolVar(&cfg.PreviewTLS, "preview-tls", false, "serve preview and custom domains over HTTPS with on-demand certificates (--router caddy)")
 	f.BoolVar(&cfg.CaddyInternalCA, "caddy-internal-ca", false, "issue --preview-tls certificates from Caddy's internal CA instead of public ACME issuers")
+	f.StringArrayVar(&pools, "warm-pool", nil, "keep N started sandboxes of TEMPLATE_OR_IMAGE for creates to adopt: TEMPLATE_OR_IMAGE=N[,user=NAME] (repeatable; E2B creates act as user=user)")
+	f.IntVar(&cfg.WarmPoolMax, "warm-pool-max", 64, "upper bound of the warm pools' total size")
+	f.IntVar(&cfg.PoolRefillConcurrency, "warm-pool-refill", 1, "pooled sandboxes made at once while refilling")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }

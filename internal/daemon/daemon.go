@@ -65,6 +65,14 @@ type Config struct {
 	// AuditRetention is how long audit log entries are kept (default 90 days).
 	AuditRetention time.Duration
 
+	// WarmPool keeps started sandboxes for creates to adopt: each entry
+	// names a template or image (Image), the default user and a size.
+	// WarmPoolMax bounds the sum of the sizes (default 64);
+	// PoolRefillConcurrency bounds the pooled containers made at once.
+	WarmPool              []service.PoolSpec
+	WarmPoolMax           int
+	PoolRefillConcurrency int
+
 	SweepInterval time.Duration
 	Logger        *slog.Logger
 	// Ready, when set, is called once the listeners are bound, with their
@@ -307,6 +315,11 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Templates["base"] = cfg.DefaultImage
 	}
 
+	pool, err := resolvePool(cfg)
+	if err != nil {
+		return err
+	}
+
 	apiLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
@@ -351,8 +364,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	svc = service.New(service.Config{
-		DefaultImage: cfg.DefaultImage,
-		Templates:    cfg.Templates,
+		DefaultImage:          cfg.DefaultImage,
+		Templates:             cfg.Templates,
+		WarmPool:              pool,
+		PoolRefillConcurrency: cfg.PoolRefillConcurrency,
 		AgentBinary:  exe,
 		Domain:       cfg.Domain,
 		ProxyPort:    proxyPort,
@@ -414,6 +429,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopBG()
 	go svc.RunSweeper(bg, cfg.SweepInterval)
 	go svc.WatchExits(bg)
+	go svc.RunPool(bg)
 	go metrics.Run(bg)
 	go reapIdempotency(bg, st, log)
 	go svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour)
@@ -484,4 +500,62 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	// origin, i.e. here.
 	mux.HandleFunc("/files", e2bAPI.SignedFiles)
 	mux.Handle(daytona.DefaultPrefix+"/", daytona.New(ctx, svc, auth, daytona.Options{Logger: cfg.Logger}))
+}
+
+// resolvePool maps each warm-pool entry's template to its image and checks
+// the pool's bound.
+func resolvePool(cfg Config) ([]service.PoolSpec, error) {
+	bound := cfg.WarmPoolMax
+	if bound <= 0 {
+		bound = 64
+	}
+	total := 0
+	seen := map[string]bool{}
+	out := make([]service.PoolSpec, 0, len(cfg.WarmPool))
+	for _, p := range cfg.WarmPool {
+		if img, ok := cfg.Templates[p.Image]; ok {
+			p.Image = img
+		}
+		if p.Size < 0 {
+			return nil, fmt.Errorf("--warm-pool %s: negative size", p.Image)
+		}
+		k := p.Image + "|" + p.User
+		if seen[k] {
+			return nil, fmt.Errorf("--warm-pool %s (user %q) given twice", p.Image, p.User)
+		}
+		seen[k] = true
+		total += p.Size
+		if p.Size > 0 {
+			out = append(out, p)
+		}
+	}
+	if total > bound {
+		return nil, fmt.Errorf("--warm-pool sizes add up to %d, above --warm-pool-max %d", total, bound)
+	}
+	return out, nil
+}
+
+// ParseWarmPool parses a --warm-pool value, TEMPLATE_OR_IMAGE=N[,user=NAME].
+func ParseWarmPool(v string) (service.PoolSpec, error) {
+	bad := fmt.Errorf("--warm-pool wants TEMPLATE_OR_IMAGE=N[,user=NAME], got %q", v)
+	head, opts, _ := strings.Cut(v, ",")
+	i := strings.LastIndex(head, "=")
+	if i <= 0 {
+		return service.PoolSpec{}, bad
+	}
+	n, err := strconv.Atoi(head[i+1:])
+	if err != nil || n < 0 {
+		return service.PoolSpec{}, bad
+	}
+	spec := service.PoolSpec{Image: head[:i], Size: n}
+	if opts != "" {
+		for _, o := range strings.Split(opts, ",") {
+			k, val, ok := strings.Cut(o, "=")
+			if !ok || k != "user" || val == "" {
+				return service.PoolSpec{}, bad
+			}
+			spec.User = val
+		}
+	}
+	return spec, nil
 }

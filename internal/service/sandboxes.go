@@ -149,6 +149,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if req.Timeout > 0 {
 		sb.EndAt = now.Add(req.Timeout)
 	}
+	t0 := time.Now()
 	limits, err := s.store.GetOwnerLimits(ctx, sb.Owner)
 	if err != nil {
 		return sandpit.Sandbox{}, err
@@ -156,6 +157,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err := s.store.CreateSandboxWithinLimits(ctx, sb, limits); err != nil {
 		return sandpit.Sandbox{}, err
 	}
+	phase(ctx, "store", t0)
 	// While the row says creating, a resumed attempt of the same create
 	// (CreateOrAdopt) waits for this one instead of failing on the taken id.
 	finished := s.trackCreate(id)
@@ -176,9 +178,37 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		return sandpit.Sandbox{}, cause
 	}
 
+	// A pooled container of the same image and user becomes the sandbox
+	// when the store lets this create adopt one; otherwise it goes cold.
+	adopted, err := s.adoptPooled(ctx, &sb, req)
+	if err != nil {
+		return fail(err)
+	}
+	if !adopted {
+		if err := s.createCold(ctx, &sb, req); err != nil {
+			return fail(err)
+		}
+	}
+	describe(ctx, map[bool]string{true: "warm", false: "cold"}[adopted])
+	t0 = time.Now()
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
+		return fail(err)
+	}
+	phase(ctx, "store", t0)
+	sb.State = sandpit.StateRunning
+	s.publish(EventCreated, sb, sandpit.StateCreating)
+	return sb, nil
+}
+
+// createCold makes and starts a new container for sb.
+func (s *Service) createCold(ctx context.Context, sb *sandpit.Sandbox, req CreateRequest) error {
+	if s.pool != nil {
+		s.pool.foreground.Add(1)
+		defer s.pool.foreground.Add(-1)
+	}
 	spec := driver.Spec{
-		SandboxID:   id,
-		Image:       image,
+		SandboxID:   sb.ID,
+		Image:       sb.Image,
 		Env:         sb.Env,
 		Labels:      s.containerLabels(),
 		CPU:         req.CPU,
@@ -188,22 +218,16 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		AgentToken:  sb.AccessToken,
 		AgentUser:   req.User,
 	}
+	t0 := time.Now()
 	if _, err := s.rt.Create(ctx, spec); err != nil {
 		if errors.Is(err, driver.ErrImageNotFound) {
-			return fail(fmt.Errorf("%w: %s", ErrUnknownImage, image))
+			return fmt.Errorf("%w: %s", ErrUnknownImage, sb.Image)
 		}
-		return fail(fmt.Errorf("%w: create container: %v", ErrRuntime, err))
+		return fmt.Errorf("%w: create container: %v", ErrRuntime, err)
 	}
+	phase(ctx, "engine", t0)
 	crashpoint.Hit(crashpoint.AfterContainerCreate)
-	if err := s.startAndAwait(ctx, &sb); err != nil {
-		return fail(err)
-	}
-	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
-		return fail(err)
-	}
-	sb.State = sandpit.StateRunning
-	s.publish(EventCreated, sb, sandpit.StateCreating)
-	return sb, nil
+	return s.startAndAwait(ctx, sb)
 }
 
 // ErrCreateInProgress: a resumed create found its sandbox still being created
@@ -330,6 +354,7 @@ func (s *Service) awaitCreate(ctx context.Context, id string) error {
 // and (re)installs the sandbox's routes, which point at that address.
 func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error {
 	s.forgetIP(sb.ID)
+	t0 := time.Now()
 	if err := s.rt.Start(ctx, sb.ContainerID); err != nil {
 		return fmt.Errorf("%w: start container: %v", ErrRuntime, err)
 	}
@@ -340,9 +365,17 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 	if c.IP == "" {
 		return fmt.Errorf("%w: container has no address", ErrRuntime)
 	}
+	phase(ctx, "engine", t0)
+	t0 = time.Now()
 	if err := s.waitHealthy(ctx, c.IP); err != nil {
 		return err
 	}
+	// An adopted pooled container's agent starts again with its pool
+	// token and no sandbox settings; they are given to it again first.
+	if err := s.reinitAdopted(ctx, *sb, c.IP); err != nil {
+		return err
+	}
+	phase(ctx, "agent", t0)
 	s.mu.Lock()
 	s.ips[sb.ID] = c.IP
 	s.mu.Unlock()
@@ -668,6 +701,9 @@ func (s *Service) WatchExits(ctx context.Context) {
 }
 
 func (s *Service) containerExited(ctx context.Context, id string) {
+	if id = s.poolExit(ctx, id); id == "" {
+		return
+	}
 	s.mu.Lock()
 	expected := s.stopping[id] > 0
 	s.mu.Unlock()
@@ -702,6 +738,9 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	containers, err := s.rt.List(ctx, s.ownLabels())
 	if err != nil {
 		return fmt.Errorf("%w: list containers: %v", ErrRuntime, err)
+	}
+	if containers, err = s.reconcilePool(ctx, containers); err != nil {
+		return err
 	}
 	byID := map[string]driver.Container{}
 	for _, c := range containers {

@@ -57,8 +57,13 @@ type Config struct {
 	// PreviewTLS makes preview and custom-domain URLs https:// (the Caddy
 	// router serving them with on-demand certificates).
 	PreviewTLS bool
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// WarmPool lists the pools of started sandboxes kept for creates to
+	// adopt; PoolRefillConcurrency bounds how many pooled containers are
+	// made at once (default 1).
+	WarmPool              []PoolSpec
+	PoolRefillConcurrency int
+	Logger                *slog.Logger
+	Now                   func() time.Time
 }
 
 // Service is Sandpit's domain layer.
@@ -98,6 +103,9 @@ type Service struct {
 	// exposing coordinates the calls exposing one route key; see
 	// ExposePort.
 	exposing keyedExposures
+
+	// pool is nil without a configured warm pool.
+	pool *warmPool
 }
 
 // New builds a Service.
@@ -123,7 +131,12 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	if cfg.Templates == nil {
 		cfg.Templates = map[string]string{}
 	}
+	var pool *warmPool
+	if len(cfg.WarmPool) > 0 {
+		pool = newWarmPool(cfg.WarmPool, cfg.PoolRefillConcurrency)
+	}
 	return &Service{
+		pool:         pool,
 		cfg:          cfg,
 		store:        st,
 		rt:           rt,

@@ -173,3 +173,21 @@ func scanPoolSlot(r rowScanner) (PoolSlot, error) {
 	p.CreatedAt = fromNanos(created)
 	return p, nil
 }
+
+// ListFreePoolSlots returns the slots no sandbox has adopted, ready or not.
+func (s *Store) ListFreePoolSlots(ctx context.Context) ([]PoolSlot, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+poolSlotColumns+` FROM pool_slots WHERE sandbox_id IS NULL ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list free pool slots: %w", err)
+	}
+	defer rows.Close()
+	var out []PoolSlot
+	for rows.Next() {
+		p, err := scanPoolSlot(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list free pool slots: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}

@@ -52,6 +52,7 @@ func New(svc *service.Service, auth *api.Auth, wrap func(pattern string, h http.
 	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", h.removeDomain)
 	route("GET /v1/events", h.events)
 	h.adminRoutes()
+	h.mux.HandleFunc("GET /v1/pool", h.poolStatus)
 	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Problem{Status: http.StatusNotFound, Code: apitypes.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
@@ -101,6 +102,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		sb  sandpit.Sandbox
 		err error
 	)
+	ctx, timing := service.WithServerTiming(r.Context())
+	r = r.WithContext(ctx)
 	if creq.ID != "" {
 		// A keyed create: the id is recorded in the claim, and an earlier
 		// attempt of the same request may already have made the sandbox.
@@ -108,6 +111,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	} else {
 		sb, err = h.svc.CreateSandbox(r.Context(), creq)
 	}
+	w.Header().Set("Server-Timing", timing.Header())
 	if err != nil {
 		fail(w, err)
 		return
@@ -328,4 +332,18 @@ func (h *Handler) removeDomain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// poolStatus reports the warm pool's counters and free slots (admin only).
+func (h *Handler) poolStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := h.svc.PoolStatus(r.Context())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := apitypes.PoolStatus{Hits: st.Hits, Misses: st.Misses, Pools: []apitypes.Pool{}}
+	for _, p := range st.Pools {
+		out.Pools = append(out.Pools, apitypes.Pool{Image: p.Image, User: p.User, Size: p.Size, Ready: p.Ready, Starting: p.Starting})
+	}
+	api.WriteJSON(w, http.StatusOK, out)
 }
