@@ -429,7 +429,10 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopBG()
 	go svc.RunSweeper(bg, cfg.SweepInterval)
 	go svc.WatchExits(bg)
-	go svc.RunPool(bg)
+	// The pool's refills are waited for at shutdown: one cut short removes
+	// its half-made container, and must do so before the store closes.
+	poolDone := make(chan struct{})
+	go func() { defer close(poolDone); svc.RunPool(bg) }()
 	go metrics.Run(bg)
 	go reapIdempotency(bg, st, log)
 	go svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour)
@@ -463,6 +466,7 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = proxySrv.Shutdown(shutCtx)
 	}
 	_ = edg.close()
+	<-poolDone
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
