@@ -52,6 +52,18 @@ func describe(ctx context.Context, what string) {
 	}
 }
 
+// Total records the whole request's time since start, as the "total"
+// entry.
+func (t *ServerTiming) Total(start time.Time) {
+	d := time.Since(start)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, seen := t.phases["total"]; !seen {
+		t.order = append(t.order, "total")
+	}
+	t.phases["total"] = d
+}
+
 // Header renders the collected phases as a Server-Timing value, durations
 // in milliseconds: "store;dur=0.8, engine;dur=310.2, agent;dur=40.1".
 func (t *ServerTiming) Header() string {

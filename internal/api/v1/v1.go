@@ -85,6 +85,7 @@ func toSandbox(sb sandpit.Sandbox) apitypes.Sandbox {
 }
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	var req apitypes.CreateRequest
 	if err := api.DecodeJSON(r, &req, true); err != nil {
 		fail(w, err)
@@ -111,6 +112,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	} else {
 		sb, err = h.svc.CreateSandbox(r.Context(), creq)
 	}
+	timing.Total(start)
 	w.Header().Set("Server-Timing", timing.Header())
 	if err != nil {
 		fail(w, err)
