@@ -125,6 +125,7 @@ func TestPoolAdoptionAppliesTheCreate(t *testing.T) {
 	sb, timing := poolCreate(t, d, apitypes.CreateRequest{
 		Env: map[string]string{"GREETING": "hello pool"}, Labels: map[string]string{"team": "a"}, MemoryMB: 256,
 	}, "")
+	t.Logf("Server-Timing: %s", timing)
 	if !strings.Contains(timing, "desc=warm") || !strings.Contains(timing, "store;dur=") || !strings.Contains(timing, "agent;dur=") {
 		t.Fatalf("Server-Timing %q: want a warm create with store and agent phases", timing)
 	}

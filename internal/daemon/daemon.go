@@ -539,9 +539,10 @@ func resolvePool(cfg Config) ([]service.PoolSpec, error) {
 	return out, nil
 }
 
-// ParseWarmPool parses a --warm-pool value, TEMPLATE_OR_IMAGE=N[,user=NAME].
+// ParseWarmPool parses a --warm-pool value,
+// TEMPLATE_OR_IMAGE=N[,user=NAME][,cpu=CORES][,memory=MIB].
 func ParseWarmPool(v string) (service.PoolSpec, error) {
-	bad := fmt.Errorf("--warm-pool wants TEMPLATE_OR_IMAGE=N[,user=NAME], got %q", v)
+	bad := fmt.Errorf("--warm-pool wants TEMPLATE_OR_IMAGE=N[,user=NAME][,cpu=CORES][,memory=MIB], got %q", v)
 	head, opts, _ := strings.Cut(v, ",")
 	i := strings.LastIndex(head, "=")
 	if i <= 0 {
@@ -555,10 +556,29 @@ func ParseWarmPool(v string) (service.PoolSpec, error) {
 	if opts != "" {
 		for _, o := range strings.Split(opts, ",") {
 			k, val, ok := strings.Cut(o, "=")
-			if !ok || k != "user" || val == "" {
+			if !ok || val == "" {
 				return service.PoolSpec{}, bad
 			}
-			spec.User = val
+			var err error
+			switch k {
+			case "user":
+				spec.User = val
+			case "cpu":
+				spec.CPU, err = strconv.ParseFloat(val, 64)
+				if err == nil && (spec.CPU <= 0 || spec.CPU > 64) {
+					err = bad
+				}
+			case "memory":
+				spec.MemoryMB, err = strconv.ParseInt(val, 10, 64)
+				if err == nil && spec.MemoryMB < 16 {
+					err = bad
+				}
+			default:
+				err = bad
+			}
+			if err != nil {
+				return service.PoolSpec{}, bad
+			}
 		}
 	}
 	return spec, nil

@@ -24,11 +24,15 @@ import (
 )
 
 // PoolSpec asks for Size started, ownerless sandboxes of Image whose default
-// user is User, for creates to adopt.
+// user is User, for creates to adopt. CPU and MemoryMB are the pooled
+// containers' limits (0 = none): a create asking for exactly these skips the
+// live update adoption otherwise makes.
 type PoolSpec struct {
-	Image string
-	User  string
-	Size  int
+	Image    string
+	User     string
+	Size     int
+	CPU      float64
+	MemoryMB int64
 }
 
 // key is what a create must ask for to adopt one of the spec's containers.
@@ -61,10 +65,12 @@ type warmPool struct {
 	refill chan struct{}
 	// kick wakes the refill loop after an adoption.
 	kick chan struct{}
-	// foreground counts the cold creates in progress; refills wait while
-	// there are any (for a bounded time), so the pool never slows a create
-	// down to fill itself.
+	// foreground counts the creates in progress and lastCreate is when the
+	// last one ended (Unix nanoseconds); refills wait while there are any
+	// and a moment after (for a bounded time), so the pool does not slow a
+	// create, or its first command, down to fill itself.
 	foreground   atomic.Int64
+	lastCreate   atomic.Int64
 	hits, misses atomic.Int64
 
 	mu sync.Mutex
@@ -81,6 +87,27 @@ func newWarmPool(specs []PoolSpec, concurrency int) *warmPool {
 		refill: make(chan struct{}, concurrency),
 		kick:   make(chan struct{}, 1),
 		ips:    map[string]string{},
+	}
+}
+
+// refillGrace is how long after the last create a refill waits: the
+// client's first command usually follows its create at once.
+const refillGrace = 250 * time.Millisecond
+
+// busy reports whether foreground creates run or just ended.
+func (p *warmPool) busy() bool {
+	return p.foreground.Load() > 0 || time.Since(time.Unix(0, p.lastCreate.Load())) < refillGrace
+}
+
+// enter marks a create in progress until the returned function runs.
+func (p *warmPool) enter() func() {
+	if p == nil {
+		return func() {}
+	}
+	p.foreground.Add(1)
+	return func() {
+		p.lastCreate.Store(time.Now().UnixNano())
+		p.foreground.Add(-1)
 	}
 }
 
@@ -108,13 +135,13 @@ func newSlotID() string {
 	return "pool-" + strings.ToLower(strings.TrimRight(base32.StdEncoding.EncodeToString(b[:]), "="))
 }
 
-// poolFits reports whether a pooled container can become the sandbox req
-// asks for: same image and default user (the user decides the container's
-// security options), and no limit the engine cannot set on a running
-// container. A pooled container has no cpu or memory limit, and a live
-// update can set one but not lift one.
-func poolFits(req CreateRequest) bool {
-	return req.CPU >= 0 && req.MemoryMB >= 0
+// poolFits reports whether a pool's container can become the sandbox req
+// asks for (the image and default user, which decides the container's
+// security options, are the pool's key): its limits must be the pool's or
+// ones a live update can set. The engine cannot lift a limit, so a create
+// asking for none cannot adopt a container that has one.
+func poolFits(req CreateRequest, spec PoolSpec) bool {
+	return (req.CPU > 0 || spec.CPU == 0) && (req.MemoryMB > 0 || spec.MemoryMB == 0)
 }
 
 // adoptPooled tries to make sb out of a pooled container: the store claims a
@@ -126,11 +153,11 @@ func poolFits(req CreateRequest) bool {
 // with it).
 func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req CreateRequest) (bool, error) {
 	p := s.pool
-	if p == nil || !poolFits(req) {
+	if p == nil {
 		return false, nil
 	}
 	key := poolKey(sb.Image, req.User)
-	if _, ok := p.spec(key); !ok {
+	if spec, ok := p.spec(key); !ok || !poolFits(req, spec) {
 		return false, nil
 	}
 	t0 := time.Now()
@@ -151,32 +178,40 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 	delete(p.ips, slot.ID)
 	p.mu.Unlock()
 
-	t0 = time.Now()
 	if ip == "" {
+		t0 = time.Now()
 		c, err := s.rt.Inspect(ctx, slot.ContainerID)
 		if err != nil {
 			return true, fmt.Errorf("%w: inspect pooled container: %v", ErrRuntime, err)
 		}
 		ip = c.IP
+		phase(ctx, "engine", t0)
 	}
-	if (req.CPU > 0 && req.CPU != slot.CPU) || (req.MemoryMB > 0 && req.MemoryMB != slot.MemoryMB) {
-		if err := s.rt.Update(ctx, slot.ContainerID, req.CPU, req.MemoryMB); err != nil {
-			return true, fmt.Errorf("%w: update pooled container: %v", ErrRuntime, err)
+	// The engine's live update (slow: it rewrites cgroups) and the agent's
+	// init run side by side; they touch different things.
+	updated := make(chan error, 1)
+	go func() {
+		t0 := time.Now()
+		var err error
+		if (req.CPU > 0 && req.CPU != slot.CPU) || (req.MemoryMB > 0 && req.MemoryMB != slot.MemoryMB) {
+			if err = s.rt.Update(ctx, slot.ContainerID, req.CPU, req.MemoryMB); err != nil {
+				err = fmt.Errorf("%w: update pooled container: %v", ErrRuntime, err)
+			}
 		}
-	}
-	// The network policy of the sandbox is applied here, before its
-	// agent accepts the sandbox's token, as a cold create applies it after
-	// start.
-	if err := s.adoptNetworkPolicy(ctx, *sb, ip); err != nil {
-		return true, err
-	}
-	phase(ctx, "engine", t0)
-
+		// The sandbox's network policy is applied here, as a cold create
+		// applies it after start.
+		if err == nil {
+			err = s.adoptNetworkPolicy(ctx, *sb, ip)
+		}
+		phase(ctx, "engine", t0)
+		updated <- err
+	}()
 	t0 = time.Now()
-	if err := s.initAgent(ctx, ip, slot.Token, *sb); err != nil {
+	initErr := s.initAgent(ctx, ip, slot.Token, *sb)
+	phase(ctx, "agent", t0)
+	if err := errors.Join(<-updated, initErr); err != nil {
 		return true, err
 	}
-	phase(ctx, "agent", t0)
 
 	s.mu.Lock()
 	s.ips[sb.ID] = ip
@@ -315,7 +350,7 @@ func (s *Service) refillPools(ctx context.Context, wg *sync.WaitGroup) {
 		for range spec.Size - have[spec.key()] {
 			slot := store.PoolSlot{
 				ID: newSlotID(), Key: spec.key(), Image: spec.Image, AgentUser: spec.User,
-				Token: newToken(), CreatedAt: s.now(),
+				CPU: spec.CPU, MemoryMB: spec.MemoryMB, Token: newToken(), CreatedAt: s.now(),
 			}
 			slot.ContainerID = containerName(slot.ID)
 			if err := s.store.AddPoolSlot(ctx, slot); err != nil {
@@ -345,7 +380,7 @@ func (s *Service) fillSlot(ctx context.Context, slot store.PoolSlot) error {
 		return ctx.Err()
 	}
 	defer func() { <-s.pool.refill }()
-	for deadline := time.Now().Add(3 * time.Second); s.pool.foreground.Load() > 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(3 * time.Second); s.pool.busy() && time.Now().Before(deadline); {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -357,6 +392,8 @@ func (s *Service) fillSlot(ctx context.Context, slot store.PoolSlot) error {
 	spec := driver.Spec{
 		SandboxID:   slot.ID,
 		Image:       slot.Image,
+		CPU:         slot.CPU,
+		MemoryMB:    slot.MemoryMB,
 		Labels:      labels,
 		PidsLimit:   s.cfg.PidsLimit,
 		AgentBinary: s.cfg.AgentBinary,
@@ -450,7 +487,7 @@ func (s *Service) reconcilePool(ctx context.Context, containers []driver.Contain
 		case ok && sl.SandboxID != "":
 			c.SandboxID = sl.SandboxID
 			out = append(out, c)
-		case ok && s.pool != nil && c.State == "running" && s.healthyNow(ctx, c.IP) && s.stillWanted(sl.Key):
+		case ok && s.pool != nil && c.State == "running" && s.healthyNow(ctx, c.IP) && s.stillWanted(sl):
 			s.pool.mu.Lock()
 			s.pool.ips[sl.ID] = c.IP
 			s.pool.mu.Unlock()
@@ -478,10 +515,11 @@ func (s *Service) reconcilePool(ctx context.Context, containers []driver.Contain
 	return out, nil
 }
 
-// stillWanted reports whether a pool of key is configured.
-func (s *Service) stillWanted(key string) bool {
-	_, ok := s.pool.spec(key)
-	return ok
+// stillWanted reports whether a slot's pool is still configured, with the
+// same limits.
+func (s *Service) stillWanted(sl store.PoolSlot) bool {
+	spec, ok := s.pool.spec(sl.Key)
+	return ok && spec.CPU == sl.CPU && spec.MemoryMB == sl.MemoryMB
 }
 
 // healthyNow asks a kept pooled container's agent once, briefly.

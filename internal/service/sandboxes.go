@@ -162,6 +162,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	// (CreateOrAdopt) waits for this one instead of failing on the taken id.
 	finished := s.trackCreate(id)
 	defer finished()
+	defer s.pool.enter()()
 	// From here on every failure must undo what was made. The rollback runs
 	// without the caller's cancellation: a client hanging up mid-create must
 	// not leave a half-made sandbox behind.
@@ -202,10 +203,6 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 
 // createCold makes and starts a new container for sb.
 func (s *Service) createCold(ctx context.Context, sb *sandpit.Sandbox, req CreateRequest) error {
-	if s.pool != nil {
-		s.pool.foreground.Add(1)
-		defer s.pool.foreground.Add(-1)
-	}
 	spec := driver.Spec{
 		SandboxID:   sb.ID,
 		Image:       sb.Image,
