@@ -307,3 +307,33 @@ func TestPoolSurvivesRestart(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestPoolFallsBackToCold: a pooled container that does not answer (paused
+// behind the daemon's back) is dropped and the create goes cold instead of
+// failing; the pool refills.
+func TestPoolFallsBackToCold(t *testing.T) {
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--warm-pool", "sandpit/base:test=1"}})
+	awaitPool(t, d, 1, 60*time.Second)
+	pooled := pooledContainers(t, d)
+	if out, err := exec.Command("docker", "pause", pooled[0]).CombinedOutput(); err != nil {
+		t.Fatalf("docker pause: %v %s", err, out)
+	}
+	sb, timing := poolCreate(t, d, apitypes.CreateRequest{Env: map[string]string{"V": "cold"}}, "")
+	if !strings.Contains(timing, "desc=cold") {
+		t.Fatalf("Server-Timing %q: want a cold create", timing)
+	}
+	c := d.Client()
+	res, err := c.Exec(context.Background(), sb.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo $V"}})
+	if err != nil || strings.TrimSpace(res.Stdout) != "cold" {
+		t.Fatalf("echo $V: %+v %v", res, err)
+	}
+	awaitPool(t, d, 1, 60*time.Second)
+	for _, id := range pooledContainers(t, d) {
+		if id == pooled[0] {
+			t.Fatalf("the unanswering pooled container %s is still there", id)
+		}
+	}
+	if st := poolStatus(t, d); st.Hits != 0 || st.Misses != 1 {
+		t.Fatalf("hits %d misses %d, want 0 and 1", st.Hits, st.Misses)
+	}
+}

@@ -222,11 +222,27 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 	return true, nil
 }
 
+// abandonAdoption removes an adopted container that failed to become sb and
+// points sb back at the container a cold create makes.
+func (s *Service) abandonAdoption(ctx context.Context, sb *sandpit.Sandbox) error {
+	s.pool.hits.Add(-1)
+	s.pool.misses.Add(1)
+	s.forgetIP(sb.ID)
+	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
+		return fmt.Errorf("%w: remove failed pooled container: %v", ErrRuntime, err)
+	}
+	sb.ContainerID = containerName(sb.ID)
+	return s.store.AbandonPoolSlot(ctx, sb.ID, sb.ContainerID)
+}
+
 // adoptNetworkPolicy is the adoption's hook for the sandbox's network
 // policy. Pooled containers start with the daemon's default policy; a
 // per-sandbox policy is applied here, where a cold create applies it after
 // start.
 func (s *Service) adoptNetworkPolicy(context.Context, sandpit.Sandbox, string) error { return nil }
+
+// initTimeout bounds an adopted agent's init call.
+const initTimeout = 3 * time.Second
 
 // initAgent gives an adopted container's agent the sandbox's environment and
 // access token, authenticated with the pool-only token it started with.
@@ -235,6 +251,10 @@ func (s *Service) initAgent(ctx context.Context, ip, poolToken string, sb sandpi
 	if err != nil {
 		return err
 	}
+	// A pooled agent answers init in a millisecond or two; one that does
+	// not answer within the budget is given up on (the create goes cold).
+	ctx, cancel := context.WithTimeout(ctx, initTimeout)
+	defer cancel()
 	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort)) + agent.InitPath
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {

@@ -182,15 +182,24 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	// A pooled container of the same image and user becomes the sandbox
 	// when the store lets this create adopt one; otherwise it goes cold.
 	adopted, err := s.adoptPooled(ctx, &sb, req)
+	if err != nil && adopted && ctx.Err() == nil {
+		// The pooled container failed us (it died a moment ago, say): the
+		// create goes cold rather than failing.
+		s.log.Warn("adopting a pooled sandbox failed; creating it cold", "sandbox", id, "err", err)
+		err = s.abandonAdoption(ctx, &sb)
+		adopted = false
+	}
 	if err != nil {
 		return fail(err)
 	}
-	if !adopted {
+	if adopted {
+		describe(ctx, "warm")
+	} else {
+		describe(ctx, "cold")
 		if err := s.createCold(ctx, &sb, req); err != nil {
 			return fail(err)
 		}
 	}
-	describe(ctx, map[bool]string{true: "warm", false: "cold"}[adopted])
 	t0 = time.Now()
 	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
 		return fail(err)

@@ -191,3 +191,24 @@ func (s *Store) ListFreePoolSlots(ctx context.Context) ([]PoolSlot, error) {
 	}
 	return out, rows.Err()
 }
+
+// AbandonPoolSlot undoes a sandbox's adoption whose container turned out
+// unusable: the slot is deleted (its container is being removed) and the
+// sandbox's row points at containerID, the container a cold create makes.
+func (s *Store) AbandonPoolSlot(ctx context.Context, sandboxID, containerID string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("abandon pool slot of %s: %w", sandboxID, err)
+	}
+	defer rollback(tx)
+	if _, err := tx.ExecContext(ctx, `DELETE FROM pool_slots WHERE sandbox_id = ?`, sandboxID); err != nil {
+		return fmt.Errorf("abandon pool slot of %s: %w", sandboxID, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET container_id = ? WHERE id = ?`, containerID, sandboxID); err != nil {
+		return fmt.Errorf("abandon pool slot of %s: %w", sandboxID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("abandon pool slot of %s: commit: %w", sandboxID, err)
+	}
+	return nil
+}
