@@ -49,3 +49,20 @@ test('a create that adopts a pooled sandbox runs commands with its env', { timeo
     await sbx.kill()
   }
 })
+
+test('an E2B create answers with a Server-Timing header', { timeout: 120_000 }, async () => {
+  await awaitPool(d, 2)
+  const res = await fetch(`${d.apiUrl}/sandboxes`, {
+    method: 'POST',
+    headers: { 'X-API-KEY': d.token, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ templateID: 'base', metadata: { run: runId, t: 'timing' } }),
+  })
+  assert.equal(res.status, 201)
+  const timing = res.headers.get('server-timing')
+  assert.match(timing, /store;dur=[\d.]+/)
+  assert.match(timing, /agent;dur=[\d.]+/)
+  assert.match(timing, /total;dur=[\d.]+/)
+  assert.match(timing, /desc=warm/)
+  const { sandboxID } = await res.json()
+  await Sandbox.kill(sandboxID, d.opts)
+})

@@ -85,7 +85,7 @@ func toSandbox(sb sandpit.Sandbox) apitypes.Sandbox {
 }
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
+	w, r = api.ServerTiming(w, r)
 	var req apitypes.CreateRequest
 	if err := api.DecodeJSON(r, &req, true); err != nil {
 		fail(w, err)
@@ -103,8 +103,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		sb  sandpit.Sandbox
 		err error
 	)
-	ctx, timing := service.WithServerTiming(r.Context())
-	r = r.WithContext(ctx)
 	if creq.ID != "" {
 		// A keyed create: the id is recorded in the claim, and an earlier
 		// attempt of the same request may already have made the sandbox.
@@ -112,8 +110,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	} else {
 		sb, err = h.svc.CreateSandbox(r.Context(), creq)
 	}
-	timing.Total(start)
-	w.Header().Set("Server-Timing", timing.Header())
 	if err != nil {
 		fail(w, err)
 		return
