@@ -108,32 +108,38 @@ func (s *Store) AdoptPoolSlot(ctx context.Context, key, sandboxID string, now ti
 
 // GetPoolSlot returns a slot by its id, or ErrNotFound.
 func (s *Store) GetPoolSlot(ctx context.Context, id string) (PoolSlot, error) {
-	p, err := scanPoolSlot(s.queryRow(ctx, nil, qPoolByID, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return PoolSlot{}, fmt.Errorf("get pool slot %s: %w", id, sandpit.ErrNotFound)
-	}
-	if err != nil {
-		return PoolSlot{}, fmt.Errorf("get pool slot %s: %w", id, err)
-	}
-	return p, nil
+	return s.getPoolSlot(ctx, qPoolByID, id)
 }
 
 // GetPoolSlotOf returns the slot a sandbox adopted, or ErrNotFound when it
 // was created cold.
 func (s *Store) GetPoolSlotOf(ctx context.Context, sandboxID string) (PoolSlot, error) {
-	p, err := scanPoolSlot(s.queryRow(ctx, nil, qPoolBySandbox, sandboxID))
+	return s.getPoolSlot(ctx, qPoolBySandbox, sandboxID)
+}
+
+func (s *Store) getPoolSlot(ctx context.Context, q, arg string) (PoolSlot, error) {
+	p, err := scanPoolSlot(s.queryRow(ctx, nil, q, arg))
 	if errors.Is(err, sql.ErrNoRows) {
-		return PoolSlot{}, fmt.Errorf("pool slot of %s: %w", sandboxID, sandpit.ErrNotFound)
+		return PoolSlot{}, fmt.Errorf("pool slot %s: %w", arg, sandpit.ErrNotFound)
 	}
 	if err != nil {
-		return PoolSlot{}, fmt.Errorf("pool slot of %s: %w", sandboxID, err)
+		return PoolSlot{}, fmt.Errorf("pool slot %s: %w", arg, err)
 	}
 	return p, nil
 }
 
 // ListPoolSlots returns every slot, free and adopted.
 func (s *Store) ListPoolSlots(ctx context.Context) ([]PoolSlot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+poolSlotColumns+` FROM pool_slots ORDER BY created_at, id`)
+	return s.listPoolSlots(ctx, "")
+}
+
+// ListFreePoolSlots returns the slots no sandbox has adopted, ready or not.
+func (s *Store) ListFreePoolSlots(ctx context.Context) ([]PoolSlot, error) {
+	return s.listPoolSlots(ctx, "WHERE sandbox_id IS NULL")
+}
+
+func (s *Store) listPoolSlots(ctx context.Context, where string) ([]PoolSlot, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+poolSlotColumns+` FROM pool_slots `+where+` ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list pool slots: %w", err)
 	}
@@ -172,24 +178,6 @@ func scanPoolSlot(r rowScanner) (PoolSlot, error) {
 	p.SandboxID = sid.String
 	p.CreatedAt = fromNanos(created)
 	return p, nil
-}
-
-// ListFreePoolSlots returns the slots no sandbox has adopted, ready or not.
-func (s *Store) ListFreePoolSlots(ctx context.Context) ([]PoolSlot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+poolSlotColumns+` FROM pool_slots WHERE sandbox_id IS NULL ORDER BY created_at, id`)
-	if err != nil {
-		return nil, fmt.Errorf("list free pool slots: %w", err)
-	}
-	defer rows.Close()
-	var out []PoolSlot
-	for rows.Next() {
-		p, err := scanPoolSlot(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list free pool slots: %w", err)
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
 }
 
 // AbandonPoolSlot undoes a sandbox's adoption whose container turned out
