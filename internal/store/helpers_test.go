@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -59,4 +61,15 @@ func parallel(n int, fn func(i int)) {
 	}
 	close(start)
 	wg.Wait()
+}
+
+// latestVersion is the schema version the migrations end at: the number of
+// migration files, which are numbered from 1 without gaps.
+func latestVersion(t testing.TB) string {
+	t.Helper()
+	files, err := filepath.Glob("migrations/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("migrations: %v", err)
+	}
+	return strconv.Itoa(len(files))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -114,5 +115,27 @@ func TestAdoptPoolSlotRetryKeepsItsSlot(t *testing.T) {
 	}
 	if _, err := s.GetPoolSlot(ctx, first.ID); !errors.Is(err, sandpit.ErrNotFound) {
 		t.Fatalf("slot of a deleted sandbox: %v, want ErrNotFound", err)
+	}
+}
+
+// TestPoolSlotsSchema: the claim is held by the schema, a partial unique
+// index on the adopting sandbox, and a slot goes with its sandbox.
+func TestPoolSlotsSchema(t *testing.T) {
+	_, dir := openStore(t)
+	db := rawDB(t, dir, true)
+	var ddl string
+	if err := db.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'idx_pool_slots_sandbox'`).Scan(&ddl); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"UNIQUE", "pool_slots(sandbox_id)", "WHERE sandbox_id IS NOT NULL"} {
+		if !strings.Contains(ddl, p) {
+			t.Errorf("index = %q, missing %q", ddl, p)
+		}
+	}
+	if err := db.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'pool_slots'`).Scan(&ddl); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(ddl, "REFERENCES sandboxes(id) ON DELETE CASCADE") {
+		t.Errorf("pool_slots does not cascade with its sandbox:\n%s", ddl)
 	}
 }

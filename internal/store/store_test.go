@@ -140,7 +140,7 @@ func TestPragmas(t *testing.T) {
 		"foreign_keys": "1",
 		"busy_timeout": "5000",
 		"synchronous":  "2", // FULL
-		"user_version": "2",
+		"user_version": latestVersion(t),
 	} {
 		got, err := s.Pragma(ctx, name)
 		if err != nil {
@@ -209,7 +209,7 @@ func TestMigrationsIdempotentOnReopen(t *testing.T) {
 			t.Fatalf("reopen: %v", err)
 		}
 		v, _ := s.Pragma(ctx, "user_version")
-		if v != v1 || v != "2" {
+		if v != v1 || v != latestVersion(t) {
 			t.Errorf("user_version after reopen = %s, want %s", v, v1)
 		}
 		if _, err := s.GetSandbox(ctx, "sb-keep"); err != nil {
@@ -238,7 +238,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	}
 	// The failed Open must not keep the directory locked.
 	db = rawDB(t, dir, false)
-	if _, err := db.Exec(`PRAGMA user_version = 2`); err != nil {
+	if _, err := db.Exec(`PRAGMA user_version = ` + latestVersion(t)); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
