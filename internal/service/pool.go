@@ -188,7 +188,10 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 		phase(ctx, "engine", t0)
 	}
 	// The engine's live update (slow: it rewrites cgroups) and the agent's
-	// init run side by side; they touch different things.
+	// init run side by side; they touch different things. Both end before
+	// the create answers, and only then does anyone hold the sandbox's
+	// token, so none of its processes runs before its limits and network
+	// policy apply.
 	updated := make(chan error, 1)
 	go func() {
 		t0 := time.Now()
@@ -198,8 +201,8 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 				err = fmt.Errorf("%w: update pooled container: %v", ErrRuntime, err)
 			}
 		}
-		// The sandbox's network policy is applied here, as a cold create
-		// applies it after start.
+		// The sandbox's network policy is applied here (the hook
+		// adoptNetworkPolicy), as a cold create applies it after start.
 		if err == nil {
 			err = s.adoptNetworkPolicy(ctx, *sb, ip)
 		}
