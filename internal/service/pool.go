@@ -326,7 +326,7 @@ func (s *Service) poolStatus(ctx context.Context) (PoolStatus, error) {
 
 // RunPool keeps every pool at its size until ctx ends: after each adoption,
 // and every few seconds in case a refill failed. It logs the pool's size and
-// hit and miss counts when they change.
+// hit and miss counts when they change, at most every 10 s.
 func (s *Service) RunPool(ctx context.Context) {
 	if s.pool == nil {
 		return
@@ -335,12 +335,14 @@ func (s *Service) RunPool(ctx context.Context) {
 	defer wg.Wait()
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
-	last := ""
+	last, lastAt := "", time.Time{}
 	for {
 		s.refillPools(ctx, &wg)
-		if st, err := s.poolStatus(ctx); err == nil {
+		// The state is logged when it changed, at most every 10 s: a busy
+		// daemon changes it with every create.
+		if st, err := s.poolStatus(ctx); err == nil && time.Since(lastAt) >= 10*time.Second {
 			if line := fmt.Sprint(st); line != last {
-				last = line
+				last, lastAt = line, time.Now()
 				for _, p := range st.Pools {
 					s.log.Info("warm pool", "image", p.Image, "user", p.User, "size", p.Size, "ready", p.Ready,
 						"starting", p.Starting, "hits", st.Hits, "misses", st.Misses)
