@@ -29,6 +29,22 @@ var (
 	ErrInvalidPageToken = errors.New("invalid page token")
 )
 
+// PortAccess says who may reach a sandbox's ports, other than its agent's,
+// through the E2B gateway and the preview proxy.
+type PortAccess string
+
+// Port access policies.
+const (
+	// PortAccessExposed: only ports exposed through the API (the default,
+	// and what native and Daytona creates get).
+	PortAccessExposed PortAccess = "exposed"
+	// PortAccessPublic: every port, as E2B serves its sandboxes by default.
+	PortAccessPublic PortAccess = "public"
+	// PortAccessToken: every port, to requests carrying the sandbox's traffic
+	// token (E2B's network.allowPublicTraffic false).
+	PortAccessToken PortAccess = "token"
+)
+
 // State is a sandbox's lifecycle state as the store records it.
 type State string
 
@@ -41,25 +57,68 @@ const (
 	StateStopped  State = "stopped"
 	StatePaused   State = "paused"
 	StateError    State = "error"
+	// StateDeleting records a delete's intent before its first side effect,
+	// so a delete interrupted by a crash is finished rather than forgotten.
+	StateDeleting State = "deleting"
+	// StateStarting is never stored: the API shows it for a running row
+	// whose container the daemon is still bringing back after a restart.
+	StateStarting State = "starting"
+)
+
+// Reasons a sandbox left the running state without being asked to.
+const (
+	ReasonExited  = "exited"  // its main process ended on its own
+	ReasonOOM     = "oom"     // the kernel killed it for memory
+	ReasonKilled  = "killed"  // a signal from outside the daemon ended it
+	ReasonRemoved = "removed" // its container was removed behind the daemon's back
 )
 
 // Sandbox is one row of the sandboxes table.
 type Sandbox struct {
-	ID          string
-	Name        string // "" means unnamed; non-empty names are unique per daemon
-	Owner       string // owner of the token that made it
-	Image       string
-	Template    string // facade template / snapshot name, informational
-	State       State
+	ID       string
+	Name     string // "" means unnamed; non-empty names are unique per daemon
+	Owner    string // owner of the token that made it
+	Image    string
+	Template string // facade template / snapshot name, informational
+	State    State
+	// StateReason says why the sandbox is in State when the daemon did not
+	// put it there on request (a container that died on its own); "" else.
+	StateReason string
 	Labels      map[string]string // E2B metadata and Daytona labels live here
 	Env         map[string]string
 	CPU         float64 // cores; 0 = engine default
 	MemoryMB    int64   // 0 = engine default
 	ContainerID string
-	AccessToken string    // the agent's per-sandbox token
-	EndAt       time.Time // zero = no deadline
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	AccessToken string // the agent's per-sandbox token
+	// PortAccess and TrafficToken decide who reaches ports other than the
+	// agent's; empty PortAccess reads as PortAccessExposed.
+	PortAccess   PortAccess
+	TrafficToken string
+	EndAt        time.Time // zero = no deadline
+	Network      NetworkPolicy
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// Egress values of a NetworkPolicy.
+const (
+	EgressPublic = "public"
+	EgressNone   = "none"
+)
+
+// NetworkPolicy is a sandbox's own outbound policy: "none" refuses every
+// destination not allowed; Allow CIDRs are reachable even when private or
+// denied (allow wins, as on E2B); Deny CIDRs are refused. The zero value
+// follows the daemon's defaults.
+type NetworkPolicy struct {
+	Egress string   `json:"egress,omitempty"` // "", "public" or "none"
+	Allow  []string `json:"allow,omitempty"`
+	Deny   []string `json:"deny,omitempty"`
+}
+
+// IsZero reports a policy that adds nothing to the daemon's defaults.
+func (p NetworkPolicy) IsZero() bool {
+	return (p.Egress == "" || p.Egress == EgressPublic) && len(p.Allow) == 0 && len(p.Deny) == 0
 }
 
 // ListOptions filters and pages a sandbox listing. Paging is stable: rows are

@@ -74,9 +74,10 @@ type AuditPage struct {
 	NextAfter int64        `json:"next_after"`
 }
 
-// PoolStatus is the body of GET /v1/pool: the warm pool's adoption counters
-// and, per pool, its free slots.
-type PoolStatus struct {
+// WarmPoolStatus is the body of GET /v1/pool (schema PoolStatus): the warm
+// pool's adoption counters and, per pool, its free slots. The pool part of
+// GET /v1/status is the short PoolStatus.
+type WarmPoolStatus struct {
 	Hits   int64  `json:"hits"`
 	Misses int64  `json:"misses"`
 	Pools  []Pool `json:"pools"`

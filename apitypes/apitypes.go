@@ -8,17 +8,21 @@ import "time"
 
 // Sandbox is the native representation of a sandbox.
 type Sandbox struct {
-	ID        string            `json:"id"`
-	Name      string            `json:"name,omitempty"`
-	Image     string            `json:"image"`
-	State     string            `json:"state"`
-	Labels    map[string]string `json:"labels"`
-	Env       map[string]string `json:"env"`
-	CPU       float64           `json:"cpu,omitempty"`
-	MemoryMB  int64             `json:"memory_mb,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
-	EndAt     *time.Time        `json:"end_at,omitempty"`
+	ID    string `json:"id"`
+	Name  string `json:"name,omitempty"`
+	Image string `json:"image"`
+	State string `json:"state"`
+	// StateReason says why a sandbox stopped on its own: exited, oom or
+	// killed.
+	StateReason string            `json:"state_reason,omitempty"`
+	Labels      map[string]string `json:"labels"`
+	Env         map[string]string `json:"env"`
+	CPU         float64           `json:"cpu,omitempty"`
+	MemoryMB    int64             `json:"memory_mb,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+	EndAt       *time.Time        `json:"end_at,omitempty"`
+	Network     *Network          `json:"network,omitempty"`
 }
 
 // CreateRequest is the body of POST /v1/sandboxes.
@@ -30,6 +34,7 @@ type CreateRequest struct {
 	CPU      float64           `json:"cpu,omitempty"`
 	MemoryMB int64             `json:"memory_mb,omitempty"`
 	TimeoutS int64             `json:"timeout_s,omitempty"`
+	Network  *Network          `json:"network,omitempty"`
 }
 
 // ListResponse is the body of GET /v1/sandboxes.
@@ -52,6 +57,9 @@ type ExecResult struct {
 	ExitCode int    `json:"exit_code"`
 	Stdout   string `json:"stdout"`
 	Stderr   string `json:"stderr"`
+	// Truncated: a stream went over the daemon's 16 MiB cap and holds only
+	// its first 16 MiB.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // ExposeRequest is the body of POST /v1/sandboxes/{id}/ports.
@@ -62,6 +70,8 @@ type ExposeRequest struct {
 
 // Port is an exposure of a sandbox port.
 type Port struct {
+	// SandboxID is set only in the debug view, which lists every exposure.
+	SandboxID string    `json:"sandbox_id,omitempty"`
 	Port      int       `json:"port"`
 	Protocol  string    `json:"protocol"`
 	HostPort  int       `json:"host_port"`
@@ -141,5 +151,16 @@ const (
 	CodeServiceUnavailable = "unavailable"
 	CodeForbidden          = "forbidden"
 	CodeQuotaExceeded      = "quota_exceeded"
+	CodePortForbidden      = "port_forbidden"
 	CodeTokenNameConflict  = "token_name_conflict"
 )
+
+// Network is a sandbox's own egress policy. Egress "public" (the default)
+// leaves the daemon's policy (public addresses only); "none" refuses every
+// destination not in Allow. Allow and Deny hold IPv4 CIDRs or addresses;
+// an address in both is allowed.
+type Network struct {
+	Egress string   `json:"egress,omitempty"`
+	Allow  []string `json:"allow,omitempty"`
+	Deny   []string `json:"deny,omitempty"`
+}

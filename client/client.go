@@ -145,6 +145,8 @@ type request struct {
 	idempotent bool
 	keyed      bool
 	header     http.Header
+	// progress, when set, is told how many bytes of raw have been sent.
+	progress func(sent int64)
 }
 
 // Response is a finished call's status and headers, for callers that care.
@@ -199,10 +201,16 @@ func (c *Client) once(ctx context.Context, rq request, payload []byte, key strin
 	var body io.Reader
 	if payload != nil {
 		body = bytes.NewReader(payload)
+		if rq.progress != nil {
+			body = &countingReader{r: body, f: rq.progress}
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, rq.method, u, body)
 	if err != nil {
 		return Response{}, err
+	}
+	if payload != nil {
+		req.ContentLength = int64(len(payload))
 	}
 	for k, vs := range rq.header {
 		req.Header[k] = vs
@@ -303,4 +311,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// countingReader reports the running total read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+	f func(int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	c.f(c.n)
+	return n, err
 }

@@ -32,6 +32,8 @@ type (
 	Domain = apitypes.Domain
 	// Event is one sandbox state change.
 	Event = apitypes.Event
+	// Network is a sandbox's own egress policy.
+	Network = apitypes.Network
 )
 
 // Create makes a sandbox. It is safe to retry: the call carries an
@@ -150,6 +152,15 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, std
 func (c *Client) WriteFile(ctx context.Context, id, path string, data []byte) error {
 	_, err := c.do(ctx, request{method: http.MethodPut, path: "/v1/sandboxes/" + url.PathEscape(id) + "/files",
 		query: url.Values{"path": {path}}, raw: data, idempotent: true,
+		header: http.Header{"Content-Type": {"application/octet-stream"}}}, nil)
+	return err
+}
+
+// WriteFileProgress is WriteFile telling progress how many bytes have been
+// sent so far (from 0 again if the upload is retried).
+func (c *Client) WriteFileProgress(ctx context.Context, id, path string, data []byte, progress func(sent int64)) error {
+	_, err := c.do(ctx, request{method: http.MethodPut, path: "/v1/sandboxes/" + url.PathEscape(id) + "/files",
+		query: url.Values{"path": {path}}, raw: data, idempotent: true, progress: progress,
 		header: http.Header{"Content-Type": {"application/octet-stream"}}}, nil)
 	return err
 }

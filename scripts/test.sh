@@ -31,7 +31,7 @@ export SANDPIT_CADDY_L4
 echo "$SANDPIT_CADDY_L4"
 
 # Node packages first: the Go tests of the Caddy router run the E2B SDK.
-for dir in test/e2b test/daytona; do
+for dir in test/e2b test/daytona test/ui; do
 	[[ -f "$dir/package.json" ]] || continue
 	(
 		cd "$dir"
@@ -47,7 +47,23 @@ done
 step "go test -race -count=1 -timeout ${GO_TEST_TIMEOUT:-20m} ./..."
 go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-20m}" ./...
 
-for dir in test/e2b test/daytona; do
+# Every Go native fuzz target runs for a short fixed time beyond its seed
+# corpus (testdata/fuzz, which the plain test run above replays). A failure
+# leaves the crashing input in testdata/fuzz/<target>/ to commit as a seed.
+fuzz_time="${FUZZ_TIME:-5s}"
+while read -r pkg target; do
+	step "fuzz $target ($pkg, $fuzz_time)"
+	go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzz_time" "$pkg"
+done < <(grep -rlE --include='*_test.go' '^func Fuzz' internal cmd test 2>/dev/null |
+	while read -r f; do
+		for t in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$f" | cut -d' ' -f2); do
+			echo "./$(dirname "$f") $t"
+		done
+	done | sort)
+
+# test/ui drives the dashboard in Debian's headless Chromium and keeps its
+# screenshots under test/ui/artifacts (SANDPIT_ARTIFACTS overrides).
+for dir in test/e2b test/daytona test/ui; do
 	[[ -f "$dir/package.json" ]] || continue
 	step "node tests in $dir"
 	(

@@ -101,8 +101,9 @@ func TestGeneratedToken(t *testing.T) {
 	addr := "127.0.0.1:" + itoa(harness.FreePort(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, sandpitBin, "serve", "--data-dir", dataDir, "--listen", addr,
-		"--proxy-listen", "127.0.0.1:"+itoa(harness.FreePort(t)))
+	network := harness.UniqueNetwork()
+	cmd := exec.CommandContext(ctx, sandpitBin, append([]string{"serve", "--data-dir", dataDir, "--listen", addr,
+		"--proxy-listen", "127.0.0.1:" + itoa(harness.FreePort(t))}, harness.NetworkArgs(network)...)...)
 	cmd.Env = os.Environ()
 	for i, e := range cmd.Env {
 		if strings.HasPrefix(e, "SANDPIT_TOKEN=") {
@@ -114,7 +115,11 @@ func TestGeneratedToken(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		harness.Uninstall(t, sandpitBin, network)
+	}()
 
 	tokenPath := filepath.Join(dataDir, "token")
 	var token string

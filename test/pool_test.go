@@ -47,7 +47,7 @@ func poolCreate(t testing.TB, d *harness.Daemon, req apitypes.CreateRequest, key
 	return sb, resp.Header.Get("Server-Timing")
 }
 
-func poolStatus(t testing.TB, d *harness.Daemon) apitypes.PoolStatus {
+func poolStatus(t testing.TB, d *harness.Daemon) apitypes.WarmPoolStatus {
 	t.Helper()
 	hr, _ := http.NewRequest(http.MethodGet, d.URL()+"/v1/pool", nil)
 	hr.Header.Set("Authorization", "Bearer "+d.Token)
@@ -56,7 +56,7 @@ func poolStatus(t testing.TB, d *harness.Daemon) apitypes.PoolStatus {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st apitypes.PoolStatus
+	var st apitypes.WarmPoolStatus
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +117,14 @@ func TestPoolAdoptionAppliesTheCreate(t *testing.T) {
 	if got := inspect(t, before[0], `{{index .Config.Labels "sandpit.pool"}}`); got == "" {
 		t.Fatalf("pooled container has no pool label")
 	}
+	// Pooled containers carry the limits a create naming none gets.
+	was := map[string]string{}
+	for _, id := range before {
+		was[id] = inspect(t, id, "{{.HostConfig.Memory}} {{.State.Running}}")
+		if was[id] != fmt.Sprint(1024<<20)+" true" {
+			t.Fatalf("pooled container %s: memory, running = %s, want the default 1024 MiB", id, was[id])
+		}
+	}
 	c := d.Client()
 	if sbs, _, err := c.List(context.Background(), client.ListOptions{}); err != nil || len(sbs) != 0 {
 		t.Fatalf("pooled containers listed as sandboxes: %v %v", sbs, err)
@@ -156,7 +164,7 @@ func TestPoolAdoptionAppliesTheCreate(t *testing.T) {
 	if mem := inspect(t, adopted, "{{.HostConfig.Memory}}"); mem != fmt.Sprint(256<<20) {
 		t.Fatalf("adopted container memory %s, want %d", mem, 256<<20)
 	}
-	if mem := inspect(t, other, "{{.HostConfig.Memory}} {{.State.Running}}"); mem != "0 true" {
+	if mem := inspect(t, other, "{{.HostConfig.Memory}} {{.State.Running}}"); mem != was[other] {
 		t.Fatalf("the other pooled container changed: memory, running = %s", mem)
 	}
 	// The pool refills behind the adoption.

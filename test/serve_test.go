@@ -149,6 +149,15 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"tls without caddy", []string{"--preview-tls"}, "--preview-tls needs --router caddy"},
 		{"caddy without a proxy port", []string{"--router", "caddy"}, "--proxy-listen"},
 		{"caddy admin", []string{"--router", "caddy", "--proxy-listen", "127.0.0.1:7999", "--caddy-admin", "localhost:2019"}, "--caddy-admin"},
+		{"oci runtime", []string{"--oci-runtime", "no-such-runtime"}, "--oci-runtime no-such-runtime"},
+		{"default above max cpu", []string{"--default-cpu", "4", "--max-cpu", "2"}, "--default-cpu"},
+		{"default above max memory", []string{"--default-memory-mb", "4096", "--max-memory-mb", "2048"}, "--default-memory-mb"},
+		{"negative quota", []string{"--max-sandboxes", "-1"}, "negative"},
+		{"egress", []string{"--sandbox-egress", "some"}, "--sandbox-egress"},
+		{"allow cidr", []string{"--allow-cidr", "10.0.0.0/33"}, "--allow-cidr"},
+		{"allow link-local", []string{"--allow-cidr", "169.254.169.254"}, "link-local"},
+		{"subnet", []string{"--network-subnet", "fd00::/64"}, "--network-subnet"},
+		{"network name", []string{"--network-name", `a "b"`}, "--network-name"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

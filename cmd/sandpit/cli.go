@@ -21,6 +21,7 @@ import (
 type cliEnv struct {
 	addr      string
 	tokenFile string
+	output    string // --output: text or json
 }
 
 // client connects as the flags and environment say. A token is read from a
@@ -61,7 +62,7 @@ func printJSON(w io.Writer, v any) error {
 
 func clientCmds(e *cliEnv) []*cobra.Command {
 	return []*cobra.Command{createCmd(e), lsCmd(e), execCmd(e), cpCmd(e), rmCmd(e), exposeCmd(e), portsCmd(e), unexposeCmd(e), domainCmd(e),
-		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e)}
+		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e), statusCmd(e)}
 }
 
 func createCmd(e *cliEnv) *cobra.Command {
@@ -83,12 +84,21 @@ func createCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var spin *ticker
+			if e.interactive(cmd) {
+				spin = spinner(cmd.ErrOrStderr(), "creating sandbox")
+			}
 			sb, err := c.Create(cmd.Context(), req)
+			if spin != nil {
+				spin.Stop("")
+			}
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
-			return nil
+			return e.emit(cmd, sb, func(w io.Writer) error {
+				_, err := fmt.Fprintln(w, sb.ID)
+				return err
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -131,7 +141,10 @@ func lsCmd(e *cliEnv) *cobra.Command {
 				}
 				token = next
 			}
-			if asJSON {
+			if e.jsonOut(asJSON) {
+				if all == nil {
+					all = []client.Sandbox{}
+				}
 				return printJSON(cmd.OutOrStdout(), all)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
@@ -143,7 +156,7 @@ func lsCmd(e *cliEnv) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with label KEY=VALUE (repeatable)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (same as --output json)")
 	return cmd
 }
 
@@ -164,7 +177,22 @@ func execCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			code, err := c.ExecStream(cmd.Context(), args[0], client.ExecRequest{Cmd: args[1], Args: args[2:], Env: env, Cwd: cwd, TimeoutS: timeout}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			req := client.ExecRequest{Cmd: args[1], Args: args[2:], Env: env, Cwd: cwd, TimeoutS: timeout}
+			if e.jsonOut(false) {
+				// One object with both streams, once the command ends.
+				res, err := c.Exec(cmd.Context(), args[0], req)
+				if err != nil {
+					return err
+				}
+				if err := printJSON(cmd.OutOrStdout(), res); err != nil {
+					return err
+				}
+				if res.ExitCode != 0 {
+					return &exitError{res.ExitCode}
+				}
+				return nil
+			}
+			code, err := c.ExecStream(cmd.Context(), args[0], req, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -187,6 +215,39 @@ func splitRemote(s string) (id, path string, remote bool) {
 		return "", s, false
 	}
 	return id, path, true
+}
+
+// emitCopy reports a finished copy: nothing in text (like cp), an object in
+// JSON.
+func (e *cliEnv) emitCopy(cmd *cobra.Command, args []string, n int64) error {
+	if !e.jsonOut(false) {
+		return nil
+	}
+	return printJSON(cmd.OutOrStdout(), map[string]any{"source": args[0], "destination": args[1], "bytes": n})
+}
+
+// thresholdWriter counts a download and starts its progress bar once it
+// passes progressThreshold.
+type thresholdWriter struct {
+	p       *transfer
+	start   func()
+	started bool
+}
+
+func (t *thresholdWriter) Write(b []byte) (int, error) {
+	n, _ := t.p.Write(b)
+	if !t.started {
+		if cur, _ := t.p.get(); cur >= progressThreshold {
+			t.started = true
+			t.start()
+		}
+	}
+	return n, nil
+}
+
+func doneLine(verb string, p *transfer) string {
+	n, _ := p.get()
+	return verb + " " + humanBytes(n)
 }
 
 func cpCmd(e *cliEnv) *cobra.Command {
@@ -214,17 +275,44 @@ func cpCmd(e *cliEnv) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return c.WriteFile(cmd.Context(), did, dpath, data)
+				var bar *ticker
+				p := &transfer{total: int64(len(data))}
+				if len(data) >= progressThreshold && e.interactive(cmd) {
+					bar = progressBar(cmd.ErrOrStderr(), "upload", p)
+				}
+				err = c.WriteFileProgress(cmd.Context(), did, dpath, data, p.set)
+				if bar != nil {
+					bar.Stop(doneLine("uploaded", p))
+				}
+				if err != nil {
+					return err
+				}
+				return e.emitCopy(cmd, args, int64(len(data)))
 			}
 			var buf bytes.Buffer
-			if err := c.ReadFile(cmd.Context(), sid, spath, &buf); err != nil {
+			// The size is not known before the copy; the bar shows bytes
+			// and rate, and appears only once a copy proves large.
+			p := &transfer{}
+			var bar *ticker
+			sink := io.Writer(&buf)
+			if dpath != "-" && e.interactive(cmd) {
+				sink = io.MultiWriter(&buf, &thresholdWriter{p: p, start: func() { bar = progressBar(cmd.ErrOrStderr(), "download", p) }})
+			}
+			err = c.ReadFile(cmd.Context(), sid, spath, sink)
+			if bar != nil {
+				bar.Stop(doneLine("downloaded", p))
+			}
+			if err != nil {
 				return err
 			}
 			if dpath == "-" {
 				_, err = cmd.OutOrStdout().Write(buf.Bytes())
 				return err
 			}
-			return os.WriteFile(dpath, buf.Bytes(), 0o644)
+			if err := os.WriteFile(dpath, buf.Bytes(), 0o644); err != nil {
+				return err
+			}
+			return e.emitCopy(cmd, args, int64(buf.Len()))
 		},
 	}
 }
@@ -239,14 +327,31 @@ func rmCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			type removed struct {
+				ID      string `json:"id"`
+				Removed bool   `json:"removed"`
+				Error   string `json:"error,omitempty"`
+			}
 			var failed bool
+			results := make([]removed, 0, len(args))
 			for _, id := range args {
 				if err := c.Delete(cmd.Context(), id); err != nil {
-					fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", err)
+					results = append(results, removed{ID: id, Error: err.Error()})
+					if !e.jsonOut(false) {
+						fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", err)
+					}
 					failed = true
 					continue
 				}
-				fmt.Fprintln(cmd.OutOrStdout(), id)
+				results = append(results, removed{ID: id, Removed: true})
+				if !e.jsonOut(false) {
+					fmt.Fprintln(cmd.OutOrStdout(), id)
+				}
+			}
+			if e.jsonOut(false) {
+				if err := printJSON(cmd.OutOrStdout(), results); err != nil {
+					return err
+				}
 			}
 			if failed {
 				return &exitError{1}
@@ -287,8 +392,10 @@ func exposeCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), p.PublicURL)
-			return nil
+			return e.emit(cmd, p, func(w io.Writer) error {
+				_, err := fmt.Fprintln(w, p.PublicURL)
+				return err
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&tcp, "tcp", false, "raw TCP through a host port instead of an HTTP preview URL")
@@ -308,6 +415,9 @@ func portsCmd(e *cliEnv) *cobra.Command {
 			ports, err := c.ListPorts(cmd.Context(), args[0])
 			if err != nil {
 				return err
+			}
+			if e.jsonOut(false) {
+				return printJSON(cmd.OutOrStdout(), nonNilSlice(ports))
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "PORT\tPROTOCOL\tHOST PORT\tURL")
@@ -333,7 +443,10 @@ func unexposeCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.UnexposePort(cmd.Context(), args[0], port)
+			if err := c.UnexposePort(cmd.Context(), args[0], port); err != nil {
+				return err
+			}
+			return e.emit(cmd, map[string]any{"id": args[0], "port": port, "exposed": false}, func(io.Writer) error { return nil })
 		},
 	}
 }
@@ -357,8 +470,10 @@ func domainCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), d.URL)
-			return nil
+			return e.emit(cmd, d, func(w io.Writer) error {
+				_, err := fmt.Fprintln(w, d.URL)
+				return err
+			})
 		},
 	}, &cobra.Command{
 		Use:   "rm ID HOSTNAME",
@@ -369,7 +484,10 @@ func domainCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.RemoveDomain(cmd.Context(), args[0], args[1])
+			if err := c.RemoveDomain(cmd.Context(), args[0], args[1]); err != nil {
+				return err
+			}
+			return e.emit(cmd, map[string]any{"id": args[0], "hostname": args[1], "bound": false}, func(io.Writer) error { return nil })
 		},
 	}, &cobra.Command{
 		Use:   "ls ID",
@@ -384,6 +502,9 @@ func domainCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if e.jsonOut(false) {
+				return printJSON(cmd.OutOrStdout(), nonNilSlice(ds))
+			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "HOSTNAME\tPORT\tURL")
 			for _, d := range ds {
@@ -395,7 +516,8 @@ func domainCmd(e *cliEnv) *cobra.Command {
 	return cmd
 }
 
-func eventsCmd(e *cliEnv) *cobra.Command {
+func eventsCmd(env *cliEnv) *cobra.Command {
+	e := env
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "events",
@@ -408,7 +530,7 @@ func eventsCmd(e *cliEnv) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			err = c.Events(cmd.Context(), func(e client.Event) error {
-				if asJSON {
+				if env.jsonOut(asJSON) {
 					b, err := json.Marshal(e)
 					if err != nil {
 						return err

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -31,10 +32,12 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), agentCmd(), versionCmd())
 	var e cliEnv
+	root.AddCommand(serveCmd(), uninstallCmd(), agentCmd(), versionCmd(&e))
 	root.PersistentFlags().StringVar(&e.addr, "addr", "", "daemon API address for client commands (env SANDPIT_ADDR; default 127.0.0.1:7420)")
 	root.PersistentFlags().StringVar(&e.tokenFile, "token-file", os.Getenv("SANDPIT_TOKEN_FILE"), "file holding the API token for client commands (env SANDPIT_TOKEN_FILE; else SANDPIT_TOKEN, else <data-dir>/token)")
+	root.PersistentFlags().StringVarP(&e.output, "output", "o", envOr("SANDPIT_OUTPUT", outputText), "output format of client commands: text or json (env SANDPIT_OUTPUT)")
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error { return e.validOutput() }
 	root.AddCommand(clientCmds(&e)...)
 	err := root.ExecuteContext(ctx)
 	var ee *exitError
@@ -47,13 +50,16 @@ func main() {
 	}
 }
 
-func versionCmd() *cobra.Command {
+func versionCmd(e *cliEnv) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, args []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "sandpit", version)
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return e.emit(cmd, map[string]string{"version": version}, func(w io.Writer) error {
+				_, err := fmt.Fprintln(w, "sandpit", version)
+				return err
+			})
 		},
 	}
 }

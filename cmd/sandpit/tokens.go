@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -66,6 +67,9 @@ func tokenCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if e.jsonOut(false) {
+				return printJSON(cmd.OutOrStdout(), t)
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), t.Secret)
 			fmt.Fprintf(cmd.ErrOrStderr(), "token %q for owner %q (scopes %s, prefix %s): store it now, it is not shown again\n",
 				t.Name, t.Owner, strings.Join(t.Scopes, ","), t.Prefix)
@@ -97,6 +101,9 @@ func tokenCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if e.jsonOut(false) {
+				return printJSON(cmd.OutOrStdout(), nonNilSlice(ts))
+			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tOWNER\tPREFIX\tSCOPES\tCREATED\tLAST USED\tEXPIRES\tREVOKED")
 			for _, t := range ts {
@@ -121,8 +128,10 @@ func tokenCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), t.Name)
-			return nil
+			return e.emit(cmd, t, func(w io.Writer) error {
+				_, err := fmt.Fprintln(w, t.Name)
+				return err
+			})
 		},
 	}
 	cmd.AddCommand(create, list, revoke)
@@ -155,8 +164,10 @@ func ownerCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			show(cmd, ol)
-			return nil
+			return e.emit(cmd, ol, func(io.Writer) error {
+				show(cmd, ol)
+				return nil
+			})
 		},
 	}
 	f := set.Flags()
@@ -199,8 +210,8 @@ func auditCmd(e *cliEnv) *cobra.Command {
 				}
 				opts.After = next
 			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), all)
+			if e.jsonOut(asJSON) {
+				return printJSON(cmd.OutOrStdout(), nonNilSlice(all))
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SEQ\tTIME\tTOKEN\tOWNER\tACTION\tRESOURCE\tOUTCOME")
@@ -212,6 +223,6 @@ func auditCmd(e *cliEnv) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&opts.Owner, "owner", "", "only this owner's entries")
 	cmd.Flags().Int64Var(&opts.After, "after", 0, "only entries after this sequence number")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (same as --output json)")
 	return cmd
 }

@@ -75,6 +75,12 @@ func Main(ctx context.Context, args []string) int {
 		log.Error("read access token", "err", err)
 		return 1
 	}
+	// Without a token the agent would run any command for anyone who can
+	// reach its port; refuse rather than serve unauthenticated.
+	if strings.TrimSpace(token) == "" {
+		log.Error("refusing to start: no access token (" + TokenEnv + " is empty or unset)")
+		return 1
+	}
 
 	if os.Getpid() == 1 && os.Getenv(childEnv) == "" {
 		if fromEnv {

@@ -404,3 +404,27 @@ func TestLargeOutputIsComplete(t *testing.T) {
 		t.Fatalf("got %d lines, first %q last %q", len(lines), lines[0], lines[len(lines)-1])
 	}
 }
+
+// TestMainRefusesEmptyToken: an agent without a token would serve anyone who
+// reaches its port, so it refuses to start, with the token unset or empty.
+func TestMainRefusesEmptyToken(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		value string
+		set   bool
+	}{{"unset", "", false}, {"empty", "", true}, {"blank", "  ", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.set {
+				t.Setenv(TokenEnv, tc.value)
+			} else {
+				t.Setenv(TokenEnv, "x")
+				os.Unsetenv(TokenEnv)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			if code := Main(ctx, []string{"--listen", "127.0.0.1:0"}); code == 0 {
+				t.Fatal("Main served without a token")
+			}
+		})
+	}
+}

@@ -67,10 +67,14 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, apitypes.CodeConflict, msg}
 	case errors.Is(err, service.ErrProtocolConflict):
 		return Problem{http.StatusConflict, apitypes.CodeProtocolConflict, msg}
+	case errors.Is(err, service.ErrPortForbidden):
+		return Problem{http.StatusForbidden, apitypes.CodePortForbidden, msg}
 	case errors.Is(err, sandpit.ErrPortPoolExhausted):
 		return Problem{http.StatusServiceUnavailable, apitypes.CodePortPoolExhausted, msg}
 	case errors.Is(err, service.ErrNotRunning):
 		return Problem{http.StatusConflict, apitypes.CodeNotRunning, msg}
+	case errors.Is(err, service.ErrEngineTimeout), errors.Is(err, context.DeadlineExceeded):
+		return Problem{http.StatusGatewayTimeout, apitypes.CodeTimeout, msg}
 	case errors.Is(err, service.ErrRuntime), errors.Is(err, service.ErrRouter), errors.Is(err, service.ErrAgentUnhealthy):
 		return Problem{http.StatusBadGateway, apitypes.CodeUpstream, msg}
 	case errors.Is(err, context.DeadlineExceeded):

@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -28,11 +29,15 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
+	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/firewall"
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/ui"
 )
 
 // Config is everything `sandpit serve` takes.
@@ -47,6 +52,8 @@ type Config struct {
 	PublicHost   string
 	PortRange    sandpit.PortRange
 	ExtraLabels  map[string]string
+	// Network is the sandbox network and its default egress policy.
+	Network NetworkConfig
 
 	// Router is "builtin" (default) or "caddy": routes installed through
 	// the Caddy admin API at CaddyAdmin, whose HTTP server listens on
@@ -64,6 +71,34 @@ type Config struct {
 	IdempotencyRetention time.Duration
 	// AuditRetention is how long audit log entries are kept (default 90 days).
 	AuditRetention time.Duration
+	// IdempotencyLock is how long a keyed /v1 request holds its key before a
+	// retry may presume it dead (default 2m); it is renewed while it runs.
+	IdempotencyLock time.Duration
+
+	// Resources of every sandbox: defaults for creates that name none and
+	// maxima a create may ask for (see service.Config).
+	DefaultCPU           float64
+	DefaultMemoryMB      int64
+	MaxCPU               float64
+	MaxMemoryMB          int64
+	PidsLimit            int64
+	DiskMB               int64 // writable-layer limit, where the engine enforces it
+	MaxSandboxes         int
+	MaxConcurrentCreates int
+	// OCIRuntime is the engine runtime sandboxes run under (runc, runsc).
+	OCIRuntime string
+
+	// Bounds of the HTTP surfaces: request bodies (uploads included), how
+	// long a request body may take to arrive on non-streaming routes, and
+	// how long an idle keep-alive connection is kept.
+	MaxUploadMB    int64
+	ReadTimeout    time.Duration
+	IdleTimeout    time.Duration
+	MaxHeaderBytes int
+	// MetricsPublic serves /metrics without a token.
+	MetricsPublic bool
+	// Version is the binary's version, reported by /v1/status.
+	Version string
 
 	// WarmPool keeps started sandboxes for creates to adopt: each entry
 	// names a template or image (Image), the default user and a size.
@@ -74,7 +109,12 @@ type Config struct {
 	PoolRefillConcurrency int
 
 	SweepInterval time.Duration
-	Logger        *slog.Logger
+	// EngineTimeout bounds every container-engine call (default 30s).
+	EngineTimeout time.Duration
+	// JanitorInterval is how often rows stuck in creating or deleting are
+	// finished (default 10s).
+	JanitorInterval time.Duration
+	Logger          *slog.Logger
 	// Ready, when set, is called once the listeners are bound, with their
 	// addresses (tests start the daemon on port 0).
 	Ready func(apiAddr, proxyAddr string)
@@ -113,8 +153,29 @@ func (c *Config) Defaults() {
 	if c.AuditRetention == 0 {
 		c.AuditRetention = 90 * 24 * time.Hour
 	}
+	if c.OCIRuntime == "" {
+		c.OCIRuntime = "runc"
+	}
+	if c.MaxUploadMB == 0 {
+		c.MaxUploadMB = 1024
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = time.Minute
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 64 << 10
+	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = time.Second
+	}
+	if c.EngineTimeout == 0 {
+		c.EngineTimeout = 30 * time.Second
+	}
+	if c.JanitorInterval == 0 {
+		c.JanitorInterval = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -191,40 +252,70 @@ func LoadOrCreateToken(dataDir, configured string) (token string, created bool, 
 	if configured != "" {
 		return configured, false, nil
 	}
-	return loadOrCreate(filepath.Join(dataDir, "token"), "sp_")
+	return loadOrCreate(filepath.Join(dataDir, "token"), "sp_", 1, "remove it to generate a new token")
 }
 
-// loadOrCreate reads a one-line secret file, or creates it with a random value
-// and mode 0600.
-func loadOrCreate(path, prefix string) (value string, created bool, err error) {
-	b, err := os.ReadFile(path)
-	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		return strings.TrimSpace(string(b)), false, nil
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", false, err
-	}
-	var raw [24]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return "", false, err
-	}
-	value = prefix + hex.EncodeToString(raw[:])
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return "", false, err
-	}
-	// O_EXCL: two first starts racing must not each write a different value.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return loadOrCreate(path, prefix)
+// instanceIDLen is how much of the instance file names this daemon's
+// containers.
+const instanceIDLen = 16
+
+// ErrCorruptSecret: a secret file exists but cannot be what this daemon
+// wrote. It is never overwritten: a token clients hold, or an instance id
+// that names existing containers, would be lost silently.
+var ErrCorruptSecret = errors.New("corrupt secret file")
+
+// loadOrCreate reads a one-line secret file of at least minLen characters,
+// or creates it with a random value and mode 0600. The file is written
+// under a temporary name, synced and then linked into place, so a crash
+// never leaves an empty or half-written file behind, and two first starts
+// racing agree on one value.
+func loadOrCreate(path, prefix string, minLen int, fix string) (value string, created bool, err error) {
+	for range 3 {
+		b, err := os.ReadFile(path)
+		switch {
+		case err == nil:
+			v := strings.TrimSpace(string(b))
+			if len(v) < minLen {
+				return "", false, fmt.Errorf("%w: %s holds %d characters, want at least %d; %s", ErrCorruptSecret, path, len(v), minLen, fix)
+			}
+			return v, false, nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return "", false, err
 		}
-		return "", false, err
+		var raw [24]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return "", false, err
+		}
+		value = prefix + hex.EncodeToString(raw[:])
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return "", false, err
+		}
+		tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+		if err != nil {
+			return "", false, err
+		}
+		_, werr := tmp.WriteString(value + "\n")
+		if werr == nil {
+			werr = tmp.Sync()
+		}
+		if cerr := tmp.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr == nil {
+			// CreateTemp makes the file 0600 already; Link refuses to
+			// replace an existing file, which is the O_EXCL of a rename.
+			werr = os.Link(tmp.Name(), path)
+		}
+		os.Remove(tmp.Name())
+		if werr == nil {
+			return value, true, nil
+		}
+		if !errors.Is(werr, fs.ErrExist) {
+			return "", false, werr
+		}
+		// Another start linked its value first: read that one.
 	}
-	defer f.Close()
-	if _, err := f.WriteString(value + "\n"); err != nil {
-		return "", false, err
-	}
-	return value, true, f.Sync()
+	return "", false, fmt.Errorf("%s: could not read or create it", path)
 }
 
 // Images the daemon defaults to: the realistic one scripts/build-base-image.sh
@@ -257,7 +348,48 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := validRouter(cfg); err != nil {
 		return err
 	}
+	if err := validResources(cfg); err != nil {
+		return err
+	}
+	pn, err := cfg.Network.parse()
+	if err != nil {
+		return err
+	}
 	log := cfg.Logger
+	// The engine is asked first, so a runtime it lacks stops the daemon
+	// before it touches its data directory.
+	pctx, cancelPing := context.WithTimeout(ctx, cfg.EngineTimeout)
+	dk, err := docker.New(pctx, docker.Options{Logger: log, Network: pn.name})
+	cancelPing()
+	if err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
+	defer dk.Close()
+	if ok, err := dk.HasRuntime(ctx, cfg.OCIRuntime); err != nil {
+		return fmt.Errorf("docker: %w", err)
+	} else if !ok {
+		return fmt.Errorf("--oci-runtime %s: the Docker engine has no such runtime registered (see scripts/ensure-runsc.sh for gVisor)", cfg.OCIRuntime)
+	}
+	if cfg.DefaultImage == "" {
+		cfg.DefaultImage = pickDefaultImage(ctx, dk, log)
+	}
+	if cfg.Templates["base"] == "" {
+		cfg.Templates = maps.Clone(cfg.Templates)
+		if cfg.Templates == nil {
+			cfg.Templates = map[string]string{}
+		}
+		cfg.Templates["base"] = cfg.DefaultImage
+	}
+	pool, err := resolvePool(cfg)
+	if err != nil {
+		return err
+	}
+	diskMB := diskLimit(ctx, dk, cfg, log)
+	// Every engine call the service makes has a time limit, so a hung
+	// engine fails requests instead of stalling them.
+	rt := driver.WithTimeout(dk, cfg.EngineTimeout)
+	log.Info("sandbox limits", "runtime", cfg.OCIRuntime, "default_cpu", cfg.DefaultCPU, "default_memory_mb", cfg.DefaultMemoryMB,
+		"max_cpu", cfg.MaxCPU, "max_memory_mb", cfg.MaxMemoryMB, "pids", cfg.PidsLimit, "disk_mb", diskMB, "max_sandboxes", cfg.MaxSandboxes)
 	st, err := store.Open(ctx, cfg.DataDir)
 	if err != nil {
 		return err
@@ -286,11 +418,12 @@ func Run(ctx context.Context, cfg Config) error {
 	// The instance id labels every container this daemon makes, so that its
 	// reconcile removes only its own orphans on an engine shared with other
 	// daemons (other data dirs, test runs).
-	instance, _, err := loadOrCreate(filepath.Join(cfg.DataDir, "instance"), "")
+	instance, _, err := loadOrCreate(filepath.Join(cfg.DataDir, "instance"), "", instanceIDLen,
+		"remove it only if the daemon has no sandboxes left: it names their containers")
 	if err != nil {
 		return fmt.Errorf("instance id: %w", err)
 	}
-	instance = instance[:16]
+	instance = instance[:instanceIDLen]
 
 	exe, err := os.Executable()
 	if err != nil {
@@ -298,26 +431,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if exe, err = filepath.EvalSymlinks(exe); err != nil {
 		return fmt.Errorf("locate own executable: %w", err)
-	}
-
-	rt, err := docker.New(ctx, docker.Options{Logger: log})
-	if err != nil {
-		return fmt.Errorf("docker: %w", err)
-	}
-	if cfg.DefaultImage == "" {
-		cfg.DefaultImage = pickDefaultImage(ctx, rt, log)
-	}
-	if cfg.Templates["base"] == "" {
-		cfg.Templates = maps.Clone(cfg.Templates)
-		if cfg.Templates == nil {
-			cfg.Templates = map[string]string{}
-		}
-		cfg.Templates["base"] = cfg.DefaultImage
-	}
-
-	pool, err := resolvePool(cfg)
-	if err != nil {
-		return err
 	}
 
 	apiLn, err := net.Listen("tcp", cfg.Listen)
@@ -363,21 +476,50 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Warn("ignoring "+crashpoint.Env+": this binary was built without crash points", "point", p)
 	}
 
+	// Sandboxes may reach the host only on the proxy and the TCP-forward
+	// pool: that is how anyone, another sandbox included, reaches an
+	// exposed port.
+	netw, fw, err := setupNetwork(ctx, dk, pn, instance, []firewall.PortRange{
+		{Lo: proxyPort, Hi: proxyPort}, {Lo: cfg.PortRange.Lo, Hi: cfg.PortRange.Hi},
+	}, log)
+	if err != nil {
+		closeListeners()
+		return fmt.Errorf("sandbox network: %w", err)
+	}
+
+	mets := newMetrics()
+	if edg.proxy != nil {
+		edg.proxy = mets.ProxyHandler(edg.proxy)
+	}
 	svc = service.New(service.Config{
-		DefaultImage:          cfg.DefaultImage,
-		Templates:             cfg.Templates,
-		WarmPool:              pool,
+		DefaultImage: cfg.DefaultImage,
+		Templates:    cfg.Templates,
+		WarmPool:     pool,
+		AgentBinary:  exe,
+		Domain:       cfg.Domain,
+		ProxyPort:    proxyPort,
+		PublicHost:   cfg.PublicHost,
+		PortRange:    cfg.PortRange,
+		ExtraLabels:  cfg.ExtraLabels,
+		Instance:     instance,
+		PreviewTLS:   cfg.PreviewTLS,
+		Firewall:     fw,
+		Logger:       log,
+
+		DefaultCPU:           cfg.DefaultCPU,
+		DefaultMemoryMB:      cfg.DefaultMemoryMB,
+		MaxCPU:               cfg.MaxCPU,
+		MaxMemoryMB:          cfg.MaxMemoryMB,
+		PidsLimit:            cfg.PidsLimit,
+		DiskMB:               diskMB,
+		MaxSandboxes:         cfg.MaxSandboxes,
+		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
+		Runtime:              cfg.OCIRuntime,
+		Metrics:              mets,
+
 		PoolRefillConcurrency: cfg.PoolRefillConcurrency,
-		AgentBinary:           exe,
-		Domain:                cfg.Domain,
-		ProxyPort:             proxyPort,
-		PublicHost:            cfg.PublicHost,
-		PortRange:             cfg.PortRange,
-		ExtraLabels:           cfg.ExtraLabels,
-		Instance:              instance,
-		PreviewTLS:            cfg.PreviewTLS,
-		Logger:                log,
-	}, st, rt, edg.Router)
+	}, st, mets.Driver(rt), edg.Router)
+	watchSources(mets, st, edg.Router, svc)
 
 	if edg.caddy != nil {
 		mode, err := edg.caddy.Start(ctx)
@@ -392,7 +534,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	if err := svc.Reconcile(ctx); err != nil {
+	bg, stopBG := context.WithCancel(ctx)
+	defer stopBG()
+	// Reconcile fixes what it can at once and brings back stopped-by-crash
+	// sandboxes in the background, so the API serves meanwhile.
+	if err := svc.Reconcile(bg); err != nil {
 		closeListeners()
 		return fmt.Errorf("reconcile: %w", err)
 	}
@@ -409,35 +555,70 @@ func Run(ctx context.Context, cfg Config) error {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	metrics := service.NewMetricsHistory(svc, 0, 0)
-	surfaces(ctx, mux, cfg, svc, token, metrics)
+	surfaces(ctx, mux, cfg, svc, token, metrics, diskMB)
+	mux.Handle("GET /metrics", metricsHandler(mets, api.NewAuth(svc, token), cfg.MetricsPublic))
+	spec, err := openAPIHandler()
+	if err != nil {
+		closeListeners()
+		return err
+	}
+	mux.Handle("GET /v1/openapi.json", spec)
+	mux.Handle("GET /v1/status", statusHandler(cfg, time.Now(), api.NewAuth(svc, token), st, dk, svc))
+	mux.Handle("GET "+ui.Prefix, ui.Handler())
+	mux.Handle("GET /ui", http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently))
 	if cfg.Router == RouterCaddy {
 		// Unauthenticated: Caddy sends no token, and the answer only says
 		// whether a hostname is bound.
 		mux.Handle("GET "+askPath, askHandler(svc, log))
 	}
 
-	apiSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	guard := httpguard.Options{MaxBody: cfg.MaxUploadMB << 20, ReadTimeout: cfg.ReadTimeout}
+	apiSrv := &http.Server{
+		Handler:           api.AccessLog(log, httpguard.Guard(mux, guard)),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 	// Event streams last as long as their clients; ending the subscriptions
 	// when the server shuts down lets Shutdown finish.
 	apiSrv.RegisterOnShutdown(svc.CloseEvents)
 	var proxySrv *http.Server
 	if proxyLn != nil {
-		proxySrv = &http.Server{Handler: edg.proxy, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		proxySrv = &http.Server{
+			Handler:           httpguard.Guard(edg.proxy, guard),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       cfg.IdleTimeout,
+			MaxHeaderBytes:    cfg.MaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
 	}
 
-	bg, stopBG := context.WithCancel(ctx)
-	defer stopBG()
-	go svc.RunSweeper(bg, cfg.SweepInterval)
-	go svc.WatchExits(bg)
-	// The pool's refills are waited for at shutdown: one cut short removes
-	// its half-made container, and must do so before the store closes.
-	poolDone := make(chan struct{})
-	go func() { defer close(poolDone); svc.RunPool(bg) }()
-	go metrics.Run(bg)
-	go reapIdempotency(bg, st, log)
-	go svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour)
+	var loops sync.WaitGroup
+	for _, loop := range []func(){
+		func() { svc.RunSweeper(bg, cfg.SweepInterval) },
+		func() { svc.RunJanitor(bg, cfg.JanitorInterval) },
+		func() { svc.WatchEngine(bg) },
+		// The pool's refills are waited for at shutdown: one cut short
+		// removes its half-made container, and must do so before the
+		// store closes.
+		func() { svc.RunPool(bg) },
+		func() { metrics.Run(bg) },
+		func() { reapIdempotency(bg, st, log) },
+		func() { svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour) },
+	} {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			loop()
+		}()
+	}
 	if edg.caddy != nil {
-		go edg.caddy.Poll(bg)
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			edg.caddy.Poll(bg)
+		}()
 	}
 
 	errc := make(chan error, 2)
@@ -459,6 +640,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("sandpit shutting down")
 	stopBG()
+	// Nothing may use the store after it closes: the loops end first (the
+	// watcher starts service background work, so it goes before that).
+	defer func() {
+		loops.Wait()
+		svc.Wait()
+	}()
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	_ = apiSrv.Shutdown(shutCtx)
@@ -466,7 +653,7 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = proxySrv.Shutdown(shutCtx)
 	}
 	_ = edg.close()
-	<-poolDone
+	teardownNetwork(ctx, dk, netw, fw, log)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
@@ -490,15 +677,15 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 }
 
 // surfaces mounts the native API and the facades.
-func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string, metrics *service.MetricsHistory) {
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token string, metrics *service.MetricsHistory, diskMB int64) {
 	// One authenticator for every surface: the admin token or a personal
 	// access token, resolved to the principal whose owner scopes the request.
 	auth := api.NewAuth(svc, token)
 	idem := v1.NewIdempotency(svc.Idempotency(), v1.IdempotencyConfig{
-		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, Logger: cfg.Logger,
+		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, PendingTTL: cfg.IdempotencyLock, Logger: cfg.Logger,
 	})
-	mux.Handle("/v1/", v1.New(svc, auth, idem.Wrap))
-	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Logger: cfg.Logger, Metrics: metrics})
+	mux.Handle("/v1/", v1.New(svc, auth, v1RouteWrap(idem.Wrap)))
+	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics})
 	mux.Handle(e2b.Prefix+"/", e2bAPI)
 	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
 	// origin, i.e. here.
@@ -582,4 +769,42 @@ func ParseWarmPool(v string) (service.PoolSpec, error) {
 		}
 	}
 	return spec, nil
+}
+
+// validResources refuses resource flags that contradict each other, before
+// anything starts.
+func validResources(cfg Config) error {
+	switch {
+	case cfg.DefaultCPU < 0 || cfg.MaxCPU < 0 || cfg.DefaultMemoryMB < 0 || cfg.MaxMemoryMB < 0 ||
+		cfg.PidsLimit < 0 || cfg.DiskMB < 0 || cfg.MaxSandboxes < 0 || cfg.MaxConcurrentCreates < 0 || cfg.MaxUploadMB < 0:
+		return errors.New("resource flags must not be negative")
+	case cfg.MaxCPU > 0 && cfg.DefaultCPU > cfg.MaxCPU:
+		return fmt.Errorf("--default-cpu %g exceeds --max-cpu %g", cfg.DefaultCPU, cfg.MaxCPU)
+	case cfg.MaxMemoryMB > 0 && cfg.DefaultMemoryMB > cfg.MaxMemoryMB:
+		return fmt.Errorf("--default-memory-mb %d exceeds --max-memory-mb %d", cfg.DefaultMemoryMB, cfg.MaxMemoryMB)
+	case cfg.DefaultMemoryMB > 0 && cfg.DefaultMemoryMB < 16:
+		return errors.New("--default-memory-mb must be at least 16")
+	}
+	return nil
+}
+
+// diskLimit returns the writable-layer limit to apply: cfg.DiskMB when the
+// engine's storage driver enforces it, else 0, saying so in the log either
+// way, so that no limit is claimed that is not enforced.
+func diskLimit(ctx context.Context, rt *docker.Docker, cfg Config, log *slog.Logger) int64 {
+	q := rt.DiskQuota(ctx, cfg.DefaultImage)
+	switch {
+	case !q.Supported:
+		if cfg.DiskMB > 0 {
+			log.Warn("disk: --disk-mb is NOT enforced; sandboxes' writable layers are unlimited", "requested_mb", cfg.DiskMB, "reason", q.Reason)
+		} else {
+			log.Info("disk: sandboxes' writable layers are not limited", "reason", q.Reason)
+		}
+		return 0
+	case cfg.DiskMB == 0:
+		log.Info("disk: sandboxes' writable layers are not limited (--disk-mb 0); the engine could enforce a limit", "engine", q.Reason)
+		return 0
+	}
+	log.Info("disk: writable layer limited", "mb", cfg.DiskMB, "engine", q.Reason)
+	return cfg.DiskMB
 }

@@ -42,6 +42,11 @@ type Spec struct {
 	CPU       float64           // cores; 0 = no limit
 	MemoryMB  int64             // 0 = no limit
 	PidsLimit int64             // 0 = 1024
+	// DiskMB limits the writable layer; only set it when the engine's
+	// storage driver enforces it (see docker.Docker.DiskQuota).
+	DiskMB int64
+	// Runtime is the OCI runtime to run under ("" = the engine's default).
+	Runtime string
 	// AgentBinary is the host path of the sandpit executable, bind-mounted
 	// read-only and run as PID 1 with `agent` as its argument.
 	AgentBinary string
@@ -61,6 +66,27 @@ type Container struct {
 	IP        string // address the host reaches it on
 	Labels    map[string]string
 	CreatedAt time.Time
+	// ExitCode and OOMKilled describe the last exit of a container that is
+	// not running; Inspect fills them, List does not.
+	ExitCode  int
+	OOMKilled bool
+}
+
+// EventKind names the engine events the daemon acts on.
+type EventKind string
+
+const (
+	EventDie     EventKind = "die"     // the container's main process ended
+	EventOOM     EventKind = "oom"     // the kernel's OOM killer struck
+	EventDestroy EventKind = "destroy" // the container was removed
+)
+
+// Event is one engine event about a managed container.
+type Event struct {
+	Kind        EventKind
+	ContainerID string
+	SandboxID   string
+	ExitCode    int // EventDie only
 }
 
 // Stats is a point-in-time resource sample.
@@ -88,11 +114,11 @@ type Driver interface {
 	Pause(ctx context.Context, containerID string) error
 	Unpause(ctx context.Context, containerID string) error
 	Stats(ctx context.Context, containerID string) (Stats, error)
-	// Exits streams the sandbox ids of containers carrying every given label
-	// as they stop running, for whatever reason, until ctx ends or the
-	// stream breaks; then the channel is closed and the caller subscribes
-	// again.
-	Exits(ctx context.Context, labels map[string]string) (<-chan string, error)
+	// Events streams die, oom and destroy events of the containers carrying
+	// every given label until ctx ends or the stream breaks; the error
+	// channel then yields why. Events that happen while nobody is watching
+	// are lost, so a watcher reconciles after it reconnects.
+	Events(ctx context.Context, labels map[string]string) (<-chan Event, <-chan error)
 	// Update changes a container's cpu and memory limits while it runs
 	// (0 leaves a limit as it is), for a pooled container a create adopts.
 	Update(ctx context.Context, containerID string, cpu float64, memoryMB int64) error

@@ -20,7 +20,15 @@ const (
 	KindHTTP   Kind = "http"   // Host <sandbox-id>-<port>.<domain>
 	KindTCP    Kind = "tcp"    // a listener on a host port
 	KindDomain Kind = "domain" // Host <custom hostname>
+	// KindAnyPort routes <port>-<sandbox-id>.<domain> for every port of a
+	// sandbox that has no KindHTTP route of its own, as E2B serves its
+	// sandboxes; Upstream names the sandbox's address with port 0.
+	KindAnyPort Kind = "any-port"
 )
+
+// TrafficTokenHeader carries a sandbox's traffic token to a KindAnyPort
+// route that requires one (E2B's header name).
+const TrafficTokenHeader = "E2b-Traffic-Access-Token"
 
 // Route is one installed route. Upstream is "ip:port" inside the sandbox.
 type Route struct {
@@ -30,6 +38,9 @@ type Route struct {
 	HostPort  int    // KindTCP only
 	Hostname  string // KindDomain only
 	Upstream  string
+	// TrafficToken, on a KindAnyPort route, must be presented in
+	// TrafficTokenHeader; empty means the ports are public.
+	TrafficToken string
 }
 
 // Key identifies a route for installation and removal. Installing a route with
@@ -40,6 +51,8 @@ func (r Route) Key() string {
 		return "tcp:" + itoa(r.HostPort)
 	case KindDomain:
 		return "domain:" + r.Hostname
+	case KindAnyPort:
+		return "any-port:" + r.SandboxID
 	default:
 		return "http:" + r.SandboxID + ":" + itoa(r.Port)
 	}

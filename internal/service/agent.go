@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/proto/filesystem/filesystemconnect"
 	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
 )
@@ -78,6 +79,12 @@ func newAgentLink() *agentLink {
 			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if httpguard.IsTooLarge(err) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusRequestEntityTooLarge)
+				_, _ = w.Write([]byte(`{"error":{"code":"body_too_large","message":"request body too large"}}`))
+				return
+			}
 			r.Context().Value(forwardKey{}).(*forward).onError(w, err)
 		},
 	}
@@ -121,6 +128,9 @@ func (s *Service) ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, p
 	// the agent may answer a streamed RPC before the upload ends, and by
 	// default the server would then drain and close the rest of the body.
 	_ = http.NewResponseController(w).EnableFullDuplex()
+	// Agent calls stream their bodies (uploads, process input) for as long
+	// as they last; the body-size bound still applies.
+	httpguard.LiftReadDeadline(w)
 	f := &forward{addr: addr, path: path, token: token, onError: onError}
 	s.agents.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
 }

@@ -25,6 +25,22 @@ type ExecResult struct {
 	ExitCode int
 	Stdout   []byte
 	Stderr   []byte
+	// Truncated: a stream went over maxExecOutput. Each stream then holds
+	// exactly its first maxExecOutput bytes; the rest was read and dropped,
+	// so the exit code is still the command's.
+	Truncated bool
+}
+
+// appendCapped appends what fits under maxExecOutput and records whether
+// anything was dropped: output is cut at one point, never holed in the
+// middle by a chunk that did not fit followed by one that did.
+func appendCapped(buf, chunk []byte, truncated *bool) []byte {
+	room := maxExecOutput - len(buf)
+	if len(chunk) > room {
+		*truncated = true
+		chunk = chunk[:max(room, 0)]
+	}
+	return append(buf, chunk...)
 }
 
 // maxExecOutput bounds what a non-streaming exec buffers per stream; longer
@@ -39,10 +55,8 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (ExecRes
 	if req.Timeout < 0 {
 		return ExecResult{}, invalidf("timeout must not be negative")
 	}
-	for k := range req.Env {
-		if !envKey.MatchString(k) {
-			return ExecResult{}, invalidf("invalid environment variable name %q", k)
-		}
+	if err := validateEnv(req.Env); err != nil {
+		return ExecResult{}, err
 	}
 	agent, err := s.Agent(ctx, id)
 	if err != nil {
@@ -69,12 +83,8 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (ExecRes
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		if d := ev.GetData(); d != nil {
-			if len(res.Stdout)+len(d.GetStdout()) <= maxExecOutput {
-				res.Stdout = append(res.Stdout, d.GetStdout()...)
-			}
-			if len(res.Stderr)+len(d.GetStderr()) <= maxExecOutput {
-				res.Stderr = append(res.Stderr, d.GetStderr()...)
-			}
+			res.Stdout = appendCapped(res.Stdout, d.GetStdout(), &res.Truncated)
+			res.Stderr = appendCapped(res.Stderr, d.GetStderr(), &res.Truncated)
 		}
 		if e := ev.GetEnd(); e != nil {
 			res.ExitCode = int(e.GetExitCode())

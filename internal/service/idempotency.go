@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -33,6 +36,7 @@ type ClaimStore interface {
 	CompleteIdempotentRequest(ctx context.Context, c sandpit.Completion, now time.Time) error
 	GetIdempotentRequest(ctx context.Context, scope, fingerprint string) (sandpit.Claim, error)
 	DeleteIdempotentRequest(ctx context.Context, scope, fingerprint string) error
+	RenewIdempotentClaim(ctx context.Context, scope, fingerprint string, generation int64, lockedUntil, now time.Time) error
 }
 
 var _ ClaimStore = (*store.Store)(nil)
@@ -110,6 +114,8 @@ type Idempotency struct {
 	st  ClaimStore
 	now func() time.Time
 	log *slog.Logger
+	// metrics counts claim outcomes per base scope; nil counts nothing.
+	metrics *metrics.Metrics
 
 	mu sync.Mutex
 	// held counts the attempts of each key running in this process.
@@ -160,7 +166,11 @@ const (
 // op's error is returned as is, with the zero Response.
 func (e *Idempotency) Do(ctx context.Context, req IdemRequest, op func(context.Context, *Attempt) (Response, error)) (Response, Outcome, error) {
 	k := claimKey{req.Scope, req.Key}
-	deadline := time.Now().Add(req.Wait)
+	start := time.Now()
+	deadline := start.Add(req.Wait)
+	// Metrics name the scope without its owner: one series per operation,
+	// not per tenant.
+	base, _, _ := strings.Cut(req.Scope, ownerScopeSep)
 	for {
 		claim, err := e.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{
 			Scope: req.Scope, Fingerprint: req.Key, RequestHash: req.RequestHash, PendingTTL: req.PendingTTL,
@@ -170,18 +180,24 @@ func (e *Idempotency) Do(ctx context.Context, req IdemRequest, op func(context.C
 		}
 		switch claim.Outcome {
 		case sandpit.Mismatch:
+			e.metrics.IdemOutcome(base, metrics.IdemMismatch)
 			return Response{}, 0, ErrKeyMismatch
 		case sandpit.Replay:
+			e.metrics.IdemOutcome(base, metrics.IdemReplay)
+			e.metrics.IdemAnswered(base, metrics.PathReplayed, time.Since(start))
 			return stored(claim), Replayed, nil
 		case sandpit.Acquired:
+			e.metrics.IdemOutcome(base, metrics.IdemAcquired)
 			resp, err := e.run(ctx, k, req, claim, op)
 			return resp, Executed, err
 		case sandpit.InFlight:
+			e.metrics.IdemOutcome(base, metrics.IdemInFlight)
 			done, ready, err := e.await(ctx, k, deadline)
 			if err != nil {
 				return Response{}, 0, err
 			}
 			if ready {
+				e.metrics.IdemAnswered(base, metrics.PathDeduplicated, time.Since(start))
 				return stored(done), Replayed, nil
 			}
 			if !time.Now().Before(deadline) {
@@ -210,8 +226,13 @@ func (e *Idempotency) run(ctx context.Context, k claimKey, req IdemRequest, clai
 	// left pending would make every retry wait out its lock.
 	bg := context.WithoutCancel(ctx)
 	a := &Attempt{e: e, k: k, Generation: claim.Generation, TargetID: claim.TargetID}
+	stopRenew := e.renew(bg, k, claim.Generation, req.PendingTTL)
 	resp, err := op(ctx, a)
-	if err != nil || resp.Status >= 500 {
+	stopRenew()
+	// Server-side failures and a full quota (429) are not recorded: the
+	// request may well succeed when retried, and every failing path has
+	// already undone its effects.
+	if err != nil || resp.Status >= 500 || resp.Status == http.StatusTooManyRequests {
 		if derr := e.st.DeleteIdempotentRequest(bg, k.scope, k.key); derr != nil {
 			e.log.Error("abandon idempotency claim", "scope", k.scope, "err", derr)
 		}
@@ -234,6 +255,41 @@ func (e *Idempotency) run(ctx context.Context, k claimKey, req IdemRequest, clai
 		e.log.Error("complete idempotency claim", "scope", k.scope, "err", err)
 	}
 	return resp, nil
+}
+
+// renew keeps the claim's lock ahead of its expiry while op runs (a delete
+// waiting on a slow engine, a create awaiting its agent): without it, a retry
+// arriving after the pending TTL would take the claim over and run the
+// request a second time. The returned function stops the renewal.
+func (e *Idempotency) renew(ctx context.Context, k claimKey, generation int64, ttl time.Duration) func() {
+	if ttl <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(ttl/3, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				now := e.now()
+				if err := e.st.RenewIdempotentClaim(ctx, k.scope, k.key, generation, now.Add(ttl), now); err != nil {
+					if ctx.Err() == nil {
+						e.log.Warn("renew idempotency claim", "scope", k.scope, "err", err)
+					}
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // release ends one in-process attempt of k and wakes its waiters, handing

@@ -186,35 +186,65 @@ func TestIdempotencyRefusals(t *testing.T) {
 	}
 }
 
-// TestIdempotencyStalledAttemptIsTakenOver: once an attempt's lock runs out a
-// duplicate takes the claim over at the same generation with the recorded
-// target, which is what lets a create adopt instead of duplicate.
+// TestIdempotencyStalledAttemptIsTakenOver: an attempt whose process died
+// (its claim was made and given a target, then nothing renewed it) is taken
+// over once its lock runs out, and the taker resumes it: same generation,
+// same target, so nothing is made twice.
 func TestIdempotencyStalledAttemptIsTakenOver(t *testing.T) {
 	st := openClaimStore(t)
 	e := service.NewIdempotency(st, nil, quietLog())
 	req := idemReq("k")
 	req.PendingTTL = 100 * time.Millisecond
-	started := make(chan struct{})
-	release := make(chan struct{})
-	go func() {
-		_, _, _ = e.Do(context.Background(), req, func(ctx context.Context, a *service.Attempt) (service.Response, error) {
-			if err := a.SetTarget(ctx, "target-1"); err != nil {
-				t.Error(err)
-			}
-			close(started)
-			<-release
-			return service.Response{Status: 201, Body: []byte("first")}, nil
-		})
-	}()
-	<-started
-	defer close(release)
+	ctx := context.Background()
+	// The dead process's attempt, made straight in the store: no engine of
+	// this process holds it or renews it.
+	claim, err := st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: req.Scope, Fingerprint: req.Key, RequestHash: req.RequestHash, PendingTTL: req.PendingTTL}, time.Now())
+	if err != nil || claim.Outcome != sandpit.Acquired {
+		t.Fatalf("dead attempt's claim: %+v %v", claim, err)
+	}
+	if err := st.SetIdempotentTarget(ctx, req.Scope, req.Key, claim.Generation, "target-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	var got *service.Attempt
-	_, out, err := e.Do(context.Background(), req, func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+	_, out, err := e.Do(ctx, req, func(ctx context.Context, a *service.Attempt) (service.Response, error) {
 		got = a
 		return service.Response{Status: 201, Body: []byte("second")}, nil
 	})
 	if err != nil || out != service.Executed || got == nil || !got.Resumed() || got.TargetID != "target-1" || got.Generation != 1 {
 		t.Fatalf("takeover: %v %v %+v, want a resumed attempt on target-1 at generation 1", out, err, got)
+	}
+}
+
+// TestIdempotencyRunningAttemptKeepsItsClaim: an attempt that runs longer
+// than its lock (a delete waiting on a slow engine) renews the claim, so a
+// retry arriving after the lock would have run out waits for it and
+// replays its answer instead of running the request a second time.
+func TestIdempotencyRunningAttemptKeepsItsClaim(t *testing.T) {
+	st := openClaimStore(t)
+	e := service.NewIdempotency(st, nil, quietLog())
+	req := idemReq("k")
+	req.PendingTTL = 100 * time.Millisecond
+	var runs atomic.Int64
+	started := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _, _ = e.Do(context.Background(), req, func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+			runs.Add(1)
+			close(started)
+			time.Sleep(5 * req.PendingTTL)
+			return service.Response{Status: 204, Body: []byte("first")}, nil
+		})
+	}()
+	<-started
+	time.Sleep(2 * req.PendingTTL) // past the lock the first attempt began with
+	resp, out, err := e.Do(context.Background(), req, func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+		runs.Add(1)
+		return service.Response{Status: 204, Body: []byte("second")}, nil
+	})
+	<-done
+	if err != nil || out != service.Replayed || string(resp.Body) != "first" || runs.Load() != 1 {
+		t.Fatalf("retry: %v %v %q after %d runs, want the first attempt's answer replayed and one run", out, err, resp.Body, runs.Load())
 	}
 }
 

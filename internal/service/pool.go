@@ -25,8 +25,9 @@ import (
 
 // PoolSpec asks for Size started, ownerless sandboxes of Image whose default
 // user is User, for creates to adopt. CPU and MemoryMB are the pooled
-// containers' limits (0 = none): a create asking for exactly these skips the
-// live update adoption otherwise makes.
+// containers' limits (0 = the daemon's defaults for a create that names
+// none): a create whose limits are exactly these skips the live update
+// adoption otherwise makes.
 type PoolSpec struct {
 	Image    string
 	User     string
@@ -34,11 +35,6 @@ type PoolSpec struct {
 	CPU      float64
 	MemoryMB int64
 }
-
-// key is what a create must ask for to adopt one of the spec's containers.
-func (p PoolSpec) key() string { return poolKey(p.Image, p.User) }
-
-func poolKey(image, user string) string { return image + "|" + user }
 
 // PoolStatus is the pool's state for operators and tests.
 type PoolStatus struct {
@@ -61,6 +57,11 @@ type PoolSpecStatus struct {
 // the store (pool_slots), which decides every adoption.
 type warmPool struct {
 	specs []PoolSpec
+	// runtime is the OCI runtime every container of the daemon, pooled or
+	// not, runs under; it is part of each pool key, so that slots made
+	// under another runtime (before a restart with another --oci-runtime)
+	// are never adopted.
+	runtime string
 	// refill bounds the containers being made for the pool at once.
 	refill chan struct{}
 	// kick wakes the refill loop after an adoption.
@@ -78,15 +79,16 @@ type warmPool struct {
 	ips map[string]string
 }
 
-func newWarmPool(specs []PoolSpec, concurrency int) *warmPool {
+func newWarmPool(specs []PoolSpec, runtime string, concurrency int) *warmPool {
 	if concurrency <= 0 {
 		concurrency = 1
 	}
 	return &warmPool{
-		specs:  specs,
-		refill: make(chan struct{}, concurrency),
-		kick:   make(chan struct{}, 1),
-		ips:    map[string]string{},
+		specs:   specs,
+		runtime: runtime,
+		refill:  make(chan struct{}, concurrency),
+		kick:    make(chan struct{}, 1),
+		ips:     map[string]string{},
 	}
 }
 
@@ -112,15 +114,33 @@ func (p *warmPool) enter() func() {
 }
 
 func (p *warmPool) wake() {
+	if p == nil {
+		return
+	}
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
 }
 
+// key is what a create must ask for to adopt a pooled container: the image,
+// the default user (which decides the container's security options) and the
+// runtime.
+func (p *warmPool) key(image, user string) string { return image + "|" + user + "|" + p.runtime }
+
+// forget drops a slot's cached address.
+func (p *warmPool) forget(id string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	delete(p.ips, id)
+	p.mu.Unlock()
+}
+
 func (p *warmPool) spec(key string) (PoolSpec, bool) {
 	for _, s := range p.specs {
-		if s.key() == key {
+		if p.key(s.Image, s.User) == key {
 			return s, true
 		}
 	}
@@ -135,15 +155,6 @@ func newSlotID() string {
 	return "pool-" + strings.ToLower(strings.TrimRight(base32.StdEncoding.EncodeToString(b[:]), "="))
 }
 
-// poolFits reports whether a pool's container can become the sandbox req
-// asks for (the image and default user, which decides the container's
-// security options, are the pool's key): its limits must be the pool's or
-// ones a live update can set. The engine cannot lift a limit, so a create
-// asking for none cannot adopt a container that has one.
-func poolFits(req CreateRequest, spec PoolSpec) bool {
-	return (req.CPU > 0 || spec.CPU == 0) && (req.MemoryMB > 0 || spec.MemoryMB == 0)
-}
-
 // adoptPooled tries to make sb out of a pooled container: the store claims a
 // free slot for it (at most one per sandbox, never one twice), then the
 // container gets the sandbox's limits, network policy, agent settings and
@@ -156,8 +167,8 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 	if p == nil {
 		return false, nil
 	}
-	key := poolKey(sb.Image, req.User)
-	if spec, ok := p.spec(key); !ok || !poolFits(req, spec) {
+	key := p.key(sb.Image, req.User)
+	if _, ok := p.spec(key); !ok {
 		return false, nil
 	}
 	t0 := time.Now()
@@ -196,13 +207,16 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 	go func() {
 		t0 := time.Now()
 		var err error
-		if (req.CPU > 0 && req.CPU != slot.CPU) || (req.MemoryMB > 0 && req.MemoryMB != slot.MemoryMB) {
-			if err = s.rt.Update(ctx, slot.ContainerID, req.CPU, req.MemoryMB); err != nil {
-				err = fmt.Errorf("%w: update pooled container: %v", ErrRuntime, err)
+		// sb's limits are the create's effective ones (its own or the
+		// daemon's defaults), never 0, so the update always sets both.
+		if sb.CPU != slot.CPU || sb.MemoryMB != slot.MemoryMB {
+			if err = s.rt.Update(ctx, slot.ContainerID, sb.CPU, sb.MemoryMB); err != nil {
+				err = runtimeErr("update pooled container", err)
 			}
 		}
-		// The sandbox's network policy is applied here (the hook
-		// adoptNetworkPolicy), as a cold create applies it after start.
+		// The sandbox's network policy is applied here, as a cold create
+		// applies it after start; a failure fails the adoption, which then
+		// goes cold.
 		if err == nil {
 			err = s.adoptNetworkPolicy(ctx, *sb, ip)
 		}
@@ -231,18 +245,25 @@ func (s *Service) abandonAdoption(ctx context.Context, sb *sandpit.Sandbox) erro
 	s.pool.hits.Add(-1)
 	s.pool.misses.Add(1)
 	s.forgetIP(sb.ID)
+	s.removeRoutes(ctx, sb.ID)
 	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
-		return fmt.Errorf("%w: remove failed pooled container: %v", ErrRuntime, err)
+		return runtimeErr("remove failed pooled container", err)
 	}
+	// Rules applied for the adopted container's address go with it; the
+	// cold container gets its own at start.
+	s.removeFirewall(ctx, sb.ID)
 	sb.ContainerID = containerName(sb.ID)
 	return s.store.AbandonPoolSlot(ctx, sb.ID, sb.ContainerID)
 }
 
-// adoptNetworkPolicy is the adoption's hook for the sandbox's network
-// policy. Pooled containers start with the daemon's default policy; a
-// per-sandbox policy is applied here, where a cold create applies it after
+// adoptNetworkPolicy applies the adopted sandbox's network policy to its
+// container's address, replacing whatever rules that address had. Pooled
+// containers run under the daemon's default policy; a per-sandbox policy
+// goes in here, before the create answers, as a cold create's goes in after
 // start.
-func (s *Service) adoptNetworkPolicy(context.Context, sandpit.Sandbox, string) error { return nil }
+func (s *Service) adoptNetworkPolicy(ctx context.Context, sb sandpit.Sandbox, ip string) error {
+	return s.applyFirewall(ctx, sb, ip)
+}
 
 // initTimeout bounds an adopted agent's init call.
 const initTimeout = 3 * time.Second
@@ -298,6 +319,23 @@ func (s *Service) PoolStatus(ctx context.Context) (PoolStatus, error) {
 	return s.poolStatus(ctx)
 }
 
+// PoolEnabled reports whether the daemon keeps a warm pool.
+func (s *Service) PoolEnabled() bool { return s.pool != nil }
+
+// PoolReady counts the ready free slots per image, for the status page and
+// the metrics.
+func (s *Service) PoolReady(ctx context.Context) (map[string]int, error) {
+	st, err := s.poolStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, p := range st.Pools {
+		out[p.Image] += p.Ready
+	}
+	return out, nil
+}
+
 func (s *Service) poolStatus(ctx context.Context) (PoolStatus, error) {
 	var st PoolStatus
 	if s.pool == nil {
@@ -312,7 +350,7 @@ func (s *Service) poolStatus(ctx context.Context) (PoolStatus, error) {
 		ps := PoolSpecStatus{Image: spec.Image, User: spec.User, Size: spec.Size}
 		for _, sl := range slots {
 			switch {
-			case sl.Key != spec.key():
+			case sl.Key != s.pool.key(spec.Image, spec.User):
 			case sl.Ready:
 				ps.Ready++
 			default:
@@ -372,9 +410,10 @@ func (s *Service) refillPools(ctx context.Context, wg *sync.WaitGroup) {
 		have[sl.Key]++
 	}
 	for _, spec := range s.pool.specs {
-		for range spec.Size - have[spec.key()] {
+		key := s.pool.key(spec.Image, spec.User)
+		for range spec.Size - have[key] {
 			slot := store.PoolSlot{
-				ID: newSlotID(), Key: spec.key(), Image: spec.Image, AgentUser: spec.User,
+				ID: newSlotID(), Key: key, Image: spec.Image, AgentUser: spec.User,
 				CPU: spec.CPU, MemoryMB: spec.MemoryMB, Token: newToken(), CreatedAt: s.now(),
 			}
 			slot.ContainerID = containerName(slot.ID)
@@ -419,6 +458,8 @@ func (s *Service) fillSlot(ctx context.Context, slot store.PoolSlot) error {
 		Image:       slot.Image,
 		CPU:         slot.CPU,
 		MemoryMB:    slot.MemoryMB,
+		DiskMB:      s.cfg.DiskMB,
+		Runtime:     s.cfg.Runtime,
 		Labels:      labels,
 		PidsLimit:   s.cfg.PidsLimit,
 		AgentBinary: s.cfg.AgentBinary,
@@ -433,6 +474,12 @@ func (s *Service) fillSlot(ctx context.Context, slot store.PoolSlot) error {
 	}
 	c, err := s.rt.Inspect(ctx, slot.ContainerID)
 	if err != nil {
+		return err
+	}
+	// The daemon's default policy, asserted for the slot's address: it
+	// also drops rules a sandbox that held the address before may have
+	// left behind.
+	if err := s.applyFirewall(ctx, sandpit.Sandbox{ID: slot.ID}, c.IP); err != nil {
 		return err
 	}
 	if err := s.waitHealthy(ctx, c.IP); err != nil {
@@ -455,18 +502,18 @@ func (s *Service) dropSlot(ctx context.Context, id, containerID string) {
 		s.log.Error("warm pool: remove container", "slot", id, "err", err)
 		return
 	}
-	s.pool.mu.Lock()
-	delete(s.pool.ips, id)
-	s.pool.mu.Unlock()
+	s.pool.forget(id)
+	s.removeFirewall(ctx, id)
 	if err := s.store.DeletePoolSlot(ctx, id); err != nil {
 		s.log.Error("warm pool: delete slot", "slot", id, "err", err)
 	}
 }
 
-// poolExit handles the exit of a container labelled with id: a free pooled
-// container that died is replaced; an adopted one's exit is its sandbox's.
-// It returns the sandbox id the exit belongs to, or "" when it was handled.
-func (s *Service) poolExit(ctx context.Context, id string) string {
+// poolEvent takes an engine event about the container labelled with id. A
+// pooled container carries its slot's id: an adopted one's events are its
+// sandbox's, whose id it returns; a free one's are the pool's and are handled
+// here, and then it returns "". Any other id is returned as it is.
+func (s *Service) poolEvent(ctx context.Context, id string) string {
 	sl, err := s.store.GetPoolSlot(ctx, id)
 	if err != nil {
 		return id
@@ -474,13 +521,52 @@ func (s *Service) poolExit(ctx context.Context, id string) string {
 	if sl.SandboxID != "" {
 		return sl.SandboxID
 	}
-	if !sl.Ready {
-		return "" // still being made; its refill sees the failure
+	if sl.Ready {
+		s.checkPooled(ctx, sl)
 	}
-	s.log.Warn("warm pool: pooled container exited; replacing it", "slot", id)
-	s.dropSlot(ctx, id, sl.ContainerID)
-	if s.pool != nil {
-		s.pool.wake()
+	// A slot still being made is its refill's business, which sees the
+	// failure itself.
+	return ""
+}
+
+// checkPooled replaces a free pooled container that no longer runs (killed
+// behind the daemon's back, say). The event that led here may be stale, or
+// caused by the daemon's own removal, so the container's state decides.
+func (s *Service) checkPooled(ctx context.Context, sl store.PoolSlot) {
+	c, err := s.rt.Inspect(ctx, sl.ContainerID)
+	switch {
+	case err == nil && c.State == "running":
+		return
+	case err != nil && !errors.Is(err, driver.ErrNotFound):
+		s.log.Error("warm pool: inspect pooled container", "slot", sl.ID, "err", err)
+		return
+	}
+	s.log.Warn("warm pool: pooled container stopped; replacing it", "slot", sl.ID)
+	s.dropSlot(ctx, sl.ID, sl.ContainerID)
+	s.pool.wake()
+}
+
+// janitorPooled is the janitor's look at a pooled container: it returns the
+// sandbox an adopted one belongs to, or "" when the pool deals with it (a
+// free one that stopped is replaced, one without a slot is removed).
+func (s *Service) janitorPooled(ctx context.Context, c driver.Container) string {
+	sl, err := s.store.GetPoolSlot(ctx, c.SandboxID)
+	switch {
+	case errors.Is(err, sandpit.ErrNotFound):
+		// Slots are written before their container is made and deleted
+		// after it is removed, so this container's removal failed earlier.
+		s.log.Warn("janitor: removing orphan pooled container", "container", c.ID, "slot", c.SandboxID)
+		if err := s.rt.Remove(ctx, c.ID); err != nil {
+			s.log.Error("janitor: remove orphan pooled container", "container", c.ID, "err", err)
+		}
+		return ""
+	case err != nil:
+		s.log.Error("janitor: pool slot", "slot", c.SandboxID, "err", err)
+		return ""
+	case sl.SandboxID != "":
+		return sl.SandboxID
+	case sl.Ready && c.State != "running":
+		s.checkPooled(ctx, sl)
 	}
 	return ""
 }
@@ -521,9 +607,12 @@ func (s *Service) reconcilePool(ctx context.Context, containers []driver.Contain
 			}
 			s.log.Info("warm pool: kept pooled sandbox", "slot", sl.ID)
 		default:
+			// One container the engine will not remove is skipped, as
+			// reconcile skips a sandbox: the janitor tries it again.
 			s.log.Warn("warm pool: removing pooled container", "container", c.ID, "slot", c.SandboxID)
 			if err := s.rt.Remove(ctx, c.ID); err != nil {
-				return nil, fmt.Errorf("%w: remove pooled %s: %v", ErrRuntime, c.ID, err)
+				s.log.Error("warm pool: remove pooled container", "container", c.ID, "err", err)
+				continue
 			}
 			if err := s.store.DeletePoolSlot(ctx, c.SandboxID); err != nil {
 				return nil, err

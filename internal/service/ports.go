@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -91,9 +92,13 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 	if protocol != ProtoHTTP && protocol != ProtoTCP {
 		return ExposeResult{}, invalidf("protocol must be %q or %q", ProtoHTTP, ProtoTCP)
 	}
-	sb, err := s.sandbox(ctx, id)
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return ExposeResult{}, err
+	}
+	defer unlock()
+	if sb.State == sandpit.StateDeleting {
+		return ExposeResult{}, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
 	}
 	if err := s.checkPortQuota(ctx, sb, port); err != nil {
 		return ExposeResult{}, err
@@ -160,6 +165,11 @@ func (s *Service) UnexposePort(ctx context.Context, id string, port int) (err er
 		return err
 	}
 	defer func() { s.audit(ctx, "port.unexpose", id+":"+strconv.Itoa(port), err) }()
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	row, err := s.store.GetPort(ctx, id, port)
 	if err != nil {
 		return err
@@ -246,9 +256,18 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if port < 1 || port > 65535 {
 		return sandpit.CustomDomain{}, false, invalidf("port must be between 1 and 65535")
 	}
-	sb, err := s.sandbox(ctx, id)
+	// The agent answers to its token, not to whoever knows a hostname; as
+	// with exposing it, a domain may not point at it.
+	if port == driver.AgentPort {
+		return sandpit.CustomDomain{}, false, invalidf("port %d is reserved for the sandbox agent", port)
+	}
+	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
+	}
+	defer unlock()
+	if sb.State == sandpit.StateDeleting {
+		return sandpit.CustomDomain{}, false, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
 	}
 	var d sandpit.CustomDomain
 	rollback := func(ctx context.Context) {
@@ -295,6 +314,11 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) (
 		return err
 	}
 	defer func() { s.audit(ctx, "domain.remove", id+":"+h, err) }()
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	d, err := s.store.GetCustomDomain(ctx, h)
 	if err != nil {
 		return err
@@ -340,4 +364,30 @@ func (s *Service) checkPortQuota(ctx context.Context, sb sandpit.Sandbox, port i
 		return fmt.Errorf("%w: owner %q may expose at most %d ports (limit max_ports)", sandpit.ErrQuotaExceeded, sb.Owner, limits.MaxPorts)
 	}
 	return nil
+}
+
+// CheckPortAccess decides whether a request through the E2B gateway may
+// reach port of sandbox sb: the agent's port always (the agent checks its own
+// token), an exposed port always, and any other port only as the sandbox's
+// port-access policy says (public, or with its traffic token). A refusal is
+// ErrPortForbidden.
+func (s *Service) CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error {
+	if port == driver.AgentPort {
+		return nil
+	}
+	if _, err := s.store.GetPort(ctx, sb.ID, port); err == nil {
+		return nil
+	} else if !errors.Is(err, sandpit.ErrNotFound) {
+		return err
+	}
+	switch sb.PortAccess {
+	case sandpit.PortAccessPublic:
+		return nil
+	case sandpit.PortAccessToken:
+		if sb.TrafficToken != "" && subtle.ConstantTimeCompare([]byte(trafficToken), []byte(sb.TrafficToken)) == 1 {
+			return nil
+		}
+		return fmt.Errorf("%w: port %d of sandbox %s needs the sandbox's traffic token", ErrPortForbidden, port, sb.ID)
+	}
+	return fmt.Errorf("%w: port %d of sandbox %s is not exposed", ErrPortForbidden, port, sb.ID)
 }

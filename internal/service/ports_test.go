@@ -316,9 +316,10 @@ func TestExposeRollbackOnRouterFailure(t *testing.T) {
 
 // TestExposeRetryFailureDoesNotUndoInFlightExposure is the race the reused
 // flag exists for: the first call has inserted the row and is still
-// installing its route when a retry arrives, finds the row (reused) and
-// fails its own install. The retry must not delete the row; the first call
-// then completes and its exposure serves.
+// installing its route when a retry arrives. Calls on one sandbox are
+// serialised, so the retry waits for the first to finish; it then finds the
+// row (reused) and fails its own install, and must not delete the row: the
+// first call's exposure keeps serving.
 func TestExposeRetryFailureDoesNotUndoInFlightExposure(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -359,29 +360,39 @@ func TestExposeRetryFailureDoesNotUndoInFlightExposure(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the first exposure never reached the router")
 	}
-	if _, err := r.svc.ExposePort(ctx, id, 9000, service.ProtoTCP); !errors.Is(err, service.ErrRouter) {
-		t.Fatalf("retry with a failing install: %v, want ErrRouter", err)
-	}
-	if _, err := r.st.GetPort(ctx, id, 9000); err != nil {
-		t.Fatalf("the retry's failure removed the first call's row: %v", err)
+	retry := make(chan error, 1)
+	go func() {
+		_, err := r.svc.ExposePort(ctx, id, 9000, service.ProtoTCP)
+		retry <- err
+	}()
+	select {
+	case err := <-retry:
+		t.Fatalf("the retry ran beside the first call (err %v): calls on one sandbox must be serialised", err)
+	case <-time.After(300 * time.Millisecond):
 	}
 	close(release)
 	got := <-first
 	if got.err != nil || got.res.Reuse {
 		t.Fatalf("first exposure: %+v %v, want a new exposure", got.res, got.err)
 	}
+	if err := <-retry; !errors.Is(err, service.ErrRouter) {
+		t.Fatalf("retry with a failing install: %v, want ErrRouter", err)
+	}
 	row, err := r.st.GetPort(ctx, id, 9000)
 	if err != nil || row.HostPort != got.res.Port.HostPort {
-		t.Fatalf("row after both calls: %+v %v, want %+v", row, err, got.res.Port)
+		t.Fatalf("the retry's failure removed the first call's row: %+v %v, want %+v", row, err, got.res.Port)
 	}
 	eventually(t, "traffic through the exposure", func() error { return r.serves(row) })
 }
 
 // TestExposeRollbackKeepsRowARetryInstalled is the other order of the same
 // race: the first call inserts the row and its install is held; a retry
-// finds the row and installs successfully; then the first install fails (a
-// router in another process refused it). The first call answers ErrRouter,
-// but its rollback must leave the row the retry answered success for.
+// arrives meanwhile; then the first install fails (a router in another
+// process refused it). Lifecycle calls on one sandbox are serialised, so the
+// retry waits for the first call instead of answering success for a row the
+// first call then rolls back: the first answers ErrRouter and removes only
+// what it made, and the retry then makes the exposure afresh, so the
+// success it answers is true in the final state.
 func TestExposeRollbackKeepsRowARetryInstalled(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -396,16 +407,16 @@ func TestExposeRollbackKeepsRowARetryInstalled(t *testing.T) {
 				port = 8100
 			}
 			entered := make(chan struct{})
-			retried := make(chan struct{})
+			release := make(chan struct{})
 			var calls atomic.Int64
 			hook := func(rt router.Route) error {
 				if rt.SandboxID != id || rt.Port != port {
 					return nil
 				}
 				switch calls.Add(1) {
-				case 1: // the first call: held until the retry succeeded, then refused
+				case 1: // the first call: held, then refused
 					close(entered)
-					<-retried
+					<-release
 					return errInjected
 				default: // the retry: installs
 					return nil
@@ -424,20 +435,33 @@ func TestExposeRollbackKeepsRowARetryInstalled(t *testing.T) {
 				first <- result{res, err}
 			}()
 			<-entered
-			again, err := r.svc.ExposePort(ctx, id, port, protocol)
-			close(retried)
-			if err != nil || !again.Reuse {
-				t.Fatalf("retry: %+v %v, want success on the existing row", again, err)
+			retry := make(chan result, 1)
+			go func() {
+				res, err := r.svc.ExposePort(ctx, id, port, protocol)
+				retry <- result{res, err}
+			}()
+			// Give the retry every chance to overtake the held call; it must
+			// not answer while the first call is undecided.
+			time.Sleep(100 * time.Millisecond)
+			select {
+			case got := <-retry:
+				t.Fatalf("the retry answered %+v %v while the first call was still installing", got.res, got.err)
+			default:
 			}
+			close(release)
 			if got := <-first; !errors.Is(got.err, service.ErrRouter) {
 				t.Fatalf("first call: %+v %v, want ErrRouter", got.res, got.err)
 			}
+			again := <-retry
+			if again.err != nil || again.res.Reuse {
+				t.Fatalf("retry: %+v %v, want a fresh exposure after the first call's rollback", again.res, again.err)
+			}
 			row, err := r.st.GetPort(ctx, id, port)
-			if err != nil || row.HostPort != again.Port.HostPort {
-				t.Fatalf("row after the first call's rollback: %+v %v, want the retry's %+v", row, err, again.Port)
+			if err != nil || row.HostPort != again.res.Port.HostPort {
+				t.Fatalf("row: %+v %v, want the retry's %+v", row, err, again.res.Port)
 			}
 			if _, ok := routeOf(t, r, id, port); !ok {
-				t.Fatal("the retry's route is gone")
+				t.Fatal("the retry's route is missing")
 			}
 		})
 	}

@@ -22,6 +22,8 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/firewall"
+	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -37,6 +39,12 @@ var (
 	ErrAgentUnhealthy   = errors.New("sandbox agent did not become healthy")
 	ErrRuntime          = errors.New("container runtime failed")
 	ErrRouter           = errors.New("router failed")
+	// ErrEngineTimeout: the container engine did not answer within the
+	// daemon's engine timeout.
+	ErrEngineTimeout = driver.ErrTimeout
+	// ErrPortForbidden: the port is neither the agent's nor one the caller
+	// may reach (not exposed, or the traffic token is missing or wrong).
+	ErrPortForbidden = errors.New("port not reachable")
 )
 
 // Config is the service's configuration. Zero values take the defaults noted.
@@ -46,17 +54,45 @@ type Config struct {
 	AgentBinary   string            // host path of the sandpit executable
 	HealthTimeout time.Duration     // default 30s
 	PidsLimit     int64             // default 1024
-	Domain        string            // default "localhost"
-	ProxyPort     int               // port of the proxy, for URLs; 80 (443 with TLS) omits it
-	PublicHost    string            // host in tcp:// URLs; default 127.0.0.1
-	PortRange     sandpit.PortRange // TCP host-port pool
-	ExtraLabels   map[string]string // added to every container (tests tag runs)
+	// DefaultCPU and DefaultMemoryMB apply to a create that names no limit;
+	// MaxCPU and MaxMemoryMB bound what a create may ask for (a create above
+	// them is refused, not clamped). Zero defaults mean 1 core and 1024 MiB;
+	// zero maxima mean the built-in bounds (64 cores, 256 GiB).
+	DefaultCPU      float64
+	DefaultMemoryMB int64
+	MaxCPU          float64
+	MaxMemoryMB     int64
+	// DiskMB limits each sandbox's writable layer when the engine can
+	// enforce it (DiskQuota reports so); 0 means no limit.
+	DiskMB int64
+	// MaxSandboxes caps how many sandboxes the daemon holds (any state);
+	// a create beyond it fails with sandpit.ErrQuotaExceeded. 0 = no cap.
+	MaxSandboxes int
+	// MaxConcurrentCreates bounds creates in progress at once; the others
+	// wait their turn (default 8).
+	MaxConcurrentCreates int
+	// Runtime is the OCI runtime containers run under ("" = the engine's
+	// default, runc).
+	Runtime     string
+	Domain      string            // default "localhost"
+	ProxyPort   int               // port of the proxy, for URLs; 80 (443 with TLS) omits it
+	PublicHost  string            // host in tcp:// URLs; default 127.0.0.1
+	PortRange   sandpit.PortRange // TCP host-port pool
+	ExtraLabels map[string]string // added to every container (tests tag runs)
 	// Instance identifies this daemon's containers (label sandpit.instance):
 	// reconcile touches only those, so daemons can share an engine.
 	Instance string
+	// Firewall, when set, holds each sandbox's network policy; nil leaves
+	// sandboxes to the engine's network as it is (unit tests).
+	Firewall *firewall.Firewall
 	// PreviewTLS makes preview and custom-domain URLs https:// (the Caddy
 	// router serving them with on-demand certificates).
 	PreviewTLS bool
+	// RestartParallel bounds the sandboxes a start brings back at once
+	// (default 8).
+	RestartParallel int
+	// Metrics counts creates and idempotency outcomes; nil counts nothing.
+	Metrics *metrics.Metrics
 	// WarmPool lists the pools of started sandboxes kept for creates to
 	// adopt; PoolRefillConcurrency bounds how many pooled containers are
 	// made at once (default 1).
@@ -88,14 +124,13 @@ type Service struct {
 	// creating holds, for each sandbox this process is creating, a channel
 	// closed when that create returns.
 	creating map[string]chan struct{}
-	// stopping counts, per sandbox, the service's own stops and removals in
-	// progress (see expectExit).
-	stopping map[string]int
 	// leaving holds the sandboxes whose container is being stopped or
 	// removed. Their agent is going away, so requests for them are refused
 	// at once instead of being sent to an address that stops answering
 	// (which costs the caller seconds of connect timeout).
 	leaving map[string]bool
+	// starting holds the running sandboxes reconcile is still bringing back.
+	starting map[string]bool
 
 	idem   *Idempotency
 	events *events
@@ -103,6 +138,14 @@ type Service struct {
 	// exposing coordinates the calls exposing one route key; see
 	// ExposePort.
 	exposing keyedExposures
+	// locks serialise the lifecycle operations of each sandbox.
+	locks keyedLocks
+	// bg tracks background work: reconcile's restarts, event handling.
+	bg sync.WaitGroup
+
+	// creates is a semaphore bounding creates in progress: each holds a
+	// slot from before its row is inserted until it returns.
+	creates chan struct{}
 
 	// pool is nil without a configured warm pool.
 	pool *warmPool
@@ -115,6 +158,21 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	}
 	if cfg.PidsLimit <= 0 {
 		cfg.PidsLimit = 1024
+	}
+	if cfg.DefaultCPU <= 0 {
+		cfg.DefaultCPU = DefaultCPU
+	}
+	if cfg.DefaultMemoryMB <= 0 {
+		cfg.DefaultMemoryMB = DefaultMemoryMB
+	}
+	if cfg.MaxCPU <= 0 || cfg.MaxCPU > maxCPU {
+		cfg.MaxCPU = maxCPU
+	}
+	if cfg.MaxMemoryMB <= 0 || cfg.MaxMemoryMB > maxMemoryMB {
+		cfg.MaxMemoryMB = maxMemoryMB
+	}
+	if cfg.MaxConcurrentCreates <= 0 {
+		cfg.MaxConcurrentCreates = 8
 	}
 	if cfg.Domain == "" {
 		cfg.Domain = "localhost"
@@ -133,8 +191,24 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	}
 	var pool *warmPool
 	if len(cfg.WarmPool) > 0 {
-		pool = newWarmPool(cfg.WarmPool, cfg.PoolRefillConcurrency)
+		// A pool without limits of its own takes the defaults a create
+		// naming none gets, so that such a create adopts without a live
+		// update.
+		specs := make([]PoolSpec, len(cfg.WarmPool))
+		for i, p := range cfg.WarmPool {
+			if p.CPU <= 0 {
+				p.CPU = min(cfg.DefaultCPU, cfg.MaxCPU)
+			}
+			if p.MemoryMB <= 0 {
+				p.MemoryMB = min(cfg.DefaultMemoryMB, cfg.MaxMemoryMB)
+			}
+			specs[i] = p
+		}
+		cfg.WarmPool = specs
+		pool = newWarmPool(specs, cfg.Runtime, cfg.PoolRefillConcurrency)
 	}
+	idem := NewIdempotency(st, cfg.Now, cfg.Logger)
+	idem.metrics = cfg.Metrics
 	return &Service{
 		pool:         pool,
 		cfg:          cfg,
@@ -147,10 +221,11 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		agentClients: map[string]agentClients{},
 		ips:          map[string]string{},
 		creating:     map[string]chan struct{}{},
-		stopping:     map[string]int{},
 		leaving:      map[string]bool{},
-		idem:         NewIdempotency(st, cfg.Now, cfg.Logger),
+		starting:     map[string]bool{},
+		idem:         idem,
 		events:       newEvents(),
+		creates:      make(chan struct{}, cfg.MaxConcurrentCreates),
 	}
 }
 
@@ -226,7 +301,7 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 	}
 	c, err := s.rt.Inspect(ctx, sb.ContainerID)
 	if err != nil {
-		return "", fmt.Errorf("%w: inspect %s: %v", ErrRuntime, id, err)
+		return "", runtimeErr("inspect "+id, err)
 	}
 	if c.IP == "" {
 		return "", fmt.Errorf("%w: sandbox %s has no address", ErrNotRunning, id)
@@ -248,6 +323,11 @@ func (s *Service) forgetIP(id string) {
 	}
 	delete(s.ips, id)
 	s.mu.Unlock()
+	// A kept-alive connection to a container that went away is never reset
+	// (its network namespace is gone), and the engine hands its address to
+	// the next container: reusing it would reach that one, or get a reset.
+	// Idle connections are cheap to remake, so all of them go.
+	s.agents.http.CloseIdleConnections()
 }
 
 // leave marks a sandbox's agent as going away (see Service.leaving) until

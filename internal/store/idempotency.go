@@ -217,6 +217,27 @@ func (s *Store) SetIdempotentTarget(ctx context.Context, scope, fingerprint stri
 	return nil
 }
 
+// RenewIdempotentClaim moves a pending claim's lock to lockedUntil while its
+// holder is still working, so that a request running longer than the pending
+// TTL is not taken for dead and run a second time by its retry. It returns
+// ErrClaimLost when the row is not pending at that generation.
+func (s *Store) RenewIdempotentClaim(ctx context.Context, scope, fingerprint string, generation int64, lockedUntil, now time.Time) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE request_idempotency SET locked_until = ?, updated_at = ?
+		WHERE scope = ? AND fingerprint = ? AND state = 'pending' AND generation = ?`,
+		toNanos(clock(lockedUntil)), toNanos(clock(now)), scope, fingerprint, generation)
+	if err != nil {
+		return fmt.Errorf("renew idempotent claim %s/%s: %w", scope, fingerprint, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("renew idempotent claim %s/%s: %w", scope, fingerprint, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("renew idempotent claim %s/%s generation %d: %w", scope, fingerprint, generation, sandpit.ErrClaimLost)
+	}
+	return nil
+}
+
 // CompleteIdempotentRequest turns the pending row of c.Generation ready,
 // storing the target (an empty c.TargetID keeps the one recorded by
 // SetIdempotentTarget) and the response, replayable until now + c.ReplayTTL.

@@ -28,11 +28,18 @@ const (
 )
 
 const sandboxColumns = `id, name, image, template, state, labels, env, cpu, memory_mb,
-	container_id, access_token, end_at, created_at, updated_at, owner`
+	container_id, access_token, end_at, created_at, updated_at, owner, state_reason, port_access, traffic_token, network`
 
 const (
 	qSandboxInsert = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	// qSandboxInsertCapped inserts only while the table holds fewer rows than
+	// the last argument. The count and the insert are one statement on the
+	// single writer connection, so concurrent creates cannot both take the
+	// last slot.
+	qSandboxInsertCapped = `INSERT INTO sandboxes (` + sandboxColumns + `)
+		SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+		WHERE (SELECT COUNT(*) FROM sandboxes) < ?`
 	qSandboxByID = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
 )
 
@@ -42,15 +49,16 @@ const (
 // CreatedAt means now; a zero UpdatedAt means CreatedAt. An empty Owner is
 // the admin owner.
 func (s *Store) CreateSandbox(ctx context.Context, sb sandpit.Sandbox) error {
-	return s.CreateSandboxWithinLimits(ctx, sb, sandpit.OwnerLimits{})
+	return s.CreateSandboxWithinLimits(ctx, sb, sandpit.OwnerLimits{}, 0)
 }
 
-// CreateSandboxWithinLimits is CreateSandbox for an owner with quotas: the
-// owner's usage is read and the row inserted in one write transaction, so
-// two creates racing for an owner's last slot cannot both win. A create that
-// would pass a limit fails with ErrQuotaExceeded naming it, and inserts
-// nothing.
-func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbox, limits sandpit.OwnerLimits) error {
+// CreateSandboxWithinLimits is CreateSandbox under quotas: the owner's
+// limits, and maxRows, the most sandboxes (any state, any owner) the daemon
+// holds (<= 0: no cap). Usage is read and the row inserted in one statement
+// or one write transaction on the single writer, so two creates racing for
+// the last slot cannot both win. A create that would pass a limit fails
+// with ErrQuotaExceeded naming it, and inserts nothing.
+func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbox, limits sandpit.OwnerLimits, maxRows int) error {
 	if sb.ID == "" {
 		return errors.New("create sandbox: id must not be empty")
 	}
@@ -62,6 +70,10 @@ func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbo
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: env: %w", sb.ID, err)
 	}
+	netPolicy, err := encodeNetwork(sb.Network)
+	if err != nil {
+		return fmt.Errorf("create sandbox %s: network: %w", sb.ID, err)
+	}
 	created := clock(sb.CreatedAt)
 	updated := sb.UpdatedAt
 	if updated.IsZero() {
@@ -71,17 +83,32 @@ func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbo
 	if owner == "" {
 		owner = sandpit.AdminOwner
 	}
+	access := sb.PortAccess
+	if access == "" {
+		access = sandpit.PortAccessExposed
+	}
 	args := []any{sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
-		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated), owner}
-	if limits.Unlimited() {
-		_, err = s.exec(ctx, nil, qSandboxInsert, args...)
-	} else {
-		err = s.insertWithinLimits(ctx, owner, sb, limits, args)
+		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated), owner, sb.StateReason,
+		string(access), sb.TrafficToken, netPolicy}
+	var res sql.Result
+	switch {
+	case !limits.Unlimited():
+		err = s.insertWithinLimits(ctx, owner, sb, limits, maxRows, args)
+	case maxRows > 0:
+		res, err = s.exec(ctx, nil, qSandboxInsertCapped, append(args, maxRows)...)
+	default:
+		res, err = s.exec(ctx, nil, qSandboxInsert, args...)
 	}
 	switch {
 	case errors.Is(err, sandpit.ErrQuotaExceeded):
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	case err == nil:
+		if res == nil {
+			return nil
+		}
+		if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
+			return fmt.Errorf("create sandbox %s: at most %d sandboxes: %w", sb.ID, maxRows, sandpit.ErrQuotaExceeded)
+		}
 		return nil
 	case isUniqueViolation(err):
 		// The only UNIQUE index on sandboxes besides the primary key is
@@ -215,11 +242,18 @@ func (s *Store) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]
 	return out, next, nil
 }
 
-// UpdateSandboxState sets the sandbox's state, or returns ErrNotFound.
+// UpdateSandboxState sets the sandbox's state and clears its reason, or
+// returns ErrNotFound.
 func (s *Store) UpdateSandboxState(ctx context.Context, id string, state sandpit.State, now time.Time) error {
+	return s.SetSandboxState(ctx, id, state, "", now)
+}
+
+// SetSandboxState sets the sandbox's state with the reason it is in it
+// ("" for none), or returns ErrNotFound.
+func (s *Store) SetSandboxState(ctx context.Context, id string, state sandpit.State, reason string, now time.Time) error {
 	return s.updateSandbox(ctx, "update state of sandbox", id,
-		`UPDATE sandboxes SET state = ?, updated_at = ? WHERE id = ?`,
-		string(state), toNanos(clock(now)), id)
+		`UPDATE sandboxes SET state = ?, state_reason = ?, updated_at = ? WHERE id = ?`,
+		string(state), reason, toNanos(clock(now)), id)
 }
 
 // SetSandboxEndAt sets the sandbox's deadline; the zero time clears it.
@@ -328,12 +362,13 @@ type rowScanner interface {
 func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 	var (
 		sb                 sandpit.Sandbox
-		labels, env        string
+		labels, env, netw  string
 		endAt              sql.NullInt64
 		createdAt, updated int64
 	)
 	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
-		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated, &sb.Owner); err != nil {
+		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated, &sb.Owner, &sb.StateReason,
+		&sb.PortAccess, &sb.TrafficToken, &netw); err != nil {
 		return sandpit.Sandbox{}, err
 	}
 	var err error
@@ -343,10 +378,24 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 	if sb.Env, err = decodeMap(env); err != nil {
 		return sandpit.Sandbox{}, fmt.Errorf("sandbox %s: env: %w", sb.ID, err)
 	}
+	if netw != "" && netw != "{}" {
+		if err := json.Unmarshal([]byte(netw), &sb.Network); err != nil {
+			return sandpit.Sandbox{}, fmt.Errorf("sandbox %s: network: %w", sb.ID, err)
+		}
+	}
 	sb.EndAt = fromNullNanos(endAt)
 	sb.CreatedAt = fromNanos(createdAt)
 	sb.UpdatedAt = fromNanos(updated)
 	return sb, nil
+}
+
+// encodeNetwork stores the default policy as "{}".
+func encodeNetwork(p sandpit.NetworkPolicy) (string, error) {
+	if p.IsZero() {
+		return "{}", nil
+	}
+	b, err := json.Marshal(p)
+	return string(b), err
 }
 
 // encodeMap stores a nil map as "{}" so that it reads back as an empty map
@@ -406,7 +455,7 @@ func decodePageToken(tok string) (int64, string, error) {
 
 // insertWithinLimits checks the owner's usage against limits and inserts the
 // row, in one transaction.
-func (s *Store) insertWithinLimits(ctx context.Context, owner string, sb sandpit.Sandbox, limits sandpit.OwnerLimits, args []any) error {
+func (s *Store) insertWithinLimits(ctx context.Context, owner string, sb sandpit.Sandbox, limits sandpit.OwnerLimits, maxRows int, args []any) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -423,6 +472,15 @@ func (s *Store) insertWithinLimits(ctx context.Context, owner string, sb sandpit
 		return fmt.Errorf("%w: owner %q may use at most %g cpu in total, %g in use (limit max_cpu)", sandpit.ErrQuotaExceeded, owner, limits.MaxCPU, u.CPU)
 	case limits.MaxMemoryMB > 0 && u.MemoryMB+sb.MemoryMB > limits.MaxMemoryMB:
 		return fmt.Errorf("%w: owner %q may use at most %d MiB of memory in total, %d in use (limit max_memory_mb)", sandpit.ErrQuotaExceeded, owner, limits.MaxMemoryMB, u.MemoryMB)
+	}
+	if maxRows > 0 {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes`).Scan(&n); err != nil {
+			return err
+		}
+		if n >= maxRows {
+			return fmt.Errorf("at most %d sandboxes: %w", maxRows, sandpit.ErrQuotaExceeded)
+		}
 	}
 	if _, err := s.exec(ctx, tx, qSandboxInsert, args...); err != nil {
 		return err

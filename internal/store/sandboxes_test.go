@@ -89,6 +89,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 		ID: "sb-full", Name: "full", Image: "debian:12", Template: "base", State: sandpit.StatePaused,
 		Labels: map[string]string{"team": "infra", `odd "key"`: "v"}, Env: map[string]string{"A": "1"},
 		CPU: 1.5, MemoryMB: 512, ContainerID: "c0ffee", AccessToken: "tok",
+		PortAccess: sandpit.PortAccessToken, TrafficToken: "traffic",
 		EndAt: t0.Add(time.Hour), CreatedAt: t0, UpdatedAt: t0.Add(time.Second), Owner: "team-infra",
 	}
 	bare := sandpit.Sandbox{ID: "sb-bare", CreatedAt: t0}

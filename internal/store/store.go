@@ -226,7 +226,7 @@ func (s *Store) Close() error {
 // every call. They must be prepared at Open: preparing on demand inside a
 // transaction would need a second connection, and there is only one.
 var preparedQueries = []string{
-	qSandboxInsert, qSandboxByID,
+	qSandboxInsert, qSandboxInsertCapped, qSandboxByID,
 	qPortInsert, qPortByKey,
 	qClaimInsert, qClaimSelect, qClaimRenewLock, qClaimRestart, qSetTarget, qComplete,
 	qTapAllocate, qTapBySandbox,
@@ -464,3 +464,13 @@ func fromNullNanos(n sql.NullInt64) time.Time {
 // rollback is deferred by transactional methods; after a successful Commit it
 // is a harmless no-op returning sql.ErrTxDone.
 func rollback(tx *sql.Tx) { _ = tx.Rollback() }
+
+// SchemaVersion is the user_version the embedded migrations bring a database
+// to; tests compare against it so that a new migration does not break them.
+func SchemaVersion() int {
+	ms, err := loadMigrations()
+	if err != nil {
+		return 0
+	}
+	return len(ms)
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -140,7 +141,7 @@ func TestPragmas(t *testing.T) {
 		"foreign_keys": "1",
 		"busy_timeout": "5000",
 		"synchronous":  "2", // FULL
-		"user_version": latestVersion(t),
+		"user_version": strconv.Itoa(store.SchemaVersion()),
 	} {
 		got, err := s.Pragma(ctx, name)
 		if err != nil {
@@ -209,7 +210,7 @@ func TestMigrationsIdempotentOnReopen(t *testing.T) {
 			t.Fatalf("reopen: %v", err)
 		}
 		v, _ := s.Pragma(ctx, "user_version")
-		if v != v1 || v != latestVersion(t) {
+		if v != v1 || v != strconv.Itoa(store.SchemaVersion()) {
 			t.Errorf("user_version after reopen = %s, want %s", v, v1)
 		}
 		if _, err := s.GetSandbox(ctx, "sb-keep"); err != nil {
@@ -238,7 +239,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	}
 	// The failed Open must not keep the directory locked.
 	db = rawDB(t, dir, false)
-	if _, err := db.Exec(`PRAGMA user_version = ` + latestVersion(t)); err != nil {
+	if _, err := db.Exec(`PRAGMA user_version = ` + strconv.Itoa(store.SchemaVersion())); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

@@ -32,7 +32,7 @@ func TestQuotaDecidedInTheInsertTransaction(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.CreateSandboxWithinLimits(ctx, sandpit.Sandbox{ID: fmt.Sprintf("sb-%d", i), Owner: "alice", CPU: 1}, limits)
+			errs[i] = s.CreateSandboxWithinLimits(ctx, sandpit.Sandbox{ID: fmt.Sprintf("sb-%d", i), Owner: "alice", CPU: 1}, limits, 0)
 		}()
 	}
 	wg.Wait()
@@ -55,7 +55,7 @@ func TestQuotaDecidedInTheInsertTransaction(t *testing.T) {
 		t.Fatalf("usage %+v %v", u, err)
 	}
 	// The CPU limit names itself.
-	err = s.CreateSandboxWithinLimits(ctx, sandpit.Sandbox{ID: "sb-big", Owner: "carol", CPU: 11}, limits)
+	err = s.CreateSandboxWithinLimits(ctx, sandpit.Sandbox{ID: "sb-big", Owner: "carol", CPU: 11}, limits, 0)
 	if !errors.Is(err, sandpit.ErrQuotaExceeded) || !strings.Contains(err.Error(), "max_cpu") {
 		t.Fatalf("over the cpu limit: %v", err)
 	}

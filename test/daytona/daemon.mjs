@@ -99,6 +99,8 @@ export async function startDaemon() {
     '--token', token,
     '--default-image', testImage,
     '--container-label', runLabel,
+    '--network-name', `sandpit-${run}`,
+    '--network-pool', '10.200.0.0/14',
   ], { stdio: ['ignore', 'pipe', 'pipe'] });
   for (const s of [child.stdout, child.stderr]) {
     s.setEncoding('utf8');
@@ -138,6 +140,9 @@ export async function startDaemon() {
           // Already gone.
         }
       }
+      // The daemon keeps its network and firewall rules while sandboxes
+      // run; with the containers gone, uninstall removes both.
+      execFileSync(bin, ['uninstall', '--network-name', `sandpit-${run}`], { stdio: 'inherit' });
       rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -46,6 +46,10 @@ export async function setup() {
 }
 
 const daemons = new Set()
+// networks are the sandbox networks this run's daemons made; teardown
+// removes them (and their firewall rules) once their containers are gone.
+const networks = new Set()
+export const networkPool = '10.200.0.0/14'
 
 // teardown stops every daemon still running and removes this run's containers
 // and files.
@@ -53,6 +57,10 @@ export async function teardown() {
   await Promise.all([...daemons].map((d) => d.stop()))
   const ids = await containers()
   if (ids.length > 0) await run('docker', ['rm', '-f', '-v', ...ids])
+  for (const n of networks) {
+    await run(binary, ['uninstall', '--network-name', n])
+    networks.delete(n)
+  }
   if (workDir) await rm(workDir, { recursive: true, force: true })
 }
 
@@ -94,7 +102,9 @@ export async function startDaemon({ name, args = [], env = {} } = {}) {
     proc: undefined,
     exited: undefined,
     log: '',
+    network: `sandpit-${runId}-${name}`,
   }
+  networks.add(d.network)
   d.apiUrl = `http://127.0.0.1:${d.apiPort}/e2b`
   d.sandboxUrl = `http://127.0.0.1:${d.apiPort}/e2b/envd`
   // opts are the SDK connection options that point it at this daemon.
@@ -109,6 +119,8 @@ export async function startDaemon({ name, args = [], env = {} } = {}) {
       '--default-image', testImage,
       '--container-label', `sandpit.run=${runId}`,
       '--container-label', `sandpit.test-daemon=${name}`,
+      '--network-name', d.network,
+      '--network-pool', networkPool,
       ...d.args,
     ], { env: { ...process.env, ...extraEnv }, stdio: ['ignore', 'ignore', 'pipe'] })
     d.proc = proc

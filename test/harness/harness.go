@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,6 +85,34 @@ type Options struct {
 	// PortRange overrides the TCP pool ("LO-HI"); by default each daemon
 	// gets its own small range so parallel daemons never share ports.
 	PortRange string
+	// ProxyHost is the address the preview proxy (and the TCP forwards)
+	// bind; default 127.0.0.1. Tests that reach the proxy from inside a
+	// sandbox bind 0.0.0.0.
+	ProxyHost string
+}
+
+// NetworkPool is the range test daemons take their sandbox networks from, a
+// /24 each: Docker's default pools hold about thirty networks, fewer than
+// the daemons that parallel test runs on one engine start.
+const NetworkPool = "10.200.0.0/14"
+
+// UniqueNetwork names a sandbox network for one test daemon.
+func UniqueNetwork() string { return "sandpit-test-" + randHex(6) }
+
+// NetworkArgs are the serve flags that give a daemon its own network from
+// NetworkPool; pass the same name to Uninstall when the test ends.
+func NetworkArgs(network string) []string {
+	return []string{"--network-name", network, "--network-pool", NetworkPool}
+}
+
+// Uninstall removes a test daemon's network and firewall rules. The daemon
+// keeps both while sandboxes run (they must stay confined), so call it once
+// the daemon and its containers are gone.
+func Uninstall(t testing.TB, bin, network string) {
+	t.Helper()
+	if out, err := exec.Command(bin, "uninstall", "--network-name", network).CombinedOutput(); err != nil {
+		t.Errorf("sandpit uninstall --network-name %s: %v\n%s", network, err, out)
+	}
 }
 
 // Daemon is one running `sandpit serve`.
@@ -97,6 +126,9 @@ type Daemon struct {
 	Token     string
 	Label     string // value of the sandpit.run label on its containers
 	PortRange string
+	// Network is the daemon's own sandbox network, removed (with its
+	// firewall rules) when the test ends.
+	Network string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -126,10 +158,11 @@ func FreePort(t testing.TB) int {
 // pool need a pool of a size they choose. The ports lie below the kernel's
 // ephemeral range, as the default pool does, so that no outgoing connection
 // of this machine (the tests make thousands, to the daemon and to Caddy's
-// admin API) takes a pool port and lingers on it in TIME_WAIT.
+// admin API) takes a pool port and lingers on it in TIME_WAIT; and above the
+// default pool (22000-23000), which a daemon a developer runs may hold.
 func FreeRange(t testing.TB, n int) string {
 	t.Helper()
-	const base = 20000
+	const base = 23001
 	top := ephemeralLow() - n
 	if top <= base+n {
 		top = base + 9000
@@ -175,15 +208,21 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 	t.Helper()
 	RequireDocker(t)
 	d := &Daemon{t: t, bin: bin, opts: opts, DataDir: t.TempDir(), Token: "test-" + randHex(8), Label: "t" + randHex(6)}
+	d.Network = UniqueNetwork()
 	d.PortRange = opts.PortRange
 	if d.PortRange == "" {
 		d.PortRange = FreeRange(t, 20)
 	}
 	d.Addr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
-	d.ProxyAddr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+	proxyHost := opts.ProxyHost
+	if proxyHost == "" {
+		proxyHost = "127.0.0.1"
+	}
+	d.ProxyAddr = net.JoinHostPort(proxyHost, strconv.Itoa(FreePort(t)))
 	t.Cleanup(func() {
 		d.Stop()
 		RemoveLabelled(d.Label)
+		Uninstall(t, d.bin, d.Network)
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.Logs())
 		}
@@ -207,7 +246,7 @@ func (d *Daemon) Restart(env []string) {
 		"--log-level", "debug",
 		// The small busybox image: fast to start, and what these tests'
 		// commands (httpd, nc) are written for. Options.Args may override.
-		"--default-image", "sandpit/base:test"}, d.opts.Args...)
+		"--default-image", "sandpit/base:test"}, append(NetworkArgs(d.Network), d.opts.Args...)...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = append(append(os.Environ(), d.opts.Env...), env...)
 	stderr, _ := cmd.StderrPipe()
@@ -331,5 +370,65 @@ func RunWithBinary(m *testing.M, bin *string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	return m.Run()
+	// Every /v1 exchange of the suite, through the Go client or a raw
+	// request, is validated against the OpenAPI document: both use the
+	// default transport.
+	contract, err := LoadContract()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	http.DefaultTransport = contract.Transport(http.DefaultTransport)
+	code := m.Run()
+	if vs := contract.Violations(); len(vs) > 0 {
+		fmt.Fprintf(os.Stderr, "%d exchanges violated the OpenAPI document:\n", len(vs))
+		for _, v := range vs {
+			fmt.Fprintln(os.Stderr, "  "+v)
+		}
+		return 1
+	}
+	return code
+}
+
+// Pid is the daemon process's id (0 when it is not running).
+func (d *Daemon) Pid() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cmd == nil || d.cmd.Process == nil {
+		return 0
+	}
+	return d.cmd.Process.Pid
+}
+
+// RSSKiB reads the daemon's resident set size from /proc.
+func (d *Daemon) RSSKiB(t testing.TB) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.Pid()))
+	if err != nil {
+		t.Fatalf("read daemon status: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			return n
+		}
+	}
+	t.Fatal("no VmRSS in the daemon's status")
+	return 0
+}
+
+// RequireRuntime skips the test when the Docker engine has no OCI runtime of
+// that name registered, except in CI, where .ci/run registers gVisor's runsc
+// (scripts/ensure-runsc.sh) and its absence is a failure.
+func RequireRuntime(t testing.TB, name string) {
+	t.Helper()
+	RequireDocker(t)
+	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
+	if err == nil && strings.Contains(string(out), `"`+name+`"`) {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("OCI runtime %s not registered with Docker in CI (scripts/ensure-runsc.sh): %v %s", name, err, out)
+	}
+	t.Skipf("OCI runtime %s not registered with Docker (run scripts/ensure-runsc.sh)", name)
 }

@@ -37,7 +37,11 @@ const (
 	statePaused    = "paused"
 	stateError     = "error"
 	stateDestroyed = "destroyed"
-	stateUnknown   = "unknown"
+	// Sandboxes coming back after a daemon restart, and ones whose delete
+	// is under way, have Daytona states of their own.
+	stateStarting   = "starting"
+	stateDestroying = "destroying"
+	stateUnknown    = "unknown"
 )
 
 // daytonaState maps a store state to Daytona's.
@@ -53,6 +57,10 @@ func daytonaState(s sandpit.State) string {
 		return statePaused
 	case sandpit.StateError:
 		return stateError
+	case sandpit.StateStarting:
+		return stateStarting
+	case sandpit.StateDeleting:
+		return stateDestroying
 	}
 	return stateUnknown
 }
@@ -136,9 +144,10 @@ func renderSandbox(toolboxBase string, sb sandpit.Sandbox, withEnv bool) Sandbox
 		// Preview URLs go through Sandpit's proxy, which asks for no token:
 		// in Daytona's terms every sandbox is public.
 		Public:          true,
-		NetworkBlockAll: false,
+		NetworkBlockAll: sb.Network.Egress == sandpit.EgressNone && len(sb.Network.Allow) == 0,
 		Target:          defaultTarget,
-		// Zero means "no limit set": the engine's default applies.
+		// The effective limits: the daemon's defaults when the create
+		// named none.
 		CPU:         sb.CPU,
 		Memory:      float64(sb.MemoryMB) / 1024,
 		State:       daytonaState(sb.State),
@@ -258,8 +267,8 @@ func serviceRequest(req CreateRequest) (service.CreateRequest, error) {
 	switch {
 	case req.GPU != nil && *req.GPU > 0, len(req.GPUType) > 0:
 		return out, badRequest("GPUs are not supported")
-	case req.NetworkBlockAll != nil && *req.NetworkBlockAll, req.NetworkAllowList != "", req.DomainAllowList != "":
-		return out, badRequest("network restrictions (networkBlockAll, networkAllowList, domainAllowList) are not supported: sandboxes have the engine's default network")
+	case req.DomainAllowList != "":
+		return out, badRequest("domainAllowList is not supported: network restrictions are by address (networkAllowList)")
 	case len(req.Volumes) > 0:
 		return out, badRequest("volumes are not supported")
 	case len(req.Secrets) > 0:
@@ -286,6 +295,17 @@ func serviceRequest(req CreateRequest) (service.CreateRequest, error) {
 			return out, badRequest("ttlMinutes must not be negative")
 		}
 		out.Timeout = time.Duration(*req.TTLMinutes) * time.Minute
+	}
+	// Daytona's networkBlockAll blocks all egress; networkAllowList (comma
+	// separated CIDRs) blocks all but those.
+	if req.NetworkBlockAll != nil && *req.NetworkBlockAll {
+		out.Network.Egress = sandpit.EgressNone
+	}
+	if req.NetworkAllowList != "" {
+		out.Network.Egress = sandpit.EgressNone
+		for _, c := range strings.Split(req.NetworkAllowList, ",") {
+			out.Network.Allow = append(out.Network.Allow, strings.TrimSpace(c))
+		}
 	}
 	out.Name = req.Name
 	out.Env = req.Env

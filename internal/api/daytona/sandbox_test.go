@@ -5,11 +5,13 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -44,12 +46,31 @@ func TestImageFromDockerfile(t *testing.T) {
 	}
 }
 
-func TestServiceRequestRefusesWhatItCannotHonour(t *testing.T) {
+func TestServiceRequestMapsNetworkRestrictions(t *testing.T) {
 	yes := true
+	for name, tc := range map[string]struct {
+		req  CreateRequest
+		want sandpit.NetworkPolicy
+	}{
+		"none":       {CreateRequest{}, sandpit.NetworkPolicy{}},
+		"block all":  {CreateRequest{NetworkBlockAll: &yes}, sandpit.NetworkPolicy{Egress: sandpit.EgressNone}},
+		"allow list": {CreateRequest{NetworkAllowList: "10.1.0.0/16, 1.1.1.1"}, sandpit.NetworkPolicy{Egress: sandpit.EgressNone, Allow: []string{"10.1.0.0/16", "1.1.1.1"}}},
+	} {
+		got, err := serviceRequest(tc.req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(got.Network, tc.want) {
+			t.Errorf("%s: network %+v, want %+v", name, got.Network, tc.want)
+		}
+	}
+}
+
+func TestServiceRequestRefusesWhatItCannotHonour(t *testing.T) {
 	one := 1.0
 	cases := map[string]CreateRequest{
 		"GPUs":                     {GPU: &one},
-		"network restrictions":     {NetworkBlockAll: &yes},
+		"domainAllowList":          {DomainAllowList: "example.com"},
 		"volumes":                  {Volumes: []json.RawMessage{[]byte(`{}`)}},
 		"secrets":                  {Secrets: []json.RawMessage{[]byte(`{}`)}},
 		"build context":            {BuildInfo: &BuildInfo{DockerfileContent: "FROM a\n", ContextHashes: []string{"x"}}},

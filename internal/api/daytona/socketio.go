@@ -231,7 +231,10 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
 const writeTimeout = 10 * time.Second
 
 func (h *Handler) write(ws *websocket.Conn, msg string) error {
-	ctx, cancel := context.WithTimeout(h.ctx, writeTimeout)
+	// Not bounded by the daemon's lifetime: a write cut by the shutdown
+	// would close the connection without a close frame, while the writer
+	// closes it with "going away" right after.
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	return ws.Write(ctx, websocket.MessageText, []byte(msg))
 }

@@ -20,6 +20,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	fspb "github.com/sandpit-dev/sandpit/proto/filesystem"
 	"github.com/sandpit-dev/sandpit/proto/filesystem/filesystemconnect"
@@ -246,6 +247,9 @@ func rawFilename(p *multipart.Part) string {
 }
 
 func (h *Handler) bulkUpload(w http.ResponseWriter, r *http.Request) {
+	// The caller is authenticated and the upload streams to the agent for
+	// as long as it takes; only the body-size bound applies.
+	httpguard.LiftReadDeadline(w)
 	mr, err := r.MultipartReader()
 	if err != nil {
 		writeProblem(w, r, badRequest("bulk-upload takes a multipart/form-data body: %v", err))

@@ -81,7 +81,18 @@ func (b CreateBody) request(id string) service.CreateRequest {
 		// E2B sandboxes act as "user" unless a call names another, like
 		// E2B's base template; an image without that account acts as root.
 		User: defaultUser,
+		// E2B serves every port of a sandbox publicly unless the create
+		// asks for its traffic token to be required.
+		PortAccess: b.portAccess(),
+		Network:    b.network(),
 	}
+}
+
+func (b CreateBody) portAccess() sandpit.PortAccess {
+	if b.Network != nil && b.Network.AllowPublicTraffic != nil && !*b.Network.AllowPublicTraffic {
+		return sandpit.PortAccessToken
+	}
+	return sandpit.PortAccessPublic
 }
 
 // createDeduplicated runs the create through the service's idempotency

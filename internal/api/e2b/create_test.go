@@ -141,6 +141,10 @@ func (f *fakeBackend) CreateOrAdopt(ctx context.Context, req service.CreateReque
 	return sb, false, err
 }
 
+func (f *fakeBackend) CheckPortAccess(context.Context, sandpit.Sandbox, int, string) error {
+	return nil
+}
+
 type fixture struct {
 	t   *testing.T
 	st  *store.Store
@@ -475,8 +479,9 @@ func TestCreateRefusals(t *testing.T) {
 	}{
 		"unknown template": {`{"templateID":"nope"}`, nil, 400},
 		"zero timeout":     {`{"templateID":"base","timeout":0}`, nil, 400},
-		"deny egress":      {`{"templateID":"base","network":{"denyOut":["0.0.0.0/0"]}}`, nil, 400},
-		"no internet":      {`{"templateID":"base","allow_internet_access":false}`, nil, 400},
+		"domain allowOut":  {`{"templateID":"base","network":{"allowOut":["example.com"],"denyOut":["0.0.0.0/0"]}}`, nil, 400},
+		"ipv6 denyOut":     {`{"templateID":"base","network":{"denyOut":["::/0"]}}`, nil, 400},
+		"bad cidr":         {`{"templateID":"base","network":{"denyOut":["10.0.0.0/33"]}}`, nil, 400},
 		"pause on timeout": {`{"templateID":"base","autoPause":true}`, nil, 400},
 		"bad json":         {`{"templateID":`, nil, 400},
 		"wrong key":        {body1, []string{"X-API-KEY", "wrong"}, 401},

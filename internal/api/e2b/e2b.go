@@ -40,6 +40,7 @@ type Backend interface {
 	Stats(ctx context.Context, id string) (driver.Stats, error)
 	AgentAddr(ctx context.Context, id string) (string, error)
 	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
+	CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error
 }
 
 var _ Backend = (*service.Service)(nil)
@@ -67,6 +68,9 @@ type Config struct {
 	// SDK's default request timeout, so the 429 reaches the SDK and its
 	// retry still fits within the caller's deadline.
 	WaitBudget time.Duration
+	// DiskSizeMB is the writable-layer limit every sandbox gets, reported
+	// as diskSizeMB; 0 when the engine cannot enforce one.
+	DiskSizeMB int64
 	Logger     *slog.Logger
 	Now        func() time.Time
 	// Metrics is the daemon's sample history, which getMetrics windows

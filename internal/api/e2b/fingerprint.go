@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"slices"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -48,6 +50,9 @@ type networkPosture struct {
 	AllowInternetAccess bool     `json:"allowInternetAccess"`
 	AllowOut            []string `json:"allowOut"`
 	DenyOut             []string `json:"denyOut"`
+	// PrivateTraffic (allowPublicTraffic false) is omitted when false so
+	// that the fingerprints of creates without it are unchanged.
+	PrivateTraffic bool `json:"privateTraffic,omitempty"`
 }
 
 // Fingerprint hashes the parts of a create that decide whether two creates
@@ -75,6 +80,7 @@ func Fingerprint(keyIdentity string, b CreateBody) string {
 		in.Network.AllowOut = sortedSet(b.Network.AllowOut)
 		in.Network.DenyOut = sortedSet(b.Network.DenyOut)
 	}
+	in.Network.PrivateTraffic = b.portAccess() == sandpit.PortAccessToken
 	return hashJSON(in)
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/router"
 )
 
 // Headers the SDK sets on every agent call when E2B_SANDBOX_URL is set.
@@ -25,6 +26,10 @@ const (
 // it: the agent is the one authority on its token, so the gateway neither
 // needs the daemon's API key (the SDK does not send it to sandboxes) nor
 // weakens the check by injecting the token itself.
+//
+// Ports other than the agent's are reached only when exposed or when the
+// sandbox's port-access policy (E2B creates: every port public, or every
+// port with the traffic token) allows it; otherwise 403.
 //
 // A sandbox that is unknown, paused or otherwise not running answers 502,
 // as E2B's edge does: the SDK reads 502 as "the sandbox is not running".
@@ -55,6 +60,13 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 		writeError(w, http.StatusBadGateway, "sandbox "+id+" is not running (state "+string(sb.State)+")")
 		return
 	}
+	// The agent's port and exposed ports always pass; other ports pass as
+	// the sandbox's E2B public-traffic setting says.
+	if err := h.be.CheckPortAccess(r.Context(), sb, port, r.Header.Get(router.TrafficTokenHeader)); err != nil {
+		fail(w, err, id)
+		return
+	}
+	r.Header.Del(router.TrafficTokenHeader)
 	addr, err := h.be.AgentAddr(r.Context(), id)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, "sandbox "+id+" is not reachable: "+err.Error())

@@ -113,15 +113,12 @@ func (b CreateBody) validate() error {
 		return unsupported("volumeMounts")
 	case present(b.IAM):
 		return unsupported("iam")
-	case b.AllowInternetAccess != nil && !*b.AllowInternetAccess:
-		return unsupported("allowInternetAccess false")
+	}
+	if _, err := service.NormalizeNetwork(b.network()); err != nil {
+		return err
 	}
 	if n := b.Network; n != nil {
 		switch {
-		case len(n.DenyOut) > 0:
-			return unsupported("network.denyOut")
-		case n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic:
-			return unsupported("network.allowPublicTraffic false")
 		case present(n.EgressProxy):
 			return unsupported("network.egressProxy")
 		case present(n.Rules):
@@ -129,6 +126,22 @@ func (b CreateBody) validate() error {
 		}
 	}
 	return nil
+}
+
+// network maps E2B's egress settings to a sandbox policy:
+// allow_internet_access false is E2B's denyOut ["0.0.0.0/0"], that is no
+// egress beyond allowOut; allowOut wins over denyOut, as on E2B. Domain names
+// in allowOut are refused (sandpit filters by address only).
+func (b CreateBody) network() sandpit.NetworkPolicy {
+	var p sandpit.NetworkPolicy
+	if b.AllowInternetAccess != nil && !*b.AllowInternetAccess {
+		p.Egress = sandpit.EgressNone
+	}
+	if b.Network != nil {
+		p.Allow = b.Network.AllowOut
+		p.Deny = b.Network.DenyOut
+	}
+	return p
 }
 
 // CreatedSandbox is the response of a create or a connect.
@@ -139,7 +152,11 @@ type CreatedSandbox struct {
 	ClientID        string `json:"clientID"`
 	EnvdVersion     string `json:"envdVersion"`
 	EnvdAccessToken string `json:"envdAccessToken"`
-	Domain          string `json:"domain"`
+	// TrafficAccessToken is set for sandboxes created with
+	// network.allowPublicTraffic false: requests to their ports must carry
+	// it in the e2b-traffic-access-token header.
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
+	Domain             string `json:"domain"`
 }
 
 // SandboxDetail is the response of GET /sandboxes/{id}.
@@ -196,7 +213,9 @@ const (
 // E2B state and are not shown.
 func e2bState(state sandpit.State) (string, bool) {
 	switch state {
-	case sandpit.StateRunning:
+	case sandpit.StateRunning, sandpit.StateStarting:
+		// A sandbox the daemon is bringing back after its own restart is
+		// running as far as the client is concerned: it was never stopped.
 		return stateRunning, true
 	case sandpit.StatePaused, sandpit.StateStopped:
 		return statePaused, true
@@ -213,13 +232,14 @@ func templateOf(sb sandpit.Sandbox) string {
 
 func (h *Handler) created(sb sandpit.Sandbox) CreatedSandbox {
 	return CreatedSandbox{
-		SandboxID:       sb.ID,
-		TemplateID:      templateOf(sb),
-		Alias:           sb.Template,
-		ClientID:        clientID,
-		EnvdVersion:     EnvdVersion,
-		EnvdAccessToken: sb.AccessToken,
-		Domain:          h.cfg.Domain,
+		SandboxID:          sb.ID,
+		TemplateID:         templateOf(sb),
+		Alias:              sb.Template,
+		ClientID:           clientID,
+		EnvdVersion:        EnvdVersion,
+		EnvdAccessToken:    sb.AccessToken,
+		TrafficAccessToken: sb.TrafficToken,
+		Domain:             h.cfg.Domain,
 	}
 }
 
@@ -246,6 +266,7 @@ func (h *Handler) listed(sb sandpit.Sandbox, state string) ListedSandbox {
 		EndAt:       end.UTC(),
 		CPUCount:    cpus,
 		MemoryMB:    sb.MemoryMB,
+		DiskSizeMB:  h.cfg.DiskSizeMB,
 		EnvdVersion: EnvdVersion,
 		Metadata:    md,
 		State:       state,

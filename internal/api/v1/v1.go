@@ -51,6 +51,7 @@ func New(svc *service.Service, auth *api.Auth, wrap func(pattern string, h http.
 	route("GET /v1/sandboxes/{id}/custom-domains", h.listDomains)
 	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", h.removeDomain)
 	route("GET /v1/events", h.events)
+	route("GET /v1/debug/state", h.debugState)
 	h.adminRoutes()
 	h.mux.HandleFunc("GET /v1/pool", h.poolStatus)
 	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
@@ -74,12 +75,23 @@ func writeError(w http.ResponseWriter, p api.Problem) {
 
 func fail(w http.ResponseWriter, err error) { writeError(w, api.Classify(err)) }
 
+// networkPolicy converts a wire egress policy to the domain's.
+func networkPolicy(n *apitypes.Network) sandpit.NetworkPolicy {
+	if n == nil {
+		return sandpit.NetworkPolicy{}
+	}
+	return sandpit.NetworkPolicy{Egress: n.Egress, Allow: n.Allow, Deny: n.Deny}
+}
+
 func toSandbox(sb sandpit.Sandbox) apitypes.Sandbox {
-	out := apitypes.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), Labels: sb.Labels, Env: sb.Env,
+	out := apitypes.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), StateReason: sb.StateReason, Labels: sb.Labels, Env: sb.Env,
 		CPU: sb.CPU, MemoryMB: sb.MemoryMB, CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt}
 	if !sb.EndAt.IsZero() {
 		t := sb.EndAt
 		out.EndAt = &t
+	}
+	if !sb.Network.IsZero() {
+		out.Network = &apitypes.Network{Egress: sb.Network.Egress, Allow: sb.Network.Allow, Deny: sb.Network.Deny}
 	}
 	return out
 }
@@ -98,6 +110,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	creq := service.CreateRequest{
 		ID: IDFromContext(r.Context()), Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Timeout: time.Duration(req.TimeoutS) * time.Second,
+		Network: networkPolicy(req.Network),
 	}
 	var (
 		sb  sandpit.Sandbox
@@ -202,7 +215,7 @@ func (h *Handler) exec(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, apitypes.ExecResult{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)})
+	api.WriteJSON(w, http.StatusOK, apitypes.ExecResult{ExitCode: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr), Truncated: res.Truncated})
 }
 
 // files proxies GET (read) and PUT (write, raw body) of one file to the
@@ -339,7 +352,7 @@ func (h *Handler) poolStatus(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	out := apitypes.PoolStatus{Hits: st.Hits, Misses: st.Misses, Pools: []apitypes.Pool{}}
+	out := apitypes.WarmPoolStatus{Hits: st.Hits, Misses: st.Misses, Pools: []apitypes.Pool{}}
 	for _, p := range st.Pools {
 		out.Pools = append(out.Pools, apitypes.Pool{Image: p.Image, User: p.User, Size: p.Size, Ready: p.Ready, Starting: p.Starting})
 	}

@@ -18,7 +18,9 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -156,6 +158,8 @@ func (d *Docker) configs(spec driver.Spec) (*container.Config, *container.HostCo
 		return nil, nil, fmt.Errorf("spec: invalid cpu %v", spec.CPU)
 	case spec.MemoryMB < 0:
 		return nil, nil, fmt.Errorf("spec: invalid memory %d MB", spec.MemoryMB)
+	case spec.DiskMB < 0:
+		return nil, nil, fmt.Errorf("spec: invalid disk size %d MB", spec.DiskMB)
 	case spec.PidsLimit < 0:
 		return nil, nil, fmt.Errorf("spec: invalid pids limit %d", spec.PidsLimit)
 	}
@@ -239,7 +243,60 @@ func (d *Docker) configs(spec driver.Spec) (*container.Config, *container.HostCo
 		hostCfg.Memory = spec.MemoryMB << 20
 		hostCfg.MemorySwap = hostCfg.Memory // no swap beyond the limit
 	}
+	if spec.DiskMB > 0 {
+		hostCfg.StorageOpt = map[string]string{"size": strconv.FormatInt(spec.DiskMB, 10) + "M"}
+	}
+	hostCfg.Runtime = spec.Runtime
 	return cfg, hostCfg, nil
+}
+
+// HasRuntime reports whether the engine has an OCI runtime of that name
+// registered (runc always is).
+func (d *Docker) HasRuntime(ctx context.Context, name string) (bool, error) {
+	info, err := d.cli.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("engine info: %w", err)
+	}
+	_, ok := info.Runtimes[name]
+	return ok, nil
+}
+
+// DiskQuota says whether the engine can limit a container's writable layer
+// (the "size" storage option) and, when it cannot, why.
+type DiskQuota struct {
+	Supported bool
+	Reason    string
+}
+
+// DiskQuota finds out whether the storage driver enforces a writable-layer
+// size. overlay2 does only on xfs mounted with pquota, which the engine's
+// info does not reveal, so there the engine is asked to create (not start) a
+// container with the option: it refuses at create time when it cannot.
+func (d *Docker) DiskQuota(ctx context.Context, image string) DiskQuota {
+	info, err := d.cli.Info(ctx)
+	if err != nil {
+		return DiskQuota{Reason: "engine info: " + err.Error()}
+	}
+	backing := ""
+	for _, kv := range info.DriverStatus {
+		if kv[0] == "Backing Filesystem" {
+			backing = kv[1]
+		}
+	}
+	where := fmt.Sprintf("storage driver %s on %s", info.Driver, backing)
+	switch {
+	case slices.Contains([]string{"btrfs", "zfs", "devicemapper", "windowsfilter"}, info.Driver):
+		return DiskQuota{Supported: true, Reason: where}
+	case info.Driver != "overlay2" || backing != "xfs":
+		return DiskQuota{Reason: where + " cannot limit a container's writable layer (overlay2 needs xfs with the pquota mount option)"}
+	}
+	resp, err := d.cli.ContainerCreate(ctx, &container.Config{Image: image, Labels: map[string]string{driver.LabelManaged: "probe"}},
+		&container.HostConfig{StorageOpt: map[string]string{"size": "64M"}}, nil, nil, "")
+	if err != nil {
+		return DiskQuota{Reason: where + ": " + err.Error()}
+	}
+	_ = d.cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+	return DiskQuota{Supported: true, Reason: where + " with project quotas"}
 }
 
 // Start starts a created or stopped container.
@@ -331,6 +388,8 @@ func (d *Docker) Inspect(ctx context.Context, containerID string) (driver.Contai
 	}
 	if info.State != nil {
 		c.State = string(info.State.Status)
+		c.ExitCode = info.State.ExitCode
+		c.OOMKilled = info.State.OOMKilled
 	}
 	if info.NetworkSettings != nil {
 		c.IP = d.pickIP(info.NetworkSettings.Networks)
@@ -401,39 +460,47 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]driver.C
 	return out, nil
 }
 
-// Exits follows the engine's "die" events of the labelled containers.
-func (d *Docker) Exits(ctx context.Context, labels map[string]string) (<-chan string, error) {
-	args := filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)), filters.Arg("event", string(events.ActionDie)))
+// Events streams the die, oom and destroy events of labelled containers.
+func (d *Docker) Events(ctx context.Context, labels map[string]string) (<-chan driver.Event, <-chan error) {
+	args := filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)))
+	for _, a := range []events.Action{events.ActionDie, events.ActionOOM, events.ActionDestroy} {
+		args.Add("event", string(a))
+	}
 	for k, v := range labels {
-		args.Add("label", k+"="+v)
+		if v == "" {
+			args.Add("label", k)
+		} else {
+			args.Add("label", k+"="+v)
+		}
 	}
 	msgs, errs := d.cli.Events(ctx, events.ListOptions{Filters: args})
-	out := make(chan string, 16)
+	out := make(chan driver.Event)
+	outErr := make(chan error, 1)
 	go func() {
 		defer close(out)
 		for {
 			select {
-			case <-ctx.Done():
-				return
-			case err := <-errs:
-				if ctx.Err() == nil {
-					d.log.Warn("docker events stream ended", "err", err)
-				}
-				return
 			case m := <-msgs:
-				id := m.Actor.Attributes[driver.LabelSandboxID]
-				if id == "" {
-					continue
+				ev := driver.Event{Kind: driver.EventKind(m.Action), ContainerID: m.Actor.ID, SandboxID: m.Actor.Attributes[driver.LabelSandboxID]}
+				if code, err := strconv.Atoi(m.Actor.Attributes["exitCode"]); err == nil {
+					ev.ExitCode = code
 				}
 				select {
-				case out <- id:
+				case out <- ev:
 				case <-ctx.Done():
+					outErr <- ctx.Err()
 					return
 				}
+			case err := <-errs:
+				outErr <- fmt.Errorf("engine events: %w", err)
+				return
+			case <-ctx.Done():
+				outErr <- ctx.Err()
+				return
 			}
 		}
 	}()
-	return out, nil
+	return out, outErr
 }
 
 // Pause freezes every process of the container.
@@ -459,7 +526,8 @@ func (d *Docker) Unpause(ctx context.Context, containerID string) error {
 // CPUUsedPct is the share of those CPUs in use, 0 to 100. MemUsed excludes
 // the inactive page cache (as `docker stats` does); MemTotal is the memory
 // limit (the host's memory without one). DiskUsed is the size of the
-// container's writable layer; DiskTotal is 0, as the engine sets no disk quota.
+// container's writable layer; DiskTotal is its size limit, 0 when the
+// container has none (the storage driver cannot enforce one).
 func (d *Docker) Stats(ctx context.Context, containerID string) (driver.Stats, error) {
 	info, _, err := d.cli.ContainerInspectWithRaw(ctx, containerID, true)
 	if err != nil {
@@ -518,6 +586,13 @@ func (d *Docker) Stats(ctx context.Context, containerID string) (driver.Stats, e
 	out.MemTotal = clampInt64(s.MemoryStats.Limit)
 	if info.SizeRw != nil {
 		out.DiskUsed = *info.SizeRw
+	}
+	if info.HostConfig != nil {
+		if size, ok := info.HostConfig.StorageOpt["size"]; ok {
+			if mb, err := strconv.ParseInt(strings.TrimSuffix(size, "M"), 10, 64); err == nil {
+				out.DiskTotal = mb << 20
+			}
+		}
 	}
 	return out, nil
 }

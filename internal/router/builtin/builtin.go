@@ -4,6 +4,7 @@ package builtin
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/router"
 )
 
@@ -41,6 +43,7 @@ type Builtin struct {
 
 	mu      sync.RWMutex
 	http    map[string]router.Route // "<id>:<port>"
+	any     map[string]router.Route // sandbox id
 	domains map[string]router.Route // hostname
 	tcp     map[int]*forwarder      // host port
 	closed  bool
@@ -66,6 +69,7 @@ func New(opts Options) *Builtin {
 			IdleConnTimeout:     90 * time.Second,
 		},
 		http:    map[string]router.Route{},
+		any:     map[string]router.Route{},
 		domains: map[string]router.Route{},
 		tcp:     map[int]*forwarder{},
 	}
@@ -88,6 +92,8 @@ func (b *Builtin) Install(ctx context.Context, r router.Route) error {
 		b.http[httpKey(r.SandboxID, r.Port)] = r
 	case router.KindDomain:
 		b.domains[r.Hostname] = r
+	case router.KindAnyPort:
+		b.any[r.SandboxID] = r
 	case router.KindTCP:
 		if f, ok := b.tcp[r.HostPort]; ok {
 			// Keep the listener (clients may be connected); point it anew.
@@ -115,8 +121,15 @@ func (b *Builtin) Remove(ctx context.Context, r router.Route) error {
 	switch r.Kind {
 	case router.KindHTTP:
 		delete(b.http, httpKey(r.SandboxID, r.Port))
+		// Idle connections to the old upstream would outlive the route and
+		// could reach whatever container gets its address next.
+		b.transport.CloseIdleConnections()
 	case router.KindDomain:
 		delete(b.domains, r.Hostname)
+		b.transport.CloseIdleConnections()
+	case router.KindAnyPort:
+		delete(b.any, r.SandboxID)
+		b.transport.CloseIdleConnections()
 	case router.KindTCP:
 		if f, ok := b.tcp[r.HostPort]; ok {
 			f.close()
@@ -130,8 +143,11 @@ func (b *Builtin) Remove(ctx context.Context, r router.Route) error {
 func (b *Builtin) Routes(ctx context.Context) ([]router.Route, error) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	out := make([]router.Route, 0, len(b.http)+len(b.domains)+len(b.tcp))
+	out := make([]router.Route, 0, len(b.http)+len(b.any)+len(b.domains)+len(b.tcp))
 	for _, r := range b.http {
+		out = append(out, r)
+	}
+	for _, r := range b.any {
 		out = append(out, r)
 	}
 	for _, r := range b.domains {
@@ -142,6 +158,18 @@ func (b *Builtin) Routes(ctx context.Context) ([]router.Route, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
 	return out, nil
+}
+
+// Listeners returns the host ports with a bound TCP listener, in order.
+func (b *Builtin) Listeners() []int {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make([]int, 0, len(b.tcp))
+	for p := range b.tcp {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
 }
 
 // Close stops every TCP listener.
@@ -179,8 +207,22 @@ func (b *Builtin) Resolve(host string) (router.Route, bool) {
 	if !ok {
 		return router.Route{}, false
 	}
-	r, ok := b.http[httpKey(id, port)]
-	return r, ok
+	if r, ok := b.http[httpKey(id, port)]; ok {
+		return r, true
+	}
+	// Every other port of a sandbox whose ports are all served (E2B's
+	// model); the agent's port always has its own route above.
+	r, ok := b.any[id]
+	if !ok {
+		return router.Route{}, false
+	}
+	host, _, err := net.SplitHostPort(r.Upstream)
+	if err != nil {
+		return router.Route{}, false
+	}
+	r.Port = port
+	r.Upstream = net.JoinHostPort(host, strconv.Itoa(port))
+	return r, true
 }
 
 // ParsePreviewLabel splits "<id>-<port>" (Sandpit's form) or "<port>-<id>"
@@ -211,6 +253,17 @@ func (b *Builtin) Handler() http.Handler {
 			http.Error(w, "sandpit: no route for host "+r.Host, http.StatusNotFound)
 			return
 		}
+		if rt.TrafficToken != "" {
+			got := r.Header.Get(router.TrafficTokenHeader)
+			if subtle.ConstantTimeCompare([]byte(got), []byte(rt.TrafficToken)) != 1 {
+				http.Error(w, "sandpit: this sandbox's ports need its traffic token in the "+router.TrafficTokenHeader+" header", http.StatusForbidden)
+				return
+			}
+		}
+		r.Header.Del(router.TrafficTokenHeader)
+		// The exchange streams for as long as the sandbox's server wants;
+		// the body-size bound still applies.
+		httpguard.LiftReadDeadline(w)
 		// Keep the request body flowing upstream after the response starts
 		// (streaming RPCs through preview hosts); see service.ForwardToAgent.
 		_ = http.NewResponseController(w).EnableFullDuplex()

@@ -146,3 +146,58 @@ func TestTCPForward(t *testing.T) {
 		t.Fatal("host port still accepts after the route was removed")
 	}
 }
+
+// TestAnyPortRoutes: an any-port route serves <port>-<id>.<domain> for every
+// port of its sandbox, publicly or only with the traffic token, while a
+// port's own route keeps precedence and needs no token.
+func TestAnyPortRoutes(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(router.TrafficTokenHeader) != "" {
+			t.Error("the traffic token reached the sandbox")
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	host, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	b := builtin.New(builtin.Options{Domain: "example.test"})
+	defer b.Close()
+	ctx := context.Background()
+	for _, r := range []router.Route{
+		{Kind: router.KindAnyPort, SandboxID: "sbpub", Upstream: net.JoinHostPort(host, "0")},
+		{Kind: router.KindAnyPort, SandboxID: "sbpriv", Upstream: net.JoinHostPort(host, "0"), TrafficToken: "secret"},
+		{Kind: router.KindHTTP, SandboxID: "sbpriv", Port: 9999, Upstream: up.Listener.Addr().String()},
+	} {
+		if err := b.Install(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy := httptest.NewServer(b.Handler())
+	defer proxy.Close()
+	for _, tc := range []struct {
+		host, token string
+		status      int
+	}{
+		{port + "-sbpub.example.test", "", 200},
+		{port + "-sbpriv.example.test", "", 403},
+		{port + "-sbpriv.example.test", "wrong", 403},
+		{port + "-sbpriv.example.test", "secret", 200},
+		{"9999-sbpriv.example.test", "", 200}, // its own (exposed) route: no token asked
+		{port + "-sbother.example.test", "", 404},
+	} {
+		t.Run(tc.host+"/"+tc.token, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, proxy.URL, nil)
+			req.Host = tc.host
+			if tc.token != "" {
+				req.Header.Set(router.TrafficTokenHeader, tc.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status = %d, want %d", resp.StatusCode, tc.status)
+			}
+		})
+	}
+}

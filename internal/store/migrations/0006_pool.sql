@@ -1,4 +1,4 @@
--- 0003_pool: the warm pool of started, ownerless sandbox containers.
+-- 0006_pool: the warm pool of started, ownerless sandbox containers.
 --
 -- A slot is one pooled container. Its id is the container's
 -- sandpit.sandbox-id label, so the engine's view maps back to the row. A

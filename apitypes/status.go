@@ -1,0 +1,42 @@
+package apitypes
+
+// Status is the body of GET /v1/status: what an operator checks first.
+type Status struct {
+	Version string        `json:"version"`
+	UptimeS int64         `json:"uptime_s"`
+	Router  string        `json:"router"`
+	Engine  EngineStatus  `json:"engine"`
+	Store   StoreStatus   `json:"store"`
+	Pool    PoolStatus    `json:"pool"`
+	Cluster ClusterStatus `json:"cluster"`
+}
+
+// EngineStatus is the container engine's answer to a ping.
+type EngineStatus struct {
+	Name      string  `json:"name"`
+	OK        bool    `json:"ok"`
+	Error     string  `json:"error,omitempty"`
+	LatencyMS float64 `json:"latency_ms"`
+}
+
+// StoreStatus describes the SQLite store and its single writer.
+type StoreStatus struct {
+	DataDir     string           `json:"data_dir"`
+	Sandboxes   map[string]int64 `json:"sandboxes"`
+	WaitCount   int64            `json:"wait_count"`
+	WaitSeconds float64          `json:"wait_seconds"`
+}
+
+// PoolStatus describes the warm pool; Enabled is false without one.
+type PoolStatus struct {
+	Enabled bool             `json:"enabled"`
+	Ready   map[string]int64 `json:"ready,omitempty"`
+}
+
+// ClusterStatus describes the cluster this daemon belongs to; a single
+// daemon is a cluster of one.
+type ClusterStatus struct {
+	Enabled bool   `json:"enabled"`
+	Node    string `json:"node"`
+	Nodes   int    `json:"nodes"`
+}

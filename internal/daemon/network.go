@@ -1,0 +1,198 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/firewall"
+)
+
+// DefaultNetworkName is the bridge network sandboxes join by default.
+const DefaultNetworkName = "sandpit"
+
+// networkNameRE is what Docker accepts as a network name, bounded.
+var networkNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// NetworkConfig is the sandbox network and its default egress policy.
+type NetworkConfig struct {
+	// Name of the Docker network (created when missing); default "sandpit".
+	Name string
+	// Subnet of the network when sandpit creates it ("" lets Docker pick).
+	Subnet string
+	// Pool, when Subnet is empty, is a range a free /24 is taken from.
+	Pool string
+	// Egress is "public" (default) or "none".
+	Egress string
+	// Allow are CIDRs every sandbox reaches although they are private.
+	Allow []string
+	// DNS are the resolvers sandboxes' DNS queries go to (port 53 stays
+	// open to them); empty means the host's, from /etc/resolv.conf, which
+	// is where Docker's embedded DNS forwards.
+	DNS []string
+}
+
+// parsedNetwork is a validated NetworkConfig.
+type parsedNetwork struct {
+	name         string
+	subnet, pool netip.Prefix
+	egress       firewall.Egress
+	allow        []netip.Prefix
+	dns          []netip.Addr
+}
+
+// parse validates the flags before anything is opened or created.
+func (n NetworkConfig) parse() (parsedNetwork, error) {
+	p := parsedNetwork{name: n.Name}
+	if p.name == "" {
+		p.name = DefaultNetworkName
+	}
+	if !networkNameRE.MatchString(p.name) {
+		return p, fmt.Errorf("--network-name %q: want 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit", p.name)
+	}
+	var err error
+	if p.egress, err = firewall.ParseEgress(n.Egress); err != nil {
+		return p, fmt.Errorf("--sandbox-egress: %w", err)
+	}
+	for _, s := range []struct {
+		flag, val string
+		dst       *netip.Prefix
+	}{{"--network-subnet", n.Subnet, &p.subnet}, {"--network-pool", n.Pool, &p.pool}} {
+		if s.val == "" {
+			continue
+		}
+		pr, err := netip.ParsePrefix(s.val)
+		if err != nil || !pr.Addr().Is4() {
+			return p, fmt.Errorf("%s %q: want an IPv4 CIDR", s.flag, s.val)
+		}
+		*s.dst = pr.Masked()
+	}
+	for _, a := range n.Allow {
+		c, err := firewall.ParseCIDR(a)
+		if err != nil {
+			return p, fmt.Errorf("--allow-cidr: %w", err)
+		}
+		if c.Overlaps(firewall.LinkLocal) {
+			return p, fmt.Errorf("--allow-cidr %s: link-local addresses (cloud metadata) are never reachable from a sandbox", c)
+		}
+		p.allow = append(p.allow, c)
+	}
+	for _, d := range n.DNS {
+		a, err := netip.ParseAddr(d)
+		if err != nil || !a.Is4() {
+			return p, fmt.Errorf("--sandbox-dns %q: want an IPv4 address", d)
+		}
+		p.dns = append(p.dns, a)
+	}
+	if len(n.DNS) == 0 {
+		p.dns = hostResolvers("/etc/resolv.conf")
+	}
+	return p, nil
+}
+
+// hostResolvers reads the IPv4 nameservers of a resolv.conf. Loopback ones
+// are left out: Docker does not forward to them (it falls back to public
+// resolvers, which sandboxes reach anyway). A missing file means none.
+func hostResolvers(path string) []netip.Addr {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "nameserver" {
+			continue
+		}
+		if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() && !a.IsLoopback() {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// setupNetwork makes sure the sandbox network exists and its firewall is in
+// place. hostPorts are the ports of the host sandboxes may reach (the proxy
+// and the TCP pool).
+func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, instance string, hostPorts []firewall.PortRange, log *slog.Logger) (docker.Network, *firewall.Firewall, error) {
+	netw, err := rt.EnsureNetwork(ctx, docker.NetworkSpec{
+		Name: pn.name, Subnet: pn.subnet, Pool: pn.pool,
+		Labels: map[string]string{driver.LabelInstance: instance},
+	})
+	if err != nil {
+		return netw, nil, err
+	}
+	fw, err := firewall.New(firewall.Config{
+		Network: netw.Name, Bridge: netw.Bridge, Egress: pn.egress, Allow: pn.allow,
+		HostPorts: hostPorts, DNS: pn.dns, Logger: log,
+	})
+	if err != nil {
+		return netw, nil, err
+	}
+	if err := fw.Ensure(ctx); err != nil {
+		return netw, nil, fmt.Errorf("firewall: %w", err)
+	}
+	log.Info("sandbox network", "network", netw.Name, "subnet", netw.Subnet, "gateway", netw.Gateway, "bridge", netw.Bridge, "egress", pn.egress, "dns", pn.dns)
+	return netw, fw, nil
+}
+
+// teardownNetwork runs at shutdown. When no container is left on the
+// network, the network and its rules go; otherwise both stay, because the
+// sandboxes keep running untrusted code after the daemon exits and must stay
+// confined (the next start re-asserts the rules).
+func teardownNetwork(ctx context.Context, rt *docker.Docker, netw docker.Network, fw *firewall.Firewall, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if !netw.Managed {
+		log.Info("network not made by sandpit; leaving it and its firewall rules", "network", netw.Name)
+		return
+	}
+	err := rt.RemoveNetwork(ctx, netw.Name)
+	switch {
+	case errors.Is(err, docker.ErrNetworkInUse):
+		log.Info("sandboxes still run: keeping their network and firewall rules", "network", netw.Name)
+		return
+	case err != nil:
+		log.Error("remove network", "network", netw.Name, "err", err)
+		return
+	}
+	if err := fw.Uninstall(ctx); err != nil {
+		log.Error("remove firewall rules", "network", netw.Name, "err", err)
+		return
+	}
+	log.Info("network and firewall rules removed", "network", netw.Name)
+}
+
+// Uninstall removes what serve installed on the host for one network: its
+// firewall chains and, when sandpit made it, the network. It refuses while
+// containers are attached, since removing their rules would set them loose.
+func Uninstall(ctx context.Context, network string, log *slog.Logger) error {
+	if network == "" {
+		network = DefaultNetworkName
+	}
+	rt, err := docker.New(ctx, docker.Options{Logger: log, Network: network})
+	if err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
+	defer rt.Close()
+	bridge := docker.BridgeName(network)
+	if n, err := rt.InspectNetwork(ctx, network); err == nil {
+		bridge = n.Bridge
+	}
+	if err := rt.RemoveNetwork(ctx, network); err != nil {
+		return err
+	}
+	fw, err := firewall.New(firewall.Config{Network: network, Bridge: bridge, Logger: log})
+	if err != nil {
+		return err
+	}
+	return fw.Uninstall(ctx)
+}

@@ -1,0 +1,765 @@
+// Package firewall keeps sandboxes from reaching what they must not: the host,
+// link-local addresses (cloud metadata), private ranges and each other. It
+// owns a few iptables chains per sandbox network, hooked into INPUT (traffic
+// from a sandbox to any of the host's own addresses) and DOCKER-USER (traffic
+// the host forwards for a sandbox), plus one chain per sandbox that has an
+// egress policy of its own.
+//
+// Every change is one iptables-restore transaction with --noflush, so a rule
+// set is never seen half-applied, and every operation is idempotent: Ensure
+// re-asserts the network's chains on every start, Apply replaces a sandbox's
+// rules, Remove and Uninstall remove what is there and nothing else.
+//
+// The chains of one network (named after it) look like this:
+//
+//	INPUT       -i BR -j SANDPIT-<net>-IN
+//	DOCKER-USER -i BR -j SANDPIT-<net>-FWD   (and FORWARD too: see jumps)
+//	SANDPIT-<net>-REJ  TCP reset, else ICMP port unreachable (every refusal jumps here)
+//	SANDPIT-<net>-IN   established/related RETURN; the proxy and TCP-forward ports RETURN; the rest REJECT
+//	SANDPIT-<net>-FWD  to another sandbox REJECT; to link-local -j LL (REJECT but DNS to a resolver);
+//	                   then one rule per sandbox with a policy: -s IP -g SANDPIT-<net>-<sandbox>;
+//	                   last -g SANDPIT-<net>-DEF
+//	SANDPIT-<net>-<sb> allow CIDRs RETURN (allow wins over deny, as on E2B); deny CIDRs REJECT;
+//	                   egress none REJECT, else -g SANDPIT-<net>-DEF
+//	SANDPIT-<net>-DEF  DNS to the host's resolvers RETURN; operator allow CIDRs RETURN;
+//	                   private ranges REJECT; egress none REJECT
+//
+// A RETURN from a chain entered by goto (-g) returns to DOCKER-USER, so an
+// allowed packet goes on through Docker's own rules (which accept traffic
+// leaving a bridge and keep networks apart); nothing here ever ACCEPTs.
+// IPv6 from the bridge is refused outright, since sandbox networks are IPv4
+// only (ip6tables: SANDPIT-<net>-V6 from INPUT and FORWARD).
+package firewall
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Egress is an outbound posture: the daemon's default or one sandbox's.
+type Egress string
+
+const (
+	// EgressPublic allows public addresses (the default).
+	EgressPublic Egress = "public"
+	// EgressNone allows nothing beyond explicit allow CIDRs.
+	EgressNone Egress = "none"
+)
+
+// ParseEgress accepts "public" and "none"; "" is public.
+func ParseEgress(s string) (Egress, error) {
+	switch Egress(s) {
+	case "", EgressPublic:
+		return EgressPublic, nil
+	case EgressNone:
+		return EgressNone, nil
+	}
+	return "", fmt.Errorf("egress %q: want public or none", s)
+}
+
+// Blocked are the destinations a sandbox does not reach unless allowed: the
+// RFC 1918 ranges, CGNAT, loopback, "this network", multicast and reserved
+// space. Link-local (169.254.0.0/16) is refused even before that and cannot
+// be allowed at all.
+var Blocked = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+// LinkLocal is never reachable from a sandbox: cloud metadata services live
+// there and hand out the machine's credentials.
+var LinkLocal = netip.MustParsePrefix("169.254.0.0/16")
+
+// ErrInvalid marks a policy or configuration the firewall refuses.
+var ErrInvalid = errors.New("invalid network policy")
+
+// ParseCIDR accepts an IPv4 CIDR or a bare IPv4 address (taken as /32). The
+// result is masked, so "10.1.2.3/8" is 10.0.0.0/8. IPv6 is refused: sandbox
+// networks have no IPv6.
+func ParseCIDR(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	var p netip.Prefix
+	if strings.Contains(s, "/") {
+		var err error
+		if p, err = netip.ParsePrefix(s); err != nil {
+			return p, fmt.Errorf("%w: %q is not a CIDR", ErrInvalid, s)
+		}
+	} else {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return p, fmt.Errorf("%w: %q is not an IP address or CIDR (domain names are not supported)", ErrInvalid, s)
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if !p.Addr().Is4() {
+		return p, fmt.Errorf("%w: %q is not IPv4 (sandbox networks are IPv4 only)", ErrInvalid, s)
+	}
+	return p.Masked(), nil
+}
+
+// Policy is one sandbox's own egress policy. The zero Policy follows the
+// daemon's defaults and installs no rule of its own.
+type Policy struct {
+	// Egress none refuses every destination not in Allow. Public (or "")
+	// leaves the sandbox to the daemon's default.
+	Egress Egress
+	// Allow CIDRs are reachable even when private or denied (but never
+	// link-local, the host, or other sandboxes). When the daemon's own
+	// egress is none they only fall back to the daemon's rules.
+	Allow []netip.Prefix
+	// Deny CIDRs are refused unless also allowed.
+	Deny []netip.Prefix
+}
+
+// IsZero reports a policy that adds nothing to the daemon's.
+func (p Policy) IsZero() bool {
+	return (p.Egress == "" || p.Egress == EgressPublic) && len(p.Allow) == 0 && len(p.Deny) == 0
+}
+
+// PortRange is an inclusive range of host ports sandboxes may connect to on
+// the host (the proxy, the TCP forwards).
+type PortRange struct{ Lo, Hi int }
+
+// Config describes one sandbox network.
+type Config struct {
+	// Network names the network; chain names derive from it.
+	Network string
+	// Bridge is the network's bridge interface on the host.
+	Bridge string
+	// Egress is the daemon's default posture for every sandbox.
+	Egress Egress
+	// Allow are CIDRs every sandbox reaches even though they are private.
+	Allow []netip.Prefix
+	// HostPorts are the TCP ports of the host sandboxes may connect to: the
+	// preview proxy and the TCP-forward pool, so that one sandbox reaches
+	// another's exposed port the way anyone else does.
+	HostPorts []PortRange
+	// DNS are the resolvers Docker's embedded DNS forwards sandboxes'
+	// queries to (the host's, from /etc/resolv.conf): it sends them from
+	// the sandbox's own network namespace, so port 53 of these addresses
+	// stays reachable under the daemon's default policy even when they are
+	// private or link-local. A sandbox with egress none has no DNS.
+	DNS    []netip.Addr
+	Logger *slog.Logger
+}
+
+// Runner runs one command with optional stdin and returns its combined
+// output; tests replace it to see the commands without root.
+type Runner func(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error)
+
+func execRunner(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return out, nil
+}
+
+// Firewall manages the rules of one sandbox network.
+type Firewall struct {
+	cfg    Config
+	log    *slog.Logger
+	run    Runner
+	prefix string // "SANDPIT-<8 hex>-"
+	ipv6   bool   // ip6tables is available
+
+	// mu serialises every change: each one reads the FWD chain and rewrites
+	// part of it, so two at once could drop each other's rules.
+	mu sync.Mutex
+}
+
+// New checks the configuration and that iptables is installed.
+func New(cfg Config) (*Firewall, error) {
+	return NewWithRunner(cfg, nil)
+}
+
+// NewWithRunner is New with another command runner (nil: run the commands).
+func NewWithRunner(cfg Config, run Runner) (*Firewall, error) {
+	if cfg.Network == "" || cfg.Bridge == "" {
+		return nil, fmt.Errorf("%w: network and bridge names are required", ErrInvalid)
+	}
+	if len(cfg.Bridge) > 15 || strings.ContainsAny(cfg.Bridge, " \t\n\"'/") {
+		return nil, fmt.Errorf("%w: bridge name %q", ErrInvalid, cfg.Bridge)
+	}
+	eg, err := ParseEgress(string(cfg.Egress))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	cfg.Egress = eg
+	for _, p := range cfg.Allow {
+		if p.Overlaps(LinkLocal) {
+			return nil, fmt.Errorf("%w: allow %s: link-local addresses are never reachable from a sandbox", ErrInvalid, p)
+		}
+	}
+	for _, r := range cfg.DNS {
+		if !r.Is4() {
+			return nil, fmt.Errorf("%w: DNS server %s is not IPv4", ErrInvalid, r)
+		}
+	}
+	for _, r := range cfg.HostPorts {
+		if r.Lo < 1 || r.Hi > 65535 || r.Lo > r.Hi {
+			return nil, fmt.Errorf("%w: host port range %d-%d", ErrInvalid, r.Lo, r.Hi)
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	f := &Firewall{cfg: cfg, log: cfg.Logger, run: run, prefix: ChainPrefix(cfg.Network)}
+	if f.run == nil {
+		f.run = execRunner
+		for _, bin := range []string{"iptables", "iptables-restore"} {
+			if _, err := exec.LookPath(bin); err != nil {
+				return nil, fmt.Errorf("%s not found: install the iptables package (sandbox isolation needs it): %w", bin, err)
+			}
+		}
+		_, err6 := exec.LookPath("ip6tables-restore")
+		f.ipv6 = err6 == nil
+	} else {
+		f.ipv6 = true
+	}
+	return f, nil
+}
+
+// ChainPrefix is the prefix of every chain of a network: "SANDPIT-" and
+// eight hex digits of the network name's hash, short enough that a
+// sandbox's chain name fits iptables' 28 characters.
+func ChainPrefix(network string) string {
+	h := sha256.Sum256([]byte(network))
+	return "SANDPIT-" + hex.EncodeToString(h[:4]) + "-"
+}
+
+// SandboxChain is the chain holding one sandbox's policy.
+func (f *Firewall) SandboxChain(sandboxID string) string {
+	h := sha256.Sum256([]byte(sandboxID))
+	return f.prefix + hex.EncodeToString(h[:5])
+}
+
+func (f *Firewall) chain(suffix string) string { return f.prefix + suffix }
+
+// fixedChains are the network's own chains, as opposed to per-sandbox ones.
+func (f *Firewall) fixedChains() []string {
+	return []string{f.chain("IN"), f.chain("FWD"), f.chain("DEF"), f.chain("REJ"), f.chain("LL")}
+}
+
+// Comment marks the dispatch rule of one sandbox, so removal is exact.
+func Comment(sandboxID string) string { return "sandpit:" + sandboxID }
+
+// fixedFWD is how many rules precede the per-sandbox dispatch rules in FWD.
+const fixedFWD = 2
+
+// jump is one rule in a chain sandpit does not own.
+type jump struct {
+	v6    bool
+	chain string
+	spec  []string
+}
+
+// line is the jump as an iptables-restore rule body (the comment quoted).
+func (j jump) line() string {
+	parts := make([]string, len(j.spec))
+	for i, p := range j.spec {
+		if strings.Contains(p, " ") {
+			p = `"` + p + `"`
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, " ")
+}
+
+// jumps hooks the network's chains into the built-in ones. Forwarded
+// traffic is hooked twice: from DOCKER-USER, which Docker keeps ahead of its
+// own rules, and straight from FORWARD, because Docker re-arranges
+// DOCKER-USER by deleting its jump and inserting it again whenever any
+// network is created; in between, only a jump of our own stands in front of
+// Docker's accept rules. FWD decides the same way however often it runs.
+func (f *Firewall) jumps() []jump {
+	c := "sandpit network " + f.cfg.Network
+	hook := func(v6 bool, parent, target string) jump {
+		return jump{v6: v6, chain: parent, spec: []string{"-i", f.cfg.Bridge, "-m", "comment", "--comment", c, "-j", target}}
+	}
+	j := []jump{
+		hook(false, "INPUT", f.chain("IN")),
+		hook(false, "FORWARD", f.chain("FWD")),
+		hook(false, "DOCKER-USER", f.chain("FWD")),
+	}
+	if f.ipv6 {
+		j = append(j, hook(true, "INPUT", f.chain("V6")), hook(true, "FORWARD", f.chain("V6")))
+	}
+	return j
+}
+
+// reject refuses at once rather than dropping, so a blocked connection
+// fails fast instead of hanging until its timeout. The REJ chain answers TCP
+// with a reset, since the kernel rate-limits the ICMP errors it would
+// otherwise send (a sandbox retrying in a loop would see timeouts).
+func (f *Firewall) reject() string { return "-j " + f.chain("REJ") }
+
+// GlobalRules renders the network's own chains (IN, FWD head and tail, DEF)
+// as iptables-restore lines, given the dispatch rules to keep in FWD.
+func (f *Firewall) GlobalRules(dispatch []string) []string {
+	in, fwd, def, rej, ll := f.chain("IN"), f.chain("FWD"), f.chain("DEF"), f.chain("REJ"), f.chain("LL")
+	lines := []string{
+		":" + rej + " - [0:0]",
+		":" + ll + " - [0:0]",
+		":" + in + " - [0:0]",
+		":" + fwd + " - [0:0]",
+		":" + def + " - [0:0]",
+		"-A " + rej + " -p tcp -j REJECT --reject-with tcp-reset",
+		"-A " + rej + " -j REJECT",
+		// Replies to connections the host opened (the daemon reaching the
+		// agent, the proxy reaching a port) come back through INPUT.
+		"-A " + in + " -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN",
+	}
+	if ports := portList(f.cfg.HostPorts); ports != "" {
+		lines = append(lines, "-A "+in+" -p tcp -m multiport --dports "+ports+" -j RETURN")
+	}
+	lines = append(lines,
+		"-A "+in+" "+f.reject(),
+		"-A "+fwd+" -o "+f.cfg.Bridge+" "+f.reject(),
+		"-A "+fwd+" -d "+LinkLocal.String()+" -j "+ll,
+	)
+	lines = append(lines, dispatch...)
+	lines = append(lines, "-A "+fwd+" -g "+def)
+	// Link-local is refused but for DNS to a link-local resolver, which
+	// RETURNs to FWD and so still meets the sandbox's own policy.
+	for _, r := range f.cfg.DNS {
+		if LinkLocal.Contains(r) {
+			lines = append(lines, dnsRules(ll, r, "-j RETURN")...)
+		}
+	}
+	lines = append(lines, "-A "+ll+" "+f.reject())
+	for _, r := range f.cfg.DNS {
+		if !LinkLocal.Contains(r) {
+			lines = append(lines, dnsRules(def, r, "-j RETURN")...)
+		}
+	}
+	for _, p := range f.cfg.Allow {
+		lines = append(lines, "-A "+def+" -d "+p.String()+" -j RETURN")
+	}
+	for _, p := range Blocked {
+		lines = append(lines, "-A "+def+" -d "+p.String()+" "+f.reject())
+	}
+	if f.cfg.Egress == EgressNone {
+		lines = append(lines, "-A "+def+" "+f.reject())
+	}
+	return lines
+}
+
+// SandboxRules renders one sandbox's chain (declared, hence flushed, first).
+func (f *Firewall) SandboxRules(sandboxID string, p Policy) []string {
+	c := f.SandboxChain(sandboxID)
+	lines := []string{":" + c + " - [0:0]"}
+	for _, a := range p.Allow {
+		if f.cfg.Egress == EgressNone {
+			// The daemon's "none" is a ceiling a sandbox cannot lift: its
+			// allow list only falls back to the daemon's own rules.
+			lines = append(lines, "-A "+c+" -d "+a.String()+" -g "+f.chain("DEF"))
+		} else {
+			lines = append(lines, "-A "+c+" -d "+a.String()+" -j RETURN")
+		}
+	}
+	for _, d := range p.Deny {
+		lines = append(lines, "-A "+c+" -d "+d.String()+" "+f.reject())
+	}
+	if p.Egress == EgressNone {
+		lines = append(lines, "-A "+c+" "+f.reject())
+	} else {
+		lines = append(lines, "-A "+c+" -g "+f.chain("DEF"))
+	}
+	return lines
+}
+
+func (f *Firewall) dispatchRule(sandboxID string, ip netip.Addr) string {
+	return "-s " + ip.String() + "/32 -m comment --comment " + Comment(sandboxID) + " -g " + f.SandboxChain(sandboxID)
+}
+
+// dnsRules match DNS (UDP and TCP port 53) to one resolver.
+func dnsRules(chain string, r netip.Addr, target string) []string {
+	return []string{
+		"-A " + chain + " -d " + r.String() + "/32 -p udp --dport 53 " + target,
+		"-A " + chain + " -d " + r.String() + "/32 -p tcp --dport 53 " + target,
+	}
+}
+
+func portList(rs []PortRange) string {
+	var parts []string
+	for _, r := range rs {
+		if r.Lo == r.Hi {
+			parts = append(parts, strconv.Itoa(r.Lo))
+		} else {
+			parts = append(parts, strconv.Itoa(r.Lo)+":"+strconv.Itoa(r.Hi))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// restore applies lines to the filter table in one transaction.
+func (f *Firewall) restore(ctx context.Context, v6 bool, lines []string) error {
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	for _, l := range lines {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	b.WriteString("COMMIT\n")
+	bin := "iptables-restore"
+	if v6 {
+		bin = "ip6tables-restore"
+	}
+	_, err := f.run(ctx, []byte(b.String()), bin, "--noflush", "--wait")
+	return err
+}
+
+func (f *Firewall) iptables(ctx context.Context, v6 bool, args ...string) ([]byte, error) {
+	bin := "iptables"
+	if v6 {
+		bin = "ip6tables"
+	}
+	return f.run(ctx, nil, bin, append([]string{"--wait"}, args...)...)
+}
+
+// listChain returns the rules of a chain as -S prints them ("-A CHAIN ...");
+// a missing chain has none.
+func (f *Firewall) listChain(ctx context.Context, v6 bool, chain string) ([]string, error) {
+	out, err := f.iptables(ctx, v6, "-S", chain)
+	if err != nil {
+		// The message for a missing chain differs between the legacy and
+		// nf_tables back ends (the latter may even call it "incompatible"),
+		// so ask the whole table whether the chain exists.
+		all, lerr := f.iptables(ctx, v6, "-S")
+		if lerr == nil && !slices.Contains(strings.Split(string(all), "\n"), "-N "+chain) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var rules []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "-A ") {
+			rules = append(rules, l)
+		}
+	}
+	return rules, nil
+}
+
+// dispatchRules returns FWD's per-sandbox rules, keyed by the sandbox id in
+// their comment.
+func (f *Firewall) dispatchRules(ctx context.Context) (map[string][]string, error) {
+	rules, err := f.listChain(ctx, false, f.chain("FWD"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, r := range rules {
+		if id, ok := commentID(r); ok {
+			out[id] = append(out[id], r)
+		}
+	}
+	return out, nil
+}
+
+// commentID extracts the sandbox id of a rule carrying Comment(id); -S
+// prints the comment bare or in double quotes.
+func commentID(rule string) (string, bool) {
+	_, after, ok := strings.Cut(rule, "--comment ")
+	if !ok {
+		return "", false
+	}
+	c, _, _ := strings.Cut(after, " ")
+	c = strings.Trim(c, `"`)
+	return strings.CutPrefix(c, "sandpit:")
+}
+
+// ruleSource is the -s address of a dispatch rule.
+func ruleSource(rule string) string { return strings.TrimSuffix(ruleArg(rule, "-s"), "/32") }
+
+// ruleArg is the argument of an option in a rule as -S prints it.
+func ruleArg(rule, opt string) string {
+	f := strings.Fields(rule)
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == opt {
+			return f[i+1]
+		}
+	}
+	return ""
+}
+
+// Ensure installs (or re-asserts) the network's chains and the jumps into
+// INPUT and DOCKER-USER, keeping the per-sandbox rules already in place: a
+// restarted daemon must not open a window in which a sandbox denied egress
+// has it. Prune then drops the rules of sandboxes that are gone.
+func (f *Firewall) Ensure(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, err := f.iptables(ctx, false, "-S", "DOCKER-USER"); err != nil {
+		return fmt.Errorf("chain DOCKER-USER missing (is Docker managing iptables?): %w", err)
+	}
+	disp, err := f.dispatchRules(ctx)
+	if err != nil {
+		return err
+	}
+	var keep []string
+	for _, id := range sortedKeys(disp) {
+		keep = append(keep, disp[id]...)
+	}
+	if err := f.restore(ctx, false, f.GlobalRules(keep)); err != nil {
+		return fmt.Errorf("install chains: %w", err)
+	}
+	if f.ipv6 {
+		v6 := f.chain("V6")
+		if err := f.restore(ctx, true, []string{
+			":" + v6 + " - [0:0]",
+			"-A " + v6 + " -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN",
+			"-A " + v6 + " -j REJECT",
+		}); err != nil {
+			f.log.Warn("ip6tables: IPv6 from sandboxes is not filtered", "err", err)
+			f.ipv6 = false
+		}
+	}
+	// Each jump goes (back) to the top of its chain, atomically: a delete
+	// and an insert in one transaction leave no moment without it.
+	for _, j := range f.jumps() {
+		var lines []string
+		if _, err := f.iptables(ctx, j.v6, append([]string{"-C", j.chain}, j.spec...)...); err == nil {
+			lines = append(lines, "-D "+j.chain+" "+j.line())
+		}
+		lines = append(lines, "-I "+j.chain+" 1 "+j.line())
+		if err := f.restore(ctx, j.v6, lines); err != nil {
+			return fmt.Errorf("hook %s: %w", j.chain, err)
+		}
+	}
+	f.log.Info("firewall ready", "network", f.cfg.Network, "bridge", f.cfg.Bridge, "egress", f.cfg.Egress, "chains", f.prefix+"*")
+	return nil
+}
+
+// Apply installs a sandbox's policy for its address, replacing whatever
+// rules it had, and drops any other sandbox's rule for the same address (an
+// address freed by a dead container is handed out again). A zero policy
+// leaves the sandbox to the network's defaults.
+func (f *Firewall) Apply(ctx context.Context, sandboxID string, ip netip.Addr, p Policy) error {
+	if !ip.Is4() {
+		return fmt.Errorf("%w: sandbox address %s is not IPv4", ErrInvalid, ip)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	disp, err := f.dispatchRules(ctx)
+	if err != nil {
+		return err
+	}
+	own := f.SandboxChain(sandboxID)
+	lines, stale := unhook(disp, func(id, rule string) bool { return id == sandboxID || ruleSource(rule) == ip.String() })
+	// The sandbox's own chain is declared (hence flushed) again below
+	// unless its policy is now the default.
+	var drop []string
+	for _, c := range stale {
+		if c != own || p.IsZero() {
+			drop = append(drop, c)
+		}
+	}
+	if !p.IsZero() {
+		lines = append(f.SandboxRules(sandboxID, p), lines...)
+		lines = append(lines, "-I "+f.chain("FWD")+" "+strconv.Itoa(fixedFWD+1)+" "+f.dispatchRule(sandboxID, ip))
+	}
+	if err := f.restoreIfAny(ctx, append(lines, f.deleteChains(drop)...)); err != nil {
+		return fmt.Errorf("firewall: sandbox %s: %w", sandboxID, err)
+	}
+	return nil
+}
+
+// unhook returns the deletions of the dispatch rules match selects and the
+// chains those rules jump to.
+func unhook(disp map[string][]string, match func(id, rule string) bool) (lines, chains []string) {
+	for _, id := range sortedKeys(disp) {
+		for _, r := range disp[id] {
+			if !match(id, r) {
+				continue
+			}
+			lines = append(lines, "-D"+strings.TrimPrefix(r, "-A"))
+			if t := ruleArg(r, "-g"); t != "" && !slices.Contains(chains, t) {
+				chains = append(chains, t)
+			}
+		}
+	}
+	return lines, chains
+}
+
+func (f *Firewall) restoreIfAny(ctx context.Context, lines []string) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	return f.restore(ctx, false, lines)
+}
+
+// deleteChains are the transaction lines that flush and delete per-sandbox
+// chains (named by rules being deleted in the same transaction, so they
+// exist); the network's own chains are never among them.
+func (f *Firewall) deleteChains(chains []string) []string {
+	var lines []string
+	for _, c := range chains {
+		if strings.HasPrefix(c, f.prefix) && !slices.Contains(f.fixedChains(), c) {
+			lines = append(lines, "-F "+c, "-X "+c)
+		}
+	}
+	return lines
+}
+
+// dropChains flushes and deletes per-sandbox chains no rule jumps to any
+// more; a chain that is not there is not an error.
+func (f *Firewall) dropChains(ctx context.Context, chains []string) {
+	for _, c := range chains {
+		if !strings.HasPrefix(c, f.prefix) || slices.Contains(f.fixedChains(), c) {
+			continue // only ever a sandbox's own chain
+		}
+		if _, err := f.iptables(ctx, false, "-F", c); err != nil {
+			continue
+		}
+		if _, err := f.iptables(ctx, false, "-X", c); err != nil {
+			f.log.Warn("firewall: delete chain", "chain", c, "err", err)
+		}
+	}
+}
+
+// Remove deletes a sandbox's rules and chain (on stop and delete) in one
+// transaction. Removing rules that are not there is not an error.
+func (f *Firewall) Remove(ctx context.Context, sandboxID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	disp, err := f.dispatchRules(ctx)
+	if err != nil {
+		return err
+	}
+	lines, chains := unhook(disp, func(id, _ string) bool { return id == sandboxID })
+	if err := f.restoreIfAny(ctx, append(lines, f.deleteChains(chains)...)); err != nil {
+		return fmt.Errorf("firewall: remove sandbox %s: %w", sandboxID, err)
+	}
+	return nil
+}
+
+// Prune removes the rules of every sandbox not in keep (after a restart,
+// those of sandboxes deleted or stopped while the daemon was down).
+func (f *Firewall) Prune(ctx context.Context, keep map[string]bool) error {
+	f.mu.Lock()
+	disp, err := f.dispatchRules(ctx)
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for id := range disp {
+		if !keep[id] {
+			errs = append(errs, f.Remove(ctx, id))
+		}
+	}
+	// Chains no dispatch rule names any more (a crash between two steps).
+	chains, err := f.chains(ctx, false)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	want := map[string]bool{}
+	for _, c := range f.fixedChains() {
+		want[c] = true
+	}
+	for id := range keep {
+		want[f.SandboxChain(id)] = true
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var stale []string
+	for _, c := range chains {
+		if !want[c] {
+			stale = append(stale, c)
+		}
+	}
+	f.dropChains(ctx, stale)
+	return errors.Join(errs...)
+}
+
+// chains lists the chains of this network in the filter table.
+func (f *Firewall) chains(ctx context.Context, v6 bool) ([]string, error) {
+	out, err := f.iptables(ctx, v6, "-S")
+	if err != nil {
+		return nil, err
+	}
+	var cs []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if c, ok := strings.CutPrefix(l, "-N "); ok && strings.HasPrefix(c, f.prefix) {
+			cs = append(cs, strings.TrimSpace(c))
+		}
+	}
+	return cs, nil
+}
+
+// Uninstall removes every rule and chain of the network: the jumps into it
+// first (found by their target, whatever bridge they name), so no packet
+// ever meets a half-removed chain, then the chains.
+func (f *Firewall) Uninstall(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	for _, v6 := range []bool{false, true} {
+		if v6 && !f.ipv6 {
+			continue
+		}
+		for _, parent := range []string{"INPUT", "DOCKER-USER", "FORWARD"} {
+			rules, err := f.listChain(ctx, v6, parent)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			var del []string
+			for _, r := range rules {
+				if strings.Contains(r, " -j "+f.prefix) || strings.Contains(r, " -g "+f.prefix) {
+					del = append(del, "-D"+strings.TrimPrefix(r, "-A"))
+				}
+			}
+			if len(del) > 0 {
+				errs = append(errs, f.restore(ctx, v6, del))
+			}
+		}
+		chains, err := f.chains(ctx, v6)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, c := range chains {
+			if _, err := f.iptables(ctx, v6, "-F", c); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, c := range chains {
+			if _, err := f.iptables(ctx, v6, "-X", c); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,481 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/driver"
+)
+
+// stopGrace is how long a stopped container's processes get to exit before
+// the engine kills them.
+const stopGrace = 5 * time.Second
+
+// runtimeErr wraps an engine failure as ErrRuntime while keeping the engine's
+// own error kind (a timeout, a missing container) visible to errors.Is.
+func runtimeErr(what string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrRuntime, what, err)
+}
+
+// startAndAwait starts the container, learns its address, waits for the agent
+// and (re)installs the sandbox's routes, which point at that address. On
+// failure the container is stopped again, so a failed start never leaves a
+// running container under a row that says otherwise.
+func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error {
+	s.forgetIP(sb.ID)
+	t0 := time.Now()
+	if err := s.rt.Start(ctx, sb.ContainerID); err != nil {
+		return runtimeErr("start container", err)
+	}
+	err := func() error {
+		c, err := s.rt.Inspect(ctx, sb.ContainerID)
+		if err != nil {
+			return runtimeErr("inspect container", err)
+		}
+		if c.IP == "" {
+			return fmt.Errorf("%w: container has no address", ErrRuntime)
+		}
+		// The sandbox's egress policy goes in before its agent is reported
+		// ready; a sandbox whose policy is not in place must not run, so a
+		// failure here undoes the start.
+		if err := s.applyFirewall(ctx, *sb, c.IP); err != nil {
+			return err
+		}
+		phase(ctx, "engine", t0)
+		t0 = time.Now()
+		if err := s.waitHealthy(ctx, c.IP); err != nil {
+			return err
+		}
+		// An adopted pooled container's agent starts again with its pool
+		// token and no sandbox settings; they are given to it again first.
+		if err := s.reinitAdopted(ctx, *sb, c.IP); err != nil {
+			return err
+		}
+		phase(ctx, "agent", t0)
+		s.mu.Lock()
+		s.ips[sb.ID] = c.IP
+		s.mu.Unlock()
+		// A route that cannot be installed (another program holds its host
+		// port) does not make the sandbox any less started: the failure is
+		// logged, the other routes serve, and a retry of that exposure
+		// installs it again once the cause is gone.
+		if err := s.installRoutes(ctx, sb.ID, c.IP); err != nil {
+			s.log.Error("install routes", "sandbox", sb.ID, "err", err)
+		}
+		return nil
+	}()
+	if err != nil {
+		s.undoStart(ctx, sb)
+	}
+	return err
+}
+
+// undoStart takes down what a failed start brought up: routes first, so
+// nothing points at the container while it stops.
+func (s *Service) undoStart(ctx context.Context, sb *sandpit.Sandbox) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	s.removeRoutes(rctx, sb.ID)
+	s.forgetIP(sb.ID)
+	if err := s.rt.Stop(rctx, sb.ContainerID, 0); err != nil && !errors.Is(err, driver.ErrNotFound) {
+		s.log.Error("undo start: stop container", "sandbox", sb.ID, "err", err)
+	}
+	// The rules are keyed to the address the container had, which the
+	// engine may hand to the next container.
+	s.removeFirewall(rctx, sb.ID)
+}
+
+// ownLabels select the containers of this daemon instance.
+func (s *Service) ownLabels() map[string]string {
+	l := map[string]string{driver.LabelManaged: "true"}
+	if s.cfg.Instance != "" {
+		l[driver.LabelInstance] = s.cfg.Instance
+	}
+	return l
+}
+
+// containerLabels are the extra labels of every container this daemon makes.
+func (s *Service) containerLabels() map[string]string {
+	l := maps.Clone(s.cfg.ExtraLabels)
+	if l == nil {
+		l = map[string]string{}
+	}
+	if s.cfg.Instance != "" {
+		l[driver.LabelInstance] = s.cfg.Instance
+	}
+	return l
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return maps.Clone(m)
+}
+
+// present overlays what only this process knows on a stored row: a running
+// sandbox still being brought back after a restart shows as starting.
+func (s *Service) present(sb sandpit.Sandbox) sandpit.Sandbox {
+	if sb.State != sandpit.StateRunning {
+		return sb
+	}
+	s.mu.Lock()
+	starting := s.starting[sb.ID]
+	s.mu.Unlock()
+	if starting {
+		sb.State = sandpit.StateStarting
+	}
+	return sb
+}
+
+// GetSandbox returns a sandbox by id.
+func (s *Service) GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+	sb, err := s.sandbox(ctx, id)
+	return s.present(sb), err
+}
+
+// GetSandboxByIDOrName resolves an id first, then a name, as Daytona does.
+// Names are unique per daemon, but another owner's sandbox found by name is
+// not found, like one found by id.
+func (s *Service) GetSandboxByIDOrName(ctx context.Context, idOrName string) (sandpit.Sandbox, error) {
+	sb, err := s.sandbox(ctx, idOrName)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		sb, err = s.store.GetSandboxByName(ctx, idOrName)
+		if err == nil && !visibleTo(principalOf(ctx), sb) {
+			return sandpit.Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", idOrName, sandpit.ErrNotFound)
+		}
+	}
+	return s.present(sb), err
+}
+
+// Filter limits: a listing is a read, and a request must not be able to turn
+// it into an unbounded query.
+const (
+	maxListLabels = 32
+	maxListStates = 8
+)
+
+// ListSandboxes lists the caller's sandboxes (an admin's lists every owner's).
+func (s *Service) ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error) {
+	if len(opts.Labels) > maxListLabels {
+		return nil, "", invalidf("at most %d label filters", maxListLabels)
+	}
+	if len(opts.States) > maxListStates {
+		return nil, "", invalidf("at most %d state filters", maxListStates)
+	}
+	for _, st := range opts.States {
+		switch st {
+		case sandpit.StateCreating, sandpit.StateRunning, sandpit.StateStopped, sandpit.StatePaused,
+			sandpit.StateError, sandpit.StateDeleting:
+		default:
+			return nil, "", invalidf("unknown state %q", st)
+		}
+	}
+	page, next, err := s.store.ListSandboxes(ctx, scopeList(ctx, opts))
+	for i := range page {
+		page[i] = s.present(page[i])
+	}
+	return page, next, err
+}
+
+// DeleteSandbox removes the routes, the container and the row (its ports and
+// domains go with it by cascade). The row moves to deleting first, so a
+// delete that fails half-way (a crash, an engine that stops answering) is
+// finished by the janitor or the next start instead of leaving a row whose
+// container is gone.
+func (s *Service) DeleteSandbox(ctx context.Context, id string) (err error) {
+	defer func() {
+		if !errors.Is(err, sandpit.ErrNotFound) {
+			s.audit(ctx, "sandbox.delete", id, err)
+		}
+	}()
+	return s.deleteSandbox(ctx, id, EventDeleted)
+}
+
+// deleteSandbox deletes under the sandbox's lock and announces the deletion
+// as typ (deleted, or expired for the sweeper).
+func (s *Service) deleteSandbox(ctx context.Context, id string, typ EventType) error {
+	if _, err := s.sandbox(ctx, id); err != nil {
+		return err
+	}
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return s.deleteLocked(ctx, id, typ)
+}
+
+func (s *Service) deleteLocked(ctx context.Context, id string, typ EventType) error {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	// The agent is going away: requests for it are refused at once instead
+	// of waiting on an address that stops answering.
+	defer s.leave(id)()
+	if sb.State != sandpit.StateDeleting {
+		if err := s.store.SetSandboxState(ctx, id, sandpit.StateDeleting, "", s.now()); err != nil {
+			return err
+		}
+	}
+	s.removeRoutes(ctx, id)
+	s.forgetIP(id)
+	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
+		return runtimeErr("remove container", err)
+	}
+	s.removeFirewall(ctx, id)
+	if err := s.store.DeleteSandbox(ctx, id); err != nil {
+		if errors.Is(err, sandpit.ErrNotFound) {
+			return nil // someone else's delete won, and announced it
+		}
+		return err
+	}
+	s.publish(typ, sb, sb.State)
+	return nil
+}
+
+// lockRow takes a sandbox's lock and reads its row under it; the caller
+// releases the lock with the returned function, and only on success.
+func (s *Service) lockRow(ctx context.Context, id string) (sandpit.Sandbox, func(), error) {
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return sandpit.Sandbox{}, nil, err
+	}
+	sb, err := s.sandbox(ctx, id)
+	if err != nil {
+		unlock()
+		return sb, nil, err
+	}
+	return sb, unlock, nil
+}
+
+// StopSandbox stops a sandbox's container, keeping its filesystem.
+func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+	sb, unlock, err := s.lockRow(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	defer unlock()
+	switch sb.State {
+	case sandpit.StateStopped:
+		return sb, nil
+	case sandpit.StateCreating, sandpit.StateDeleting, sandpit.StateError:
+		return sb, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
+	}
+	// Routes go before the container stops: once it stops, its address can
+	// be handed to another container, and a route left behind would serve
+	// that one under this sandbox's URL.
+	s.removeRoutes(ctx, id)
+	s.forgetIP(id)
+	if sb.State == sandpit.StatePaused {
+		if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
+			return sb, runtimeErr("unpause", err)
+		}
+	}
+	leave := s.leave(id)
+	defer leave()
+	if err := s.rt.Stop(ctx, sb.ContainerID, stopGrace); err != nil {
+		s.restoreRoutes(ctx, id)
+		return sb, runtimeErr("stop container", err)
+	}
+	s.removeFirewall(ctx, id)
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
+		return sb, err
+	}
+	return s.changed(ctx, EventStopped, id, sb.State)
+}
+
+// restoreRoutes puts a running sandbox's routes back after an operation that
+// removed them failed before its container stopped.
+func (s *Service) restoreRoutes(ctx context.Context, id string) {
+	ctx = context.WithoutCancel(ctx)
+	if ip, err := s.sandboxIP(ctx, id); err != nil {
+		s.log.Error("restore routes", "sandbox", id, "err", err)
+	} else if err := s.installRoutes(ctx, id, ip); err != nil {
+		s.log.Error("restore routes", "sandbox", id, "err", err)
+	}
+}
+
+// StartSandbox starts a stopped sandbox (or resumes a paused one) and waits
+// for its agent.
+func (s *Service) StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+	sb, unlock, err := s.lockRow(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	defer unlock()
+	switch sb.State {
+	case sandpit.StateRunning:
+		return sb, nil
+	case sandpit.StatePaused:
+		return s.resumeLocked(ctx, sb)
+	case sandpit.StateCreating, sandpit.StateDeleting:
+		return sb, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
+	}
+	if err := s.startAndAwait(ctx, &sb); err != nil {
+		return sb, err
+	}
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
+		s.undoStart(ctx, &sb)
+		return sb, err
+	}
+	return s.changed(ctx, EventStarted, id, sandpit.StateStopped)
+}
+
+// changed reads a sandbox after a state change and announces the change.
+func (s *Service) changed(ctx context.Context, typ EventType, id string, old sandpit.State) (sandpit.Sandbox, error) {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	s.publish(typ, sb, old)
+	return sb, nil
+}
+
+// PauseSandbox freezes a running sandbox's processes. Its routes go while it
+// is paused: a frozen upstream would hold every connection open forever.
+func (s *Service) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+	sb, unlock, err := s.lockRow(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	defer unlock()
+	if sb.State != sandpit.StateRunning {
+		return sb, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
+	}
+	s.removeRoutes(ctx, id)
+	if err := s.rt.Pause(ctx, sb.ContainerID); err != nil {
+		s.restoreRoutes(ctx, id)
+		return sb, runtimeErr("pause", err)
+	}
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StatePaused, s.now()); err != nil {
+		return sb, err
+	}
+	sb.State = sandpit.StatePaused
+	s.publish(EventPaused, sb, sandpit.StateRunning)
+	return sb, nil
+}
+
+// ResumeSandbox unfreezes a paused sandbox.
+func (s *Service) ResumeSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+	sb, unlock, err := s.lockRow(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	defer unlock()
+	if sb.State != sandpit.StatePaused {
+		return sb, nil
+	}
+	return s.resumeLocked(ctx, sb)
+}
+
+func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit.Sandbox, error) {
+	if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
+		return sb, runtimeErr("unpause", err)
+	}
+	if err := s.store.UpdateSandboxState(ctx, sb.ID, sandpit.StateRunning, s.now()); err != nil {
+		return sb, err
+	}
+	sb.State = sandpit.StateRunning
+	sb.StateReason = ""
+	s.publish(EventResumed, sb, sandpit.StatePaused)
+	// Every route went when the sandbox paused, and ports and domains added
+	// meanwhile were only recorded; all of them are installed now.
+	s.restoreRoutes(ctx, sb.ID)
+	return sb, nil
+}
+
+// SetTimeout moves a sandbox's end time to now+timeout.
+func (s *Service) SetTimeout(ctx context.Context, id string, timeout time.Duration) (sandpit.Sandbox, error) {
+	if timeout <= 0 || timeout > maxTimeout {
+		return sandpit.Sandbox{}, invalidf("timeout must be between 1s and %s", maxTimeout)
+	}
+	if _, err := s.sandbox(ctx, id); err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	now := s.now()
+	if err := s.store.SetSandboxEndAt(ctx, id, now.Add(timeout), now); err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	return s.GetSandbox(ctx, id)
+}
+
+// SetLabels replaces a sandbox's labels.
+func (s *Service) SetLabels(ctx context.Context, id string, labels map[string]string) (sandpit.Sandbox, error) {
+	if err := s.validateCreate(&CreateRequest{Labels: labels}); err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	if _, err := s.sandbox(ctx, id); err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	if err := s.store.SetSandboxLabels(ctx, id, nonNil(labels), s.now()); err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	return s.GetSandbox(ctx, id)
+}
+
+// Stats samples a running sandbox's resource use.
+func (s *Service) Stats(ctx context.Context, id string) (driver.Stats, error) {
+	sb, err := s.sandbox(ctx, id)
+	if err != nil {
+		return driver.Stats{}, err
+	}
+	st, err := s.rt.Stats(ctx, sb.ContainerID)
+	if err != nil {
+		return st, runtimeErr("stats", err)
+	}
+	return st, nil
+}
+
+// SweepExpired kills every sandbox whose end time has passed. One sandbox's
+// failure (an engine that does not answer) is logged and the sweep goes on
+// to the next.
+func (s *Service) SweepExpired(ctx context.Context) (int, error) {
+	expired, err := s.store.ListExpiredSandboxes(ctx, s.now())
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, sb := range expired {
+		if sb.State == sandpit.StateCreating {
+			continue
+		}
+		if err := s.deleteSandbox(ctx, sb.ID, EventExpired); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+			s.log.Error("sweep: delete expired sandbox", "sandbox", sb.ID, "err", err)
+			continue
+		}
+		s.log.Info("sandbox expired", "sandbox", sb.ID)
+		n++
+	}
+	return n, nil
+}
+
+// RunSweeper sweeps expired sandboxes every interval until ctx ends.
+func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, func() {
+		s.log.Debug("sweep")
+		if _, err := s.SweepExpired(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("sweep", "err", err)
+		}
+	})
+}
+
+// every calls fn every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}

@@ -1,0 +1,257 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/apitypes"
+)
+
+// DebugState is the body of GET /v1/debug/state.
+type DebugState = apitypes.DebugState
+
+// State reads the daemon's debug snapshot.
+func (d *Daemon) State(ctx context.Context) (DebugState, error) {
+	var st DebugState
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+"/v1/debug/state", nil)
+	if err != nil {
+		return st, err
+	}
+	req.Header.Set("Authorization", "Bearer "+d.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("debug state: %d %s", resp.StatusCode, b)
+	}
+	return st, json.Unmarshal(b, &st)
+}
+
+// engineContainer is what the engine itself (not the daemon) says about one
+// labelled container.
+type engineContainer struct {
+	ID, SandboxID, State, IP string
+}
+
+// engineContainers lists this daemon's containers through the docker CLI.
+func (d *Daemon) engineContainers(ctx context.Context) ([]engineContainer, error) {
+	ids, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--no-trunc", "--filter", "label=sandpit.run="+d.Label).Output()
+	if err != nil {
+		return nil, fmt.Errorf("docker ps: %w", err)
+	}
+	if len(strings.Fields(string(ids))) == 0 {
+		return nil, nil
+	}
+	args := append([]string{"inspect", "-f", `{{.Id}} {{index .Config.Labels "sandpit.sandbox-id"}} {{.State.Status}} {{range .NetworkSettings.Networks}}{{.IPAddress}},{{end}}`}, strings.Fields(string(ids))...)
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	if err != nil {
+		// A container removed between ps and inspect: the caller retries.
+		return nil, fmt.Errorf("docker inspect: %v: %s", err, out)
+	}
+	var cs []engineContainer
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		c := engineContainer{ID: f[0], SandboxID: f[1], State: f[2]}
+		if len(f) > 3 {
+			c.IP, _, _ = strings.Cut(f[3], ",")
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+// Inconsistencies compares the store, the router's table, the bound TCP
+// listeners (as the daemon reports them and as a dial finds them), the
+// preview proxy and the engine's labelled containers, and returns every
+// disagreement. It assumes no operation is in flight.
+func (d *Daemon) Inconsistencies(ctx context.Context) ([]string, error) {
+	st, err := d.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	engine, err := d.engineContainers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var bad []string
+	badf := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
+
+	byBox := map[string][]engineContainer{}
+	for _, c := range engine {
+		byBox[c.SandboxID] = append(byBox[c.SandboxID], c)
+	}
+	rows := map[string]string{} // id -> state
+	want := map[string]string{} // route key -> upstream
+	for _, sb := range st.Sandboxes {
+		rows[sb.ID] = sb.State
+		cs := byBox[sb.ID]
+		switch {
+		case sb.State == "creating" || sb.State == "deleting":
+			badf("sandbox %s is stuck in %s", sb.ID, sb.State)
+			continue
+		case len(cs) > 1:
+			badf("sandbox %s has %d containers", sb.ID, len(cs))
+			continue
+		case len(cs) == 0:
+			if sb.State != "error" {
+				badf("sandbox %s is %s but has no container", sb.ID, sb.State)
+			}
+			continue
+		}
+		c := cs[0]
+		engineState := map[string]string{"running": "running", "paused": "paused", "stopped": "exited", "starting": "running"}[sb.State]
+		if sb.State == "stopped" && c.State == "created" {
+			engineState = "created"
+		}
+		if sb.State != "error" && c.State != engineState {
+			badf("sandbox %s is %s but its container is %s", sb.ID, sb.State, c.State)
+		}
+		if sb.State != "running" {
+			continue
+		}
+		want["http:"+sb.ID+":49983"] = net.JoinHostPort(c.IP, "49983")
+		for _, p := range st.Ports {
+			if p.SandboxID != sb.ID {
+				continue
+			}
+			up := net.JoinHostPort(c.IP, strconv.Itoa(p.Port))
+			if p.Protocol == "tcp" {
+				want["tcp:"+strconv.Itoa(p.HostPort)] = up
+			} else {
+				want["http:"+sb.ID+":"+strconv.Itoa(p.Port)] = up
+			}
+		}
+		for _, dm := range st.Domains {
+			if dm.SandboxID == sb.ID {
+				want["domain:"+dm.Hostname] = net.JoinHostPort(c.IP, strconv.Itoa(dm.Port))
+			}
+		}
+	}
+	for id, cs := range byBox {
+		if _, ok := rows[id]; !ok {
+			for _, c := range cs {
+				badf("container %s (sandbox %q) has no row", c.ID[:12], id)
+			}
+		}
+	}
+	got := map[string]string{}
+	var tcpRoutes []int
+	for _, r := range st.Routes {
+		var key string
+		switch r.Kind {
+		case "tcp":
+			key = "tcp:" + strconv.Itoa(r.HostPort)
+			tcpRoutes = append(tcpRoutes, r.HostPort)
+		case "domain":
+			key = "domain:" + r.Hostname
+		default:
+			key = "http:" + r.SandboxID + ":" + strconv.Itoa(r.Port)
+		}
+		got[key] = r.Upstream
+	}
+	for k, up := range want {
+		if g, ok := got[k]; !ok {
+			badf("route %s missing (want upstream %s)", k, up)
+		} else if g != up {
+			badf("route %s points at %s, want %s", k, g, up)
+		}
+	}
+	for k, up := range got {
+		if _, ok := want[k]; !ok {
+			badf("route %s -> %s should not exist", k, up)
+		}
+	}
+	sort.Ints(tcpRoutes)
+	listeners := slices.Clone(st.Listeners)
+	sort.Ints(listeners)
+	if !slices.Equal(tcpRoutes, listeners) {
+		badf("TCP listeners %v differ from TCP routes %v", listeners, tcpRoutes)
+	}
+	// The listeners as a client finds them: every TCP route accepts, and
+	// every recorded host port without a route refuses.
+	host, _, _ := net.SplitHostPort(d.ProxyAddr)
+	for _, p := range st.Ports {
+		if p.Protocol != "tcp" {
+			continue
+		}
+		routed := slices.Contains(tcpRoutes, p.HostPort)
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(host, strconv.Itoa(p.HostPort)), time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		switch {
+		case routed && err != nil:
+			badf("host port %d has a route but refuses connections: %v", p.HostPort, err)
+		case !routed && err == nil:
+			badf("host port %d of non-running sandbox %s accepts connections", p.HostPort, p.SandboxID)
+		}
+	}
+	// The preview proxy as a client finds it: no route, no answer.
+	for _, sb := range st.Sandboxes {
+		if sb.State == "running" {
+			continue
+		}
+		if code := d.previewStatus(ctx, sb.ID, 49983); code != http.StatusNotFound {
+			badf("preview of %s sandbox %s answers %d, want 404", sb.State, sb.ID, code)
+		}
+	}
+	sort.Strings(bad)
+	return bad, nil
+}
+
+// previewStatus is the status the proxy answers for a preview host.
+func (d *Daemon) previewStatus(ctx context.Context, id string, port int) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.ProxyAddr+"/health", nil)
+	if err != nil {
+		return 0
+	}
+	req.Host = id + "-" + strconv.Itoa(port) + ".localhost"
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// CheckConsistent fails the test unless the store, the router, the TCP
+// listeners and the engine agree. Engine events are handled asynchronously,
+// so it retries for a few seconds before it reports.
+func (d *Daemon) CheckConsistent(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var bad []string
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		bad, err = d.Inconsistencies(ctx)
+		if err == nil && len(bad) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("consistency check: %v", err)
+	}
+	t.Fatalf("store, router, listeners and engine disagree:\n  %s", strings.Join(bad, "\n  "))
+}

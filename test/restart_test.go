@@ -1,0 +1,152 @@
+package sandpit_test
+
+import (
+	"context"
+	"database/sql"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/test/harness"
+)
+
+// setRowState edits a stopped daemon's store directly: it stands for a
+// daemon that recorded a state and crashed before the engine caught up.
+func setRowState(t *testing.T, d *harness.Daemon, id, state string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(d.DataDir, "sandpit.db")+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE sandboxes SET state = ? WHERE id = ?`, state, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func docker(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
+		t.Fatalf("docker %v: %v: %s", args, err, out)
+	}
+}
+
+func wantState(t *testing.T, ctx context.Context, c *client.Client, id, state, reason string) {
+	t.Helper()
+	var sb client.Sandbox
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if sb, err = c.Get(ctx, id); err == nil && sb.State == state && sb.StateReason == reason {
+			return
+		}
+	}
+	t.Fatalf("sandbox %s is %s (reason %q, err %v), want %s (reason %q)", id, sb.State, sb.StateReason, err, state, reason)
+}
+
+// TestRestartScenarios crashes the daemon, changes the engine behind its
+// back, restarts it and checks what reconcile made of each case.
+func TestRestartScenarios(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	c := d.Client()
+
+	pausedExited := newSandbox(t, ctx, c)
+	runningPaused := newSandbox(t, ctx, c)
+	runningExited := newSandbox(t, ctx, c)
+	for _, id := range []string{pausedExited, runningPaused, runningExited} {
+		mustExpose(t, ctx, d, id, 3000, "http", http.StatusCreated)
+		mustExpose(t, ctx, d, id, 3001, "tcp", http.StatusCreated)
+	}
+	d.Kill()
+	setRowState(t, d, pausedExited, "paused")
+	docker(t, "kill", "sandpit-"+pausedExited)
+	docker(t, "pause", "sandpit-"+runningPaused)
+	docker(t, "kill", "sandpit-"+runningExited)
+	d.Restart(nil)
+
+	wantState(t, ctx, c, pausedExited, "stopped", "exited")
+	wantState(t, ctx, c, runningPaused, "paused", "")
+	wantState(t, ctx, c, runningExited, "running", "")
+	d.CheckConsistent(t)
+	// The stopped one starts again with all its routes.
+	if _, err := c.Start(ctx, pausedExited); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, ctx, c, pausedExited, "running", "")
+	d.CheckConsistent(t)
+}
+
+// TestRestartManyCrashed: many sandboxes whose containers died with the
+// daemon. The restarted daemon must answer /health at once and bring all of
+// them back in the background, in parallel.
+func TestRestartManyCrashed(t *testing.T) {
+	n := 50
+	if v, err := strconv.Atoi(os.Getenv("SANDPIT_RESTART_N")); err == nil && v > 0 {
+		n = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	c := d.Client()
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			sb, err := c.Create(ctx, client.CreateRequest{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = sb.ID
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	d.Kill()
+	args := []string{"kill"}
+	for _, id := range ids {
+		args = append(args, "sandpit-"+id)
+	}
+	docker(t, args...)
+
+	began := time.Now()
+	d.Restart(nil) // returns once /health answers
+	health := time.Since(began)
+	if health > 2*time.Second {
+		t.Errorf("/health answered %s after start, want within 2s", health)
+	}
+	const bound = 2 * time.Minute
+	for {
+		running := 0
+		for _, id := range ids {
+			if sb, err := c.Get(ctx, id); err == nil && sb.State == "running" {
+				running++
+			}
+		}
+		if running == n {
+			break
+		}
+		if time.Since(began) > bound {
+			t.Fatalf("%d of %d sandboxes back after %s", running, n, bound)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("%d crashed sandboxes: /health after %s, all running after %s", n, health.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+	d.CheckConsistent(t)
+}
