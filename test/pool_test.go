@@ -47,6 +47,21 @@ func poolCreate(t testing.TB, d *harness.Daemon, req apitypes.CreateRequest, key
 	return sb, resp.Header.Get("Server-Timing")
 }
 
+// adminGet reads a path of the API with the admin token.
+func adminGet(t testing.TB, d *harness.Daemon, path string) string {
+	t.Helper()
+	hr, _ := http.NewRequest(http.MethodGet, d.URL()+path, nil)
+	hr.Header.Set("Authorization", "Bearer "+d.Token)
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	return buf.String()
+}
+
 func poolStatus(t testing.TB, d *harness.Daemon) apitypes.WarmPoolStatus {
 	t.Helper()
 	hr, _ := http.NewRequest(http.MethodGet, d.URL()+"/v1/pool", nil)
@@ -166,6 +181,13 @@ func TestPoolAdoptionAppliesTheCreate(t *testing.T) {
 	}
 	if mem := inspect(t, other, "{{.HostConfig.Memory}} {{.State.Running}}"); mem != was[other] {
 		t.Fatalf("the other pooled container changed: memory, running = %s", mem)
+	}
+	// The warm create is counted as one, and the status reports the pool.
+	if m := adminGet(t, d, "/metrics"); !strings.Contains(m, `sandpit_creates_total{path="warm"} 1`) {
+		t.Errorf("metrics do not count the warm create:\n%s", m)
+	}
+	if st := adminGet(t, d, "/v1/status"); !strings.Contains(st, `"pool":{"enabled":true`) {
+		t.Errorf("status does not report the pool: %s", st)
 	}
 	// The pool refills behind the adoption.
 	awaitPool(t, d, 2, 60*time.Second)
@@ -343,5 +365,43 @@ func TestPoolFallsBackToCold(t *testing.T) {
 	}
 	if st := poolStatus(t, d); st.Hits != 0 || st.Misses != 1 {
 		t.Fatalf("hits %d misses %d, want 0 and 1", st.Hits, st.Misses)
+	}
+}
+
+// TestPoolAdoptionAppliesNetworkPolicy: a create with its own egress policy
+// that adopts a pooled container is confined before it answers (its rule is
+// in place and it reaches nothing), while a sandbox adopted under the
+// daemon's defaults reaches "the internet"; deleting the confined sandbox
+// removes its rule.
+func TestPoolAdoptionAppliesNetworkPolicy(t *testing.T) {
+	fn := newFakeNet(t)
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--warm-pool", "sandpit/base:test=2"}})
+	awaitPool(t, d, 2, 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := d.Client()
+
+	confined, timing := poolCreate(t, d, apitypes.CreateRequest{Network: &apitypes.Network{Egress: "none"}}, "")
+	if !strings.Contains(timing, "desc=warm") {
+		t.Fatalf("Server-Timing %q: want a warm create", timing)
+	}
+	if !strings.Contains(iptablesRules(t), "sandpit:"+confined.ID) {
+		t.Fatalf("no rule for the adopted %s:\n%s", confined.ID, iptablesRules(t))
+	}
+	open, timing := poolCreate(t, d, apitypes.CreateRequest{}, "")
+	if !strings.Contains(timing, "desc=warm") {
+		t.Fatalf("Server-Timing %q: want a warm create", timing)
+	}
+	if reaches(t, ctx, c, confined.ID, fn.internet, fn.port) {
+		t.Errorf("adopted sandbox with egress none reaches the internet")
+	}
+	if !reaches(t, ctx, c, open.ID, fn.internet, fn.port) {
+		t.Errorf("adopted sandbox with the default policy does not reach the internet")
+	}
+	if err := c.Delete(ctx, confined.ID); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(iptablesRules(t), "sandpit:"+confined.ID) {
+		t.Errorf("rules of deleted %s remain", confined.ID)
 	}
 }
