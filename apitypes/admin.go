@@ -73,3 +73,21 @@ type AuditPage struct {
 	Entries   []AuditEntry `json:"entries"`
 	NextAfter int64        `json:"next_after"`
 }
+
+// WarmPoolStatus is the body of GET /v1/pool (schema PoolStatus): the warm
+// pool's adoption counters and, per pool, its free slots. The pool part of
+// GET /v1/status is the short PoolStatus.
+type WarmPoolStatus struct {
+	Hits   int64  `json:"hits"`
+	Misses int64  `json:"misses"`
+	Pools  []Pool `json:"pools"`
+}
+
+// Pool is one configured warm pool.
+type Pool struct {
+	Image    string `json:"image"`
+	User     string `json:"user,omitempty"`
+	Size     int    `json:"size"`
+	Ready    int    `json:"ready"`
+	Starting int    `json:"starting"`
+}

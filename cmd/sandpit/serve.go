@@ -25,7 +25,7 @@ func serveCmd() *cobra.Command {
 	var (
 		cfg                                    daemon.Config
 		portRange, logLevel, tokenFile         string
-		templates, labels                      []string
+		templates, labels, pools               []string
 		e2bPending, e2bReplay, idemWait, idemR time.Duration
 		clustered                              bool
 		cc                                     daemon.ClusterConfig
@@ -57,6 +57,13 @@ func serveCmd() *cobra.Command {
 					return fmt.Errorf("--template wants NAME=IMAGE, got %q", t)
 				}
 				cfg.Templates[name] = image
+			}
+			for _, p := range pools {
+				spec, err := daemon.ParseWarmPool(p)
+				if err != nil {
+					return err
+				}
+				cfg.WarmPool = append(cfg.WarmPool, spec)
 			}
 			cfg.ExtraLabels = map[string]string{}
 			for _, l := range labels {
@@ -145,6 +152,9 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&cc.Bootstrap, "bootstrap", false, "form a new one-node cluster if this node has no cluster state")
 	f.IntVar(&cc.BootstrapExpect, "bootstrap-expect", 0, "form the cluster once this many members have joined")
 	f.StringVar(&cc.KeyFile, "cluster-key-file", envOr("SANDPIT_CLUSTER_KEY_FILE", ""), "file holding the shared cluster secret (at least 16 bytes)")
+	f.StringArrayVar(&pools, "warm-pool", nil, "keep N started sandboxes of TEMPLATE_OR_IMAGE for creates to adopt: TEMPLATE_OR_IMAGE=N[,user=NAME][,cpu=CORES][,memory=MIB] (repeatable; E2B creates act as user=user; creates asking for the pool's cpu and memory skip a live update)")
+	f.IntVar(&cfg.WarmPoolMax, "warm-pool-max", 64, "upper bound of the warm pools' total size")
+	f.IntVar(&cfg.PoolRefillConcurrency, "warm-pool-refill", 1, "pooled sandboxes made at once while refilling")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }

@@ -197,7 +197,7 @@ func (n names) group(gid uint32) string {
 // grants nothing the request could not have asked for.
 func (a *agent) identity(name string) account {
 	if name == "" {
-		name = a.cfg.DefaultUser
+		name = a.defaultUser()
 	}
 	if name != "" && name != "root" {
 		acc, err := a.accounts.lookup(name)
@@ -212,7 +212,7 @@ func (a *agent) identity(name string) account {
 	}
 	// The agent runs as root, so root's home is the agent's own $HOME when
 	// that exists (Docker sets it from the image; tests point it elsewhere).
-	if h := a.cfg.Env["HOME"]; h != "" && isDir(h) {
+	if h := a.envVar("HOME"); h != "" && isDir(h) {
 		acc.Home = h
 	}
 	return acc

@@ -101,6 +101,7 @@ type agent struct {
 	procs    *procTable
 	watchers *watcherRegistry
 	accounts accounts
+	set      *settings
 }
 
 // NewHandler returns the agent's complete HTTP surface: the Connect services
@@ -115,6 +116,7 @@ func NewHandler(cfg Config) http.Handler {
 		procs:    newProcTable(),
 		watchers: newWatcherRegistry(),
 		accounts: accounts{etc: cfg.EtcDir},
+		set:      &settings{token: cfg.Token, env: maps.Clone(cfg.Env), user: cfg.DefaultUser},
 	}
 
 	mux := http.NewServeMux()
@@ -123,6 +125,7 @@ func NewHandler(cfg Config) http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("POST "+InitPath, a.init)
 	mux.HandleFunc("GET /files", a.readFile)
 	mux.HandleFunc("POST /files", a.writeFiles)
 	// Older E2B SDKs upload with PUT; accepting it costs nothing.
@@ -230,10 +233,11 @@ func (a *agent) account(ctx context.Context) account {
 // tokenOK reports whether got is the configured token, in constant time so
 // that response timing does not leak how much of a guess was right.
 func (a *agent) tokenOK(got string) bool {
-	if a.cfg.Token == "" {
+	want := a.token()
+	if want == "" {
 		return true
 	}
-	return subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.Token)) == 1
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
 // isRPCPath reports whether path addresses one of the Connect services.

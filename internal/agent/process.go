@@ -109,6 +109,9 @@ func (s *processService) startSpec(ctx context.Context, req *processpb.StartRequ
 	}
 
 	dir := s.a.homeDir(ctx)
+	if wd := s.a.workdir(); wd != "" {
+		dir = wd
+	}
 	if cfg.Cwd != nil && cfg.GetCwd() != "" {
 		dir = s.a.resolvePath(ctx, cfg.GetCwd())
 		fi, err := os.Stat(dir)
@@ -123,7 +126,7 @@ func (s *processService) startSpec(ctx context.Context, req *processpb.StartRequ
 	// The account's identity variables replace the agent's own (root's),
 	// and the request's variables win over both.
 	acc := s.a.account(ctx)
-	env := maps.Clone(s.a.cfg.Env)
+	env := s.a.env()
 	if acc.Home != "" {
 		env["HOME"] = acc.Home
 	}

@@ -12,7 +12,8 @@ import (
 // signatureOK checks the signature and expiry of a /files request made
 // without the access token (see package filesig for the scheme).
 func (a *agent) signatureOK(r *http.Request) error {
-	if a.cfg.Token == "" {
+	token := a.token()
+	if token == "" {
 		return nil
 	}
 	q := r.URL.Query()
@@ -25,7 +26,7 @@ func (a *agent) signatureOK(r *http.Request) error {
 			return errors.New("signature is already expired")
 		}
 	}
-	if !filesig.Matches(r.Method, q, a.cfg.Token) {
+	if !filesig.Matches(r.Method, q, token) {
 		return errors.New("invalid signature for " + filesig.Operation(r.Method) + " of " + q.Get("path"))
 	}
 	return nil

@@ -105,6 +105,13 @@ type Config struct {
 	// Cluster, when set, makes this daemon one node of a cluster (serve
 	// --cluster); nil is a single node, exactly as without cluster support.
 	Cluster *ClusterConfig
+	// WarmPool keeps started sandboxes for creates to adopt: each entry
+	// names a template or image (Image), the default user and a size.
+	// WarmPoolMax bounds the sum of the sizes (default 64);
+	// PoolRefillConcurrency bounds the pooled containers made at once.
+	WarmPool              []service.PoolSpec
+	WarmPoolMax           int
+	PoolRefillConcurrency int
 
 	SweepInterval time.Duration
 	// IntervalUnit is the unit of the lifecycle intervals (Daytona's
@@ -383,6 +390,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		cfg.Templates["base"] = cfg.DefaultImage
 	}
+	pool, err := resolvePool(cfg)
+	if err != nil {
+		return err
+	}
 	diskMB := diskLimit(ctx, dk, cfg, log)
 	// Every engine call the service makes has a time limit, so a hung
 	// engine fails requests instead of stalling them.
@@ -517,6 +528,7 @@ func Run(ctx context.Context, cfg Config) error {
 	svc = service.New(service.Config{
 		DefaultImage: cfg.DefaultImage,
 		Templates:    cfg.Templates,
+		WarmPool:     pool,
 		AgentBinary:  exe,
 		Domain:       cfg.Domain,
 		ProxyPort:    proxyPort,
@@ -541,8 +553,10 @@ func Run(ctx context.Context, cfg Config) error {
 		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
 		Runtime:              cfg.OCIRuntime,
 		Metrics:              mets,
+
+		PoolRefillConcurrency: cfg.PoolRefillConcurrency,
 	}, st, mets.Driver(rt), edg.Router)
-	watchSources(mets, st, edg.Router)
+	watchSources(mets, st, edg.Router, svc)
 
 	if edg.caddy != nil {
 		mode, err := edg.caddy.Start(ctx)
@@ -604,7 +618,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	mux.Handle("GET /v1/openapi.json", spec)
-	mux.Handle("GET /v1/status", statusHandler(cfg, time.Now(), api.NewAuth(svc, token), st, dk))
+	mux.Handle("GET /v1/status", statusHandler(cfg, time.Now(), api.NewAuth(svc, token), st, dk, svc))
 	mux.Handle("GET "+ui.Prefix, ui.Handler())
 	mux.Handle("GET /ui", http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently))
 	if cfg.Router == RouterCaddy {
@@ -651,6 +665,10 @@ func Run(ctx context.Context, cfg Config) error {
 		func() { svc.RunSweeper(bg, cfg.SweepInterval) },
 		func() { svc.RunJanitor(bg, cfg.JanitorInterval) },
 		func() { svc.WatchEngine(bg) },
+		// The pool's refills are waited for at shutdown: one cut short
+		// removes its half-made container, and must do so before the
+		// store closes.
+		func() { svc.RunPool(bg) },
 		func() { metrics.Run(bg) },
 		func() { reapIdempotency(bg, st, log) },
 		func() { svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour) },
@@ -748,6 +766,84 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	dt := daytona.New(ctx, svc, auth, daytona.Options{PreviewKey: []byte(previewKey), Logger: cfg.Logger})
 	mux.Handle(daytona.DefaultPrefix+"/", dt)
 	return dt
+}
+
+// resolvePool maps each warm-pool entry's template to its image and checks
+// the pool's bound.
+func resolvePool(cfg Config) ([]service.PoolSpec, error) {
+	bound := cfg.WarmPoolMax
+	if bound <= 0 {
+		bound = 64
+	}
+	total := 0
+	seen := map[string]bool{}
+	out := make([]service.PoolSpec, 0, len(cfg.WarmPool))
+	for _, p := range cfg.WarmPool {
+		if img, ok := cfg.Templates[p.Image]; ok {
+			p.Image = img
+		}
+		if p.Size < 0 {
+			return nil, fmt.Errorf("--warm-pool %s: negative size", p.Image)
+		}
+		k := p.Image + "|" + p.User
+		if seen[k] {
+			return nil, fmt.Errorf("--warm-pool %s (user %q) given twice", p.Image, p.User)
+		}
+		seen[k] = true
+		total += p.Size
+		if p.Size > 0 {
+			out = append(out, p)
+		}
+	}
+	if total > bound {
+		return nil, fmt.Errorf("--warm-pool sizes add up to %d, above --warm-pool-max %d", total, bound)
+	}
+	return out, nil
+}
+
+// ParseWarmPool parses a --warm-pool value,
+// TEMPLATE_OR_IMAGE=N[,user=NAME][,cpu=CORES][,memory=MIB].
+func ParseWarmPool(v string) (service.PoolSpec, error) {
+	bad := fmt.Errorf("--warm-pool wants TEMPLATE_OR_IMAGE=N[,user=NAME][,cpu=CORES][,memory=MIB], got %q", v)
+	head, opts, _ := strings.Cut(v, ",")
+	i := strings.LastIndex(head, "=")
+	if i <= 0 {
+		return service.PoolSpec{}, bad
+	}
+	n, err := strconv.Atoi(head[i+1:])
+	if err != nil || n < 0 {
+		return service.PoolSpec{}, bad
+	}
+	spec := service.PoolSpec{Image: head[:i], Size: n}
+	if opts != "" {
+		for _, o := range strings.Split(opts, ",") {
+			k, val, ok := strings.Cut(o, "=")
+			if !ok || val == "" {
+				return service.PoolSpec{}, bad
+			}
+			var err error
+			switch k {
+			case "user":
+				spec.User = val
+			case "cpu":
+				spec.CPU, err = strconv.ParseFloat(val, 64)
+				if err == nil && (spec.CPU <= 0 || spec.CPU > 64) {
+					err = bad
+				}
+			case "memory":
+				spec.MemoryMB, err = strconv.ParseInt(val, 10, 64)
+				if err == nil && spec.MemoryMB < 16 {
+					err = bad
+				}
+			default:
+				err = bad
+			}
+			if err != nil {
+				return service.PoolSpec{}, bad
+			}
+		}
+	}
+	return spec, nil
 }
 
 // validResources refuses resource flags that contradict each other, before

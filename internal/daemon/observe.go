@@ -9,6 +9,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
+	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -21,8 +22,8 @@ func newMetrics() *metrics.Metrics { return metrics.New(v1CreateScope, e2b.Scope
 
 // watchSources registers the figures read at scrape time: sandboxes by state
 // and the single writer's wait from the store, routes from the router.
-func watchSources(m *metrics.Metrics, st *store.Store, rtr router.Router) {
-	m.Watch(metrics.Sources{
+func watchSources(m *metrics.Metrics, st *store.Store, rtr router.Router, svc *service.Service) {
+	src := metrics.Sources{
 		SandboxesByState: func(ctx context.Context) (map[string]int, error) {
 			n, err := st.CountSandboxesByState(ctx)
 			out := make(map[string]int, len(n))
@@ -40,7 +41,11 @@ func watchSources(m *metrics.Metrics, st *store.Store, rtr router.Router) {
 			}
 			return out, err
 		},
-	})
+	}
+	if svc.PoolEnabled() {
+		src.Pool = svc.PoolReady
+	}
+	m.Watch(src)
 }
 
 // metricsHandler serves /metrics: to the admin token only, unless public is

@@ -15,8 +15,9 @@ import (
 
 // statusHandler serves GET /v1/status to the admin: the version, the
 // engine's answer to a ping, the store and its single writer's queue, and
-// the pool and cluster this daemon runs with (neither, today).
-func statusHandler(cfg Config, started time.Time, auth *api.Auth, st *store.Store, rt *docker.Docker) http.Handler {
+// the warm pool's ready sandboxes and the cluster this daemon runs in (a
+// cluster of one, today).
+func statusHandler(cfg Config, started time.Time, auth *api.Auth, st *store.Store, rt *docker.Docker, svc *service.Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r, err := auth.Authorize(r, api.BearerToken(r))
 		if err == nil {
@@ -49,6 +50,15 @@ func statusHandler(cfg Config, started time.Time, auth *api.Auth, st *store.Stor
 		if n, err := st.CountSandboxesByState(ctx); err == nil {
 			for s, v := range n {
 				out.Store.Sandboxes[string(s)] = int64(v)
+			}
+		}
+		if svc.PoolEnabled() {
+			out.Pool.Enabled = true
+			if n, err := svc.PoolReady(ctx); err == nil {
+				out.Pool.Ready = map[string]int64{}
+				for img, v := range n {
+					out.Pool.Ready[img] = int64(v)
+				}
 			}
 		}
 		ds := st.Stats()

@@ -16,6 +16,9 @@ const (
 	// LabelInstance names the daemon instance (its data directory) that
 	// owns the container.
 	LabelInstance = "sandpit.instance"
+	// LabelPool marks a pooled container (its value is the pool key); a
+	// pooled container is never listed as a sandbox of its own.
+	LabelPool = "sandpit.pool"
 	// LabelRun is optional: tests set it to tag what one test run created.
 	LabelRun = "sandpit.run"
 )
@@ -116,4 +119,7 @@ type Driver interface {
 	// channel then yields why. Events that happen while nobody is watching
 	// are lost, so a watcher reconciles after it reconnects.
 	Events(ctx context.Context, labels map[string]string) (<-chan Event, <-chan error)
+	// Update changes a container's cpu and memory limits while it runs
+	// (0 leaves a limit as it is), for a pooled container a create adopts.
+	Update(ctx context.Context, containerID string, cpu float64, memoryMB int64) error
 }

@@ -78,6 +78,10 @@ func (t *Timed) Unpause(ctx context.Context, id string) error {
 	return call0(ctx, t.Timeout, "unpause", func(c context.Context) error { return t.D.Unpause(c, id) })
 }
 
+func (t *Timed) Update(ctx context.Context, id string, cpu float64, memoryMB int64) error {
+	return call0(ctx, t.Timeout, "update", func(c context.Context) error { return t.D.Update(c, id, cpu, memoryMB) })
+}
+
 func (t *Timed) Stats(ctx context.Context, id string) (Stats, error) {
 	return call(ctx, t.Timeout, "stats", func(c context.Context) (Stats, error) { return t.D.Stats(c, id) })
 }

@@ -76,6 +76,11 @@ func (i *instrumented) Unpause(ctx context.Context, id string) (err error) {
 	return i.d.Unpause(ctx, id)
 }
 
+func (i *instrumented) Update(ctx context.Context, id string, cpu float64, memoryMB int64) (err error) {
+	defer func(t time.Time) { i.observe("update", t, err) }(time.Now())
+	return i.d.Update(ctx, id, cpu, memoryMB)
+}
+
 func (i *instrumented) Stats(ctx context.Context, id string) (_ driver.Stats, err error) {
 	defer func(t time.Time) { i.observe("stats", t, err) }(time.Now())
 	return i.d.Stats(ctx, id)

@@ -63,8 +63,14 @@ func (s *Service) onEngineEvent(ctx context.Context, ev driver.Event) {
 	// The check waits for the sandbox's lock, which a long operation (a
 	// create awaiting its agent) may hold; the stream must not wait with it.
 	s.background(func() {
-		if err := s.checkContainer(ctx, ev.SandboxID); err != nil && !errors.Is(err, sandpit.ErrNotFound) && ctx.Err() == nil {
-			s.log.Error("engine event", "sandbox", ev.SandboxID, "kind", ev.Kind, "err", err)
+		// A pooled container is labelled with its slot: a free one is the
+		// pool's to replace, an adopted one's death is its sandbox's.
+		id := s.poolEvent(ctx, ev.SandboxID)
+		if id == "" {
+			return
+		}
+		if err := s.checkContainer(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) && ctx.Err() == nil {
+			s.log.Error("engine event", "sandbox", id, "kind", ev.Kind, "err", err)
 		}
 	})
 }

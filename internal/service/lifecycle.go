@@ -28,6 +28,7 @@ func runtimeErr(what string, err error) error {
 // running container under a row that says otherwise.
 func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error {
 	s.forgetIP(sb.ID)
+	t0 := time.Now()
 	if err := s.rt.Start(ctx, sb.ContainerID); err != nil {
 		return runtimeErr("start container", err)
 	}
@@ -45,9 +46,17 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 		if err := s.applyFirewall(ctx, *sb, c.IP); err != nil {
 			return err
 		}
+		phase(ctx, "engine", t0)
+		t0 = time.Now()
 		if err := s.waitHealthy(ctx, c.IP); err != nil {
 			return err
 		}
+		// An adopted pooled container's agent starts again with its pool
+		// token and no sandbox settings; they are given to it again first.
+		if err := s.reinitAdopted(ctx, *sb, c.IP); err != nil {
+			return err
+		}
+		phase(ctx, "agent", t0)
 		s.mu.Lock()
 		s.ips[sb.ID] = c.IP
 		s.mu.Unlock()

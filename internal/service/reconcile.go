@@ -39,6 +39,11 @@ func (s *Service) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return runtimeErr("list containers", err)
 	}
+	// Free pooled containers are kept or removed here; adopted ones come
+	// back under their sandbox's id.
+	if containers, err = s.reconcilePool(ctx, containers); err != nil {
+		return err
+	}
 	byID := map[string]driver.Container{}
 	for _, c := range containers {
 		byID[c.SandboxID] = c
@@ -293,17 +298,23 @@ func (s *Service) janitorContainers(ctx context.Context) {
 		if c.SandboxID == "" {
 			continue
 		}
-		unlock, ok := s.locks.tryLock(c.SandboxID)
+		id := c.SandboxID
+		if _, pooled := c.Labels[driver.LabelPool]; pooled {
+			if id = s.janitorPooled(ctx, c); id == "" {
+				continue
+			}
+		}
+		unlock, ok := s.locks.tryLock(id)
 		if !ok {
 			continue
 		}
-		sb, err := s.store.GetSandbox(ctx, c.SandboxID)
+		sb, err := s.store.GetSandbox(ctx, id)
 		switch {
 		case errors.Is(err, sandpit.ErrNotFound):
-			s.log.Warn("janitor: removing orphan container", "container", c.ID, "sandbox", c.SandboxID)
+			s.log.Warn("janitor: removing orphan container", "container", c.ID, "sandbox", id)
 			err = s.rt.Remove(ctx, c.ID)
 		case err == nil && sb.State == sandpit.StateStopped && c.State == "running":
-			s.log.Warn("janitor: stopping container of a stopped sandbox", "sandbox", c.SandboxID)
+			s.log.Warn("janitor: stopping container of a stopped sandbox", "sandbox", id)
 			err = s.rt.Stop(ctx, c.ID, stopGrace)
 		}
 		unlock()

@@ -223,10 +223,11 @@ func (s *Service) acquireCreateSlot(ctx context.Context) (release func(), err er
 // failed create leaves no container and no row.
 func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out sandpit.Sandbox, err error) {
 	start := time.Now()
+	path := metrics.PathCold
 	defer func() {
 		s.audit(ctx, "sandbox.create", auditResource(out.ID, req.ID, req.Name), err)
 		if err == nil {
-			s.cfg.Metrics.CreateDone(metrics.PathCold, time.Since(start))
+			s.cfg.Metrics.CreateDone(path, time.Since(start))
 		}
 	}()
 	if err := s.validateCreate(&req); err != nil {
@@ -296,6 +297,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		return sandpit.Sandbox{}, err
 	}
 	defer unlock()
+	t0 := time.Now()
 	limits, err := s.store.GetOwnerLimits(ctx, sb.Owner)
 	if err != nil {
 		return sandpit.Sandbox{}, err
@@ -307,10 +309,12 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		s.clusterRelease(ctx, id)
 		return sandpit.Sandbox{}, err
 	}
+	phase(ctx, "store", t0)
 	// While the row says creating, a resumed attempt of the same create
 	// (CreateOrAdopt) waits for this one instead of failing on the taken id.
 	finished := s.trackCreate(id)
 	defer finished()
+	defer s.pool.enter()()
 	// From here on every failure must undo what was made. The rollback runs
 	// without the caller's cancellation: a client hanging up mid-create must
 	// not leave a half-made sandbox behind.
@@ -334,13 +338,49 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		return sandpit.Sandbox{}, cause
 	}
 
+	// A pooled container of the same image, user and runtime becomes the
+	// sandbox when the store lets this create adopt one; otherwise it goes
+	// cold.
+	adopted, err := s.adoptPooled(ctx, &sb, req)
+	if err != nil && adopted && ctx.Err() == nil {
+		// The pooled container failed us (it died a moment ago, say, or its
+		// policy could not be applied): the create goes cold rather than
+		// failing, and never answers with a container half made over.
+		s.log.Warn("adopting a pooled sandbox failed; creating it cold", "sandbox", id, "err", err)
+		err = s.abandonAdoption(ctx, &sb)
+		adopted = false
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if adopted {
+		path = metrics.PathWarm
+		describe(ctx, "warm")
+	} else {
+		describe(ctx, "cold")
+		if err := s.createCold(ctx, &sb, req); err != nil {
+			return fail(err)
+		}
+	}
+	t0 = time.Now()
+	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
+		return fail(err)
+	}
+	phase(ctx, "store", t0)
+	sb.State = sandpit.StateRunning
+	s.publish(EventCreated, sb, sandpit.StateCreating)
+	return sb, nil
+}
+
+// createCold makes and starts a new container for sb.
+func (s *Service) createCold(ctx context.Context, sb *sandpit.Sandbox, req CreateRequest) error {
 	spec := driver.Spec{
-		SandboxID:   id,
-		Image:       image,
+		SandboxID:   sb.ID,
+		Image:       sb.Image,
 		Env:         sb.Env,
 		Labels:      s.containerLabels(),
-		CPU:         cpu,
-		MemoryMB:    memMB,
+		CPU:         sb.CPU,
+		MemoryMB:    sb.MemoryMB,
 		DiskMB:      s.cfg.DiskMB,
 		Runtime:     s.cfg.Runtime,
 		PidsLimit:   s.cfg.PidsLimit,
@@ -348,22 +388,16 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		AgentToken:  sb.AccessToken,
 		AgentUser:   req.User,
 	}
+	t0 := time.Now()
 	if _, err := s.rt.Create(ctx, spec); err != nil {
 		if errors.Is(err, driver.ErrImageNotFound) {
-			return fail(fmt.Errorf("%w: %s", ErrUnknownImage, image))
+			return fmt.Errorf("%w: %s", ErrUnknownImage, sb.Image)
 		}
-		return fail(runtimeErr("create container", err))
+		return runtimeErr("create container", err)
 	}
+	phase(ctx, "engine", t0)
 	crashpoint.Hit(crashpoint.AfterContainerCreate)
-	if err := s.startAndAwait(ctx, &sb); err != nil {
-		return fail(err)
-	}
-	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
-		return fail(err)
-	}
-	sb.State = sandpit.StateRunning
-	s.publish(EventCreated, sb, sandpit.StateCreating)
-	return sb, nil
+	return s.startAndAwait(ctx, sb)
 }
 
 // ErrCreateInProgress: a resumed create found its sandbox still being created

@@ -105,8 +105,13 @@ type Config struct {
 	// node; NodeName is this node's name in it.
 	Cluster  *cluster.Replica
 	NodeName string
-	Logger   *slog.Logger
-	Now      func() time.Time
+	// WarmPool lists the pools of started sandboxes kept for creates to
+	// adopt; PoolRefillConcurrency bounds how many pooled containers are
+	// made at once (default 1).
+	WarmPool              []PoolSpec
+	PoolRefillConcurrency int
+	Logger                *slog.Logger
+	Now                   func() time.Time
 }
 
 // Service is Sandpit's domain layer.
@@ -157,6 +162,9 @@ type Service struct {
 	// creates is a semaphore bounding creates in progress: each holds a
 	// slot from before its row is inserted until it returns.
 	creates chan struct{}
+
+	// pool is nil without a configured warm pool.
+	pool *warmPool
 }
 
 // New builds a Service.
@@ -200,9 +208,28 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	if cfg.IntervalUnit <= 0 {
 		cfg.IntervalUnit = time.Minute
 	}
+	var pool *warmPool
+	if len(cfg.WarmPool) > 0 {
+		// A pool without limits of its own takes the defaults a create
+		// naming none gets, so that such a create adopts without a live
+		// update.
+		specs := make([]PoolSpec, len(cfg.WarmPool))
+		for i, p := range cfg.WarmPool {
+			if p.CPU <= 0 {
+				p.CPU = min(cfg.DefaultCPU, cfg.MaxCPU)
+			}
+			if p.MemoryMB <= 0 {
+				p.MemoryMB = min(cfg.DefaultMemoryMB, cfg.MaxMemoryMB)
+			}
+			specs[i] = p
+		}
+		cfg.WarmPool = specs
+		pool = newWarmPool(specs, cfg.Runtime, cfg.PoolRefillConcurrency)
+	}
 	idem := NewIdempotency(claimStore(cfg, st), cfg.Now, cfg.Logger)
 	idem.metrics = cfg.Metrics
 	return &Service{
+		pool:         pool,
 		cfg:          cfg,
 		store:        st,
 		rt:           rt,

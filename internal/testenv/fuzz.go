@@ -35,8 +35,9 @@ func (EngineDown) Inspect(context.Context, string) (driver.Container, error) {
 func (EngineDown) List(context.Context, map[string]string) ([]driver.Container, error) {
 	return nil, ErrEngineDown
 }
-func (EngineDown) Pause(context.Context, string) error   { return ErrEngineDown }
-func (EngineDown) Unpause(context.Context, string) error { return ErrEngineDown }
+func (EngineDown) Pause(context.Context, string) error                  { return ErrEngineDown }
+func (EngineDown) Unpause(context.Context, string) error                { return ErrEngineDown }
+func (EngineDown) Update(context.Context, string, float64, int64) error { return ErrEngineDown }
 func (EngineDown) Stats(context.Context, string) (driver.Stats, error) {
 	return driver.Stats{}, ErrEngineDown
 }

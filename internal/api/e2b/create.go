@@ -20,6 +20,7 @@ import (
 // window is zero, the create is deduplicated through the store's claim on
 // (e2b.create, fingerprint): see createDeduplicated.
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	w, r = api.ServerTiming(w, r)
 	var b CreateBody
 	if err := api.DecodeJSON(r, &b, false); err != nil {
 		fail(w, err, "")

@@ -53,6 +53,7 @@ func New(svc *service.Service, auth *api.Auth, wrap func(pattern string, h http.
 	route("GET /v1/events", h.events)
 	route("GET /v1/debug/state", h.debugState)
 	h.adminRoutes()
+	h.mux.HandleFunc("GET /v1/pool", h.poolStatus)
 	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Problem{Status: http.StatusNotFound, Code: apitypes.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
@@ -105,6 +106,7 @@ func toSandbox(sb sandpit.Sandbox) apitypes.Sandbox {
 }
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	w, r = api.ServerTiming(w, r)
 	var req apitypes.CreateRequest
 	if err := api.DecodeJSON(r, &req, true); err != nil {
 		fail(w, err)
@@ -355,4 +357,18 @@ func (h *Handler) removeDomain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// poolStatus reports the warm pool's counters and free slots (admin only).
+func (h *Handler) poolStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := h.svc.PoolStatus(r.Context())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := apitypes.WarmPoolStatus{Hits: st.Hits, Misses: st.Misses, Pools: []apitypes.Pool{}}
+	for _, p := range st.Pools {
+		out.Pools = append(out.Pools, apitypes.Pool{Image: p.Image, User: p.User, Size: p.Size, Ready: p.Ready, Starting: p.Starting})
+	}
+	api.WriteJSON(w, http.StatusOK, out)
 }

@@ -308,6 +308,24 @@ func (d *Docker) Start(ctx context.Context, containerID string) error {
 	return nil
 }
 
+// Update changes a running container's cpu and memory limits; 0 leaves a
+// limit as it is (the engine cannot lift one). Swap stays equal to memory,
+// as at create.
+func (d *Docker) Update(ctx context.Context, containerID string, cpu float64, memoryMB int64) error {
+	if cpu < 0 || math.IsNaN(cpu) || math.IsInf(cpu, 0) || memoryMB < 0 {
+		return fmt.Errorf("update %s: invalid cpu %v or memory %d MB", containerID, cpu, memoryMB)
+	}
+	res := container.Resources{NanoCPUs: int64(math.Round(cpu * 1e9))}
+	if memoryMB > 0 {
+		res.Memory = memoryMB << 20
+		res.MemorySwap = res.Memory
+	}
+	if _, err := d.cli.ContainerUpdate(ctx, containerID, container.UpdateConfig{Resources: res}); err != nil {
+		return d.wrap("update", containerID, err)
+	}
+	return nil
+}
+
 // Stop sends SIGTERM, then SIGKILL after timeout (rounded up to whole
 // seconds; 0 kills at once). Stopping a stopped container is not an error.
 func (d *Docker) Stop(ctx context.Context, containerID string, timeout time.Duration) error {

@@ -1,0 +1,653 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/agent"
+	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/store"
+)
+
+// PoolSpec asks for Size started, ownerless sandboxes of Image whose default
+// user is User, for creates to adopt. CPU and MemoryMB are the pooled
+// containers' limits (0 = the daemon's defaults for a create that names
+// none): a create whose limits are exactly these skips the live update
+// adoption otherwise makes.
+type PoolSpec struct {
+	Image    string
+	User     string
+	Size     int
+	CPU      float64
+	MemoryMB int64
+}
+
+// PoolStatus is the pool's state for operators and tests.
+type PoolStatus struct {
+	Hits   int64
+	Misses int64
+	Pools  []PoolSpecStatus
+}
+
+// PoolSpecStatus counts one spec's free slots.
+type PoolSpecStatus struct {
+	Image string
+	User  string
+	Size  int
+	Ready int // started, agent healthy, adoptable
+	// Starting slots are being made by the refill.
+	Starting int
+}
+
+// warmPool is the service's pool bookkeeping; the slots themselves live in
+// the store (pool_slots), which decides every adoption.
+type warmPool struct {
+	specs []PoolSpec
+	// runtime is the OCI runtime every container of the daemon, pooled or
+	// not, runs under; it is part of each pool key, so that slots made
+	// under another runtime (before a restart with another --oci-runtime)
+	// are never adopted.
+	runtime string
+	// refill bounds the containers being made for the pool at once.
+	refill chan struct{}
+	// kick wakes the refill loop after an adoption.
+	kick chan struct{}
+	// foreground counts the creates in progress and lastCreate is when the
+	// last one ended (Unix nanoseconds); refills wait while there are any
+	// and a moment after (for a bounded time), so the pool does not slow a
+	// create, or its first command, down to fill itself.
+	foreground   atomic.Int64
+	lastCreate   atomic.Int64
+	hits, misses atomic.Int64
+
+	mu sync.Mutex
+	// ips caches the address of each free slot's container.
+	ips map[string]string
+}
+
+func newWarmPool(specs []PoolSpec, runtime string, concurrency int) *warmPool {
+	if concurrency <= 0 {
+		concurrency = 1
+	}
+	return &warmPool{
+		specs:   specs,
+		runtime: runtime,
+		refill:  make(chan struct{}, concurrency),
+		kick:    make(chan struct{}, 1),
+		ips:     map[string]string{},
+	}
+}
+
+// refillGrace is how long after the last create a refill waits: the
+// client's first command usually follows its create at once.
+const refillGrace = 250 * time.Millisecond
+
+// busy reports whether foreground creates run or just ended.
+func (p *warmPool) busy() bool {
+	return p.foreground.Load() > 0 || time.Since(time.Unix(0, p.lastCreate.Load())) < refillGrace
+}
+
+// enter marks a create in progress until the returned function runs.
+func (p *warmPool) enter() func() {
+	if p == nil {
+		return func() {}
+	}
+	p.foreground.Add(1)
+	return func() {
+		p.lastCreate.Store(time.Now().UnixNano())
+		p.foreground.Add(-1)
+	}
+}
+
+func (p *warmPool) wake() {
+	if p == nil {
+		return
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// key is what a create must ask for to adopt a pooled container: the image,
+// the default user (which decides the container's security options) and the
+// runtime.
+func (p *warmPool) key(image, user string) string { return image + "|" + user + "|" + p.runtime }
+
+// forget drops a slot's cached address.
+func (p *warmPool) forget(id string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	delete(p.ips, id)
+	p.mu.Unlock()
+}
+
+func (p *warmPool) spec(key string) (PoolSpec, bool) {
+	for _, s := range p.specs {
+		if p.key(s.Image, s.User) == key {
+			return s, true
+		}
+	}
+	return PoolSpec{}, false
+}
+
+func newSlotID() string {
+	var b [10]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return "pool-" + strings.ToLower(strings.TrimRight(base32.StdEncoding.EncodeToString(b[:]), "="))
+}
+
+// adoptPooled tries to make sb out of a pooled container: the store claims a
+// free slot for it (at most one per sandbox, never one twice), then the
+// container gets the sandbox's limits, network policy, agent settings and
+// routes. It reports whether sb was adopted; when it was not, the create goes
+// cold. On error the caller unwinds as for a cold create: sb.ContainerID is
+// then the adopted container, which is removed with the row (and the slot
+// with it).
+func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req CreateRequest) (bool, error) {
+	p := s.pool
+	if p == nil {
+		return false, nil
+	}
+	key := p.key(sb.Image, req.User)
+	if _, ok := p.spec(key); !ok {
+		return false, nil
+	}
+	t0 := time.Now()
+	slot, err := s.store.AdoptPoolSlot(ctx, key, sb.ID, s.now())
+	phase(ctx, "store", t0)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		p.misses.Add(1)
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	p.hits.Add(1)
+	p.wake()
+	sb.ContainerID = slot.ContainerID
+	p.mu.Lock()
+	ip := p.ips[slot.ID]
+	delete(p.ips, slot.ID)
+	p.mu.Unlock()
+
+	if ip == "" {
+		t0 = time.Now()
+		c, err := s.rt.Inspect(ctx, slot.ContainerID)
+		if err != nil {
+			return true, fmt.Errorf("%w: inspect pooled container: %v", ErrRuntime, err)
+		}
+		ip = c.IP
+		phase(ctx, "engine", t0)
+	}
+	// The engine's live update (slow: it rewrites cgroups) and the agent's
+	// init run side by side; they touch different things. Both end before
+	// the create answers, and only then does anyone hold the sandbox's
+	// token, so none of its processes runs before its limits and network
+	// policy apply.
+	updated := make(chan error, 1)
+	go func() {
+		t0 := time.Now()
+		var err error
+		// sb's limits are the create's effective ones (its own or the
+		// daemon's defaults), never 0, so the update always sets both.
+		if sb.CPU != slot.CPU || sb.MemoryMB != slot.MemoryMB {
+			if err = s.rt.Update(ctx, slot.ContainerID, sb.CPU, sb.MemoryMB); err != nil {
+				err = runtimeErr("update pooled container", err)
+			}
+		}
+		// The sandbox's network policy is applied here, as a cold create
+		// applies it after start; a failure fails the adoption, which then
+		// goes cold.
+		if err == nil {
+			err = s.adoptNetworkPolicy(ctx, *sb, ip)
+		}
+		phase(ctx, "engine", t0)
+		updated <- err
+	}()
+	t0 = time.Now()
+	initErr := s.initAgent(ctx, ip, slot.Token, *sb)
+	phase(ctx, "agent", t0)
+	if err := errors.Join(<-updated, initErr); err != nil {
+		return true, err
+	}
+
+	s.mu.Lock()
+	s.ips[sb.ID] = ip
+	s.mu.Unlock()
+	if err := s.installRoutes(ctx, sb.ID, ip); err != nil {
+		s.log.Error("install routes", "sandbox", sb.ID, "err", err)
+	}
+	return true, nil
+}
+
+// abandonAdoption removes an adopted container that failed to become sb and
+// points sb back at the container a cold create makes.
+func (s *Service) abandonAdoption(ctx context.Context, sb *sandpit.Sandbox) error {
+	s.pool.hits.Add(-1)
+	s.pool.misses.Add(1)
+	s.forgetIP(sb.ID)
+	s.removeRoutes(ctx, sb.ID)
+	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
+		return runtimeErr("remove failed pooled container", err)
+	}
+	// Rules applied for the adopted container's address go with it; the
+	// cold container gets its own at start.
+	s.removeFirewall(ctx, sb.ID)
+	sb.ContainerID = containerName(sb.ID)
+	return s.store.AbandonPoolSlot(ctx, sb.ID, sb.ContainerID)
+}
+
+// adoptNetworkPolicy applies the adopted sandbox's network policy to its
+// container's address, replacing whatever rules that address had. Pooled
+// containers run under the daemon's default policy; a per-sandbox policy
+// goes in here, before the create answers, as a cold create's goes in after
+// start.
+func (s *Service) adoptNetworkPolicy(ctx context.Context, sb sandpit.Sandbox, ip string) error {
+	return s.applyFirewall(ctx, sb, ip)
+}
+
+// initTimeout bounds an adopted agent's init call.
+const initTimeout = 3 * time.Second
+
+// initAgent gives an adopted container's agent the sandbox's environment and
+// access token, authenticated with the pool-only token it started with.
+func (s *Service) initAgent(ctx context.Context, ip, poolToken string, sb sandpit.Sandbox) error {
+	body, err := json.Marshal(agent.InitRequest{EnvVars: sb.Env, AccessToken: sb.AccessToken})
+	if err != nil {
+		return err
+	}
+	// A pooled agent answers init in a millisecond or two; one that does
+	// not answer within the budget is given up on (the create goes cold).
+	ctx, cancel := context.WithTimeout(ctx, initTimeout)
+	defer cancel()
+	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort)) + agent.InitPath
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Access-Token", poolToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.agents.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: init: %v", ErrAgentUnhealthy, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("%w: init answered %s", ErrAgentUnhealthy, resp.Status)
+	}
+	return nil
+}
+
+// reinitAdopted gives the agent of an adopted container, started again,
+// the sandbox's settings: it comes back up with the pool token its
+// container was made with.
+func (s *Service) reinitAdopted(ctx context.Context, sb sandpit.Sandbox, ip string) error {
+	slot, err := s.store.GetPoolSlotOf(ctx, sb.ID)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		return nil // made cold: its container carries its settings
+	}
+	if err != nil {
+		return err
+	}
+	return s.initAgent(ctx, ip, slot.Token, sb)
+}
+
+// PoolStatus reports the pool's counters and free slots; admin only.
+func (s *Service) PoolStatus(ctx context.Context) (PoolStatus, error) {
+	if err := requireAdmin(ctx); err != nil {
+		return PoolStatus{}, err
+	}
+	return s.poolStatus(ctx)
+}
+
+// PoolEnabled reports whether the daemon keeps a warm pool.
+func (s *Service) PoolEnabled() bool { return s.pool != nil }
+
+// PoolReady counts the ready free slots per image, for the status page and
+// the metrics.
+func (s *Service) PoolReady(ctx context.Context) (map[string]int, error) {
+	st, err := s.poolStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, p := range st.Pools {
+		out[p.Image] += p.Ready
+	}
+	return out, nil
+}
+
+func (s *Service) poolStatus(ctx context.Context) (PoolStatus, error) {
+	var st PoolStatus
+	if s.pool == nil {
+		return st, nil
+	}
+	st.Hits, st.Misses = s.pool.hits.Load(), s.pool.misses.Load()
+	slots, err := s.store.ListFreePoolSlots(ctx)
+	if err != nil {
+		return st, err
+	}
+	for _, spec := range s.pool.specs {
+		ps := PoolSpecStatus{Image: spec.Image, User: spec.User, Size: spec.Size}
+		for _, sl := range slots {
+			switch {
+			case sl.Key != s.pool.key(spec.Image, spec.User):
+			case sl.Ready:
+				ps.Ready++
+			default:
+				ps.Starting++
+			}
+		}
+		st.Pools = append(st.Pools, ps)
+	}
+	return st, nil
+}
+
+// RunPool keeps every pool at its size until ctx ends: after each adoption,
+// and every few seconds in case a refill failed. It logs the pool's size and
+// hit and miss counts when they change, at most every 10 s.
+func (s *Service) RunPool(ctx context.Context) {
+	if s.pool == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	last, lastAt := "", time.Time{}
+	for {
+		s.refillPools(ctx, &wg)
+		// The state is logged when it changed, at most every 10 s: a busy
+		// daemon changes it with every create.
+		if st, err := s.poolStatus(ctx); err == nil && time.Since(lastAt) >= 10*time.Second {
+			if line := fmt.Sprint(st); line != last {
+				last, lastAt = line, time.Now()
+				for _, p := range st.Pools {
+					s.log.Info("warm pool", "image", p.Image, "user", p.User, "size", p.Size, "ready", p.Ready,
+						"starting", p.Starting, "hits", st.Hits, "misses", st.Misses)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.pool.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// refillPools starts making the slots each pool lacks. Each missing slot's
+// row is written before its container is made, so the next pass counts it
+// and a daemon that dies meanwhile finds the row at restart.
+func (s *Service) refillPools(ctx context.Context, wg *sync.WaitGroup) {
+	free, err := s.store.ListFreePoolSlots(ctx)
+	if err != nil {
+		s.log.Error("warm pool: list slots", "err", err)
+		return
+	}
+	have := map[string]int{}
+	for _, sl := range free {
+		have[sl.Key]++
+	}
+	for _, spec := range s.pool.specs {
+		key := s.pool.key(spec.Image, spec.User)
+		for range spec.Size - have[key] {
+			slot := store.PoolSlot{
+				ID: newSlotID(), Key: key, Image: spec.Image, AgentUser: spec.User,
+				CPU: spec.CPU, MemoryMB: spec.MemoryMB, Token: newToken(), CreatedAt: s.now(),
+			}
+			slot.ContainerID = containerName(slot.ID)
+			if err := s.store.AddPoolSlot(ctx, slot); err != nil {
+				s.log.Error("warm pool: add slot", "err", err)
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := s.fillSlot(ctx, slot); err != nil {
+					s.log.Warn("warm pool: make pooled sandbox", "image", spec.Image, "err", err)
+					s.dropSlot(context.WithoutCancel(ctx), slot.ID, slot.ContainerID)
+				}
+			}()
+		}
+	}
+}
+
+// fillSlot makes and starts a slot's container and marks it ready once its
+// agent answers. It waits for a refill turn, and while cold creates are in
+// progress (for at most a few seconds), so refills do not compete with them
+// for the engine.
+func (s *Service) fillSlot(ctx context.Context, slot store.PoolSlot) error {
+	select {
+	case s.pool.refill <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.pool.refill }()
+	for deadline := time.Now().Add(3 * time.Second); s.pool.busy() && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	labels := s.containerLabels()
+	labels[driver.LabelPool] = slot.Key
+	spec := driver.Spec{
+		SandboxID:   slot.ID,
+		Image:       slot.Image,
+		CPU:         slot.CPU,
+		MemoryMB:    slot.MemoryMB,
+		DiskMB:      s.cfg.DiskMB,
+		Runtime:     s.cfg.Runtime,
+		Labels:      labels,
+		PidsLimit:   s.cfg.PidsLimit,
+		AgentBinary: s.cfg.AgentBinary,
+		AgentToken:  slot.Token,
+		AgentUser:   slot.AgentUser,
+	}
+	if _, err := s.rt.Create(ctx, spec); err != nil {
+		return err
+	}
+	if err := s.rt.Start(ctx, slot.ContainerID); err != nil {
+		return err
+	}
+	c, err := s.rt.Inspect(ctx, slot.ContainerID)
+	if err != nil {
+		return err
+	}
+	// The daemon's default policy, asserted for the slot's address: it
+	// also drops rules a sandbox that held the address before may have
+	// left behind.
+	if err := s.applyFirewall(ctx, sandpit.Sandbox{ID: slot.ID}, c.IP); err != nil {
+		return err
+	}
+	if err := s.waitHealthy(ctx, c.IP); err != nil {
+		return err
+	}
+	s.pool.mu.Lock()
+	s.pool.ips[slot.ID] = c.IP
+	s.pool.mu.Unlock()
+	return s.store.MarkPoolSlotReady(ctx, slot.ID)
+}
+
+// dropSlot removes a free slot's container and row; an adopted slot is its
+// sandbox's and is left alone.
+func (s *Service) dropSlot(ctx context.Context, id, containerID string) {
+	sl, err := s.store.GetPoolSlot(ctx, id)
+	if err == nil && sl.SandboxID != "" {
+		return
+	}
+	if err := s.rt.Remove(ctx, containerID); err != nil {
+		s.log.Error("warm pool: remove container", "slot", id, "err", err)
+		return
+	}
+	s.pool.forget(id)
+	s.removeFirewall(ctx, id)
+	if err := s.store.DeletePoolSlot(ctx, id); err != nil {
+		s.log.Error("warm pool: delete slot", "slot", id, "err", err)
+	}
+}
+
+// poolEvent takes an engine event about the container labelled with id. A
+// pooled container carries its slot's id: an adopted one's events are its
+// sandbox's, whose id it returns; a free one's are the pool's and are handled
+// here, and then it returns "". Any other id is returned as it is.
+func (s *Service) poolEvent(ctx context.Context, id string) string {
+	sl, err := s.store.GetPoolSlot(ctx, id)
+	if err != nil {
+		return id
+	}
+	if sl.SandboxID != "" {
+		return sl.SandboxID
+	}
+	if sl.Ready {
+		s.checkPooled(ctx, sl)
+	}
+	// A slot still being made is its refill's business, which sees the
+	// failure itself.
+	return ""
+}
+
+// checkPooled replaces a free pooled container that no longer runs (killed
+// behind the daemon's back, say). The event that led here may be stale, or
+// caused by the daemon's own removal, so the container's state decides.
+func (s *Service) checkPooled(ctx context.Context, sl store.PoolSlot) {
+	c, err := s.rt.Inspect(ctx, sl.ContainerID)
+	switch {
+	case err == nil && c.State == "running":
+		return
+	case err != nil && !errors.Is(err, driver.ErrNotFound):
+		s.log.Error("warm pool: inspect pooled container", "slot", sl.ID, "err", err)
+		return
+	}
+	s.log.Warn("warm pool: pooled container stopped; replacing it", "slot", sl.ID)
+	s.dropSlot(ctx, sl.ID, sl.ContainerID)
+	s.pool.wake()
+}
+
+// janitorPooled is the janitor's look at a pooled container: it returns the
+// sandbox an adopted one belongs to, or "" when the pool deals with it (a
+// free one that stopped is replaced, one without a slot is removed).
+func (s *Service) janitorPooled(ctx context.Context, c driver.Container) string {
+	sl, err := s.store.GetPoolSlot(ctx, c.SandboxID)
+	switch {
+	case errors.Is(err, sandpit.ErrNotFound):
+		// Slots are written before their container is made and deleted
+		// after it is removed, so this container's removal failed earlier.
+		s.log.Warn("janitor: removing orphan pooled container", "container", c.ID, "slot", c.SandboxID)
+		if err := s.rt.Remove(ctx, c.ID); err != nil {
+			s.log.Error("janitor: remove orphan pooled container", "container", c.ID, "err", err)
+		}
+		return ""
+	case err != nil:
+		s.log.Error("janitor: pool slot", "slot", c.SandboxID, "err", err)
+		return ""
+	case sl.SandboxID != "":
+		return sl.SandboxID
+	case sl.Ready && c.State != "running":
+		s.checkPooled(ctx, sl)
+	}
+	return ""
+}
+
+// reconcilePool runs at restart, before the sandboxes are reconciled: a free
+// pooled container that runs and answers is kept, any other is removed with
+// its slot, and a slot without its container goes. It returns the
+// containers that belong to sandboxes, each adopted one under its sandbox's
+// id.
+func (s *Service) reconcilePool(ctx context.Context, containers []driver.Container) ([]driver.Container, error) {
+	slots, err := s.store.ListPoolSlots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byID := map[string]store.PoolSlot{}
+	for _, sl := range slots {
+		byID[sl.ID] = sl
+	}
+	seen := map[string]bool{}
+	var out []driver.Container
+	for _, c := range containers {
+		if _, pooled := c.Labels[driver.LabelPool]; !pooled {
+			out = append(out, c)
+			continue
+		}
+		sl, ok := byID[c.SandboxID]
+		seen[c.SandboxID] = true
+		switch {
+		case ok && sl.SandboxID != "":
+			c.SandboxID = sl.SandboxID
+			out = append(out, c)
+		case ok && s.pool != nil && c.State == "running" && s.healthyNow(ctx, c.IP) && s.stillWanted(sl):
+			s.pool.mu.Lock()
+			s.pool.ips[sl.ID] = c.IP
+			s.pool.mu.Unlock()
+			if err := s.store.MarkPoolSlotReady(ctx, sl.ID); err != nil {
+				return nil, err
+			}
+			s.log.Info("warm pool: kept pooled sandbox", "slot", sl.ID)
+		default:
+			// One container the engine will not remove is skipped, as
+			// reconcile skips a sandbox: the janitor tries it again.
+			s.log.Warn("warm pool: removing pooled container", "container", c.ID, "slot", c.SandboxID)
+			if err := s.rt.Remove(ctx, c.ID); err != nil {
+				s.log.Error("warm pool: remove pooled container", "container", c.ID, "err", err)
+				continue
+			}
+			if err := s.store.DeletePoolSlot(ctx, c.SandboxID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, sl := range slots {
+		if !seen[sl.ID] && sl.SandboxID == "" {
+			if err := s.store.DeletePoolSlot(ctx, sl.ID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// stillWanted reports whether a slot's pool is still configured, with the
+// same limits.
+func (s *Service) stillWanted(sl store.PoolSlot) bool {
+	spec, ok := s.pool.spec(sl.Key)
+	return ok && spec.CPU == sl.CPU && spec.MemoryMB == sl.MemoryMB
+}
+
+// healthyNow asks a kept pooled container's agent once, briefly.
+func (s *Service) healthyNow(ctx context.Context, ip string) bool {
+	if ip == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort))+"/health", nil)
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode < 300
+}
