@@ -34,6 +34,26 @@ type ClusterConfig struct {
 	Fast bool
 }
 
+// validCluster refuses cluster flags that cannot work (no key, an
+// unreadable or short key, a negative expected count) before the daemon
+// touches its data directory, so a bad flag leaves nothing behind.
+func validCluster(cfg Config) error {
+	cc := cfg.Cluster
+	if cc == nil {
+		return nil
+	}
+	if cc.KeyFile == "" {
+		return fmt.Errorf("--cluster needs --cluster-key-file")
+	}
+	if _, err := cluster.LoadKeyFile(cc.KeyFile); err != nil {
+		return fmt.Errorf("--cluster-key-file: %w", err)
+	}
+	if cc.BootstrapExpect < 0 {
+		return fmt.Errorf("--bootstrap-expect must not be negative")
+	}
+	return nil
+}
+
 // startCluster starts this daemon's cluster membership. The default node name
 // includes the data directory's instance id, so that daemons on one machine
 // differ by data directory alone.

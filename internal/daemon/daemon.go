@@ -361,6 +361,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := validResources(cfg); err != nil {
 		return err
 	}
+	if err := validCluster(cfg); err != nil {
+		return err
+	}
 	pn, err := cfg.Network.parse()
 	if err != nil {
 		return err
