@@ -72,7 +72,12 @@ type Membership struct {
 	ml  *memberlist.Memberlist
 	cfg MembershipConfig
 	mu  sync.Mutex
-	// gone holds the last view of members that died or left.
+	// alive holds the live members as of the last event about each; gone
+	// the last view of members that died or left. Both are copies made in
+	// memberlist's event callbacks, which it calls with its node lock held:
+	// the *Node values it hands out are written later under that lock, so
+	// reading them anywhere else races.
+	alive   map[string]Member
 	gone    map[string]Member
 	leaving bool
 	spread  time.Duration // how long a gossiped update takes to reach all
@@ -121,7 +126,7 @@ func StartMembership(cfg MembershipConfig) (*Membership, error) {
 	mc.Keyring = kr
 	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	mc.Logger = slog.NewLogLogger(cfg.Logger.With("component", "gossip").Handler(), slog.LevelDebug)
-	m := &Membership{cfg: cfg, gone: map[string]Member{}, spread: 10 * mc.GossipInterval}
+	m := &Membership{cfg: cfg, alive: map[string]Member{}, gone: map[string]Member{}, spread: 10 * mc.GossipInterval}
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
 	ml, err := memberlist.Create(mc)
@@ -174,15 +179,13 @@ func (m *Membership) Join(ctx context.Context, addrs []string) error {
 // memberlist itself lists only the live ones; the leader needs the ones that
 // left too, to remove them from Raft.
 func (m *Membership) Members() []Member {
-	live := map[string]bool{}
 	var out []Member
-	for _, n := range m.ml.Members() {
-		live[n.Name] = true
-		out = append(out, toMember(n))
-	}
 	m.mu.Lock()
+	for _, mem := range m.alive {
+		out = append(out, mem)
+	}
 	for name, mem := range m.gone {
-		if !live[name] {
+		if _, ok := m.alive[name]; !ok {
 			out = append(out, mem)
 		}
 	}
@@ -252,8 +255,10 @@ func (delegate) GetBroadcasts(int, int) [][]byte { return nil }
 func (delegate) LocalState(bool) []byte          { return nil }
 func (delegate) MergeRemoteState([]byte, bool)   {}
 func (e events) NotifyJoin(n *memberlist.Node) {
+	mem := toMember(n)
 	e.m.mu.Lock()
 	delete(e.m.gone, n.Name)
+	e.m.alive[n.Name] = mem
 	e.m.mu.Unlock()
 	e.changed()
 }
@@ -265,12 +270,21 @@ func (e events) NotifyLeave(n *memberlist.Node) {
 		mem.State = "left"
 	}
 	e.m.mu.Lock()
+	delete(e.m.alive, n.Name)
 	e.m.gone[n.Name] = mem
 	e.m.mu.Unlock()
 	e.changed()
 }
 
-func (e events) NotifyUpdate(*memberlist.Node) { e.changed() }
+func (e events) NotifyUpdate(n *memberlist.Node) {
+	mem := toMember(n)
+	e.m.mu.Lock()
+	if _, ok := e.m.alive[n.Name]; ok {
+		e.m.alive[n.Name] = mem
+	}
+	e.m.mu.Unlock()
+	e.changed()
+}
 func (e events) changed() {
 	if e.m.cfg.OnChange != nil {
 		e.m.cfg.OnChange()
