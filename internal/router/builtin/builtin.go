@@ -230,19 +230,35 @@ func (b *Builtin) Resolve(host string) (router.Route, bool) {
 // a digit, so the two forms cannot be confused.
 func ParsePreviewLabel(label string) (id string, port int, ok bool) {
 	if first, rest, found := strings.Cut(label, "-"); found {
-		if p, err := strconv.Atoi(first); err == nil && rest != "" {
-			return rest, p, p > 0 && p < 65536
+		if p, isPort := portLabel(first); isPort && rest != "" {
+			return rest, p, true
 		}
 	}
 	i := strings.LastIndexByte(label, '-')
 	if i <= 0 {
 		return "", 0, false
 	}
-	p, err := strconv.Atoi(label[i+1:])
-	if err != nil || p <= 0 || p > 65535 {
+	p, isPort := portLabel(label[i+1:])
+	if !isPort {
 		return "", 0, false
 	}
 	return label[:i], p, true
+}
+
+// portLabel reads a port written as plain decimal digits, 1-65535. Atoi
+// alone would also take a sign ("+80"), which no URL this proxy hands out
+// contains, and which made one host parse as two different previews.
+func portLabel(s string) (int, bool) {
+	if s == "" || len(s) > 5 {
+		return 0, false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	p, err := strconv.Atoi(s)
+	return p, err == nil && p > 0 && p < 65536
 }
 
 // Handler is the HTTP side of the proxy.
