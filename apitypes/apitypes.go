@@ -23,6 +23,9 @@ type Sandbox struct {
 	UpdatedAt   time.Time         `json:"updated_at"`
 	EndAt       *time.Time        `json:"end_at,omitempty"`
 	Network     *Network          `json:"network,omitempty"`
+	// Node is the cluster node that runs the sandbox; empty on a daemon
+	// without --cluster.
+	Node string `json:"node,omitempty"`
 }
 
 // CreateRequest is the body of POST /v1/sandboxes.

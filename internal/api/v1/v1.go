@@ -92,9 +92,11 @@ func networkPolicy(n *apitypes.Network) sandpit.NetworkPolicy {
 	return sandpit.NetworkPolicy{Egress: n.Egress, Allow: n.Allow, Deny: n.Deny}
 }
 
-func toSandbox(sb sandpit.Sandbox) apitypes.Sandbox {
+// toSandbox renders a sandbox of this node; in a cluster it names the node,
+// so that a user of any node sees where each sandbox lives.
+func (h *Handler) toSandbox(sb sandpit.Sandbox) apitypes.Sandbox {
 	out := apitypes.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), StateReason: sb.StateReason, Labels: sb.Labels, Env: sb.Env,
-		CPU: sb.CPU, MemoryMB: sb.MemoryMB, CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt}
+		CPU: sb.CPU, MemoryMB: sb.MemoryMB, CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Node: h.svc.Config().NodeName}
 	if !sb.EndAt.IsZero() {
 		t := sb.EndAt
 		out.EndAt = &t
@@ -137,7 +139,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	crashpoint.Hit(crashpoint.BeforeResponse)
-	api.WriteJSON(w, http.StatusCreated, toSandbox(sb))
+	api.WriteJSON(w, http.StatusCreated, h.toSandbox(sb))
 }
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
@@ -171,7 +173,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := apitypes.ListResponse{Sandboxes: make([]apitypes.Sandbox, 0, len(page)), NextPageToken: next}
 	for _, sb := range page {
-		out.Sandboxes = append(out.Sandboxes, toSandbox(sb))
+		out.Sandboxes = append(out.Sandboxes, h.toSandbox(sb))
 	}
 	api.WriteJSON(w, http.StatusOK, out)
 }
@@ -182,7 +184,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, toSandbox(sb))
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(sb))
 }
 
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
@@ -199,7 +201,7 @@ func (h *Handler) start(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, toSandbox(sb))
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(sb))
 }
 
 func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
@@ -213,7 +215,7 @@ func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, toSandbox(sb))
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(sb))
 }
 
 func (h *Handler) exec(w http.ResponseWriter, r *http.Request) {
