@@ -69,11 +69,11 @@ func loopback(t testing.TB) string { return "127.0.0.1:" + strconv.Itoa(harness.
 // so that one E2B key or client works against every node.
 const clusterToken = "test-cluster-admin-token"
 
-func startNode(t testing.TB, name, keyFile string, expect int, join []string) *node {
+func startNode(t testing.TB, name, keyFile string, expect int, join []string, extra ...string) *node {
 	t.Helper()
 	gossip, raft := loopback(t), loopback(t)
 	d := harness.Start(t, sandpitBin, harness.Options{
-		Args:  clusterArgs(name, gossip, raft, keyFile, expect, join),
+		Args:  append(clusterArgs(name, gossip, raft, keyFile, expect, join), extra...),
 		Env:   []string{"SANDPIT_TEST_CLUSTER_FAST=1"},
 		Token: clusterToken,
 	})
@@ -82,13 +82,23 @@ func startNode(t testing.TB, name, keyFile string, expect int, join []string) *n
 
 // startCluster starts three nodes and waits until they form one cluster with
 // a leader and three voters.
-func startCluster(t testing.TB) *testCluster {
+func startCluster(t testing.TB) *testCluster { return startClusterWith(t, nil) }
+
+// startClusterWith is startCluster with extra serve flags for each node,
+// chosen by its name (n1, n2, n3); extra may be nil.
+func startClusterWith(t testing.TB, extra func(name string) []string) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, key: writeKey(t, "the test cluster's shared secret")}
-	first := startNode(t, "n1", c.key, 3, nil)
+	flags := func(name string) []string {
+		if extra == nil {
+			return nil
+		}
+		return extra(name)
+	}
+	first := startNode(t, "n1", c.key, 3, nil, flags("n1")...)
 	c.nodes = []*node{first,
-		startNode(t, "n2", c.key, 3, []string{first.gossip}),
-		startNode(t, "n3", c.key, 3, []string{first.gossip})}
+		startNode(t, "n2", c.key, 3, []string{first.gossip}, flags("n2")...),
+		startNode(t, "n3", c.key, 3, []string{first.gossip}, flags("n3")...)}
 	c.waitFormed(30 * time.Second)
 	return c
 }
