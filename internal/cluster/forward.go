@@ -73,13 +73,25 @@ type route struct {
 	create    bool   // a create: placed by capacity
 	sandbox   string // id or name of the sandbox it acts on
 	byNameToo bool   // the surface also accepts a name where the id goes
+	// anonymous: the surface takes no API credential (the E2B sandbox
+	// gateway, which the sandbox's agent authenticates), so the request is
+	// forwarded as the zero principal rather than refused here.
+	anonymous bool
 }
+
+// headerE2BSandboxID names the sandbox of an E2B gateway call.
+const headerE2BSandboxID = "E2b-Sandbox-Id"
 
 // classify finds the sandbox a request acts on from its path. Paths it does
 // not know are served where they arrive.
 func classify(r *http.Request) (route, bool) {
 	p := r.URL.Path
 	switch {
+	case p == "/e2b/envd" || strings.HasPrefix(p, "/e2b/envd/") || p == "/files" && r.Header.Get(headerE2BSandboxID) != "":
+		// The E2B SDK's agent calls through E2B_SANDBOX_URL (and its file
+		// calls at the origin's root) name their sandbox in a header.
+		id := r.Header.Get(headerE2BSandboxID)
+		return route{sandbox: id, anonymous: true}, id != ""
 	case strings.HasPrefix(p, "/v1/sandboxes"):
 		rest := strings.TrimPrefix(p, "/v1/sandboxes")
 		if rest == "" || rest == "/" {
@@ -224,7 +236,7 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			if !found && rt.byNameToo {
 				p, found = c.rep.fsm.PlacementByName(rt.sandbox)
 			}
-			if !found || p.Node == "" || p.Node == c.cfg.NodeName {
+			if !found || p.Node == "" || p.Node == c.cfg.NodeName || rt.anonymous && p.State != PlacementPlaced {
 				local.ServeHTTP(w, r)
 				return
 			}
@@ -237,16 +249,19 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 				"code": apitypes.CodeMisdirected, "message": "sandbox is owned by " + target + ", not by this node"}})
 			return
 		}
-		if cfg.Authenticate == nil {
-			local.ServeHTTP(w, r)
-			return
+		pj := []byte(anonymousPrincipal)
+		if !rt.anonymous {
+			if cfg.Authenticate == nil {
+				local.ServeHTTP(w, r)
+				return
+			}
+			pr, err := cfg.Authenticate(r)
+			if err != nil {
+				local.ServeHTTP(w, r)
+				return
+			}
+			pj, _ = json.Marshal(pr)
 		}
-		pr, err := cfg.Authenticate(r)
-		if err != nil {
-			local.ServeHTTP(w, r)
-			return
-		}
-		pj, _ := json.Marshal(pr)
 		r = r.Clone(r.Context())
 		r.Header.Set(HeaderForwardedBy, c.cfg.NodeName)
 		r.Header.Set(HeaderPrincipal, string(pj))

@@ -649,13 +649,16 @@ func Run(ctx context.Context, cfg Config) error {
 	// Event streams last as long as their clients; ending the subscriptions
 	// when the server shuts down lets Shutdown finish.
 	apiSrv.RegisterOnShutdown(svc.CloseEvents)
-	var proxySrv *http.Server
+	var (
+		proxySrv     *http.Server
+		previewLocal http.Handler // this node's own preview proxy
+	)
 	if proxyLn != nil {
+		// The Daytona gate checks signed preview hosts and records preview
+		// traffic as sandbox activity before the router proxies a request.
+		previewLocal = dt.PreviewGate(edg.proxy, builtin.ParsePreviewLabel)
 		proxySrv = &http.Server{
-			// The Daytona gate checks signed preview hosts and records
-			// preview traffic as sandbox activity before the router
-			// proxies a request.
-			Handler:           httpguard.Guard(dt.PreviewGate(edg.proxy, builtin.ParsePreviewLabel), guard),
+			Handler:           httpguard.Guard(clusterPreview(cl, cfg, previewLocal), guard),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       cfg.IdleTimeout,
 			MaxHeaderBytes:    cfg.MaxHeaderBytes,
@@ -690,7 +693,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 	if cl != nil {
-		go cl.ServeForwarded(bg, handler)
+		// Other nodes' proxies hand this node the previews of its
+		// sandboxes on the same channel as forwarded API requests.
+		go cl.ServeForwarded(bg, cluster.ForwardedSplit(handler, previewLocal))
 		if !clusterReconciled {
 			go reconcileCluster(bg, cl, svc, started, cfg.IdempotencyRetention, log)
 		}

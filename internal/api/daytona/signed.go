@@ -63,20 +63,46 @@ const (
 	signedInvalid // shaped like a signed token, but forged or expired
 )
 
-// verifySigned checks the token part of a "<port>-<token>" label.
-func (h *Handler) verifySigned(port int, token string, now time.Time) (string, signedOutcome) {
+// splitSigned splits a signed token into sandbox id, expiry and MAC,
+// checking only its shape.
+func splitSigned(token string) (id string, exp int64, mac string, ok bool) {
 	i := strings.LastIndexByte(token, '-')
 	if i <= 0 || len(token)-i-1 != signedMACLen {
-		return "", notSigned
+		return "", 0, "", false
 	}
 	mac, rest := token[i+1:], token[:i]
 	j := strings.LastIndexByte(rest, '-')
 	if j <= 0 {
-		return "", notSigned
+		return "", 0, "", false
 	}
 	id, expS := rest[:j], rest[j+1:]
 	exp, err := strconv.ParseInt(expS, 36, 64)
 	if err != nil {
+		return "", 0, "", false
+	}
+	return id, exp, mac, true
+}
+
+// SignedPreviewSandbox names the sandbox a signed preview host label
+// ("<port>-<token>") is for, without checking the signature: a cluster node
+// uses it to find the owner, whose gate then checks the signature with the
+// key that made it.
+func SignedPreviewSandbox(label string) (string, bool) {
+	portS, token, found := strings.Cut(label, "-")
+	if !found {
+		return "", false
+	}
+	if _, err := strconv.Atoi(portS); err != nil {
+		return "", false
+	}
+	id, _, _, ok := splitSigned(token)
+	return id, ok
+}
+
+// verifySigned checks the token part of a "<port>-<token>" label.
+func (h *Handler) verifySigned(port int, token string, now time.Time) (string, signedOutcome) {
+	id, exp, mac, ok := splitSigned(token)
+	if !ok {
 		return "", notSigned
 	}
 	if !hmac.Equal([]byte(mac), []byte(h.previewMAC(id, port, exp))) || now.Unix() > exp {
