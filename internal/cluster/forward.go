@@ -265,6 +265,7 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 		r = r.Clone(r.Context())
 		r.Header.Set(HeaderForwardedBy, c.cfg.NodeName)
 		r.Header.Set(HeaderPrincipal, string(pj))
+		r.Header.Set(HeaderClientAddr, r.RemoteAddr)
 		r.Header.Set(HeaderForwardedBy+"-To", target)
 		proxy.ServeHTTP(w, r)
 	})
@@ -324,7 +325,20 @@ func (c *Cluster) ServeForwarded(ctx context.Context, h http.Handler) {
 				writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{"code": "bad_request", "message": "forwarded request without its principal"}})
 				return
 			}
-			h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardedKey{}, p)))
+			r = r.WithContext(context.WithValue(r.Context(), forwardedKey{}, p))
+			// The request is served as the client made it: the TLS of the
+			// cluster port is this hop's, not the client's (the public
+			// listeners speak plain HTTP; a TLS-terminating proxy in front
+			// says so in X-Forwarded-Proto, which passes through), and the
+			// client's address is the one the forwarding node saw.
+			r.TLS = nil
+			if a := r.Header.Get(HeaderClientAddr); a != "" {
+				if _, _, err := net.SplitHostPort(a); err == nil {
+					r.RemoteAddr = a
+				}
+				r.Header.Del(HeaderClientAddr)
+			}
+			h.ServeHTTP(w, r)
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),

@@ -130,9 +130,9 @@ func (c *Cluster) previewOwner(r *http.Request, suffix string, ids func(string) 
 
 // ForwardedSplit is the handler of the cluster port's forwarded requests:
 // preview traffic goes to the node's preview proxy (preview), everything else
-// to its API (api). A preview request is served as if its client had reached
-// this node's proxy directly: the client's address is restored and the
-// cluster's own headers are removed before the sandbox could see them. The
+// to its API (api). ServeForwarded has already restored the client's address;
+// the cluster's own headers are removed here before the sandbox could see
+// them. The
 // preview handler is this node's own proxy, never a PreviewRouter, so a
 // preview is forwarded at most once.
 func ForwardedSplit(api, preview http.Handler) http.Handler {
@@ -142,14 +142,6 @@ func ForwardedSplit(api, preview http.Handler) http.Handler {
 			return
 		}
 		r = r.Clone(r.Context())
-		if a := r.Header.Get(HeaderClientAddr); a != "" {
-			if _, _, err := net.SplitHostPort(a); err == nil {
-				r.RemoteAddr = a
-			}
-		}
-		// The client spoke plain HTTP to the forwarding proxy; the TLS of
-		// the cluster port is this hop's, not the client's.
-		r.TLS = nil
 		for _, h := range []string{HeaderForwardedBy, HeaderPrincipal, HeaderPreview, HeaderClientAddr} {
 			r.Header.Del(h)
 		}

@@ -86,7 +86,7 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 	defer stop()
 	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, _ := Forwarded(r.Context())
-		fmt.Fprintf(w, "n2 api %s admin=%v scopes=%d token=%s", r.URL.Path, p.Admin, len(p.Scopes), r.Header.Get("X-Access-Token"))
+		fmt.Fprintf(w, "n2 api %s admin=%v scopes=%d token=%s tls=%v", r.URL.Path, p.Admin, len(p.Scopes), r.Header.Get("X-Access-Token"), r.TLS != nil)
 	})
 	go n2.ServeForwarded(sctx, ForwardedSplit(api, owner))
 
@@ -166,8 +166,8 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 	}}))
 	defer router.Close()
 	for _, tt := range []struct{ path, id, want string }{
-		{"/e2b/envd/health", "theirs", "n2 api /e2b/envd/health admin=false scopes=0 token=tok"},
-		{"/files", "theirs", "n2 api /files admin=false scopes=0 token=tok"},
+		{"/e2b/envd/health", "theirs", "n2 api /e2b/envd/health admin=false scopes=0 token=tok tls=false"},
+		{"/files", "theirs", "n2 api /files admin=false scopes=0 token=tok tls=false"},
 		{"/e2b/envd/health", "mine", "n1"},
 		{"/e2b/envd/health", "pending", "n1"},
 		{"/e2b/envd/health", "", "n1"},

@@ -1,0 +1,303 @@
+package cluster_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/client"
+)
+
+// sdkDir is test/<sub> with the npm package module installed, where the SDK
+// scripts run. Without node or the package the SDK parts are skipped, except
+// in CI, where scripts/test.sh installs them first and their absence fails.
+func sdkDir(t *testing.T, sub, module string) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", sub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := func(err error) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s: %v (scripts/test.sh installs node and the SDKs before the Go tests)", sub, err)
+		}
+		t.Skipf("%s: %v; run npm ci in test/%s", sub, err, sub)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		missing(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", filepath.FromSlash(module))); err != nil {
+		missing(err)
+	}
+	return dir
+}
+
+// runScript runs a node script in dir with env added to this process's
+// environment (minus any SDK settings of the caller's own) and decodes the
+// JSON line it prints into out.
+func runScript(t *testing.T, ctx context.Context, dir, script string, env []string, out any) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "node", script)
+	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "E2B_") && !strings.HasPrefix(kv, "DAYTONA_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\nstdout: %s\nstderr: %s", script, err, b, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), out); err != nil {
+		t.Fatalf("%s printed %q: %v", script, b, err)
+	}
+}
+
+// viaProxy sends a GET for host to node n's preview proxy: the test domain
+// does not resolve, so the request goes to the proxy's address with the host
+// as its Host header, which is what a resolving client sends.
+func viaProxy(ctx context.Context, n *node, host, path string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.ProxyAddr+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Host = host
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res.StatusCode, string(b), err
+}
+
+// placeOn creates named sandboxes through entry until one lands on the node
+// called want (placement is by free capacity, so each try has a fair chance),
+// deletes the others, and returns the one that landed.
+func placeOn(t *testing.T, ctx context.Context, entry *node, want, prefix string) client.Sandbox {
+	t.Helper()
+	c := entry.Client()
+	for i := 0; i < 30; i++ {
+		sb, err := c.Create(ctx, client.CreateRequest{Name: fmt.Sprintf("%s-%d", prefix, i)})
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		if sb.Node == want {
+			return sb
+		}
+		if err := c.Delete(ctx, sb.ID); err != nil {
+			t.Fatalf("delete %s: %v", sb.ID, err)
+		}
+	}
+	t.Fatalf("30 creates, none on %s", want)
+	return client.Sandbox{}
+}
+
+// streamCGI is a busybox httpd CGI script that sends one line, then waits
+// for /tmp/go to appear before sending the second: a proxy that buffers
+// would hold the first line back until the test, which waits for it, gives
+// up.
+const streamCGI = `#!/bin/sh
+printf 'Content-Type: text/plain\r\n\r\n'
+echo first
+while [ ! -e /tmp/go ]; do sleep 1; done
+echo second
+`
+
+// TestClusterRoutesFromAnyNode is the routing acceptance: a sandbox on n3,
+// with an HTTP exposure and a custom domain, answers through the proxies of
+// all three nodes (both preview label forms, the custom domain, a Daytona
+// signed preview and the E2B agent host), a streamed response passes a
+// non-owner's proxy part by part, its TCP exposure is bound on n3 and named
+// by n3's public host, the official E2B SDK pointed at n1 runs a command and
+// reads and writes files in it, and the official Daytona SDK pointed at n2
+// finds it by name and executes in it.
+func TestClusterRoutesFromAnyNode(t *testing.T) {
+	e2bDir := sdkDir(t, "e2b", "e2b")
+	daytonaDir := sdkDir(t, "daytona", "@daytonaio/sdk")
+	c := startClusterWith(t, func(name string) []string { return []string{"--public-host", name + ".nodes.test"} })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+
+	sb := placeOn(t, ctx, n1, "n3", "routed")
+	id := sb.ID
+	if owner := c.ownerOf(t, id); owner != n3 {
+		t.Fatalf("the container of %s is not on n3", id)
+	}
+	if err := n2.Client().WriteFile(ctx, id, "/tmp/www/cgi-bin/stream", []byte(streamCGI)); err != nil {
+		t.Fatal(err)
+	}
+	script := "printf routed-page > /tmp/www/index.html && chmod +x /tmp/www/cgi-bin/stream && httpd -p 8080 -h /tmp/www"
+	if res, err := n2.Client().Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", script}, TimeoutS: 30}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("httpd: %+v %v", res, err)
+	}
+	web, err := n1.Client().ExposePort(ctx, id, 8080, "http")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const domain = "routed-app.example.test"
+	if _, err := n2.Client().AddDomain(ctx, id, domain, 8080); err != nil {
+		t.Fatal(err)
+	}
+	// A Daytona signed preview URL, asked of n2; n3 signs it with its key.
+	var signed struct{ URL string }
+	if a := call(ctx, n2, http.MethodGet, "/daytona/sandbox/"+sb.Name+"/ports/8080/signed-preview-url?expiresInSeconds=600", "", nil); a.status != 200 || json.Unmarshal(a.body, &signed) != nil {
+		t.Fatalf("signed preview url: %d %s", a.status, a.body)
+	}
+	su, err := url.Parse(signed.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wu, err := url.Parse(web.PublicURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	hosts := []string{
+		wu.Host,                       // <id>-8080.localhost:<n3's proxy port>
+		"8080-" + id + ".localhost",   // the form E2B clients build
+		domain,                        // the custom domain
+		strings.ToUpper(domain) + ".", // as a client may spell it
+		su.Host,                       // <port>-<signed token>.localhost
+	}
+	for _, n := range c.nodes {
+		for _, h := range hosts {
+			code, body, err := viaProxy(ctx, n, h, "/")
+			if err != nil || code != 200 || body != "routed-page" {
+				t.Errorf("%s through %s's proxy: %d %q %v", h, n.name, code, body, err)
+			}
+		}
+		// The agent's port (E2B's 49983-<id> host) answers its health check.
+		if code, body, err := viaProxy(ctx, n, "49983-"+id+".localhost", "/health"); err != nil || code >= 300 {
+			t.Errorf("agent host through %s's proxy: %d %q %v", n.name, code, body, err)
+		}
+	}
+	// A host of no sandbox is still the receiving proxy's 404.
+	if code, _, _ := viaProxy(ctx, n1, "nosuch-8080.localhost", "/"); code != http.StatusNotFound {
+		t.Errorf("unknown preview through n1: %d, want 404", code)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// A streamed response through a proxy that does not run the sandbox:
+	// the first line arrives while the script still waits.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n1.ProxyAddr+"/cgi-bin/stream", nil)
+	req.Host = "8080-" + id + ".localhost"
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(res.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "first\n" {
+		t.Fatalf("first streamed line: %q %v", line, err)
+	}
+	if r, err := n2.Client().Exec(ctx, id, client.ExecRequest{Cmd: "touch", Args: []string{"/tmp/go"}}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("touch: %+v %v", r, err)
+	}
+	if rest, err := io.ReadAll(br); err != nil || string(rest) != "second\n" {
+		t.Fatalf("second streamed line: %q %v", rest, err)
+	}
+	res.Body.Close()
+
+	// A TCP exposure asked of n1 is bound on n3 and named by n3's public
+	// host.
+	if r, err := n1.Client().Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "nc -ll -p 9000 -e cat </dev/null >/dev/null 2>&1 &"}}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("echo server: %+v %v", r, err)
+	}
+	tcp, err := n1.Client().ExposePort(ctx, id, 9000, "tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tu, err := url.Parse(tcp.PublicURL)
+	if err != nil || tu.Scheme != "tcp" || tu.Hostname() != "n3.nodes.test" {
+		t.Fatalf("tcp exposure URL %q, want tcp://n3.nodes.test:PORT", tcp.PublicURL)
+	}
+	lo, hi := portRange(t, n3.PortRange)
+	if tcp.HostPort < lo || tcp.HostPort > hi || tu.Port() != strconv.Itoa(tcp.HostPort) {
+		t.Fatalf("tcp exposure on port %d (URL %s), want one of n3's %s", tcp.HostPort, tcp.PublicURL, n3.PortRange)
+	}
+	echoed := ""
+	for deadline := time.Now().Add(20 * time.Second); echoed != "ping\n" && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		echoed = echo(net.JoinHostPort("127.0.0.1", tu.Port()), "ping\n")
+	}
+	if echoed != "ping\n" {
+		t.Fatalf("tcp exposure echoed %q", echoed)
+	}
+
+	// The official E2B SDK, pointed at n1 only.
+	var e struct {
+		ID, Stdout, Page, Back string
+		ExitCode               int
+	}
+	runScript(t, ctx, e2bDir, "cluster-route.mjs", []string{
+		"E2B_API_URL=" + n1.URL() + "/e2b", "E2B_SANDBOX_URL=" + n1.URL() + "/e2b/envd", "E2B_API_KEY=" + n1.Token,
+		"ROUTE_SANDBOX_ID=" + id,
+	}, &e)
+	if e.ID != id || e.Stdout != "routed-42" || e.ExitCode != 0 || e.Page != "routed-page" || e.Back != "written through another node" {
+		t.Fatalf("e2b through n1: %+v", e)
+	}
+
+	// The official Daytona SDK, pointed at n2 only, finds it by name.
+	var d struct {
+		ID, Name, Result, PreviewURL string
+		ExitCode                     int
+	}
+	runScript(t, ctx, daytonaDir, "cluster-route.mjs", []string{
+		"ROUTE_API_URL=" + n2.URL() + "/daytona", "ROUTE_API_KEY=" + n2.Token, "ROUTE_SANDBOX_NAME=" + sb.Name,
+	}, &d)
+	if d.ID != id || d.Name != sb.Name || d.Result != "routed-page" || d.ExitCode != 0 {
+		t.Fatalf("daytona through n2: %+v", d)
+	}
+	// Its preview link (n3's proxy in the URL) answers through n2's proxy.
+	pu, err := url.Parse(d.PreviewURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body, err := viaProxy(ctx, n2, pu.Host, "/"); err != nil || code != 200 || body != "routed-page" {
+		t.Fatalf("daytona preview link %s through n2: %d %q %v", d.PreviewURL, code, body, err)
+	}
+}
+
+func portRange(t *testing.T, r string) (int, int) {
+	t.Helper()
+	a, b, _ := strings.Cut(r, "-")
+	lo, err1 := strconv.Atoi(a)
+	hi, err2 := strconv.Atoi(b)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("port range %q", r)
+	}
+	return lo, hi
+}
+
+// echo sends msg to addr and returns what comes back before a short wait.
+func echo(addr, msg string) string {
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(conn, msg); err != nil {
+		return ""
+	}
+	line, _ := bufio.NewReader(conn).ReadString('\n')
+	return line
+}
