@@ -90,7 +90,7 @@ func viaProxy(ctx context.Context, n *node, host, path string) (int, string, err
 // placeOn creates named sandboxes through entry until one lands on the node
 // called want (placement is by free capacity, so each try has a fair chance),
 // deletes the others, and returns the one that landed.
-func placeOn(t *testing.T, ctx context.Context, entry *node, want, prefix string) client.Sandbox {
+func placeOn(t testing.TB, ctx context.Context, entry *node, want, prefix string) client.Sandbox {
 	t.Helper()
 	c := entry.Client()
 	for i := 0; i < 30; i++ {
