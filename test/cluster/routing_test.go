@@ -217,6 +217,26 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 	}
 	res.Body.Close()
 
+	// A WebSocket handshake through a proxy that does not run the sandbox:
+	// the 101 comes back and the upgraded connection carries bytes both
+	// ways (the server in the sandbox echoes them).
+	if err := n2.Client().WriteFile(ctx, id, "/tmp/ws.sh", []byte(wsEcho)); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := n2.Client().Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "chmod +x /tmp/ws.sh && (nc -ll -p 8081 -e /tmp/ws.sh </dev/null >/dev/null 2>&1 &)"}}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("websocket server: %+v %v", r, err)
+	}
+	if _, err := n2.Client().ExposePort(ctx, id, 8081, "http"); err != nil {
+		t.Fatal(err)
+	}
+	var upgraded string
+	for deadline := time.Now().Add(20 * time.Second); upgraded != "ping\n" && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		upgraded, err = wsThrough(n1.ProxyAddr, id+"-8081.localhost", "ping\n")
+	}
+	if upgraded != "ping\n" {
+		t.Fatalf("websocket through n1's proxy: %q %v", upgraded, err)
+	}
+
 	// A TCP exposure asked of n1 is bound on n3 and named by n3's public
 	// host.
 	if r, err := n1.Client().Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "nc -ll -p 9000 -e cat </dev/null >/dev/null 2>&1 &"}}); err != nil || r.ExitCode != 0 {
@@ -274,6 +294,43 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 	if code, body, err := viaProxy(ctx, n2, pu.Host, "/"); err != nil || code != 200 || body != "routed-page" {
 		t.Fatalf("daytona preview link %s through n2: %d %q %v", d.PreviewURL, code, body, err)
 	}
+}
+
+// wsEcho answers one WebSocket handshake (the key of RFC 6455's example, so
+// its accept value is fixed) and then echoes the connection's bytes.
+const wsEcho = `#!/bin/sh
+while read -r line; do
+	[ -z "$(printf '%s' "$line" | tr -d '\r')" ] && break
+done
+printf 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n'
+exec cat
+`
+
+// wsThrough opens a WebSocket handshake for host at proxy, checks the 101
+// and its accept value, then sends msg and returns the line that comes
+// back.
+func wsThrough(proxy, host, msg string) (string, error) {
+	conn, err := net.DialTimeout("tcp", proxy, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "GET /chat HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", host)
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return "", err
+	}
+	if res.StatusCode != http.StatusSwitchingProtocols || res.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
+		b, _ := io.ReadAll(res.Body)
+		return "", fmt.Errorf("handshake answered %d %q", res.StatusCode, b)
+	}
+	if _, err := io.WriteString(conn, msg); err != nil {
+		return "", err
+	}
+	return br.ReadString('\n')
 }
 
 func portRange(t *testing.T, r string) (int, int) {
