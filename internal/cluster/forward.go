@@ -77,6 +77,9 @@ type route struct {
 	// gateway, which the sandbox's agent authenticates), so the request is
 	// forwarded as the zero principal rather than refused here.
 	anonymous bool
+	// signedFiles: an E2B signed file URL, which names no sandbox; the
+	// node whose sandbox made the signature is found by asking.
+	signedFiles bool
 }
 
 // headerE2BSandboxID names the sandbox of an E2B gateway call.
@@ -92,6 +95,8 @@ func classify(r *http.Request) (route, bool) {
 		// calls at the origin's root) name their sandbox in a header.
 		id := r.Header.Get(headerE2BSandboxID)
 		return route{sandbox: id, anonymous: true}, id != ""
+	case p == "/files" && r.URL.Query().Get("signature") != "":
+		return route{signedFiles: true, anonymous: true}, true
 	case strings.HasPrefix(p, "/v1/sandboxes"):
 		rest := strings.TrimPrefix(p, "/v1/sandboxes")
 		if rest == "" || rest == "/" {
@@ -170,6 +175,16 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 		}
 		var target string
 		switch {
+		case rt.signedFiles:
+			if forwarded {
+				local.ServeHTTP(w, r)
+				return
+			}
+			target = c.signedFilesOwner(r, local, &http.Client{Transport: transport})
+			if target == "" || target == c.cfg.NodeName {
+				local.ServeHTTP(w, r)
+				return
+			}
 		case rt.list:
 			if forwarded || cfg.ListToken == nil || cfg.Authenticate == nil {
 				local.ServeHTTP(w, r)

@@ -86,6 +86,15 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 	defer stop()
 	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, _ := Forwarded(r.Context())
+		if r.Header.Get(HeaderSignedProbe) != "" {
+			// n2 runs the sandbox that signed "theirs".
+			if r.URL.Query().Get("signature") == "theirs" {
+				w.WriteHeader(http.StatusNoContent)
+			} else {
+				w.WriteHeader(http.StatusNotFound)
+			}
+			return
+		}
 		fmt.Fprintf(w, "n2 api %s admin=%v scopes=%d token=%s tls=%v", r.URL.Path, p.Admin, len(p.Scopes), r.Header.Get("X-Access-Token"), r.TLS != nil)
 	})
 	go n2.ServeForwarded(sctx, ForwardedSplit(api, owner))
@@ -168,6 +177,9 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 	for _, tt := range []struct{ path, id, want string }{
 		{"/e2b/envd/health", "theirs", "n2 api /e2b/envd/health admin=false scopes=0 token=tok tls=false"},
 		{"/files", "theirs", "n2 api /files admin=false scopes=0 token=tok tls=false"},
+		// A signed file URL goes to the node whose sandbox signed it.
+		{"/files?signature=theirs", "", "n2 api /files admin=false scopes=0 token=tok tls=false"},
+		{"/files?signature=nobody", "", "n1"},
 		{"/e2b/envd/health", "mine", "n1"},
 		{"/e2b/envd/health", "pending", "n1"},
 		{"/e2b/envd/health", "", "n1"},

@@ -266,6 +266,15 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 	var e struct {
 		ID, Stdout, Page, Back string
 		ExitCode               int
+		SignedDown             struct {
+			Status       int
+			Body, Origin string
+		}
+		SignedUp struct {
+			Status int
+			Body   string
+		}
+		ForgedStatus int
 	}
 	runScript(t, ctx, e2bDir, "cluster-route.mjs", []string{
 		"E2B_API_URL=" + n1.URL() + "/e2b", "E2B_SANDBOX_URL=" + n1.URL() + "/e2b/envd", "E2B_API_KEY=" + n1.Token,
@@ -273,6 +282,11 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 	}, &e)
 	if e.ID != id || e.Stdout != "routed-42" || e.ExitCode != 0 || e.Page != "routed-page" || e.Back != "written through another node" {
 		t.Fatalf("e2b through n1: %+v", e)
+	}
+	// Its signed file URLs, which name no sandbox, work at n1's API root.
+	if e.SignedDown.Status != 200 || e.SignedDown.Body != "written through another node" || e.SignedDown.Origin != n1.URL() ||
+		e.SignedUp.Status != 200 || e.SignedUp.Body != "uploaded through a signed URL" || e.ForgedStatus != 401 {
+		t.Fatalf("signed file URLs through n1: %+v", e)
 	}
 
 	// The official Daytona SDK, pointed at n2 only, finds it by name.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/filesig"
 )
 
@@ -16,7 +17,9 @@ import (
 // header is sent either. What identifies the sandbox is the signature: it is
 // keyed with the sandbox's access token, so the one running sandbox whose
 // token reproduces it is the one the URL was made for. Its agent then checks
-// the signature and expiry again, as it does for every signed request.
+// the signature and expiry again, as it does for every signed request. In a
+// cluster the node that receives the URL asks the others which of them runs
+// that sandbox (cluster.HeaderSignedProbe) and forwards it there.
 func (h *Handler) SignedFiles(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(headerSandboxID) != "" {
 		h.gateway(w, r, "/files")
@@ -30,6 +33,16 @@ func (h *Handler) SignedFiles(w http.ResponseWriter, r *http.Request) {
 	id, err := h.signer(r.Context(), r.Method, q)
 	if err != nil {
 		fail(w, err, "")
+		return
+	}
+	if _, forwarded := cluster.Forwarded(r.Context()); forwarded && r.Header.Get(cluster.HeaderSignedProbe) != "" {
+		// Another node of the cluster asks whether a sandbox here made the
+		// signature, to forward the request to the one that did.
+		if id == "" {
+			w.WriteHeader(http.StatusNotFound)
+		} else {
+			w.WriteHeader(http.StatusNoContent)
+		}
 		return
 	}
 	if id == "" {
