@@ -278,6 +278,10 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			pj, _ = json.Marshal(pr)
 		}
 		r = r.Clone(r.Context())
+		// Only this node says what a forwarded request is: a client's
+		// copies of the headers that mark preview traffic or a probe go.
+		r.Header.Del(HeaderPreview)
+		r.Header.Del(HeaderSignedProbe)
 		r.Header.Set(HeaderForwardedBy, c.cfg.NodeName)
 		r.Header.Set(HeaderPrincipal, string(pj))
 		r.Header.Set(HeaderClientAddr, r.RemoteAddr)
