@@ -123,11 +123,12 @@ echo second
 // TestClusterRoutesFromAnyNode is the routing acceptance: a sandbox on n3,
 // with an HTTP exposure and a custom domain, answers through the proxies of
 // all three nodes (both preview label forms, the custom domain, a Daytona
-// signed preview and the E2B agent host), a streamed response passes a
+// signed preview and the E2B agent host), a streamed response and a WebSocket pass a
 // non-owner's proxy part by part, its TCP exposure is bound on n3 and named
 // by n3's public host, the official E2B SDK pointed at n1 runs a command and
-// reads and writes files in it, and the official Daytona SDK pointed at n2
-// finds it by name and executes in it.
+// reads and writes files in it (signed file URLs too), and the official
+// Daytona SDK pointed at n2 finds it by name, executes in it and opens a PTY
+// (a WebSocket) in it.
 func TestClusterRoutesFromAnyNode(t *testing.T) {
 	e2bDir := sdkDir(t, "e2b", "e2b")
 	daytonaDir := sdkDir(t, "daytona", "@daytonaio/sdk")
@@ -293,11 +294,12 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 	var d struct {
 		ID, Name, Result, PreviewURL string
 		ExitCode                     int
+		Pty                          bool
 	}
 	runScript(t, ctx, daytonaDir, "cluster-route.mjs", []string{
 		"ROUTE_API_URL=" + n2.URL() + "/daytona", "ROUTE_API_KEY=" + n2.Token, "ROUTE_SANDBOX_NAME=" + sb.Name,
 	}, &d)
-	if d.ID != id || d.Name != sb.Name || d.Result != "routed-page" || d.ExitCode != 0 {
+	if d.ID != id || d.Name != sb.Name || d.Result != "routed-page" || d.ExitCode != 0 || !d.Pty {
 		t.Fatalf("daytona through n2: %+v", d)
 	}
 	// Its preview link (n3's proxy in the URL) answers through n2's proxy.
