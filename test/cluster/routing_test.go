@@ -123,9 +123,9 @@ echo second
 // TestClusterRoutesFromAnyNode is the routing acceptance: a sandbox on n3,
 // with an HTTP exposure and a custom domain, answers through the proxies of
 // all three nodes (both preview label forms, the custom domain, a Daytona
-// signed preview and the E2B agent host), a streamed response and a WebSocket pass a
-// non-owner's proxy part by part, its TCP exposure is bound on n3 and named
-// by n3's public host, the official E2B SDK pointed at n1 runs a command and
+// signed preview and the E2B agent host), a streamed response and a
+// WebSocket pass a non-owner's proxy, its TCP exposure is bound on n3 and
+// named by n3's public host, the official E2B SDK pointed at n1 runs a command and
 // reads and writes files in it (signed file URLs too), and the official
 // Daytona SDK pointed at n2 finds it by name, executes in it and opens a PTY
 // (a WebSocket) in it.
