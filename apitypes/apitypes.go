@@ -159,6 +159,9 @@ const (
 	// CodeNoLeader (503, with Retry-After): a cluster write found no Raft
 	// leader; retry with the same key.
 	CodeNoLeader = "no_leader"
+	// CodeNoCapacity (503, with Retry-After): no cluster node may take
+	// another sandbox (each is drained or at its --max-sandboxes).
+	CodeNoCapacity = "no_capacity"
 	// CodeOwnerUnreachable (503, with Retry-After): the cluster node that owns
 	// the sandbox, or that a keyed create must reach, did not answer.
 	CodeOwnerUnreachable = "owner_unreachable"

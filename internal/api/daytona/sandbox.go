@@ -105,28 +105,31 @@ type Sandbox struct {
 	User           string `json:"user"`
 	// Env is nil, and so omitted, in listings: Daytona lists sandboxes
 	// without their environment, and the SDK tells the two apart by it.
-	Env                 map[string]string `json:"env,omitzero"`
-	Labels              map[string]string `json:"labels"`
-	Public              bool              `json:"public"`
-	NetworkBlockAll     bool              `json:"networkBlockAll"`
-	Target              string            `json:"target"`
-	CPU                 float64           `json:"cpu"`
-	GPU                 float64           `json:"gpu"`
-	Memory              float64           `json:"memory"`
-	Disk                float64           `json:"disk"`
-	State               string            `json:"state"`
-	DesiredState        string            `json:"desiredState"`
-	ErrorReason         string            `json:"errorReason,omitempty"`
-	Recoverable         bool              `json:"recoverable"`
-	BackupState         string            `json:"backupState"`
-	AutoStopInterval    int               `json:"autoStopInterval"`
-	AutoArchiveInterval int               `json:"autoArchiveInterval"`
-	AutoDeleteInterval  int               `json:"autoDeleteInterval"`
-	AutoDestroyAt       string            `json:"autoDestroyAt,omitempty"`
-	CreatedAt           string            `json:"createdAt"`
-	UpdatedAt           string            `json:"updatedAt"`
-	SandboxClass        string            `json:"sandboxClass"`
-	ToolboxProxyURL     string            `json:"toolboxProxyUrl"`
+	Env             map[string]string `json:"env,omitzero"`
+	Labels          map[string]string `json:"labels"`
+	Public          bool              `json:"public"`
+	NetworkBlockAll bool              `json:"networkBlockAll"`
+	Target          string            `json:"target"`
+	// RunnerID names, in a cluster, the node that runs the sandbox (Daytona
+	// names the runner machine here); omitted on a single daemon.
+	RunnerID            string  `json:"runnerId,omitempty"`
+	CPU                 float64 `json:"cpu"`
+	GPU                 float64 `json:"gpu"`
+	Memory              float64 `json:"memory"`
+	Disk                float64 `json:"disk"`
+	State               string  `json:"state"`
+	DesiredState        string  `json:"desiredState"`
+	ErrorReason         string  `json:"errorReason,omitempty"`
+	Recoverable         bool    `json:"recoverable"`
+	BackupState         string  `json:"backupState"`
+	AutoStopInterval    int     `json:"autoStopInterval"`
+	AutoArchiveInterval int     `json:"autoArchiveInterval"`
+	AutoDeleteInterval  int     `json:"autoDeleteInterval"`
+	AutoDestroyAt       string  `json:"autoDestroyAt,omitempty"`
+	CreatedAt           string  `json:"createdAt"`
+	UpdatedAt           string  `json:"updatedAt"`
+	SandboxClass        string  `json:"sandboxClass"`
+	ToolboxProxyURL     string  `json:"toolboxProxyUrl"`
 }
 
 // BuildInfo is how the SDK sends an image: a Dockerfile.
@@ -156,6 +159,7 @@ func (h *Handler) renderSandbox(toolboxBase string, sb sandpit.Sandbox, withEnv 
 		Public:          true,
 		NetworkBlockAll: sb.Network.Egress == sandpit.EgressNone && len(sb.Network.Allow) == 0,
 		Target:          defaultTarget,
+		RunnerID:        h.svc.Config().NodeName,
 		// The allocation: the daemon's defaults when the create named none,
 		// the host's capacity for a resource without a limit.
 		CPU:                 h.res.cpu(sb.CPU),
