@@ -116,6 +116,8 @@ type Event struct {
 	State     string    `json:"state"`     // the sandbox's state after the change; "" once it is gone
 	OldState  string    `json:"old_state"` // its state before
 	Time      time.Time `json:"time"`
+	// Node is the cluster node that runs the sandbox; "" on a single daemon.
+	Node string `json:"node,omitempty"`
 }
 
 // ErrorBody is the shape of every non-2xx answer.

@@ -166,7 +166,8 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, forwarded := Forwarded(r.Context())
-		if !forwarded && r.Method == http.MethodGet && c.serveFacadeList(w, r, local, cfg, transport) {
+		if !forwarded && r.Method == http.MethodGet &&
+			(c.serveFacadeList(w, r, local, cfg, transport) || c.serveEvents(w, r, local, cfg, transport)) {
 			return
 		}
 		rt, ok := classify(r)

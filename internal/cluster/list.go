@@ -127,7 +127,15 @@ func (c *Cluster) fanOut(r *http.Request, local http.Handler, p sandpit.Principa
 		wg  sync.WaitGroup
 	)
 	for _, m := range c.gossip.Members() {
-		if m.State != "alive" || m.Meta.Raft == "" {
+		if m.State == "left" || m.Meta.Raft == "" {
+			continue
+		}
+		if m.State != "alive" {
+			// A member that failed (and did not leave) still owns its
+			// sandboxes: the answer lacks them, and says so.
+			mu.Lock()
+			out = append(out, NodeAnswer{Node: m.Name, Err: fmt.Errorf("member is %s", m.State)})
+			mu.Unlock()
 			continue
 		}
 		wg.Add(1)

@@ -41,8 +41,9 @@ func comparePos(a, b rowPos) int {
 // token) saw nothing past where it stopped, so the merged page ends there
 // too, and the next token continues from there for every node; a page then
 // longer than limit ends at limit and continues after its last row.
-// tokenAfter makes the token that continues after a row.
-func mergePages[T any](pages [][]T, nexts []string, pos func(T) rowPos, desc bool, limit int, tokenAfter func(rowPos) string) ([]T, string) {
+// cut shortens a page longer than limit and names the token that continues
+// after it.
+func mergePages[T any](pages [][]T, nexts []string, pos func(T) rowPos, desc bool, limit int, cut func(all []T, limit int) ([]T, string)) ([]T, string) {
 	order := func(a, b rowPos) int {
 		if desc {
 			return comparePos(b, a)
@@ -71,10 +72,36 @@ func mergePages[T any](pages [][]T, nexts []string, pos func(T) rowPos, desc boo
 		all = slices.DeleteFunc(all, func(t T) bool { return order(pos(t), *frontier) > 0 })
 	}
 	if limit > 0 && len(all) > limit {
-		all = all[:limit]
-		next = tokenAfter(pos(all[len(all)-1]))
+		all, next = cut(all, limit)
 	}
 	return all, next
+}
+
+// cutExact ends a page of rows whose positions are exact at limit.
+func cutExact[T any](pos func(T) rowPos) func([]T, int) ([]T, string) {
+	return func(all []T, limit int) ([]T, string) {
+		last := pos(all[limit-1])
+		return all[:limit], store.PageTokenAfter(last.at, last.id)
+	}
+}
+
+// cutMillis ends a page of rows whose times have only milliseconds
+// (Daytona's createdAt), where a row's exact place among the rows of its
+// millisecond is unknown. The page ends at the last millisecond boundary
+// within limit and continues after that whole millisecond ("~" sorts after
+// every id), so nothing is skipped or shown twice. When every row of the
+// page shares one millisecond, it continues from that millisecond's start
+// instead, which may show some of its rows again but skips none.
+func cutMillis[T any](pos func(T) rowPos) func([]T, int) ([]T, string) {
+	return func(all []T, limit int) ([]T, string) {
+		for k := limit; k > 0; k-- {
+			if a, b := pos(all[k-1]), pos(all[k]); a.at.Before(b.at) {
+				return all[:k], store.PageTokenAfter(a.at.Add(time.Millisecond-time.Nanosecond), "~")
+			}
+		}
+		first := pos(all[0])
+		return all[:limit], store.PageTokenAfter(first.at.Add(-time.Nanosecond), "~")
+	}
 }
 
 func queryLimit(r *http.Request) int {
@@ -114,10 +141,8 @@ func clusterLists() []cluster.FacadeList {
 				if paged {
 					limit = queryLimit(r)
 				}
-				out, next := mergePages(pages, nexts,
-					func(s e2b.ListedSandbox) rowPos { return rowPos{s.StartedAt, s.SandboxID} },
-					r.URL.Query().Get("order") != "asc", limit,
-					func(p rowPos) string { return store.PageTokenAfter(p.at, p.id) })
+				pos := func(s e2b.ListedSandbox) rowPos { return rowPos{s.StartedAt, s.SandboxID} }
+				out, next := mergePages(pages, nexts, pos, r.URL.Query().Get("order") != "asc", limit, cutExact(pos))
 				if out == nil {
 					out = []e2b.ListedSandbox{}
 				}
@@ -148,14 +173,7 @@ func clusterLists() []cluster.FacadeList {
 						nexts = append(nexts, *page.NextCursor)
 					}
 				}
-				out, next := mergePages(pages, nexts, daytonaPos, false, queryLimit(r),
-					func(p rowPos) string {
-						// Daytona's createdAt has milliseconds: continuing
-						// from the start of the row's millisecond shows the
-						// rows of that millisecond (the page's last among
-						// them) again, and never skips one.
-						return store.PageTokenAfter(p.at.Add(-time.Nanosecond), p.id)
-					})
+				out, next := mergePages(pages, nexts, daytonaPos, false, queryLimit(r), cutMillis(daytonaPos))
 				resp := daytona.ListResponse{Items: out}
 				if resp.Items == nil {
 					resp.Items = []daytona.Sandbox{}
