@@ -18,11 +18,16 @@ import (
 // log orders those creates, so Apply counting the node's placements is the
 // one place where "is there room?" is answered.
 
-// setDrain sets or clears a registered node's drain flag.
+// setDrain sets or clears a node's drain flag. A member that gossip knows
+// but the leader has not registered yet gets an entry holding only the
+// flag; its registration fills in the addresses and keeps the flag.
 func (x *Index) setDrain(c command) Result {
+	if c.Node == "" {
+		return Result{Err: ErrInvalidCommand}
+	}
 	n, ok := x.Nodes[c.Node]
 	if !ok {
-		return Result{Err: fmt.Errorf("drain node %q: %w", c.Node, sandpit.ErrNotFound)}
+		n = Node{ID: c.Node}
 	}
 	n.Draining = c.Drain
 	x.Nodes[c.Node] = n
@@ -71,8 +76,12 @@ func (r *Replica) SetDrain(ctx context.Context, node string, drain bool) error {
 
 // Drain stops (drain true) or restores (false) new placements on node.
 func (c *Cluster) Drain(ctx context.Context, node string, drain bool) error {
-	if _, ok := c.rep.fsm.Node(node); !ok {
-		// Checked here too, so an unknown name costs no log entry.
+	_, known := c.rep.fsm.Node(node)
+	for _, m := range c.gossip.Members() {
+		known = known || m.Name == node && m.State != "left"
+	}
+	if !known {
+		// A name no node has: refused before anything is written.
 		return fmt.Errorf("node %q: %w", node, sandpit.ErrNotFound)
 	}
 	return c.rep.SetDrain(ctx, node, drain)

@@ -62,7 +62,8 @@ func TestClusterDrainStopsPlacementAndUndrainRestoresIt(t *testing.T) {
 
 	// Drain n2 with the CLI, through another node: the flag is replicated.
 	if out, err := cli(t, n1, "cluster", "drain", "n2"); err != nil {
-		t.Fatalf("cluster drain: %v\n%s", err, out)
+		a := call(ctx, n1, http.MethodGet, "/v1/cluster/members", "", nil)
+		t.Fatalf("cluster drain: %v\n%s\n%s", err, out, a.body)
 	}
 	// An unknown node is refused and changes nothing.
 	before := c.digests(10 * time.Second)
