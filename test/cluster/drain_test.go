@@ -134,6 +134,25 @@ func TestClusterMaxSandboxesIsNeverExceeded(t *testing.T) {
 	c := startClusterWith(t, func(string) []string { return []string{"--max-sandboxes", "2"} })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// The leader registers each member's ceiling in the index shortly after
+	// the cluster forms; until then only each node's own store enforces it.
+	deadline := time.Now().Add(20 * time.Second)
+	for registered := false; !registered; {
+		registered = true
+		for _, n := range c.nodes {
+			ms, err := n.Client().ClusterMembers(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range ms {
+				registered = registered && m.MaxSandboxes == 2
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the members' --max-sandboxes never reached the index")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	// Nine creates at once from the three nodes: placement is decided in
 	// the replicated index, so no node ever holds more than two, and every
 	// create refused is 503 no_capacity.
