@@ -18,6 +18,9 @@ type FacadeList struct {
 	// Merge writes the answer from the nodes' pages (their 200 bodies and
 	// headers).
 	Merge func(w http.ResponseWriter, r *http.Request, pages []NodeAnswer)
+	// Ask is added to the request each node answers (what Merge needs
+	// beyond the public answer).
+	Ask http.Header
 }
 
 // serveFacadeList answers r if it is one of cfg.Lists, and reports whether
@@ -36,7 +39,14 @@ func (c *Cluster) serveFacadeList(w http.ResponseWriter, r *http.Request, local 
 		pages   []NodeAnswer
 		missing []string
 	)
-	for _, a := range c.fanOut(r, local, p, &http.Client{Transport: transport}) {
+	ask := r
+	if len(cfg.Lists[i].Ask) > 0 {
+		ask = r.Clone(r.Context())
+		for k, v := range cfg.Lists[i].Ask {
+			ask.Header[k] = v
+		}
+	}
+	for _, a := range c.fanOut(ask, local, p, &http.Client{Transport: transport}) {
 		switch {
 		case a.Err == nil:
 			pages = append(pages, a)

@@ -169,9 +169,11 @@ func (c *Cluster) fetchFrom(ctx context.Context, client *http.Client, node strin
 		return nil, nil, err
 	}
 	out.Host = r.Host
-	for _, h := range []string{"X-Forwarded-Proto", "Accept"} {
-		if v := r.Header.Get(h); v != "" {
-			out.Header.Set(h, v)
+	for k, v := range r.Header {
+		// What the client's request carries that shapes the answer; its
+		// credentials stay behind (the principal travels instead).
+		if k == "X-Forwarded-Proto" || k == "Accept" || strings.HasPrefix(k, "Sandpit-Row-") {
+			out.Header[k] = v
 		}
 	}
 	out.Header.Set(HeaderForwardedBy, c.cfg.NodeName)

@@ -85,25 +85,6 @@ func cutExact[T any](pos func(T) rowPos) func([]T, int) ([]T, string) {
 	}
 }
 
-// cutMillis ends a page of rows whose times have only milliseconds
-// (Daytona's createdAt), where a row's exact place among the rows of its
-// millisecond is unknown. The page ends at the last millisecond boundary
-// within limit and continues after that whole millisecond ("~" sorts after
-// every id), so nothing is skipped or shown twice. When every row of the
-// page shares one millisecond, it continues from that millisecond's start
-// instead, which may show some of its rows again but skips none.
-func cutMillis[T any](pos func(T) rowPos) func([]T, int) ([]T, string) {
-	return func(all []T, limit int) ([]T, string) {
-		for k := limit; k > 0; k-- {
-			if a, b := pos(all[k-1]), pos(all[k]); a.at.Before(b.at) {
-				return all[:k], store.PageTokenAfter(a.at.Add(time.Millisecond-time.Nanosecond), "~")
-			}
-		}
-		first := pos(all[0])
-		return all[:limit], store.PageTokenAfter(first.at.Add(-time.Nanosecond), "~")
-	}
-}
-
 func queryLimit(r *http.Request) int {
 	if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n > 0 {
 		return n
@@ -158,22 +139,34 @@ func clusterLists() []cluster.FacadeList {
 			Match: func(r *http.Request) bool {
 				return r.Method == http.MethodGet && r.URL.Path == daytona.DefaultPrefix+"/sandbox"
 			},
+			Ask: http.Header{daytona.HeaderRowPositions: {"1"}},
 			Merge: func(w http.ResponseWriter, r *http.Request, answers []cluster.NodeAnswer) {
 				var (
 					pages [][]daytona.Sandbox
 					nexts []string
+					// createdAt has milliseconds; each node says where its
+					// rows sit exactly.
+					exact = map[string]time.Time{}
 				)
 				for _, a := range answers {
 					var page daytona.ListResponse
 					if json.Unmarshal(a.Body, &page) != nil {
 						continue
 					}
+					_ = json.Unmarshal([]byte(a.Header.Get(daytona.HeaderRowPositions)), &exact)
 					pages = append(pages, page.Items)
 					if page.NextCursor != nil {
 						nexts = append(nexts, *page.NextCursor)
 					}
 				}
-				out, next := mergePages(pages, nexts, daytonaPos, false, queryLimit(r), cutMillis(daytonaPos))
+				pos := func(s daytona.Sandbox) rowPos {
+					if at, ok := exact[s.ID]; ok {
+						return rowPos{at, s.ID}
+					}
+					at, _ := time.Parse(time.RFC3339Nano, s.CreatedAt)
+					return rowPos{at, s.ID}
+				}
+				out, next := mergePages(pages, nexts, pos, false, queryLimit(r), cutExact(pos))
 				resp := daytona.ListResponse{Items: out}
 				if resp.Items == nil {
 					resp.Items = []daytona.Sandbox{}
@@ -185,9 +178,4 @@ func clusterLists() []cluster.FacadeList {
 			},
 		},
 	}
-}
-
-func daytonaPos(s daytona.Sandbox) rowPos {
-	at, _ := time.Parse(time.RFC3339Nano, s.CreatedAt)
-	return rowPos{at, s.ID}
 }

@@ -486,8 +486,25 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	if next != "" {
 		out.NextCursor = &next
 	}
+	if r.Header.Get(HeaderRowPositions) != "" {
+		// A cluster node merging the listings of every node asks where
+		// each row sits in the (created_at, id) order, which createdAt's
+		// milliseconds cannot tell.
+		pos := make(map[string]time.Time, len(page))
+		for _, sb := range page {
+			pos[sb.ID] = sb.CreatedAt
+		}
+		if b, err := json.Marshal(pos); err == nil {
+			w.Header().Set(HeaderRowPositions, string(b))
+		}
+	}
 	api.WriteJSON(w, http.StatusOK, out)
 }
+
+// HeaderRowPositions, on a listing request, asks for each listed row's exact
+// creation time; the answer carries them in the same header as a JSON object
+// of id -> time. The cluster merges node listings with it.
+const HeaderRowPositions = "Sandpit-Row-Positions"
 
 // listOne answers a listing filtered by exact id and/or name.
 func (h *Handler) listOne(w http.ResponseWriter, r *http.Request, id, name string, opts sandpit.ListOptions) {
