@@ -303,11 +303,19 @@ func TestClusterE2BAndDaytonaListingsSpanNodes(t *testing.T) {
 	c := startCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	// One sandbox on each node.
-	want := map[string]string{} // id -> node
+	// At least one sandbox on each node.
 	for _, name := range []string{"n1", "n2", "n3"} {
-		id, n := createOn(ctx, t, c.nodes[0], func(n string) bool { return n == name })
-		want[id] = n
+		createOn(ctx, t, c.nodes[0], func(n string) bool { return n == name })
+	}
+	// The native listing (cluster-wide since part 1) says which node
+	// runs each.
+	want := map[string]string{} // id -> node
+	all, err := listAll(ctx, c.nodes[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range all {
+		want[sb.ID] = sb.Node
 	}
 	get := func(n *node, path string, hdr map[string]string) answer {
 		a := call(ctx, n, http.MethodGet, path, "", hdr)
