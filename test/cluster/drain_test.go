@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -271,7 +272,7 @@ func TestClusterEventsOfAnyNodeCarryTheWholeCluster(t *testing.T) {
 	}
 	var got []string
 	timeout := time.After(30 * time.Second)
-	for !(contains(got, "created") && contains(got, "deleted")) {
+	for !slices.Contains(got, "created") || !slices.Contains(got, "deleted") {
 		select {
 		case e, ok := <-events:
 			if !ok {
@@ -288,15 +289,6 @@ func TestClusterEventsOfAnyNodeCarryTheWholeCluster(t *testing.T) {
 			t.Fatalf("n1's stream showed %v of %s on %s, want created and deleted", got, id, owner)
 		}
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 func TestClusterE2BAndDaytonaListingsSpanNodes(t *testing.T) {
