@@ -23,6 +23,9 @@ var (
 	// ErrNoLeader: a cluster write found no Raft leader (an election is under
 	// way); the request may be retried shortly.
 	ErrNoLeader = errors.New("no cluster leader")
+	// ErrNoCapacity: no cluster node may take another sandbox (each is at
+	// its --max-sandboxes, or drained); the request may be retried later.
+	ErrNoCapacity = errors.New("no cluster node has room for another sandbox")
 	// ErrSandboxExists is returned when a sandbox id is taken. It is distinct
 	// from ErrNameConflict: a duplicate id is a caller bug or a retry of a
 	// create that already happened, not a user-visible name clash.

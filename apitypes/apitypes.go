@@ -116,6 +116,8 @@ type Event struct {
 	State     string    `json:"state"`     // the sandbox's state after the change; "" once it is gone
 	OldState  string    `json:"old_state"` // its state before
 	Time      time.Time `json:"time"`
+	// Node is the cluster node that runs the sandbox; "" on a single daemon.
+	Node string `json:"node,omitempty"`
 }
 
 // ErrorBody is the shape of every non-2xx answer.
@@ -159,6 +161,9 @@ const (
 	// CodeNoLeader (503, with Retry-After): a cluster write found no Raft
 	// leader; retry with the same key.
 	CodeNoLeader = "no_leader"
+	// CodeNoCapacity (503, with Retry-After): no cluster node may take
+	// another sandbox (each is drained or at its --max-sandboxes).
+	CodeNoCapacity = "no_capacity"
 	// CodeOwnerUnreachable (503, with Retry-After): the cluster node that owns
 	// the sandbox, or that a keyed create must reach, did not answer.
 	CodeOwnerUnreachable = "owner_unreachable"

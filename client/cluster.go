@@ -20,6 +20,12 @@ type ClusterMember struct {
 	} `json:"meta"`
 	Voter  bool `json:"voter"`
 	Leader bool `json:"leader"`
+	// Draining: the member takes no new sandboxes (cluster drain).
+	Draining bool `json:"draining"`
+	// MaxSandboxes is the member's --max-sandboxes (0 = no cap).
+	MaxSandboxes int `json:"max_sandboxes"`
+	// Placements is how many sandboxes the cluster places on the member.
+	Placements int `json:"placements"`
 }
 
 // ClusterStatus is one node's view of the cluster and the digest of its copy
@@ -35,6 +41,8 @@ type ClusterStatus struct {
 	Names        int    `json:"names"`
 	Hostnames    int    `json:"hostnames"`
 	Claims       int    `json:"claims"`
+	// Draining names the drained nodes.
+	Draining []string `json:"draining,omitempty"`
 }
 
 // ClusterMembers lists the members the daemon's node knows.
@@ -56,5 +64,15 @@ func (c *Client) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 // ClusterLeave makes the node leave the cluster and stop (admin only).
 func (c *Client) ClusterLeave(ctx context.Context) error {
 	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/cluster/leave"}, nil)
+	return err
+}
+
+// ClusterDrain stops (drain true) or restores (false) new placements on the
+// named node; existing sandboxes keep running (admin only). An unknown node
+// is a *APIError with status 404.
+func (c *Client) ClusterDrain(ctx context.Context, node string, drain bool) error {
+	body := map[string]any{"node": node, "drain": drain}
+	// Setting a flag to a value is idempotent, so the call is safe to retry.
+	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/cluster/drain", body: body, idempotent: true}, nil)
 	return err
 }

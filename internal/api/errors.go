@@ -12,6 +12,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/apitypes"
 
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -45,7 +46,7 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, apitypes.CodeTokenNameConflict, msg}
 	case errors.Is(err, ErrBodyTooLarge):
 		return Problem{http.StatusRequestEntityTooLarge, apitypes.CodeBodyTooLarge, msg}
-	case errors.Is(err, ErrBadJSON), errors.Is(err, service.ErrInvalid), errors.Is(err, sandpit.ErrInvalidPageToken):
+	case errors.Is(err, ErrBadJSON), errors.Is(err, service.ErrInvalid), errors.Is(err, sandpit.ErrInvalidPageToken), errors.Is(err, cluster.ErrBadRequest):
 		return Problem{http.StatusBadRequest, apitypes.CodeBadRequest, msg}
 	case errors.Is(err, service.ErrUnknownImage):
 		return Problem{http.StatusBadRequest, apitypes.CodeUnknownImage, msg}
@@ -79,8 +80,26 @@ func Classify(err error) Problem {
 		return Problem{http.StatusBadGateway, apitypes.CodeUpstream, msg}
 	case errors.Is(err, sandpit.ErrNoLeader):
 		return Problem{http.StatusServiceUnavailable, apitypes.CodeNoLeader, msg}
+	case errors.Is(err, sandpit.ErrNoCapacity):
+		return Problem{http.StatusServiceUnavailable, apitypes.CodeNoCapacity, msg}
 	case errors.Is(err, context.DeadlineExceeded):
 		return Problem{http.StatusGatewayTimeout, apitypes.CodeTimeout, msg}
 	}
 	return Problem{http.StatusInternalServerError, apitypes.CodeInternal, msg}
+}
+
+// RetryAfter is the Retry-After header value (seconds) that goes with a
+// problem a client should retry as it is, or "" for none. Every surface sets
+// it, so the SDKs that honour it back off instead of failing.
+func (p Problem) RetryAfter() string {
+	switch p.Code {
+	case apitypes.CodeNoLeader:
+		// An election takes about a second.
+		return "1"
+	case apitypes.CodeNoCapacity:
+		// Room comes back when a sandbox is deleted or a node undrained,
+		// on a human's time scale.
+		return "5"
+	}
+	return ""
 }

@@ -64,7 +64,14 @@ type RouterConfig struct {
 	// ListToken, when set, makes GET /v1/sandboxes list the whole cluster:
 	// it returns the page token that continues after a row.
 	ListToken func(created time.Time, id string) string
-	Logger    *slog.Logger
+	// Refuse writes an error in the shape of the surface r belongs to; the
+	// router uses it when no node can take a create. Nil writes the native
+	// shape.
+	Refuse func(w http.ResponseWriter, r *http.Request, err error)
+	// Lists, when set, makes the facades' listings answer for the whole
+	// cluster too (see FacadeList).
+	Lists  []FacadeList
+	Logger *slog.Logger
 }
 
 // route is what one request is about.
@@ -166,8 +173,20 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 				"code": apitypes.CodeOwnerUnreachable, "message": "the node that owns this sandbox did not answer: " + err.Error()}})
 		},
 	}
+	refuse := cfg.Refuse
+	if refuse == nil {
+		refuse = func(w http.ResponseWriter, _ *http.Request, err error) {
+			w.Header().Set("Retry-After", "5")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
+				"code": apitypes.CodeNoCapacity, "message": err.Error()}})
+		}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, forwarded := Forwarded(r.Context())
+		if !forwarded && r.Method == http.MethodGet &&
+			(c.serveFacadeList(w, r, local, cfg, transport) || c.serveEvents(w, r, local, cfg, transport)) {
+			return
+		}
 		rt, ok := classify(r)
 		if !ok {
 			local.ServeHTTP(w, r)
@@ -226,7 +245,9 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 				m, err = c.PickOwner()
 			}
 			if err != nil {
-				local.ServeHTTP(w, r)
+				// No node may take it: answer so here, rather than make it
+				// on a node that is full or drained.
+				refuse(w, r, err)
 				return
 			}
 			if key == "" {

@@ -35,8 +35,9 @@ const (
 )
 
 // Node is a member as registered in the replicated index: where its API, its
-// preview proxy and its Raft endpoint are. Capacity is not here; it changes
-// often and travels by gossip.
+// preview proxy and its Raft endpoint are, the most sandboxes it may own, and
+// whether an operator drained it. How many it runs right now is not here; it
+// changes often and travels by gossip.
 type Node struct {
 	ID         string `json:"id"`
 	APIAddr    string `json:"api_addr"`
@@ -44,6 +45,13 @@ type Node struct {
 	PublicHost string `json:"public_host,omitempty"`
 	RaftAddr   string `json:"raft_addr"`
 	GossipAddr string `json:"gossip_addr,omitempty"`
+	// MaxSandboxes is the node's --max-sandboxes (0 = no cap). Apply refuses
+	// a placement that would take the node past it, so creates decided on
+	// different nodes at once can never overshoot.
+	MaxSandboxes int `json:"max_sandboxes,omitempty"`
+	// Draining is set by `sandpit cluster drain`: the node keeps what it
+	// runs and takes no new placement. Registration never changes it.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // Placement is one sandbox as the cluster knows it.
@@ -142,6 +150,7 @@ const (
 	opMark           = "mark"
 	opExpireNode     = "expire_node_claims"
 	opRenew          = "renew"
+	opSetDrain       = "set_drain"
 )
 
 // command is one log entry. At is the proposer's clock, the only time Apply
@@ -171,6 +180,8 @@ type command struct {
 	Keep time.Duration `json:"keep,omitempty"`
 	// Until is a renewed claim's new lock deadline.
 	Until time.Time `json:"until,omitempty"`
+	// Drain is the drain flag set_drain gives Node.
+	Drain bool `json:"drain,omitempty"`
 }
 
 // Result is what applying one command returns: an error sentinel from
@@ -187,6 +198,7 @@ var errCodes = map[string]error{
 	"hostname_conflict": sandpit.ErrHostnameConflict,
 	"not_found":         sandpit.ErrNotFound,
 	"claim_lost":        sandpit.ErrClaimLost,
+	"no_capacity":       sandpit.ErrNoCapacity,
 	"invalid":           ErrInvalidCommand,
 }
 
@@ -238,8 +250,14 @@ func (x *Index) apply(c command) Result {
 		if c.NodeInfo == nil || c.NodeInfo.ID == "" {
 			return Result{Err: ErrInvalidCommand}
 		}
-		x.Nodes[c.NodeInfo.ID] = *c.NodeInfo
+		n := *c.NodeInfo
+		// The drain flag belongs to the operator's set_drain entries; a
+		// node re-registering its addresses keeps it.
+		n.Draining = x.Nodes[n.ID].Draining
+		x.Nodes[n.ID] = n
 		return Result{}
+	case opSetDrain:
+		return x.setDrain(c)
 	case opRemoveNode:
 		delete(x.Nodes, c.Node)
 		return Result{}
@@ -255,6 +273,11 @@ func (x *Index) apply(c command) Result {
 		// owners.
 		if p.State == PlacementPlaced && p.Node != c.Node {
 			return Result{Err: fmt.Errorf("place %s on %s: already placed on %s: %w", c.SandboxID, c.Node, p.Node, sandpit.ErrNameConflict)}
+		}
+		if p.Node != c.Node {
+			if err := x.admits(c.Node); err != nil {
+				return Result{Err: fmt.Errorf("place %s: %w", c.SandboxID, err)}
+			}
 		}
 		p.Node, p.State = c.Node, PlacementPlaced
 		return Result{}
@@ -345,6 +368,13 @@ func (x *Index) reserve(c command) Result {
 		if holder, ok := x.Names[c.Name]; ok && holder != c.SandboxID {
 			return Result{Err: fmt.Errorf("reserve name %q: %w", c.Name, sandpit.ErrNameConflict)}
 		}
+	}
+	if c.Place {
+		if err := x.admits(c.Node); err != nil {
+			return Result{Err: fmt.Errorf("reserve %s: %w", c.SandboxID, err)}
+		}
+	}
+	if c.Name != "" {
 		x.Names[c.Name] = c.SandboxID
 	}
 	p := &Placement{

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -26,6 +27,13 @@ const HeaderPartial = "Sandpit-Partial"
 // (created_at, id) order, are merged into one page of the same order. The
 // next page token names the last row returned, which every node's store
 // continues from.
+type result struct {
+	node string
+	resp apitypes.ListResponse
+	err  error
+	raw  *httptest.ResponseRecorder
+}
+
 func (c *Cluster) listAll(w http.ResponseWriter, r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client, tokenAfter func(time.Time, string) string) {
 	limit := 100
 	if l := r.URL.Query().Get("limit"); l != "" {
@@ -36,60 +44,15 @@ func (c *Cluster) listAll(w http.ResponseWriter, r *http.Request, local http.Han
 		}
 		limit = n
 	}
-	pj, _ := json.Marshal(p)
-	type result struct {
-		node string
-		resp apitypes.ListResponse
-		err  error
-		raw  *httptest.ResponseRecorder
-	}
-	var (
-		mu      sync.Mutex
-		results []result
-		wg      sync.WaitGroup
-	)
-	for _, m := range c.gossip.Members() {
-		if m.State != "alive" || m.Meta.Raft == "" {
-			continue
+	answers := c.fanOut(r, local, p, client)
+	results := make([]result, 0, len(answers))
+	for _, a := range answers {
+		res := result{node: a.Node, raw: a.Local, err: a.Err}
+		if res.err == nil {
+			res.err = json.Unmarshal(a.Body, &res.resp)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res := result{node: m.Name}
-			ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-			defer cancel()
-			if m.Name == c.cfg.NodeName {
-				rec := httptest.NewRecorder()
-				local.ServeHTTP(rec, r.Clone(context.WithValue(ctx, forwardedKey{}, p)))
-				res.raw = rec
-				if rec.Code != http.StatusOK {
-					res.err = fmt.Errorf("status %d", rec.Code)
-				} else {
-					res.err = json.Unmarshal(rec.Body.Bytes(), &res.resp)
-				}
-			} else {
-				out, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Name+r.URL.RequestURI(), nil)
-				if err == nil {
-					out.Header.Set(HeaderForwardedBy, c.cfg.NodeName)
-					out.Header.Set(HeaderPrincipal, string(pj))
-					var resp *http.Response
-					if resp, err = client.Do(out); err == nil {
-						if resp.StatusCode != http.StatusOK {
-							err = fmt.Errorf("status %d", resp.StatusCode)
-						} else {
-							err = json.NewDecoder(resp.Body).Decode(&res.resp)
-						}
-						resp.Body.Close()
-					}
-				}
-				res.err = err
-			}
-			mu.Lock()
-			results = append(results, res)
-			mu.Unlock()
-		}()
+		results = append(results, res)
 	}
-	wg.Wait()
 	var (
 		all     []apitypes.Sandbox
 		more    bool
@@ -136,4 +99,93 @@ func (c *Cluster) listAll(w http.ResponseWriter, r *http.Request, local http.Han
 		w.Header().Set(HeaderPartial, strings.Join(missing, ","))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// NodeAnswer is one node's answer to a request the router sent to every
+// node.
+type NodeAnswer struct {
+	Node string
+	// Body is the answer's body when it was 200.
+	Body   []byte
+	Header http.Header
+	// Err is set when the node did not answer 200.
+	Err error
+	// Local is this node's own answer, whatever its status: its refusal
+	// (a bad query) is the refusal of the whole request.
+	Local *httptest.ResponseRecorder
+}
+
+// fanOut sends the GET r to every live node (this one served in process,
+// the others over the cluster port as the principal p) and collects their
+// answers. The Host header is the client's, so that URLs a node writes into
+// its answer point where the client reached the cluster.
+func (c *Cluster) fanOut(r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client) []NodeAnswer {
+	pj, _ := json.Marshal(p)
+	var (
+		mu  sync.Mutex
+		out []NodeAnswer
+		wg  sync.WaitGroup
+	)
+	for _, m := range c.gossip.Members() {
+		if m.State == "left" || m.Meta.Raft == "" {
+			continue
+		}
+		if m.State != "alive" {
+			// A member that failed (and did not leave) still owns its
+			// sandboxes: the answer lacks them, and says so.
+			mu.Lock()
+			out = append(out, NodeAnswer{Node: m.Name, Err: fmt.Errorf("member is %s", m.State)})
+			mu.Unlock()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := NodeAnswer{Node: m.Name}
+			ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+			defer cancel()
+			if m.Name == c.cfg.NodeName {
+				rec := httptest.NewRecorder()
+				local.ServeHTTP(rec, r.Clone(context.WithValue(ctx, forwardedKey{}, p)))
+				a.Local, a.Header, a.Body = rec, rec.Header(), rec.Body.Bytes()
+				if rec.Code != http.StatusOK {
+					a.Err = fmt.Errorf("status %d", rec.Code)
+				}
+			} else {
+				a.Header, a.Body, a.Err = c.fetchFrom(ctx, client, m.Name, r, pj)
+			}
+			mu.Lock()
+			out = append(out, a)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (c *Cluster) fetchFrom(ctx context.Context, client *http.Client, node string, r *http.Request, principal []byte) (http.Header, []byte, error) {
+	out, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+node+r.URL.RequestURI(), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	out.Host = r.Host
+	for k, v := range r.Header {
+		// What the client's request carries that shapes the answer; its
+		// credentials stay behind (the principal travels instead).
+		if k == "X-Forwarded-Proto" || k == "Accept" || strings.HasPrefix(k, "Sandpit-Row-") {
+			out.Header[k] = v
+		}
+	}
+	out.Header.Set(HeaderForwardedBy, c.cfg.NodeName)
+	out.Header.Set(HeaderPrincipal, string(principal))
+	resp, err := client.Do(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	return resp.Header, body, err
 }

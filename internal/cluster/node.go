@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Config is what `sandpit serve --cluster` gives the cluster layer.
@@ -304,7 +306,8 @@ func (c *Cluster) reconcile(ctx context.Context) {
 					continue
 				}
 			}
-			want := Node{ID: m.Name, APIAddr: m.Meta.API, ProxyAddr: m.Meta.Proxy, PublicHost: m.Meta.Public, RaftAddr: m.Meta.Raft, GossipAddr: m.Gossip}
+			want := Node{ID: m.Name, APIAddr: m.Meta.API, ProxyAddr: m.Meta.Proxy, PublicHost: m.Meta.Public, RaftAddr: m.Meta.Raft, GossipAddr: m.Gossip,
+				MaxSandboxes: m.Meta.Max, Draining: registered[m.Name].Draining}
 			if registered[m.Name] != want {
 				if err := c.rep.RegisterNode(ctx, want); err != nil {
 					c.log.Warn("cluster: register node", "member", m.Name, "err", err)
@@ -346,6 +349,11 @@ type MemberStatus struct {
 	Member
 	Voter  bool `json:"voter"`
 	Leader bool `json:"leader"`
+	// Draining and MaxSandboxes are the index's: what placement obeys.
+	Draining     bool `json:"draining"`
+	MaxSandboxes int  `json:"max_sandboxes,omitempty"`
+	// Placements is how many sandboxes the index places on the member.
+	Placements int `json:"placements"`
 }
 
 // Members lists the members gossip knows, with their Raft role.
@@ -359,7 +367,11 @@ func (c *Cluster) Members() []MemberStatus {
 	_, leader := c.rep.Leader()
 	var out []MemberStatus
 	for _, m := range c.gossip.Members() {
-		out = append(out, MemberStatus{Member: m, Voter: voters[m.Name], Leader: string(leader) == m.Name})
+		ms := MemberStatus{Member: m, Voter: voters[m.Name], Leader: string(leader) == m.Name, Placements: c.rep.fsm.CountOn(m.Name)}
+		if n, ok := c.rep.fsm.Node(m.Name); ok {
+			ms.Draining, ms.MaxSandboxes = n.Draining, n.MaxSandboxes
+		}
+		out = append(out, ms)
 	}
 	return out
 }
@@ -376,13 +388,22 @@ type Status struct {
 	Names        int    `json:"names"`
 	Hostnames    int    `json:"hostnames"`
 	Claims       int    `json:"claims"`
+	// Draining names the drained nodes.
+	Draining []string `json:"draining,omitempty"`
 }
 
 // Status reports this node's Raft state and the digest of its index.
 func (c *Cluster) Status() Status {
 	_, leader := c.rep.Leader()
 	p, n, h, cl := c.rep.fsm.Counts()
+	var draining []string
+	for _, node := range c.rep.fsm.Nodes() {
+		if node.Draining {
+			draining = append(draining, node.ID)
+		}
+	}
 	return Status{
+		Draining:     draining,
 		Node:         c.cfg.NodeName,
 		State:        c.rep.raft.State().String(),
 		Leader:       string(leader),
@@ -425,8 +446,12 @@ func (c *Cluster) candidates() []Member {
 	defer c.pending.Unlock()
 	var out []Member
 	for _, m := range c.gossip.Members() {
-		if m.State != "alive" || m.Meta.API == "" || m.Meta.Draining {
+		if m.State != "alive" || m.Meta.API == "" || m.Meta.Draining || !c.placeable(m.Name) {
 			continue
+		}
+		// The registered ceiling is the one Apply enforces.
+		if n, ok := c.rep.fsm.Node(m.Name); ok && n.MaxSandboxes > 0 {
+			m.Meta.Max = n.MaxSandboxes
 		}
 		m.Meta.Running = c.rep.fsm.CountOn(m.Name) + c.pending.n[m.Name]
 		if m.Meta.Free() > 0 {
@@ -451,18 +476,26 @@ func (c *Cluster) inflight(node string, d int) {
 // idempotency claim decides them.
 func (c *Cluster) OwnerForKey(key string) (Member, error) {
 	m, err := c.rendezvous(key, func(m Member) bool { return m.State != "left" })
-	if err != nil || m.State == "alive" {
+	if err != nil {
 		return m, err
 	}
-	// The key's owner is down. If an attempt of this key is pending there,
-	// its retries wait for the owner: moving them while that attempt may
-	// still finish there could make a second sandbox. Otherwise nothing of
-	// this key is in flight anywhere (a completed attempt replays from the
-	// replicated claim on any node), and the key goes to a live owner.
+	// If an attempt of this key is pending on its owner, its retries go
+	// there, even while that owner is down or drained: moving them while
+	// that attempt may still finish there could make a second sandbox.
 	if c.rep.fsm.PendingClaimOn(key, m.Name) {
 		return m, nil
 	}
-	return c.rendezvous(key, func(m Member) bool { return m.State == "alive" })
+	if m.State == "alive" && c.placeable(m.Name) {
+		return m, nil
+	}
+	// Otherwise nothing of this key is in flight there (a completed attempt
+	// replays from the replicated claim on any node), and a new key goes to
+	// a live node that takes placements, chosen the same way everywhere.
+	cands := map[string]bool{}
+	for _, m := range c.candidates() {
+		cands[m.Name] = true
+	}
+	return c.rendezvous(key, func(m Member) bool { return cands[m.Name] })
 }
 
 // rendezvous picks, among the members ok accepts, the one with the highest
@@ -491,8 +524,9 @@ func (c *Cluster) rendezvous(key string, ok func(Member) bool) (Member, error) {
 	return best, nil
 }
 
-// ErrNoCapacity: no member has room for another sandbox.
-var ErrNoCapacity = errors.New("no cluster member has free capacity")
+// ErrNoCapacity: no member has room for another sandbox. It is the domain's
+// sentinel, so the API maps it in its one place.
+var ErrNoCapacity = sandpit.ErrNoCapacity
 
 // Leave hands leadership on if this node leads, tells the others it leaves
 // (the leader then removes it from the Raft configuration) and stops.

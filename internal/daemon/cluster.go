@@ -13,6 +13,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
@@ -109,13 +110,13 @@ func clusterNodeName(c *cluster.Cluster) string {
 }
 
 // clusterAuth admits any valid token to read the cluster's state and only an
-// admin to make this node leave.
+// admin to change it (make this node leave, drain or undrain a node).
 func clusterAuth(auth *api.Auth, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r, err := auth.Authorize(r, api.BearerToken(r))
 		if err == nil && r.Method != http.MethodGet {
 			if p, _ := sandpit.PrincipalFrom(r.Context()); !p.Admin {
-				err = fmt.Errorf("%w: only an admin token makes a node leave", service.ErrForbidden)
+				err = fmt.Errorf("%w: only an admin token changes the cluster (leave, drain)", service.ErrForbidden)
 			}
 		}
 		if err != nil {
@@ -146,6 +147,19 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler) http
 		// The native listing covers the whole cluster; its page tokens name
 		// a position that every node's store continues from.
 		ListToken: store.PageTokenAfter,
+		// So do the E2B and Daytona listings.
+		Lists: clusterLists(),
+		// A create no node has room for is refused in its surface's shape.
+		Refuse: func(w http.ResponseWriter, r *http.Request, err error) {
+			switch {
+			case strings.HasPrefix(r.URL.Path, e2b.Prefix+"/"):
+				e2b.WriteProblem(w, err)
+			case strings.HasPrefix(r.URL.Path, daytona.DefaultPrefix+"/"):
+				daytona.WriteProblem(w, r, err)
+			default:
+				v1.WriteProblem(w, api.Classify(err))
+			}
+		},
 		// Duplicates of one create must meet on one node, whose claim
 		// decides them: the Idempotency-Key names a create, and so does the
 		// E2B facade's fingerprint of an identical body.

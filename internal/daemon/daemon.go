@@ -635,6 +635,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var handler http.Handler = mux
 	if cl != nil {
 		mux.Handle("/v1/cluster/", clusterAuth(api.NewAuth(svc, token), cl.Handler(stopServing)))
+		mux.Handle("POST /v1/cluster/drain", clusterAuth(api.NewAuth(svc, token), cl.DrainHandler(func(w http.ResponseWriter, err error) { v1.WriteProblem(w, api.Classify(err)) })))
 		handler = clusterRouter(cl, api.NewAuth(svc, token), mux)
 	}
 
@@ -766,7 +767,7 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, PendingTTL: cfg.IdempotencyLock, Logger: cfg.Logger,
 	})
 	mux.Handle("/v1/", v1.New(svc, auth, v1RouteWrap(idem.Wrap)))
-	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics})
+	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics, NodeName: svc.Config().NodeName})
 	mux.Handle(e2b.Prefix+"/", e2bAPI)
 	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
 	// origin, i.e. here.

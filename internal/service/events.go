@@ -32,6 +32,9 @@ type Event struct {
 	Sandbox  sandpit.Sandbox
 	OldState sandpit.State
 	Time     time.Time
+	// Node is the cluster node whose service published the change: the
+	// sandbox's owner; "" on a single daemon.
+	Node string
 }
 
 // Gone reports whether the change removed the sandbox.
@@ -113,5 +116,5 @@ func (s *Service) CloseEvents() {
 
 // publish announces one state change of sb.
 func (s *Service) publish(typ EventType, sb sandpit.Sandbox, old sandpit.State) {
-	s.events.publish(Event{Type: typ, Sandbox: sb, OldState: old, Time: s.now()})
+	s.events.publish(Event{Type: typ, Sandbox: sb, OldState: old, Time: s.now(), Node: s.cfg.NodeName})
 }

@@ -570,3 +570,14 @@ func (s *Store) insertWithinLimits(ctx context.Context, owner string, sb sandpit
 func PageTokenAfter(created time.Time, id string) string {
 	return encodePageToken(toNanos(created), id)
 }
+
+// PagePosition is the row (created, id) a page token continues after: the
+// inverse of PageTokenAfter, for a merged listing that must know how far
+// each store's page reached.
+func PagePosition(tok string) (time.Time, string, error) {
+	n, id, err := decodePageToken(tok)
+	if err != nil {
+		return time.Time{}, "", err
+	}
+	return fromNanos(n), id, nil
+}

@@ -58,6 +58,11 @@ func badRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", service.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
+// WriteProblem renders err in Daytona's error shape, for the daemon's
+// cluster router, which refuses some requests before they reach this
+// handler.
+func WriteProblem(w http.ResponseWriter, r *http.Request, err error) { writeProblem(w, r, err) }
+
 // writeProblem renders an error in Daytona's shape. The status comes from
 // api.Classify, the one mapping of error kinds to statuses, except for errors
 // this package has already decided (*problem); a few messages are rewritten
@@ -67,6 +72,9 @@ func writeProblem(w http.ResponseWriter, r *http.Request, err error) {
 	if !errors.As(err, &p) {
 		c := api.Classify(err)
 		p = &problem{status: c.Status, message: c.Message}
+		if ra := c.RetryAfter(); ra != "" {
+			w.Header().Set("Retry-After", ra)
+		}
 	}
 	api.WriteJSON(w, p.status, ErrorBody{
 		Path:       r.URL.Path,

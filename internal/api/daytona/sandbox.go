@@ -105,28 +105,31 @@ type Sandbox struct {
 	User           string `json:"user"`
 	// Env is nil, and so omitted, in listings: Daytona lists sandboxes
 	// without their environment, and the SDK tells the two apart by it.
-	Env                 map[string]string `json:"env,omitzero"`
-	Labels              map[string]string `json:"labels"`
-	Public              bool              `json:"public"`
-	NetworkBlockAll     bool              `json:"networkBlockAll"`
-	Target              string            `json:"target"`
-	CPU                 float64           `json:"cpu"`
-	GPU                 float64           `json:"gpu"`
-	Memory              float64           `json:"memory"`
-	Disk                float64           `json:"disk"`
-	State               string            `json:"state"`
-	DesiredState        string            `json:"desiredState"`
-	ErrorReason         string            `json:"errorReason,omitempty"`
-	Recoverable         bool              `json:"recoverable"`
-	BackupState         string            `json:"backupState"`
-	AutoStopInterval    int               `json:"autoStopInterval"`
-	AutoArchiveInterval int               `json:"autoArchiveInterval"`
-	AutoDeleteInterval  int               `json:"autoDeleteInterval"`
-	AutoDestroyAt       string            `json:"autoDestroyAt,omitempty"`
-	CreatedAt           string            `json:"createdAt"`
-	UpdatedAt           string            `json:"updatedAt"`
-	SandboxClass        string            `json:"sandboxClass"`
-	ToolboxProxyURL     string            `json:"toolboxProxyUrl"`
+	Env             map[string]string `json:"env,omitzero"`
+	Labels          map[string]string `json:"labels"`
+	Public          bool              `json:"public"`
+	NetworkBlockAll bool              `json:"networkBlockAll"`
+	Target          string            `json:"target"`
+	// RunnerID names, in a cluster, the node that runs the sandbox (Daytona
+	// names the runner machine here); omitted on a single daemon.
+	RunnerID            string  `json:"runnerId,omitempty"`
+	CPU                 float64 `json:"cpu"`
+	GPU                 float64 `json:"gpu"`
+	Memory              float64 `json:"memory"`
+	Disk                float64 `json:"disk"`
+	State               string  `json:"state"`
+	DesiredState        string  `json:"desiredState"`
+	ErrorReason         string  `json:"errorReason,omitempty"`
+	Recoverable         bool    `json:"recoverable"`
+	BackupState         string  `json:"backupState"`
+	AutoStopInterval    int     `json:"autoStopInterval"`
+	AutoArchiveInterval int     `json:"autoArchiveInterval"`
+	AutoDeleteInterval  int     `json:"autoDeleteInterval"`
+	AutoDestroyAt       string  `json:"autoDestroyAt,omitempty"`
+	CreatedAt           string  `json:"createdAt"`
+	UpdatedAt           string  `json:"updatedAt"`
+	SandboxClass        string  `json:"sandboxClass"`
+	ToolboxProxyURL     string  `json:"toolboxProxyUrl"`
 }
 
 // BuildInfo is how the SDK sends an image: a Dockerfile.
@@ -156,6 +159,7 @@ func (h *Handler) renderSandbox(toolboxBase string, sb sandpit.Sandbox, withEnv 
 		Public:          true,
 		NetworkBlockAll: sb.Network.Egress == sandpit.EgressNone && len(sb.Network.Allow) == 0,
 		Target:          defaultTarget,
+		RunnerID:        h.svc.Config().NodeName,
 		// The allocation: the daemon's defaults when the create named none,
 		// the host's capacity for a resource without a limit.
 		CPU:                 h.res.cpu(sb.CPU),
@@ -482,8 +486,25 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	if next != "" {
 		out.NextCursor = &next
 	}
+	if r.Header.Get(HeaderRowPositions) != "" {
+		// A cluster node merging the listings of every node asks where
+		// each row sits in the (created_at, id) order, which createdAt's
+		// milliseconds cannot tell.
+		pos := make(map[string]time.Time, len(page))
+		for _, sb := range page {
+			pos[sb.ID] = sb.CreatedAt
+		}
+		if b, err := json.Marshal(pos); err == nil {
+			w.Header().Set(HeaderRowPositions, string(b))
+		}
+	}
 	api.WriteJSON(w, http.StatusOK, out)
 }
+
+// HeaderRowPositions, on a listing request, asks for each listed row's exact
+// creation time; the answer carries them in the same header as a JSON object
+// of id -> time. The cluster merges node listings with it.
+const HeaderRowPositions = "Sandpit-Row-Positions"
 
 // listOne answers a listing filtered by exact id and/or name.
 func (h *Handler) listOne(w http.ResponseWriter, r *http.Request, id, name string, opts sandpit.ListOptions) {

@@ -76,6 +76,9 @@ type Config struct {
 	// Metrics is the daemon's sample history, which getMetrics windows
 	// select from; nil answers only the current sample.
 	Metrics *service.MetricsHistory
+	// NodeName is this daemon's cluster node name, reported as clientID;
+	// "" outside a cluster.
+	NodeName string
 }
 
 // DomainFor returns the domain to report for a proxy listening on proxyPort:
@@ -182,6 +185,10 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	api.WriteJSON(w, status, ErrorBody{Code: status, Message: msg})
 }
 
+// WriteProblem renders err in E2B's error shape, for the daemon's cluster
+// router, which refuses some requests before they reach this handler.
+func WriteProblem(w http.ResponseWriter, err error) { fail(w, err, "") }
+
 // fail renders err with the one shared classification. A missing sandbox gets
 // a plain message naming it, since the SDK shows the message to the user.
 func fail(w http.ResponseWriter, err error, id string) {
@@ -190,5 +197,8 @@ func fail(w http.ResponseWriter, err error, id string) {
 		return
 	}
 	p := api.Classify(err)
+	if ra := p.RetryAfter(); ra != "" {
+		w.Header().Set("Retry-After", ra)
+	}
 	writeError(w, p.Status, p.Message)
 }

@@ -23,8 +23,17 @@ const EnvdVersion = "0.6.4"
 const defaultUser = "user"
 
 // clientID fills E2B's clientID field, which names the cluster client that
-// runs a sandbox; sandpit has one.
+// runs a sandbox: a single daemon is the one client; a cluster node puts its
+// node name there (Config.NodeName).
 const clientID = "sandpit"
+
+// clientID is the clientID of the sandboxes this node runs.
+func (h *Handler) clientID() string {
+	if h.cfg.NodeName != "" {
+		return h.cfg.NodeName
+	}
+	return clientID
+}
 
 // maxTimeoutSeconds mirrors the service's limit so that an out-of-range
 // timeout is refused before the create is claimed.
@@ -235,7 +244,7 @@ func (h *Handler) created(sb sandpit.Sandbox) CreatedSandbox {
 		SandboxID:          sb.ID,
 		TemplateID:         templateOf(sb),
 		Alias:              sb.Template,
-		ClientID:           clientID,
+		ClientID:           h.clientID(),
 		EnvdVersion:        EnvdVersion,
 		EnvdAccessToken:    sb.AccessToken,
 		TrafficAccessToken: sb.TrafficToken,
@@ -261,7 +270,7 @@ func (h *Handler) listed(sb sandpit.Sandbox, state string) ListedSandbox {
 		SandboxID:   sb.ID,
 		TemplateID:  templateOf(sb),
 		Alias:       sb.Template,
-		ClientID:    clientID,
+		ClientID:    h.clientID(),
 		StartedAt:   sb.CreatedAt.UTC(),
 		EndAt:       end.UTC(),
 		CPUCount:    cpus,

@@ -21,7 +21,7 @@ const heartbeat = 15 * time.Second
 // toEvent renders a service event in the wire shape.
 func toEvent(e service.Event) apitypes.Event {
 	out := apitypes.Event{Type: string(e.Type), SandboxID: e.Sandbox.ID, State: string(e.Sandbox.State),
-		OldState: string(e.OldState), Time: e.Time}
+		OldState: string(e.OldState), Time: e.Time, Node: e.Node}
 	if e.Gone() {
 		out.State = ""
 	}

@@ -74,10 +74,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func WriteProblem(w http.ResponseWriter, p api.Problem) { writeError(w, p) }
 
 func writeError(w http.ResponseWriter, p api.Problem) {
-	if p.Code == apitypes.CodeNoLeader {
-		// An election takes about a second; the Go client retries a 503
-		// that names a delay with the same Idempotency-Key.
-		w.Header().Set("Retry-After", "1")
+	if ra := p.RetryAfter(); ra != "" {
+		// The Go client retries a 503 that names a delay with the same
+		// Idempotency-Key.
+		w.Header().Set("Retry-After", ra)
 	}
 	api.WriteJSON(w, p.Status, apitypes.ErrorBody{Error: apitypes.ErrorDetail{Code: p.Code, Message: p.Message}})
 }
