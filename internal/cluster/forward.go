@@ -64,7 +64,12 @@ type RouterConfig struct {
 	// ListToken, when set, makes GET /v1/sandboxes list the whole cluster:
 	// it returns the page token that continues after a row.
 	ListToken func(created time.Time, id string) string
-	Logger    *slog.Logger
+	// Lost answers a request about a lost sandbox in its surface's shape:
+	// 410 sandbox_lost, or, when deleted is true, the surface's answer to a
+	// delete that succeeded (the placement is gone by then). Nil answers in
+	// the native shape.
+	Lost   func(w http.ResponseWriter, r *http.Request, p Placement, deleted bool)
+	Logger *slog.Logger
 }
 
 // route is what one request is about.
@@ -73,6 +78,7 @@ type route struct {
 	create    bool   // a create: placed by capacity
 	sandbox   string // id or name of the sandbox it acts on
 	byNameToo bool   // the surface also accepts a name where the id goes
+	root      bool   // the path names the sandbox itself (its delete, its GET)
 }
 
 // classify finds the sandbox a request acts on from its path. Paths it does
@@ -88,15 +94,15 @@ func classify(r *http.Request) (route, bool) {
 			}
 			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
 		}
-		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
-		return route{sandbox: id, byNameToo: true}, id != ""
+		id, more, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		return route{sandbox: id, byNameToo: true, root: more == ""}, id != ""
 	case strings.HasPrefix(p, "/daytona/sandbox"):
 		rest := strings.TrimPrefix(p, "/daytona/sandbox")
 		if rest == "" || rest == "/" {
 			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
 		}
-		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
-		return route{sandbox: id, byNameToo: true}, id != ""
+		id, more, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		return route{sandbox: id, byNameToo: true, root: more == ""}, id != ""
 	case strings.HasPrefix(p, "/daytona/toolbox/"):
 		id, _, _ := strings.Cut(strings.TrimPrefix(p, "/daytona/toolbox/"), "/")
 		return route{sandbox: id}, id != ""
@@ -110,8 +116,8 @@ func classify(r *http.Request) (route, bool) {
 		if rest == "" || rest == "/" {
 			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
 		}
-		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
-		return route{sandbox: id}, id != ""
+		id, more, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		return route{sandbox: id, root: more == ""}, id != ""
 	}
 	return route{}, false
 }
@@ -223,6 +229,10 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			p, found := c.rep.fsm.Placement(rt.sandbox)
 			if !found && rt.byNameToo {
 				p, found = c.rep.fsm.PlacementByName(rt.sandbox)
+			}
+			if found && p.State != PlacementPlaced && p.State != PlacementReserved {
+				c.serveFailedOver(w, r, local, rt, p, cfg)
+				return
 			}
 			if !found || p.Node == "" || p.Node == c.cfg.NodeName {
 				local.ServeHTTP(w, r)

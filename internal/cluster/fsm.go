@@ -32,6 +32,13 @@ import (
 const (
 	PlacementReserved = "reserved"
 	PlacementPlaced   = "placed"
+	// PlacementLost: the owner node died and no node re-created the
+	// sandbox; every call but a delete answers 410 until the owner comes
+	// back or the user deletes it.
+	PlacementLost = "lost"
+	// PlacementRecreating: the leader chose Node to re-create the sandbox of
+	// a dead node from its Spec; Node makes it placed when done.
+	PlacementRecreating = "recreating"
 )
 
 // Node is a member as registered in the replicated index: where its API, its
@@ -56,6 +63,9 @@ type Placement struct {
 	Hostnames []string          `json:"hostnames,omitempty"` // sorted
 	State     string            `json:"state"`
 	CreatedAt time.Time         `json:"created_at"`
+	// Spec is what a node needs to re-create the sandbox after its owner
+	// died: opaque here, written and read by the service layer.
+	Spec json.RawMessage `json:"spec,omitempty"`
 }
 
 // ClaimRecord is one replicated idempotency claim: the SQLite row's columns
@@ -142,6 +152,12 @@ const (
 	opMark           = "mark"
 	opExpireNode     = "expire_node_claims"
 	opRenew          = "renew"
+	// Failover (failover.go).
+	opSetSpec   = "set_spec"
+	opFailNode  = "fail_node"
+	opRecreated = "recreated"
+	opReclaim   = "reclaim"
+	opRelease   = "release"
 )
 
 // command is one log entry. At is the proposer's clock, the only time Apply
@@ -171,6 +187,13 @@ type command struct {
 	Keep time.Duration `json:"keep,omitempty"`
 	// Until is a renewed claim's new lock deadline.
 	Until time.Time `json:"until,omitempty"`
+	// Spec is a placement's re-creation spec (set_spec).
+	Spec json.RawMessage `json:"spec,omitempty"`
+	// Targets maps each sandbox of a failed node to the node chosen to
+	// re-create it (fail_node); a sandbox without one becomes lost.
+	Targets map[string]string `json:"targets,omitempty"`
+	// Failed is the dead node whose sandboxes fail_node re-places.
+	Failed string `json:"failed,omitempty"`
 }
 
 // Result is what applying one command returns: an error sentinel from
@@ -318,6 +341,8 @@ func (x *Index) apply(c command) Result {
 	case opMark:
 		x.Marks[c.Node] = c.Attempt
 		return Result{}
+	case opSetSpec, opFailNode, opRecreated, opReclaim, opRelease:
+		return x.applyFailover(c)
 	case opReap:
 		for k, r := range x.Claims {
 			if r.LockedUntil.Before(c.At) && (r.ReplayUntil.IsZero() || r.ReplayUntil.Before(c.At)) {
@@ -630,6 +655,7 @@ func (p *Placement) clone() Placement {
 	c := *p
 	c.Labels = maps.Clone(p.Labels)
 	c.Hostnames = slices.Clone(p.Hostnames)
+	c.Spec = slices.Clone(p.Spec)
 	return c
 }
 

@@ -43,6 +43,11 @@ type Config struct {
 	// that placement never picks a full node.
 	MaxSandboxes int
 	Logger       *slog.Logger
+	// DeadNodeGrace is how long a node stays dead in gossip before the
+	// leader applies Failover to its sandboxes (default 30 s).
+	DeadNodeGrace time.Duration
+	// Failover is FailoverOrphan (default) or FailoverRecreate.
+	Failover string
 	// Fast shortens Raft's and gossip's timers (tests on one machine).
 	Fast bool
 }
@@ -66,6 +71,9 @@ type Cluster struct {
 		sync.Mutex
 		n map[string]int
 	}
+	// downSince is, on the leader, since when each registered node has been
+	// down in gossip; only the run loop touches it.
+	downSince map[string]time.Time
 }
 
 // Start opens the cluster port and gossip, starts Raft from <DataDir>/raft,
@@ -224,11 +232,16 @@ func (c *Cluster) run(ctx context.Context) {
 			gossiped = n
 			c.RefreshCapacity()
 		}
+		if !c.rep.IsLeader() {
+			// A node that leads again later starts its clocks afresh.
+			clear(c.downSince)
+		}
 		if err := c.maybeBootstrap(); err != nil {
 			c.log.Error("cluster: bootstrap", "err", err)
 		}
 		if c.rep.IsLeader() {
 			c.reconcile(ctx)
+			c.detectDead(ctx, time.Now())
 			if time.Since(lastReap) > 10*time.Second {
 				lastReap = time.Now()
 				if err := c.rep.Reap(ctx); err != nil && ctx.Err() == nil {

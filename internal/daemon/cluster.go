@@ -30,6 +30,10 @@ type ClusterConfig struct {
 	Bootstrap       bool
 	BootstrapExpect int
 	KeyFile         string
+	// DeadNodeGrace and Failover decide what becomes of the sandboxes of a
+	// node that stays dead (cluster.Config).
+	DeadNodeGrace time.Duration
+	Failover      string
 	// Fast shortens Raft's and gossip's timers (tests on one machine).
 	Fast bool
 }
@@ -50,6 +54,14 @@ func validCluster(cfg Config) error {
 	}
 	if cc.BootstrapExpect < 0 {
 		return fmt.Errorf("--bootstrap-expect must not be negative")
+	}
+	if cc.DeadNodeGrace < 0 {
+		return fmt.Errorf("--dead-node-grace must not be negative")
+	}
+	if cc.Failover != "" {
+		if err := cluster.ValidFailover(cc.Failover); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -89,6 +101,8 @@ func startCluster(ctx context.Context, cfg Config, instance, apiAddr, proxyAddr 
 		Keys:            keys,
 		Self:            cluster.Node{APIAddr: apiAddr, ProxyAddr: proxyAddr, PublicHost: cfg.PublicHost},
 		MaxSandboxes:    cfg.MaxSandboxes,
+		DeadNodeGrace:   cc.DeadNodeGrace,
+		Failover:        cc.Failover,
 		Logger:          cfg.Logger,
 		Fast:            cc.Fast,
 	})
