@@ -562,13 +562,19 @@ func (c *Cluster) WaitCaughtUp(ctx context.Context) error {
 	if _, err := c.rep.WaitLeader(ctx); err != nil {
 		return err
 	}
+	return c.rep.CatchUp(ctx)
+}
+
+// CatchUp waits until this replica has applied every entry the leader had
+// committed when it asked (a read barrier through a no-op entry).
+func (r *Replica) CatchUp(ctx context.Context) error {
 	// An entry committed now follows everything committed before it; once
 	// this node has applied it, its copy is at least that current.
 	mark := newAttempt()
-	if err := c.rep.do(ctx, command{Op: opMark, Attempt: mark}); err != nil {
+	if err := r.do(ctx, command{Op: opMark, Attempt: mark}); err != nil {
 		return err
 	}
-	for c.rep.fsm.Mark(c.cfg.NodeName) != mark {
+	for r.fsm.Mark(r.cfg.NodeID) != mark {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -160,6 +160,8 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler) http
 		// The native listing covers the whole cluster; its page tokens name
 		// a position that every node's store continues from.
 		ListToken: store.PageTokenAfter,
+		// A sandbox lost with its node answers in its surface's shape.
+		Lost: answerLost,
 		// Duplicates of one create must meet on one node, whose claim
 		// decides them: the Idempotency-Key names a create, and so does the
 		// E2B facade's fingerprint of an identical body.
