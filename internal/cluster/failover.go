@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -132,12 +131,7 @@ func (f *FSM) Owned(node string) []Placement {
 			out = append(out, p.clone())
 		}
 	}
-	slices.SortFunc(out, func(a, b Placement) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.SandboxID, b.SandboxID)
-	})
+	sortPlacements(out)
 	return out
 }
 

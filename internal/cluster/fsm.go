@@ -615,13 +615,18 @@ func (f *FSM) Placements(labels map[string]string) []Placement {
 			out = append(out, p.clone())
 		}
 	}
-	slices.SortFunc(out, func(a, b Placement) int {
+	sortPlacements(out)
+	return out
+}
+
+// sortPlacements orders placements by creation time, then id.
+func sortPlacements(ps []Placement) {
+	slices.SortFunc(ps, func(a, b Placement) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.SandboxID, b.SandboxID)
 	})
-	return out
 }
 
 // Claim returns the claim of (scope, fingerprint) as it stands.

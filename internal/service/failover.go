@@ -244,13 +244,9 @@ func (s *Service) dropLocal(ctx context.Context, id string) error {
 		return err
 	}
 	defer s.leave(id)()
-	s.removeRoutes(ctx, id)
-	s.forgetIP(id)
-	s.forgetTouch(id)
-	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
-		return runtimeErr("remove stale container", err)
+	if err := s.teardown(ctx, sb); err != nil {
+		return err
 	}
-	s.removeFirewall(ctx, id)
 	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 		return err
 	}
