@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -326,4 +327,51 @@ func ports(t *testing.T, ctx context.Context, n *node, id string) []apitypes.Por
 		t.Fatalf("ports: %d %s", a.status, a.body)
 	}
 	return l.Ports
+}
+
+// TestClusterFrozenNodeDropsMovedSandbox freezes the owner past the grace
+// period, as a partition would cut it off, and thaws it after its sandbox
+// was re-created elsewhere: without restarting, it sees the log and removes
+// its copy, so one container of the sandbox is left.
+func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
+	const grace = 3 * time.Second
+	c := startClusterWith(t, failoverFlags("recreate", grace))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	n1, n3 := c.nodes[0], c.nodes[2]
+	_, _, sb := c.createOn(t, ctx, "n3", "frozen-owner")
+	n3.Signal(syscall.SIGSTOP)
+	thawed := false
+	defer func() {
+		if !thawed {
+			n3.Signal(syscall.SIGCONT)
+		}
+	}()
+	var now sandboxView
+	eventually(t, grace+30*time.Second, func() string {
+		// A request forwarded to the frozen owner over a pooled connection
+		// waits for it; each poll gives up after a few seconds.
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		a := call(pctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
+		if a.status != http.StatusOK {
+			return fmt.Sprintf("GET: %d %s %v", a.status, a.body, a.err)
+		}
+		if now = view(t, a); now.Node == "n3" || now.State != "running" {
+			return fmt.Sprintf("sandbox on %s in state %s", now.Node, now.State)
+		}
+		return ""
+	})
+	if got := c.containersOf(t, sb.ID); got["n3"] != 1 || got[now.Node] != 1 {
+		t.Fatalf("containers while n3 is frozen: %v, want its old one and the new one on %s", got, now.Node)
+	}
+	thawed = true
+	n3.Signal(syscall.SIGCONT)
+	eventually(t, 30*time.Second, func() string {
+		if got := c.containersOf(t, sb.ID); len(got) != 1 || got[now.Node] != 1 {
+			return fmt.Sprintf("containers per node: %v, want one on %s", got, now.Node)
+		}
+		return ""
+	})
+	c.digests(30 * time.Second)
 }
