@@ -576,25 +576,20 @@ func Run(ctx context.Context, cfg Config) error {
 
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
-	// A restarted node must release the placements its interrupted creates
-	// left before it serves: a retry resuming such a create would otherwise
-	// race the release. It must also drop, before its reconcile restarts
-	// anything, its copies of the sandboxes the cluster re-created elsewhere
-	// or deleted while it was away: the index decides, so no sandbox runs
-	// twice. This needs the cluster's leader, which the other nodes provide;
-	// a node that cannot reach it in time serves anyway and reconciles in
-	// the background.
-	clusterReconciled := false
+	// A restarted node must drop, before its reconcile restarts anything,
+	// its copies of the sandboxes the cluster re-created elsewhere or
+	// deleted while it was away: the index decides, so no sandbox runs
+	// twice. That needs this node's copy of the index to be current, which
+	// needs the cluster's leader, which the other nodes provide.
+	caughtUp := false
 	if cl != nil && cl.Replica().HasState() {
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
 		if err := cl.WaitCaughtUp(rctx); err != nil {
 			log.Warn("cluster: not caught up before serving", "err", err)
 		} else if err := svc.DropStale(rctx); err != nil {
 			log.Warn("cluster: drop stale sandboxes before serving", "err", err)
-		} else if err := svc.ReconcileCluster(rctx, started, cfg.IdempotencyRetention); err != nil {
-			log.Warn("cluster: reconcile before serving", "err", err)
 		} else {
-			clusterReconciled = true
+			caughtUp = true
 		}
 		cancel()
 	}
@@ -610,6 +605,22 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := edg.caddy.Sync(ctx); err != nil {
 			log.Error("caddy reconcile at start", "err", err)
 		}
+	}
+
+	// A restarted node must release the placements its interrupted creates
+	// left (reconcile has just unwound their rows) before it serves: a
+	// retry resuming such a create would otherwise race the release. A
+	// node that could not catch up in time serves anyway and reconciles in
+	// the background.
+	clusterReconciled := false
+	if caughtUp {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if err := svc.ReconcileCluster(rctx, started, cfg.IdempotencyRetention); err != nil {
+			log.Warn("cluster: reconcile before serving", "err", err)
+		} else {
+			clusterReconciled = true
+		}
+		cancel()
 	}
 
 	mux := http.NewServeMux()

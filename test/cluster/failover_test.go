@@ -375,3 +375,59 @@ func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
 	})
 	c.digests(30 * time.Second)
 }
+
+// TestClusterRecreateFinishesAfterCrash kills the node re-creating a dead
+// node's sandbox right after it made the container: restarted, it unwinds
+// the half-made copy, finds the placement still recreating on itself and
+// finishes, and one copy of the sandbox runs on the live nodes.
+func TestClusterRecreateFinishesAfterCrash(t *testing.T) {
+	const grace = 10 * time.Second
+	c := startClusterWith(t, failoverFlags("recreate", grace))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+	_, _, sb := c.createOn(t, ctx, "n3", "twice-born")
+	// n1 and n2 run again with a crash point in every cold create: the
+	// next create either makes is the re-creation.
+	crash := []string{"SANDPIT_TEST_CRASH_POINT=after-container-create"}
+	for _, n := range []*node{n1, n2} {
+		n.Stop()
+		if !n.Wait(30 * time.Second) {
+			t.Fatalf("%s did not stop", n.name)
+		}
+		n.Restart(crash)
+		c.waitFormed(30 * time.Second)
+	}
+	kill(t, n3)
+	var crashed *node
+	eventually(t, grace+30*time.Second, func() string {
+		for _, n := range []*node{n1, n2} {
+			if n.Wait(100 * time.Millisecond) {
+				crashed = n
+				return ""
+			}
+		}
+		return "no node reached the crash point while re-creating"
+	})
+	crashed.Restart(nil)
+	eventually(t, 60*time.Second, func() string {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		a := call(pctx, crashed, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
+		if a.status != http.StatusOK {
+			return fmt.Sprintf("GET: %d %s %v", a.status, a.body, a.err)
+		}
+		if v := view(t, a); v.Node == "n3" || v.State != "running" {
+			return fmt.Sprintf("sandbox on %s in state %s", v.Node, v.State)
+		}
+		return ""
+	})
+	got := c.containersOf(t, sb.ID)
+	if got["n1"]+got["n2"] != 1 {
+		t.Fatalf("containers per node after the re-creation finished: %v, want one on n1 or n2", got)
+	}
+	res, err := crashed.Client().Exec(ctx, sb.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo $FAILOVER_ENV"}})
+	if err != nil || strings.TrimSpace(res.Stdout) != "kept" {
+		t.Fatalf("exec in the re-created sandbox: %+v %v", res, err)
+	}
+}
