@@ -197,8 +197,9 @@ func (s *Service) dropStale(ctx context.Context) error {
 	}
 	fsm := s.cfg.Cluster.FSM()
 	stale := func(sb sandpit.Sandbox) bool {
+		// A reservation no node holds yet is not another node's copy.
 		p, ok := fsm.Placement(sb.ID)
-		return !ok || p.Node != s.cfg.NodeName
+		return !ok || (p.Node != "" && p.Node != s.cfg.NodeName)
 	}
 	var cands []sandpit.Sandbox
 	for _, sb := range list {
