@@ -140,6 +140,8 @@ func TestClusterFailoverOrphan(t *testing.T) {
 	})
 	if since := time.Since(killed); since < grace {
 		t.Fatalf("lost after %s, before the %s grace period", since, grace)
+	} else {
+		t.Logf("lost %s after the kill (grace %s)", since.Round(100*time.Millisecond), grace)
 	}
 	table := []struct {
 		name, method, path string
@@ -208,6 +210,7 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	oldPorts := ports(t, ctx, n1, sb.ID)
 
 	kill(t, n3)
+	killed := time.Now()
 	var now sandboxView
 	eventually(t, grace+30*time.Second, func() string {
 		a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
@@ -224,7 +227,7 @@ func TestClusterFailoverRecreate(t *testing.T) {
 		t.Fatalf("re-created as %+v, want the id, name, env and labels of %+v", now, sb)
 	}
 	owner := c.byName(now.Node)
-	t.Logf("re-created on %s", owner.name)
+	t.Logf("re-created on %s, %s after the kill (grace %s)", owner.name, time.Since(killed).Round(100*time.Millisecond), grace)
 	// A fresh filesystem: what ran before does not; started again, it
 	// answers under the same preview host and custom domain.
 	serve(n2)
