@@ -33,6 +33,10 @@ var (
 	// ErrInvalidPageToken is returned for a page token the listing did not
 	// issue.
 	ErrInvalidPageToken = errors.New("invalid page token")
+	// ErrSandboxLost: the cluster node that ran the sandbox died and the
+	// cluster's failover policy left it lost; only a delete (which frees its
+	// name and hostnames) is accepted.
+	ErrSandboxLost = errors.New("sandbox lost with its cluster node")
 )
 
 // PortAccess says who may reach a sandbox's ports, other than its agent's,

@@ -170,6 +170,9 @@ const (
 	// CodeMisdirected (421): a forwarded request reached a node that does not
 	// own its sandbox; nodes forward only once.
 	CodeMisdirected = "misdirected"
+	// CodeSandboxLost (410): the sandbox's cluster node died and the
+	// sandbox was not re-created; delete it to free its name.
+	CodeSandboxLost = "sandbox_lost"
 )
 
 // Network is a sandbox's own egress policy. Egress "public" (the default)

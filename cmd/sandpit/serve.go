@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/daemon"
 )
 
@@ -90,9 +91,16 @@ func serveCmd() *cobra.Command {
 				if cc.BootstrapExpect < 0 {
 					return fmt.Errorf("--bootstrap-expect must not be negative")
 				}
+				if cc.DeadNodeGrace <= 0 {
+					return fmt.Errorf("--dead-node-grace must be positive")
+				}
+				if err := cluster.ValidFailover(cc.Failover); err != nil {
+					return err
+				}
 				cc.Fast = os.Getenv("SANDPIT_TEST_CLUSTER_FAST") == "1"
 				cfg.Cluster = &cc
-			} else if cmd.Flags().Changed("join") || cc.Bootstrap || cc.BootstrapExpect > 0 {
+			} else if cmd.Flags().Changed("join") || cc.Bootstrap || cc.BootstrapExpect > 0 ||
+				cmd.Flags().Changed("dead-node-grace") || cmd.Flags().Changed("failover") {
 				return fmt.Errorf("cluster flags need --cluster")
 			}
 			return daemon.Run(cmd.Context(), cfg)
@@ -152,6 +160,8 @@ func serveCmd() *cobra.Command {
 	f.BoolVar(&cc.Bootstrap, "bootstrap", false, "form a new one-node cluster if this node has no cluster state")
 	f.IntVar(&cc.BootstrapExpect, "bootstrap-expect", 0, "form the cluster once this many members have joined")
 	f.StringVar(&cc.KeyFile, "cluster-key-file", envOr("SANDPIT_CLUSTER_KEY_FILE", ""), "file holding the shared cluster secret (at least 16 bytes)")
+	f.DurationVar(&cc.DeadNodeGrace, "dead-node-grace", cluster.DefaultDeadNodeGrace, "how long a node stays dead in gossip before the leader applies --failover to its sandboxes")
+	f.StringVar(&cc.Failover, "failover", cluster.FailoverOrphan, "what becomes of a dead node's sandboxes: orphan (they answer 410 sandbox_lost until deleted) or recreate (re-created on a healthy node, same id and name, fresh filesystem)")
 	f.StringArrayVar(&pools, "warm-pool", nil, "keep N started sandboxes of TEMPLATE_OR_IMAGE for creates to adopt: TEMPLATE_OR_IMAGE=N[,user=NAME][,cpu=CORES][,memory=MIB] (repeatable; E2B creates act as user=user; creates asking for the pool's cpu and memory skip a live update)")
 	f.IntVar(&cfg.WarmPoolMax, "warm-pool-max", 64, "upper bound of the warm pools' total size")
 	f.IntVar(&cfg.PoolRefillConcurrency, "warm-pool-refill", 1, "pooled sandboxes made at once while refilling")

@@ -78,6 +78,8 @@ func Classify(err error) Problem {
 		return Problem{http.StatusGatewayTimeout, apitypes.CodeTimeout, msg}
 	case errors.Is(err, service.ErrRuntime), errors.Is(err, service.ErrRouter), errors.Is(err, service.ErrAgentUnhealthy):
 		return Problem{http.StatusBadGateway, apitypes.CodeUpstream, msg}
+	case errors.Is(err, sandpit.ErrSandboxLost):
+		return Problem{http.StatusGone, apitypes.CodeSandboxLost, msg}
 	case errors.Is(err, sandpit.ErrNoLeader):
 		return Problem{http.StatusServiceUnavailable, apitypes.CodeNoLeader, msg}
 	case errors.Is(err, sandpit.ErrNoCapacity):

@@ -70,7 +70,12 @@ type RouterConfig struct {
 	Refuse func(w http.ResponseWriter, r *http.Request, err error)
 	// Lists, when set, makes the facades' listings answer for the whole
 	// cluster too (see FacadeList).
-	Lists  []FacadeList
+	Lists []FacadeList
+	// Lost answers a request about a lost sandbox in its surface's shape:
+	// 410 sandbox_lost, or, when deleted is true, the surface's answer to a
+	// delete that succeeded (the placement is gone by then). Nil answers in
+	// the native shape.
+	Lost   func(w http.ResponseWriter, r *http.Request, p Placement, deleted bool)
 	Logger *slog.Logger
 }
 
@@ -87,6 +92,7 @@ type route struct {
 	// signedFiles: an E2B signed file URL, which names no sandbox; the
 	// node whose sandbox made the signature is found by asking.
 	signedFiles bool
+	root        bool // the path names the sandbox itself (its delete, its GET)
 }
 
 // headerE2BSandboxID names the sandbox of an E2B gateway call.
@@ -112,15 +118,15 @@ func classify(r *http.Request) (route, bool) {
 			}
 			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
 		}
-		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
-		return route{sandbox: id, byNameToo: true}, id != ""
+		id, more, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		return route{sandbox: id, byNameToo: true, root: more == ""}, id != ""
 	case strings.HasPrefix(p, "/daytona/sandbox"):
 		rest := strings.TrimPrefix(p, "/daytona/sandbox")
 		if rest == "" || rest == "/" {
 			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
 		}
-		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
-		return route{sandbox: id, byNameToo: true}, id != ""
+		id, more, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		return route{sandbox: id, byNameToo: true, root: more == ""}, id != ""
 	case strings.HasPrefix(p, "/daytona/toolbox/"):
 		id, _, _ := strings.Cut(strings.TrimPrefix(p, "/daytona/toolbox/"), "/")
 		return route{sandbox: id}, id != ""
@@ -134,8 +140,8 @@ func classify(r *http.Request) (route, bool) {
 		if rest == "" || rest == "/" {
 			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
 		}
-		id, _, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
-		return route{sandbox: id}, id != ""
+		id, more, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		return route{sandbox: id, root: more == ""}, id != ""
 	}
 	return route{}, false
 }
@@ -271,6 +277,10 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			p, found := c.rep.fsm.Placement(rt.sandbox)
 			if !found && rt.byNameToo {
 				p, found = c.rep.fsm.PlacementByName(rt.sandbox)
+			}
+			if found && p.State != PlacementPlaced && p.State != PlacementReserved {
+				c.serveFailedOver(w, r, local, rt, p, cfg)
+				return
 			}
 			if !found || p.Node == "" || p.Node == c.cfg.NodeName || rt.anonymous && p.State != PlacementPlaced {
 				local.ServeHTTP(w, r)

@@ -32,6 +32,13 @@ import (
 const (
 	PlacementReserved = "reserved"
 	PlacementPlaced   = "placed"
+	// PlacementLost: the owner node died and no node re-created the
+	// sandbox; every call but a delete answers 410 until the owner comes
+	// back or the user deletes it.
+	PlacementLost = "lost"
+	// PlacementRecreating: the leader chose Node to re-create the sandbox of
+	// a dead node from its Spec; Node makes it placed when done.
+	PlacementRecreating = "recreating"
 )
 
 // Node is a member as registered in the replicated index: where its API, its
@@ -64,6 +71,9 @@ type Placement struct {
 	Hostnames []string          `json:"hostnames,omitempty"` // sorted
 	State     string            `json:"state"`
 	CreatedAt time.Time         `json:"created_at"`
+	// Spec is what a node needs to re-create the sandbox after its owner
+	// died: opaque here, written and read by the service layer.
+	Spec json.RawMessage `json:"spec,omitempty"`
 }
 
 // ClaimRecord is one replicated idempotency claim: the SQLite row's columns
@@ -151,6 +161,12 @@ const (
 	opExpireNode     = "expire_node_claims"
 	opRenew          = "renew"
 	opSetDrain       = "set_drain"
+	// Failover (failover.go).
+	opSetSpec   = "set_spec"
+	opFailNode  = "fail_node"
+	opRecreated = "recreated"
+	opReclaim   = "reclaim"
+	opRelease   = "release"
 )
 
 // command is one log entry. At is the proposer's clock, the only time Apply
@@ -182,6 +198,13 @@ type command struct {
 	Until time.Time `json:"until,omitempty"`
 	// Drain is the drain flag set_drain gives Node.
 	Drain bool `json:"drain,omitempty"`
+	// Spec is a placement's re-creation spec (set_spec).
+	Spec json.RawMessage `json:"spec,omitempty"`
+	// Targets maps each sandbox of a failed node to the node chosen to
+	// re-create it (fail_node); a sandbox without one becomes lost.
+	Targets map[string]string `json:"targets,omitempty"`
+	// Failed is the dead node whose sandboxes fail_node re-places.
+	Failed string `json:"failed,omitempty"`
 }
 
 // Result is what applying one command returns: an error sentinel from
@@ -341,6 +364,8 @@ func (x *Index) apply(c command) Result {
 	case opMark:
 		x.Marks[c.Node] = c.Attempt
 		return Result{}
+	case opSetSpec, opFailNode, opRecreated, opReclaim, opRelease:
+		return x.applyFailover(c)
 	case opReap:
 		for k, r := range x.Claims {
 			if r.LockedUntil.Before(c.At) && (r.ReplayUntil.IsZero() || r.ReplayUntil.Before(c.At)) {
@@ -620,13 +645,18 @@ func (f *FSM) Placements(labels map[string]string) []Placement {
 			out = append(out, p.clone())
 		}
 	}
-	slices.SortFunc(out, func(a, b Placement) int {
+	sortPlacements(out)
+	return out
+}
+
+// sortPlacements orders placements by creation time, then id.
+func sortPlacements(ps []Placement) {
+	slices.SortFunc(ps, func(a, b Placement) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.SandboxID, b.SandboxID)
 	})
-	return out
 }
 
 // Claim returns the claim of (scope, fingerprint) as it stands.
@@ -660,6 +690,7 @@ func (p *Placement) clone() Placement {
 	c := *p
 	c.Labels = maps.Clone(p.Labels)
 	c.Hostnames = slices.Clone(p.Hostnames)
+	c.Spec = slices.Clone(p.Spec)
 	return c
 }
 

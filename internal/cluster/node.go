@@ -45,6 +45,11 @@ type Config struct {
 	// that placement never picks a full node.
 	MaxSandboxes int
 	Logger       *slog.Logger
+	// DeadNodeGrace is how long a node stays dead in gossip before the
+	// leader applies Failover to its sandboxes (default 30 s).
+	DeadNodeGrace time.Duration
+	// Failover is FailoverOrphan (default) or FailoverRecreate.
+	Failover string
 	// Fast shortens Raft's and gossip's timers (tests on one machine).
 	Fast bool
 }
@@ -68,6 +73,9 @@ type Cluster struct {
 		sync.Mutex
 		n map[string]int
 	}
+	// downSince is, on the leader, since when each registered node has been
+	// down in gossip; only the run loop touches it.
+	downSince map[string]time.Time
 }
 
 // Start opens the cluster port and gossip, starts Raft from <DataDir>/raft,
@@ -226,11 +234,16 @@ func (c *Cluster) run(ctx context.Context) {
 			gossiped = n
 			c.RefreshCapacity()
 		}
+		if !c.rep.IsLeader() {
+			// A node that leads again later starts its clocks afresh.
+			clear(c.downSince)
+		}
 		if err := c.maybeBootstrap(); err != nil {
 			c.log.Error("cluster: bootstrap", "err", err)
 		}
 		if c.rep.IsLeader() {
 			c.reconcile(ctx)
+			c.detectDead(ctx, time.Now())
 			if time.Since(lastReap) > 10*time.Second {
 				lastReap = time.Now()
 				if err := c.rep.Reap(ctx); err != nil && ctx.Err() == nil {
@@ -583,13 +596,19 @@ func (c *Cluster) WaitCaughtUp(ctx context.Context) error {
 	if _, err := c.rep.WaitLeader(ctx); err != nil {
 		return err
 	}
+	return c.rep.CatchUp(ctx)
+}
+
+// CatchUp waits until this replica has applied every entry the leader had
+// committed when it asked (a read barrier through a no-op entry).
+func (r *Replica) CatchUp(ctx context.Context) error {
 	// An entry committed now follows everything committed before it; once
 	// this node has applied it, its copy is at least that current.
 	mark := newAttempt()
-	if err := c.rep.do(ctx, command{Op: opMark, Attempt: mark}); err != nil {
+	if err := r.do(ctx, command{Op: opMark, Attempt: mark}); err != nil {
 		return err
 	}
-	for c.rep.fsm.Mark(c.cfg.NodeName) != mark {
+	for r.fsm.Mark(r.cfg.NodeID) != mark {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

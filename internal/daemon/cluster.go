@@ -31,6 +31,10 @@ type ClusterConfig struct {
 	Bootstrap       bool
 	BootstrapExpect int
 	KeyFile         string
+	// DeadNodeGrace and Failover decide what becomes of the sandboxes of a
+	// node that stays dead (cluster.Config).
+	DeadNodeGrace time.Duration
+	Failover      string
 	// Fast shortens Raft's and gossip's timers (tests on one machine).
 	Fast bool
 }
@@ -51,6 +55,14 @@ func validCluster(cfg Config) error {
 	}
 	if cc.BootstrapExpect < 0 {
 		return fmt.Errorf("--bootstrap-expect must not be negative")
+	}
+	if cc.DeadNodeGrace < 0 {
+		return fmt.Errorf("--dead-node-grace must not be negative")
+	}
+	if cc.Failover != "" {
+		if err := cluster.ValidFailover(cc.Failover); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -90,6 +102,8 @@ func startCluster(ctx context.Context, cfg Config, instance, apiAddr, proxyAddr 
 		Keys:            keys,
 		Self:            cluster.Node{APIAddr: apiAddr, ProxyAddr: proxyAddr, PublicHost: cfg.PublicHost},
 		MaxSandboxes:    cfg.MaxSandboxes,
+		DeadNodeGrace:   cc.DeadNodeGrace,
+		Failover:        cc.Failover,
 		Logger:          cfg.Logger,
 		Fast:            cc.Fast,
 	})
@@ -149,17 +163,10 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler) http
 		ListToken: store.PageTokenAfter,
 		// So do the E2B and Daytona listings.
 		Lists: clusterLists(),
-		// A create no node has room for is refused in its surface's shape.
-		Refuse: func(w http.ResponseWriter, r *http.Request, err error) {
-			switch {
-			case strings.HasPrefix(r.URL.Path, e2b.Prefix+"/"):
-				e2b.WriteProblem(w, err)
-			case strings.HasPrefix(r.URL.Path, daytona.DefaultPrefix+"/"):
-				daytona.WriteProblem(w, r, err)
-			default:
-				v1.WriteProblem(w, api.Classify(err))
-			}
-		},
+		// A create no node has room for is refused in its surface's shape;
+		// so is any call on a sandbox lost with its node.
+		Refuse: writeSurfaceProblem,
+		Lost:   answerLost,
 		// Duplicates of one create must meet on one node, whose claim
 		// decides them: the Idempotency-Key names a create, and so does the
 		// E2B facade's fingerprint of an identical body.
@@ -198,5 +205,19 @@ func reconcileCluster(ctx context.Context, cl *cluster.Cluster, svc *service.Ser
 		case <-ctx.Done():
 		case <-time.After(2 * time.Second):
 		}
+	}
+}
+
+// writeSurfaceProblem answers an error the cluster router decided itself
+// (no capacity, a lost sandbox) in the shape of the surface the request came
+// through, with the status of the one mapping in api.Classify.
+func writeSurfaceProblem(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case strings.HasPrefix(r.URL.Path, e2b.Prefix+"/"):
+		e2b.WriteProblem(w, err)
+	case strings.HasPrefix(r.URL.Path, daytona.DefaultPrefix+"/"):
+		daytona.WriteProblem(w, r, err)
+	default:
+		v1.WriteProblem(w, api.Classify(err))
 	}
 }

@@ -576,6 +576,23 @@ func Run(ctx context.Context, cfg Config) error {
 
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
+	// A restarted node must drop, before its reconcile restarts anything,
+	// its copies of the sandboxes the cluster re-created elsewhere or
+	// deleted while it was away: the index decides, so no sandbox runs
+	// twice. That needs this node's copy of the index to be current, which
+	// needs the cluster's leader, which the other nodes provide.
+	caughtUp := false
+	if cl != nil && cl.Replica().HasState() {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if err := cl.WaitCaughtUp(rctx); err != nil {
+			log.Warn("cluster: not caught up before serving", "err", err)
+		} else if err := svc.DropStale(rctx); err != nil {
+			log.Warn("cluster: drop stale sandboxes before serving", "err", err)
+		} else {
+			caughtUp = true
+		}
+		cancel()
+	}
 	// Reconcile fixes what it can at once and brings back stopped-by-crash
 	// sandboxes in the background, so the API serves meanwhile.
 	if err := svc.Reconcile(bg); err != nil {
@@ -591,16 +608,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	// A restarted node must release the placements its interrupted creates
-	// left before it serves: a retry resuming such a create would otherwise
-	// race the release. This needs the cluster's leader, which the other
-	// nodes provide; a node that cannot reach it in time serves anyway and
-	// reconciles in the background.
+	// left (reconcile has just unwound their rows) before it serves: a
+	// retry resuming such a create would otherwise race the release. A
+	// node that could not catch up in time serves anyway and reconciles in
+	// the background.
 	clusterReconciled := false
-	if cl != nil && cl.Replica().HasState() {
+	if caughtUp {
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		if err := cl.WaitCaughtUp(rctx); err != nil {
-			log.Warn("cluster: not caught up before serving", "err", err)
-		} else if err := svc.ReconcileCluster(rctx, started, cfg.IdempotencyRetention); err != nil {
+		if err := svc.ReconcileCluster(rctx, started, cfg.IdempotencyRetention); err != nil {
 			log.Warn("cluster: reconcile before serving", "err", err)
 		} else {
 			clusterReconciled = true
@@ -679,6 +694,9 @@ func Run(ctx context.Context, cfg Config) error {
 		func() { metrics.Run(bg) },
 		func() { reapIdempotency(bg, st, log) },
 		func() { svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour) },
+		// In a cluster: re-create what the leader moved here, drop what
+		// moved away (a no-op on a single node).
+		func() { svc.RunFailover(bg, 2*time.Second) },
 	} {
 		loops.Add(1)
 		go func() {

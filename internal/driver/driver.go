@@ -36,6 +36,10 @@ var (
 // Spec describes a sandbox's container.
 type Spec struct {
 	SandboxID string
+	// Name is the container's name; "" names it after SandboxID. Cluster
+	// nodes sharing one engine give each copy of a sandbox its own name,
+	// so a re-creation never collides with the dead node's container.
+	Name      string
 	Image     string
 	Env       map[string]string // default environment of every process
 	Labels    map[string]string // extra labels, added to the managed ones

@@ -59,7 +59,9 @@ func (s *Service) ReconcileCluster(ctx context.Context, since time.Time, keep ti
 		return err
 	}
 	for _, p := range s.cfg.Cluster.FSM().Placements(nil) {
-		if p.Node != s.cfg.NodeName || !p.CreatedAt.Before(since) {
+		// A sandbox being re-created here has no row until its re-creation
+		// makes one; that is not an interrupted create.
+		if p.Node != s.cfg.NodeName || p.State == cluster.PlacementRecreating || !p.CreatedAt.Before(since) {
 			continue
 		}
 		_, err := s.store.GetSandbox(ctx, p.SandboxID)
@@ -87,7 +89,10 @@ func (s *Service) clusterRelease(ctx context.Context, id string) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := s.cfg.Cluster.Delete(rctx, id); err != nil {
+	// Only this node's own placement is freed: a copy that went stale here
+	// while the sandbox moved to another node must not free the new copy's
+	// name.
+	if err := s.cfg.Cluster.Release(rctx, id); err != nil {
 		s.log.Error("cluster: release sandbox", "sandbox", id, "err", err)
 	}
 }

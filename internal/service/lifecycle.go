@@ -224,13 +224,9 @@ func (s *Service) deleteLocked(ctx context.Context, id string, typ EventType) er
 			return err
 		}
 	}
-	s.removeRoutes(ctx, id)
-	s.forgetIP(id)
-	s.forgetTouch(id)
-	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
-		return runtimeErr("remove container", err)
+	if err := s.teardown(ctx, sb); err != nil {
+		return err
 	}
-	s.removeFirewall(ctx, id)
 	if err := s.store.DeleteSandbox(ctx, id); err != nil {
 		if errors.Is(err, sandpit.ErrNotFound) {
 			return nil // someone else's delete won, and announced it
@@ -239,6 +235,19 @@ func (s *Service) deleteLocked(ctx context.Context, id string, typ EventType) er
 	}
 	s.clusterRelease(ctx, id)
 	s.publish(typ, sb, sb.State)
+	return nil
+}
+
+// teardown removes what a sandbox has on this node besides its rows: routes,
+// TCP listeners, its container and its firewall rules.
+func (s *Service) teardown(ctx context.Context, sb sandpit.Sandbox) error {
+	s.removeRoutes(ctx, sb.ID)
+	s.forgetIP(sb.ID)
+	s.forgetTouch(sb.ID)
+	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
+		return runtimeErr("remove container", err)
+	}
+	s.removeFirewall(ctx, sb.ID)
 	return nil
 }
 

@@ -252,7 +252,7 @@ func (s *Service) abandonAdoption(ctx context.Context, sb *sandpit.Sandbox) erro
 	// Rules applied for the adopted container's address go with it; the
 	// cold container gets its own at start.
 	s.removeFirewall(ctx, sb.ID)
-	sb.ContainerID = containerName(sb.ID)
+	sb.ContainerID = s.sandboxContainerName(sb.ID)
 	return s.store.AbandonPoolSlot(ctx, sb.ID, sb.ContainerID)
 }
 

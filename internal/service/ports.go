@@ -75,6 +75,7 @@ func (s *Service) tcpURL(hostPort int) string {
 // concurrent retry has installed it meanwhile: a row another caller
 // installed, or answered success for, is not ours to undo (claimAndInstall).
 func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol string) (out ExposeResult, err error) {
+	defer s.specChanged(ctx, id, &err)
 	defer func() {
 		if !out.Reuse {
 			s.audit(ctx, "port.expose", id+":"+strconv.Itoa(port), err)
@@ -161,6 +162,7 @@ func (s *Service) deletePortRow(ctx context.Context, id string, port int) {
 
 // UnexposePort removes the route, then the row.
 func (s *Service) UnexposePort(ctx context.Context, id string, port int) (err error) {
+	defer s.specChanged(ctx, id, &err)
 	if _, err := s.sandbox(ctx, id); err != nil {
 		return err
 	}
@@ -238,6 +240,7 @@ func NormalizeHostname(h string) (string, error) {
 // AddCustomDomain binds a hostname to a sandbox port. The hostname primary key
 // decides between two sandboxes racing for it.
 func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port int) (_ sandpit.CustomDomain, added bool, err error) {
+	defer s.specChanged(ctx, id, &err)
 	defer func() {
 		if added || err != nil {
 			s.audit(ctx, "domain.add", id+":"+hostname, err)
@@ -317,6 +320,7 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 
 // RemoveCustomDomain unbinds a hostname from a sandbox.
 func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) (err error) {
+	defer s.specChanged(ctx, id, &err)
 	h, err := NormalizeHostname(hostname)
 	if err != nil {
 		return err

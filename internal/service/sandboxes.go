@@ -49,6 +49,11 @@ type CreateRequest struct {
 	PortAccess sandpit.PortAccess
 	// Network is the sandbox's own egress policy; zero follows the daemon.
 	Network sandpit.NetworkPolicy
+
+	// recreate makes, under the placement the cluster already holds, a
+	// sandbox of a dead node again (failover.go): nothing is reserved, and
+	// a failure frees nothing cluster-wide.
+	recreate bool
 }
 
 var (
@@ -267,7 +272,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		CPU:          cpu,
 		MemoryMB:     memMB,
 		Owner:        ownerOf(ctx),
-		ContainerID:  containerName(id),
+		ContainerID:  s.sandboxContainerName(id),
 		AccessToken:  newToken(),
 		Network:      req.Network,
 		PortAccess:   access,
@@ -302,11 +307,15 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}
-	if err := s.clusterReserve(ctx, sb); err != nil {
-		return sandpit.Sandbox{}, err
+	if !req.recreate {
+		if err := s.clusterReserve(ctx, sb); err != nil {
+			return sandpit.Sandbox{}, err
+		}
 	}
 	if err := s.store.CreateSandboxWithinLimits(ctx, sb, limits, s.cfg.MaxSandboxes); err != nil {
-		s.clusterRelease(ctx, id)
+		if !req.recreate {
+			s.clusterRelease(ctx, id)
+		}
 		return sandpit.Sandbox{}, err
 	}
 	phase(ctx, "store", t0)
@@ -334,7 +343,9 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		if err := s.store.DeleteSandbox(rctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Error("rollback: delete row", "sandbox", id, "err", err)
 		}
-		s.clusterRelease(rctx, id)
+		if !req.recreate {
+			s.clusterRelease(rctx, id)
+		}
 		return sandpit.Sandbox{}, cause
 	}
 
@@ -368,6 +379,9 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	}
 	phase(ctx, "store", t0)
 	sb.State = sandpit.StateRunning
+	if !req.recreate {
+		s.publishSpec(ctx, id, &req.User)
+	}
 	s.publish(EventCreated, sb, sandpit.StateCreating)
 	return sb, nil
 }
@@ -376,6 +390,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 func (s *Service) createCold(ctx context.Context, sb *sandpit.Sandbox, req CreateRequest) error {
 	spec := driver.Spec{
 		SandboxID:   sb.ID,
+		Name:        sb.ContainerID,
 		Image:       sb.Image,
 		Env:         sb.Env,
 		Labels:      s.containerLabels(),

@@ -292,6 +292,17 @@ func invalidf(format string, args ...any) error {
 
 func containerName(id string) string { return "sandpit-" + id }
 
+// sandboxContainerName is the name of a sandbox's container. In a cluster
+// it carries this node's instance id too: nodes may share one engine, and a
+// sandbox re-created on one node must not collide with the container its
+// dead owner left behind.
+func (s *Service) sandboxContainerName(id string) string {
+	if s.cfg.Cluster != nil && s.cfg.Instance != "" {
+		return containerName(id) + "-" + s.cfg.Instance[:min(8, len(s.cfg.Instance))]
+	}
+	return containerName(id)
+}
+
 // AgentAddr returns "ip:49983" of a running sandbox's agent.
 func (s *Service) AgentAddr(ctx context.Context, id string) (string, error) {
 	ip, err := s.sandboxIP(ctx, id)

@@ -130,7 +130,10 @@ func (d *Docker) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name := ContainerName(spec.SandboxID)
+	name := spec.Name
+	if name == "" {
+		name = ContainerName(spec.SandboxID)
+	}
 	resp, err := d.cli.ContainerCreate(ctx, cfg, hostCfg, &network.NetworkingConfig{}, nil, name)
 	if err != nil {
 		if errdefs.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image") {

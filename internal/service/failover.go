@@ -1,0 +1,318 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/cluster"
+)
+
+// When a cluster node dies, its SQLite file is gone with it; the leader may
+// then ask another node to re-create the node's sandboxes. What that node
+// needs travels in the replicated placement, as a recreateSpec the owner
+// writes when a create completes and rewrites after every change of its
+// exposures or custom domains. Env values are part of it, so they are in the
+// Raft log (encrypted between nodes, 0600 on disk).
+
+// recreateSpec is a placement's replicated spec. Only this package reads it;
+// the cluster layer stores it as opaque JSON.
+type recreateSpec struct {
+	Image       string                `json:"image"`
+	Template    string                `json:"template,omitempty"`
+	Env         map[string]string     `json:"env,omitempty"`
+	Labels      map[string]string     `json:"labels,omitempty"`
+	User        string                `json:"user,omitempty"`
+	CPU         float64               `json:"cpu,omitempty"`
+	MemoryMB    int64                 `json:"memory_mb,omitempty"`
+	DiskGB      float64               `json:"disk_gb,omitempty"`
+	EndAt       time.Time             `json:"end_at,omitzero"`
+	AutoStop    int                   `json:"auto_stop,omitempty"`
+	AutoArchive int                   `json:"auto_archive,omitempty"`
+	AutoDelete  int                   `json:"auto_delete"`
+	PortAccess  sandpit.PortAccess    `json:"port_access,omitempty"`
+	Network     sandpit.NetworkPolicy `json:"network"`
+	Ports       []specPort            `json:"ports,omitempty"`
+	Domains     []specDomain          `json:"domains,omitempty"`
+}
+
+type specPort struct {
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol"`
+}
+
+type specDomain struct {
+	Hostname string `json:"hostname"`
+	Port     int    `json:"port"`
+}
+
+// publishSpec writes sandbox id's spec to its placement. user is the
+// create's agent user, which the store does not keep: nil keeps the one the
+// placement's spec has. A failure is logged: the sandbox works, it only
+// could not be re-created from the latest spec.
+func (s *Service) publishSpec(ctx context.Context, id string, user *string) {
+	if s.cfg.Cluster == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := s.writeSpec(ctx, id, user); err != nil {
+		s.log.Warn("cluster: publish sandbox spec", "sandbox", id, "err", err)
+	}
+}
+
+func (s *Service) writeSpec(ctx context.Context, id string, user *string) error {
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	spec := recreateSpec{
+		Image: sb.Image, Template: sb.Template, Env: sb.Env, Labels: sb.Labels, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
+		DiskGB: sb.DiskGB, EndAt: sb.EndAt, AutoStop: sb.AutoStop, AutoArchive: sb.AutoArchive, AutoDelete: sb.AutoDelete,
+		PortAccess: sb.PortAccess, Network: sb.Network,
+	}
+	if user != nil {
+		spec.User = *user
+	} else if p, ok := s.cfg.Cluster.FSM().Placement(id); ok && len(p.Spec) > 0 {
+		var old recreateSpec
+		if json.Unmarshal(p.Spec, &old) == nil {
+			spec.User = old.User
+		}
+	}
+	ports, err := s.store.ListPorts(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, p := range ports {
+		spec.Ports = append(spec.Ports, specPort{Port: p.Port, Protocol: p.Protocol})
+	}
+	domains, err := s.store.ListCustomDomains(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, d := range domains {
+		spec.Domains = append(spec.Domains, specDomain{Hostname: d.Hostname, Port: d.Port})
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	return s.cfg.Cluster.SetSpec(ctx, id, b)
+}
+
+// specChanged republishes a sandbox's spec after a change of its exposures
+// or domains succeeded. While the sandbox is being re-created here, the
+// re-creation publishes once at its end instead, so that a crash midway
+// never leaves a spec with half of the exposures.
+func (s *Service) specChanged(ctx context.Context, id string, err *error) {
+	if s.cfg.Cluster == nil || *err != nil {
+		return
+	}
+	if p, ok := s.cfg.Cluster.FSM().Placement(id); !ok || p.State != cluster.PlacementPlaced || p.Node != s.cfg.NodeName {
+		return
+	}
+	s.publishSpec(ctx, id, nil)
+}
+
+// RunFailover keeps this node in step with what the cluster decided about
+// its sandboxes, until ctx ends: it re-creates the sandboxes the leader
+// placed here from a dead node, drops the local copies of sandboxes that
+// the cluster moved elsewhere or deleted while this node was away (the
+// replicated index is the tiebreaker, so no sandbox runs on two nodes), and
+// takes back the sandboxes it lost while it was away.
+func (s *Service) RunFailover(ctx context.Context, every time.Duration) {
+	if s.cfg.Cluster == nil {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := s.SyncWithCluster(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("cluster: sync sandboxes with the index", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// SyncWithCluster runs one round of RunFailover. The daemon also runs it once
+// before it serves and before its reconcile restarts containers.
+func (s *Service) SyncWithCluster(ctx context.Context) error {
+	if s.cfg.Cluster == nil {
+		return nil
+	}
+	if err := s.dropStale(ctx); err != nil {
+		return err
+	}
+	fsm := s.cfg.Cluster.FSM()
+	var errs []error
+	reclaim := false
+	for _, p := range fsm.Owned(s.cfg.NodeName) {
+		switch p.State {
+		case cluster.PlacementRecreating:
+			if err := s.recreate(ctx, p); err != nil {
+				errs = append(errs, fmt.Errorf("re-create %s: %w", p.SandboxID, err))
+			}
+		case cluster.PlacementLost:
+			reclaim = true
+		}
+	}
+	if reclaim {
+		// This node is back and sees its lost sandboxes nobody deleted:
+		// they are its own again.
+		s.log.Info("cluster: taking back the sandboxes lost while this node was away")
+		errs = append(errs, s.cfg.Cluster.Reclaim(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// staleAfter is how old a local sandbox must be before the index's silence
+// about it may mean it is stale, so a create whose reservation this node's
+// copy has not applied yet is never mistaken for one.
+const staleAfter = 5 * time.Second
+
+// DropStale removes, in a cluster, the local sandboxes whose placement is
+// gone or names another node; the daemon runs it before it serves.
+func (s *Service) DropStale(ctx context.Context) error {
+	if s.cfg.Cluster == nil {
+		return nil
+	}
+	return s.dropStale(ctx)
+}
+
+// dropStale removes the local sandboxes whose placement is gone or names
+// another node. Candidates are confirmed after a read barrier, so a copy of
+// the index that is merely behind never removes anything.
+func (s *Service) dropStale(ctx context.Context) error {
+	list, err := s.allSandboxes(ctx, nil)
+	if err != nil {
+		return err
+	}
+	fsm := s.cfg.Cluster.FSM()
+	stale := func(sb sandpit.Sandbox) bool {
+		// A reservation no node holds yet is not another node's copy.
+		p, ok := fsm.Placement(sb.ID)
+		return !ok || (p.Node != "" && p.Node != s.cfg.NodeName)
+	}
+	var cands []sandpit.Sandbox
+	for _, sb := range list {
+		if s.now().Sub(sb.CreatedAt) > staleAfter && stale(sb) {
+			cands = append(cands, sb)
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	if err := s.cfg.Cluster.CatchUp(ctx); err != nil {
+		return err
+	}
+	var errs []error
+	for _, sb := range cands {
+		if !stale(sb) {
+			continue
+		}
+		p, _ := fsm.Placement(sb.ID)
+		s.log.Warn("cluster: removing a sandbox the cluster no longer places here", "sandbox", sb.ID, "name", sb.Name, "owner_node", p.Node)
+		if err := s.dropLocal(ctx, sb.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dropLocal removes this node's copy of a sandbox (container, routes, TCP
+// listeners, firewall rules, rows) and leaves the cluster's bindings of its
+// id, name and hostnames alone: they belong to the copy the index names, or
+// were freed already.
+func (s *Service) dropLocal(ctx context.Context, id string) error {
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	sb, err := s.store.GetSandbox(ctx, id)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer s.leave(id)()
+	if err := s.teardown(ctx, sb); err != nil {
+		return err
+	}
+	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// recreate makes, on this node, the sandbox the leader moved here from a
+// dead node: the same id, name, labels, env, image and limits, a fresh
+// filesystem, its HTTP exposures on the same ports, its TCP exposures on new
+// host ports of this node, its custom domains bound here. It is re-entrant:
+// a node that crashed midway finds the placement still recreating and
+// finishes (a half-made copy is removed and made again).
+func (s *Service) recreate(ctx context.Context, p cluster.Placement) error {
+	var spec recreateSpec
+	if err := json.Unmarshal(p.Spec, &spec); err != nil {
+		return fmt.Errorf("decode spec: %w", err)
+	}
+	ctx = sandpit.WithPrincipal(ctx, sandpit.Principal{TokenName: "system", Owner: p.Owner, Admin: true})
+	sb, err := s.store.GetSandbox(ctx, p.SandboxID)
+	switch {
+	case err == nil && sb.State == sandpit.StateRunning:
+		// Made by an earlier attempt; its exposures are completed below.
+	case err == nil:
+		if err := s.dropLocal(ctx, p.SandboxID); err != nil {
+			return err
+		}
+		fallthrough
+	case errors.Is(err, sandpit.ErrNotFound):
+		req := CreateRequest{
+			ID: p.SandboxID, Name: p.Name, Image: spec.Image, Template: spec.Template, Env: spec.Env, Labels: spec.Labels,
+			CPU: spec.CPU, MemoryMB: spec.MemoryMB, DiskGB: spec.DiskGB, User: spec.User, PortAccess: spec.PortAccess,
+			Network: spec.Network, AutoStop: &spec.AutoStop, AutoArchive: &spec.AutoArchive, AutoDelete: &spec.AutoDelete,
+			recreate: true,
+		}
+		if !spec.EndAt.IsZero() {
+			req.Timeout = time.Until(spec.EndAt)
+			if req.Timeout <= 0 {
+				// It would have expired by now wherever it ran.
+				s.log.Info("cluster: a failed-over sandbox expired meanwhile; deleting it", "sandbox", p.SandboxID)
+				return s.cfg.Cluster.Delete(ctx, p.SandboxID)
+			}
+		}
+		s.log.Info("cluster: re-creating a sandbox of a dead node", "sandbox", p.SandboxID, "name", p.Name)
+		if _, err := s.CreateSandbox(ctx, req); err != nil {
+			return err
+		}
+	default:
+		return err
+	}
+	for _, port := range spec.Ports {
+		if _, err := s.ExposePort(ctx, p.SandboxID, port.Port, port.Protocol); err != nil {
+			return fmt.Errorf("expose %d/%s: %w", port.Port, port.Protocol, err)
+		}
+	}
+	for _, d := range spec.Domains {
+		if _, _, err := s.AddCustomDomain(ctx, p.SandboxID, d.Hostname, d.Port); err != nil {
+			return fmt.Errorf("custom domain %s: %w", d.Hostname, err)
+		}
+	}
+	if err := s.writeSpec(ctx, p.SandboxID, &spec.User); err != nil {
+		return err
+	}
+	if err := s.cfg.Cluster.Recreated(ctx, p.SandboxID); err != nil {
+		return err
+	}
+	s.log.Info("cluster: re-created a sandbox of a dead node", "sandbox", p.SandboxID, "name", p.Name)
+	return nil
+}

@@ -1,0 +1,436 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/apitypes"
+	"github.com/sandpit-dev/sandpit/client"
+)
+
+// failoverFlags gives every node a short grace period (gossip's fast timers
+// declare a killed node dead within a second or two) and the policy.
+func failoverFlags(policy string, grace time.Duration) func(string) []string {
+	return func(string) []string {
+		return []string{"--failover", policy, "--dead-node-grace", grace.String()}
+	}
+}
+
+// sandboxView is the part of the native sandbox JSON these tests read.
+type sandboxView struct {
+	ID     string            `json:"id"`
+	Name   string            `json:"name"`
+	State  string            `json:"state"`
+	Node   string            `json:"node"`
+	Env    map[string]string `json:"env"`
+	Labels map[string]string `json:"labels"`
+}
+
+func view(t *testing.T, a answer) sandboxView {
+	t.Helper()
+	var v sandboxView
+	if err := json.Unmarshal(a.body, &v); err != nil {
+		t.Fatalf("sandbox JSON %s: %v", a.body, err)
+	}
+	return v
+}
+
+// createOn makes a keyed create through node 1 until placement puts one on
+// the node named want, and deletes the others. It returns the create's body
+// and key, for a retry, and the sandbox.
+func (c *testCluster) createOn(t *testing.T, ctx context.Context, want, name string) (body, key string, sb sandboxView) {
+	t.Helper()
+	body = fmt.Sprintf(`{"name":%q,"env":{"FAILOVER_ENV":"kept"},"labels":{"suite":"failover"}}`, name)
+	for i := range 40 {
+		key = fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano(), i)
+		a := call(ctx, c.nodes[0], http.MethodPost, "/v1/sandboxes", body, map[string]string{"Idempotency-Key": key})
+		if a.status != http.StatusCreated {
+			t.Fatalf("create: %d %s %v", a.status, a.body, a.err)
+		}
+		sb = view(t, a)
+		if sb.Node == want {
+			return body, key, sb
+		}
+		if d := call(ctx, c.nodes[0], http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); d.status != http.StatusNoContent {
+			t.Fatalf("delete %s: %d %s", sb.ID, d.status, d.body)
+		}
+	}
+	t.Fatalf("no keyed create landed on %s", want)
+	return
+}
+
+// byName returns the cluster node called name.
+func (c *testCluster) byName(name string) *node {
+	for _, n := range c.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// containersOf counts the containers of one sandbox across every node (each
+// node's containers carry its own run label).
+func (c *testCluster) containersOf(t *testing.T, id string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, n := range c.nodes {
+		if k := len(n.Containers(t, "sandpit.sandbox-id="+id)); k > 0 {
+			out[n.name] = k
+		}
+	}
+	return out
+}
+
+// kill SIGKILLs a node and waits for its process to end; its containers
+// keep running on the shared engine, as a crashed host's would be unknown.
+func kill(t *testing.T, n *node) {
+	t.Helper()
+	n.Kill()
+	if !n.Wait(30 * time.Second) {
+		t.Fatalf("%s did not die", n.name)
+	}
+}
+
+// eventually polls check every 250ms until it returns "" or the time runs
+// out, and fails with its last complaint.
+func eventually(t *testing.T, d time.Duration, check func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		msg := check()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", d, msg)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func TestClusterFailoverOrphan(t *testing.T) {
+	const grace = 3 * time.Second
+	c := startClusterWith(t, failoverFlags("orphan", grace))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+	_, _, sb := c.createOn(t, ctx, "n3", "orphaned")
+
+	kill(t, n3)
+	killed := time.Now()
+	// Until the grace period ends the sandbox is n3's (its requests fail to
+	// reach it); after it, every node answers 410 for it, by id and name.
+	eventually(t, grace+20*time.Second, func() string {
+		for _, n := range []*node{n1, n2} {
+			for _, ref := range []string{sb.ID, sb.Name} {
+				if a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+ref, "", nil); a.status != http.StatusGone || a.code() != apitypes.CodeSandboxLost {
+					return fmt.Sprintf("GET %s through %s: %d %s", ref, n.name, a.status, a.body)
+				}
+			}
+		}
+		return ""
+	})
+	if since := time.Since(killed); since < grace {
+		t.Fatalf("lost after %s, before the %s grace period", since, grace)
+	} else {
+		t.Logf("lost %s after the kill (grace %s)", since.Round(100*time.Millisecond), grace)
+	}
+	table := []struct {
+		name, method, path string
+		header             map[string]string
+	}{
+		{"exec", http.MethodPost, "/v1/sandboxes/" + sb.ID + "/exec", nil},
+		{"expose", http.MethodPost, "/v1/sandboxes/" + sb.ID + "/ports", nil},
+		{"e2b get", http.MethodGet, "/e2b/sandboxes/" + sb.ID, map[string]string{"X-API-KEY": clusterToken}},
+		{"daytona get", http.MethodGet, "/daytona/sandbox/" + sb.Name, nil},
+		{"daytona toolbox", http.MethodGet, "/daytona/toolbox/" + sb.ID + "/toolbox/files?path=/", nil},
+	}
+	for _, tc := range table {
+		if a := call(ctx, n2, tc.method, tc.path, `{"cmd":"true","port":8080}`, tc.header); a.status != http.StatusGone {
+			t.Errorf("%s: %d %s, want 410", tc.name, a.status, a.body)
+		}
+	}
+	// The name stays bound to the lost sandbox until it is deleted.
+	if a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", `{"name":"orphaned"}`, nil); a.status != http.StatusConflict || a.code() != apitypes.CodeNameConflict {
+		t.Fatalf("create of the lost sandbox's name: %d %s, want 409 name_conflict", a.status, a.body)
+	}
+	if a := call(ctx, n2, http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusNoContent {
+		t.Fatalf("delete of the lost sandbox: %d %s", a.status, a.body)
+	}
+	// Another node's copy of the index applies the delete a moment later.
+	eventually(t, 5*time.Second, func() string {
+		if a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusNotFound {
+			return fmt.Sprintf("GET after delete: %d %s", a.status, a.body)
+		}
+		return ""
+	})
+	a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", `{"name":"orphaned"}`, nil)
+	if a.status != http.StatusCreated {
+		t.Fatalf("create of the freed name: %d %s", a.status, a.body)
+	}
+}
+
+func TestClusterFailoverRecreate(t *testing.T) {
+	const grace = 3 * time.Second
+	c := startClusterWith(t, failoverFlags("recreate", grace))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+	body, key, sb := c.createOn(t, ctx, "n3", "phoenix")
+	const host = "phoenix.failover.test"
+	for _, step := range []struct{ path, body string }{
+		{"/ports", `{"port":8080,"protocol":"http"}`},
+		{"/ports", `{"port":9000,"protocol":"tcp"}`},
+		{"/custom-domains", fmt.Sprintf(`{"hostname":%q,"port":8080}`, host)},
+	} {
+		if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+sb.ID+step.path, step.body, nil); a.status != http.StatusCreated {
+			t.Fatalf("POST %s %s: %d %s", step.path, step.body, a.status, a.body)
+		}
+	}
+	serve := func(n *node) {
+		t.Helper()
+		res, err := n.Client().Exec(ctx, sb.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c",
+			"mkdir -p /tmp/www && echo \"$FAILOVER_ENV\" > /tmp/www/index.html && httpd -p 8080 -h /tmp/www"}, TimeoutS: 30})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("httpd through %s: %+v %v", n.name, res, err)
+		}
+	}
+	serve(n1)
+	if got := preview(t, ctx, n3, sb.ID+"-8080.localhost"); got != "kept" {
+		t.Fatalf("preview through the owner before the failure: %q", got)
+	}
+	oldPorts := ports(t, ctx, n1, sb.ID)
+
+	kill(t, n3)
+	killed := time.Now()
+	var now sandboxView
+	eventually(t, grace+30*time.Second, func() string {
+		a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
+		if a.status != http.StatusOK {
+			return fmt.Sprintf("GET: %d %s", a.status, a.body)
+		}
+		now = view(t, a)
+		if now.Node == "n3" || now.State != "running" {
+			return fmt.Sprintf("sandbox on %s in state %s", now.Node, now.State)
+		}
+		return ""
+	})
+	if now.ID != sb.ID || now.Name != sb.Name || now.Env["FAILOVER_ENV"] != "kept" || now.Labels["suite"] != "failover" {
+		t.Fatalf("re-created as %+v, want the id, name, env and labels of %+v", now, sb)
+	}
+	owner := c.byName(now.Node)
+	t.Logf("re-created on %s, %s after the kill (grace %s)", owner.name, time.Since(killed).Round(100*time.Millisecond), grace)
+	// A fresh filesystem: what ran before does not; started again, it
+	// answers under the same preview host and custom domain.
+	serve(n2)
+	if got := preview(t, ctx, owner, sb.ID+"-8080.localhost"); got != "kept" {
+		t.Fatalf("preview through the new owner: %q", got)
+	}
+	if got := preview(t, ctx, owner, host); got != "kept" {
+		t.Fatalf("custom domain through the new owner: %q", got)
+	}
+	newPorts := ports(t, ctx, n2, sb.ID)
+	if len(newPorts) != len(oldPorts) {
+		t.Fatalf("exposures %+v after re-creation, want those of %+v", newPorts, oldPorts)
+	}
+	oldTCP := 0
+	for _, p := range oldPorts {
+		if p.Protocol == "tcp" {
+			oldTCP = p.HostPort
+		}
+	}
+	for _, p := range newPorts {
+		// The new owner binds TCP exposures from its own port range.
+		if p.Protocol == "tcp" && (p.HostPort == 0 || p.HostPort == oldTCP) {
+			t.Fatalf("tcp exposure %+v after re-creation; the dead node's host port was %d", p, oldTCP)
+		}
+	}
+	// The keyed create's retry replays the same sandbox.
+	a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, map[string]string{"Idempotency-Key": key})
+	if a.status >= 300 || a.id() != sb.ID || !a.replayed {
+		t.Fatalf("retry of the original create: %d %s, want the id %s", a.status, a.body, sb.ID)
+	}
+
+	// n3 comes back after its sandbox moved: it removes its stale copy
+	// before serving, and one container of the sandbox is left.
+	// It serves only after that, so the count holds as soon as it answers.
+	n3.Restart(nil)
+	if got := c.containersOf(t, sb.ID); len(got) != 1 || got[owner.name] != 1 {
+		t.Fatalf("containers of %s per node once n3 serves: %v, want one on %s", sb.ID, got, owner.name)
+	}
+	a = call(ctx, n3, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
+	if a.status != http.StatusOK || view(t, a).Node != owner.name {
+		t.Fatalf("GET through the returned node: %d %s", a.status, a.body)
+	}
+	c.waitFormed(30 * time.Second)
+	c.digests(10 * time.Second)
+}
+
+func TestClusterNodeBackWithinGraceResumes(t *testing.T) {
+	c := startClusterWith(t, failoverFlags("recreate", time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	n1, n3 := c.nodes[0], c.nodes[2]
+	_, _, sb := c.createOn(t, ctx, "n3", "resumer")
+	kill(t, n3)
+	time.Sleep(3 * time.Second) // dead in gossip, well within the grace
+	n3.Restart(nil)
+	c.waitFormed(30 * time.Second)
+	eventually(t, 30*time.Second, func() string {
+		a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
+		if a.status != http.StatusOK || view(t, a).Node != "n3" || view(t, a).State != "running" {
+			return fmt.Sprintf("GET: %d %s", a.status, a.body)
+		}
+		return ""
+	})
+	res, err := n1.Client().Exec(ctx, sb.ID, client.ExecRequest{Cmd: "echo", Args: []string{"resumed"}})
+	if err != nil || strings.TrimSpace(res.Stdout) != "resumed" {
+		t.Fatalf("exec after resuming: %+v %v", res, err)
+	}
+	if got := c.containersOf(t, sb.ID); len(got) != 1 || got["n3"] != 1 {
+		t.Fatalf("containers per node: %v, want one on n3", got)
+	}
+}
+
+// preview fetches / of a preview host through a node's proxy.
+func preview(t *testing.T, ctx context.Context, n *node, host string) string {
+	t.Helper()
+	var got string
+	eventually(t, 15*time.Second, func() string {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.ProxyAddr+"/", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Sprintf("%s through %s: %d %s", host, n.name, resp.StatusCode, b)
+		}
+		got = strings.TrimSpace(string(b))
+		return ""
+	})
+	return got
+}
+
+func ports(t *testing.T, ctx context.Context, n *node, id string) []apitypes.Port {
+	t.Helper()
+	a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+id+"/ports", "", nil)
+	var l apitypes.PortList
+	if a.status != http.StatusOK || json.Unmarshal(a.body, &l) != nil {
+		t.Fatalf("ports: %d %s", a.status, a.body)
+	}
+	return l.Ports
+}
+
+// TestClusterFrozenNodeDropsMovedSandbox freezes the owner past the grace
+// period, as a partition would cut it off, and thaws it after its sandbox
+// was re-created elsewhere: without restarting, it sees the log and removes
+// its copy, so one container of the sandbox is left.
+func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
+	const grace = 3 * time.Second
+	c := startClusterWith(t, failoverFlags("recreate", grace))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	n1, n3 := c.nodes[0], c.nodes[2]
+	_, _, sb := c.createOn(t, ctx, "n3", "frozen-owner")
+	n3.Signal(syscall.SIGSTOP)
+	thawed := false
+	defer func() {
+		if !thawed {
+			n3.Signal(syscall.SIGCONT)
+		}
+	}()
+	var now sandboxView
+	eventually(t, grace+30*time.Second, func() string {
+		// A request forwarded to the frozen owner over a pooled connection
+		// waits for it; each poll gives up after a few seconds.
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		a := call(pctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
+		if a.status != http.StatusOK {
+			return fmt.Sprintf("GET: %d %s %v", a.status, a.body, a.err)
+		}
+		if now = view(t, a); now.Node == "n3" || now.State != "running" {
+			return fmt.Sprintf("sandbox on %s in state %s", now.Node, now.State)
+		}
+		return ""
+	})
+	if got := c.containersOf(t, sb.ID); got["n3"] != 1 || got[now.Node] != 1 {
+		t.Fatalf("containers while n3 is frozen: %v, want its old one and the new one on %s", got, now.Node)
+	}
+	thawed = true
+	n3.Signal(syscall.SIGCONT)
+	eventually(t, 30*time.Second, func() string {
+		if got := c.containersOf(t, sb.ID); len(got) != 1 || got[now.Node] != 1 {
+			return fmt.Sprintf("containers per node: %v, want one on %s", got, now.Node)
+		}
+		return ""
+	})
+	c.digests(30 * time.Second)
+}
+
+// TestClusterRecreateFinishesAfterCrash kills the node re-creating a dead
+// node's sandbox right after it made the container: restarted, it unwinds
+// the half-made copy, finds the placement still recreating on itself and
+// finishes, and one copy of the sandbox runs on the live nodes.
+func TestClusterRecreateFinishesAfterCrash(t *testing.T) {
+	const grace = 10 * time.Second
+	c := startClusterWith(t, failoverFlags("recreate", grace))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+	_, _, sb := c.createOn(t, ctx, "n3", "twice-born")
+	// n1 and n2 run again with a crash point in every cold create: the
+	// next create either makes is the re-creation.
+	crash := []string{"SANDPIT_TEST_CRASH_POINT=after-container-create"}
+	for _, n := range []*node{n1, n2} {
+		n.Stop()
+		if !n.Wait(30 * time.Second) {
+			t.Fatalf("%s did not stop", n.name)
+		}
+		n.Restart(crash)
+		c.waitFormed(30 * time.Second)
+	}
+	kill(t, n3)
+	var crashed *node
+	eventually(t, grace+30*time.Second, func() string {
+		for _, n := range []*node{n1, n2} {
+			if n.Wait(100 * time.Millisecond) {
+				crashed = n
+				return ""
+			}
+		}
+		return "no node reached the crash point while re-creating"
+	})
+	crashed.Restart(nil)
+	eventually(t, 60*time.Second, func() string {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		a := call(pctx, crashed, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
+		if a.status != http.StatusOK {
+			return fmt.Sprintf("GET: %d %s %v", a.status, a.body, a.err)
+		}
+		if v := view(t, a); v.Node == "n3" || v.State != "running" {
+			return fmt.Sprintf("sandbox on %s in state %s", v.Node, v.State)
+		}
+		return ""
+	})
+	got := c.containersOf(t, sb.ID)
+	if got["n1"]+got["n2"] != 1 {
+		t.Fatalf("containers per node after the re-creation finished: %v, want one on n1 or n2", got)
+	}
+	res, err := crashed.Client().Exec(ctx, sb.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo $FAILOVER_ENV"}})
+	if err != nil || strings.TrimSpace(res.Stdout) != "kept" {
+		t.Fatalf("exec in the re-created sandbox: %+v %v", res, err)
+	}
+}
