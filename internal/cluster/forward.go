@@ -64,6 +64,9 @@ type RouterConfig struct {
 	// ListToken, when set, makes GET /v1/sandboxes list the whole cluster:
 	// it returns the page token that continues after a row.
 	ListToken func(created time.Time, id string) string
+	// ListPosition reads a page token back into the row it continues after,
+	// so that rows only the index knows (lost sandboxes) follow it too.
+	ListPosition func(token string) (time.Time, string, error)
 	// Refuse writes an error in the shape of the surface r belongs to; the
 	// router uses it when no node can take a create. Nil writes the native
 	// shape.
@@ -220,7 +223,7 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 				local.ServeHTTP(w, r)
 				return
 			}
-			c.listAll(w, r, local, p, &http.Client{Transport: transport}, cfg.ListToken)
+			c.listAll(w, r, local, p, &http.Client{Transport: transport}, cfg.ListToken, cfg.ListPosition)
 			return
 		case rt.create:
 			if forwarded {

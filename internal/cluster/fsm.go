@@ -68,6 +68,7 @@ type Placement struct {
 	Name      string            `json:"name,omitempty"`
 	Owner     string            `json:"owner,omitempty"` // the principal's owner
 	Labels    map[string]string `json:"labels,omitempty"`
+	Image     string            `json:"image,omitempty"`
 	Hostnames []string          `json:"hostnames,omitempty"` // sorted
 	State     string            `json:"state"`
 	CreatedAt time.Time         `json:"created_at"`
@@ -179,6 +180,7 @@ type command struct {
 	Name        string                `json:"name,omitempty"`
 	Owner       string                `json:"owner,omitempty"`
 	Labels      map[string]string     `json:"labels,omitempty"`
+	Image       string                `json:"image,omitempty"`
 	Hostname    string                `json:"hostname,omitempty"`
 	NodeInfo    *Node                 `json:"node_info,omitempty"`
 	Claim       *sandpit.ClaimRequest `json:"claim,omitempty"`
@@ -407,6 +409,7 @@ func (x *Index) reserve(c command) Result {
 		Name:      c.Name,
 		Owner:     c.Owner,
 		Labels:    maps.Clone(c.Labels),
+		Image:     c.Image,
 		State:     PlacementReserved,
 		CreatedAt: c.At,
 	}

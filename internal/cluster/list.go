@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,7 +35,7 @@ type result struct {
 	raw  *httptest.ResponseRecorder
 }
 
-func (c *Cluster) listAll(w http.ResponseWriter, r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client, tokenAfter func(time.Time, string) string) {
+func (c *Cluster) listAll(w http.ResponseWriter, r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client, tokenAfter func(time.Time, string) string, position func(string) (time.Time, string, error)) {
 	limit := 100
 	if l := r.URL.Query().Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
@@ -76,6 +77,17 @@ func (c *Cluster) listAll(w http.ResponseWriter, r *http.Request, local http.Han
 		}
 		all = append(all, res.resp.Sandboxes...)
 		more = more || res.resp.NextPageToken != ""
+	}
+	// A node that came back and has not yet taken its lost sandboxes back
+	// lists them itself: its row wins over the index's.
+	listed := map[string]bool{}
+	for _, sb := range all {
+		listed[sb.ID] = true
+	}
+	for _, sb := range c.lostRows(r.URL.Query(), p, position) {
+		if !listed[sb.ID] {
+			all = append(all, sb)
+		}
 	}
 	slices.SortFunc(all, func(a, b apitypes.Sandbox) int {
 		if d := a.CreatedAt.Compare(b.CreatedAt); d != 0 {
@@ -188,4 +200,55 @@ func (c *Cluster) fetchFrom(ctx context.Context, client *http.Client, node strin
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	return resp.Header, body, err
+}
+
+// lostRows are the sandboxes the index holds as lost with their node. No
+// live node's store lists them, yet their owner must find them to delete
+// them (which frees their names), so the listing shows them with state
+// "lost", following the query's label and state filters and page position.
+// A query the surface would refuse yields none; the local answer refuses it.
+func (c *Cluster) lostRows(q url.Values, p sandpit.Principal, position func(string) (time.Time, string, error)) []apitypes.Sandbox {
+	if st := q.Get("state"); st != "" && !slices.Contains(strings.Split(st, ","), PlacementLost) {
+		return nil
+	}
+	labels := map[string]string{}
+	for _, kv := range q["label"] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil
+		}
+		labels[k] = v
+	}
+	var (
+		after   time.Time
+		afterID string
+	)
+	if tok := q.Get("page_token"); tok != "" {
+		if position == nil {
+			return nil
+		}
+		at, id, err := position(tok)
+		if err != nil {
+			return nil
+		}
+		after, afterID = at, id
+	}
+	var out []apitypes.Sandbox
+	for _, pl := range c.rep.fsm.Placements(labels) {
+		if pl.State != PlacementLost || !p.Admin && pl.Owner != p.Owner {
+			continue
+		}
+		if afterID != "" && (pl.CreatedAt.Before(after) || pl.CreatedAt.Equal(after) && pl.SandboxID <= afterID) {
+			continue
+		}
+		l := pl.Labels
+		if l == nil {
+			l = map[string]string{}
+		}
+		out = append(out, apitypes.Sandbox{
+			ID: pl.SandboxID, Name: pl.Name, Image: pl.Image, State: PlacementLost, Labels: l, Env: map[string]string{},
+			CreatedAt: pl.CreatedAt, UpdatedAt: pl.CreatedAt, Node: pl.Node,
+		})
+	}
+	return out
 }

@@ -346,6 +346,10 @@ func (c *Cluster) Replica() *Replica { return c.rep }
 // Mux is this node's cluster port.
 func (c *Cluster) Mux() *Mux { return c.mux }
 
+// PreviewKey is the key every node of the cluster signs Daytona preview
+// URLs with.
+func (c *Cluster) PreviewKey() []byte { return c.cfg.Keys.Preview }
+
 // NodeName is this node's name.
 func (c *Cluster) NodeName() string { return c.cfg.NodeName }
 

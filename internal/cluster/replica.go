@@ -276,6 +276,9 @@ type Reservation struct {
 	Name      string // "" = unnamed
 	Owner     string
 	Labels    map[string]string
+	// Image is what the sandbox runs, kept so that a listing can show a
+	// sandbox lost with its node.
+	Image string
 	// Node, when set, places the sandbox on that node in the same entry.
 	Node string
 }
@@ -283,7 +286,7 @@ type Reservation struct {
 // Reserve records a new sandbox id and takes its name cluster-wide. It
 // returns sandpit.ErrNameConflict when another sandbox holds the name.
 func (r *Replica) Reserve(ctx context.Context, res Reservation) error {
-	return r.do(ctx, command{Op: opReserve, SandboxID: res.SandboxID, Name: res.Name, Owner: res.Owner, Labels: res.Labels, Node: res.Node, Place: res.Node != ""})
+	return r.do(ctx, command{Op: opReserve, SandboxID: res.SandboxID, Name: res.Name, Owner: res.Owner, Labels: res.Labels, Image: res.Image, Node: res.Node, Place: res.Node != ""})
 }
 
 // Place names the node that owns (creates and runs) a reserved sandbox.

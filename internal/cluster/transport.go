@@ -40,8 +40,12 @@ const minKeyBytes = 16
 // key, which only the cluster key yields, is what authenticates a peer.
 type Keys struct {
 	Gossip []byte // 32 bytes, memberlist's AES-256-GCM key
-	cert   tls.Certificate
-	pub    ed25519.PublicKey
+	// Preview signs Daytona's signed preview URLs on every node alike, so
+	// that a URL one node signed verifies on any other, and still does
+	// after its sandbox was re-created elsewhere.
+	Preview []byte
+	cert    tls.Certificate
+	pub     ed25519.PublicKey
 }
 
 // LoadKeyFile reads a cluster key file: any secret of at least 16 bytes,
@@ -60,6 +64,10 @@ func DeriveKeys(secret []byte) (Keys, error) {
 		return Keys{}, fmt.Errorf("%w: want at least %d bytes", ErrBadClusterKey, minKeyBytes)
 	}
 	gossip, err := hkdf.Key(sha256.New, secret, nil, "sandpit cluster gossip v1", 32)
+	if err != nil {
+		return Keys{}, err
+	}
+	preview, err := hkdf.Key(sha256.New, secret, nil, "sandpit cluster preview v1", 32)
 	if err != nil {
 		return Keys{}, err
 	}
@@ -85,9 +93,10 @@ func DeriveKeys(secret []byte) (Keys, error) {
 		return Keys{}, fmt.Errorf("cluster certificate: %w", err)
 	}
 	return Keys{
-		Gossip: gossip,
-		cert:   tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv},
-		pub:    pub,
+		Gossip:  gossip,
+		Preview: preview,
+		cert:    tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv},
+		pub:     pub,
 	}, nil
 }
 

@@ -160,7 +160,8 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler) http
 		},
 		// The native listing covers the whole cluster; its page tokens name
 		// a position that every node's store continues from.
-		ListToken: store.PageTokenAfter,
+		ListToken:    store.PageTokenAfter,
+		ListPosition: store.PagePosition,
 		// So do the E2B and Daytona listings.
 		Lists: clusterLists(),
 		// A create no node has room for is refused in its surface's shape;

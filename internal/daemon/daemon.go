@@ -526,6 +526,10 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		defer cl.Close()
+		// Every node signs Daytona preview URLs with the key derived from
+		// the cluster key, so a signed URL verifies on whichever node owns
+		// its sandbox, also after a re-creation moved it.
+		previewKey = hex.EncodeToString(cl.PreviewKey())
 	}
 
 	svc = service.New(service.Config{

@@ -39,7 +39,7 @@ func (s *Service) clusterReserve(ctx context.Context, sb sandpit.Sandbox) error 
 	// One entry reserves and places, so a crash never leaves a reservation
 	// without the node whose restart must clean it up.
 	return s.cfg.Cluster.Reserve(ctx, cluster.Reservation{
-		SandboxID: sb.ID, Name: sb.Name, Owner: sb.Owner, Labels: sb.Labels, Node: s.cfg.NodeName,
+		SandboxID: sb.ID, Name: sb.Name, Owner: sb.Owner, Labels: sb.Labels, Image: sb.Image, Node: s.cfg.NodeName,
 	})
 }
 

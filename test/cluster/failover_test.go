@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 	"testing"
@@ -158,6 +159,31 @@ func TestClusterFailoverOrphan(t *testing.T) {
 			t.Errorf("%s: %d %s, want 410", tc.name, a.status, a.body)
 		}
 	}
+	// The cluster-wide listing shows it as lost on its node, so that its
+	// owner can find it to delete it; a state filter without "lost" hides it.
+	listed := func(n *node, query string) (apitypes.Sandbox, bool) {
+		t.Helper()
+		a := call(ctx, n, http.MethodGet, "/v1/sandboxes"+query, "", nil)
+		var page apitypes.ListResponse
+		if a.status != http.StatusOK || json.Unmarshal(a.body, &page) != nil {
+			t.Fatalf("list %s through %s: %d %s", query, n.name, a.status, a.body)
+		}
+		for _, row := range page.Sandboxes {
+			if row.ID == sb.ID {
+				return row, true
+			}
+		}
+		return apitypes.Sandbox{}, false
+	}
+	for _, n := range []*node{n1, n2} {
+		row, ok := listed(n, "")
+		if !ok || row.State != "lost" || row.Node != "n3" || row.Name != sb.Name || row.Image == "" {
+			t.Errorf("listing through %s: %+v (found %v), want the sandbox lost on n3", n.name, row, ok)
+		}
+		if _, ok := listed(n, "?state=running"); ok {
+			t.Errorf("listing through %s with state=running shows the lost sandbox", n.name)
+		}
+	}
 	// The name stays bound to the lost sandbox until it is deleted.
 	if a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", `{"name":"orphaned"}`, nil); a.status != http.StatusConflict || a.code() != apitypes.CodeNameConflict {
 		t.Fatalf("create of the lost sandbox's name: %d %s, want 409 name_conflict", a.status, a.body)
@@ -172,6 +198,9 @@ func TestClusterFailoverOrphan(t *testing.T) {
 		}
 		return ""
 	})
+	if row, ok := listed(n1, ""); ok {
+		t.Errorf("the deleted lost sandbox is still listed: %+v", row)
+	}
 	a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", `{"name":"orphaned"}`, nil)
 	if a.status != http.StatusCreated {
 		t.Fatalf("create of the freed name: %d %s", a.status, a.body)
@@ -208,18 +237,33 @@ func TestClusterFailoverRecreate(t *testing.T) {
 		t.Fatalf("preview through the owner before the failure: %q", got)
 	}
 	oldPorts := ports(t, ctx, n1, sb.ID)
+	// A Daytona signed preview URL n3 signed before it died: every node signs
+	// with the key derived from the cluster key, so the new owner honours it.
+	var signed struct{ URL string }
+	if a := call(ctx, n2, http.MethodGet, "/daytona/sandbox/"+sb.ID+"/ports/8080/signed-preview-url?expiresInSeconds=600", "", nil); a.status != http.StatusOK || json.Unmarshal(a.body, &signed) != nil {
+		t.Fatalf("signed preview url: %d %s", a.status, a.body)
+	}
+	su, err := url.Parse(signed.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signedHost := su.Hostname()
 
 	kill(t, n3)
 	killed := time.Now()
 	var now sandboxView
+	// Done once both survivors answer for it: the new owner runs it a
+	// moment before the others have applied the entry that says so.
 	eventually(t, grace+30*time.Second, func() string {
-		a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
-		if a.status != http.StatusOK {
-			return fmt.Sprintf("GET: %d %s", a.status, a.body)
-		}
-		now = view(t, a)
-		if now.Node == "n3" || now.State != "running" {
-			return fmt.Sprintf("sandbox on %s in state %s", now.Node, now.State)
+		for _, n := range []*node{n1, n2} {
+			a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
+			if a.status != http.StatusOK {
+				return fmt.Sprintf("GET through %s: %d %s", n.name, a.status, a.body)
+			}
+			now = view(t, a)
+			if now.Node == "n3" || now.State != "running" {
+				return fmt.Sprintf("sandbox on %s in state %s", now.Node, now.State)
+			}
 		}
 		return ""
 	})
@@ -236,6 +280,11 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	}
 	if got := preview(t, ctx, owner, host); got != "kept" {
 		t.Fatalf("custom domain through the new owner: %q", got)
+	}
+	for _, n := range []*node{n1, n2} {
+		if got := preview(t, ctx, n, signedHost); got != "kept" {
+			t.Fatalf("signed preview made by the dead owner, through %s: %q", n.name, got)
+		}
 	}
 	newPorts := ports(t, ctx, n2, sb.ID)
 	if len(newPorts) != len(oldPorts) {
