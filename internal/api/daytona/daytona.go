@@ -112,6 +112,7 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	route("POST /sandbox/{idOrName}/autodelete/{interval}", h.setInterval(sandpit.IntervalAutoDelete))
 	route("POST /sandbox/{idOrName}/last-activity", h.refreshActivity)
 	route("GET /sandbox/{idOrName}/ports/{port}/signed-preview-url", h.signedPreviewURL)
+	route("POST /sandbox/{idOrName}/ports/{port}/signed-preview-url/{token}/expire", h.expireSignedPreviewURL)
 
 	route("POST /toolbox/{id}/process/execute", h.execute)
 	route("POST /toolbox/{id}/files/bulk-upload", h.bulkUpload)
