@@ -136,6 +136,7 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	route("POST /toolbox/{id}/process/session/{sessionId}/exec", h.sessionExec)
 	route("GET /toolbox/{id}/process/session/{sessionId}/command/{commandId}", h.getSessionCommand)
 	route("GET /toolbox/{id}/process/session/{sessionId}/command/{commandId}/logs", h.getSessionCommandLogs)
+	route("POST /toolbox/{id}/process/session/{sessionId}/command/{commandId}/input", h.sendSessionInput)
 	route("GET /toolbox/{id}/process/pty/create-connect", h.createConnectPTY)
 	route("POST /toolbox/{id}/process/pty", h.postPTY)
 	route("GET /toolbox/{id}/process/pty", h.listPTYs)

@@ -284,9 +284,15 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 // runs the command's file in the shell itself, and "command" keeps a syntax
 // error in it from ending the shell. The exit code is written to a
 // temporary name and renamed, so that <c>.exit never exists half-written.
+// An async command reads its FIFO <c>.in (see session_input.go), a
+// synchronous one /dev/null.
 func commandLine(dir, cid string, async bool) string {
 	base := "'" + dir + "/" + cid
-	line := "{ command . " + base + ".cmd'; } </dev/null >" + base + ".out' 2>" + base + ".err'; echo $? >" + base + ".x'; mv -f " + base + ".x' " + base + ".exit'"
+	stdin := "</dev/null"
+	if async {
+		stdin = "0<>" + base + ".in'"
+	}
+	line := "{ command . " + base + ".cmd'; } " + stdin + " >" + base + ".out' 2>" + base + ".err'; echo $? >" + base + ".x'; mv -f " + base + ".x' " + base + ".exit'"
 	if async {
 		return "{ " + line + "; } &\n"
 	}
@@ -329,6 +335,14 @@ func (h *Handler) sessionExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	async := req.Async || req.RunAsync
+	if async {
+		// The FIFO exists before the shell is told to run the command, so
+		// input sent as soon as this call answers finds it.
+		if err := h.makeFIFO(r.Context(), c, dir+"/"+cid+".in"); err != nil {
+			writeProblem(w, r, err)
+			return
+		}
+	}
 	if err := c.input(r.Context(), tag, &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte(commandLine(dir, cid, async))}}); err != nil {
 		writeProblem(w, r, err)
 		return
