@@ -110,3 +110,57 @@ test('sendSessionCommandInput feeds a running async command\'s stdin', { timeout
     await sb.process.deleteSession(sid);
   }
 });
+
+const baseImage = process.env.SANDPIT_BASE_IMAGE_REF || 'sandpit/base:latest';
+
+test('codeInterpreter: contexts keep state apart; runCode streams output, reports errors, times out', { timeout: 180_000 }, async () => {
+  const c = await daytona.create({ image: baseImage, labels: { suite } });
+  try {
+    const ci = c.codeInterpreter;
+    // Without a context: the default one, which keeps state between calls.
+    assert.equal((await ci.runCode('x = 6 * 7')).stderr, '');
+    const first = await ci.runCode('print(x)');
+    assert.equal(first.stdout, '42\n');
+
+    const ctx = await ci.createContext('/tmp');
+    assert.ok(ctx.id);
+    assert.equal(ctx.cwd, '/tmp');
+    assert.equal(ctx.language, 'python');
+    const listed = await ci.listContexts();
+    assert.deepEqual(listed.map((x) => x.id), [ctx.id]);
+
+    // Its own namespace: x is not defined there; its cwd is /tmp.
+    const r1 = await ci.runCode('import os\ny = "in-context"\nprint(os.getcwd())\nprint(x)', { context: ctx });
+    assert.equal(r1.stdout, '/tmp\n');
+    assert.equal(r1.error.name, 'NameError');
+    assert.match(r1.error.traceback, /NameError/);
+    const chunks = [];
+    const r2 = await ci.runCode('import sys, os\nprint(y, os.environ["GREETING"])\nprint("oops", file=sys.stderr)', {
+      context: ctx,
+      envs: { GREETING: 'hi' },
+      onStdout: (m) => chunks.push(m.output),
+    });
+    assert.equal(r2.stdout, 'in-context hi\n');
+    assert.equal(r2.stderr, 'oops\n');
+    assert.equal(r2.error, undefined);
+    assert.equal(chunks.join(''), 'in-context hi\n');
+
+    // A timeout interrupts the code and keeps the context.
+    await assert.rejects(ci.runCode('import time\ntime.sleep(30)', { context: ctx, timeout: 1 }), (err) => err.name === 'DaytonaTimeoutError');
+    assert.equal((await ci.runCode('print(y)', { context: ctx })).stdout, 'in-context\n');
+
+    // Bad input: a context that does not exist, empty code, a cwd that is
+    // not a directory, another language; nothing is created.
+    await assert.rejects(ci.runCode('print(1)', { context: { id: 'nope' } }), /not found/);
+    await assert.rejects(c.codeInterpreter.createContext('/no/such/dir'), (err) => err.statusCode === 400);
+    await assert.rejects(c.codeInterpreter.createContext('/etc/hostname'), (err) => err.statusCode === 400);
+    assert.equal((await ci.listContexts()).length, 1);
+
+    await ci.deleteContext(ctx);
+    assert.deepEqual(await ci.listContexts(), []);
+    await assert.rejects(ci.deleteContext(ctx), (err) => err.statusCode === 404);
+    await assert.rejects(ci.runCode('print(y)', { context: ctx }), /not found/);
+  } finally {
+    await c.delete();
+  }
+});

@@ -59,6 +59,8 @@ type Handler struct {
 	// started is when the facade was made, the creation time reported for
 	// the daemon's snapshots.
 	started time.Time
+	// interp serialises executions per interpreter context.
+	interp interpLocks
 	// authTimeout: see Options.AuthTimeout.
 	authTimeout time.Duration
 }
@@ -145,6 +147,10 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	route("POST /toolbox/{id}/process/pty/{sessionId}/resize", h.resizePTY)
 	route("GET /toolbox/{id}/process/pty/{sessionId}/connect", h.connectPTY)
 	route("POST /toolbox/{id}/process/code-run", h.codeRun)
+	route("POST /toolbox/{id}/process/interpreter/context", h.createInterpreterContext)
+	route("GET /toolbox/{id}/process/interpreter/context", h.listInterpreterContexts)
+	route("DELETE /toolbox/{id}/process/interpreter/context/{contextId}", h.deleteInterpreterContext)
+	route("GET /toolbox/{id}/process/interpreter/execute", h.executeInterpreter)
 	route("POST /toolbox/{id}/git/clone", h.gitHandler(h.gitClone))
 	route("POST /toolbox/{id}/git/init", h.gitHandler(h.gitInit))
 	route("GET /toolbox/{id}/git/status", h.gitHandler(h.gitStatus))
