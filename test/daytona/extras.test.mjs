@@ -164,3 +164,84 @@ test('codeInterpreter: contexts keep state apart; runCode streams output, report
     await c.delete();
   }
 });
+
+test('git: reset, restore, remotes and config', { timeout: 180_000 }, async () => {
+  const g = await daytona.create({ image: baseImage, labels: { suite } });
+  try {
+    const repo = '/tmp/repo';
+    const read = async (f) => (await g.fs.downloadFile(`${repo}/${f}`)).toString();
+    await g.git.init(repo);
+    await g.git.configureUser('Local Dev', 'local@example.test', 'local', repo);
+    assert.equal(await g.git.getConfig('user.name', 'local', repo), 'Local Dev');
+    await g.fs.uploadFile(Buffer.from('one\n'), `${repo}/a.txt`);
+    await g.git.add(repo, ['a.txt']);
+    await g.git.commit(repo, 'first', 'Local Dev', 'local@example.test');
+
+    // restore: a changed file gets its committed content back.
+    await g.fs.uploadFile(Buffer.from('changed\n'), `${repo}/a.txt`);
+    await g.git.restore(repo, ['a.txt']);
+    assert.equal(await read('a.txt'), 'one\n');
+
+    // reset with files unstages them; the change stays in the worktree.
+    await g.fs.uploadFile(Buffer.from('two\n'), `${repo}/a.txt`);
+    await g.git.add(repo, ['a.txt']);
+    await g.git.reset(repo, undefined, undefined, ['a.txt']);
+    let st = await g.git.status(repo);
+    assert.equal(st.fileStatus.find((f) => f.name === 'a.txt').staging, 'Unmodified');
+    assert.equal(await read('a.txt'), 'two\n');
+    // restore --staged --worktree from a source revision.
+    await g.git.add(repo, ['a.txt']);
+    await g.git.restore(repo, ['a.txt'], true, true, 'HEAD');
+    assert.equal(await read('a.txt'), 'one\n');
+
+    // reset --hard to the first commit drops a later one.
+    await g.fs.uploadFile(Buffer.from('three\n'), `${repo}/a.txt`);
+    await g.git.add(repo, ['a.txt']);
+    await g.git.commit(repo, 'second', 'Local Dev', 'local@example.test');
+    await g.git.reset(repo, 'hard', 'HEAD~1');
+    assert.equal(await read('a.txt'), 'one\n');
+    st = await g.git.status(repo);
+    assert.equal(st.fileStatus.length, 0);
+
+    // remotes: add, list, get; a second add is a conflict unless it overwrites.
+    await g.git.remoteAdd(repo, 'origin', 'https://example.test/one.git');
+    assert.deepEqual((await g.git.remotes(repo)).remotes, [{ name: 'origin', url: 'https://example.test/one.git' }]);
+    await assert.rejects(g.git.remoteAdd(repo, 'origin', 'https://example.test/two.git'), (err) => err.statusCode === 409);
+    assert.equal(await g.git.remoteGet(repo, 'origin'), 'https://example.test/one.git');
+    await g.git.remoteAdd(repo, 'origin', 'https://example.test/two.git', false, true);
+    assert.equal(await g.git.remoteGet(repo, 'origin'), 'https://example.test/two.git');
+    // fetch from a local bare clone added as a remote.
+    await g.process.executeCommand(`git clone -q --bare ${repo} /tmp/bare.git`);
+    await g.git.remoteAdd(repo, 'local', '/tmp/bare.git', true);
+    const refs = await g.process.executeCommand(`git -C ${repo} branch -r`);
+    assert.match(refs.result, /local\//);
+
+    // config at global scope (the default) and unset keys.
+    await g.git.setConfig('sandpit.test', 'yes');
+    assert.equal(await g.git.getConfig('sandpit.test'), 'yes');
+    assert.equal(await g.git.getConfig('sandpit.unset'), undefined);
+    assert.equal((await g.process.executeCommand('git config --global sandpit.test')).result.trim(), 'yes');
+
+    // Bad input: 400 and nothing changes.
+    const bad = [
+      () => g.git.reset(repo, 'sideways'),
+      () => g.git.reset(repo, 'hard', undefined, ['a.txt']),
+      () => g.git.reset(repo, undefined, '--hard'),
+      () => g.git.restore(repo, []),
+      () => g.git.setConfig('sandpit.test', 'no', 'planet'),
+      () => g.git.setConfig('sandpit.test', 'no', 'local'),
+      () => g.git.remoteAdd(repo, '', 'https://example.test/x.git'),
+      () => g.git.remoteAdd(repo, 'x', '--upload-pack=evil'),
+    ];
+    for (const call of bad) {
+      await assert.rejects(call(), (err) => {
+        assert.equal(err.statusCode, 400, err.message);
+        return true;
+      });
+    }
+    assert.equal(await g.git.getConfig('sandpit.test'), 'yes');
+    assert.equal((await g.git.remotes(repo)).remotes.length, 2);
+  } finally {
+    await g.delete();
+  }
+});

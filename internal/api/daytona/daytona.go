@@ -162,6 +162,13 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	route("POST /toolbox/{id}/git/checkout", h.gitHandler(h.gitCheckout))
 	route("POST /toolbox/{id}/git/push", h.gitHandler(h.gitPush))
 	route("POST /toolbox/{id}/git/pull", h.gitHandler(h.gitPull))
+	route("POST /toolbox/{id}/git/reset", h.gitHandler(h.gitReset))
+	route("POST /toolbox/{id}/git/restore", h.gitHandler(h.gitRestore))
+	route("POST /toolbox/{id}/git/remotes", h.gitHandler(h.gitAddRemote))
+	route("GET /toolbox/{id}/git/remotes", h.gitHandler(h.gitListRemotes))
+	route("POST /toolbox/{id}/git/config", h.gitHandlerPath(h.gitSetConfig, false))
+	route("GET /toolbox/{id}/git/config", h.gitHandlerPath(h.gitGetConfig, false))
+	route("POST /toolbox/{id}/git/config/user", h.gitHandlerPath(h.gitConfigureUser, false))
 	route("GET /snapshots", h.listSnapshots)
 	route("GET /snapshots/{idOrName}", h.getSnapshot)
 
