@@ -222,6 +222,12 @@ test('git: reset, restore, remotes and config', { timeout: 180_000 }, async () =
     assert.equal(await g.git.getConfig('sandpit.unset'), undefined);
     assert.equal((await g.process.executeCommand('git config --global sandpit.test')).result.trim(), 'yes');
 
+    // dangerouslyAuthenticate stores the credential for git to use.
+    await g.git.dangerouslyAuthenticate('dev', 's3cret', 'example.test');
+    const fill = await g.process.executeCommand("printf 'protocol=https\\nhost=example.test\\n\\n' | git credential fill");
+    assert.match(fill.result, /username=dev\npassword=s3cret/);
+    await assert.rejects(g.git.dangerouslyAuthenticate('dev', 'a\nb'), (err) => err.statusCode === 400);
+
     // Bad input: 400 and nothing changes.
     const bad = [
       () => g.git.reset(repo, 'sideways'),
@@ -244,4 +250,15 @@ test('git: reset, restore, remotes and config', { timeout: 180_000 }, async () =
   } finally {
     await g.delete();
   }
+});
+
+test('LSP answers 501 not_implemented, not 404', async () => {
+  const lsp = await sb.createLspServer('python', '/tmp');
+  await assert.rejects(lsp.start(), (err) => {
+    assert.equal(err.statusCode, 501);
+    assert.equal(err.code, 'not_implemented');
+    assert.match(err.message, /no language server/);
+    return true;
+  });
+  await assert.rejects(lsp.completions('/tmp/x.py', { line: 0, character: 0 }), (err) => err.statusCode === 501);
 });

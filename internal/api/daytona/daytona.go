@@ -169,9 +169,15 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	route("POST /toolbox/{id}/git/config", h.gitHandlerPath(h.gitSetConfig, false))
 	route("GET /toolbox/{id}/git/config", h.gitHandlerPath(h.gitGetConfig, false))
 	route("POST /toolbox/{id}/git/config/user", h.gitHandlerPath(h.gitConfigureUser, false))
+	route("POST /toolbox/{id}/git/credentials", h.gitAuthenticate)
 	route("GET /snapshots", h.listSnapshots)
 	route("GET /snapshots/{idOrName}", h.getSnapshot)
 
+	// No language server is in the sandbox image, so LSP cannot be served
+	// for real; the SDK user gets a 501 that says so instead of a 404.
+	h.mux.HandleFunc(p+"/toolbox/{id}/lsp/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, notImplemented("LSP is not implemented by Sandpit's Daytona facade: the sandbox image has no language server"))
+	})
 	h.mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(http.StatusNotFound, "Cannot %s %s: Sandpit's Daytona facade does not implement this endpoint", r.Method, r.URL.Path))
 	})

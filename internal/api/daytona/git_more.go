@@ -224,3 +224,62 @@ func (h *Handler) gitConfigureUser(w http.ResponseWriter, r *http.Request, c *sa
 	w.WriteHeader(http.StatusOK)
 	return nil
 }
+
+// authenticateScript stores one credential with git's store helper
+// (~/.git-credentials, in plain text, as Daytona's call says) and makes that
+// helper the user's, so later git commands against the host use it.
+const authenticateScript = `printf 'protocol=%s\nhost=%s\nusername=%s\npassword=%s\n\n' "$1" "$2" "$3" "$4" |
+git -c credential.helper=store credential approve && git config --global credential.helper store`
+
+// gitCredentialsRequest is the body of POST /git/credentials.
+type gitCredentialsRequest struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+	Host     string `json:"host"`
+	Protocol string `json:"protocol"`
+}
+
+// gitAuthenticate is dangerouslyAuthenticate: it persists the credential
+// in the sandbox, unlike the per-call credentials of clone, push and pull.
+func (h *Handler) gitAuthenticate(w http.ResponseWriter, r *http.Request) {
+	var req gitCredentialsRequest
+	if err := api.DecodeJSON(r, &req, false); err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	if req.Username == "" || req.Password == "" {
+		writeProblem(w, r, badRequest("username and password are required"))
+		return
+	}
+	if req.Host == "" {
+		req.Host = "github.com"
+	}
+	if req.Protocol == "" {
+		req.Protocol = "https"
+	}
+	// git's credential format is one key=value per line.
+	for _, v := range []string{req.Username, req.Password, req.Host, req.Protocol} {
+		if strings.ContainsAny(v, "\n\r\x00") {
+			writeProblem(w, r, badRequest("credentials must not contain line breaks or NUL bytes"))
+			return
+		}
+	}
+	c, err := h.conn(r)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	res, err := h.runProc(r.Context(), c.Agent, &process.ProcessConfig{
+		Cmd:  "/bin/sh",
+		Args: []string{"-c", authenticateScript, "authenticate", req.Protocol, req.Host, req.Username, req.Password},
+	}, gitTimeout)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	if res.exitCode != 0 {
+		writeProblem(w, r, &problem{status: http.StatusBadRequest, message: strings.TrimSpace(string(res.stderr)), source: sourceDaemon})
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}

@@ -74,7 +74,7 @@ func (h *Handler) sendSessionInput(w http.ResponseWriter, r *http.Request) {
 	case 10:
 		writeProblem(w, r, newProblem(http.StatusNotFound, "command %s not found in session %s", cid, sid))
 	case 11:
-		writeProblem(w, r, newProblem(http.StatusConflict, "command %s has already finished", cid))
+		writeProblem(w, r, &problem{status: http.StatusConflict, message: "command " + cid + " has already completed", code: codeCommandCompleted, source: sourceDaemon})
 	case 12:
 		writeProblem(w, r, newProblem(http.StatusConflict, "command %s takes no input: only commands run with runAsync read input", cid))
 	default:
