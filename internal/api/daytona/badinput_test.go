@@ -38,6 +38,21 @@ func TestNewEndpointsRefuseBadInput(t *testing.T) {
 		{"codeRun unknown language", "POST", tb + "/process/code-run", map[string]any{"code": "1", "language": "cobol"}, http.StatusBadRequest},
 		{"signed url bad expiry", "GET", "/daytona/sandbox/" + sb.ID + "/ports/3000/signed-preview-url?expiresInSeconds=0", nil, http.StatusBadRequest},
 		{"missing snapshot", "GET", "/daytona/snapshots/nope", nil, http.StatusNotFound},
+		{"expire a made-up token", "POST", "/daytona/sandbox/" + sb.ID + "/ports/3000/signed-preview-url/abc/expire", nil, http.StatusBadRequest},
+		{"expire on a bad port", "POST", "/daytona/sandbox/" + sb.ID + "/ports/0/signed-preview-url/abc/expire", nil, http.StatusBadRequest},
+		{"expire for a missing sandbox", "POST", "/daytona/sandbox/nope/ports/3000/signed-preview-url/abc/expire", nil, http.StatusNotFound},
+		{"input to a missing session", "POST", tb + "/process/session/none/command/abc/input", map[string]any{"data": "x"}, http.StatusNotFound},
+		{"input with NUL", "POST", tb + "/process/session/none/command/abc/input", map[string]any{"data": "a\x00b"}, http.StatusBadRequest},
+		{"input bad command id", "POST", tb + "/process/session/none/command/a'b/input", map[string]any{"data": "x"}, http.StatusBadRequest},
+		{"context of another language", "POST", tb + "/process/interpreter/context", map[string]any{"language": "ruby"}, http.StatusBadRequest},
+		{"delete a missing context", "DELETE", tb + "/process/interpreter/context/none", nil, http.StatusNotFound},
+		{"git reset bad mode", "POST", tb + "/git/reset", map[string]any{"path": "/tmp", "mode": "sideways"}, http.StatusBadRequest},
+		{"git restore without files", "POST", tb + "/git/restore", map[string]any{"path": "/tmp"}, http.StatusBadRequest},
+		{"git config bad scope", "POST", tb + "/git/config", map[string]any{"key": "a.b", "value": "c", "scope": "planet"}, http.StatusBadRequest},
+		{"git config local without path", "GET", tb + "/git/config?key=a.b&scope=local", nil, http.StatusBadRequest},
+		{"git remote url as an option", "POST", tb + "/git/remotes", map[string]any{"path": "/tmp", "name": "x", "url": "--upload-pack=x"}, http.StatusBadRequest},
+		{"git credentials with a newline", "POST", tb + "/git/credentials", map[string]any{"username": "u", "password": "a\nb"}, http.StatusBadRequest},
+		{"lsp start", "POST", tb + "/lsp/start", map[string]any{"languageId": "python", "pathToProject": "/tmp"}, http.StatusNotImplemented},
 	} {
 		code, b := e.do(tc.method, tc.path, tc.body)
 		if code != tc.want {
