@@ -14,6 +14,15 @@ import (
 // git.go. Requests are checked before git runs, so bad input changes
 // nothing.
 
+// gitDone runs one git command and answers 200 when it succeeds.
+func (h *Handler) gitDone(w http.ResponseWriter, r *http.Request, c *sandboxConn, call gitCall) error {
+	if _, err := h.git(r.Context(), c, call); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
 var resetModes = []string{"soft", "mixed", "hard", "merge", "keep"}
 
 func (h *Handler) gitReset(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
@@ -39,11 +48,7 @@ func (h *Handler) gitReset(w http.ResponseWriter, r *http.Request, c *sandboxCon
 			args = append(args, req.Target, "--")
 		}
 	}
-	if _, err := h.git(r.Context(), c, gitCall{dir: req.Path, args: args}); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusOK)
-	return nil
+	return h.gitDone(w, r, c, gitCall{dir: req.Path, args: args})
 }
 
 func (h *Handler) gitRestore(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
@@ -61,11 +66,7 @@ func (h *Handler) gitRestore(w http.ResponseWriter, r *http.Request, c *sandboxC
 		args = append(args, "--source="+req.Source)
 	}
 	args = append(append(args, "--"), req.Files...)
-	if _, err := h.git(r.Context(), c, gitCall{dir: req.Path, args: args}); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusOK)
-	return nil
+	return h.gitDone(w, r, c, gitCall{dir: req.Path, args: args})
 }
 
 // GitRemote is one remote of ListRemotesResponse.
@@ -166,11 +167,7 @@ func (h *Handler) gitSetConfig(w http.ResponseWriter, r *http.Request, c *sandbo
 	if err != nil {
 		return err
 	}
-	if _, err := h.git(r.Context(), c, gitCall{dir: req.Path, args: []string{"config", scope, "--", req.Key, req.Value}}); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusOK)
-	return nil
+	return h.gitDone(w, r, c, gitCall{dir: req.Path, args: []string{"config", scope, "--", req.Key, req.Value}})
 }
 
 // GitConfigResponse is the answer of GET /git/config; value is absent when

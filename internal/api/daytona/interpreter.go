@@ -273,13 +273,13 @@ func (h *Handler) listInterpreterContexts(w http.ResponseWriter, r *http.Request
 		writeProblem(w, r, err)
 		return
 	}
-	resp, err := c.Process.List(r.Context(), fsRequest(&process.ListRequest{}, c.Token))
+	procs, err := c.processes(r.Context())
 	if err != nil {
-		writeProblem(w, r, rpcError(err, false))
+		writeProblem(w, r, err)
 		return
 	}
 	out := ListContextsResponse{Contexts: []InterpreterContext{}}
-	for _, p := range resp.Msg.GetProcesses() {
+	for _, p := range procs {
 		if ic, ok := contextOf(p); ok && ic.ID != defaultContextID {
 			out.Contexts = append(out.Contexts, ic)
 		}

@@ -99,13 +99,22 @@ func (h *Handler) conn(r *http.Request) (*sandboxConn, error) {
 	return &sandboxConn{id: id, Agent: a}, nil
 }
 
-// byTag returns the running process with the tag, if any.
-func (c *sandboxConn) byTag(ctx context.Context, tag string) (*process.ProcessInfo, error) {
+// processes lists the sandbox's running processes.
+func (c *sandboxConn) processes(ctx context.Context) ([]*process.ProcessInfo, error) {
 	resp, err := c.Process.List(ctx, fsRequest(&process.ListRequest{}, c.Token))
 	if err != nil {
 		return nil, rpcError(err, false)
 	}
-	for _, p := range resp.Msg.GetProcesses() {
+	return resp.Msg.GetProcesses(), nil
+}
+
+// byTag returns the running process with the tag, if any.
+func (c *sandboxConn) byTag(ctx context.Context, tag string) (*process.ProcessInfo, error) {
+	procs, err := c.processes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range procs {
 		if p.GetTag() == tag {
 			return p, nil
 		}
@@ -115,12 +124,12 @@ func (c *sandboxConn) byTag(ctx context.Context, tag string) (*process.ProcessIn
 
 // sessions returns the ids of the running session shells.
 func (c *sandboxConn) sessions(ctx context.Context) ([]string, error) {
-	resp, err := c.Process.List(ctx, fsRequest(&process.ListRequest{}, c.Token))
+	procs, err := c.processes(ctx)
 	if err != nil {
-		return nil, rpcError(err, false)
+		return nil, err
 	}
 	var ids []string
-	for _, p := range resp.Msg.GetProcesses() {
+	for _, p := range procs {
 		if sid, ok := strings.CutPrefix(p.GetTag(), sessionTagPrefix); ok {
 			ids = append(ids, sid)
 		}
