@@ -156,6 +156,16 @@ test('codeInterpreter: contexts keep state apart; runCode streams output, report
     await assert.rejects(c.codeInterpreter.createContext('/etc/hostname'), (err) => err.statusCode === 400);
     assert.equal((await ci.listContexts()).length, 1);
 
+    // Code that swallows the interrupt still gets the caller its timeout
+    // (without the daemon's grace period this would wait ten minutes, past
+    // the test's own timeout).
+    const stubborn = await ci.createContext();
+    await assert.rejects(
+      ci.runCode('import time\ntry:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    time.sleep(600)', { context: stubborn, timeout: 1 }),
+      (err) => err.name === 'DaytonaTimeoutError',
+    );
+    await ci.deleteContext(stubborn);
+
     await ci.deleteContext(ctx);
     assert.deepEqual(await ci.listContexts(), []);
     await assert.rejects(ci.deleteContext(ctx), (err) => err.statusCode === 404);

@@ -34,7 +34,9 @@ import (
 // writes one JSON request line to its stdin and relays the JSON chunks the
 // driver prints, one per line, to the SDK's WebSocket as they come:
 // {"type":"stdout"|"stderr","text"}, {"type":"error","name","value",
-// "traceback"} and finally {"type":"control","text":"completed"}.
+// "traceback"} and finally {"type":"control","text":"completed"}. Each
+// chunk carries the request's id (rid), so chunks of an earlier request
+// whose client went away mid-run are not taken for this one's.
 
 const (
 	interpTagPrefix = "daytona-interpreter:"
@@ -46,6 +48,9 @@ const (
 	interpCreatedEnv = "SANDPIT_INTERPRETER_CREATED"
 	// wsCloseTimeout is the close code the SDK turns into its timeout error.
 	wsCloseTimeout websocket.StatusCode = 4008
+	// interruptGrace is how long interrupted code has to stop before the
+	// socket is closed with the timeout anyway.
+	interruptGrace = 5 * time.Second
 )
 
 // interpreterDriver runs in the context's python3. The protocol has its own
@@ -62,8 +67,10 @@ null = os.open(os.devnull, os.O_RDONLY)
 os.dup2(null, 0)
 os.dup2(2, 1)
 sys.stdin = open(os.devnull)
+rid = None
 def emit(kind, **kw):
     kw["type"] = kind
+    kw["rid"] = rid
     proto.write(json.dumps(kw) + "\n")
     proto.flush()
 class Out:
@@ -87,6 +94,7 @@ while True:
         if not line:
             break
         req = json.loads(line)
+        rid = req.get("rid")
     except KeyboardInterrupt:
         continue
     saved = dict(os.environ)
@@ -407,9 +415,20 @@ func (h *Handler) relayExecution(ctx context.Context, ws *websocket.Conn, c *san
 		return
 	}
 	defer stream.Close()
-	line, _ := json.Marshal(map[string]any{"code": req.Code, "envs": req.Envs})
+	rid := newCommandID()
+	line, _ := json.Marshal(map[string]any{"code": req.Code, "envs": req.Envs, "rid": rid})
 	line = append(line, '\n')
 	var timedOut chan struct{}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Code that ignores the interrupt (it catches it, or sits in a C call)
+	// still gets the SDK its timeout: grace runs interruptGrace after it.
+	grace := time.AfterFunc(time.Hour, func() {
+		_ = ws.Close(wsCloseTimeout, "execution timed out; the code did not stop")
+		cancel()
+	})
+	grace.Stop()
+	defer grace.Stop()
 	var pending []byte
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
@@ -430,6 +449,7 @@ func (h *Handler) relayExecution(ctx context.Context, ws *websocket.Conn, c *san
 						Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}},
 						Signal:  process.Signal_SIGNAL_SIGTERM,
 					}, c.Token))
+					grace.Reset(interruptGrace)
 				})
 				defer t.Stop()
 			}
@@ -450,8 +470,11 @@ func (h *Handler) relayExecution(ctx context.Context, ws *websocket.Conn, c *san
 				}
 				chunk := pending[:i]
 				pending = pending[i+1:]
-				var ctl struct{ Type, Text string }
-				if json.Unmarshal(chunk, &ctl) == nil && ctl.Type == "control" {
+				var ctl struct{ Type, Text, Rid string }
+				if json.Unmarshal(chunk, &ctl) != nil || ctl.Rid != rid {
+					continue
+				}
+				if ctl.Type == "control" {
 					// After a timeout the SDK must see the timeout close,
 					// not the "interrupted" chunk it would take as success.
 					if timedOut != nil && isClosed(timedOut) {
