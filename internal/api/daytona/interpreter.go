@@ -343,15 +343,13 @@ func (h *Handler) executeInterpreter(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(16 << 20)
 	ctx, cancel := context.WithCancel(h.ctx)
 	defer cancel()
-	// A client that goes away cancels the execution's wait (not the code).
-	go func() {
-		<-r.Context().Done()
-		cancel()
-	}()
 	_, msg, err := ws.Read(ctx)
 	if err != nil {
 		return
 	}
+	// From here on the socket is only read for its close: a client that
+	// goes away ends the wait (not the code, which keeps running).
+	ctx = ws.CloseRead(ctx)
 	var req InterpreterExecuteRequest
 	refuse := func(format string, args ...any) {
 		_ = ws.Close(websocket.StatusPolicyViolation, truncateReason(badRequest(format, args...).Error()))
