@@ -52,7 +52,11 @@ func TestNewEndpointsRefuseBadInput(t *testing.T) {
 		{"git config local without path", "GET", tb + "/git/config?key=a.b&scope=local", nil, http.StatusBadRequest},
 		{"git remote url as an option", "POST", tb + "/git/remotes", map[string]any{"path": "/tmp", "name": "x", "url": "--upload-pack=x"}, http.StatusBadRequest},
 		{"git credentials with a newline", "POST", tb + "/git/credentials", map[string]any{"username": "u", "password": "a\nb"}, http.StatusBadRequest},
-		{"lsp start", "POST", tb + "/lsp/start", map[string]any{"languageId": "python", "pathToProject": "/tmp"}, http.StatusNotImplemented},
+		{"lsp for typescript", "POST", tb + "/lsp/start", map[string]any{"languageId": "typescript", "pathToProject": "/tmp"}, http.StatusNotImplemented},
+		{"lsp unknown language", "POST", tb + "/lsp/start", map[string]any{"languageId": "cobol", "pathToProject": "/tmp"}, http.StatusBadRequest},
+		{"lsp without project", "POST", tb + "/lsp/start", map[string]any{"languageId": "python"}, http.StatusBadRequest},
+		{"lsp symbols before start", "GET", tb + "/lsp/document-symbols?languageId=python&pathToProject=/tmp&uri=file:///tmp/x.py", nil, http.StatusBadRequest},
+		{"lsp completions without position", "POST", tb + "/lsp/completions", map[string]any{"languageId": "python", "pathToProject": "/tmp", "uri": "file:///tmp/x.py"}, http.StatusBadRequest},
 	} {
 		code, b := e.do(tc.method, tc.path, tc.body)
 		if code != tc.want {

@@ -151,6 +151,13 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	route("GET /toolbox/{id}/process/interpreter/context", h.listInterpreterContexts)
 	route("DELETE /toolbox/{id}/process/interpreter/context/{contextId}", h.deleteInterpreterContext)
 	route("GET /toolbox/{id}/process/interpreter/execute", h.executeInterpreter)
+	route("POST /toolbox/{id}/lsp/start", h.lspHandler(h.lspStart))
+	route("POST /toolbox/{id}/lsp/stop", h.lspHandler(h.lspStop))
+	route("POST /toolbox/{id}/lsp/did-open", h.lspHandler(h.lspDidOpen))
+	route("POST /toolbox/{id}/lsp/did-close", h.lspHandler(h.lspDidClose))
+	route("GET /toolbox/{id}/lsp/document-symbols", h.lspHandler(h.lspDocumentSymbols))
+	route("GET /toolbox/{id}/lsp/workspacesymbols", h.lspHandler(h.lspWorkspaceSymbols))
+	route("POST /toolbox/{id}/lsp/completions", h.lspHandler(h.lspCompletions))
 	route("POST /toolbox/{id}/git/clone", h.gitHandler(h.gitClone))
 	route("POST /toolbox/{id}/git/init", h.gitHandler(h.gitInit))
 	route("GET /toolbox/{id}/git/status", h.gitHandler(h.gitStatus))
@@ -173,11 +180,6 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	route("GET /snapshots", h.listSnapshots)
 	route("GET /snapshots/{idOrName}", h.getSnapshot)
 
-	// No language server is in the sandbox image, so LSP cannot be served
-	// for real; the SDK user gets a 501 that says so instead of a 404.
-	h.mux.HandleFunc(p+"/toolbox/{id}/lsp/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, notImplemented("LSP is not implemented by Sandpit's Daytona facade: the sandbox image has no language server"))
-	})
 	h.mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, newProblem(http.StatusNotFound, "Cannot %s %s: Sandpit's Daytona facade does not implement this endpoint", r.Method, r.URL.Path))
 	})
