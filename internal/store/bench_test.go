@@ -120,3 +120,33 @@ func BenchmarkBaselineInsert(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
 }
+
+// BenchmarkPreviewTokenRevoked is the preview gate's per-request check of a
+// signed URL, with 1000 revocations stored; BenchmarkGetSandboxBaseline, a
+// lookup by primary key every API call makes, is its yardstick.
+func BenchmarkPreviewTokenRevoked(b *testing.B) {
+	s, _ := openStore(b)
+	ctx := context.Background()
+	createSandbox(b, s, "sb-a", "")
+	for i := range 1000 {
+		if err := s.RevokePreviewToken(ctx, "sb-a", fmt.Sprintf("tok-%d", i), t0.Add(time.Hour), t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if ok, err := s.PreviewTokenRevoked(ctx, "tok-live"); err != nil || ok {
+			b.Fatalf("revoked %v, err %v", ok, err)
+		}
+	}
+}
+
+func BenchmarkGetSandboxBaseline(b *testing.B) {
+	s, _ := openStore(b)
+	ctx := context.Background()
+	createSandbox(b, s, "sb-a", "")
+	for b.Loop() {
+		if _, err := s.GetSandbox(ctx, "sb-a"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

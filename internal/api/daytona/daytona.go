@@ -59,6 +59,8 @@ type Handler struct {
 	// started is when the facade was made, the creation time reported for
 	// the daemon's snapshots.
 	started time.Time
+	// interp serialises executions per interpreter context.
+	interp interpLocks
 	// authTimeout: see Options.AuthTimeout.
 	authTimeout time.Duration
 }
@@ -112,6 +114,7 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	route("POST /sandbox/{idOrName}/autodelete/{interval}", h.setInterval(sandpit.IntervalAutoDelete))
 	route("POST /sandbox/{idOrName}/last-activity", h.refreshActivity)
 	route("GET /sandbox/{idOrName}/ports/{port}/signed-preview-url", h.signedPreviewURL)
+	route("POST /sandbox/{idOrName}/ports/{port}/signed-preview-url/{token}/expire", h.expireSignedPreviewURL)
 
 	route("POST /toolbox/{id}/process/execute", h.execute)
 	route("POST /toolbox/{id}/files/bulk-upload", h.bulkUpload)
@@ -135,6 +138,7 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	route("POST /toolbox/{id}/process/session/{sessionId}/exec", h.sessionExec)
 	route("GET /toolbox/{id}/process/session/{sessionId}/command/{commandId}", h.getSessionCommand)
 	route("GET /toolbox/{id}/process/session/{sessionId}/command/{commandId}/logs", h.getSessionCommandLogs)
+	route("POST /toolbox/{id}/process/session/{sessionId}/command/{commandId}/input", h.sendSessionInput)
 	route("GET /toolbox/{id}/process/pty/create-connect", h.createConnectPTY)
 	route("POST /toolbox/{id}/process/pty", h.postPTY)
 	route("GET /toolbox/{id}/process/pty", h.listPTYs)
@@ -143,6 +147,17 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	route("POST /toolbox/{id}/process/pty/{sessionId}/resize", h.resizePTY)
 	route("GET /toolbox/{id}/process/pty/{sessionId}/connect", h.connectPTY)
 	route("POST /toolbox/{id}/process/code-run", h.codeRun)
+	route("POST /toolbox/{id}/process/interpreter/context", h.createInterpreterContext)
+	route("GET /toolbox/{id}/process/interpreter/context", h.listInterpreterContexts)
+	route("DELETE /toolbox/{id}/process/interpreter/context/{contextId}", h.deleteInterpreterContext)
+	route("GET /toolbox/{id}/process/interpreter/execute", h.executeInterpreter)
+	route("POST /toolbox/{id}/lsp/start", h.lspHandler(h.lspStart))
+	route("POST /toolbox/{id}/lsp/stop", h.lspHandler(h.lspStop))
+	route("POST /toolbox/{id}/lsp/did-open", h.lspHandler(h.lspDidOpen))
+	route("POST /toolbox/{id}/lsp/did-close", h.lspHandler(h.lspDidClose))
+	route("GET /toolbox/{id}/lsp/document-symbols", h.lspHandler(h.lspDocumentSymbols))
+	route("GET /toolbox/{id}/lsp/workspacesymbols", h.lspHandler(h.lspWorkspaceSymbols))
+	route("POST /toolbox/{id}/lsp/completions", h.lspHandler(h.lspCompletions))
 	route("POST /toolbox/{id}/git/clone", h.gitHandler(h.gitClone))
 	route("POST /toolbox/{id}/git/init", h.gitHandler(h.gitInit))
 	route("GET /toolbox/{id}/git/status", h.gitHandler(h.gitStatus))
@@ -154,6 +169,14 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	route("POST /toolbox/{id}/git/checkout", h.gitHandler(h.gitCheckout))
 	route("POST /toolbox/{id}/git/push", h.gitHandler(h.gitPush))
 	route("POST /toolbox/{id}/git/pull", h.gitHandler(h.gitPull))
+	route("POST /toolbox/{id}/git/reset", h.gitHandler(h.gitReset))
+	route("POST /toolbox/{id}/git/restore", h.gitHandler(h.gitRestore))
+	route("POST /toolbox/{id}/git/remotes", h.gitHandler(h.gitAddRemote))
+	route("GET /toolbox/{id}/git/remotes", h.gitHandler(h.gitListRemotes))
+	route("POST /toolbox/{id}/git/config", h.gitHandlerPath(h.gitSetConfig, false))
+	route("GET /toolbox/{id}/git/config", h.gitHandlerPath(h.gitGetConfig, false))
+	route("POST /toolbox/{id}/git/config/user", h.gitHandlerPath(h.gitConfigureUser, false))
+	route("POST /toolbox/{id}/git/credentials", h.gitAuthenticate)
 	route("GET /snapshots", h.listSnapshots)
 	route("GET /snapshots/{idOrName}", h.getSnapshot)
 

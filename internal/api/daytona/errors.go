@@ -35,6 +35,9 @@ const (
 	codeInvalidFilePath  = "INVALID_FILE_PATH"
 	codeFileReadFailed   = "FILE_READ_FAILED"
 	codeExecTimeout      = "PROCESS_EXECUTION_TIMEOUT"
+	codeCommandCompleted = "COMMAND_ALREADY_COMPLETED"
+	// codeNotImplemented marks a call the facade knows but cannot serve.
+	codeNotImplemented = "not_implemented"
 )
 
 // problem is an error already decided: status, message and optional code.
@@ -98,4 +101,10 @@ func lookupError(err error, idOrName string) error {
 // nameConflict is Daytona's 409 for a duplicate name.
 func nameConflict(name string) error {
 	return &problem{status: http.StatusConflict, message: fmt.Sprintf("Sandbox with name %s already exists", name)}
+}
+
+// notImplemented is the 501 of a call the facade knows but cannot serve
+// here, so that users see why rather than a 404.
+func notImplemented(message string) error {
+	return &problem{status: http.StatusNotImplemented, message: message, code: codeNotImplemented}
 }

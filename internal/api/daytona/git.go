@@ -83,6 +83,16 @@ type gitRequest struct {
 	SetUpstream   bool     `json:"set_upstream"`
 	Bare          bool     `json:"bare"`
 	InitialBranch string   `json:"initial_branch"`
+	Mode          string   `json:"mode"`
+	Target        string   `json:"target"`
+	Source        string   `json:"source"`
+	Staged        bool     `json:"staged"`
+	Worktree      bool     `json:"worktree"`
+	Fetch         bool     `json:"fetch"`
+	Overwrite     bool     `json:"overwrite"`
+	Key           string   `json:"key"`
+	Value         string   `json:"value"`
+	Scope         string   `json:"scope"`
 }
 
 // remoteArgs are the "[remote [branch]]" arguments of push and pull; a
@@ -103,20 +113,30 @@ func (req gitRequest) remoteArgs() []string {
 
 // gitHandler decodes a body (or reads ?path= for a GET), resolves the
 // sandbox and runs op; op answers on success.
-func (h *Handler) gitHandler(op func(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error) http.HandlerFunc {
+func (h *Handler) gitHandler(op gitOp) http.HandlerFunc {
+	return h.gitHandlerPath(op, true)
+}
+
+// gitOp is one git endpoint's work once its request is decoded.
+type gitOp func(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error
+
+// gitHandlerPath is gitHandler for endpoints whose path is optional (git
+// config at global scope); a GET also reads key and scope from the query.
+func (h *Handler) gitHandlerPath(op gitOp, needPath bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req gitRequest
 		if r.Method == http.MethodGet {
-			req.Path = r.URL.Query().Get("path")
+			q := r.URL.Query()
+			req.Path, req.Key, req.Scope = q.Get("path"), q.Get("key"), q.Get("scope")
 		} else if err := api.DecodeJSON(r, &req, false); err != nil {
 			writeProblem(w, r, err)
 			return
 		}
-		if req.Path == "" {
+		if req.Path == "" && needPath {
 			writeProblem(w, r, badRequest("path is required"))
 			return
 		}
-		for _, v := range append([]string{req.Branch, req.Name, req.Remote, req.CommitID}, req.Files...) {
+		for _, v := range append([]string{req.Branch, req.Name, req.Remote, req.CommitID, req.Target, req.Source, req.Key}, req.Files...) {
 			if strings.HasPrefix(v, "-") {
 				writeProblem(w, r, badRequest("%q: names and paths must not start with '-'", v))
 				return

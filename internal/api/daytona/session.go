@@ -99,13 +99,22 @@ func (h *Handler) conn(r *http.Request) (*sandboxConn, error) {
 	return &sandboxConn{id: id, Agent: a}, nil
 }
 
-// byTag returns the running process with the tag, if any.
-func (c *sandboxConn) byTag(ctx context.Context, tag string) (*process.ProcessInfo, error) {
+// processes lists the sandbox's running processes.
+func (c *sandboxConn) processes(ctx context.Context) ([]*process.ProcessInfo, error) {
 	resp, err := c.Process.List(ctx, fsRequest(&process.ListRequest{}, c.Token))
 	if err != nil {
 		return nil, rpcError(err, false)
 	}
-	for _, p := range resp.Msg.GetProcesses() {
+	return resp.Msg.GetProcesses(), nil
+}
+
+// byTag returns the running process with the tag, if any.
+func (c *sandboxConn) byTag(ctx context.Context, tag string) (*process.ProcessInfo, error) {
+	procs, err := c.processes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range procs {
 		if p.GetTag() == tag {
 			return p, nil
 		}
@@ -115,12 +124,12 @@ func (c *sandboxConn) byTag(ctx context.Context, tag string) (*process.ProcessIn
 
 // sessions returns the ids of the running session shells.
 func (c *sandboxConn) sessions(ctx context.Context) ([]string, error) {
-	resp, err := c.Process.List(ctx, fsRequest(&process.ListRequest{}, c.Token))
+	procs, err := c.processes(ctx)
 	if err != nil {
-		return nil, rpcError(err, false)
+		return nil, err
 	}
 	var ids []string
-	for _, p := range resp.Msg.GetProcesses() {
+	for _, p := range procs {
 		if sid, ok := strings.CutPrefix(p.GetTag(), sessionTagPrefix); ok {
 			ids = append(ids, sid)
 		}
@@ -284,9 +293,15 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 // runs the command's file in the shell itself, and "command" keeps a syntax
 // error in it from ending the shell. The exit code is written to a
 // temporary name and renamed, so that <c>.exit never exists half-written.
+// An async command reads its FIFO <c>.in (see session_input.go), a
+// synchronous one /dev/null.
 func commandLine(dir, cid string, async bool) string {
 	base := "'" + dir + "/" + cid
-	line := "{ command . " + base + ".cmd'; } </dev/null >" + base + ".out' 2>" + base + ".err'; echo $? >" + base + ".x'; mv -f " + base + ".x' " + base + ".exit'"
+	stdin := "</dev/null"
+	if async {
+		stdin = "0<>" + base + ".in'"
+	}
+	line := "{ command . " + base + ".cmd'; } " + stdin + " >" + base + ".out' 2>" + base + ".err'; echo $? >" + base + ".x'; mv -f " + base + ".x' " + base + ".exit'"
 	if async {
 		return "{ " + line + "; } &\n"
 	}
@@ -329,6 +344,14 @@ func (h *Handler) sessionExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	async := req.Async || req.RunAsync
+	if async {
+		// The FIFO exists before the shell is told to run the command, so
+		// input sent as soon as this call answers finds it.
+		if err := h.makeFIFO(r.Context(), c, dir+"/"+cid+".in"); err != nil {
+			writeProblem(w, r, err)
+			return
+		}
+	}
 	if err := c.input(r.Context(), tag, &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte(commandLine(dir, cid, async))}}); err != nil {
 		writeProblem(w, r, err)
 		return

@@ -19,8 +19,11 @@ import (
 // HMAC of sandbox, port and expiry truncated to 100 bits (20 base32
 // characters). The key is derived from the daemon's preview secret
 // (<data-dir>/preview-key), so a URL stays valid across daemon restarts and
-// removing that file revokes every URL. The proxy gate (PreviewGate) checks the token and rewrites the Host
-// to the port's ordinary preview host before the router sees it.
+// removing that file revokes every URL. One URL is revoked early by storing
+// its token (expireSignedPreviewUrl); the store keeps it across restarts.
+// The proxy gate (PreviewGate) checks the token, and that it was not
+// revoked, and rewrites the Host to the port's ordinary preview host before
+// the router sees it.
 
 const (
 	defaultSignedExpiry = 60 * time.Second
@@ -145,10 +148,38 @@ func (h *Handler) signedPreviewURL(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, SignedPreviewURL{SandboxID: sb.ID, Port: p.Port, Token: token, URL: u})
 }
 
+// expireSignedPreviewURL is POST .../ports/{port}/signed-preview-url/{token}/expire:
+// the token stops working at once. Only a token the daemon signed for this
+// sandbox and port is accepted; anything else is a 400 that records nothing.
+func (h *Handler) expireSignedPreviewURL(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		writeProblem(w, r, badRequest("port must be an integer from 1 to 65535"))
+		return
+	}
+	sb, err := h.lookup(r)
+	if err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	token := r.PathValue("token")
+	id, exp, mac, ok := splitSigned(token)
+	if !ok || id != sb.ID || !hmac.Equal([]byte(mac), []byte(h.previewMAC(id, port, exp))) {
+		writeProblem(w, r, badRequest("%q is not a signed preview token of sandbox %s port %d", token, sb.ID, port))
+		return
+	}
+	if err := h.svc.RevokeSignedPreview(r.Context(), sb.ID, token, time.Unix(exp, 0)); err != nil {
+		writeProblem(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
 // PreviewGate wraps the preview proxy: a signed preview host is checked and
 // rewritten to the port's ordinary host (a forged or expired one is a 403
 // that never reaches the sandbox), and every request for a sandbox counts
-// as activity for its auto-stop. parse splits an ordinary preview label
+// as activity for its auto-stop. A revoked token is a 403 too; when the
+// store cannot say whether it was revoked the gate fails closed (503). parse splits an ordinary preview label
 // into sandbox id and port (the router's own parser).
 func (h *Handler) PreviewGate(next http.Handler, parse func(label string) (id string, port int, ok bool)) http.Handler {
 	suffix := "." + h.svc.Config().Domain
@@ -171,6 +202,16 @@ func (h *Handler) PreviewGate(next http.Handler, parse func(label string) (id st
 					http.Error(w, "sandpit: the signed preview URL is invalid or has expired", http.StatusForbidden)
 					return
 				case signedValid:
+					revoked, err := h.svc.SignedPreviewRevoked(r.Context(), token)
+					if err != nil {
+						h.log.Warn("check signed preview revocation", "sandbox", id, "err", err)
+						http.Error(w, "sandpit: cannot check the signed preview URL now", http.StatusServiceUnavailable)
+						return
+					}
+					if revoked {
+						http.Error(w, "sandpit: the signed preview URL has been expired", http.StatusForbidden)
+						return
+					}
 					h.svc.Touch(r.Context(), id, false)
 					r.Host = h.svc.PreviewHost(id, port)
 					next.ServeHTTP(w, r)

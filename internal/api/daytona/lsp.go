@@ -1,0 +1,474 @@
+package daytona
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/proto/process"
+)
+
+// LSP (createLspServer and its calls). A server is the image's python
+// language server, pylsp, started through the agent with its stdin kept
+// open and tagged with its language and project, so it lives in the
+// sandbox's process table and the daemon keeps no state but a lock per
+// server. A request attaches to the server's output (the agent's Connect),
+// writes one framed JSON-RPC message to its stdin and reads framed messages
+// until the answer with its id arrives; notifications it reads on the way
+// (diagnostics) are dropped, and so is whatever the server writes while no
+// request is attached. Notifications (didOpen, didClose) are only written.
+//
+// Only python is served: the image has no TypeScript language server, so
+// typescript and javascript are a 501.
+
+const (
+	lspTagPrefix = "daytona-lsp:"
+	// lspTimeout bounds one request to the language server.
+	lspTimeout = 30 * time.Second
+	// codeLSPNotInitialized is the code the SDK maps to
+	// DaytonaLspServerNotInitializedError.
+	codeLSPNotInitialized = "LSP_SERVER_NOT_INITIALIZED"
+	// lspMethodNotFound is JSON-RPC's error code for an unknown method.
+	lspMethodNotFound = -32601
+)
+
+// lspRequest is the union of the LSP request bodies and queries.
+type lspRequest struct {
+	LanguageID    string       `json:"languageId"`
+	PathToProject string       `json:"pathToProject"`
+	URI           string       `json:"uri"`
+	Position      *LspPosition `json:"position"`
+	Query         string       `json:"-"`
+}
+
+// LspPosition is a position in a document, both zero-based.
+type LspPosition struct {
+	Line      int `json:"line"`
+	Character int `json:"character"`
+}
+
+// LspRange is a range in a document.
+type LspRange struct {
+	Start LspPosition `json:"start"`
+	End   LspPosition `json:"end"`
+}
+
+// LspLocation is a range in a document named by its URI.
+type LspLocation struct {
+	URI   string   `json:"uri"`
+	Range LspRange `json:"range"`
+}
+
+// LspSymbol is Daytona's symbol model.
+type LspSymbol struct {
+	Name     string      `json:"name"`
+	Kind     int         `json:"kind"`
+	Location LspLocation `json:"location"`
+}
+
+// CompletionItem is Daytona's completion item.
+type CompletionItem struct {
+	Label         string          `json:"label"`
+	Kind          int             `json:"kind,omitempty"`
+	Detail        string          `json:"detail,omitempty"`
+	Documentation json.RawMessage `json:"documentation,omitempty"`
+	SortText      string          `json:"sortText,omitempty"`
+	FilterText    string          `json:"filterText,omitempty"`
+	InsertText    string          `json:"insertText,omitempty"`
+}
+
+// CompletionList is the answer of POST /lsp/completions.
+type CompletionList struct {
+	IsIncomplete bool             `json:"isIncomplete"`
+	Items        []CompletionItem `json:"items"`
+}
+
+// lspServer is a resolved request: the sandbox and the server's tag.
+type lspServer struct {
+	c   *sandboxConn
+	tag string
+	req lspRequest
+}
+
+// lspDecode reads the request (the body, or the query of a GET), checks the
+// language and project and resolves the sandbox.
+func (h *Handler) lspDecode(r *http.Request) (*lspServer, error) {
+	var req lspRequest
+	if r.Method == http.MethodGet {
+		q := r.URL.Query()
+		req = lspRequest{LanguageID: q.Get("languageId"), PathToProject: q.Get("pathToProject"), URI: q.Get("uri"), Query: q.Get("query")}
+	} else if err := api.DecodeJSON(r, &req, false); err != nil {
+		return nil, err
+	}
+	switch req.LanguageID {
+	case "python":
+	case "typescript", "javascript":
+		return nil, notImplemented(fmt.Sprintf("LSP for %s is not implemented: the sandbox image has no TypeScript language server", req.LanguageID))
+	default:
+		return nil, badRequest("languageId %q: use python", req.LanguageID)
+	}
+	if req.PathToProject == "" {
+		return nil, badRequest("pathToProject is required")
+	}
+	c, err := h.conn(r)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(req.PathToProject))
+	return &lspServer{c: c, tag: lspTagPrefix + req.LanguageID + ":" + hex.EncodeToString(sum[:8]), req: req}, nil
+}
+
+// documentPath is the sandbox path of a file:// URI.
+func (s *lspServer) documentPath() (string, error) {
+	p, ok := strings.CutPrefix(s.req.URI, "file://")
+	if !ok || !strings.HasPrefix(p, "/") {
+		return "", badRequest("uri %q: a file:// URI of an absolute path is required", s.req.URI)
+	}
+	return p, nil
+}
+
+// running checks that the server was started.
+func (s *lspServer) running(ctx context.Context) error {
+	p, err := s.c.byTag(ctx, s.tag)
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		return &problem{status: http.StatusBadRequest, message: "the LSP server for " + s.req.PathToProject + " is not started: call start first", code: codeLSPNotInitialized, source: sourceDaemon}
+	}
+	return nil
+}
+
+// lspFrame frames one JSON-RPC message.
+func lspFrame(msg any) []byte {
+	body, _ := json.Marshal(msg)
+	return append([]byte("Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"), body...)
+}
+
+// notify writes a notification to the server.
+func (s *lspServer) notify(ctx context.Context, method string, params any) error {
+	frame := lspFrame(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
+	return s.c.input(ctx, s.tag, &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: frame}})
+}
+
+// lspError is a JSON-RPC error answer.
+type lspError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *lspError) Error() string { return fmt.Sprintf("language server: %s (%d)", e.Message, e.Code) }
+
+// call sends a request and waits for its answer.
+func (s *lspServer) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, lspTimeout)
+	defer cancel()
+	stream, err := s.c.Process.Connect(ctx, fsRequest(&process.ConnectRequest{
+		Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: s.tag}},
+	}, s.c.Token))
+	if err != nil {
+		return nil, rpcError(err, false)
+	}
+	defer stream.Close()
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	id := hex.EncodeToString(idb[:])
+	var buf []byte
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		switch {
+		case ev.GetStart() != nil:
+			frame := lspFrame(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+			if err := s.c.input(ctx, s.tag, &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: frame}}); err != nil {
+				return nil, err
+			}
+		case ev.GetData() != nil:
+			buf = append(buf, ev.GetData().GetStdout()...)
+			for {
+				body, rest, ok := nextLSPMessage(buf)
+				if !ok {
+					break
+				}
+				buf = rest
+				var m struct {
+					ID     json.RawMessage `json:"id"`
+					Result json.RawMessage `json:"result"`
+					Error  *lspError       `json:"error"`
+				}
+				if json.Unmarshal(body, &m) != nil || string(m.ID) != strconv.Quote(id) {
+					continue
+				}
+				if m.Error != nil {
+					return nil, m.Error
+				}
+				return m.Result, nil
+			}
+		case ev.GetEnd() != nil:
+			return nil, &problem{status: http.StatusBadRequest, code: codeLSPNotInitialized, source: sourceDaemon,
+				message: fmt.Sprintf("the LSP server for %s ended (exit code %d): start it again", s.req.PathToProject, ev.GetEnd().GetExitCode())}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		if ctx.Err() != nil {
+			return nil, newProblem(http.StatusGatewayTimeout, "the language server did not answer %s within %s", method, lspTimeout)
+		}
+		return nil, rpcError(err, false)
+	}
+	return nil, fmt.Errorf("the language server's stream ended")
+}
+
+// nextLSPMessage takes one framed message off the front of buf.
+func nextLSPMessage(buf []byte) (body, rest []byte, ok bool) {
+	i := bytes.Index(buf, []byte("\r\n\r\n"))
+	if i < 0 {
+		return nil, buf, false
+	}
+	n := -1
+	for _, line := range strings.Split(string(buf[:i]), "\r\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if strings.EqualFold(strings.TrimSpace(k), "Content-Length") {
+			n, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	start := i + 4
+	if n < 0 {
+		// Not a header block: skip it rather than stall.
+		return nil, buf[start:], false
+	}
+	if len(buf)-start < n {
+		return nil, buf, false
+	}
+	return buf[start : start+n], buf[start+n:], true
+}
+
+// lspHandler wraps an LSP endpoint: decode, resolve, lock the server, run.
+func (h *Handler) lspHandler(op func(ctx context.Context, s *lspServer) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, err := h.lspDecode(r)
+		if err != nil {
+			writeProblem(w, r, err)
+			return
+		}
+		unlock, err := h.interp.lock(r.Context(), s.c.id+"/"+s.tag)
+		if err != nil {
+			writeProblem(w, r, err)
+			return
+		}
+		defer unlock()
+		out, err := op(r.Context(), s)
+		if le, ok := errors.AsType[*lspError](err); ok {
+			err = &problem{status: http.StatusBadRequest, message: le.Error(), source: sourceDaemon}
+		}
+		if err != nil {
+			writeProblem(w, r, err)
+			return
+		}
+		if out == nil {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		api.WriteJSON(w, http.StatusOK, out)
+	}
+}
+
+// lspStart starts the project's server and initialises it; a server that
+// runs already is left as it is.
+func (h *Handler) lspStart(ctx context.Context, s *lspServer) (any, error) {
+	p, err := s.c.byTag(ctx, s.tag)
+	if err != nil || p != nil {
+		return nil, err
+	}
+	dir, err := h.contextDir(ctx, s.c, s.req.PathToProject)
+	if err != nil {
+		return nil, err
+	}
+	res, err := h.runProc(ctx, s.c.Agent, &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "command -v pylsp"}}, fsToolTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if res.exitCode != 0 {
+		return nil, notImplemented("LSP is not available in this sandbox: its image has no python language server (pylsp)")
+	}
+	stdin := true
+	if _, err := s.c.startDetached(ctx, &process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "pylsp", Cwd: &dir},
+		Tag:     &s.tag,
+		Stdin:   &stdin,
+	}); err != nil {
+		return nil, err
+	}
+	_, err = s.call(ctx, "initialize", map[string]any{
+		"processId": nil,
+		"rootUri":   "file://" + dir,
+		"rootPath":  dir,
+		"capabilities": map[string]any{
+			"textDocument": map[string]any{
+				"completion":     map[string]any{"completionItem": map[string]any{"snippetSupport": false}},
+				"documentSymbol": map[string]any{"hierarchicalDocumentSymbolSupport": false},
+			},
+			"workspace": map[string]any{"symbol": map[string]any{}},
+		},
+	})
+	if err == nil {
+		err = s.notify(ctx, "initialized", map[string]any{})
+	}
+	if err != nil {
+		// A server that could not be initialised is not left behind.
+		_ = s.c.kill(context.WithoutCancel(ctx), s.tag)
+		return nil, err
+	}
+	return nil, nil
+}
+
+func (h *Handler) lspStop(ctx context.Context, s *lspServer) (any, error) {
+	p, err := s.c.byTag(ctx, s.tag)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	if err := s.c.kill(ctx, s.tag); err != nil {
+		return nil, err
+	}
+	// Answer once the server is gone, so that the next call sees it
+	// stopped rather than a process about to end.
+	for range 50 {
+		if p, err := s.c.byTag(ctx, s.tag); err != nil || p == nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil, nil
+}
+
+func (h *Handler) lspDidOpen(ctx context.Context, s *lspServer) (any, error) {
+	path, err := s.documentPath()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.running(ctx); err != nil {
+		return nil, err
+	}
+	if ok, err := s.c.exists(ctx, path); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, &problem{status: http.StatusNotFound, message: "file " + path + " not found", code: codeFileNotFound, source: sourceDaemon}
+	}
+	text, err := h.readFrom(ctx, s.c, path, 0)
+	if err != nil {
+		return nil, err
+	}
+	return nil, s.notify(ctx, "textDocument/didOpen", map[string]any{
+		"textDocument": map[string]any{"uri": s.req.URI, "languageId": s.req.LanguageID, "version": 1, "text": string(text)},
+	})
+}
+
+func (h *Handler) lspDidClose(ctx context.Context, s *lspServer) (any, error) {
+	if _, err := s.documentPath(); err != nil {
+		return nil, err
+	}
+	if err := s.running(ctx); err != nil {
+		return nil, err
+	}
+	return nil, s.notify(ctx, "textDocument/didClose", map[string]any{"textDocument": map[string]any{"uri": s.req.URI}})
+}
+
+// symbols turns a symbol answer into Daytona's symbols: SymbolInformation
+// as is, DocumentSymbol (which has no location) flattened with the
+// document's URI.
+func symbols(raw json.RawMessage, uri string) []LspSymbol {
+	var items []struct {
+		Name     string       `json:"name"`
+		Kind     int          `json:"kind"`
+		Location *LspLocation `json:"location"`
+		Range    *LspRange    `json:"range"`
+		Children json.RawMessage
+	}
+	out := []LspSymbol{}
+	if json.Unmarshal(raw, &items) != nil {
+		return out
+	}
+	for _, it := range items {
+		switch {
+		case it.Location != nil:
+			out = append(out, LspSymbol{Name: it.Name, Kind: it.Kind, Location: *it.Location})
+		case it.Range != nil:
+			out = append(out, LspSymbol{Name: it.Name, Kind: it.Kind, Location: LspLocation{URI: uri, Range: *it.Range}})
+			if len(it.Children) > 0 {
+				out = append(out, symbols(it.Children, uri)...)
+			}
+		}
+	}
+	return out
+}
+
+func (h *Handler) lspDocumentSymbols(ctx context.Context, s *lspServer) (any, error) {
+	if _, err := s.documentPath(); err != nil {
+		return nil, err
+	}
+	if err := s.running(ctx); err != nil {
+		return nil, err
+	}
+	raw, err := s.call(ctx, "textDocument/documentSymbol", map[string]any{"textDocument": map[string]any{"uri": s.req.URI}})
+	if err != nil {
+		return nil, err
+	}
+	return symbols(raw, s.req.URI), nil
+}
+
+func (h *Handler) lspWorkspaceSymbols(ctx context.Context, s *lspServer) (any, error) {
+	if err := s.running(ctx); err != nil {
+		return nil, err
+	}
+	raw, err := s.call(ctx, "workspace/symbol", map[string]any{"query": s.req.Query})
+	if le, ok := errors.AsType[*lspError](err); ok && le.Code == lspMethodNotFound {
+		// This version of the server has no workspace symbols.
+		return []LspSymbol{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return symbols(raw, ""), nil
+}
+
+func (h *Handler) lspCompletions(ctx context.Context, s *lspServer) (any, error) {
+	if _, err := s.documentPath(); err != nil {
+		return nil, err
+	}
+	if s.req.Position == nil || s.req.Position.Line < 0 || s.req.Position.Character < 0 {
+		return nil, badRequest("position {line, character} is required, both from 0")
+	}
+	if err := s.running(ctx); err != nil {
+		return nil, err
+	}
+	raw, err := s.call(ctx, "textDocument/completion", map[string]any{
+		"textDocument": map[string]any{"uri": s.req.URI},
+		"position":     s.req.Position,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := CompletionList{Items: []CompletionItem{}}
+	// The answer is a CompletionList or a bare array of items.
+	if bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) {
+		_ = json.Unmarshal(raw, &out.Items)
+	} else {
+		_ = json.Unmarshal(raw, &out)
+	}
+	if out.Items == nil {
+		out.Items = []CompletionItem{}
+	}
+	return out, nil
+}

@@ -1,0 +1,56 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+)
+
+// RevokePreviewToken records that a signed preview token of sandboxID stops
+// working before its expiry. Revoking a token again is a no-op. Revocations
+// of tokens that have expired on their own are pruned in the same
+// transaction, since the expiry alone refuses those. An unknown sandbox
+// gives ErrNotFound.
+func (s *Store) RevokePreviewToken(ctx context.Context, sandboxID, token string, expiresAt, now time.Time) error {
+	if sandboxID == "" || token == "" {
+		return errors.New("revoke preview token: sandbox id and token must not be empty")
+	}
+	now = clock(now)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("revoke preview token of %s: %w", sandboxID, err)
+	}
+	defer rollback(tx)
+	if _, err := s.exec(ctx, tx, `DELETE FROM daytona_preview_revocations WHERE expires_at < ?`, toNanos(now)); err != nil {
+		return fmt.Errorf("revoke preview token of %s: prune: %w", sandboxID, err)
+	}
+	_, err = s.exec(ctx, tx, `INSERT INTO daytona_preview_revocations (token, sandbox_id, expires_at, revoked_at)
+		VALUES (?, ?, ?, ?) ON CONFLICT (token) DO NOTHING`, token, sandboxID, toNanos(expiresAt), toNanos(now))
+	if err != nil {
+		if isForeignKeyViolation(err) {
+			return fmt.Errorf("revoke preview token: sandbox %s: %w", sandboxID, sandpit.ErrNotFound)
+		}
+		return fmt.Errorf("revoke preview token of %s: %w", sandboxID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("revoke preview token of %s: commit: %w", sandboxID, err)
+	}
+	return nil
+}
+
+// PreviewTokenRevoked reports whether token was revoked.
+func (s *Store) PreviewTokenRevoked(ctx context.Context, token string) (bool, error) {
+	var one int
+	err := s.queryRow(ctx, nil, `SELECT 1 FROM daytona_preview_revocations WHERE token = ?`, token).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("preview token revoked: %w", err)
+	}
+	return true, nil
+}
