@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { Daytona } from '@daytonaio/sdk';
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const testImage = process.env.SANDPIT_TEST_IMAGE || 'sandpit/base:test';
@@ -181,4 +182,28 @@ export function proxyGet(proxyPort, host, path = '/') {
     req.on('error', rej);
     req.end();
   });
+}
+
+// openSuite starts a daemon of its own for one test file and an SDK client on
+// it, and, when labels are given, one sandbox carrying them.
+export async function openSuite({ args = [], labels } = {}) {
+  const d = await startDaemon(args);
+  const daytona = new Daytona({ apiUrl: d.apiUrl, apiKey: d.token });
+  const sb = labels ? await daytona.create({ labels }) : undefined;
+  return { d, daytona, sb };
+}
+
+// closeSuite undoes openSuite: the sandbox, the client's event socket
+// (Symbol.asyncDispose is missing before Node 20), then the daemon, whose log
+// goes to stderr when SANDPIT_LOG_ON_FAIL is set and a test failed.
+export async function closeSuite({ d, daytona, sb } = {}) {
+  try {
+    if (sb) await sb.delete();
+  } finally {
+    if (daytona && Symbol.asyncDispose) await daytona[Symbol.asyncDispose]();
+    if (d) {
+      if (process.env.SANDPIT_LOG_ON_FAIL && process.exitCode) process.stderr.write(d.logs.join(''));
+      await d.stop();
+    }
+  }
 }

@@ -6,8 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { Daytona } from '@daytonaio/sdk';
-import { startDaemon, proxyGet } from './daemon.mjs';
+import { openSuite, closeSuite, proxyGet } from './daemon.mjs';
 
 let d;
 let daytona;
@@ -16,22 +15,10 @@ const suite = 'extras-' + randomBytes(4).toString('hex');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 before(async () => {
-  d = await startDaemon();
-  daytona = new Daytona({ apiUrl: d.apiUrl, apiKey: d.token });
-  sb = await daytona.create({ labels: { suite } });
+  ({ d, daytona, sb } = await openSuite({ labels: { suite } }));
 });
 
-after(async () => {
-  try {
-    if (sb) await sb.delete();
-  } finally {
-    if (daytona && Symbol.asyncDispose) await daytona[Symbol.asyncDispose]();
-    if (d) {
-      if (process.env.SANDPIT_LOG_ON_FAIL && process.exitCode) process.stderr.write(d.logs.join(''));
-      await d.stop();
-    }
-  }
-});
+after(() => closeSuite({ d, daytona, sb }));
 
 // getUntil asks the proxy for host until it answers 200 (the server in the
 // sandbox may still be starting) and returns the last answer.

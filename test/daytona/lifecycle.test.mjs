@@ -4,8 +4,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { Daytona, DaytonaNotFoundError } from '@daytonaio/sdk';
-import { startDaemon, proxyGet } from './daemon.mjs';
+import { DaytonaNotFoundError } from '@daytonaio/sdk';
+import { openSuite, closeSuite, proxyGet } from './daemon.mjs';
 
 const UNIT_MS = 2000;
 let d;
@@ -13,17 +13,10 @@ let daytona;
 const suite = 'lifecycle-' + randomBytes(4).toString('hex');
 
 before(async () => {
-  d = await startDaemon(['--daytona-interval-unit', `${UNIT_MS}ms`]);
-  daytona = new Daytona({ apiUrl: d.apiUrl, apiKey: d.token });
+  ({ d, daytona } = await openSuite({ args: ['--daytona-interval-unit', `${UNIT_MS}ms`] }));
 });
 
-after(async () => {
-  if (daytona && Symbol.asyncDispose) await daytona[Symbol.asyncDispose]();
-  if (d) {
-    if (process.env.SANDPIT_LOG_ON_FAIL && process.exitCode) process.stderr.write(d.logs.join(''));
-    await d.stop();
-  }
-});
+after(() => closeSuite({ d, daytona }));
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 

@@ -4,8 +4,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { Daytona, DaytonaNotFoundError, DaytonaFileNotFoundError } from '@daytonaio/sdk';
-import { startDaemon, testImage, proxyGet } from './daemon.mjs';
+import { DaytonaNotFoundError, DaytonaFileNotFoundError } from '@daytonaio/sdk';
+import { openSuite, closeSuite, testImage, proxyGet } from './daemon.mjs';
 
 let d;
 let daytona;
@@ -14,22 +14,10 @@ const suite = 'toolbox-' + randomBytes(4).toString('hex');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 before(async () => {
-  d = await startDaemon();
-  daytona = new Daytona({ apiUrl: d.apiUrl, apiKey: d.token });
-  sb = await daytona.create({ labels: { suite } });
+  ({ d, daytona, sb } = await openSuite({ labels: { suite } }));
 });
 
-after(async () => {
-  try {
-    if (sb) await sb.delete();
-  } finally {
-    if (daytona && Symbol.asyncDispose) await daytona[Symbol.asyncDispose]();
-    if (d) {
-      if (process.env.SANDPIT_LOG_ON_FAIL && process.exitCode) process.stderr.write(d.logs.join(''));
-      await d.stop();
-    }
-  }
-});
+after(() => closeSuite({ d, daytona, sb }));
 
 test('fs.findFiles finds lines by content; fs.searchFiles finds files by glob', async () => {
   await sb.fs.uploadFile(Buffer.from('alpha\nneedle one\ngamma\n'), '/tmp/find/a.txt');
