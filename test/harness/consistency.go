@@ -59,7 +59,7 @@ func (d *Daemon) engineContainers(ctx context.Context) ([]engineContainer, error
 	if len(strings.Fields(string(ids))) == 0 {
 		return nil, nil
 	}
-	args := append([]string{"inspect", "-f", `{{.Id}} {{.Name}} pool={{index .Config.Labels "sandpit.pool"}} {{index .Config.Labels "sandpit.sandbox-id"}} {{.State.Status}} {{range .NetworkSettings.Networks}}{{.IPAddress}},{{end}}`}, strings.Fields(string(ids))...)
+	args := append([]string{"inspect", "-f", `{{.Id}} {{.Name}} {{if index .Config.Labels "sandpit.pool"}}pooled{{else}}-{{end}} {{index .Config.Labels "sandpit.sandbox-id"}} {{.State.Status}} {{range .NetworkSettings.Networks}}{{.IPAddress}},{{end}}`}, strings.Fields(string(ids))...)
 	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
 	if err != nil {
 		// A container removed between ps and inspect: the caller retries.
@@ -71,7 +71,7 @@ func (d *Daemon) engineContainers(ctx context.Context) ([]engineContainer, error
 		if len(f) < 5 {
 			continue
 		}
-		c := engineContainer{ID: f[0], Name: strings.TrimPrefix(f[1], "/"), Pooled: f[2] != "pool=", SandboxID: f[3], State: f[4]}
+		c := engineContainer{ID: f[0], Name: strings.TrimPrefix(f[1], "/"), Pooled: f[2] == "pooled", SandboxID: f[3], State: f[4]}
 		if len(f) > 5 {
 			c.IP, _, _ = strings.Cut(f[5], ",")
 		}
