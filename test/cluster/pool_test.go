@@ -178,6 +178,59 @@ func TestClusterWarmPool(t *testing.T) {
 	if after := c.hits(t, ctx); !maps.Equal(before, after) {
 		t.Fatalf("pool hits %v -> %v across refused and replayed creates", before, after)
 	}
+	// Thirty creates of one new name at once through the three nodes: one
+	// wins and adopts one pooled container; the losers are refused by the
+	// index before they reach any pool.
+	c.awaitPools(t, ctx, size, time.Minute)
+	before = c.hits(t, ctx)
+	as := storm(c, 30, func(_ int, nd *node) answer {
+		return call(ctx, nd, http.MethodPost, "/v1/sandboxes", `{"name":"pool-contested"}`, nil)
+	})
+	if got := tally(as); got["201"] != 1 || got["409 name_conflict"] != 29 {
+		t.Fatalf("contested creates: %v, want one 201 and 29 409 name_conflict", got)
+	}
+	var won answer
+	for _, a := range as {
+		if a.status == http.StatusCreated {
+			won = a
+		}
+	}
+	winner := view(t, won)
+	if after := c.hits(t, ctx); after[winner.Node] != before[winner.Node]+1 || sum(after) != sum(before)+1 {
+		t.Fatalf("contested creates: pool hits %v -> %v, want one hit on %s", before, after, winner.Node)
+	}
+	if a := call(ctx, c.nodes[2], http.MethodDelete, "/v1/sandboxes/"+winner.ID, "", nil); a.status != http.StatusNoContent {
+		t.Fatalf("delete %s: %d %s", winner.ID, a.status, a.body)
+	}
+	// Thirty creates with one key at once: one sandbox, one adoption.
+	c.awaitPools(t, ctx, size, time.Minute)
+	before = c.hits(t, ctx)
+	stormKey := map[string]string{"Idempotency-Key": fmt.Sprintf("pool-storm-%d", time.Now().UnixNano())}
+	as = storm(c, 30, func(_ int, nd *node) answer {
+		return call(ctx, nd, http.MethodPost, "/v1/sandboxes", `{"labels":{"storm":"keyed"}}`, stormKey)
+	})
+	ids := map[string]bool{}
+	for _, a := range as {
+		// A retry that finds the first attempt in flight may be told to
+		// come back (409 or 503); every success is the same sandbox.
+		if a.status < 300 {
+			ids[a.id()] = true
+		}
+	}
+	if len(ids) != 1 {
+		t.Fatalf("keyed storm: %v made %d sandboxes %v, want one", tally(as), len(ids), ids)
+	}
+	if after := c.hits(t, ctx); sum(after) != sum(before)+1 {
+		t.Fatalf("keyed storm: pool hits %v -> %v, want one adoption", before, after)
+	}
+	for id := range ids {
+		if got := c.holders(t, ctx, id); len(got) != 1 {
+			t.Fatalf("keyed storm's sandbox %s is held by %v", id, got)
+		}
+		if a := call(ctx, c.nodes[0], http.MethodDelete, "/v1/sandboxes/"+id, "", nil); a.status != http.StatusNoContent {
+			t.Fatalf("delete %s: %d %s", id, a.status, a.body)
+		}
+	}
 	for _, n := range c.nodes {
 		all, err := listAll(ctx, n)
 		if err != nil || len(all) != 9 {
@@ -216,6 +269,19 @@ func TestClusterWarmPool(t *testing.T) {
 			t.Fatal("no create landed on n3")
 		}
 	}
+	// The victim is n3's only sandbox, so its re-creation finds a full pool
+	// wherever it goes.
+	kept := all[:0]
+	for _, m := range all {
+		if m.sb.Node == "n3" && m.sb.ID != victim.sb.ID {
+			if a := call(ctx, c.nodes[0], http.MethodDelete, "/v1/sandboxes/"+m.sb.ID, "", nil); a.status != http.StatusNoContent {
+				t.Fatalf("delete %s: %d %s", m.sb.ID, a.status, a.body)
+			}
+			continue
+		}
+		kept = append(kept, m)
+	}
+	all = kept
 	c.awaitPools(t, ctx, size, time.Minute)
 	freeBefore := map[string][]string{}
 	for _, n := range c.nodes {
@@ -244,6 +310,9 @@ func TestClusterWarmPool(t *testing.T) {
 	}
 	if got := poolOf(t, ctx, owner).Hits; got != hitsBefore[owner.name]+1 {
 		t.Fatalf("re-creation on %s: pool hits %d -> %d, want one adoption", owner.name, hitsBefore[owner.name], got)
+	}
+	if st, err := owner.State(ctx); err != nil || !slices.ContainsFunc(st.PoolSlots, func(sl apitypes.DebugPoolSlot) bool { return sl.SandboxID == victim.sb.ID }) {
+		t.Fatalf("re-created %s does not run in a pooled container of %s: %+v %v", victim.sb.ID, owner.name, st.PoolSlots, err)
 	}
 	res, err := owner.Client().Exec(ctx, victim.sb.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo $POOL_ENV"}})
 	if err != nil || strings.TrimSpace(res.Stdout) != "adopted" {
@@ -304,4 +373,67 @@ func TestClusterWarmPool(t *testing.T) {
 		n.CheckConsistent(t)
 	}
 	c.digests(10 * time.Second)
+}
+
+func sum(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// TestClusterWarmPoolCountsAgainstMaxSandboxes: an adopted sandbox counts
+// against its node's --max-sandboxes like a cold one, and pooled containers
+// do not: with one sandbox allowed per node and two pooled on each, three
+// creates are warm, one per node, and the fourth is refused with
+// no_capacity without spending a pooled container.
+func TestClusterWarmPoolCountsAgainstMaxSandboxes(t *testing.T) {
+	c := startClusterWith(t, func(string) []string {
+		return []string{"--warm-pool", "sandpit/base:test=2", "--max-sandboxes", "1"}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	eventually(t, 20*time.Second, func() string {
+		for _, n := range c.nodes {
+			ms, err := n.Client().ClusterMembers(ctx)
+			if err != nil {
+				return err.Error()
+			}
+			for _, m := range ms {
+				if m.MaxSandboxes != 1 {
+					return fmt.Sprintf("%s's ceiling is %d in the index", m.Name, m.MaxSandboxes)
+				}
+			}
+		}
+		return ""
+	})
+	c.awaitPools(t, ctx, 2, 2*time.Minute)
+	placed := map[string]int{}
+	for i := range 3 {
+		a := call(ctx, c.nodes[i], http.MethodPost, "/v1/sandboxes", `{}`, nil)
+		if a.status != http.StatusCreated {
+			t.Fatalf("create %d: %d %s", i, a.status, a.body)
+		}
+		placed[view(t, a).Node]++
+	}
+	if len(placed) != 3 {
+		t.Fatalf("three creates placed %v, want one per node", placed)
+	}
+	hits := c.hits(t, ctx)
+	if sum(hits) != 3 {
+		t.Fatalf("pool hits %v, want three warm creates", hits)
+	}
+	for _, n := range c.nodes {
+		if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", `{}`, nil); a.status != http.StatusServiceUnavailable || a.code() != apitypes.CodeNoCapacity {
+			t.Fatalf("create through %s on a full cluster: %d %s, want 503 no_capacity", n.name, a.status, a.body)
+		}
+	}
+	if after := c.hits(t, ctx); !maps.Equal(after, hits) {
+		t.Fatalf("refused creates moved pool hits %v -> %v", hits, after)
+	}
+	c.awaitPools(t, ctx, 2, time.Minute)
+	for _, n := range c.nodes {
+		n.CheckConsistent(t)
+	}
 }
