@@ -290,20 +290,7 @@ func TestClusterWarmPool(t *testing.T) {
 	survivors := []*node{c.nodes[0], c.nodes[1]}
 	hitsBefore := c.hits(t, ctx)
 	kill(t, n3)
-	var now sandboxView
-	eventually(t, grace+30*time.Second, func() string {
-		for _, n := range survivors {
-			a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+victim.sb.ID, "", nil)
-			if a.status != http.StatusOK {
-				return fmt.Sprintf("GET through %s: %d %s", n.name, a.status, a.body)
-			}
-			now = view(t, a)
-			if now.Node == "n3" || now.State != "running" {
-				return fmt.Sprintf("sandbox on %s in state %s", now.Node, now.State)
-			}
-		}
-		return ""
-	})
+	now := awaitMoved(t, ctx, grace+30*time.Second, victim.sb.ID, "n3", survivors...)
 	owner := c.byName(now.Node)
 	if now.ID != victim.sb.ID || now.Name != victim.sb.Name || now.Env["POOL_ENV"] != "adopted" {
 		t.Fatalf("re-created as %+v, want the id, name and env of %+v", now, victim.sb)

@@ -80,16 +80,23 @@ func (d *Daemon) engineContainers(ctx context.Context) ([]engineContainer, error
 	return cs, nil
 }
 
+// snapshot reads the daemon's debug state and then the engine's view of its
+// containers.
+func (d *Daemon) snapshot(ctx context.Context) (DebugState, []engineContainer, error) {
+	st, err := d.State(ctx)
+	if err != nil {
+		return st, nil, err
+	}
+	engine, err := d.engineContainers(ctx)
+	return st, engine, err
+}
+
 // Inconsistencies compares the store, the router's table, the bound TCP
 // listeners (as the daemon reports them and as a dial finds them), the
 // preview proxy and the engine's labelled containers, and returns every
 // disagreement. It assumes no operation is in flight.
 func (d *Daemon) Inconsistencies(ctx context.Context) ([]string, error) {
-	st, err := d.State(ctx)
-	if err != nil {
-		return nil, err
-	}
-	engine, err := d.engineContainers(ctx)
+	st, engine, err := d.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -271,11 +278,7 @@ func attributePooled(st DebugState, engine []engineContainer) (map[string][]engi
 // on this daemon: those labelled with the id and the pooled one it
 // adopted. The daemon must be serving, since only it knows the adoptions.
 func (d *Daemon) SandboxContainers(ctx context.Context, id string) ([]string, error) {
-	st, err := d.State(ctx)
-	if err != nil {
-		return nil, err
-	}
-	engine, err := d.engineContainers(ctx)
+	st, engine, err := d.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
