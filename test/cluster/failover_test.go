@@ -102,7 +102,7 @@ func kill(t *testing.T, n *node) {
 
 // eventually polls check every 250ms until it returns "" or the time runs
 // out, and fails with its last complaint.
-func eventually(t *testing.T, d time.Duration, check func() string) {
+func eventually(t testing.TB, d time.Duration, check func() string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {

@@ -17,7 +17,7 @@ import (
 )
 
 // poolOf reads one node's warm pool status.
-func poolOf(t *testing.T, ctx context.Context, n *node) apitypes.WarmPoolStatus {
+func poolOf(t testing.TB, ctx context.Context, n *node) apitypes.WarmPoolStatus {
 	t.Helper()
 	a := call(ctx, n, http.MethodGet, "/v1/pool", "", nil)
 	var st apitypes.WarmPoolStatus
@@ -28,7 +28,7 @@ func poolOf(t *testing.T, ctx context.Context, n *node) apitypes.WarmPoolStatus 
 }
 
 // hits is every node's pool hit count, by node name.
-func (c *testCluster) hits(t *testing.T, ctx context.Context) map[string]int64 {
+func (c *testCluster) hits(t testing.TB, ctx context.Context) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
 	for _, n := range c.nodes {
@@ -39,7 +39,7 @@ func (c *testCluster) hits(t *testing.T, ctx context.Context) map[string]int64 {
 
 // awaitPools waits until every node's pool holds size ready free slots and
 // makes none.
-func (c *testCluster) awaitPools(t *testing.T, ctx context.Context, size int, d time.Duration) {
+func (c *testCluster) awaitPools(t testing.TB, ctx context.Context, size int, d time.Duration) {
 	t.Helper()
 	eventually(t, d, func() string {
 		for _, n := range c.nodes {
