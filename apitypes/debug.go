@@ -11,6 +11,18 @@ type DebugState struct {
 	// Listeners are the host ports the router has a bound TCP listener on.
 	Listeners  []int            `json:"listeners"`
 	Containers []DebugContainer `json:"containers"`
+	// PoolSlots are the warm pool's slots, free and adopted, so that a
+	// pooled container can be told from a stray one.
+	PoolSlots []DebugPoolSlot `json:"pool_slots"`
+}
+
+// DebugPoolSlot is one warm-pool slot: its container (by name), whether its
+// agent answered, and the sandbox that adopted it ("" while free).
+type DebugPoolSlot struct {
+	ID          string `json:"id"`
+	ContainerID string `json:"container_id"`
+	Ready       bool   `json:"ready"`
+	SandboxID   string `json:"sandbox_id,omitempty"`
 }
 
 // DebugSandbox is one store row.

@@ -189,14 +189,17 @@ func TestPoolAdoptionAppliesTheCreate(t *testing.T) {
 	if st := adminGet(t, d, "/v1/status"); !strings.Contains(st, `"pool":{"enabled":true`) {
 		t.Errorf("status does not report the pool: %s", st)
 	}
-	// The pool refills behind the adoption.
+	// The pool refills behind the adoption; the adopted container is its
+	// sandbox's and the free ones the pool's.
 	awaitPool(t, d, 2, 60*time.Second)
+	d.CheckConsistent(t)
 	if err := c.Delete(context.Background(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(pooledContainers(t, d)); n != 2 {
 		t.Fatalf("after delete: %d pooled containers, want the 2 free ones", n)
 	}
+	d.CheckConsistent(t)
 }
 
 // TestPoolStorm: 100 concurrent creates against a pool of 10 each get their
@@ -255,6 +258,7 @@ func TestPoolStorm(t *testing.T) {
 	}
 	refill := awaitPool(t, d, 10, 180*time.Second)
 	t.Logf("pool refilled to 10 within %s after the storm", refill)
+	d.CheckConsistent(t)
 	for _, id := range ids {
 		if err := c.Delete(context.Background(), id); err != nil {
 			t.Fatal(err)
@@ -288,6 +292,7 @@ func TestPoolStorm(t *testing.T) {
 	if got := len(pooledContainers(t, d)); got != 11 {
 		t.Fatalf("%d pooled containers, want 10 free and 1 adopted", got)
 	}
+	d.CheckConsistent(t)
 }
 
 // TestPoolSurvivesRestart: a restarted daemon keeps its healthy pooled
@@ -311,6 +316,7 @@ func TestPoolSurvivesRestart(t *testing.T) {
 	if err != nil || strings.TrimSpace(res.Stdout) != "me" {
 		t.Fatalf("adopted sandbox after restart: %+v %v", res, err)
 	}
+	d.CheckConsistent(t)
 
 	// Kill a free pooled container behind the daemon's back.
 	host := hostnameOf(t, c, sb.ID)
@@ -336,6 +342,7 @@ func TestPoolSurvivesRestart(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	d.CheckConsistent(t)
 }
 
 // TestPoolFallsBackToCold: a pooled container that does not answer (paused
@@ -366,6 +373,7 @@ func TestPoolFallsBackToCold(t *testing.T) {
 	if st := poolStatus(t, d); st.Hits != 0 || st.Misses != 1 {
 		t.Fatalf("hits %d misses %d, want 0 and 1", st.Hits, st.Misses)
 	}
+	d.CheckConsistent(t)
 }
 
 // TestPoolAdoptionAppliesNetworkPolicy: a create with its own egress policy
@@ -403,5 +411,39 @@ func TestPoolAdoptionAppliesNetworkPolicy(t *testing.T) {
 	}
 	if strings.Contains(iptablesRules(t), "sandpit:"+confined.ID) {
 		t.Errorf("rules of deleted %s remain", confined.ID)
+	}
+	d.CheckConsistent(t)
+}
+
+// TestPoolConsistencyFlagsUnknownPooledContainer: the consistency checker
+// accepts the pool's free and adopted containers, and reports a pooled
+// container the daemon's pool does not hold.
+func TestPoolConsistencyFlagsUnknownPooledContainer(t *testing.T) {
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--warm-pool", "sandpit/base:test=1"}})
+	awaitPool(t, d, 1, 60*time.Second)
+	sb, _ := poolCreate(t, d, apitypes.CreateRequest{}, "")
+	awaitPool(t, d, 1, 60*time.Second)
+	d.CheckConsistent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if got, err := d.SandboxContainers(ctx, sb.ID); err != nil || len(got) != 1 {
+		t.Fatalf("containers of the adopted %s: %v %v, want one", sb.ID, got, err)
+	}
+	// A container labelled as this run's pooled one, which the daemon never
+	// made (it lacks the daemon's instance label, so the daemon leaves it
+	// alone): the checker must see it.
+	out, err := exec.Command("docker", "create", "--label", "sandpit.run="+d.Label, "--label", "sandpit.pool=stray",
+		"--label", "sandpit.sandbox-id=pool-stray", "sandpit/base:test", "true").CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker create: %v %s", err, out)
+	}
+	stray := strings.TrimSpace(string(out))
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", stray).Run() })
+	bad, err := d.Inconsistencies(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) != 1 || !strings.Contains(bad[0], "unknown to the pool") {
+		t.Fatalf("inconsistencies %q, want the stray pooled container alone", bad)
 	}
 }

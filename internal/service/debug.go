@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/router"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // State is a read-only snapshot of everything the daemon believes: the
@@ -21,6 +22,8 @@ type State struct {
 	Routes     []router.Route
 	Listeners  []int // host ports with a bound TCP listener
 	Containers []driver.Container
+	// PoolSlots are the warm pool's slots, free and adopted.
+	PoolSlots []store.PoolSlot
 }
 
 // listenerLister is what a router that binds host ports can say about them.
@@ -51,6 +54,13 @@ func (s *Service) DebugState(ctx context.Context) (State, error) {
 		if l, ok := s.router.(listenerLister); ok {
 			st.Listeners = l.Listeners()
 		}
+	}
+	// The slots are read before the containers: a refill that starts in
+	// between then shows a container without a slot for a moment (the
+	// checker retries), never a slot whose container was already listed as
+	// a stray.
+	if st.PoolSlots, err = s.store.ListPoolSlots(ctx); err != nil {
+		return st, err
 	}
 	if st.Containers, err = s.rt.List(ctx, s.ownLabels()); err != nil {
 		return st, runtimeErr("list containers", err)

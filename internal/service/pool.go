@@ -416,7 +416,11 @@ func (s *Service) refillPools(ctx context.Context, wg *sync.WaitGroup) {
 				ID: newSlotID(), Key: key, Image: spec.Image, AgentUser: spec.User,
 				CPU: spec.CPU, MemoryMB: spec.MemoryMB, Token: newToken(), CreatedAt: s.now(),
 			}
-			slot.ContainerID = containerName(slot.ID)
+			// Named as a sandbox's container is: in a cluster the name
+			// carries this node's instance, so nodes sharing one engine
+			// never contend for a name, and an adopted container keeps a
+			// name no other node's copy of its sandbox can take.
+			slot.ContainerID = s.sandboxContainerName(slot.ID)
 			if err := s.store.AddPoolSlot(ctx, slot); err != nil {
 				s.log.Error("warm pool: add slot", "err", err)
 				return
@@ -455,6 +459,7 @@ func (s *Service) fillSlot(ctx context.Context, slot store.PoolSlot) error {
 	labels[driver.LabelPool] = slot.Key
 	spec := driver.Spec{
 		SandboxID:   slot.ID,
+		Name:        slot.ContainerID,
 		Image:       slot.Image,
 		CPU:         slot.CPU,
 		MemoryMB:    slot.MemoryMB,

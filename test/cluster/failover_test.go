@@ -102,7 +102,7 @@ func kill(t *testing.T, n *node) {
 
 // eventually polls check every 250ms until it returns "" or the time runs
 // out, and fails with its last complaint.
-func eventually(t *testing.T, d time.Duration, check func() string) {
+func eventually(t testing.TB, d time.Duration, check func() string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -115,6 +115,29 @@ func eventually(t *testing.T, d time.Duration, check func() string) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// awaitMoved waits until every survivor answers that sandbox id runs on a
+// node other than dead, and returns it as the last survivor saw it. It
+// waits for them all: the new owner runs it a moment before the others
+// have applied the entry that says so.
+func awaitMoved(t *testing.T, ctx context.Context, d time.Duration, id, dead string, survivors ...*node) sandboxView {
+	t.Helper()
+	var now sandboxView
+	eventually(t, d, func() string {
+		for _, n := range survivors {
+			a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+id, "", nil)
+			if a.status != http.StatusOK {
+				return fmt.Sprintf("GET through %s: %d %s", n.name, a.status, a.body)
+			}
+			now = view(t, a)
+			if now.Node == dead || now.State != "running" {
+				return fmt.Sprintf("sandbox on %s in state %s", now.Node, now.State)
+			}
+		}
+		return ""
+	})
+	return now
 }
 
 func TestClusterFailoverOrphan(t *testing.T) {
@@ -251,22 +274,7 @@ func TestClusterFailoverRecreate(t *testing.T) {
 
 	kill(t, n3)
 	killed := time.Now()
-	var now sandboxView
-	// Done once both survivors answer for it: the new owner runs it a
-	// moment before the others have applied the entry that says so.
-	eventually(t, grace+30*time.Second, func() string {
-		for _, n := range []*node{n1, n2} {
-			a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
-			if a.status != http.StatusOK {
-				return fmt.Sprintf("GET through %s: %d %s", n.name, a.status, a.body)
-			}
-			now = view(t, a)
-			if now.Node == "n3" || now.State != "running" {
-				return fmt.Sprintf("sandbox on %s in state %s", now.Node, now.State)
-			}
-		}
-		return ""
-	})
+	now := awaitMoved(t, ctx, grace+30*time.Second, sb.ID, "n3", n1, n2)
 	if now.ID != sb.ID || now.Name != sb.Name || now.Env["FAILOVER_ENV"] != "kept" || now.Labels["suite"] != "failover" {
 		t.Fatalf("re-created as %+v, want the id, name, env and labels of %+v", now, sb)
 	}

@@ -44,7 +44,10 @@ func (d *Daemon) State(ctx context.Context) (DebugState, error) {
 // engineContainer is what the engine itself (not the daemon) says about one
 // labelled container.
 type engineContainer struct {
-	ID, SandboxID, State, IP string
+	ID, Name, SandboxID, State, IP string
+	// Pooled is whether the container carries the warm pool's label: its
+	// sandbox-id label is then a pool slot's id, whoever adopted it.
+	Pooled bool
 }
 
 // engineContainers lists this daemon's containers through the docker CLI.
@@ -56,7 +59,7 @@ func (d *Daemon) engineContainers(ctx context.Context) ([]engineContainer, error
 	if len(strings.Fields(string(ids))) == 0 {
 		return nil, nil
 	}
-	args := append([]string{"inspect", "-f", `{{.Id}} {{index .Config.Labels "sandpit.sandbox-id"}} {{.State.Status}} {{range .NetworkSettings.Networks}}{{.IPAddress}},{{end}}`}, strings.Fields(string(ids))...)
+	args := append([]string{"inspect", "-f", `{{.Id}} {{.Name}} {{if index .Config.Labels "sandpit.pool"}}pooled{{else}}-{{end}} {{index .Config.Labels "sandpit.sandbox-id"}} {{.State.Status}} {{range .NetworkSettings.Networks}}{{.IPAddress}},{{end}}`}, strings.Fields(string(ids))...)
 	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
 	if err != nil {
 		// A container removed between ps and inspect: the caller retries.
@@ -65,16 +68,27 @@ func (d *Daemon) engineContainers(ctx context.Context) ([]engineContainer, error
 	var cs []engineContainer
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 3 {
+		if len(f) < 5 {
 			continue
 		}
-		c := engineContainer{ID: f[0], SandboxID: f[1], State: f[2]}
-		if len(f) > 3 {
-			c.IP, _, _ = strings.Cut(f[3], ",")
+		c := engineContainer{ID: f[0], Name: strings.TrimPrefix(f[1], "/"), Pooled: f[2] == "pooled", SandboxID: f[3], State: f[4]}
+		if len(f) > 5 {
+			c.IP, _, _ = strings.Cut(f[5], ",")
 		}
 		cs = append(cs, c)
 	}
 	return cs, nil
+}
+
+// snapshot reads the daemon's debug state and then the engine's view of its
+// containers.
+func (d *Daemon) snapshot(ctx context.Context) (DebugState, []engineContainer, error) {
+	st, err := d.State(ctx)
+	if err != nil {
+		return st, nil, err
+	}
+	engine, err := d.engineContainers(ctx)
+	return st, engine, err
 }
 
 // Inconsistencies compares the store, the router's table, the bound TCP
@@ -82,21 +96,15 @@ func (d *Daemon) engineContainers(ctx context.Context) ([]engineContainer, error
 // preview proxy and the engine's labelled containers, and returns every
 // disagreement. It assumes no operation is in flight.
 func (d *Daemon) Inconsistencies(ctx context.Context) ([]string, error) {
-	st, err := d.State(ctx)
-	if err != nil {
-		return nil, err
-	}
-	engine, err := d.engineContainers(ctx)
+	st, engine, err := d.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var bad []string
 	badf := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
 
-	byBox := map[string][]engineContainer{}
-	for _, c := range engine {
-		byBox[c.SandboxID] = append(byBox[c.SandboxID], c)
-	}
+	byBox, poolBad := attributePooled(st, engine)
+	bad = append(bad, poolBad...)
 	rows := map[string]string{} // id -> state
 	want := map[string]string{} // route key -> upstream
 	for _, sb := range st.Sandboxes {
@@ -116,6 +124,9 @@ func (d *Daemon) Inconsistencies(ctx context.Context) ([]string, error) {
 			continue
 		}
 		c := cs[0]
+		if c.Name != sb.ContainerID {
+			badf("sandbox %s runs in container %s, its row names %s", sb.ID, c.Name, sb.ContainerID)
+		}
 		engineState := map[string]string{"running": "running", "paused": "paused", "stopped": "exited", "starting": "running"}[sb.State]
 		if sb.State == "stopped" && c.State == "created" {
 			engineState = "created"
@@ -214,6 +225,69 @@ func (d *Daemon) Inconsistencies(ctx context.Context) ([]string, error) {
 	}
 	sort.Strings(bad)
 	return bad, nil
+}
+
+// attributePooled files the engine's containers under the sandbox each
+// belongs to. A pooled container is its adopter's when the daemon's pool
+// says a sandbox adopted its slot, and the pool's own (filed nowhere) while
+// the slot is free; a pooled container without a slot, a free ready slot
+// without its container and an adopted slot whose sandbox has no row are
+// inconsistencies.
+func attributePooled(st DebugState, engine []engineContainer) (map[string][]engineContainer, []string) {
+	var bad []string
+	slots := map[string]apitypes.DebugPoolSlot{}
+	for _, sl := range st.PoolSlots {
+		slots[sl.ID] = sl
+	}
+	rows := map[string]bool{}
+	for _, sb := range st.Sandboxes {
+		rows[sb.ID] = true
+	}
+	byBox := map[string][]engineContainer{}
+	found := map[string]bool{}
+	for _, c := range engine {
+		if !c.Pooled {
+			byBox[c.SandboxID] = append(byBox[c.SandboxID], c)
+			continue
+		}
+		sl, ok := slots[c.SandboxID]
+		switch {
+		case !ok:
+			bad = append(bad, fmt.Sprintf("pooled container %s (slot %q) is unknown to the pool", c.Name, c.SandboxID))
+		case sl.ContainerID != c.Name:
+			bad = append(bad, fmt.Sprintf("pooled container %s is not slot %s's container %s", c.Name, sl.ID, sl.ContainerID))
+		case sl.SandboxID != "":
+			byBox[sl.SandboxID] = append(byBox[sl.SandboxID], c)
+		case sl.Ready && c.State != "running":
+			bad = append(bad, fmt.Sprintf("free pooled container %s is %s", c.Name, c.State))
+		}
+		found[c.SandboxID] = true
+	}
+	for _, sl := range st.PoolSlots {
+		switch {
+		case sl.SandboxID == "" && sl.Ready && !found[sl.ID]:
+			bad = append(bad, fmt.Sprintf("ready pool slot %s has no container", sl.ID))
+		case sl.SandboxID != "" && !rows[sl.SandboxID]:
+			bad = append(bad, fmt.Sprintf("pool slot %s is adopted by %s, which has no row", sl.ID, sl.SandboxID))
+		}
+	}
+	return byBox, bad
+}
+
+// SandboxContainers lists the engine containers (ids) that hold sandbox id
+// on this daemon: those labelled with the id and the pooled one it
+// adopted. The daemon must be serving, since only it knows the adoptions.
+func (d *Daemon) SandboxContainers(ctx context.Context, id string) ([]string, error) {
+	st, engine, err := d.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byBox, _ := attributePooled(st, engine)
+	var out []string
+	for _, c := range byBox[id] {
+		out = append(out, c.ID)
+	}
+	return out, nil
 }
 
 // previewStatus is the status the proxy answers for a preview host.

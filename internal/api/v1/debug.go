@@ -13,7 +13,7 @@ func (h *Handler) debugState(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	out := apitypes.DebugState{Sandboxes: []apitypes.DebugSandbox{}, Ports: []apitypes.Port{}, Domains: []apitypes.DebugDomain{}, Routes: []apitypes.DebugRoute{}, Listeners: st.Listeners, Containers: []apitypes.DebugContainer{}}
+	out := apitypes.DebugState{Sandboxes: []apitypes.DebugSandbox{}, Ports: []apitypes.Port{}, Domains: []apitypes.DebugDomain{}, Routes: []apitypes.DebugRoute{}, Listeners: st.Listeners, Containers: []apitypes.DebugContainer{}, PoolSlots: []apitypes.DebugPoolSlot{}}
 	if out.Listeners == nil {
 		out.Listeners = []int{}
 	}
@@ -33,6 +33,9 @@ func (h *Handler) debugState(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, c := range st.Containers {
 		out.Containers = append(out.Containers, apitypes.DebugContainer{ID: c.ID, Name: c.Name, SandboxID: c.SandboxID, State: c.State, IP: c.IP})
+	}
+	for _, sl := range st.PoolSlots {
+		out.PoolSlots = append(out.PoolSlots, apitypes.DebugPoolSlot{ID: sl.ID, ContainerID: sl.ContainerID, Ready: sl.Ready, SandboxID: sl.SandboxID})
 	}
 	api.WriteJSON(w, http.StatusOK, out)
 }
