@@ -73,6 +73,7 @@ func (x *Index) applyFailover(c command) Result {
 			}
 			p.State = PlacementLost
 		}
+		x.handOverClaims(c)
 		return Result{}
 	case opRecreated:
 		p, ok := x.Placements[c.SandboxID]
@@ -123,9 +124,38 @@ func (r *Replica) Release(ctx context.Context, sandboxID string) error {
 	return r.do(ctx, command{Op: opRelease, SandboxID: sandboxID})
 }
 
-// failNode commits what becomes of a dead node's sandboxes.
-func (r *Replica) failNode(ctx context.Context, node string, targets map[string]string) error {
-	return r.do(ctx, command{Op: opFailNode, Failed: node, Targets: targets})
+// failNode commits what becomes of a dead node's sandboxes and of the
+// idempotency claims its attempts held; keep is how long those claims stay
+// for their retries.
+func (r *Replica) failNode(ctx context.Context, node string, targets map[string]string, keep time.Duration) error {
+	return r.do(ctx, command{Op: opFailNode, Failed: node, Targets: targets, Keep: keep})
+}
+
+// handOverClaims ends the attempts a failed node held. They can never
+// finish there, and a retry that waited for the node would wait forever, so
+// their locks end now and each claim is handed to the node its sandbox was
+// moved to (a retry goes there and takes the attempt over, finding the
+// re-created sandbox under the claim's target id), or to no node when its
+// sandbox was not moved (a retry then goes to any live node; the target's
+// lost placement answers it). Generation and target stay, as when a node
+// restarts, so a retry never makes a second sandbox, and the claim is kept
+// for keep so that reaping cannot forget it first.
+func (x *Index) handOverClaims(c command) {
+	for _, r := range x.Claims {
+		if r.State != claimPending || r.Node != c.Failed {
+			continue
+		}
+		if r.LockedUntil.After(c.At) {
+			r.LockedUntil = c.At
+		}
+		if keep := c.At.Add(c.Keep); keep.After(r.ReplayUntil) {
+			r.ReplayUntil = keep
+		}
+		r.Node = ""
+		if p := x.Placements[r.TargetID]; r.TargetID != "" && p != nil && p.State == PlacementRecreating {
+			r.Node = p.Node
+		}
+	}
 }
 
 // Owned lists the placements on node, in creation order.
@@ -140,6 +170,33 @@ func (f *FSM) Owned(node string) []Placement {
 	}
 	sortPlacements(out)
 	return out
+}
+
+// holdsPendingClaims reports whether an attempt of node holds a pending
+// idempotency claim: work for the failover too, even without a placement
+// (a node may die between its claim and its reservation).
+func (f *FSM) holdsPendingClaims(node string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, r := range f.idx.Claims {
+		if r.Node == node && r.State == claimPending {
+			return true
+		}
+	}
+	return false
+}
+
+// PendingClaimNode returns the node whose attempt holds a pending claim of
+// fingerprint (in any scope), or "".
+func (f *FSM) PendingClaimNode(fingerprint string) string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, r := range f.idx.Claims {
+		if r.Fingerprint == fingerprint && r.State == claimPending && r.Node != "" {
+			return r.Node
+		}
+	}
+	return ""
 }
 
 // hasLive reports whether node owns a placed or recreating sandbox: work for
@@ -186,13 +243,13 @@ func (c *Cluster) detectDead(ctx context.Context, now time.Time) {
 			c.downSince[n.ID] = now
 			continue
 		}
-		if now.Sub(since) < grace || !c.rep.fsm.hasLive(n.ID) {
+		if now.Sub(since) < grace || !c.rep.fsm.hasLive(n.ID) && !c.rep.fsm.holdsPendingClaims(n.ID) {
 			continue
 		}
 		targets := c.failoverTargets(n.ID)
 		c.log.Warn("cluster: node dead past the grace period, failing over its sandboxes",
 			"dead", n.ID, "down_for", now.Sub(since).Round(time.Second), "policy", c.policy(), "recreating", len(targets))
-		if err := c.rep.failNode(ctx, n.ID, targets); err != nil && ctx.Err() == nil {
+		if err := c.rep.failNode(ctx, n.ID, targets, c.claimRetention()); err != nil && ctx.Err() == nil {
 			c.log.Warn("cluster: fail over node", "dead", n.ID, "err", err)
 		}
 	}
@@ -201,6 +258,15 @@ func (c *Cluster) detectDead(ctx context.Context, now time.Time) {
 			delete(c.downSince, id)
 		}
 	}
+}
+
+// claimRetention is how long the claims of a failed node's attempts are kept
+// for their retries: the daemon's idempotency retention.
+func (c *Cluster) claimRetention() time.Duration {
+	if c.cfg.ClaimRetention > 0 {
+		return c.cfg.ClaimRetention
+	}
+	return 24 * time.Hour
 }
 
 func (c *Cluster) policy() string {

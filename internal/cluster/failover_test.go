@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/sandpit-dev/sandpit"
 )
@@ -134,5 +135,90 @@ func TestFSMFailover(t *testing.T) {
 				t.Errorf("digests differ after the same log")
 			}
 		})
+	}
+}
+
+// TestFSMFailoverHandsOverClaims checks what fail_node does to the claims of
+// the dead node's attempts: their locks end, each goes to the node its
+// sandbox moved to (or to none), they are kept for the retention, and a
+// retry then takes the attempt over with its generation and target; claims
+// of other nodes, and completed ones, stay as they were.
+func TestFSMFailoverHandsOverClaims(t *testing.T) {
+	spec := []byte(`{"image":"img"}`)
+	claim := func(key, node string, target string) []command {
+		req := &sandpit.ClaimRequest{Scope: "v1", Fingerprint: key, RequestHash: "h-" + key, PendingTTL: time.Hour}
+		cmds := []command{{Op: opClaim, At: t0, Node: node, Claim: req, Attempt: "try-" + key}}
+		if target != "" {
+			cmds = append(cmds, command{Op: opSetTarget, At: t0, Scope: "v1", Fingerprint: key, Generation: 1, SandboxID: target})
+		}
+		return cmds
+	}
+	var log []command
+	log = append(log,
+		command{Op: opReserve, At: t0, SandboxID: "a", Name: "moved", Node: "n3", Place: true},
+		command{Op: opSetSpec, At: t0, SandboxID: "a", Node: "n3", Spec: spec},
+		command{Op: opReserve, At: t0, SandboxID: "b", Name: "specless", Node: "n3", Place: true},
+	)
+	log = append(log, claim("ka", "n3", "a")...) // its sandbox is re-created on n2
+	log = append(log, claim("kb", "n3", "b")...) // its sandbox has no spec: lost
+	log = append(log, claim("kn", "n3", "")...)  // died before it reserved anything
+	log = append(log, claim("kc", "n1", "c")...) // another node's attempt
+	log = append(log, claim("kd", "n3", "a")...) // completed below
+	log = append(log, command{Op: opComplete, At: t0, Attempt: "done-kd", Completion: &sandpit.Completion{
+		Scope: "v1", Fingerprint: "kd", Generation: 1, TargetID: "a", ResponseStatus: 201, ReplayTTL: time.Minute}})
+	t1 := t0.Add(time.Minute)
+	log = append(log, command{Op: opFailNode, At: t1, Node: "n1", Failed: "n3", Targets: map[string]string{"a": "n2", "b": "n2"}, Keep: 24 * time.Hour})
+
+	a, b := NewFSM(), NewFSM()
+	for _, f := range []*FSM{a, b} {
+		for i, r := range applyAll(t, f, log...) {
+			if r.Err != nil {
+				t.Fatalf("command %d (%s): %v", i, log[i].Op, r.Err)
+			}
+		}
+	}
+	if a.Digest() != b.Digest() {
+		t.Fatal("digests differ after the same log")
+	}
+	tests := []struct {
+		key, holder string
+		lockEnded   bool
+	}{
+		{"ka", "n2", true},
+		{"kb", "", true},
+		{"kn", "", true},
+		{"kc", "n1", false},
+	}
+	for _, tc := range tests {
+		r := a.idx.Claims[claimKey("v1", tc.key)]
+		if r.Node != tc.holder || r.State != claimPending {
+			t.Errorf("%s: held by %q in state %s, want %q pending", tc.key, r.Node, r.State, tc.holder)
+		}
+		if ended := !r.LockedUntil.After(t1); ended != tc.lockEnded {
+			t.Errorf("%s: lock until %s, ended %v, want %v", tc.key, r.LockedUntil, ended, tc.lockEnded)
+		}
+		if tc.lockEnded && r.ReplayUntil.Before(t1.Add(24*time.Hour)) {
+			t.Errorf("%s: kept until %s, want the retention after the failover", tc.key, r.ReplayUntil)
+		}
+		if got := a.PendingClaimNode(tc.key); got != tc.holder {
+			t.Errorf("PendingClaimNode(%s) = %q, want %q", tc.key, got, tc.holder)
+		}
+	}
+	if r := a.idx.Claims[claimKey("v1", "kd")]; r.State != claimReady || r.Node != "n3" {
+		t.Errorf("completed claim changed: %+v", r)
+	}
+	if a.holdsPendingClaims("n3") {
+		t.Error("the failed node still holds pending claims")
+	}
+	// A retry on the new owner takes the attempt over: same generation,
+	// same target, so it finds the re-created sandbox instead of making one.
+	res := applyAll(t, a, claim("ka", "n2", "")[0])[0]
+	if res.Err != nil || res.Claim.Outcome != sandpit.Acquired || res.Claim.Generation != 1 || res.Claim.TargetID != "a" {
+		t.Errorf("retry of ka on n2: %+v %v, want acquired generation 1 target a", res.Claim, res.Err)
+	}
+	// Resuming the attempt whose sandbox was lost answers that it was lost.
+	res = applyAll(t, a, command{Op: opReserve, At: t1, SandboxID: "b", Name: "specless", Node: "n1", Place: true})[0]
+	if !errors.Is(res.Err, sandpit.ErrSandboxLost) {
+		t.Errorf("reserve of the lost sandbox: %v, want sandbox lost", res.Err)
 	}
 }

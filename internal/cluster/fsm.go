@@ -224,6 +224,7 @@ var errCodes = map[string]error{
 	"not_found":         sandpit.ErrNotFound,
 	"claim_lost":        sandpit.ErrClaimLost,
 	"no_capacity":       sandpit.ErrNoCapacity,
+	"sandbox_lost":      sandpit.ErrSandboxLost,
 	"invalid":           ErrInvalidCommand,
 }
 
@@ -384,6 +385,11 @@ func (x *Index) reserve(c command) Result {
 		return Result{Err: ErrInvalidCommand}
 	}
 	if p, ok := x.Placements[c.SandboxID]; ok {
+		if p.State == PlacementLost {
+			// A retry resuming the attempt that made this sandbox, after
+			// its node died with it: the answer is that it was lost.
+			return Result{Err: fmt.Errorf("reserve %s: lost with node %s: %w", c.SandboxID, p.Node, sandpit.ErrSandboxLost)}
+		}
 		// A retry of the same reservation (its first proposal may have
 		// committed before the proposer lost leadership) succeeds again.
 		if p.Name == c.Name && (!c.Place || p.Node == c.Node) {

@@ -41,6 +41,10 @@ type Config struct {
 	// Capacity reports how many sandboxes this node runs and its limit
 	// (0 = none), gossiped for placement.
 	Capacity func() (running, max int)
+	// ClaimRetention is how long idempotency claims are kept (the daemon's
+	// --idempotency-retention); the claims of a failed node's attempts are
+	// kept this long for their retries.
+	ClaimRetention time.Duration
 	// MaxSandboxes is this node's --max-sandboxes (0 = no cap), gossiped so
 	// that placement never picks a full node.
 	MaxSandboxes int
@@ -501,6 +505,16 @@ func (c *Cluster) OwnerForKey(key string) (Member, error) {
 	// that attempt may still finish there could make a second sandbox.
 	if c.rep.fsm.PendingClaimOn(key, m.Name) {
 		return m, nil
+	}
+	// An attempt pending on another live node (one the failover handed a
+	// dead node's attempt to, with the sandbox it re-created) is finished
+	// there.
+	if holder := c.rep.fsm.PendingClaimNode(key); holder != "" {
+		for _, hm := range c.gossip.Members() {
+			if hm.Name == holder && hm.State == "alive" && hm.Meta.API != "" {
+				return hm, nil
+			}
+		}
 	}
 	if m.State == "alive" && c.placeable(m.Name) {
 		return m, nil

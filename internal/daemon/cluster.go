@@ -102,6 +102,7 @@ func startCluster(ctx context.Context, cfg Config, instance, apiAddr, proxyAddr 
 		Keys:            keys,
 		Self:            cluster.Node{APIAddr: apiAddr, ProxyAddr: proxyAddr, PublicHost: cfg.PublicHost},
 		MaxSandboxes:    cfg.MaxSandboxes,
+		ClaimRetention:  cfg.IdempotencyRetention,
 		DeadNodeGrace:   cc.DeadNodeGrace,
 		Failover:        cc.Failover,
 		Logger:          cfg.Logger,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"net/url"
@@ -489,5 +490,103 @@ func TestClusterRecreateFinishesAfterCrash(t *testing.T) {
 	res, err := crashed.Client().Exec(ctx, sb.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo $FAILOVER_ENV"}})
 	if err != nil || strings.TrimSpace(res.Stdout) != "kept" {
 		t.Fatalf("exec in the re-created sandbox: %+v %v", res, err)
+	}
+}
+
+// keyOwnedBy returns an Idempotency-Key whose creates the cluster sends to
+// the member called owner. It computes the router's rendezvous hash (FNV-64a
+// of the member's name, a zero byte and the key; the highest wins over the
+// members n1..n3) so that finding one takes no create.
+func keyOwnedBy(owner, prefix string) string {
+	score := func(member, key string) uint64 {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(member))
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(key))
+		return h.Sum64()
+	}
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), i)
+		best := ""
+		for _, m := range []string{"n1", "n2", "n3"} {
+			if best == "" || score(m, key) > score(best, key) {
+				best = m
+			}
+		}
+		if best == owner {
+			return key
+		}
+	}
+}
+
+// TestClusterFailoverHandsOverAnInterruptedKeyedCreate: the owner of a keyed
+// create dies after it made the sandbox and before it answered. While it may
+// come back, retries wait for it (503); once the grace period has passed and
+// the sandbox was re-created elsewhere, the claim goes with it, so a retry
+// through any node answers the same sandbox, and no second one exists. The
+// same interruption with the orphan policy answers 410 sandbox_lost.
+func TestClusterFailoverHandsOverAnInterruptedKeyedCreate(t *testing.T) {
+	const grace = 3 * time.Second
+	for _, policy := range []string{"recreate", "orphan"} {
+		t.Run(policy, func(t *testing.T) {
+			c := startClusterWith(t, failoverFlags(policy, grace))
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+			// n3 runs again with a crash point just before a create answers.
+			n3.Stop()
+			if !n3.Wait(30 * time.Second) {
+				t.Fatal("n3 did not stop")
+			}
+			n3.Restart([]string{"SANDPIT_TEST_CRASH_POINT=before-response"})
+			c.waitFormed(30 * time.Second)
+
+			body := `{"name":"interrupted","env":{"FAILOVER_ENV":"kept"}}`
+			hdr := map[string]string{"Idempotency-Key": keyOwnedBy("n3", "interrupted")}
+			if a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", body, hdr); a.status < 500 {
+				t.Fatalf("first attempt: %d %s, want no answer from its owner", a.status, a.body)
+			}
+			if !n3.Wait(30 * time.Second) {
+				t.Fatal("n3 did not reach its crash point")
+			}
+			if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr); a.status != http.StatusServiceUnavailable {
+				t.Fatalf("retry while n3 may come back: %d %s, want 503", a.status, a.body)
+			}
+			var last answer
+			eventually(t, grace+45*time.Second, func() string {
+				last = call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr)
+				if last.status == http.StatusServiceUnavailable || last.status == http.StatusConflict && last.code() == apitypes.CodeKeyInFlight {
+					return fmt.Sprintf("retry: %d %s", last.status, last.body)
+				}
+				return ""
+			})
+			if policy == "orphan" {
+				if last.status != http.StatusGone || last.code() != apitypes.CodeSandboxLost {
+					t.Fatalf("retry after the grace period: %d %s, want 410 sandbox_lost", last.status, last.body)
+				}
+				return
+			}
+			if last.status != http.StatusCreated {
+				t.Fatalf("retry after the grace period: %d %s, want 201", last.status, last.body)
+			}
+			v := view(t, last)
+			if v.Node == "n3" || v.Name != "interrupted" || v.Env["FAILOVER_ENV"] != "kept" {
+				t.Fatalf("retry answered %+v, want the re-created sandbox", v)
+			}
+			// Every node replays that answer from now on.
+			for _, n := range []*node{n1, n2} {
+				if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", body, hdr); a.status != http.StatusCreated || a.id() != v.ID {
+					t.Fatalf("replay through %s: %d %s, want %s", n.name, a.status, a.body, v.ID)
+				}
+			}
+			// n3, back without its crash point, drops its copy: one sandbox.
+			n3.Restart(nil)
+			eventually(t, 60*time.Second, func() string {
+				if got := c.containersOf(t, v.ID); len(got) != 1 || got[v.Node] != 1 {
+					return fmt.Sprintf("containers per node: %v, want one on %s", got, v.Node)
+				}
+				return ""
+			})
+		})
 	}
 }
