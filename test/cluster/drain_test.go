@@ -352,7 +352,9 @@ func TestClusterE2BAndDaytonaListingsSpanNodes(t *testing.T) {
 	pageE2B := func(n *node) []string {
 		var ids []string
 		token := ""
-		for range 10 {
+		// One row a page: a page per sandbox (their number depends on
+		// where placement put the creates above), and a spare.
+		for range len(want) + 1 {
 			path := "/e2b/v2/sandboxes?limit=1"
 			if token != "" {
 				path += "&nextToken=" + token
@@ -380,7 +382,7 @@ func TestClusterE2BAndDaytonaListingsSpanNodes(t *testing.T) {
 	pageDaytona := func(n *node) []string {
 		var ids []string
 		cursor := ""
-		for range 10 {
+		for range len(want) + 1 {
 			path := "/daytona/sandbox?limit=1"
 			if cursor != "" {
 				path += "&cursor=" + cursor
