@@ -186,19 +186,6 @@ func (f *FSM) holdsPendingClaims(node string) bool {
 	return false
 }
 
-// PendingClaimNode returns the node whose attempt holds a pending claim of
-// fingerprint (in any scope), or "".
-func (f *FSM) PendingClaimNode(fingerprint string) string {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	for _, r := range f.idx.Claims {
-		if r.Fingerprint == fingerprint && r.State == claimPending && r.Node != "" {
-			return r.Node
-		}
-	}
-	return ""
-}
-
 // hasLive reports whether node owns a placed or recreating sandbox: work for
 // the failover policy.
 func (f *FSM) hasLive(node string) bool {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -200,8 +201,12 @@ func TestFSMFailoverHandsOverClaims(t *testing.T) {
 		if tc.lockEnded && r.ReplayUntil.Before(t1.Add(24*time.Hour)) {
 			t.Errorf("%s: kept until %s, want the retention after the failover", tc.key, r.ReplayUntil)
 		}
-		if got := a.PendingClaimNode(tc.key); got != tc.holder {
-			t.Errorf("PendingClaimNode(%s) = %q, want %q", tc.key, got, tc.holder)
+		var want []string
+		if tc.holder != "" {
+			want = []string{tc.holder}
+		}
+		if got := a.PendingClaimHolders(tc.key); !slices.Equal(got, want) {
+			t.Errorf("PendingClaimHolders(%s) = %q, want %q", tc.key, got, want)
 		}
 	}
 	if r := a.idx.Claims[claimKey("v1", "kd")]; r.State != claimReady || r.Node != "n3" {

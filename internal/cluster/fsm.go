@@ -723,16 +723,19 @@ func (f *FSM) Mark(node string) string {
 	return f.idx.Marks[node]
 }
 
-// PendingClaimOn reports whether node holds a pending claim of fingerprint
-// in any scope: an attempt that may still finish there when the node comes
-// back.
-func (f *FSM) PendingClaimOn(fingerprint, node string) bool {
+// PendingClaimHolders returns the nodes whose attempts hold a pending claim
+// of fingerprint, in any scope (almost always none or one): attempts that
+// may still finish there. One pass over the claims, since a keyed create
+// asks it on every placement.
+func (f *FSM) PendingClaimHolders(fingerprint string) []string {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	var out []string
 	for _, r := range f.idx.Claims {
-		if r.Fingerprint == fingerprint && r.Node == node && r.State == claimPending {
-			return true
+		if r.Fingerprint == fingerprint && r.State == claimPending && r.Node != "" && !slices.Contains(out, r.Node) {
+			out = append(out, r.Node)
 		}
 	}
-	return false
+	slices.Sort(out)
+	return out
 }

@@ -503,17 +503,16 @@ func (c *Cluster) OwnerForKey(key string) (Member, error) {
 	// If an attempt of this key is pending on its owner, its retries go
 	// there, even while that owner is down or drained: moving them while
 	// that attempt may still finish there could make a second sandbox.
-	if c.rep.fsm.PendingClaimOn(key, m.Name) {
+	holders := c.rep.fsm.PendingClaimHolders(key)
+	if slices.Contains(holders, m.Name) {
 		return m, nil
 	}
 	// An attempt pending on another live node (one the failover handed a
 	// dead node's attempt to, with the sandbox it re-created) is finished
 	// there.
-	if holder := c.rep.fsm.PendingClaimNode(key); holder != "" {
-		for _, hm := range c.gossip.Members() {
-			if hm.Name == holder && hm.State == "alive" && hm.Meta.API != "" {
-				return hm, nil
-			}
+	for _, hm := range c.gossip.Members() {
+		if slices.Contains(holders, hm.Name) && hm.State == "alive" && hm.Meta.API != "" {
+			return hm, nil
 		}
 	}
 	if m.State == "alive" && c.placeable(m.Name) {
