@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 )
 
 // CrashPointsTag is the build tag that compiles the test crash points in
@@ -113,7 +114,15 @@ func NetworkArgs(network string) []string {
 // the daemon and its containers are gone.
 func Uninstall(t testing.TB, bin, network string) {
 	t.Helper()
-	if out, err := exec.Command(bin, "uninstall", "--network-name", network).CombinedOutput(); err != nil {
+	out, err := exec.Command(bin, "uninstall", "--network-name", network).CombinedOutput()
+	switch {
+	case err == nil:
+	case strings.Contains(string(out), docker.StaleEndpoints):
+		// The engine kept endpoints of containers it removed (a Docker
+		// bug, cleared only by restarting dockerd): nothing of the test's
+		// is attached, and the network's name is unique to this daemon.
+		t.Logf("sandpit uninstall --network-name %s: left to the engine: %s", network, out)
+	default:
 		t.Errorf("sandpit uninstall --network-name %s: %v\n%s", network, err, out)
 	}
 }

@@ -25,6 +25,10 @@ const (
 // ErrNetworkInUse is returned by RemoveNetwork while containers are attached.
 var ErrNetworkInUse = errors.New("network has containers attached")
 
+// StaleEndpoints names, in RemoveNetwork's error, the engine state where a
+// network with no container attached still cannot be removed.
+const StaleEndpoints = "stale engine state"
+
 // NetworkSpec describes the sandbox network the daemon owns.
 type NetworkSpec struct {
 	Name string
@@ -226,7 +230,11 @@ func (d *Docker) RemoveNetwork(ctx context.Context, name string) error {
 	case err == nil, errdefs.IsNotFound(err):
 		return nil
 	case strings.Contains(err.Error(), "active endpoints"):
-		return fmt.Errorf("network %s: %w", name, ErrNetworkInUse)
+		// No container is attached (checked above), yet the engine still
+		// records endpoints: stale state Docker 20.10 sometimes keeps after
+		// removing containers, which only a restart of dockerd clears.
+		return fmt.Errorf("network %s: no container is attached but the engine still records endpoints (%s; restarting dockerd clears them): %w",
+			name, StaleEndpoints, ErrNetworkInUse)
 	}
 	return fmt.Errorf("remove network %s: %w", name, err)
 }
