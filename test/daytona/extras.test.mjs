@@ -162,6 +162,40 @@ test('codeInterpreter: contexts keep state apart; runCode streams output, report
   }
 });
 
+// A delete answers once the process is gone: the agent lists a killed
+// process until it has reaped it, so a delete that answered on the signal
+// alone let the very next list show what it had just deleted (seen once in
+// CI). Each round lists straight after the delete, many times over, to give
+// that window every chance to show.
+test('deleteContext, deleteSession and killPtySession: the next list no longer shows what was deleted', { timeout: 180_000 }, async () => {
+  // The interpreter needs python: the base image, not the suite's.
+  const c = await daytona.create({ image: baseImage, labels: { suite } });
+  try {
+    const ci = c.codeInterpreter;
+    for (let i = 0; i < 15; i++) {
+      const ctx = await ci.createContext();
+      // A context that has run code, as in real use, holds its output pipes.
+      assert.equal((await ci.runCode('print(1)', { context: ctx })).stdout, '1\n');
+      await ci.deleteContext(ctx);
+      assert.deepEqual((await ci.listContexts()).map((x) => x.id), [], `round ${i}`);
+
+      const sid = `gone-${i}`;
+      await c.process.createSession(sid);
+      await c.process.executeSessionCommand(sid, { command: 'sleep 300', runAsync: true });
+      await c.process.deleteSession(sid);
+      assert.deepEqual((await c.process.listSessions()).map((s) => s.sessionId).filter((x) => x === sid), [], `round ${i}`);
+
+      const pid = `pty-gone-${i}`;
+      const pty = await c.process.createPty({ id: pid, onData: () => {} });
+      await c.process.killPtySession(pid);
+      assert.deepEqual((await c.process.listPtySessions()).map((s) => s.id).filter((x) => x === pid), [], `round ${i}`);
+      await pty.disconnect();
+    }
+  } finally {
+    await c.delete();
+  }
+});
+
 test('git: reset, restore, remotes and config', { timeout: 180_000 }, async () => {
   const g = await daytona.create({ image: baseImage, labels: { suite } });
   try {

@@ -335,22 +335,9 @@ func (h *Handler) lspStop(ctx context.Context, s *lspServer) (any, error) {
 	if err != nil || p == nil {
 		return nil, err
 	}
-	if err := s.c.kill(ctx, s.tag); err != nil {
-		return nil, err
-	}
-	// Answer once the server is gone, so that the next call sees it
+	// kill answers once the server is gone, so the next call sees it
 	// stopped rather than a process about to end.
-	for range 50 {
-		if p, err := s.c.byTag(ctx, s.tag); err != nil || p == nil {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil, nil
+	return nil, s.c.kill(ctx, s.tag)
 }
 
 func (h *Handler) lspDidOpen(ctx context.Context, s *lspServer) (any, error) {

@@ -170,13 +170,44 @@ func (c *sandboxConn) input(ctx context.Context, tag string, in *process.Process
 	return nil
 }
 
+// killWait bounds how long kill waits for the agent to report the end of a
+// process it sent SIGKILL; past it the caller gets an error rather than an
+// answer that says the process is gone while it is still listed.
+const killWait = 10 * time.Second
+
+// kill sends the process with the tag SIGKILL and returns once the agent
+// reports its end. The signal alone returns before the process is reaped,
+// and until then the agent still lists it: a delete answered at that point
+// would let the caller's next list show what it just deleted.
 func (c *sandboxConn) kill(ctx context.Context, tag string) error {
-	_, err := c.Process.SendSignal(ctx, fsRequest(&process.SendSignalRequest{
-		Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}},
-		Signal:  process.Signal_SIGNAL_SIGKILL,
-	}, c.Token))
-	if err != nil {
+	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}}
+	wctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	// Attach before the signal, so the end cannot be missed; a process
+	// already gone has nothing to wait for.
+	stream, err := c.Process.Connect(wctx, fsRequest(&process.ConnectRequest{Process: sel}, c.Token))
+	if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
 		return rpcError(err, false)
+	}
+	if stream != nil {
+		defer stream.Close()
+	}
+	if _, err := c.Process.SendSignal(ctx, fsRequest(&process.SendSignalRequest{
+		Process: sel,
+		Signal:  process.Signal_SIGNAL_SIGKILL,
+	}, c.Token)); err != nil {
+		return rpcError(err, false)
+	}
+	if stream == nil {
+		return nil
+	}
+	for stream.Receive() {
+		if stream.Msg().GetEvent().GetEnd() != nil {
+			return nil
+		}
+	}
+	if err := stream.Err(); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+		return rpcError(fmt.Errorf("wait for %s to end: %w", tag, err), false)
 	}
 	return nil
 }
