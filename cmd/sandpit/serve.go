@@ -94,13 +94,16 @@ func serveCmd() *cobra.Command {
 				if cc.DeadNodeGrace <= 0 {
 					return fmt.Errorf("--dead-node-grace must be positive")
 				}
+				if cc.RecreateGiveUp <= 0 {
+					return fmt.Errorf("--recreate-give-up must be positive")
+				}
 				if err := cluster.ValidFailover(cc.Failover); err != nil {
 					return err
 				}
 				cc.Fast = os.Getenv("SANDPIT_TEST_CLUSTER_FAST") == "1"
 				cfg.Cluster = &cc
 			} else if cmd.Flags().Changed("join") || cc.Bootstrap || cc.BootstrapExpect > 0 ||
-				cmd.Flags().Changed("dead-node-grace") || cmd.Flags().Changed("failover") {
+				cmd.Flags().Changed("dead-node-grace") || cmd.Flags().Changed("failover") || cmd.Flags().Changed("recreate-give-up") {
 				return fmt.Errorf("cluster flags need --cluster")
 			}
 			return daemon.Run(cmd.Context(), cfg)
@@ -161,6 +164,7 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&cc.BootstrapExpect, "bootstrap-expect", 0, "form the cluster once this many members have joined")
 	f.StringVar(&cc.KeyFile, "cluster-key-file", envOr("SANDPIT_CLUSTER_KEY_FILE", ""), "file holding the shared cluster secret (at least 16 bytes)")
 	f.DurationVar(&cc.DeadNodeGrace, "dead-node-grace", cluster.DefaultDeadNodeGrace, "how long a node stays dead in gossip before the leader applies --failover to its sandboxes")
+	f.DurationVar(&cc.RecreateGiveUp, "recreate-give-up", 2*time.Minute, "with --failover recreate: how long a node retries re-creating a dead node's sandbox before it gives up and the sandbox answers 410 sandbox_lost")
 	f.StringVar(&cc.Failover, "failover", cluster.FailoverOrphan, "what becomes of a dead node's sandboxes: orphan (they answer 410 sandbox_lost until deleted) or recreate (re-created on a healthy node, same id and name, fresh filesystem)")
 	f.StringArrayVar(&pools, "warm-pool", nil, "keep N started sandboxes of TEMPLATE_OR_IMAGE for creates to adopt: TEMPLATE_OR_IMAGE=N[,user=NAME][,cpu=CORES][,memory=MIB] (repeatable; E2B creates act as user=user; creates asking for the pool's cpu and memory skip a live update)")
 	f.IntVar(&cfg.WarmPoolMax, "warm-pool-max", 64, "upper bound of the warm pools' total size")

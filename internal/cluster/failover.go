@@ -82,6 +82,16 @@ func (x *Index) applyFailover(c command) Result {
 		}
 		p.State = PlacementPlaced
 		return Result{}
+	case opRecreateFailed:
+		// The node chosen to re-create the sandbox gave up: it is lost, and
+		// held by no node, so that no node takes it back as its own; its
+		// delete frees its id, name and hostnames as for any lost sandbox.
+		p, ok := x.Placements[c.SandboxID]
+		if !ok || p.Node != c.Node || p.State != PlacementRecreating {
+			return Result{Err: fmt.Errorf("give up re-creating %s on %s: %w", c.SandboxID, c.Node, sandpit.ErrNotFound)}
+		}
+		p.Node, p.State = "", PlacementLost
+		return Result{}
 	case opReclaim:
 		// The node came back: what it lost and nobody deleted or re-created
 		// is its own again.
@@ -111,6 +121,12 @@ func (r *Replica) SetSpec(ctx context.Context, sandboxID string, spec json.RawMe
 // Recreated marks a sandbox this node re-created as placed here.
 func (r *Replica) Recreated(ctx context.Context, sandboxID string) error {
 	return r.do(ctx, command{Op: opRecreated, SandboxID: sandboxID})
+}
+
+// RecreateFailed gives up re-creating, on this node, a sandbox of a dead
+// node: the sandbox becomes lost.
+func (r *Replica) RecreateFailed(ctx context.Context, sandboxID string) error {
+	return r.do(ctx, command{Op: opRecreateFailed, SandboxID: sandboxID})
 }
 
 // Reclaim makes this node's lost sandboxes placed again, when it is back.
@@ -325,7 +341,7 @@ func (c *Cluster) serveFailedOver(w http.ResponseWriter, r *http.Request, local 
 				return
 			}
 			writeJSON(w, http.StatusGone, map[string]any{"error": map[string]string{
-				"code": apitypes.CodeSandboxLost, "message": fmt.Sprintf("sandbox %s: %v (node %s)", p.SandboxID, sandpit.ErrSandboxLost, p.Node)}})
+				"code": apitypes.CodeSandboxLost, "message": fmt.Sprintf("sandbox %s: %v (%s)", p.SandboxID, sandpit.ErrSandboxLost, p.Lost())}})
 		}
 	}
 	if !rt.root || r.Method != http.MethodDelete {

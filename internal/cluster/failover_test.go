@@ -93,6 +93,32 @@ func TestFSMFailover(t *testing.T) {
 			names: map[string]string{"web": "d"},
 		},
 		{
+			name: "a target that gives up leaves the sandbox lost on no node, its name bound, and no node takes it back",
+			cmds: []command{
+				{Op: opFailNode, At: t0, Node: "n1", Failed: "n3", Targets: map[string]string{"a": "n2"}},
+				{Op: opRecreateFailed, At: t0, SandboxID: "a", Node: "n1"}, // not its target
+				{Op: opRecreateFailed, At: t0, SandboxID: "a", Node: "n2"},
+				{Op: opRecreateFailed, At: t0, SandboxID: "a", Node: "n2"}, // no longer re-creating
+				{Op: opRecreated, At: t0, SandboxID: "a", Node: "n2"},
+				{Op: opReclaim, At: t0, Node: "n2"},
+				{Op: opReclaim, At: t0, Node: "n3"},
+				{Op: opReserve, At: t0, SandboxID: "d", Name: "web", Node: "n1", Place: true},
+			},
+			errs:  []error{nil, sandpit.ErrNotFound, nil, sandpit.ErrNotFound, sandpit.ErrNotFound, nil, nil, sandpit.ErrNameConflict},
+			after: map[string]want{"a": {"", PlacementLost}},
+			names: map[string]string{"web": "a"},
+		},
+		{
+			name: "deleting a sandbox whose re-creation failed frees its name",
+			cmds: []command{
+				{Op: opFailNode, At: t0, Node: "n1", Failed: "n3", Targets: map[string]string{"a": "n2"}},
+				{Op: opRecreateFailed, At: t0, SandboxID: "a", Node: "n2"},
+				{Op: opDelete, At: t0, SandboxID: "a"},
+			},
+			errs:  []error{nil, nil, nil},
+			names: map[string]string{},
+		},
+		{
 			name: "a fail_node without its node is refused",
 			cmds: []command{{Op: opFailNode, At: t0, Node: "n1"}},
 			errs: []error{ErrInvalidCommand},

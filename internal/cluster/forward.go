@@ -168,6 +168,7 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 		// Streams (exec output, event streams) pass through as they come.
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			err = downCause(r.Context(), err)
 			cfg.Logger.Warn("cluster: forward failed", "path", r.URL.Path, "err", err)
 			if retry, ok := r.Context().Value(fallbackKey{}).(func()); ok && errors.Is(err, errDial) {
 				// Nothing reached the chosen owner: the create is made
@@ -320,7 +321,9 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 		r.Header.Set(HeaderPrincipal, string(pj))
 		r.Header.Set(HeaderClientAddr, r.RemoteAddr)
 		r.Header.Set(HeaderForwardedBy+"-To", target)
-		proxy.ServeHTTP(w, r)
+		ctx, done := c.untilDown(r.Context(), target)
+		defer done()
+		proxy.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

@@ -77,6 +77,15 @@ type Placement struct {
 	Spec json.RawMessage `json:"spec,omitempty"`
 }
 
+// Lost says, of a lost placement, what lost it: its node's death, or a
+// re-creation that failed (which leaves it on no node).
+func (p Placement) Lost() string {
+	if p.Node == "" {
+		return "its re-creation on another node failed"
+	}
+	return "its node " + p.Node + " died"
+}
+
 // ClaimRecord is one replicated idempotency claim: the SQLite row's columns
 // plus the node whose attempt holds or made it.
 type ClaimRecord struct {
@@ -163,11 +172,12 @@ const (
 	opRenew          = "renew"
 	opSetDrain       = "set_drain"
 	// Failover (failover.go).
-	opSetSpec   = "set_spec"
-	opFailNode  = "fail_node"
-	opRecreated = "recreated"
-	opReclaim   = "reclaim"
-	opRelease   = "release"
+	opSetSpec        = "set_spec"
+	opFailNode       = "fail_node"
+	opRecreated      = "recreated"
+	opRecreateFailed = "recreate_failed"
+	opReclaim        = "reclaim"
+	opRelease        = "release"
 )
 
 // command is one log entry. At is the proposer's clock, the only time Apply
@@ -367,7 +377,7 @@ func (x *Index) apply(c command) Result {
 	case opMark:
 		x.Marks[c.Node] = c.Attempt
 		return Result{}
-	case opSetSpec, opFailNode, opRecreated, opReclaim, opRelease:
+	case opSetSpec, opFailNode, opRecreated, opRecreateFailed, opReclaim, opRelease:
 		return x.applyFailover(c)
 	case opReap:
 		for k, r := range x.Claims {
@@ -388,7 +398,7 @@ func (x *Index) reserve(c command) Result {
 		if p.State == PlacementLost {
 			// A retry resuming the attempt that made this sandbox, after
 			// its node died with it: the answer is that it was lost.
-			return Result{Err: fmt.Errorf("reserve %s: lost with node %s: %w", c.SandboxID, p.Node, sandpit.ErrSandboxLost)}
+			return Result{Err: fmt.Errorf("reserve %s: %s: %w", c.SandboxID, p.Lost(), sandpit.ErrSandboxLost)}
 		}
 		// A retry of the same reservation (its first proposal may have
 		// committed before the proposer lost leadership) succeeds again.

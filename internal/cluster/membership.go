@@ -61,7 +61,10 @@ type MembershipConfig struct {
 	Meta      func() Meta
 	// OnChange is called after a member joins, leaves or updates.
 	OnChange func()
-	Logger   *slog.Logger
+	// OnDown is called with the name of a member declared dead or gone,
+	// from gossip's own goroutine: it must not block.
+	OnDown func(name string)
+	Logger *slog.Logger
 	// Fast shortens the failure detector's timers (tests).
 	Fast bool
 }
@@ -194,6 +197,16 @@ func (m *Membership) Members() []Member {
 	return out
 }
 
+// Gone reports whether gossip's last word on the named node is that it died
+// or left.
+func (m *Membership) Gone(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, gone := m.gone[name]
+	_, alive := m.alive[name]
+	return gone && !alive
+}
+
 func stateName(s memberlist.NodeStateType) string {
 	switch s {
 	case memberlist.StateAlive:
@@ -273,6 +286,9 @@ func (e events) NotifyLeave(n *memberlist.Node) {
 	delete(e.m.alive, n.Name)
 	e.m.gone[n.Name] = mem
 	e.m.mu.Unlock()
+	if e.m.cfg.OnDown != nil {
+		e.m.cfg.OnDown(n.Name)
+	}
 	e.changed()
 }
 

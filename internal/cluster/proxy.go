@@ -75,6 +75,7 @@ func (c *Cluster) PreviewRouter(local http.Handler, cfg PreviewConfig) http.Hand
 		// WebSocket upgrades are spliced by ReverseProxy itself.
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			err = downCause(r.Context(), err)
 			c.log.Warn("cluster: preview forward failed", "host", r.Host, "err", err)
 			http.Error(w, "sandpit: the node that runs this sandbox did not answer", http.StatusBadGateway)
 		},
@@ -90,7 +91,9 @@ func (c *Cluster) PreviewRouter(local http.Handler, cfg PreviewConfig) http.Hand
 		// the response starts.
 		httpguard.LiftReadDeadline(w)
 		_ = http.NewResponseController(w).EnableFullDuplex()
-		proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), previewTargetKey{}, target)))
+		ctx, done := c.untilDown(context.WithValue(r.Context(), previewTargetKey{}, target), target)
+		defer done()
+		proxy.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

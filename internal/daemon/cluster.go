@@ -35,6 +35,9 @@ type ClusterConfig struct {
 	// node that stays dead (cluster.Config).
 	DeadNodeGrace time.Duration
 	Failover      string
+	// RecreateGiveUp is how long a node retries re-creating a dead node's
+	// sandbox before the sandbox becomes lost (service.Config).
+	RecreateGiveUp time.Duration
 	// Fast shortens Raft's and gossip's timers (tests on one machine).
 	Fast bool
 }
@@ -58,6 +61,9 @@ func validCluster(cfg Config) error {
 	}
 	if cc.DeadNodeGrace < 0 {
 		return fmt.Errorf("--dead-node-grace must not be negative")
+	}
+	if cc.RecreateGiveUp < 0 {
+		return fmt.Errorf("--recreate-give-up must not be negative")
 	}
 	if cc.Failover != "" {
 		if err := cluster.ValidFailover(cc.Failover); err != nil {
@@ -222,4 +228,13 @@ func writeSurfaceProblem(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		v1.WriteProblem(w, api.Classify(err))
 	}
+}
+
+// recreateGiveUp is the node's --recreate-give-up; zero (the service's
+// default) on a single node, which re-creates nothing.
+func recreateGiveUp(cc *ClusterConfig) time.Duration {
+	if cc == nil {
+		return 0
+	}
+	return cc.RecreateGiveUp
 }

@@ -550,6 +550,8 @@ func Run(ctx context.Context, cfg Config) error {
 		NodeName:     clusterNodeName(cl),
 		Logger:       log,
 
+		RecreateGiveUp: recreateGiveUp(cfg.Cluster),
+
 		DefaultCPU:           cfg.DefaultCPU,
 		DefaultMemoryMB:      cfg.DefaultMemoryMB,
 		MaxCPU:               cfg.MaxCPU,

@@ -26,5 +26,5 @@ func answerLost(w http.ResponseWriter, r *http.Request, p cluster.Placement, del
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	writeSurfaceProblem(w, r, fmt.Errorf("sandbox %s (node %s): %w; delete it to free its name", p.SandboxID, p.Node, sandpit.ErrSandboxLost))
+	writeSurfaceProblem(w, r, fmt.Errorf("sandbox %s (%s): %w; delete it to free its name", p.SandboxID, p.Lost(), sandpit.ErrSandboxLost))
 }

@@ -154,16 +154,25 @@ func (s *Service) SyncWithCluster(ctx context.Context) error {
 	fsm := s.cfg.Cluster.FSM()
 	var errs []error
 	reclaim := false
+	recreating := map[string]bool{}
 	for _, p := range fsm.Owned(s.cfg.NodeName) {
 		switch p.State {
 		case cluster.PlacementRecreating:
-			if err := s.recreate(ctx, p); err != nil {
-				errs = append(errs, fmt.Errorf("re-create %s: %w", p.SandboxID, err))
-			}
+			recreating[p.SandboxID] = true
+			errs = append(errs, s.recreateOrGiveUp(ctx, p))
 		case cluster.PlacementLost:
 			reclaim = true
 		}
 	}
+	// Forget the failures of re-creations that ended otherwise (deleted
+	// meanwhile, say).
+	s.mu.Lock()
+	for id := range s.recreateFailing {
+		if !recreating[id] {
+			delete(s.recreateFailing, id)
+		}
+	}
+	s.mu.Unlock()
 	if reclaim {
 		// This node is back and sees its lost sandboxes nobody deleted:
 		// they are its own again.
@@ -171,6 +180,42 @@ func (s *Service) SyncWithCluster(ctx context.Context) error {
 		errs = append(errs, s.cfg.Cluster.Reclaim(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// recreateOrGiveUp re-creates p here; once its attempts have failed for
+// RecreateGiveUp (an image this node lacks, say, fails every time) it
+// removes what they left and makes the sandbox lost, so that its clients get
+// 410 and its delete, rather than 503 and a retry forever.
+func (s *Service) recreateOrGiveUp(ctx context.Context, p cluster.Placement) error {
+	err := s.recreate(ctx, p)
+	s.mu.Lock()
+	first, failing := s.recreateFailing[p.SandboxID]
+	switch {
+	case err == nil || ctx.Err() != nil:
+		delete(s.recreateFailing, p.SandboxID)
+	case !failing:
+		first = s.now()
+		s.recreateFailing[p.SandboxID] = first
+	}
+	s.mu.Unlock()
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	err = fmt.Errorf("re-create %s: %w", p.SandboxID, err)
+	if s.now().Sub(first) < s.cfg.RecreateGiveUp {
+		return err
+	}
+	s.log.Error("cluster: giving up re-creating a sandbox of a dead node; it is lost", "sandbox", p.SandboxID, "name", p.Name, "failing_since", first, "err", err)
+	if derr := s.dropLocal(ctx, p.SandboxID); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
+		return errors.Join(err, derr)
+	}
+	if gerr := s.cfg.Cluster.RecreateFailed(ctx, p.SandboxID); gerr != nil {
+		return errors.Join(err, gerr)
+	}
+	s.mu.Lock()
+	delete(s.recreateFailing, p.SandboxID)
+	s.mu.Unlock()
+	return nil
 }
 
 // staleAfter is how old a local sandbox must be before the index's silence

@@ -105,6 +105,10 @@ type Config struct {
 	// node; NodeName is this node's name in it.
 	Cluster  *cluster.Replica
 	NodeName string
+	// RecreateGiveUp is how long this node keeps retrying the re-creation
+	// of a dead node's sandbox before it gives up and the sandbox becomes
+	// lost (default two minutes).
+	RecreateGiveUp time.Duration
 	// WarmPool lists the pools of started sandboxes kept for creates to
 	// adopt; PoolRefillConcurrency bounds how many pooled containers are
 	// made at once (default 1).
@@ -165,12 +169,19 @@ type Service struct {
 
 	// pool is nil without a configured warm pool.
 	pool *warmPool
+
+	// recreateFailing is, per sandbox this node fails to re-create, when
+	// its first failed attempt was; guarded by mu.
+	recreateFailing map[string]time.Time
 }
 
 // New builds a Service.
 func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Service {
 	if cfg.HealthTimeout <= 0 {
 		cfg.HealthTimeout = 30 * time.Second
+	}
+	if cfg.RecreateGiveUp <= 0 {
+		cfg.RecreateGiveUp = 2 * time.Minute
 	}
 	if cfg.PidsLimit <= 0 {
 		cfg.PidsLimit = 1024
@@ -229,23 +240,24 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	idem := NewIdempotency(claimStore(cfg, st), cfg.Now, cfg.Logger)
 	idem.metrics = cfg.Metrics
 	return &Service{
-		pool:         pool,
-		cfg:          cfg,
-		store:        st,
-		rt:           rt,
-		router:       rtr,
-		log:          cfg.Logger,
-		http:         &http.Client{Timeout: 2 * time.Second},
-		agents:       newAgentLink(),
-		agentClients: map[string]agentClients{},
-		ips:          map[string]string{},
-		touched:      map[string]time.Time{},
-		creating:     map[string]chan struct{}{},
-		leaving:      map[string]bool{},
-		starting:     map[string]bool{},
-		idem:         idem,
-		events:       newEvents(),
-		creates:      make(chan struct{}, cfg.MaxConcurrentCreates),
+		pool:            pool,
+		cfg:             cfg,
+		store:           st,
+		rt:              rt,
+		router:          rtr,
+		log:             cfg.Logger,
+		http:            &http.Client{Timeout: 2 * time.Second},
+		agents:          newAgentLink(),
+		agentClients:    map[string]agentClients{},
+		ips:             map[string]string{},
+		touched:         map[string]time.Time{},
+		creating:        map[string]chan struct{}{},
+		leaving:         map[string]bool{},
+		starting:        map[string]bool{},
+		recreateFailing: map[string]time.Time{},
+		idem:            idem,
+		events:          newEvents(),
+		creates:         make(chan struct{}, cfg.MaxConcurrentCreates),
 	}
 }
 

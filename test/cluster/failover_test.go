@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -49,7 +50,13 @@ func view(t *testing.T, a answer) sandboxView {
 // and key, for a retry, and the sandbox.
 func (c *testCluster) createOn(t *testing.T, ctx context.Context, want, name string) (body, key string, sb sandboxView) {
 	t.Helper()
-	body = fmt.Sprintf(`{"name":%q,"env":{"FAILOVER_ENV":"kept"},"labels":{"suite":"failover"}}`, name)
+	return c.createBodyOn(t, ctx, want, name, fmt.Sprintf(`{"name":%q,"env":{"FAILOVER_ENV":"kept"},"labels":{"suite":"failover"}}`, name))
+}
+
+// createBodyOn is createOn with the create's body given; name prefixes its
+// keys.
+func (c *testCluster) createBodyOn(t *testing.T, ctx context.Context, want, name, body string) (_, key string, sb sandboxView) {
+	t.Helper()
 	for i := range 40 {
 		key = fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano(), i)
 		a := call(ctx, c.nodes[0], http.MethodPost, "/v1/sandboxes", body, map[string]string{"Idempotency-Key": key})
@@ -393,7 +400,9 @@ func ports(t *testing.T, ctx context.Context, n *node, id string) []apitypes.Por
 // TestClusterFrozenNodeDropsMovedSandbox freezes the owner past the grace
 // period, as a partition would cut it off, and thaws it after its sandbox
 // was re-created elsewhere: without restarting, it sees the log and removes
-// its copy, so one container of the sandbox is left.
+// its copy, so one container of the sandbox is left. A request another node
+// was forwarding to it when it froze ends with 503 once gossip declares it
+// dead, rather than waiting as long as its client does.
 func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
 	const grace = 3 * time.Second
 	c := startClusterWith(t, failoverFlags("recreate", grace))
@@ -401,6 +410,23 @@ func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
 	defer cancel()
 	n1, n3 := c.nodes[0], c.nodes[2]
 	_, _, sb := c.createOn(t, ctx, "n3", "frozen-owner")
+
+	// A long exec through n1 is in flight on n3 when n3 freezes. The frozen
+	// owner neither answers nor closes the connection, so without more the
+	// forward would wait as long as its client; once gossip declares n3
+	// dead, n1 must end it with 503 owner_unreachable.
+	long := make(chan answer, 1)
+	go func() {
+		long <- call(ctx, n1, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/exec", `{"cmd":"sleep","args":["600"],"timeout_s":900}`, nil)
+	}()
+	eventually(t, 30*time.Second, func() string {
+		a := call(ctx, n3, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/exec", `{"cmd":"ps"}`, nil)
+		if !strings.Contains(string(a.body), "sleep 600") {
+			return fmt.Sprintf("the long exec is not running yet: %d %s %v", a.status, a.body, a.err)
+		}
+		return ""
+	})
+
 	n3.Signal(syscall.SIGSTOP)
 	thawed := false
 	defer func() {
@@ -408,10 +434,20 @@ func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
 			n3.Signal(syscall.SIGCONT)
 		}
 	}()
+	select {
+	case a := <-long:
+		if a.status != http.StatusServiceUnavailable || a.code() != apitypes.CodeOwnerUnreachable {
+			t.Fatalf("the exec in flight on the frozen owner: %d %s %v, want 503 %s", a.status, a.body, a.err, apitypes.CodeOwnerUnreachable)
+		}
+		t.Logf("the exec in flight on the frozen owner: %d %s", a.status, a.body)
+	case <-time.After(grace + 60*time.Second):
+		t.Fatal("the exec forwarded to the frozen owner is still waiting after gossip had every chance to declare it dead")
+	}
+
 	var now sandboxView
 	eventually(t, grace+30*time.Second, func() string {
-		// A request forwarded to the frozen owner over a pooled connection
-		// waits for it; each poll gives up after a few seconds.
+		// A poll that reaches n1 before gossip has declared n3 dead waits
+		// for that; give up on it after a few seconds.
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		a := call(pctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
@@ -589,4 +625,82 @@ func TestClusterFailoverHandsOverAnInterruptedKeyedCreate(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestClusterRecreateGivesUpAndTheSandboxIsLost makes a re-creation that
+// cannot succeed: the sandbox's image is untagged from the shared engine
+// after n3 made it, so no other node can make it again. Once the new owner
+// has failed for --recreate-give-up the sandbox is lost (410 from every
+// node, its name bound until its delete) instead of answering 503 forever,
+// and nothing of it is left on the node that tried.
+func TestClusterRecreateGivesUpAndTheSandboxIsLost(t *testing.T) {
+	const grace, giveUp = 3 * time.Second, 4 * time.Second
+	c := startClusterWith(t, func(name string) []string {
+		return append(failoverFlags("recreate", grace)(name), "--recreate-give-up", giveUp.String())
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+
+	image := fmt.Sprintf("sandpit-test-gone/%d:v1", time.Now().UnixNano())
+	docker := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
+			t.Fatalf("docker %v: %v: %s", args, err, out)
+		}
+	}
+	docker("tag", "sandpit/base:test", image)
+	defer exec.Command("docker", "rmi", image).Run()
+	const name = "gone-image"
+	body := fmt.Sprintf(`{"name":%q,"image":%q,"labels":{"suite":"failover"}}`, name, image)
+	_, _, sb := c.createBodyOn(t, ctx, "n3", name, body)
+	// Untagging leaves the running container alone; only a new one fails.
+	docker("rmi", image)
+	kill(t, n3)
+
+	for _, n := range []*node{n1, n2} {
+		eventually(t, grace+giveUp+60*time.Second, func() string {
+			a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
+			if a.status != http.StatusGone || a.code() != apitypes.CodeSandboxLost {
+				return fmt.Sprintf("GET through %s: %d %s, want 410 %s", n.name, a.status, a.body, apitypes.CodeSandboxLost)
+			}
+			if !strings.Contains(string(a.body), "re-creation") {
+				return fmt.Sprintf("GET through %s: %s does not say the re-creation failed", n.name, a.body)
+			}
+			return ""
+		})
+	}
+	// The node that tried left nothing: only the dead node's container.
+	if got := c.containersOf(t, sb.ID); len(got) != 1 || got["n3"] != 1 {
+		t.Fatalf("containers of the lost sandbox: %v, want only n3's", got)
+	}
+	if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), nil); a.status != http.StatusConflict {
+		t.Fatalf("create of the lost sandbox's name: %d %s, want 409", a.status, a.body)
+	}
+
+	// The dead node comes back: the sandbox is on no node, so it does not
+	// take it back, and the sandbox stays lost until its delete, which
+	// removes n3's old copy too.
+	n3.Restart(nil)
+	c.waitFormed(30 * time.Second)
+	if a := call(ctx, n3, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusGone {
+		t.Fatalf("GET through the returned node: %d %s, want 410", a.status, a.body)
+	}
+	if a := call(ctx, n1, http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusNoContent {
+		t.Fatalf("delete of the lost sandbox: %d %s", a.status, a.body)
+	}
+	eventually(t, 30*time.Second, func() string {
+		if got := c.containersOf(t, sb.ID); len(got) != 0 {
+			return fmt.Sprintf("containers of the deleted sandbox: %v", got)
+		}
+		return ""
+	})
+	a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), nil)
+	if a.status != http.StatusCreated {
+		t.Fatalf("create of the freed name: %d %s", a.status, a.body)
+	}
+	if d := call(ctx, n2, http.MethodDelete, "/v1/sandboxes/"+view(t, a).ID, "", nil); d.status != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", d.status, d.body)
+	}
+	c.digests(30 * time.Second)
 }
