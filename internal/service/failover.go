@@ -38,6 +38,15 @@ type recreateSpec struct {
 	Network     sandpit.NetworkPolicy `json:"network"`
 	Ports       []specPort            `json:"ports,omitempty"`
 	Domains     []specDomain          `json:"domains,omitempty"`
+	// Revoked lists the signed preview tokens revoked before their expiry.
+	// Every node of a cluster signs with the same key, so without them a
+	// revoked token would work again on the sandbox's new owner.
+	Revoked []specRevocation `json:"revoked,omitempty"`
+}
+
+type specRevocation struct {
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 type specPort struct {
@@ -97,6 +106,13 @@ func (s *Service) writeSpec(ctx context.Context, id string, user *string) error 
 	for _, d := range domains {
 		spec.Domains = append(spec.Domains, specDomain{Hostname: d.Hostname, Port: d.Port})
 	}
+	revoked, err := s.store.ListPreviewRevocations(ctx, id, s.now())
+	if err != nil {
+		return err
+	}
+	for _, r := range revoked {
+		spec.Revoked = append(spec.Revoked, specRevocation{Token: r.Token, ExpiresAt: r.ExpiresAt})
+	}
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return err
@@ -104,8 +120,8 @@ func (s *Service) writeSpec(ctx context.Context, id string, user *string) error 
 	return s.cfg.Cluster.SetSpec(ctx, id, b)
 }
 
-// specChanged republishes a sandbox's spec after a change of its exposures
-// or domains succeeded. While the sandbox is being re-created here, the
+// specChanged republishes a sandbox's spec after a change of its exposures,
+// domains or preview revocations succeeded. While the sandbox is being re-created here, the
 // re-creation publishes once at its end instead, so that a crash midway
 // never leaves a spec with half of the exposures.
 func (s *Service) specChanged(ctx context.Context, id string, err *error) {
@@ -341,6 +357,16 @@ func (s *Service) recreate(ctx context.Context, p cluster.Placement) error {
 		}
 	default:
 		return err
+	}
+	// Revocations first: no exposure of the re-created sandbox ever serves
+	// a token revoked on its old owner.
+	now := s.now()
+	for _, r := range spec.Revoked {
+		if r.ExpiresAt.After(now) {
+			if err := s.store.RevokePreviewToken(ctx, p.SandboxID, r.Token, r.ExpiresAt, now); err != nil {
+				return fmt.Errorf("preview revocation: %w", err)
+			}
+		}
 	}
 	for _, port := range spec.Ports {
 		if _, err := s.ExposePort(ctx, p.SandboxID, port.Port, port.Protocol); err != nil {

@@ -10,7 +10,9 @@ import (
 // outlives a daemon restart. The caller has checked that the token is one
 // the daemon signed for this sandbox. A token already past its expiry needs
 // no record and makes none.
-func (s *Service) RevokeSignedPreview(ctx context.Context, id, token string, expiresAt time.Time) error {
+// In a cluster the sandbox's replicated spec carries the revocation, so it
+// follows the sandbox if a failover re-creates it on another node.
+func (s *Service) RevokeSignedPreview(ctx context.Context, id, token string, expiresAt time.Time) (err error) {
 	if _, err := s.sandbox(ctx, id); err != nil {
 		return err
 	}
@@ -18,6 +20,7 @@ func (s *Service) RevokeSignedPreview(ctx context.Context, id, token string, exp
 	if !expiresAt.After(now) {
 		return nil
 	}
+	defer s.specChanged(ctx, id, &err)
 	return s.store.RevokePreviewToken(ctx, id, token, expiresAt, now)
 }
 

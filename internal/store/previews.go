@@ -54,3 +54,35 @@ func (s *Store) PreviewTokenRevoked(ctx context.Context, token string) (bool, er
 	}
 	return true, nil
 }
+
+// PreviewRevocation is one revoked signed preview token and the expiry it
+// was signed with.
+type PreviewRevocation struct {
+	Token     string
+	ExpiresAt time.Time
+}
+
+// ListPreviewRevocations returns the revocations of sandboxID's tokens that
+// have not expired by now, oldest first.
+func (s *Store) ListPreviewRevocations(ctx context.Context, sandboxID string, now time.Time) ([]PreviewRevocation, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT token, expires_at FROM daytona_preview_revocations
+		WHERE sandbox_id = ? AND expires_at >= ? ORDER BY revoked_at, token`, sandboxID, toNanos(clock(now)))
+	if err != nil {
+		return nil, fmt.Errorf("list preview revocations of %s: %w", sandboxID, err)
+	}
+	defer rows.Close()
+	var out []PreviewRevocation
+	for rows.Next() {
+		var r PreviewRevocation
+		var exp int64
+		if err := rows.Scan(&r.Token, &exp); err != nil {
+			return nil, fmt.Errorf("list preview revocations of %s: %w", sandboxID, err)
+		}
+		r.ExpiresAt = fromNanos(exp)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list preview revocations of %s: %w", sandboxID, err)
+	}
+	return out, nil
+}

@@ -55,3 +55,50 @@ func TestRevokePreviewToken(t *testing.T) {
 		t.Fatal("a deleted sandbox's revocation remains")
 	}
 }
+
+func TestListPreviewRevocations(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	createSandbox(t, s, "sb-a", "")
+	createSandbox(t, s, "sb-b", "")
+	for _, r := range []struct {
+		sb, tok string
+		exp     time.Duration
+		at      time.Duration
+	}{
+		{"sb-a", "tok-late", 3 * time.Hour, 0},
+		{"sb-a", "tok-soon", 30 * time.Minute, time.Minute},
+		{"sb-b", "tok-other", time.Hour, 2 * time.Minute},
+	} {
+		if err := s.RevokePreviewToken(ctx, r.sb, r.tok, t0.Add(r.exp), t0.Add(r.at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tokens := func(now time.Time) []string {
+		t.Helper()
+		list, err := s.ListPreviewRevocations(ctx, "sb-a", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range list {
+			out = append(out, r.Token)
+		}
+		return out
+	}
+	// Only sb-a's, oldest revocation first, each with its expiry.
+	if got := tokens(t0); len(got) != 2 || got[0] != "tok-late" || got[1] != "tok-soon" {
+		t.Fatalf("revocations of sb-a: %v, want [tok-late tok-soon]", got)
+	}
+	list, _ := s.ListPreviewRevocations(ctx, "sb-a", t0)
+	if !list[0].ExpiresAt.Equal(t0.Add(3 * time.Hour)) {
+		t.Fatalf("expiry %v, want %v", list[0].ExpiresAt, t0.Add(3*time.Hour))
+	}
+	// A token that has expired on its own needs no revocation any more.
+	if got := tokens(t0.Add(time.Hour)); len(got) != 1 || got[0] != "tok-late" {
+		t.Fatalf("revocations of sb-a an hour on: %v, want [tok-late]", got)
+	}
+	if got := tokens(t0.Add(4 * time.Hour)); len(got) != 0 {
+		t.Fatalf("revocations of sb-a after every expiry: %v", got)
+	}
+}

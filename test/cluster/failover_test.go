@@ -270,15 +270,28 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	oldPorts := ports(t, ctx, n1, sb.ID)
 	// A Daytona signed preview URL n3 signed before it died: every node signs
 	// with the key derived from the cluster key, so the new owner honours it.
-	var signed struct{ URL string }
-	if a := call(ctx, n2, http.MethodGet, "/daytona/sandbox/"+sb.ID+"/ports/8080/signed-preview-url?expiresInSeconds=600", "", nil); a.status != http.StatusOK || json.Unmarshal(a.body, &signed) != nil {
-		t.Fatalf("signed preview url: %d %s", a.status, a.body)
+	signedURL := func(expires int) (host, token string) {
+		t.Helper()
+		var signed struct{ URL, Token string }
+		if a := call(ctx, n2, http.MethodGet, fmt.Sprintf("/daytona/sandbox/%s/ports/8080/signed-preview-url?expiresInSeconds=%d", sb.ID, expires), "", nil); a.status != http.StatusOK || json.Unmarshal(a.body, &signed) != nil {
+			t.Fatalf("signed preview url: %d %s", a.status, a.body)
+		}
+		su, err := url.Parse(signed.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return su.Hostname(), signed.Token
 	}
-	su, err := url.Parse(signed.URL)
-	if err != nil {
-		t.Fatal(err)
+	signedHost, _ := signedURL(600)
+	// Another, expired early through n1: the revocation follows the
+	// sandbox, or the new owner would honour the token again.
+	revokedHost, revokedToken := signedURL(900)
+	if a := call(ctx, n1, http.MethodPost, "/daytona/sandbox/"+sb.ID+"/ports/8080/signed-preview-url/"+revokedToken+"/expire", "", nil); a.status != http.StatusOK {
+		t.Fatalf("expire signed preview url: %d %s", a.status, a.body)
 	}
-	signedHost := su.Hostname()
+	if st := previewStatus(t, ctx, n1, revokedHost); st != http.StatusForbidden {
+		t.Fatalf("expired signed preview before the failure: %d, want 403", st)
+	}
 
 	kill(t, n3)
 	killed := time.Now()
@@ -300,6 +313,9 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	for _, n := range []*node{n1, n2} {
 		if got := preview(t, ctx, n, signedHost); got != "kept" {
 			t.Fatalf("signed preview made by the dead owner, through %s: %q", n.name, got)
+		}
+		if st := previewStatus(t, ctx, n, revokedHost); st != http.StatusForbidden {
+			t.Fatalf("signed preview expired on the dead owner, through %s: %d, want 403", n.name, st)
 		}
 	}
 	newPorts := ports(t, ctx, n2, sb.ID)
@@ -366,6 +382,20 @@ func TestClusterNodeBackWithinGraceResumes(t *testing.T) {
 }
 
 // preview fetches / of a preview host through a node's proxy.
+// previewStatus is the status of one request for host through n's proxy.
+func previewStatus(t *testing.T, ctx context.Context, n *node, host string) int {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.ProxyAddr+"/", nil)
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s through %s: %v", host, n.name, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
 func preview(t *testing.T, ctx context.Context, n *node, host string) string {
 	t.Helper()
 	var got string
