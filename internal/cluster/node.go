@@ -512,9 +512,28 @@ func (c *Cluster) OwnerForKey(key string) (Member, error) {
 	// An attempt pending on another live node (one the failover handed a
 	// dead node's attempt to, with the sandbox it re-created) is finished
 	// there.
-	for _, hm := range c.gossip.Members() {
+	members := c.gossip.Members()
+	for _, hm := range members {
 		if slices.Contains(holders, hm.Name) && hm.State == "alive" && hm.Meta.API != "" {
 			return hm, nil
+		}
+	}
+	// An attempt pending on a node that is down but has not left may still
+	// finish there when it comes back, or the failover hands it to the node
+	// that re-creates its sandbox: until then its retries go to it and are
+	// answered 503. A third node must not take them: it would wait on the
+	// claim, and once the claim was handed over take the attempt over where
+	// its sandbox can never be reserved, and record a 409 for good.
+	for _, h := range holders {
+		i := slices.IndexFunc(members, func(m Member) bool { return m.Name == h })
+		if i < 0 {
+			if _, registered := c.rep.fsm.Node(h); registered {
+				return Member{Name: h, State: "dead"}, nil
+			}
+			continue
+		}
+		if members[i].State != "left" {
+			return members[i], nil
 		}
 	}
 	if m.State == "alive" && c.placeable(m.Name) {

@@ -734,3 +734,106 @@ func TestClusterRecreateGivesUpAndTheSandboxIsLost(t *testing.T) {
 	}
 	c.digests(30 * time.Second)
 }
+
+// keyRanked finds a key whose rendezvous scores rank the nodes in the given
+// order, highest first.
+func keyRanked(prefix string, order ...string) string {
+	score := func(member, key string) uint64 {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(member))
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(key))
+		return h.Sum64()
+	}
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), i)
+		ok := true
+		for j := 1; j < len(order); j++ {
+			if score(order[j-1], key) <= score(order[j], key) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return key
+		}
+	}
+}
+
+// TestClusterInterruptedKeyedCreateIsNotTakenOverByAThirdNode: a keyed
+// create runs on n3 although its key's rendezvous owner is n1 (n1 was
+// drained then), and n3 dies before answering. With n1 back in placement, a
+// retry must not wait on n1 for the dead node's claim: once the failover
+// hands the claim to the node that re-creates the sandbox (n2 here), a
+// retry that took the attempt over on n1 could not reserve an id placed on
+// n2 and would answer (and record) 409. Retries go to the claim's holder
+// instead: 503 while it is dead, then the re-created sandbox from n2.
+func TestClusterInterruptedKeyedCreateIsNotTakenOverByAThirdNode(t *testing.T) {
+	const grace = 3 * time.Second
+	c := startClusterWith(t, failoverFlags("recreate", grace))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+	// One sandbox on n1 leaves n2 the node with the most room, so the
+	// failover re-creates on n2, not on the key's rendezvous owner.
+	c.createOn(t, ctx, "n1", "ballast")
+	n3.Stop()
+	if !n3.Wait(30 * time.Second) {
+		t.Fatal("n3 did not stop")
+	}
+	n3.Restart([]string{"SANDPIT_TEST_CRASH_POINT=before-response"})
+	c.waitFormed(30 * time.Second)
+
+	drain := func(on bool) {
+		t.Helper()
+		if a := call(ctx, n2, http.MethodPost, "/v1/cluster/drain", fmt.Sprintf(`{"node":"n1","drain":%v}`, on), nil); a.status != http.StatusOK {
+			t.Fatalf("drain n1 %v: %d %s", on, a.status, a.body)
+		}
+		eventually(t, 15*time.Second, func() string {
+			ms, err := n2.Client().ClusterMembers(ctx)
+			if err != nil {
+				return err.Error()
+			}
+			for _, m := range ms {
+				if m.Name == "n1" && m.Draining != on {
+					return fmt.Sprintf("n2 sees n1 draining=%v", m.Draining)
+				}
+			}
+			return ""
+		})
+	}
+	drain(true)
+	body := `{"name":"third","env":{"FAILOVER_ENV":"kept"}}`
+	hdr := map[string]string{"Idempotency-Key": keyRanked("third", "n1", "n3", "n2")}
+	if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr); a.status < 500 {
+		t.Fatalf("first attempt: %d %s, want no answer from its owner n3", a.status, a.body)
+	}
+	if !n3.Wait(30 * time.Second) {
+		t.Fatal("n3 did not reach its crash point")
+	}
+	drain(false)
+
+	var last answer
+	eventually(t, grace+45*time.Second, func() string {
+		last = call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr)
+		if last.status == http.StatusServiceUnavailable || last.status == http.StatusConflict && last.code() == apitypes.CodeKeyInFlight {
+			return fmt.Sprintf("retry: %d %s", last.status, last.body)
+		}
+		return ""
+	})
+	if last.status != http.StatusCreated {
+		t.Fatalf("retry after the failover: %d %s, want 201 with the re-created sandbox", last.status, last.body)
+	}
+	v := view(t, last)
+	if v.Node != "n2" || v.Name != "third" || v.Env["FAILOVER_ENV"] != "kept" {
+		t.Fatalf("retry answered %+v, want the sandbox re-created on n2", v)
+	}
+	for _, n := range []*node{n1, n2} {
+		if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", body, hdr); a.status != http.StatusCreated || a.id() != v.ID {
+			t.Fatalf("replay through %s: %d %s, want %s", n.name, a.status, a.body, v.ID)
+		}
+	}
+	if got := c.containersOf(t, v.ID); got["n1"] != 0 || got["n2"] != 1 {
+		t.Fatalf("containers per node: %v, want one on n2 (and n3's dead copy)", got)
+	}
+}
