@@ -42,6 +42,9 @@ type recreateSpec struct {
 	// Every node of a cluster signs with the same key, so without them a
 	// revoked token would work again on the sandbox's new owner.
 	Revoked []specRevocation `json:"revoked,omitempty"`
+	// State is "stopped" or "paused" for a sandbox its user stopped or
+	// paused, which comes back so; empty for a running one.
+	State sandpit.State `json:"state,omitempty"`
 }
 
 type specRevocation struct {
@@ -84,6 +87,9 @@ func (s *Service) writeSpec(ctx context.Context, id string, user *string) error 
 		DiskGB: sb.DiskGB, EndAt: sb.EndAt, AutoStop: sb.AutoStop, AutoArchive: sb.AutoArchive, AutoDelete: sb.AutoDelete,
 		PortAccess: sb.PortAccess, Network: sb.Network,
 	}
+	if sb.State == sandpit.StateStopped || sb.State == sandpit.StatePaused {
+		spec.State = sb.State
+	}
 	if user != nil {
 		spec.User = *user
 	} else if p, ok := s.cfg.Cluster.FSM().Placement(id); ok && len(p.Spec) > 0 {
@@ -120,18 +126,25 @@ func (s *Service) writeSpec(ctx context.Context, id string, user *string) error 
 	return s.cfg.Cluster.SetSpec(ctx, id, b)
 }
 
-// specChanged republishes a sandbox's spec after a change of its exposures,
-// domains or preview revocations succeeded. While the sandbox is being re-created here, the
-// re-creation publishes once at its end instead, so that a crash midway
-// never leaves a spec with half of the exposures.
+// specChanged republishes a sandbox's spec after a change succeeded: of its
+// exposures, domains or preview revocations, its state (stopped, paused,
+// running), deadline, labels or lifecycle intervals. id may be its name.
+// While the sandbox is being re-created here, the re-creation publishes
+// once at its end instead, so that a crash midway never leaves a spec with
+// half of the exposures.
 func (s *Service) specChanged(ctx context.Context, id string, err *error) {
 	if s.cfg.Cluster == nil || *err != nil {
 		return
 	}
-	if p, ok := s.cfg.Cluster.FSM().Placement(id); !ok || p.State != cluster.PlacementPlaced || p.Node != s.cfg.NodeName {
+	fsm := s.cfg.Cluster.FSM()
+	p, ok := fsm.Placement(id)
+	if !ok {
+		p, ok = fsm.PlacementByName(id)
+	}
+	if !ok || p.State != cluster.PlacementPlaced || p.Node != s.cfg.NodeName {
 		return
 	}
-	s.publishSpec(ctx, id, nil)
+	s.publishSpec(ctx, p.SandboxID, nil)
 }
 
 // RunFailover keeps this node in step with what the cluster decided about
@@ -329,6 +342,10 @@ func (s *Service) recreate(ctx context.Context, p cluster.Placement) error {
 	ctx = sandpit.WithPrincipal(ctx, sandpit.Principal{TokenName: "system", Owner: p.Owner, Admin: true})
 	sb, err := s.store.GetSandbox(ctx, p.SandboxID)
 	switch {
+	case err == nil && spec.State != "" && sb.State == spec.State:
+		// An earlier attempt made it, exposed its ports and stopped or
+		// paused it as its spec says; only the bookkeeping below is left.
+		return s.recreated(ctx, p, spec)
 	case err == nil && sb.State == sandpit.StateRunning:
 		// Made by an earlier attempt; its exposures are completed below.
 	case err == nil:
@@ -378,12 +395,32 @@ func (s *Service) recreate(ctx context.Context, p cluster.Placement) error {
 			return fmt.Errorf("custom domain %s: %w", d.Hostname, err)
 		}
 	}
+	// Stopped or paused by its user before its node died, it comes back so.
+	switch spec.State {
+	case sandpit.StateStopped:
+		if _, err := s.StopSandbox(ctx, p.SandboxID); errors.Is(err, ErrDeletedOnStop) {
+			// An ephemeral sandbox goes when it stops; its delete freed
+			// the placement.
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("stop: %w", err)
+		}
+	case sandpit.StatePaused:
+		if _, err := s.PauseSandbox(ctx, p.SandboxID); err != nil {
+			return fmt.Errorf("pause: %w", err)
+		}
+	}
+	return s.recreated(ctx, p, spec)
+}
+
+// recreated publishes a re-created sandbox's spec and marks it placed here.
+func (s *Service) recreated(ctx context.Context, p cluster.Placement, spec recreateSpec) error {
 	if err := s.writeSpec(ctx, p.SandboxID, &spec.User); err != nil {
 		return err
 	}
 	if err := s.cfg.Cluster.Recreated(ctx, p.SandboxID); err != nil {
 		return err
 	}
-	s.log.Info("cluster: re-created a sandbox of a dead node", "sandbox", p.SandboxID, "name", p.Name)
+	s.log.Info("cluster: re-created a sandbox of a dead node", "sandbox", p.SandboxID, "name", p.Name, "state", spec.State)
 	return nil
 }

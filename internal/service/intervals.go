@@ -14,7 +14,8 @@ import (
 // intervals live in the store, so both survive a daemon restart.
 
 // SetInterval sets one lifecycle interval of a sandbox.
-func (s *Service) SetInterval(ctx context.Context, id string, which sandpit.Interval, value int) (sandpit.Sandbox, error) {
+func (s *Service) SetInterval(ctx context.Context, id string, which sandpit.Interval, value int) (_ sandpit.Sandbox, err error) {
+	defer s.specChanged(ctx, id, &err)
 	if err := ValidateInterval(which, value); err != nil {
 		return sandpit.Sandbox{}, err
 	}

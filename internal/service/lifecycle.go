@@ -267,7 +267,8 @@ func (s *Service) lockRow(ctx context.Context, id string) (sandpit.Sandbox, func
 }
 
 // StopSandbox stops a sandbox's container, keeping its filesystem.
-func (s *Service) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+func (s *Service) StopSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
+	defer s.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
@@ -325,7 +326,8 @@ func (s *Service) restoreRoutes(ctx context.Context, id string) {
 
 // StartSandbox starts a stopped sandbox (or resumes a paused one) and waits
 // for its agent.
-func (s *Service) StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+func (s *Service) StartSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
+	defer s.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
@@ -361,7 +363,8 @@ func (s *Service) changed(ctx context.Context, typ EventType, id string, old san
 
 // PauseSandbox freezes a running sandbox's processes. Its routes go while it
 // is paused: a frozen upstream would hold every connection open forever.
-func (s *Service) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+func (s *Service) PauseSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
+	defer s.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
@@ -384,7 +387,8 @@ func (s *Service) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox,
 }
 
 // ResumeSandbox unfreezes a paused sandbox.
-func (s *Service) ResumeSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+func (s *Service) ResumeSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
+	defer s.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
@@ -413,7 +417,8 @@ func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit
 }
 
 // SetTimeout moves a sandbox's end time to now+timeout.
-func (s *Service) SetTimeout(ctx context.Context, id string, timeout time.Duration) (sandpit.Sandbox, error) {
+func (s *Service) SetTimeout(ctx context.Context, id string, timeout time.Duration) (_ sandpit.Sandbox, err error) {
+	defer s.specChanged(ctx, id, &err)
 	if timeout <= 0 || timeout > maxTimeout {
 		return sandpit.Sandbox{}, invalidf("timeout must be between 1s and %s", maxTimeout)
 	}
@@ -428,7 +433,8 @@ func (s *Service) SetTimeout(ctx context.Context, id string, timeout time.Durati
 }
 
 // SetLabels replaces a sandbox's labels.
-func (s *Service) SetLabels(ctx context.Context, id string, labels map[string]string) (sandpit.Sandbox, error) {
+func (s *Service) SetLabels(ctx context.Context, id string, labels map[string]string) (_ sandpit.Sandbox, err error) {
+	defer s.specChanged(ctx, id, &err)
 	if err := s.validateCreate(&CreateRequest{Labels: labels}); err != nil {
 		return sandpit.Sandbox{}, err
 	}

@@ -837,3 +837,61 @@ func TestClusterInterruptedKeyedCreateIsNotTakenOverByAThirdNode(t *testing.T) {
 		t.Fatalf("containers per node: %v, want one on n2 (and n3's dead copy)", got)
 	}
 }
+
+// TestClusterRecreateKeepsLaterChanges changes two sandboxes on n3 after
+// their creates, through other nodes and other surfaces: one's deadline is
+// extended (E2B setTimeout) past the point where the create's own would have
+// passed, and its labels replaced (Daytona); the other is stopped. The
+// re-created sandboxes have those changes: the first runs with the new
+// deadline and labels (with the create's deadline it would be deleted as
+// expired), the second comes back stopped and starts on its new owner.
+func TestClusterRecreateKeepsLaterChanges(t *testing.T) {
+	const grace = 3 * time.Second
+	c := startClusterWith(t, failoverFlags("recreate", grace))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+	const createTimeout = 8 * time.Second
+	_, _, a := c.createBodyOn(t, ctx, "n3", "later-a", fmt.Sprintf(`{"name":"later-a","timeout_s":%d,"labels":{"stage":"one"}}`, int(createTimeout.Seconds())))
+	aCreated := time.Now()
+	if r := call(ctx, n1, http.MethodPost, "/e2b/sandboxes/"+a.ID+"/timeout", `{"timeout":900}`, map[string]string{"X-API-KEY": clusterToken}); r.status != http.StatusNoContent {
+		t.Fatalf("E2B setTimeout: %d %s", r.status, r.body)
+	}
+	if r := call(ctx, n2, http.MethodPut, "/daytona/sandbox/"+a.ID+"/labels", `{"labels":{"stage":"two"}}`, nil); r.status != http.StatusOK {
+		t.Fatalf("Daytona labels: %d %s", r.status, r.body)
+	}
+	_, _, b := c.createOn(t, ctx, "n3", "later-b")
+	if r := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+b.ID+"/stop", "", nil); r.status != http.StatusOK {
+		t.Fatalf("stop: %d %s", r.status, r.body)
+	}
+	// The create's own deadline passes before the failover re-creates.
+	time.Sleep(time.Until(aCreated.Add(createTimeout)))
+	kill(t, n3)
+
+	now := awaitMoved(t, ctx, grace+30*time.Second, a.ID, "n3", n1, n2)
+	var full struct {
+		EndAt  *time.Time        `json:"end_at"`
+		Labels map[string]string `json:"labels"`
+	}
+	r := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+a.ID, "", nil)
+	if err := json.Unmarshal(r.body, &full); err != nil {
+		t.Fatalf("GET: %d %s", r.status, r.body)
+	}
+	if full.EndAt == nil || time.Until(*full.EndAt) < 10*time.Minute || full.Labels["stage"] != "two" {
+		t.Fatalf("re-created on %s with end_at %v and labels %v, want the extended deadline and the new labels", now.Node, full.EndAt, full.Labels)
+	}
+	var moved sandboxView
+	eventually(t, grace+30*time.Second, func() string {
+		r := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+b.ID, "", nil)
+		if r.status != http.StatusOK {
+			return fmt.Sprintf("GET the stopped sandbox: %d %s", r.status, r.body)
+		}
+		if moved = view(t, r); moved.Node == "n3" || moved.State != "stopped" {
+			return fmt.Sprintf("the stopped sandbox is on %s in state %s", moved.Node, moved.State)
+		}
+		return ""
+	})
+	if r := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+b.ID+"/start", "", nil); r.status != http.StatusOK || view(t, r).State != "running" {
+		t.Fatalf("start the re-created stopped sandbox: %d %s", r.status, r.body)
+	}
+}
