@@ -564,18 +564,11 @@ func TestClusterRecreateFinishesAfterCrash(t *testing.T) {
 // of the member's name, a zero byte and the key; the highest wins over the
 // members n1..n3) so that finding one takes no create.
 func keyOwnedBy(owner, prefix string) string {
-	score := func(member, key string) uint64 {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(member))
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(key))
-		return h.Sum64()
-	}
 	for i := 0; ; i++ {
 		key := fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), i)
 		best := ""
 		for _, m := range []string{"n1", "n2", "n3"} {
-			if best == "" || score(m, key) > score(best, key) {
+			if best == "" || rendezvousScore(m, key) > rendezvousScore(best, key) {
 				best = m
 			}
 		}
@@ -583,6 +576,15 @@ func keyOwnedBy(owner, prefix string) string {
 			return key
 		}
 	}
+}
+
+// rendezvousScore is the cluster's rendezvous hash of (member, key).
+func rendezvousScore(member, key string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(member))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(key))
+	return h.Sum64()
 }
 
 // TestClusterFailoverHandsOverAnInterruptedKeyedCreate: the owner of a keyed
@@ -738,21 +740,11 @@ func TestClusterRecreateGivesUpAndTheSandboxIsLost(t *testing.T) {
 // keyRanked finds a key whose rendezvous scores rank the nodes in the given
 // order, highest first.
 func keyRanked(prefix string, order ...string) string {
-	score := func(member, key string) uint64 {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(member))
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(key))
-		return h.Sum64()
-	}
 	for i := 0; ; i++ {
 		key := fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), i)
 		ok := true
-		for j := 1; j < len(order); j++ {
-			if score(order[j-1], key) <= score(order[j], key) {
-				ok = false
-				break
-			}
+		for j := 1; j < len(order) && ok; j++ {
+			ok = rendezvousScore(order[j-1], key) > rendezvousScore(order[j], key)
 		}
 		if ok {
 			return key
