@@ -466,15 +466,29 @@ func Run(ctx context.Context, cfg Config) error {
 		proxyPort int
 		edg       *edge
 		svc       *service.Service
+		// forwardLn is, in a cluster behind Caddy, the loopback listener
+		// of the preview forwarder Caddy's fallback route proxies to.
+		forwardLn net.Listener
 	)
 	if cfg.Router == RouterCaddy {
 		if proxyPort, err = proxyPortOf(cfg); err != nil {
 			apiLn.Close()
 			return err
 		}
-		edg, err = newCaddyEdge(cfg, apiLn.Addr().String(), func(ctx context.Context) ([]router.Route, error) { return svc.DesiredRoutes(ctx) }, log)
+		var fallback string
+		if cfg.Cluster != nil && !cfg.PreviewTLS {
+			if forwardLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				apiLn.Close()
+				return fmt.Errorf("preview forwarder: %w", err)
+			}
+			fallback = forwardLn.Addr().String()
+		}
+		edg, err = newCaddyEdge(cfg, apiLn.Addr().String(), fallback, func(ctx context.Context) ([]router.Route, error) { return svc.DesiredRoutes(ctx) }, log)
 		if err != nil {
 			apiLn.Close()
+			if forwardLn != nil {
+				forwardLn.Close()
+			}
 			return err
 		}
 	} else {
@@ -489,8 +503,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	closeListeners := func() {
 		apiLn.Close()
-		if proxyLn != nil {
-			proxyLn.Close()
+		for _, ln := range []net.Listener{proxyLn, forwardLn} {
+			if ln != nil {
+				ln.Close()
+			}
 		}
 	}
 
@@ -673,6 +689,7 @@ func Run(ctx context.Context, cfg Config) error {
 	apiSrv.RegisterOnShutdown(svc.CloseEvents)
 	var (
 		proxySrv     *http.Server
+		forwardSrv   *http.Server
 		previewLocal http.Handler // this node's own preview proxy
 	)
 	if proxyLn != nil {
@@ -681,6 +698,17 @@ func Run(ctx context.Context, cfg Config) error {
 		previewLocal = dt.PreviewGate(edg.proxy, builtin.ParsePreviewLabel)
 		proxySrv = &http.Server{
 			Handler:           httpguard.Guard(clusterPreview(cl, cfg, previewLocal), guard),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       cfg.IdleTimeout,
+			MaxHeaderBytes:    cfg.MaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
+	}
+
+	if forwardLn != nil && cl != nil {
+		previewLocal = caddyLocalPreview(cfg.ProxyListen)
+		forwardSrv = &http.Server{
+			Handler:           httpguard.Guard(caddyForwarder(cl, cfg), guard),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       cfg.IdleTimeout,
 			MaxHeaderBytes:    cfg.MaxHeaderBytes,
@@ -726,8 +754,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- apiSrv.Serve(apiLn) }()
+	if forwardSrv != nil {
+		go func() { errc <- forwardSrv.Serve(forwardLn) }()
+	}
 	proxyAddr := cfg.ProxyListen
 	if proxySrv != nil {
 		go func() { errc <- proxySrv.Serve(proxyLn) }()
@@ -754,8 +785,10 @@ func Run(ctx context.Context, cfg Config) error {
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	_ = apiSrv.Shutdown(shutCtx)
-	if proxySrv != nil {
-		_ = proxySrv.Shutdown(shutCtx)
+	for _, srv := range []*http.Server{proxySrv, forwardSrv} {
+		if srv != nil {
+			_ = srv.Shutdown(shutCtx)
+		}
 	}
 	_ = edg.close()
 	teardownNetwork(ctx, dk, netw, fw, log)

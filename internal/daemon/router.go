@@ -72,9 +72,11 @@ func askURL(apiAddr string) string {
 const askPath = "/caddy/ask"
 
 // newCaddyEdge builds the Caddy router. desired is the service's view of the
-// routes (set once the service exists).
-func newCaddyEdge(cfg Config, apiAddr string, desired func(ctx context.Context) ([]router.Route, error), log *slog.Logger) (*edge, error) {
+// routes (set once the service exists); fallback, when set, is the preview
+// forwarder Caddy sends the hosts it has no route for.
+func newCaddyEdge(cfg Config, apiAddr, fallback string, desired func(ctx context.Context) ([]router.Route, error), log *slog.Logger) (*edge, error) {
 	c, err := caddy.New(caddy.Options{
+		Fallback:    fallback,
 		Admin:       cfg.CaddyAdmin,
 		Listen:      cfg.ProxyListen,
 		Domain:      cfg.Domain,

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
 // sdkDir is test/<sub> with the npm package module installed, where the SDK
@@ -373,4 +374,105 @@ func echo(addr, msg string) string {
 	}
 	line, _ := bufio.NewReader(conn).ReadString('\n')
 	return line
+}
+
+// TestClusterCaddyRoutesFromAnyNode: with --router caddy every node's Caddy
+// holds the routes of its own node's sandboxes only, and the host it has no
+// route for goes, through its fallback, to its daemon's preview forwarder,
+// which sends it to the owner node; there the owner's Caddy serves it. So a
+// sandbox on n3 answers through the Caddy of every node: both preview label
+// forms, its custom domain, a streamed response and a WebSocket. A port it
+// does not expose, and a host of no sandbox, are still 404s, not loops.
+func TestClusterCaddyRoutesFromAnyNode(t *testing.T) {
+	caddies := map[string]*harness.Caddy{}
+	for _, name := range []string{"n1", "n2", "n3"} {
+		caddies[name] = harness.StartCaddy(t, harness.CaddyDebian)
+	}
+	// n1's Caddy still holds what a single daemon wrote: its server with
+	// the fallback that answers 404. The node replaces that fallback.
+	standalone := map[string]any{
+		"listen":          []any{loopback(t)},
+		"automatic_https": map[string]any{"disable": true},
+		"routes": []any{map[string]any{"@id": "sandpit_fallback", "handle": []any{map[string]any{
+			"handler": "static_response", "status_code": 404, "body": "sandpit: no route for host {http.request.host}\n"}}}},
+	}
+	if _, err := caddies["n1"].Admin(http.MethodPost, "/config/apps", map[string]any{"http": map[string]any{"servers": map[string]any{"sandpit": standalone}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := startClusterWith(t, func(name string) []string {
+		return []string{"--router", "caddy", "--caddy-admin", caddies[name].AdminURL()}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	n1, n2 := c.nodes[0], c.nodes[1]
+
+	sb := placeOn(t, ctx, n1, "n3", "caddy-routed")
+	id := sb.ID
+	if err := n2.Client().WriteFile(ctx, id, "/tmp/www/cgi-bin/stream", []byte(streamCGI)); err != nil {
+		t.Fatal(err)
+	}
+	script := "printf caddy-page > /tmp/www/index.html && chmod +x /tmp/www/cgi-bin/stream && httpd -p 8080 -h /tmp/www"
+	if res, err := n2.Client().Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", script}, TimeoutS: 30}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("httpd: %+v %v", res, err)
+	}
+	if _, err := n1.Client().ExposePort(ctx, id, 8080, "http"); err != nil {
+		t.Fatal(err)
+	}
+	const domain = "caddy-routed.example.test"
+	if _, err := n2.Client().AddDomain(ctx, id, domain, 8080); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.nodes {
+		for _, h := range []string{id + "-8080.localhost", "8080-" + id + ".localhost", domain} {
+			eventually(t, 20*time.Second, func() string {
+				if code, body, err := viaProxy(ctx, n, h, "/"); err != nil || code != 200 || body != "caddy-page" {
+					return fmt.Sprintf("%s through %s's Caddy: %d %q %v", h, n.name, code, body, err)
+				}
+				return ""
+			})
+		}
+	}
+	for _, h := range []string{id + "-8099.localhost", "nosuch-8080.localhost", "elsewhere.example.test"} {
+		if code, body, err := viaProxy(ctx, n1, h, "/"); err != nil || code != http.StatusNotFound {
+			t.Errorf("%s through n1's Caddy: %d %q %v, want 404", h, code, body, err)
+		}
+	}
+
+	// A streamed response through n1's Caddy: the first line arrives while
+	// the script in the sandbox still waits.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n1.ProxyAddr+"/cgi-bin/stream", nil)
+	req.Host = id + "-8080.localhost"
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(res.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "first\n" {
+		t.Fatalf("first streamed line: %q %v", line, err)
+	}
+	if r, err := n2.Client().Exec(ctx, id, client.ExecRequest{Cmd: "touch", Args: []string{"/tmp/go"}}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("touch: %+v %v", r, err)
+	}
+	if rest, err := io.ReadAll(br); err != nil || string(rest) != "second\n" {
+		t.Fatalf("second streamed line: %q %v", rest, err)
+	}
+	res.Body.Close()
+
+	// A WebSocket through n2's Caddy.
+	if err := n2.Client().WriteFile(ctx, id, "/tmp/ws.sh", []byte(wsEcho)); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := n2.Client().Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "chmod +x /tmp/ws.sh && (nc -ll -p 8081 -e /tmp/ws.sh </dev/null >/dev/null 2>&1 &)"}}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("websocket server: %+v %v", r, err)
+	}
+	if _, err := n2.Client().ExposePort(ctx, id, 8081, "http"); err != nil {
+		t.Fatal(err)
+	}
+	var upgraded string
+	for deadline := time.Now().Add(20 * time.Second); upgraded != "ping\n" && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		upgraded, err = wsThrough(n2.ProxyAddr, id+"-8081.localhost", "ping\n")
+	}
+	if upgraded != "ping\n" {
+		t.Fatalf("websocket through n2's Caddy: %q %v", upgraded, err)
+	}
 }

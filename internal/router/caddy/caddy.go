@@ -51,6 +51,11 @@ type Options struct {
 	// InternalCA issues those certificates from Caddy's internal CA (tests,
 	// private deployments) instead of Caddy's default public issuers.
 	InternalCA bool
+	// Fallback, when set, is the address (host:port) of an HTTP server the
+	// fallback route proxies hosts no route matches to, instead of
+	// answering 404: in a cluster, the daemon's preview forwarder, which
+	// sends a preview of another node's sandbox to that node.
+	Fallback string
 	// Desired lists the routes the store says must be installed now; a
 	// reconcile makes sandpit's objects in Caddy equal to it.
 	Desired func(ctx context.Context) ([]router.Route, error)
@@ -242,8 +247,20 @@ func (c *Caddy) tcpServer(r router.Route) map[string]any {
 }
 
 // fallback answers hosts no route matches with 404, as the builtin proxy
-// does; it stays the server's last route because routes are inserted at 0.
+// does, or proxies them to Options.Fallback; it stays the server's last
+// route because routes are inserted at 0.
 func (c *Caddy) fallback() map[string]any {
+	if c.opts.Fallback != "" {
+		return map[string]any{
+			"@id": c.fallbackID(),
+			"handle": []any{map[string]any{
+				"handler":   "reverse_proxy",
+				"upstreams": []any{map[string]any{"dial": c.opts.Fallback}},
+				// Streams and server-sent events pass as they come.
+				"flush_interval": -1,
+			}},
+		}
+	}
 	return map[string]any{
 		"@id": c.fallbackID(),
 		"handle": []any{map[string]any{
@@ -296,14 +313,22 @@ func (c *Caddy) ensureBase(ctx context.Context) error {
 	default:
 		m, _ := srv.(map[string]any)
 		if !sameJSON(m["listen"], []any{c.opts.Listen}) {
-			if err := c.api.do(ctx, http.MethodPost, c.serverPath()+"/listen", []any{c.opts.Listen}, nil); err != nil {
+			// PATCH replaces the list; POST would append to it, and an
+			// array appended to an array is not a listen address.
+			if err := c.api.do(ctx, http.MethodPatch, c.serverPath()+"/listen", []any{c.opts.Listen}, nil); err != nil {
 				return err
 			}
 		}
-		if _, found, err := c.api.get(ctx, "/id/"+c.fallbackID()); err != nil {
+		if have, found, err := c.api.get(ctx, "/id/"+c.fallbackID()); err != nil {
 			return err
 		} else if !found {
 			if err := c.api.do(ctx, http.MethodPost, c.serverPath()+"/routes", c.fallback(), nil); err != nil {
+				return err
+			}
+		} else if !sameJSON(have, c.fallback()) {
+			// Written by a run with another fallback (a daemon that
+			// joined a cluster since, say): this run's replaces it.
+			if err := c.api.do(ctx, http.MethodPatch, "/id/"+c.fallbackID(), c.fallback(), nil); err != nil {
 				return err
 			}
 		}
