@@ -61,9 +61,11 @@ type MembershipConfig struct {
 	Meta      func() Meta
 	// OnChange is called after a member joins, leaves or updates.
 	OnChange func()
-	// OnDown is called with the name of a member declared dead or gone,
-	// from gossip's own goroutine: it must not block.
+	// OnDown and OnUp are called with the name of a member declared dead
+	// or gone, and of one seen alive (again), from gossip's own goroutine:
+	// they must not block.
 	OnDown func(name string)
+	OnUp   func(name string)
 	Logger *slog.Logger
 	// Fast shortens the failure detector's timers (tests).
 	Fast bool
@@ -197,16 +199,6 @@ func (m *Membership) Members() []Member {
 	return out
 }
 
-// Gone reports whether gossip's last word on the named node is that it died
-// or left.
-func (m *Membership) Gone(name string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, gone := m.gone[name]
-	_, alive := m.alive[name]
-	return gone && !alive
-}
-
 func stateName(s memberlist.NodeStateType) string {
 	switch s {
 	case memberlist.StateAlive:
@@ -273,6 +265,9 @@ func (e events) NotifyJoin(n *memberlist.Node) {
 	delete(e.m.gone, n.Name)
 	e.m.alive[n.Name] = mem
 	e.m.mu.Unlock()
+	if e.m.cfg.OnUp != nil {
+		e.m.cfg.OnUp(n.Name)
+	}
 	e.changed()
 }
 

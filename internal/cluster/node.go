@@ -77,7 +77,7 @@ type Cluster struct {
 		sync.Mutex
 		n map[string]int
 	}
-	// lives ends the forwards to a node when gossip declares it down.
+	// lives ends the forwards to a node once gossip has declared it dead.
 	lives liveness
 	// downSince is, on the leader, since when each registered node has been
 	// down in gossip; only the run loop touches it.
@@ -152,7 +152,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	g, err := StartMembership(MembershipConfig{
 		NodeName: cfg.NodeName, Bind: cfg.GossipListen, Advertise: gossipAdv, Keys: cfg.Keys,
-		Meta: c.meta, OnChange: c.poke, OnDown: c.lives.down, Logger: log, Fast: cfg.Fast,
+		Meta: c.meta, OnChange: c.poke, OnDown: c.lives.down, OnUp: c.lives.up, Logger: log, Fast: cfg.Fast,
 	})
 	if err != nil {
 		c.closeRaft()

@@ -154,9 +154,26 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// FreePort returns a loopback port that was free a moment ago.
+// FreePort returns a loopback port that was free a moment ago, chosen at
+// random above the kernel's ephemeral range. A port the kernel hands out for
+// port 0 lies in that range, where, between this check and the daemon's
+// bind, any outgoing connection of the machine may take it as its local
+// port (a run once lost a cluster node's gossip port that way); below the
+// range lie the daemons' host-port pools (FreeRange). Where nothing lies
+// above the range, the kernel chooses.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	_, high := ephemeralRange()
+	const top = 65535
+	for tries := 0; high < top-100 && tries < 200; tries++ {
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		p := high + 1 + (int(b[0])<<8|int(b[1]))%(top-high)
+		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+			ln.Close()
+			return p
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +192,8 @@ func FreePort(t testing.TB) int {
 func FreeRange(t testing.TB, n int) string {
 	t.Helper()
 	const base = 23001
-	top := ephemeralLow() - n
+	low, _ := ephemeralRange()
+	top := low - n
 	if top <= base+n {
 		top = base + 9000
 	}
@@ -200,18 +218,21 @@ func FreeRange(t testing.TB, n int) string {
 	return ""
 }
 
-// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
-// default when it cannot be read).
-func ephemeralLow() int {
+// ephemeralRange is the kernel's ephemeral port range (Linux's default
+// when it cannot be read).
+func ephemeralRange() (low, high int) {
+	low, high = 32768, 60999
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				return n
+			l, errL := strconv.Atoi(f[0])
+			h, errH := strconv.Atoi(f[1])
+			if errL == nil && errH == nil {
+				low, high = l, h
 			}
 		}
 	}
-	return 32768
+	return low, high
 }
 
 // Start runs a daemon and stops it (and removes its containers) when the test
