@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -33,9 +35,22 @@ const (
 
 type forwardedKey struct{}
 
-// fallbackKey carries, on a forwarded unkeyed create, the function that
-// serves it locally when its owner cannot be dialled.
+// fallbackKey carries, on a forwarded unkeyed create, its *fallback.
 type fallbackKey struct{}
+
+// fallback serves a forwarded unkeyed create locally when nothing of it
+// reached the chosen owner: the dial failed, or the owner was confirmed
+// dead before any connection to it was made.
+type fallback struct {
+	serve     func()
+	connected atomic.Bool // a connection to the owner was obtained
+}
+
+// applies reports whether err, the forward's failure, left the owner
+// untouched.
+func (f *fallback) applies(err error) bool {
+	return errors.Is(err, errDial) || !f.connected.Load() && errors.Is(err, errNodeDown)
+}
 
 // errDial marks a forward that never reached the target node.
 var errDial = errors.New("cannot reach node")
@@ -170,10 +185,10 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			err = downCause(r.Context(), err)
 			cfg.Logger.Warn("cluster: forward failed", "path", r.URL.Path, "err", err)
-			if retry, ok := r.Context().Value(fallbackKey{}).(func()); ok && errors.Is(err, errDial) {
+			if fb, ok := r.Context().Value(fallbackKey{}).(*fallback); ok && fb.applies(err) {
 				// Nothing reached the chosen owner: the create is made
 				// here instead.
-				retry()
+				fb.serve()
 				return
 			}
 			// The client's retry (same key) will find the owner back, or
@@ -264,11 +279,14 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 				// Nothing pins an unkeyed create to its owner: if the owner
 				// cannot be dialled, it is made here.
 				orig := r
-				fallback := func() {
+				fb := &fallback{serve: func() {
 					orig.Body = io.NopCloser(bytes.NewReader(body))
 					local.ServeHTTP(w, orig)
-				}
-				r = r.WithContext(context.WithValue(r.Context(), fallbackKey{}, fallback))
+				}}
+				ctx := httptrace.WithClientTrace(context.WithValue(r.Context(), fallbackKey{}, fb), &httptrace.ClientTrace{
+					GotConn: func(httptrace.GotConnInfo) { fb.connected.Store(true) },
+				})
+				r = r.WithContext(ctx)
 			}
 			c.inflight(m.Name, 1)
 			defer c.inflight(m.Name, -1)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -63,5 +64,29 @@ func TestDownCauseNamesTheDeathOnlyWhenItEndedTheForward(t *testing.T) {
 	cancel(errNodeDown)
 	if got := downCause(ctx, context.Canceled); !errors.Is(got, errNodeDown) {
 		t.Fatalf("after the death: %v", got)
+	}
+}
+
+func TestFallbackOnlyWhenNothingReachedTheOwner(t *testing.T) {
+	dead := fmt.Errorf("node n2 %w", errNodeDown)
+	for _, tc := range []struct {
+		name      string
+		err       error
+		connected bool
+		want      bool
+	}{
+		{"the dial failed", fmt.Errorf("%w: n2: refused", errDial), false, true},
+		{"dead before a connection was made", dead, false, true},
+		{"dead after the request went out", dead, true, false},
+		{"the owner answered badly", errors.New("unexpected EOF"), true, false},
+		{"the client went away", context.Canceled, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fb := &fallback{}
+			fb.connected.Store(tc.connected)
+			if got := fb.applies(tc.err); got != tc.want {
+				t.Fatalf("applies(%v) with connected=%v = %v, want %v", tc.err, tc.connected, got, tc.want)
+			}
+		})
 	}
 }
