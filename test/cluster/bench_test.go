@@ -58,9 +58,49 @@ func timeCreates(b *testing.B, entry *node, del func(id string) *node, settle fu
 		b.StartTimer()
 	}
 	b.StopTimer()
+	reportPercentiles(b, samples)
+}
+
+// reportPercentiles reports the p50 and p95 of samples in milliseconds.
+func reportPercentiles(b *testing.B, samples []time.Duration) {
 	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
 	b.ReportMetric(float64(samples[len(samples)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(samples[(len(samples)-1)*95/100].Microseconds())/1000, "p95-ms")
+}
+
+// BenchmarkSpecRewrite times an E2B setTimeout sent to the sandbox's own
+// node: on a daemon without --cluster, and on a cluster node, where the
+// call also rewrites the sandbox's replicated spec (one Raft entry), so
+// that a failover re-creates it with the new deadline. Both in one run so
+// the figures compare. Run with -benchtime=50x.
+func BenchmarkSpecRewrite(b *testing.B) {
+	ctx := context.Background()
+	// run creates a sandbox through entry and times setTimeout sent to the
+	// node owner names as the one that runs it.
+	run := func(b *testing.B, entry *node, owner func(a answer) *node) {
+		a := call(ctx, entry, http.MethodPost, "/v1/sandboxes", `{}`, nil)
+		if a.status != 201 {
+			b.Fatalf("create: %d %s %v", a.status, a.body, a.err)
+		}
+		n, id := owner(a), a.id()
+		defer call(ctx, n, http.MethodDelete, "/v1/sandboxes/"+id, "", nil)
+		key := map[string]string{"X-API-KEY": n.Token}
+		samples := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			start := time.Now()
+			if r := call(ctx, n, http.MethodPost, "/e2b/sandboxes/"+id+"/timeout", fmt.Sprintf(`{"timeout":%d}`, 600+i), key); r.status != http.StatusNoContent {
+				b.Fatalf("setTimeout: %d %s %v", r.status, r.body, r.err)
+			}
+			samples = append(samples, time.Since(start))
+		}
+		b.StopTimer()
+		reportPercentiles(b, samples)
+	}
+	single := &node{Daemon: harness.Start(b, sandpitBin, harness.Options{})}
+	b.Run("single-node", func(b *testing.B) { run(b, single, func(answer) *node { return single }) })
+	c := startCluster(b)
+	b.Run("cluster-owner", func(b *testing.B) { run(b, c.nodes[0], func(a answer) *node { return c.byName(nodeOf(a)) }) })
 }
 
 // BenchmarkClusterPooledCreate times a named create sent to a follower of a

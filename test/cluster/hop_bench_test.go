@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"testing"
 	"time"
 
@@ -87,9 +86,7 @@ func BenchmarkClusterHop(b *testing.B) {
 				samples = append(samples, time.Since(start))
 			}
 			b.StopTimer()
-			sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
-			b.ReportMetric(float64(samples[len(samples)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(samples[(len(samples)-1)*95/100].Microseconds())/1000, "p95-ms")
+			reportPercentiles(b, samples)
 		})
 	}
 }

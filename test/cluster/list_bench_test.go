@@ -3,7 +3,6 @@ package cluster_test
 import (
 	"context"
 	"net/http"
-	"sort"
 	"testing"
 	"time"
 
@@ -27,9 +26,7 @@ func BenchmarkFacadeList(b *testing.B) {
 			samples = append(samples, time.Since(start))
 		}
 		b.StopTimer()
-		sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
-		b.ReportMetric(float64(samples[len(samples)/2].Microseconds())/1000, "p50-ms")
-		b.ReportMetric(float64(samples[(len(samples)-1)*95/100].Microseconds())/1000, "p95-ms")
+		reportPercentiles(b, samples)
 	}
 	fill := func(n *node) {
 		for range 6 {
