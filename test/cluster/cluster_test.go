@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -71,9 +72,15 @@ const clusterToken = "test-cluster-admin-token"
 
 func startNode(t testing.TB, name, keyFile string, expect int, join []string, extra ...string) *node {
 	t.Helper()
-	gossip, raft := loopback(t), loopback(t)
+	var gossip, raft string
 	d := harness.Start(t, sandpitBin, harness.Options{
-		Args:  append(clusterArgs(name, gossip, raft, keyFile, expect, join), extra...),
+		Args: extra,
+		// Chosen again for each start attempt, should one find a port
+		// taken.
+		PortArgs: func() []string {
+			gossip, raft = loopback(t), loopback(t)
+			return clusterArgs(name, gossip, raft, keyFile, expect, join)
+		},
 		Env:   []string{"SANDPIT_TEST_CLUSTER_FAST=1"},
 		Token: clusterToken,
 	})
@@ -638,5 +645,37 @@ func TestClusterElectionAndLostQuorum(t *testing.T) {
 				t.Fatalf("container %s made without quorum", id)
 			}
 		}
+	}
+}
+
+// TestHarnessRetriesAStartWhosePortWasTaken: a port the harness chose can be
+// taken by another process before the daemon binds it. The daemon then
+// exits at start, and the harness starts it again on ports chosen afresh
+// instead of failing the test.
+func TestHarnessRetriesAStartWhosePortWasTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	key := writeKey(t, "the test cluster's shared secret")
+	attempts := 0
+	d := harness.Start(t, sandpitBin, harness.Options{
+		Env:   []string{"SANDPIT_TEST_CLUSTER_FAST=1"},
+		Token: clusterToken,
+		PortArgs: func() []string {
+			attempts++
+			gossip := loopback(t)
+			if attempts == 1 {
+				gossip = taken.Addr().String()
+			}
+			return append(clusterArgs("solo", gossip, loopback(t), key, 0, nil), "--bootstrap")
+		},
+	})
+	if attempts != 2 {
+		t.Fatalf("%d start attempts, want 2 (the first on the taken port)", attempts)
+	}
+	if _, err := d.Client().ClusterStatus(context.Background()); err != nil {
+		t.Fatalf("the daemon started on the second attempt does not answer: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -93,7 +94,16 @@ type Options struct {
 	// bind; default 127.0.0.1. Tests that reach the proxy from inside a
 	// sandbox bind 0.0.0.0.
 	ProxyHost string
+	// PortArgs, when set, returns more serve flags before each start
+	// attempt, after Args: flags that name ports of their own (a cluster
+	// node's gossip and Raft ports), chosen afresh when an attempt found a
+	// port taken. A restart reuses the last attempt's.
+	PortArgs func() []string
 }
+
+// startAttempts is how many times Start tries a daemon whose ports were
+// taken between their choice and its bind.
+const startAttempts = 4
 
 // NetworkPool is the range test daemons take their sandbox networks from, a
 // /24 each: Docker's default pools hold about thirty networks, fewer than
@@ -141,6 +151,8 @@ type Daemon struct {
 	// Network is the daemon's own sandbox network, removed (with its
 	// firewall rules) when the test ends.
 	Network string
+	// portArgs are the flags Options.PortArgs gave the last start attempt.
+	portArgs []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -154,26 +166,11 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// FreePort returns a loopback port that was free a moment ago, chosen at
-// random above the kernel's ephemeral range. A port the kernel hands out for
-// port 0 lies in that range, where, between this check and the daemon's
-// bind, any outgoing connection of the machine may take it as its local
-// port (a run once lost a cluster node's gossip port that way); below the
-// range lie the daemons' host-port pools (FreeRange). Where nothing lies
-// above the range, the kernel chooses.
+// FreePort returns a loopback port that was free a moment ago. Another
+// process may take it before the caller binds it; Start retries a daemon
+// that found its ports taken.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	_, high := ephemeralRange()
-	const top = 65535
-	for tries := 0; high < top-100 && tries < 200; tries++ {
-		var b [2]byte
-		_, _ = rand.Read(b[:])
-		p := high + 1 + (int(b[0])<<8|int(b[1]))%(top-high)
-		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
-			ln.Close()
-			return p
-		}
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -249,12 +246,10 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 	if d.PortRange == "" {
 		d.PortRange = FreeRange(t, 20)
 	}
-	d.Addr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
 	proxyHost := opts.ProxyHost
 	if proxyHost == "" {
 		proxyHost = "127.0.0.1"
 	}
-	d.ProxyAddr = net.JoinHostPort(proxyHost, strconv.Itoa(FreePort(t)))
 	t.Cleanup(func() {
 		d.Stop()
 		RemoveLabelled(d.Label)
@@ -263,26 +258,54 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 			t.Logf("daemon log:\n%s", d.Logs())
 		}
 	})
-	d.Restart(nil)
-	return d
+	// Ports are chosen free and bound by the daemon a moment later; in
+	// between, another process (a parallel test's daemon, an outgoing
+	// connection) may take one. Such an attempt is made again on new ports.
+	for attempt := 1; ; attempt++ {
+		d.Addr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+		d.ProxyAddr = net.JoinHostPort(proxyHost, strconv.Itoa(FreePort(t)))
+		if opts.PortArgs != nil {
+			d.portArgs = opts.PortArgs()
+		}
+		err := d.start(nil)
+		if err == nil {
+			return d
+		}
+		if !errors.Is(err, errPortTaken) || attempt == startAttempts {
+			t.Fatal(err)
+		}
+		t.Logf("daemon start attempt %d: %v; again on other ports", attempt, err)
+	}
 }
+
+// errPortTaken marks a daemon that exited at start because one of its
+// ports was taken.
+var errPortTaken = errors.New("a port was taken before the daemon bound it")
 
 // Restart starts the daemon (again), with extra environment for this run
 // only (crash points), and waits until /health answers.
 func (d *Daemon) Restart(env []string) {
 	d.t.Helper()
+	if err := d.start(env); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// start runs the daemon and waits until /health answers; a daemon that
+// exits first is an error, errPortTaken when it could not bind a port.
+func (d *Daemon) start(env []string) error {
 	// The token goes through a file, not the command line, where any user
 	// of the machine could read it in the process list.
 	tokenFile := filepath.Join(d.DataDir, "admin-token")
 	if err := os.WriteFile(tokenFile, []byte(d.Token+"\n"), 0o600); err != nil {
-		d.t.Fatal(err)
+		return err
 	}
 	args := append([]string{"serve", "--data-dir", d.DataDir, "--listen", d.Addr, "--proxy-listen", d.ProxyAddr,
 		"--token-file", tokenFile, "--container-label", "sandpit.run=" + d.Label, "--port-range", d.PortRange,
 		"--log-level", "debug",
 		// The small busybox image: fast to start, and what these tests'
 		// commands (httpd, nc) are written for. Options.Args may override.
-		"--default-image", "sandpit/base:test"}, append(NetworkArgs(d.Network), d.opts.Args...)...)
+		"--default-image", "sandpit/base:test"}, append(append(NetworkArgs(d.Network), d.opts.Args...), d.portArgs...)...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = append(append(os.Environ(), d.opts.Env...), env...)
 	stderr, _ := cmd.StderrPipe()
@@ -298,7 +321,7 @@ func (d *Daemon) Restart(env []string) {
 	}
 	d.mu.Unlock()
 	if err := cmd.Start(); err != nil {
-		d.t.Fatal(err)
+		return err
 	}
 	done := make(chan struct{})
 	go func() {
@@ -315,7 +338,14 @@ func (d *Daemon) Restart(env []string) {
 	d.mu.Lock()
 	d.cmd, d.done = cmd, done
 	d.mu.Unlock()
-	awaitHTTP(d.t, "http://"+d.Addr+"/health", done, 60*time.Second, "daemon", d.Logs)
+	err := waitHTTP("http://"+d.Addr+"/health", done, 60*time.Second)
+	switch {
+	case errors.Is(err, errExited) && strings.Contains(d.Logs(), "address already in use"):
+		return fmt.Errorf("%w:\n%s", errPortTaken, d.Logs())
+	case err != nil:
+		return fmt.Errorf("daemon %w:\n%s", err, d.Logs())
+	}
+	return nil
 }
 
 // Logs returns what the daemon wrote to stderr.

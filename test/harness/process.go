@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"syscall"
@@ -9,26 +11,37 @@ import (
 )
 
 // awaitHTTP polls url until it answers 200. It fails the test when the
-// process ends first (done closes) or the budget runs out, with its logs.
+// process exits first (done closes) or the budget runs out.
 func awaitHTTP(t testing.TB, url string, done <-chan struct{}, budget time.Duration, what string, logs func() string) {
 	t.Helper()
+	if err := waitHTTP(url, done, budget); err != nil {
+		t.Fatalf("%s %v:\n%s", what, err, logs())
+	}
+}
+
+// errExited marks a process that exited before it answered.
+var errExited = errors.New("exited during start")
+
+// waitHTTP polls url until it answers 200, the process exits (done closes:
+// errExited) or the budget runs out.
+func waitHTTP(url string, done <-chan struct{}, budget time.Duration) error {
 	deadline := time.Now().Add(budget)
 	for time.Now().Before(deadline) {
 		select {
 		case <-done:
-			t.Fatalf("%s exited during start:\n%s", what, logs())
+			return errExited
 		default:
 		}
 		resp, err := http.Get(url)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return
+				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("%s did not answer %s:\n%s", what, url, logs())
+	return fmt.Errorf("did not answer %s", url)
 }
 
 // stopProcess sends sig to a process this test started and waits for it to
