@@ -199,45 +199,10 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 		t.FailNow()
 	}
 
-	// A streamed response through a proxy that does not run the sandbox:
-	// the first line arrives while the script still waits.
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n1.ProxyAddr+"/cgi-bin/stream", nil)
-	req.Host = "8080-" + id + ".localhost"
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(res.Body)
-	if line, err := br.ReadString('\n'); err != nil || line != "first\n" {
-		t.Fatalf("first streamed line: %q %v", line, err)
-	}
-	if r, err := n2.Client().Exec(ctx, id, client.ExecRequest{Cmd: "touch", Args: []string{"/tmp/go"}}); err != nil || r.ExitCode != 0 {
-		t.Fatalf("touch: %+v %v", r, err)
-	}
-	if rest, err := io.ReadAll(br); err != nil || string(rest) != "second\n" {
-		t.Fatalf("second streamed line: %q %v", rest, err)
-	}
-	res.Body.Close()
-
-	// A WebSocket handshake through a proxy that does not run the sandbox:
-	// the 101 comes back and the upgraded connection carries bytes both
-	// ways (the server in the sandbox echoes them).
-	if err := n2.Client().WriteFile(ctx, id, "/tmp/ws.sh", []byte(wsEcho)); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := n2.Client().Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "chmod +x /tmp/ws.sh && (nc -ll -p 8081 -e /tmp/ws.sh </dev/null >/dev/null 2>&1 &)"}}); err != nil || r.ExitCode != 0 {
-		t.Fatalf("websocket server: %+v %v", r, err)
-	}
-	if _, err := n2.Client().ExposePort(ctx, id, 8081, "http"); err != nil {
-		t.Fatal(err)
-	}
-	var upgraded string
-	for deadline := time.Now().Add(20 * time.Second); upgraded != "ping\n" && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		upgraded, err = wsThrough(n1.ProxyAddr, id+"-8081.localhost", "ping\n")
-	}
-	if upgraded != "ping\n" {
-		t.Fatalf("websocket through n1's proxy: %q %v", upgraded, err)
-	}
+	// A streamed response and a WebSocket through a proxy that does not
+	// run the sandbox.
+	streamThrough(t, ctx, n1, n2, id, "8080-"+id+".localhost")
+	webSocketThrough(t, ctx, n1, n2, id)
 
 	// A TCP exposure asked of n1 is bound on n3 and named by n3's public
 	// host.
@@ -438,41 +403,58 @@ func TestClusterCaddyRoutesFromAnyNode(t *testing.T) {
 		}
 	}
 
-	// A streamed response through n1's Caddy: the first line arrives while
-	// the script in the sandbox still waits.
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n1.ProxyAddr+"/cgi-bin/stream", nil)
-	req.Host = id + "-8080.localhost"
+	// A streamed response through n1's Caddy, a WebSocket through n2's.
+	streamThrough(t, ctx, n1, n2, id, id+"-8080.localhost")
+	webSocketThrough(t, ctx, n2, n2, id)
+}
+
+// streamThrough asks entry's proxy for the sandbox's streaming CGI script
+// (streamCGI, served on port 8080 under host) and checks that the first
+// line arrives while the script still waits; ctl (any node) then lets it
+// finish.
+func streamThrough(t *testing.T, ctx context.Context, entry, ctl *node, id, host string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+entry.ProxyAddr+"/cgi-bin/stream", nil)
+	req.Host = host
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer res.Body.Close()
 	br := bufio.NewReader(res.Body)
 	if line, err := br.ReadString('\n'); err != nil || line != "first\n" {
-		t.Fatalf("first streamed line: %q %v", line, err)
+		t.Fatalf("first streamed line through %s: %q %v", entry.name, line, err)
 	}
-	if r, err := n2.Client().Exec(ctx, id, client.ExecRequest{Cmd: "touch", Args: []string{"/tmp/go"}}); err != nil || r.ExitCode != 0 {
+	if r, err := ctl.Client().Exec(ctx, id, client.ExecRequest{Cmd: "touch", Args: []string{"/tmp/go"}}); err != nil || r.ExitCode != 0 {
 		t.Fatalf("touch: %+v %v", r, err)
 	}
 	if rest, err := io.ReadAll(br); err != nil || string(rest) != "second\n" {
-		t.Fatalf("second streamed line: %q %v", rest, err)
+		t.Fatalf("second streamed line through %s: %q %v", entry.name, rest, err)
 	}
-	res.Body.Close()
+}
 
-	// A WebSocket through n2's Caddy.
-	if err := n2.Client().WriteFile(ctx, id, "/tmp/ws.sh", []byte(wsEcho)); err != nil {
+// webSocketThrough starts a WebSocket echo server on the sandbox's port 8081
+// and exposes it through ctl, then opens a WebSocket through entry's proxy:
+// the 101 comes back and the upgraded connection carries bytes both ways.
+func webSocketThrough(t *testing.T, ctx context.Context, entry, ctl *node, id string) {
+	t.Helper()
+	if err := ctl.Client().WriteFile(ctx, id, "/tmp/ws.sh", []byte(wsEcho)); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := n2.Client().Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "chmod +x /tmp/ws.sh && (nc -ll -p 8081 -e /tmp/ws.sh </dev/null >/dev/null 2>&1 &)"}}); err != nil || r.ExitCode != 0 {
+	if r, err := ctl.Client().Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "chmod +x /tmp/ws.sh && (nc -ll -p 8081 -e /tmp/ws.sh </dev/null >/dev/null 2>&1 &)"}}); err != nil || r.ExitCode != 0 {
 		t.Fatalf("websocket server: %+v %v", r, err)
 	}
-	if _, err := n2.Client().ExposePort(ctx, id, 8081, "http"); err != nil {
+	if _, err := ctl.Client().ExposePort(ctx, id, 8081, "http"); err != nil {
 		t.Fatal(err)
 	}
-	var upgraded string
+	var (
+		upgraded string
+		err      error
+	)
 	for deadline := time.Now().Add(20 * time.Second); upgraded != "ping\n" && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		upgraded, err = wsThrough(n2.ProxyAddr, id+"-8081.localhost", "ping\n")
+		upgraded, err = wsThrough(entry.ProxyAddr, id+"-8081.localhost", "ping\n")
 	}
 	if upgraded != "ping\n" {
-		t.Fatalf("websocket through n2's Caddy: %q %v", upgraded, err)
+		t.Fatalf("websocket through %s's proxy: %q %v", entry.name, upgraded, err)
 	}
 }
