@@ -91,3 +91,27 @@ type Pool struct {
 	Ready    int    `json:"ready"`
 	Starting int    `json:"starting"`
 }
+
+// ScopeTable is the body of GET /v1/scopes: what each token scope allows,
+// and the action every route of every surface performs. docs/tokens.md
+// prints the same table, and a test keeps the two equal.
+type ScopeTable struct {
+	Scopes []ScopeActions `json:"scopes"`
+	Routes []RouteAction  `json:"routes"`
+}
+
+// ScopeActions is one scope and the actions it allows.
+type ScopeActions struct {
+	Scope   string   `json:"scope"`
+	Actions []string `json:"actions"`
+}
+
+// RouteAction is one route: its surface's mount point ("/v1" routes are
+// written in full), its method and path pattern, its action and, for a
+// route whose action depends on the request, how it is decided.
+type RouteAction struct {
+	Surface string `json:"surface"`
+	Pattern string `json:"pattern"`
+	Action  string `json:"action"`
+	Note    string `json:"note,omitempty"`
+}

@@ -823,7 +823,8 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	idem := v1.NewIdempotency(svc.Idempotency(), v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, PendingTTL: cfg.IdempotencyLock, Logger: cfg.Logger,
 	})
-	mux.Handle("/v1/", v1.New(svc, auth, v1RouteWrap(idem.Wrap)))
+	native := v1.New(svc, auth, v1RouteWrap(idem.Wrap))
+	mux.Handle("/v1/", native)
 	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics, NodeName: svc.Config().NodeName})
 	mux.Handle(e2b.Prefix+"/", e2bAPI)
 	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
@@ -831,6 +832,8 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	mux.HandleFunc("/files", e2bAPI.SignedFiles)
 	dt := daytona.New(ctx, svc, auth, daytona.Options{PreviewKey: []byte(previewKey), Logger: cfg.Logger})
 	mux.Handle(daytona.DefaultPrefix+"/", dt)
+	native.AddSurface(v1.Surface{Mount: e2b.Prefix, Routes: e2bAPI.Routes()})
+	native.AddSurface(v1.Surface{Mount: daytona.DefaultPrefix, Routes: dt.Routes()})
 	return dt
 }
 

@@ -22,12 +22,14 @@ import (
 // A retried create is refused by the unique live name instead (409), and a
 // token whose creation answer was lost is revoked and made again.
 func (h *Handler) adminRoutes() {
-	h.mux.HandleFunc("POST /v1/tokens", h.createToken)
-	h.mux.HandleFunc("GET /v1/tokens", h.listTokens)
-	h.mux.HandleFunc("DELETE /v1/tokens/{name}", h.revokeToken)
-	h.mux.HandleFunc("GET /v1/owners/{owner}/limits", h.getLimits)
-	h.mux.HandleFunc("PUT /v1/owners/{owner}/limits", h.putLimits)
-	h.mux.HandleFunc("GET /v1/audit", h.listAudit)
+	route := h.routes.Handle
+	route("POST /v1/tokens", sandpit.ActionAdmin, h.createToken)
+	route("GET /v1/tokens", sandpit.ActionAdmin, h.listTokens)
+	route("DELETE /v1/tokens/{name}", sandpit.ActionAdmin, h.revokeToken)
+	// An owner reads its own limits; the service refuses another owner's.
+	route("GET /v1/owners/{owner}/limits", sandpit.ActionRead, h.getLimits)
+	route("PUT /v1/owners/{owner}/limits", sandpit.ActionAdmin, h.putLimits)
+	route("GET /v1/audit", sandpit.ActionAdmin, h.listAudit)
 }
 
 // limitsOf converts wire limits to the domain's.
