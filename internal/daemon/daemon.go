@@ -534,7 +534,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// exposed port.
 	netw, fw, err := setupNetwork(ctx, dk, pn, instance, []firewall.PortRange{
 		{Lo: proxyPort, Hi: proxyPort}, {Lo: cfg.PortRange.Lo, Hi: cfg.PortRange.Hi},
-	}, log)
+	}, tcpBindHost(cfg), log)
 	if err != nil {
 		closeListeners()
 		return fmt.Errorf("sandbox network: %w", err)
@@ -809,7 +809,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	_ = edg.close()
-	teardownNetwork(ctx, dk, netw, fw, log)
+	teardownNetwork(ctx, dk, netw, fw, instance, log)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
