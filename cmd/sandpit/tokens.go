@@ -154,21 +154,33 @@ func ownerCmd(e *cliEnv) *cobra.Command {
 	}
 	set := &cobra.Command{
 		Use:   "limits OWNER [--max-sandboxes N] [--max-cpu C] [--max-memory MiB] [--max-ports N] [--max-sandbox-memory MiB] [--allow-private CIDR...]",
-		Short: "Show an owner's quotas and usage; with flags, replace the quotas (admin)",
+		Short: "Show an owner's quotas and usage; with flags, change the quotas named (admin)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.client()
 			if err != nil {
 				return err
 			}
-			var ol client.OwnerLimits
-			if cmd.Flags().NFlag() > 0 {
-				ol, err = c.SetOwnerLimits(cmd.Context(), args[0], l)
-			} else {
-				ol, err = c.GetOwnerLimits(cmd.Context(), args[0])
-			}
+			// Only the limits named on the command line change: the others
+			// are read first and sent back as they are (the API's PUT
+			// replaces all of them). The global flags (--addr, --token-file)
+			// are no limits.
+			ol, err := c.GetOwnerLimits(cmd.Context(), args[0])
 			if err != nil {
 				return err
+			}
+			changed := false
+			next := ol.Limits
+			cmd.Flags().VisitAll(func(fl *pflag.Flag) {
+				if set, ok := limitFields(&next, &l)[fl.Name]; ok && fl.Changed {
+					set()
+					changed = true
+				}
+			})
+			if changed {
+				if ol, err = c.SetOwnerLimits(cmd.Context(), args[0], next); err != nil {
+					return err
+				}
 			}
 			return e.emit(cmd, ol, func(io.Writer) error {
 				show(cmd, ol)
@@ -186,6 +198,29 @@ func ownerCmd(e *cliEnv) *cobra.Command {
 	return cmd
 }
 
+// limitFields copies one flag's value from the parsed flags to the limits
+// to send, by flag name.
+func limitFields(dst, src *client.Limits) map[string]func() {
+	return map[string]func(){
+		"max-sandboxes":      func() { dst.MaxSandboxes = src.MaxSandboxes },
+		"max-cpu":            func() { dst.MaxCPU = src.MaxCPU },
+		"max-memory":         func() { dst.MaxMemoryMB = src.MaxMemoryMB },
+		"max-ports":          func() { dst.MaxPorts = src.MaxPorts },
+		"default-cpu":        func() { dst.DefaultCPU = src.DefaultCPU },
+		"default-memory":     func() { dst.DefaultMemoryMB = src.DefaultMemoryMB },
+		"max-sandbox-cpu":    func() { dst.MaxSandboxCPU = src.MaxSandboxCPU },
+		"max-sandbox-memory": func() { dst.MaxSandboxMemoryMB = src.MaxSandboxMemoryMB },
+		"allow-private": func() {
+			dst.AllowPrivateCIDRs = nil
+			for _, c := range src.AllowPrivateCIDRs {
+				if c != "" {
+					dst.AllowPrivateCIDRs = append(dst.AllowPrivateCIDRs, c)
+				}
+			}
+		},
+	}
+}
+
 // policyFlags are the per-sandbox defaults and caps and the private-range
 // grants of an owner, shared by token create and owner limits.
 func policyFlags(f *pflag.FlagSet, l *client.Limits) {
@@ -193,7 +228,7 @@ func policyFlags(f *pflag.FlagSet, l *client.Limits) {
 	f.Int64Var(&l.DefaultMemoryMB, "default-memory", 0, "memory (MiB) of the owner's sandboxes that name none (0: the daemon's)")
 	f.Float64Var(&l.MaxSandboxCPU, "max-sandbox-cpu", 0, "most CPU cores one sandbox of the owner may ask for (0: the daemon's)")
 	f.Int64Var(&l.MaxSandboxMemoryMB, "max-sandbox-memory", 0, "most memory (MiB) one sandbox of the owner may ask for (0: the daemon's)")
-	f.StringArrayVar(&l.AllowPrivateCIDRs, "allow-private", nil, "private or reserved IPv4 CIDR the owner's sandboxes may open with a network allow list (repeatable; default none)")
+	f.StringArrayVar(&l.AllowPrivateCIDRs, "allow-private", nil, "private or reserved IPv4 CIDR the owner's sandboxes may open with a network allow list (repeatable; default none; --allow-private '' removes every grant)")
 }
 
 func defaultStr(v float64) string {

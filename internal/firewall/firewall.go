@@ -371,15 +371,21 @@ func (f *Firewall) GlobalRules(dispatch []string) []string {
 // ownPortRules are this daemon's RETURN rules in IN: its ports, on the
 // addresses they are bound to.
 func (f *Firewall) ownPortRules() []string {
-	ports := portList(f.cfg.HostPorts)
-	if ports == "" {
-		return nil
-	}
-	var mark string
+	var (
+		mark  string
+		lines []string
+	)
 	if f.cfg.Instance != "" {
 		mark = " -m comment --comment " + instanceComment(f.cfg.Instance)
+		// A rule without a target matches and does nothing: it marks the
+		// network as used by this daemon even when none of its ports is
+		// reachable from sandboxes (a loopback bind).
+		lines = append(lines, "-A "+f.chain("IN")+mark)
 	}
-	var lines []string
+	ports := portList(f.cfg.HostPorts)
+	if ports == "" {
+		return lines
+	}
 	for _, a := range f.cfg.HostAddrs {
 		lines = append(lines, "-A "+f.chain("IN")+" -d "+a.String()+"/32 -p tcp -m multiport --dports "+ports+mark+" -j RETURN")
 	}

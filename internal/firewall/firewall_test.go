@@ -119,7 +119,7 @@ func TestGlobalRules(t *testing.T) {
 	keep := "-A " + p + "FWD -s 10.0.0.2/32 -m comment --comment sandpit:sb1 -g " + p + "0123456789"
 	got := strings.Join(fw.GlobalRules([]string{keep}), "\n")
 	for _, want := range []string{
-		"-A " + p + "IN -d 10.0.0.1/32 -p tcp -m multiport --dports 7480,22000:23000 -m comment --comment sandpit-instance:abc -j RETURN\n-A " + p + "IN -j " + p + "REJ",
+		"-A " + p + "IN -m comment --comment sandpit-instance:abc\n-A " + p + "IN -d 10.0.0.1/32 -p tcp -m multiport --dports 7480,22000:23000 -m comment --comment sandpit-instance:abc -j RETURN\n-A " + p + "IN -j " + p + "REJ",
 		"-A " + p + "FWD -o sp-test -j " + p + "REJ\n-A " + p + "FWD -d 169.254.0.0/16 -j " + p + "LL\n" + keep + "\n-A " + p + "FWD -g " + p + "DEF",
 		"-A " + p + "LL -d 169.254.169.254/32 -p udp --dport 53 -j RETURN\n-A " + p + "LL -d 169.254.169.254/32 -p tcp --dport 53 -j RETURN\n-A " + p + "LL -j " + p + "REJ",
 		"-A " + p + "DEF -d 10.255.255.53/32 -p udp --dport 53 -j RETURN\n-A " + p + "DEF -d 10.255.255.53/32 -p tcp --dport 53 -j RETURN\n" +
