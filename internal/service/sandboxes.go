@@ -241,6 +241,11 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}
+	if req.recreate {
+		// A re-creation makes again what was admitted once, with the
+		// resources it had: a cap lowered since must not lose the sandbox.
+		limits = sandpit.OwnerLimits{Owner: limits.Owner}
+	}
 	cpu, memMB, err := s.ownerResources(req, limits)
 	if err != nil {
 		return sandpit.Sandbox{}, err
