@@ -466,12 +466,24 @@ type OwnerLimits struct {
 	MaxCPU       float64 // total cores over the owner's sandboxes
 	MaxMemoryMB  int64   // total MiB over the owner's sandboxes
 	MaxPorts     int64   // exposed ports over the owner's sandboxes
-	UpdatedAt    time.Time
+	// Per-sandbox defaults (a create naming no cpu or memory gets them) and
+	// caps (a create asking for more is refused); 0 leaves the daemon's.
+	DefaultCPU         float64
+	DefaultMemoryMB    int64
+	MaxSandboxCPU      float64
+	MaxSandboxMemoryMB int64
+	// AllowPrivateCIDRs are the private and reserved ranges the operator
+	// lets this owner's sandboxes open with an allow list; without them an
+	// allow that covers such a range is refused.
+	AllowPrivateCIDRs []string
+	UpdatedAt         time.Time
 }
 
 // Unlimited reports whether no limit is set.
 func (l OwnerLimits) Unlimited() bool {
-	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0
+	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0 &&
+		l.DefaultCPU == 0 && l.DefaultMemoryMB == 0 && l.MaxSandboxCPU == 0 && l.MaxSandboxMemoryMB == 0 &&
+		len(l.AllowPrivateCIDRs) == 0
 }
 
 // AuditEntry is one row of the append-only audit log. It never holds a

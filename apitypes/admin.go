@@ -8,6 +8,21 @@ type Limits struct {
 	MaxCPU       float64 `json:"max_cpu"`
 	MaxMemoryMB  int64   `json:"max_memory_mb"`
 	MaxPorts     int64   `json:"max_ports"`
+	// Per-sandbox defaults and caps; 0 leaves the daemon's.
+	DefaultCPU         float64 `json:"default_cpu,omitempty"`
+	DefaultMemoryMB    int64   `json:"default_memory_mb,omitempty"`
+	MaxSandboxCPU      float64 `json:"max_sandbox_cpu,omitempty"`
+	MaxSandboxMemoryMB int64   `json:"max_sandbox_memory_mb,omitempty"`
+	// AllowPrivateCIDRs are the private or reserved IPv4 ranges the owner's
+	// sandboxes may open with a network allow list (default none).
+	AllowPrivateCIDRs []string `json:"allow_private_cidrs,omitempty"`
+}
+
+// IsZero reports limits with nothing set.
+func (l Limits) IsZero() bool {
+	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0 &&
+		l.DefaultCPU == 0 && l.DefaultMemoryMB == 0 && l.MaxSandboxCPU == 0 && l.MaxSandboxMemoryMB == 0 &&
+		len(l.AllowPrivateCIDRs) == 0
 }
 
 // TokenRequest is the body of POST /v1/tokens. Owner defaults to Name and

@@ -34,7 +34,9 @@ func (h *Handler) adminRoutes() {
 
 // limitsOf converts wire limits to the domain's.
 func limitsOf(l apitypes.Limits, owner string) sandpit.OwnerLimits {
-	return sandpit.OwnerLimits{Owner: owner, MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts}
+	return sandpit.OwnerLimits{Owner: owner, MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts,
+		DefaultCPU: l.DefaultCPU, DefaultMemoryMB: l.DefaultMemoryMB, MaxSandboxCPU: l.MaxSandboxCPU, MaxSandboxMemoryMB: l.MaxSandboxMemoryMB,
+		AllowPrivateCIDRs: l.AllowPrivateCIDRs}
 }
 
 func optTime(t time.Time) *time.Time {
@@ -102,7 +104,9 @@ func (h *Handler) writeLimits(w http.ResponseWriter, r *http.Request, owner stri
 		fail(w, err)
 		return
 	}
-	out := apitypes.OwnerLimits{Owner: owner, Limits: apitypes.Limits{MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts}}
+	out := apitypes.OwnerLimits{Owner: owner, Limits: apitypes.Limits{MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts,
+		DefaultCPU: l.DefaultCPU, DefaultMemoryMB: l.DefaultMemoryMB, MaxSandboxCPU: l.MaxSandboxCPU, MaxSandboxMemoryMB: l.MaxSandboxMemoryMB,
+		AllowPrivateCIDRs: l.AllowPrivateCIDRs}}
 	out.Usage.Sandboxes, out.Usage.CPU, out.Usage.MemoryMB, out.Usage.Ports = u.Sandboxes, u.CPU, u.MemoryMB, u.Ports
 	api.WriteJSON(w, http.StatusOK, out)
 }
