@@ -32,6 +32,7 @@ func StripForAgent(h http.Header) {
 		h.Del("Authorization")
 	}
 	h.Del("Cookie")
+	h.Del(apiKeyHeader)
 	stripCommon(h)
 }
 

@@ -135,6 +135,12 @@ func (s *Service) AgentHTTP() *http.Client { return s.agents.http }
 // A non-empty token replaces whatever access token the client sent; onError
 // answers when the agent cannot be reached, in the caller's error shape.
 func (s *Service) ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error)) {
+	if _, port, _ := net.SplitHostPort(addr); DaemonOnlyAgentPath(atoiOr0(port), path) {
+		// Only the daemon rotates an agent's token (pool adoption); no
+		// surface passes the call on, whatever token it carries.
+		api404(w)
+		return
+	}
 	// A proxied request body must keep flowing after the response starts:
 	// the agent may answer a streamed RPC before the upload ends, and by
 	// default the server would then drain and close the rest of the body.
@@ -142,12 +148,6 @@ func (s *Service) ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, p
 	// Agent calls stream their bodies (uploads, process input) for as long
 	// as they last; the body-size bound still applies.
 	httpguard.LiftReadDeadline(w)
-	if _, port, _ := net.SplitHostPort(addr); DaemonOnlyAgentPath(atoiOr0(port), path) {
-		// Only the daemon rotates an agent's token (pool adoption); no
-		// surface passes the call on, whatever token it carries.
-		api404(w)
-		return
-	}
 	f := &forward{addr: addr, path: path, token: token, onError: onError}
 	s.agents.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
 }
