@@ -515,7 +515,8 @@ func TestTenantUntrustedRefusedUploadLeavesNothing(t *testing.T) {
 		req.Header.Set("E2b-Sandbox-Id", id)
 		req.Header.Set("X-Access-Token", token)
 		req.Header.Set("Content-Type", "application/octet-stream")
-		resp, err := http.DefaultClient.Do(req)
+		// A connection the server closed after an earlier 413 is not reused.
+		resp, err := noKeepAlive.Do(req)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
