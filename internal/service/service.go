@@ -114,12 +114,13 @@ type Config struct {
 	// made at once (default 1).
 	WarmPool              []PoolSpec
 	PoolRefillConcurrency int
+	Logger                *slog.Logger
+	Now                   func() time.Time
+
 	// MaxStreamsPerToken bounds the sessions (event streams, sockets,
 	// terminals, interpreter runs) one personal access token holds open at
 	// once; 0 means DefaultMaxStreamsPerToken, negative means no bound.
 	MaxStreamsPerToken int
-	Logger             *slog.Logger
-	Now                   func() time.Time
 }
 
 // Service is Sandpit's domain layer.
