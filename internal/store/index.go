@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sandpit-dev/sandpit"
 )
@@ -119,3 +120,10 @@ func (s *Store) RunningTokens() int {
 	}
 	return n
 }
+
+// activityWrites counts the activity UPDATEs TouchSandbox issued.
+type activityWrites struct{ n atomic.Int64 }
+
+// ActivityWrites is how many activity records (TouchSandbox) reached the
+// database since Open: the write cost of toolbox calls and preview traffic.
+func (s *Store) ActivityWrites() int64 { return s.activity.n.Load() }

@@ -298,6 +298,7 @@ func (s *Store) TouchSandbox(ctx context.Context, id string, at time.Time) error
 		return fmt.Errorf("touch sandbox %s: %w", id, sandpit.ErrNotFound)
 	}
 	n := toNanos(clock(at))
+	s.activity.n.Add(1)
 	res, err := s.db.ExecContext(ctx,
 		`UPDATE sandboxes SET last_activity_at = MAX(COALESCE(last_activity_at, 0), ?) WHERE id = ?`, n, id)
 	if err != nil {

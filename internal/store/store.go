@@ -42,6 +42,8 @@ type Store struct {
 	// index mirrors the sandboxes' ids, tokens and running state in memory
 	// (see sandboxIndex).
 	index sandboxIndex
+	// activity counts the activity writes (see ActivityWrites).
+	activity activityWrites
 
 	closeOnce sync.Once
 	closeErr  error
