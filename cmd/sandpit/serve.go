@@ -76,6 +76,9 @@ func serveCmd() *cobra.Command {
 					*v = -1
 				}
 			}
+			if cfg.AuthFailureDelay == 0 {
+				cfg.AuthFailureDelay = -1
+			}
 			if cfg.MaxStreamsPerToken == 0 {
 				cfg.MaxStreamsPerToken = -1
 			}
@@ -173,6 +176,7 @@ func serveCmd() *cobra.Command {
 	f.StringArrayVar(&cfg.Network.DNS, "sandbox-dns", nil, "resolver whose port 53 sandboxes may reach although it is private or link-local (repeatable; default: the host's from /etc/resolv.conf, where Docker's DNS forwards)")
 	f.Float64Var(&cfg.UnauthRateLimit, "unauth-rate-limit", httpguard.DefaultUnauthRate, "requests per second (bursts of twice that) one client address may make that present no credential (signed /files URLs); beyond it 429 with Retry-After; 0 means no limit")
 	f.Float64Var(&cfg.AuthFailureRateLimit, "auth-failure-rate-limit", httpguard.DefaultFailureRate, "refused credentials (401s) per second (bursts of five times that) one client address may cause; past it every request from it gets 429 until the budget refills; 0 means no limit")
+	f.DurationVar(&cfg.AuthFailureDelay, "auth-failure-delay", httpguard.DefaultFailureDelay, "how long a refused request (401, or 429 of the limits above) is held before it is answered, so a flood that waits for its answers slows down; 0 means none")
 	f.StringArrayVar(&rateExempt, "rate-limit-exempt", nil, "client address or CIDR the per-client rate limits do not apply to, such as a reverse proxy in front of the API (repeatable)")
 	f.IntVar(&cfg.MaxStreamsPerToken, "max-streams-per-token", service.DefaultMaxStreamsPerToken, "event streams, sockets, terminals and interpreter runs one personal access token may hold open at once; beyond it 429; 0 means no cap")
 	f.BoolVar(&cfg.MetricsPublic, "metrics-public", false, "serve /metrics without a token (default: the admin token is required)")

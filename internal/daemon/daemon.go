@@ -107,6 +107,9 @@ type Config struct {
 	UnauthRateLimit      float64
 	AuthFailureRateLimit float64
 	RateLimitExempt      []netip.Prefix
+	// AuthFailureDelay holds every refused request (401, and the limits'
+	// 429) that long before answering: 0 means the default, negative none.
+	AuthFailureDelay time.Duration
 	// MaxStreamsPerToken bounds the sessions one personal token holds
 	// open (0: service.DefaultMaxStreamsPerToken; negative: no bound).
 	MaxStreamsPerToken int
@@ -184,6 +187,9 @@ func (c *Config) Defaults() {
 	}
 	if c.AuthFailureRateLimit == 0 {
 		c.AuthFailureRateLimit = httpguard.DefaultFailureRate
+	}
+	if c.AuthFailureDelay == 0 {
+		c.AuthFailureDelay = httpguard.DefaultFailureDelay
 	}
 	if c.ReadTimeout == 0 {
 		c.ReadTimeout = time.Minute

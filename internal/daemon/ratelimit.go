@@ -13,9 +13,10 @@ import (
 // clientLimiter is the API listener's per-client limiter.
 func clientLimiter(cfg Config) *httpguard.Limiter {
 	return httpguard.NewLimiter(httpguard.ClientLimits{
-		UnauthRate:  max(cfg.UnauthRateLimit, 0),
-		FailureRate: max(cfg.AuthFailureRateLimit, 0),
-		Exempt:      cfg.RateLimitExempt,
+		UnauthRate:   max(cfg.UnauthRateLimit, 0),
+		FailureRate:  max(cfg.AuthFailureRateLimit, 0),
+		Exempt:       cfg.RateLimitExempt,
+		FailureDelay: max(cfg.AuthFailureDelay, 0),
 	})
 }
 

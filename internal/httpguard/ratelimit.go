@@ -18,6 +18,14 @@ const (
 	DefaultFailureRate = 20
 )
 
+// DefaultFailureDelay is how long a refused request is held before its
+// answer goes out (see ClientLimits.FailureDelay).
+const DefaultFailureDelay = 100 * time.Millisecond
+
+// maxDelayed bounds the refused requests held at once; past it they are
+// answered at once, so holding them cannot pile up goroutines.
+const maxDelayed = 1024
+
 // maxClients bounds the clients tracked at once; past it the limiter forgets
 // clients whose buckets are full (they lose nothing by it), and then any.
 const maxClients = 1 << 16
@@ -37,7 +45,13 @@ type ClientLimits struct {
 	// Exempt lists the client addresses no limit applies to (a reverse
 	// proxy in front of the daemon, say, through which all clients come).
 	Exempt []netip.Prefix
-	Now    func() time.Time
+	// FailureDelay holds every 401 and every 429 of the limiter that long
+	// before it is answered; 0 answers at once. A client that waits for
+	// each answer before it sends the next request, as most floods do,
+	// then costs the daemon a few requests per second per connection, not
+	// as many as the CPUs can answer; a valid credential is never delayed.
+	FailureDelay time.Duration
+	Now          func() time.Time
 }
 
 // Limiter enforces ClientLimits on one listener's requests.
@@ -46,6 +60,28 @@ type Limiter struct {
 
 	mu      sync.Mutex
 	clients map[netip.Prefix]*clientBuckets
+	// delayed holds a slot per refused request being held.
+	delayed chan struct{}
+}
+
+// hold delays a refused request's answer by FailureDelay, unless maxDelayed
+// are held already or the client went away.
+func (l *Limiter) hold(r *http.Request) {
+	if l.opts.FailureDelay <= 0 {
+		return
+	}
+	select {
+	case l.delayed <- struct{}{}:
+	default:
+		return
+	}
+	defer func() { <-l.delayed }()
+	t := time.NewTimer(l.opts.FailureDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+	}
 }
 
 type clientBuckets struct {
@@ -77,7 +113,7 @@ func NewLimiter(opts ClientLimits) *Limiter {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Limiter{opts: opts, clients: map[netip.Prefix]*clientBuckets{}}
+	return &Limiter{opts: opts, clients: map[netip.Prefix]*clientBuckets{}, delayed: make(chan struct{}, maxDelayed)}
 }
 
 // clientOf is the client a remote address belongs to.
@@ -155,9 +191,10 @@ func (l *Limiter) pruneLocked(now time.Time) {
 // unauthenticated budget before it is served. Every 401 answer takes from
 // the client's failure budget (except those unauthenticated requests, which
 // paid already), and a client with no failure budget left is answered 429
-// before anything else is done for it.
+// before anything else is done for it. Refusals (401 and the limiter's 429)
+// are held for FailureDelay before they are answered.
 func (l *Limiter) Wrap(h http.Handler, unauthenticated func(*http.Request) bool) http.Handler {
-	if l == nil || (l.opts.UnauthRate <= 0 && l.opts.FailureRate <= 0) {
+	if l == nil || (l.opts.UnauthRate <= 0 && l.opts.FailureRate <= 0 && l.opts.FailureDelay <= 0) {
 		return h
 	}
 	ur, fr := l.opts.UnauthRate, l.opts.FailureRate
@@ -176,6 +213,7 @@ func (l *Limiter) Wrap(h http.Handler, unauthenticated func(*http.Request) bool)
 			if b.failures.tokens < 1 {
 				ra := b.failures.retryAfter(fr)
 				l.mu.Unlock()
+				l.hold(r)
 				tooMany(w, r, ra, "too many refused credentials from this client")
 				return
 			}
@@ -185,16 +223,13 @@ func (l *Limiter) Wrap(h http.Handler, unauthenticated func(*http.Request) bool)
 			if b.unauth.tokens < 1 {
 				ra := b.unauth.retryAfter(ur)
 				l.mu.Unlock()
+				l.hold(r)
 				tooMany(w, r, ra, "too many unauthenticated requests from this client")
 				return
 			}
 			b.unauth.tokens--
 		}
 		l.mu.Unlock()
-		if fr <= 0 || unauth {
-			h.ServeHTTP(w, r)
-			return
-		}
 		refused := false
 		w = httpsnoop.Wrap(w, httpsnoop.Hooks{
 			WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
@@ -208,6 +243,11 @@ func (l *Limiter) Wrap(h http.Handler, unauthenticated func(*http.Request) bool)
 		})
 		h.ServeHTTP(w, r)
 		if refused {
+			// The answer is still in the connection's buffer (a 401 is
+			// small and not flushed): it leaves when the wrapper returns.
+			l.hold(r)
+		}
+		if refused && fr > 0 && !unauth {
 			l.mu.Lock()
 			b := l.bucketsLocked(c, l.opts.Now())
 			b.failures.refill(l.opts.Now(), fr, 5*fr)
