@@ -20,9 +20,9 @@ func (s *Service) SignedFilesSandbox(method string, q url.Values) string {
 	return s.store.FindRunningByToken(filesig.Matcher(method, q))
 }
 
-// SandboxRunningHere reports, from memory, whether a sandbox with this id
-// runs on this daemon: a cheap first answer for requests that are not
-// authenticated yet (the E2B gateway, whose agent checks the token).
-func (s *Service) SandboxRunningHere(id string) bool {
-	return s.store.SandboxRunning(id)
+// SandboxKnown reports, from memory, whether this daemon's store has a
+// sandbox with this id: a first answer, costing no query, for requests that
+// are not authenticated yet (the E2B gateway, whose agent checks the token).
+func (s *Service) SandboxKnown(id string) bool {
+	return s.store.SandboxKnown(id)
 }

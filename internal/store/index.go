@@ -85,14 +85,6 @@ func (s *Store) SandboxKnown(id string) bool {
 	return ok
 }
 
-// SandboxRunning reports whether the sandbox exists and is running, from
-// memory.
-func (s *Store) SandboxRunning(id string) bool {
-	s.index.mu.RLock()
-	defer s.index.mu.RUnlock()
-	return s.index.rows[id].running
-}
-
 // FindRunningByToken returns the id of a running sandbox whose access token
 // satisfies match, or "" when none does. It reads memory only; match is
 // called with the index's read lock held, so it must not call the store.
@@ -105,20 +97,6 @@ func (s *Store) FindRunningByToken(match func(token string) bool) string {
 		}
 	}
 	return ""
-}
-
-// RunningTokens is how many running sandboxes have an access token: the
-// number of candidates a signed URL is checked against.
-func (s *Store) RunningTokens() int {
-	s.index.mu.RLock()
-	defer s.index.mu.RUnlock()
-	n := 0
-	for _, e := range s.index.rows {
-		if e.running && e.token != "" {
-			n++
-		}
-	}
-	return n
 }
 
 // activityWrites counts the activity UPDATEs TouchSandbox issued.

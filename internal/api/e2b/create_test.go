@@ -78,6 +78,8 @@ func (f *fakeBackend) SignedFilesSandbox(method string, q url.Values) string {
 	return f.st.FindRunningByToken(filesig.Matcher(method, q))
 }
 
+func (f *fakeBackend) SandboxKnown(id string) bool { return f.st.SandboxKnown(id) }
+
 func (f *fakeBackend) DeleteSandbox(ctx context.Context, id string) error {
 	return f.st.DeleteSandbox(ctx, id)
 }

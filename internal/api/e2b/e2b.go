@@ -45,6 +45,8 @@ type Backend interface {
 	// SignedFilesSandbox finds, without a store query, the running sandbox
 	// whose token signed a /files URL ("" for none).
 	SignedFilesSandbox(method string, q url.Values) string
+	// SandboxKnown says, without a store query, whether a sandbox exists.
+	SandboxKnown(id string) bool
 }
 
 var _ Backend = (*service.Service)(nil)
