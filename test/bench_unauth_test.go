@@ -33,7 +33,7 @@ func BenchmarkUnauthenticatedSignedFiles(b *testing.B) {
 	const (
 		running = 200
 		flood   = 50
-		samples = 300
+		samples = 1000
 	)
 	d := harness.Start(b, sandpitBin, harness.Options{Args: []string{"--unauth-rate-limit", "0", "--auth-failure-rate-limit", "0"}})
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: flood + 4}}

@@ -2,6 +2,7 @@ package httpguard
 
 import (
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -45,8 +46,9 @@ type ClientLimits struct {
 	// Exempt lists the client addresses no limit applies to (a reverse
 	// proxy in front of the daemon, say, through which all clients come).
 	Exempt []netip.Prefix
-	// FailureDelay holds every 401 and every 429 of the limiter that long
-	// before it is answered; 0 answers at once. A client that waits for
+	// FailureDelay holds every 401 and every 429 of the limiter about that
+	// long (jittered by half either way) before it is answered; 0 answers
+	// at once. A client that waits for
 	// each answer before it sends the next request, as most floods do,
 	// then costs the daemon a few requests per second per connection, not
 	// as many as the CPUs can answer; a valid credential is never delayed.
@@ -76,7 +78,10 @@ func (l *Limiter) hold(r *http.Request) {
 		return
 	}
 	defer func() { <-l.delayed }()
-	t := time.NewTimer(l.opts.FailureDelay)
+	// Jittered (half to one and a half times the delay), so the held
+	// answers of a flood do not leave, and come back, in one burst.
+	d := l.opts.FailureDelay/2 + rand.N(l.opts.FailureDelay)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
