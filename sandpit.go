@@ -346,6 +346,13 @@ type Principal struct {
 	Scopes    []string
 	// Admin principals see and act on every owner's resources.
 	Admin bool
+	// TokenPrefix is the public prefix of the personal access token the
+	// request presented ("" for the daemon's own token), and ExpiresAt when
+	// that token expires (zero: never). Long-lived sessions opened with the
+	// token (event streams, sockets, terminals) are registered under the
+	// prefix and end when the token is revoked or expires.
+	TokenPrefix string    `json:",omitempty"`
+	ExpiresAt   time.Time `json:",omitzero"`
 }
 
 // Action is what a route does to a sandbox, and so what a token needs in

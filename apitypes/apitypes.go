@@ -173,6 +173,9 @@ const (
 	// CodeSandboxLost (410): the sandbox's cluster node died and the
 	// sandbox was not re-created; delete it to free its name.
 	CodeSandboxLost = "sandbox_lost"
+	// CodeRateLimited (429, with Retry-After): the client's address made
+	// too many requests without a credential, or with refused ones.
+	CodeRateLimited = "rate_limited"
 )
 
 // Network is a sandbox's own egress policy. Egress "public" (the default)

@@ -12,6 +12,8 @@ import (
 	"github.com/sandpit-dev/sandpit/client"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/daemon"
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
+	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // envOr returns the environment variable's value, or def.
@@ -27,6 +29,7 @@ func serveCmd() *cobra.Command {
 		cfg                                    daemon.Config
 		portRange, logLevel, tokenFile         string
 		templates, labels, pools               []string
+		rateExempt                             []string
 		e2bPending, e2bReplay, idemWait, idemR time.Duration
 		clustered                              bool
 		cc                                     daemon.ClusterConfig
@@ -58,6 +61,26 @@ func serveCmd() *cobra.Command {
 					return fmt.Errorf("--template wants NAME=IMAGE, got %q", t)
 				}
 				cfg.Templates[name] = image
+			}
+			for _, e := range rateExempt {
+				p, err := daemon.ParseClientPrefix(e)
+				if err != nil {
+					return err
+				}
+				cfg.RateLimitExempt = append(cfg.RateLimitExempt, p)
+			}
+			// On the command line 0 turns a limit off; in the daemon's
+			// configuration 0 is the default and a negative value is off.
+			for _, v := range []*float64{&cfg.UnauthRateLimit, &cfg.AuthFailureRateLimit} {
+				if *v == 0 {
+					*v = -1
+				}
+			}
+			if cfg.AuthFailureDelay == 0 {
+				cfg.AuthFailureDelay = -1
+			}
+			if cfg.MaxStreamsPerToken == 0 {
+				cfg.MaxStreamsPerToken = -1
 			}
 			for _, p := range pools {
 				spec, err := daemon.ParseWarmPool(p)
@@ -152,6 +175,11 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Network.Egress, "sandbox-egress", envOr("SANDPIT_SANDBOX_EGRESS", "public"), "default outbound policy of sandboxes: public (public addresses only) or none")
 	f.StringArrayVar(&cfg.Network.Allow, "allow-cidr", nil, "IPv4 CIDR every sandbox may reach although it is private (repeatable); never link-local")
 	f.StringArrayVar(&cfg.Network.DNS, "sandbox-dns", nil, "resolver whose port 53 sandboxes may reach although it is private or link-local (repeatable; default: the host's from /etc/resolv.conf, where Docker's DNS forwards)")
+	f.Float64Var(&cfg.UnauthRateLimit, "unauth-rate-limit", httpguard.DefaultUnauthRate, "requests per second (bursts of twice that) one client address may make that present no credential (signed /files URLs); beyond it 429 with Retry-After; 0 means no limit")
+	f.Float64Var(&cfg.AuthFailureRateLimit, "auth-failure-rate-limit", httpguard.DefaultFailureRate, "refused credentials (401s) per second (bursts of five times that) one client address may cause; past it every request from it gets 429 until the budget refills; 0 means no limit")
+	f.DurationVar(&cfg.AuthFailureDelay, "auth-failure-delay", httpguard.DefaultFailureDelay, "how long a refused request (401, or 429 of the limits above) is held before it is answered, so a flood that waits for its answers slows down; 0 means none")
+	f.StringArrayVar(&rateExempt, "rate-limit-exempt", nil, "client address or CIDR the per-client rate limits do not apply to, such as a reverse proxy in front of the API (repeatable)")
+	f.IntVar(&cfg.MaxStreamsPerToken, "max-streams-per-token", service.DefaultMaxStreamsPerToken, "event streams, sockets, terminals and interpreter runs one personal access token may hold open at once; beyond it 429; 0 means no cap")
 	f.BoolVar(&cfg.MetricsPublic, "metrics-public", false, "serve /metrics without a token (default: the admin token is required)")
 	f.DurationVar(&cfg.IntervalUnit, "daytona-interval-unit", time.Minute, "length of one minute of the lifecycle intervals (tests only)")
 	_ = f.MarkHidden("daytona-interval-unit")

@@ -14,6 +14,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -104,6 +105,19 @@ type Config struct {
 	MaxHeaderBytes int
 	// MetricsPublic serves /metrics without a token.
 	MetricsPublic bool
+	// Per-client limits on the API listener (see httpguard.ClientLimits):
+	// requests per second that present no credential, and refused
+	// credentials per second; 0 means the default, negative no limit.
+	// RateLimitExempt are the client addresses they do not apply to.
+	UnauthRateLimit      float64
+	AuthFailureRateLimit float64
+	RateLimitExempt      []netip.Prefix
+	// AuthFailureDelay holds every refused request (401, and the limits'
+	// 429) that long before answering: 0 means the default, negative none.
+	AuthFailureDelay time.Duration
+	// MaxStreamsPerToken bounds the sessions one personal token holds
+	// open (0: service.DefaultMaxStreamsPerToken; negative: no bound).
+	MaxStreamsPerToken int
 	// Version is the binary's version, reported by /v1/status.
 	Version string
 
@@ -172,6 +186,15 @@ func (c *Config) Defaults() {
 	}
 	if c.MaxUploadMB == 0 {
 		c.MaxUploadMB = 1024
+	}
+	if c.UnauthRateLimit == 0 {
+		c.UnauthRateLimit = httpguard.DefaultUnauthRate
+	}
+	if c.AuthFailureRateLimit == 0 {
+		c.AuthFailureRateLimit = httpguard.DefaultFailureRate
+	}
+	if c.AuthFailureDelay == 0 {
+		c.AuthFailureDelay = httpguard.DefaultFailureDelay
 	}
 	if c.ReadTimeout == 0 {
 		c.ReadTimeout = time.Minute
@@ -585,6 +608,8 @@ func Run(ctx context.Context, cfg Config) error {
 
 		RecreateGiveUp: recreateGiveUp(cfg.Cluster),
 
+		MaxStreamsPerToken: cfg.MaxStreamsPerToken,
+
 		DefaultCPU:           cfg.DefaultCPU,
 		DefaultMemoryMB:      cfg.DefaultMemoryMB,
 		MaxCPU:               cfg.MaxCPU,
@@ -698,7 +723,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	guard := httpguard.Options{MaxBody: cfg.MaxUploadMB << 20, ReadTimeout: cfg.ReadTimeout}
 	apiSrv := &http.Server{
-		Handler:           api.AccessLog(log, httpguard.Guard(handler, guard)),
+		Handler:           api.AccessLog(log, clientLimiter(cfg).Wrap(httpguard.Guard(handler, guard), servedWithoutCredential)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,

@@ -32,7 +32,8 @@ func watchSources(m *metrics.Metrics, st *store.Store, rtr router.Router, svc *s
 			}
 			return out, err
 		},
-		StoreStats: st.Stats,
+		StoreStats:     st.Stats,
+		ActivityWrites: st.ActivityWrites,
 		RoutesByKind: func(ctx context.Context) (map[string]int, error) {
 			rs, err := rtr.Routes(ctx)
 			out := map[string]int{}

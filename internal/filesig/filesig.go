@@ -54,3 +54,27 @@ func Matches(method string, q url.Values, token string) bool {
 	want := Compute(q.Get("path"), Operation(method), q.Get("username"), token, q.Get(ParamExpiration))
 	return subtle.ConstantTimeCompare([]byte(q.Get(ParamSignature)), []byte(want)) == 1
 }
+
+// Matcher returns a check of q's signature (a /files request made with
+// method) against one candidate token at a time, for finding which of many
+// tokens made it: the parts of the signed string that do not depend on the
+// token are assembled once. The check is not safe for concurrent use.
+func Matcher(method string, q url.Values) func(token string) bool {
+	got := []byte(q.Get(ParamSignature))
+	head := q.Get("path") + ":" + Operation(method) + ":" + q.Get("username") + ":"
+	tail := ""
+	if exp := q.Get(ParamExpiration); exp != "" {
+		tail = ":" + exp
+	}
+	want := make([]byte, 0, 3+base64.RawStdEncoding.EncodedLen(sha256.Size))
+	return func(token string) bool {
+		h := sha256.New()
+		h.Write([]byte(head))
+		h.Write([]byte(token))
+		h.Write([]byte(tail))
+		var sum [sha256.Size]byte
+		want = append(want[:0], "v1_"...)
+		want = base64.RawStdEncoding.AppendEncode(want, h.Sum(sum[:0]))
+		return subtle.ConstantTimeCompare(got, want) == 1
+	}
+}

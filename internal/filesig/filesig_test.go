@@ -44,3 +44,20 @@ func TestMatches(t *testing.T) {
 		t.Fatal("the signature matches another user")
 	}
 }
+
+func TestMatcherAgreesWithMatches(t *testing.T) {
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		for _, exp := range []string{"", "1700000000"} {
+			q := url.Values{"path": {"/tmp/x"}, ParamSignature: {Compute("/tmp/x", Operation(method), "", "tok-b", exp)}}
+			if exp != "" {
+				q.Set(ParamExpiration, exp)
+			}
+			m := Matcher(method, q)
+			for _, tok := range []string{"tok-a", "tok-b", "tok-c"} {
+				if got, want := m(tok), Matches(method, q, tok); got != want {
+					t.Errorf("%s exp=%q token %s: Matcher %v, Matches %v", method, exp, tok, got, want)
+				}
+			}
+		}
+	}
+}

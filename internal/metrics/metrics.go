@@ -155,6 +155,9 @@ type Sources struct {
 	// StoreStats is the store's connection pool: its wait figures are the
 	// single writer's queue.
 	StoreStats func() sql.DBStats
+	// ActivityWrites is how many sandbox activity records reached the
+	// store (toolbox calls and preview traffic, throttled per sandbox).
+	ActivityWrites func() int64
 	// RoutesByKind counts the router's installed routes per kind (http,
 	// tcp, domain); every tcp route is one listener.
 	RoutesByKind func(ctx context.Context) (map[string]int, error)

@@ -18,6 +18,8 @@ var (
 		"Store operations that waited for the single SQLite connection (the single writer's queue).", nil, nil)
 	waitSecondsDesc = prometheus.NewDesc("sandpit_store_wait_seconds_total",
 		"Total time store operations waited for the single SQLite connection.", nil, nil)
+	activityDesc = prometheus.NewDesc("sandpit_store_activity_writes_total",
+		"Sandbox activity records written to the store (toolbox calls and preview traffic, at most one per sandbox per throttle period).", nil, nil)
 	inUseDesc  = prometheus.NewDesc("sandpit_store_connections_in_use", "Store connections in use (at most one).", nil, nil)
 	routesDesc = prometheus.NewDesc("sandpit_routes", "Routes installed in the router, by kind (http, tcp, domain).", []string{"kind"}, nil)
 	tcpDesc    = prometheus.NewDesc("sandpit_tcp_listeners", "TCP exposures listening on a host port.", nil, nil)
@@ -36,7 +38,7 @@ type sourceCollector struct {
 }
 
 func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{sandboxesDesc, waitCountDesc, waitSecondsDesc, inUseDesc, routesDesc, tcpDesc, poolDesc, errorsDesc} {
+	for _, d := range []*prometheus.Desc{activityDesc, sandboxesDesc, waitCountDesc, waitSecondsDesc, inUseDesc, routesDesc, tcpDesc, poolDesc, errorsDesc} {
 		ch <- d
 	}
 }
@@ -61,6 +63,9 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(waitCountDesc, prometheus.CounterValue, float64(s.WaitCount))
 		ch <- prometheus.MustNewConstMetric(waitSecondsDesc, prometheus.CounterValue, s.WaitDuration.Seconds())
 		ch <- prometheus.MustNewConstMetric(inUseDesc, prometheus.GaugeValue, float64(s.InUse))
+	}
+	if c.src.ActivityWrites != nil {
+		ch <- prometheus.MustNewConstMetric(activityDesc, prometheus.CounterValue, float64(c.src.ActivityWrites()))
 	}
 	if c.src.RoutesByKind != nil {
 		if n, err := c.src.RoutesByKind(ctx); err == nil {

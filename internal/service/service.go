@@ -125,6 +125,11 @@ type Config struct {
 	PoolRefillConcurrency int
 	Logger                *slog.Logger
 	Now                   func() time.Time
+
+	// MaxStreamsPerToken bounds the sessions (event streams, sockets,
+	// terminals, interpreter runs) one personal access token holds open at
+	// once; 0 means DefaultMaxStreamsPerToken, negative means no bound.
+	MaxStreamsPerToken int
 }
 
 // Service is Sandpit's domain layer.
@@ -182,6 +187,10 @@ type Service struct {
 	// recreateFailing is, per sandbox this node fails to re-create, when
 	// its first failed attempt was; guarded by mu.
 	recreateFailing map[string]time.Time
+
+	// sessions are the long-lived sessions open per personal access token,
+	// ended when the token is revoked or expires.
+	sessions *sessions
 }
 
 // New builds a Service.
@@ -252,9 +261,13 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		cfg.WarmPool = specs
 		pool = newWarmPool(specs, cfg.Runtime, cfg.PoolRefillConcurrency)
 	}
+	if cfg.MaxStreamsPerToken == 0 {
+		cfg.MaxStreamsPerToken = DefaultMaxStreamsPerToken
+	}
 	idem := NewIdempotency(claimStore(cfg, st), cfg.Now, cfg.Logger)
 	idem.metrics = cfg.Metrics
 	return &Service{
+		sessions:        newSessions(cfg.MaxStreamsPerToken, cfg.Now),
 		pool:            pool,
 		cfg:             cfg,
 		store:           st,

@@ -146,12 +146,19 @@ func (s *Service) ListTokens(ctx context.Context, includeRevoked bool) ([]sandpi
 }
 
 // RevokeToken revokes a live token by name or prefix (admin only). The next
-// request carrying it is refused: authentication reads the store every time.
+// request carrying it is refused: authentication reads the store every time;
+// and the event streams, sockets and terminals opened with it are closed
+// (see OpenSession).
 func (s *Service) RevokeToken(ctx context.Context, nameOrPrefix string) (_ sandpit.Token, err error) {
 	if err := requireAdmin(ctx); err != nil {
 		return sandpit.Token{}, err
 	}
 	t, err := s.store.RevokeToken(ctx, nameOrPrefix, s.now())
+	if err == nil {
+		// The token's open sessions end before the revocation is
+		// acknowledged, so nothing reaches them after the caller is told.
+		s.sessions.revoke(t.Prefix)
+	}
 	name := t.Name
 	if name == "" {
 		name = nameOrPrefix
@@ -191,7 +198,8 @@ func (s *Service) AuthenticateToken(ctx context.Context, presented string) (sand
 			s.log.Warn("record token use", "token", t.Name, "err", err)
 		}
 	}
-	return sandpit.Principal{TokenName: t.Name, Owner: t.Owner, Scopes: t.Scopes, Admin: slices.Contains(t.Scopes, sandpit.ScopeAdmin)}, nil
+	return sandpit.Principal{TokenName: t.Name, Owner: t.Owner, Scopes: t.Scopes, Admin: slices.Contains(t.Scopes, sandpit.ScopeAdmin),
+		TokenPrefix: t.Prefix, ExpiresAt: t.ExpiresAt}, nil
 }
 
 // SetOwnerLimits replaces an owner's quotas (admin only); all zero removes

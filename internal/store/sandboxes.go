@@ -105,12 +105,12 @@ func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbo
 	case errors.Is(err, sandpit.ErrQuotaExceeded):
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	case err == nil:
-		if res == nil {
-			return nil
+		if res != nil {
+			if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
+				return fmt.Errorf("create sandbox %s: at most %d sandboxes: %w", sb.ID, maxRows, sandpit.ErrQuotaExceeded)
+			}
 		}
-		if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
-			return fmt.Errorf("create sandbox %s: at most %d sandboxes: %w", sb.ID, maxRows, sandpit.ErrQuotaExceeded)
-		}
+		s.index.put(sb.ID, sb.AccessToken, sb.State)
 		return nil
 	case isUniqueViolation(err):
 		// The only UNIQUE index on sandboxes besides the primary key is
@@ -255,7 +255,12 @@ func (s *Store) UpdateSandboxState(ctx context.Context, id string, state sandpit
 // and auto-archive count from then); starting clears that and counts as
 // activity, so that auto-stop measures idleness from the start rather than
 // from before the stop.
-func (s *Store) SetSandboxState(ctx context.Context, id string, state sandpit.State, reason string, now time.Time) error {
+func (s *Store) SetSandboxState(ctx context.Context, id string, state sandpit.State, reason string, now time.Time) (err error) {
+	defer func() {
+		if err == nil {
+			s.index.setState(id, state)
+		}
+	}()
 	return s.updateSandbox(ctx, "update state of sandbox", id,
 		`UPDATE sandboxes SET state = ?1, state_reason = ?2, updated_at = ?3,
 			stopped_at = CASE WHEN ?1 = 'stopped' THEN COALESCE(stopped_at, ?3) ELSE NULL END,
@@ -287,7 +292,13 @@ func (s *Store) SetSandboxInterval(ctx context.Context, id string, which sandpit
 // recorded activity backwards, so concurrent touches need no ordering, and
 // it does not change updated_at: activity is not a change of the sandbox.
 func (s *Store) TouchSandbox(ctx context.Context, id string, at time.Time) error {
+	// A name that is no sandbox (a preview host can say anything) is
+	// answered from memory: it costs no write transaction.
+	if !s.SandboxKnown(id) {
+		return fmt.Errorf("touch sandbox %s: %w", id, sandpit.ErrNotFound)
+	}
 	n := toNanos(clock(at))
+	s.activity.n.Add(1)
 	res, err := s.db.ExecContext(ctx,
 		`UPDATE sandboxes SET last_activity_at = MAX(COALESCE(last_activity_at, 0), ?) WHERE id = ?`, n, id)
 	if err != nil {
@@ -408,6 +419,7 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("delete sandbox %s: commit: %w", id, err)
 	}
+	s.index.remove(id)
 	return nil
 }
 

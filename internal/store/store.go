@@ -39,6 +39,11 @@ type Store struct {
 	// stmts holds the statements of the hot paths, prepared once at Open;
 	// it is only written before Open returns. See prepareStatements.
 	stmts map[string]*sql.Stmt
+	// index mirrors the sandboxes' ids, tokens and running state in memory
+	// (see sandboxIndex).
+	index sandboxIndex
+	// activity counts the activity writes (see ActivityWrites).
+	activity activityWrites
 
 	closeOnce sync.Once
 	closeErr  error
@@ -117,6 +122,11 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 		return nil, fmt.Errorf("open store: %s: %w", dbPath, err)
 	}
 	if err := s.prepareStatements(ctx); err != nil {
+		s.closeStatements()
+		_ = db.Close()
+		return nil, fmt.Errorf("open store: %s: %w", dbPath, err)
+	}
+	if err := s.index.load(ctx, s); err != nil {
 		s.closeStatements()
 		_ = db.Close()
 		return nil, fmt.Errorf("open store: %s: %w", dbPath, err)

@@ -335,13 +335,18 @@ func (h *Handler) executeInterpreter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpguard.LiftReadDeadline(w)
+	sess, release, ok := h.openStream(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(16 << 20)
-	ctx, cancel := context.WithCancel(h.ctx)
+	ctx, cancel := context.WithCancel(sess)
 	defer cancel()
 	_, msg, err := ws.Read(ctx)
 	if err != nil {

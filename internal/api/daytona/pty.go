@@ -393,13 +393,18 @@ func (h *Handler) attachPTY(w http.ResponseWriter, r *http.Request, c *sandboxCo
 	// The socket lasts as long as the terminal or the command: no read
 	// deadline of the request's may cut it.
 	httpguard.LiftReadDeadline(w)
+	sess, release, ok := h.openStream(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{ptyExitControl}})
 	if err != nil {
 		return
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(1 << 20)
-	ctx, cancel := context.WithCancel(h.ctx)
+	ctx, cancel := context.WithCancel(sess)
 	defer cancel()
 	tag := ptyTagPrefix + id
 	stream, err := c.Process.Connect(ctx, fsRequest(&process.ConnectRequest{

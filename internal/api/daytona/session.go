@@ -668,13 +668,18 @@ func (h *Handler) followLogs(w http.ResponseWriter, r *http.Request, c *sandboxC
 	// The socket lasts as long as the terminal or the command: no read
 	// deadline of the request's may cut it.
 	httpguard.LiftReadDeadline(w)
+	sess, release, ok := h.openStream(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return
 	}
 	defer ws.CloseNow()
 	// The client sends nothing; reading is what notices it going away.
-	ctx := ws.CloseRead(h.ctx)
+	ctx := ws.CloseRead(sess)
 	files := []struct {
 		path   string
 		marker []byte

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -83,6 +84,12 @@ func (h *hub) broadcast(owner, event string, payload func(c *sioConn) any) {
 		if !c.who.Admin && c.who.Owner != owner {
 			continue
 		}
+		// A socket whose token was revoked or expired gets nothing more:
+		// the revocation cancelled its session before it was acknowledged,
+		// so this check sees it.
+		if c.session != nil && c.session.Err() != nil {
+			continue
+		}
 		b, err := json.Marshal([]any{event, payload(c)})
 		if err != nil {
 			continue
@@ -118,6 +125,12 @@ type sioConn struct {
 	authed atomic.Bool
 	// refused is set when the socket is closed for a bad token.
 	refused atomic.Bool
+	// session is the socket's session of its token (service.OpenSession),
+	// set with who; release ends it. ended is closed when the session
+	// ends, which closes the socket.
+	session context.Context
+	release func()
+	ended   chan struct{}
 }
 
 // kill ends the connection's writer, which closes the socket.
@@ -177,7 +190,7 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.SetReadLimit(maxSocketFrame)
-	c := &sioConn{toolbox: h.toolboxBase(r), ws: ws, out: make(chan string, sendQueue), done: make(chan struct{})}
+	c := &sioConn{toolbox: h.toolboxBase(r), ws: ws, out: make(chan string, sendQueue), done: make(chan struct{}), ended: make(chan struct{})}
 	sid := newSID()
 	open, _ := json.Marshal(openPacket{
 		SID: sid, Upgrades: []string{},
@@ -193,6 +206,9 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		h.hub.remove(c)
 		c.kill()
+		if c.release != nil {
+			c.release()
+		}
 	}()
 	for {
 		// Reads take no deadline: the writer closes the socket, with a
@@ -279,7 +295,24 @@ func (h *Handler) socketMessage(c *sioConn, sid, pkt string) bool {
 			c.refuse(`44{"message":"Unauthorized"}`)
 			return false
 		}
-		c.who = p
+		// The socket is a session of the token: revoking or expiring the
+		// token closes it, and a token holding its cap of sessions is
+		// refused.
+		sess, release, err := h.svc.OpenSession(sandpit.WithPrincipal(h.ctx, p))
+		if err != nil {
+			msg := "Unauthorized"
+			if errors.Is(err, service.ErrTooManyStreams) {
+				msg = "Too many open streams for this token"
+			}
+			c.refuse(`44{"message":"` + msg + `"}`)
+			return false
+		}
+		context.AfterFunc(sess, func() {
+			if cause := context.Cause(sess); errors.Is(cause, service.ErrTokenRevoked) || errors.Is(cause, service.ErrTokenExpired) {
+				close(c.ended)
+			}
+		})
+		c.who, c.session, c.release = p, sess, release
 		b, _ := json.Marshal(map[string]string{"sid": sid})
 		c.enqueue("40" + string(b))
 		c.authed.Store(true)
@@ -351,6 +384,9 @@ func (h *Handler) socketWriter(c *sioConn, pongs <-chan struct{}) {
 			return
 		case <-h.ctx.Done():
 			c.ws.Close(websocket.StatusGoingAway, "server shutting down")
+			return
+		case <-c.ended:
+			c.ws.Close(websocket.StatusPolicyViolation, "the token was revoked or expired")
 			return
 		}
 	}

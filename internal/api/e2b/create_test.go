@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/filesig"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -71,6 +73,12 @@ func (f *fakeBackend) GetSandbox(ctx context.Context, id string) (sandpit.Sandbo
 func (f *fakeBackend) ListSandboxes(ctx context.Context, o sandpit.ListOptions) ([]sandpit.Sandbox, string, error) {
 	return f.st.ListSandboxes(ctx, o)
 }
+
+func (f *fakeBackend) SignedFilesSandbox(method string, q url.Values) string {
+	return f.st.FindRunningByToken(filesig.Matcher(method, q))
+}
+
+func (f *fakeBackend) SandboxKnown(id string) bool { return f.st.SandboxKnown(id) }
 
 func (f *fakeBackend) DeleteSandbox(ctx context.Context, id string) error {
 	return f.st.DeleteSandbox(ctx, id)

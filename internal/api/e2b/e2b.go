@@ -10,6 +10,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,11 @@ type Backend interface {
 	AgentAddr(ctx context.Context, id string) (string, error)
 	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
 	CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error
+	// SignedFilesSandbox finds, without a store query, the running sandbox
+	// whose token signed a /files URL ("" for none).
+	SignedFilesSandbox(method string, q url.Values) string
+	// SandboxKnown says, without a store query, whether a sandbox exists.
+	SandboxKnown(id string) bool
 }
 
 var _ Backend = (*service.Service)(nil)

@@ -48,6 +48,13 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 		}
 		port = n
 	}
+	// The gateway is reached without the daemon's credentials (the agent
+	// checks the sandbox's token), so a made-up id is answered from memory,
+	// without a query on the store's one connection.
+	if !h.be.SandboxKnown(id) {
+		writeError(w, http.StatusBadGateway, "sandbox "+id+" not found")
+		return
+	}
 	sb, err := h.be.GetSandbox(r.Context(), id)
 	switch {
 	case errors.Is(err, sandpit.ErrNotFound):

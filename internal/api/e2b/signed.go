@@ -3,8 +3,7 @@ package e2b
 import (
 	"context"
 	"net/http"
-
-	"github.com/sandpit-dev/sandpit"
+	"net/url"
 
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/filesig"
@@ -16,7 +15,8 @@ import (
 // and, since the URL is meant to be used without the SDK, no E2b-Sandbox-Id
 // header is sent either. What identifies the sandbox is the signature: it is
 // keyed with the sandbox's access token, so the one running sandbox whose
-// token reproduces it is the one the URL was made for. Its agent then checks
+// token reproduces it is the one the URL was made for (found in the store's
+// in-memory index, never by a query). Its agent then checks
 // the signature and expiry again, as it does for every signed request. In a
 // cluster the node that receives the URL asks the others which of them runs
 // that sandbox (cluster.HeaderSignedProbe) and forwards it there.
@@ -54,22 +54,8 @@ func (h *Handler) SignedFiles(w http.ResponseWriter, r *http.Request) {
 }
 
 // signer returns the running sandbox whose access token made the signature
-// in q, or "" when none did.
-func (h *Handler) signer(ctx context.Context, method string, q map[string][]string) (string, error) {
-	opts := sandpit.ListOptions{States: []sandpit.State{sandpit.StateRunning}, Limit: maxListLimit}
-	for {
-		page, next, err := h.be.ListSandboxes(ctx, opts)
-		if err != nil {
-			return "", err
-		}
-		for _, sb := range page {
-			if sb.AccessToken != "" && filesig.Matches(method, q, sb.AccessToken) {
-				return sb.ID, nil
-			}
-		}
-		if next == "" {
-			return "", nil
-		}
-		opts.PageToken = next
-	}
+// in q, or "" when none did. The service answers from memory, so a stream of
+// made-up signatures costs hashing, not queries on the store's connection.
+func (h *Handler) signer(_ context.Context, method string, q url.Values) (string, error) {
+	return h.be.SignedFilesSandbox(method, q), nil
 }

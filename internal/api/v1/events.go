@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/apitypes"
+	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -32,6 +33,14 @@ func toEvent(e service.Event) apitypes.Event {
 // Events, one event per change named by its type, until the client leaves or
 // the daemon shuts down.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
+	// The stream is a session of the token: it ends when the token is
+	// revoked or expires, and counts against the token's cap.
+	ctx, release, err := h.svc.OpenSession(r.Context())
+	if err != nil {
+		writeError(w, api.Classify(err))
+		return
+	}
+	defer release()
 	rc := http.NewResponseController(w)
 	sub := h.svc.Subscribe(eventBuffer)
 	defer sub.Close()
@@ -48,7 +57,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	defer tick.Stop()
 	for {
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return
 		case <-tick.C:
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
@@ -57,6 +66,11 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		case e, ok := <-sub.C():
 			if !ok {
 				return // dropped as too slow, or the daemon is shutting down
+			}
+			if ctx.Err() != nil {
+				// Both were ready and select chose the event: a revoked
+				// token's stream gets nothing more.
+				return
 			}
 			if !service.CanSee(r.Context(), e.Sandbox) {
 				continue
