@@ -398,12 +398,13 @@ type OwnerLimits struct {
 	MaxCPU       float64 // total cores over the owner's sandboxes
 	MaxMemoryMB  int64   // total MiB over the owner's sandboxes
 	MaxPorts     int64   // exposed ports over the owner's sandboxes
+	MaxDomains   int64   // custom hostnames over the owner's sandboxes
 	UpdatedAt    time.Time
 }
 
 // Unlimited reports whether no limit is set.
 func (l OwnerLimits) Unlimited() bool {
-	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0
+	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0 && l.MaxDomains == 0
 }
 
 // AuditEntry is one row of the append-only audit log. It never holds a

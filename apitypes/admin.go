@@ -8,6 +8,7 @@ type Limits struct {
 	MaxCPU       float64 `json:"max_cpu"`
 	MaxMemoryMB  int64   `json:"max_memory_mb"`
 	MaxPorts     int64   `json:"max_ports"`
+	MaxDomains   int64   `json:"max_domains"`
 }
 
 // TokenRequest is the body of POST /v1/tokens. Owner defaults to Name and
@@ -46,6 +47,7 @@ type Usage struct {
 	CPU       float64 `json:"cpu"`
 	MemoryMB  int64   `json:"memory_mb"`
 	Ports     int64   `json:"ports"`
+	Domains   int64   `json:"domains"`
 }
 
 // OwnerLimits is the body of GET and PUT /v1/owners/{owner}/limits answers.

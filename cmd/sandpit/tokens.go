@@ -85,6 +85,7 @@ func tokenCmd(e *cliEnv) *cobra.Command {
 	f.Float64Var(&limits.MaxCPU, "max-cpu", 0, "owner quota: total CPU cores (0: unlimited)")
 	f.Int64Var(&limits.MaxMemoryMB, "max-memory", 0, "owner quota: total memory in MiB (0: unlimited)")
 	f.Int64Var(&limits.MaxPorts, "max-ports", 0, "owner quota: exposed ports (0: unlimited)")
+	f.Int64Var(&limits.MaxDomains, "max-domains", 0, "owner quota: custom domains (0: unlimited)")
 	_ = create.MarkFlagRequired("name")
 
 	var all bool
@@ -142,12 +143,13 @@ func ownerCmd(e *cliEnv) *cobra.Command {
 	cmd := &cobra.Command{Use: "owner", Short: "Show or set an owner's quotas"}
 	var l client.Limits
 	show := func(cmd *cobra.Command, ol client.OwnerLimits) {
-		fmt.Fprintf(cmd.OutOrStdout(), "owner %s\n  sandboxes %d / %s\n  cpu       %g / %s\n  memory_mb %d / %s\n  ports     %d / %s\n",
+		fmt.Fprintf(cmd.OutOrStdout(), "owner %s\n  sandboxes %d / %s\n  cpu       %g / %s\n  memory_mb %d / %s\n  ports     %d / %s\n  domains   %d / %s\n",
 			ol.Owner, ol.Usage.Sandboxes, limitStr(float64(ol.Limits.MaxSandboxes)), ol.Usage.CPU, limitStr(ol.Limits.MaxCPU),
-			ol.Usage.MemoryMB, limitStr(float64(ol.Limits.MaxMemoryMB)), ol.Usage.Ports, limitStr(float64(ol.Limits.MaxPorts)))
+			ol.Usage.MemoryMB, limitStr(float64(ol.Limits.MaxMemoryMB)), ol.Usage.Ports, limitStr(float64(ol.Limits.MaxPorts)),
+			ol.Usage.Domains, limitStr(float64(ol.Limits.MaxDomains)))
 	}
 	set := &cobra.Command{
-		Use:   "limits OWNER [--max-sandboxes N] [--max-cpu C] [--max-memory MiB] [--max-ports N]",
+		Use:   "limits OWNER [--max-sandboxes N] [--max-cpu C] [--max-memory MiB] [--max-ports N] [--max-domains N]",
 		Short: "Show an owner's quotas and usage; with flags, replace the quotas (admin)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -175,6 +177,7 @@ func ownerCmd(e *cliEnv) *cobra.Command {
 	f.Float64Var(&l.MaxCPU, "max-cpu", 0, "total CPU cores (0: unlimited)")
 	f.Int64Var(&l.MaxMemoryMB, "max-memory", 0, "total memory in MiB (0: unlimited)")
 	f.Int64Var(&l.MaxPorts, "max-ports", 0, "exposed ports (0: unlimited)")
+	f.Int64Var(&l.MaxDomains, "max-domains", 0, "custom domains (0: unlimited)")
 	cmd.AddCommand(set)
 	return cmd
 }

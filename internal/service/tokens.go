@@ -95,7 +95,7 @@ func (s *Service) CreateToken(ctx context.Context, req TokenRequest) (_ CreatedT
 		return CreatedToken{}, invalidf("expiry must not be negative")
 	}
 	l := req.Limits
-	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 {
+	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 || l.MaxDomains < 0 {
 		return CreatedToken{}, invalidf("limits must not be negative")
 	}
 	var pre [tokenPrefixLen / 2]byte
@@ -195,7 +195,7 @@ func (s *Service) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits) (er
 	if !ownerRE.MatchString(l.Owner) {
 		return invalidf("invalid owner %q", l.Owner)
 	}
-	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 {
+	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 || l.MaxDomains < 0 {
 		return invalidf("limits must not be negative")
 	}
 	return s.store.SetOwnerLimits(ctx, l, s.now())

@@ -139,18 +139,18 @@ func (s *Store) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits, now t
 	if l.Owner == "" {
 		return errors.New("set owner limits: owner must not be empty")
 	}
-	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 {
+	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 || l.MaxDomains < 0 {
 		return errors.New("set owner limits: limits must not be negative")
 	}
 	var err error
 	if l.Unlimited() {
 		_, err = s.db.ExecContext(ctx, `DELETE FROM owner_limits WHERE owner = ?`, l.Owner)
 	} else {
-		_, err = s.db.ExecContext(ctx, `INSERT INTO owner_limits (owner, max_sandboxes, max_cpu, max_memory_mb, max_ports, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?)
+		_, err = s.db.ExecContext(ctx, `INSERT INTO owner_limits (owner, max_sandboxes, max_cpu, max_memory_mb, max_ports, max_domains, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (owner) DO UPDATE SET max_sandboxes = excluded.max_sandboxes, max_cpu = excluded.max_cpu,
-				max_memory_mb = excluded.max_memory_mb, max_ports = excluded.max_ports, updated_at = excluded.updated_at`,
-			l.Owner, l.MaxSandboxes, l.MaxCPU, l.MaxMemoryMB, l.MaxPorts, toNanos(clock(now)))
+				max_memory_mb = excluded.max_memory_mb, max_ports = excluded.max_ports, max_domains = excluded.max_domains, updated_at = excluded.updated_at`,
+			l.Owner, l.MaxSandboxes, l.MaxCPU, l.MaxMemoryMB, l.MaxPorts, l.MaxDomains, toNanos(clock(now)))
 	}
 	if err != nil {
 		return fmt.Errorf("set limits of owner %q: %w", l.Owner, err)
@@ -163,8 +163,8 @@ func (s *Store) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits, now t
 func (s *Store) GetOwnerLimits(ctx context.Context, owner string) (sandpit.OwnerLimits, error) {
 	l := sandpit.OwnerLimits{Owner: owner}
 	var updated int64
-	err := s.db.QueryRowContext(ctx, `SELECT max_sandboxes, max_cpu, max_memory_mb, max_ports, updated_at
-		FROM owner_limits WHERE owner = ?`, owner).Scan(&l.MaxSandboxes, &l.MaxCPU, &l.MaxMemoryMB, &l.MaxPorts, &updated)
+	err := s.db.QueryRowContext(ctx, `SELECT max_sandboxes, max_cpu, max_memory_mb, max_ports, max_domains, updated_at
+		FROM owner_limits WHERE owner = ?`, owner).Scan(&l.MaxSandboxes, &l.MaxCPU, &l.MaxMemoryMB, &l.MaxPorts, &l.MaxDomains, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return l, nil
 	}
@@ -181,6 +181,7 @@ type OwnerUsage struct {
 	CPU       float64
 	MemoryMB  int64
 	Ports     int64
+	Domains   int64
 }
 
 // GetOwnerUsage returns what the owner holds now.
@@ -191,8 +192,9 @@ func (s *Store) GetOwnerUsage(ctx context.Context, owner string) (OwnerUsage, er
 func ownerUsage(ctx context.Context, q querier, owner string) (OwnerUsage, error) {
 	var u OwnerUsage
 	err := q.QueryRowContext(ctx, `SELECT count(*), COALESCE(sum(cpu), 0), COALESCE(sum(memory_mb), 0),
-		(SELECT count(*) FROM exposed_ports p JOIN sandboxes x ON x.id = p.sandbox_id WHERE x.owner = ?)
-		FROM sandboxes WHERE owner = ?`, owner, owner).Scan(&u.Sandboxes, &u.CPU, &u.MemoryMB, &u.Ports)
+		(SELECT count(*) FROM exposed_ports p JOIN sandboxes x ON x.id = p.sandbox_id WHERE x.owner = ?),
+		(SELECT count(*) FROM sandbox_custom_domains d JOIN sandboxes x ON x.id = d.sandbox_id WHERE x.owner = ?)
+		FROM sandboxes WHERE owner = ?`, owner, owner, owner).Scan(&u.Sandboxes, &u.CPU, &u.MemoryMB, &u.Ports, &u.Domains)
 	if err != nil {
 		return u, fmt.Errorf("usage of owner %q: %w", owner, err)
 	}

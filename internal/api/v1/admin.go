@@ -32,7 +32,7 @@ func (h *Handler) adminRoutes() {
 
 // limitsOf converts wire limits to the domain's.
 func limitsOf(l apitypes.Limits, owner string) sandpit.OwnerLimits {
-	return sandpit.OwnerLimits{Owner: owner, MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts}
+	return sandpit.OwnerLimits{Owner: owner, MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts, MaxDomains: l.MaxDomains}
 }
 
 func optTime(t time.Time) *time.Time {
@@ -100,8 +100,9 @@ func (h *Handler) writeLimits(w http.ResponseWriter, r *http.Request, owner stri
 		fail(w, err)
 		return
 	}
-	out := apitypes.OwnerLimits{Owner: owner, Limits: apitypes.Limits{MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts}}
+	out := apitypes.OwnerLimits{Owner: owner, Limits: apitypes.Limits{MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts, MaxDomains: l.MaxDomains}}
 	out.Usage.Sandboxes, out.Usage.CPU, out.Usage.MemoryMB, out.Usage.Ports = u.Sandboxes, u.CPU, u.MemoryMB, u.Ports
+	out.Usage.Domains = u.Domains
 	api.WriteJSON(w, http.StatusOK, out)
 }
 
