@@ -204,6 +204,16 @@ func (s *Service) hostnameConforms(ctx context.Context, d sandpit.CustomDomain, 
 // TXT record is gone by then. Called with the sandbox's lock held; it
 // changes nothing.
 func (s *Service) checkDomainBind(ctx context.Context, sb sandpit.Sandbox, h string, port int) error {
+	d, err := s.store.GetCustomDomain(ctx, h)
+	switch {
+	case err == nil && (d.SandboxID != sb.ID || d.Port != port):
+		// As the store says it: the message names neither the other
+		// sandbox nor its port.
+		return fmt.Errorf("add custom domain %s for sandbox %s port %d: %w", h, sb.ID, port, sandpit.ErrHostnameConflict)
+	case err != nil && !errors.Is(err, sandpit.ErrNotFound):
+		return err
+	}
+	retry := err == nil
 	p, err := s.store.GetPort(ctx, sb.ID, port)
 	if errors.Is(err, sandpit.ErrNotFound) {
 		return invalidf("port %d of sandbox %s is not exposed: expose it (POST /v1/sandboxes/%s/ports) before binding a domain to it", port, sb.ID, sb.ID)
@@ -214,10 +224,8 @@ func (s *Service) checkDomainBind(ctx context.Context, sb sandpit.Sandbox, h str
 	if p.Protocol != ProtoHTTP {
 		return invalidf("port %d of sandbox %s is exposed as %s; a custom domain needs an http exposure", port, sb.ID, p.Protocol)
 	}
-	if d, err := s.store.GetCustomDomain(ctx, h); err == nil && d.SandboxID == sb.ID && d.Port == port {
+	if retry {
 		return nil
-	} else if err != nil && !errors.Is(err, sandpit.ErrNotFound) {
-		return err
 	}
 	if s.cfg.Domains.HostTaken != nil {
 		taken, err := s.cfg.Domains.HostTaken(ctx, h)
