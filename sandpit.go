@@ -348,18 +348,86 @@ type Principal struct {
 	Admin bool
 }
 
-// Can reports whether the principal holds scope (admin holds all, write
-// holds read).
-func (p Principal) Can(scope string) bool {
+// Action is what a route does to a sandbox, and so what a token needs in
+// order to call it. Routes declare their action next to their pattern on
+// every surface; the HTTP method says nothing about it (a WebSocket opened
+// with GET can start a shell, and a GET of a preview URL exposes a port).
+type Action string
+
+const (
+	// ActionRead reads metadata: get, list, events, ports and domains.
+	ActionRead Action = "read"
+	// ActionReadFiles reads what is inside a sandbox: files, listings,
+	// searches, git status, command output.
+	ActionReadFiles Action = "read-files"
+	// ActionWriteFiles changes files inside a sandbox without running a
+	// program of the caller's choosing.
+	ActionWriteFiles Action = "write-files"
+	// ActionExecute runs code: commands, sessions, PTYs, the interpreter,
+	// language servers, git operations, and anything that hands out a
+	// credential that can (the E2B envd access token).
+	ActionExecute Action = "execute"
+	// ActionExpose makes a port reachable from outside: exposures, custom
+	// domains, preview URLs, signed preview URLs.
+	ActionExpose Action = "expose"
+	// ActionManage changes a sandbox's life: create, delete, start, stop,
+	// pause, labels, timeouts.
+	ActionManage Action = "manage"
+	// ActionAdmin is the daemon's administration: tokens, limits, audit,
+	// debug state, the cluster's membership.
+	ActionAdmin Action = "admin"
+)
+
+// Actions lists every action, for documentation and table tests.
+func Actions() []Action {
+	return []Action{ActionRead, ActionReadFiles, ActionWriteFiles, ActionExecute, ActionExpose, ActionManage, ActionAdmin}
+}
+
+// ScopeGrants reports whether a token scope allows action: sandboxes:read
+// allows reading metadata and files, sandboxes:write everything on the
+// owner's sandboxes, admin everything.
+func ScopeGrants(scope string, a Action) bool {
+	switch scope {
+	case ScopeAdmin:
+		return true
+	case ScopeSandboxesWrite:
+		return a != ActionAdmin
+	case ScopeSandboxesRead:
+		return a == ActionRead || a == ActionReadFiles
+	}
+	return false
+}
+
+// May reports whether the principal may perform action a.
+func (p Principal) May(a Action) bool {
 	if p.Admin {
 		return true
 	}
 	for _, s := range p.Scopes {
-		if s == scope || s == ScopeAdmin || (scope == ScopeSandboxesRead && s == ScopeSandboxesWrite) {
+		if ScopeGrants(s, a) {
 			return true
 		}
 	}
 	return false
+}
+
+// Redacted stands in for a secret value (an env value, a token) shown to a
+// principal that may read a sandbox but not execute in it: the key stays,
+// so the caller can see what is set, but not what it is set to.
+const Redacted = "[redacted]"
+
+// RedactEnv returns env with every value replaced by Redacted, or env itself
+// when the principal of ctx may execute (and so could read the values from
+// inside the sandbox anyway).
+func RedactEnv(ctx context.Context, env map[string]string) map[string]string {
+	if p, ok := PrincipalFrom(ctx); !ok || p.May(ActionExecute) || len(env) == 0 {
+		return env
+	}
+	out := make(map[string]string, len(env))
+	for k := range env {
+		out[k] = Redacted
+	}
+	return out
 }
 
 type principalKey struct{}
@@ -399,12 +467,24 @@ type OwnerLimits struct {
 	MaxMemoryMB  int64   // total MiB over the owner's sandboxes
 	MaxPorts     int64   // exposed ports over the owner's sandboxes
 	MaxDomains   int64   // custom hostnames over the owner's sandboxes
-	UpdatedAt    time.Time
+	// Per-sandbox defaults (a create naming no cpu or memory gets them) and
+	// caps (a create asking for more is refused); 0 leaves the daemon's.
+	DefaultCPU         float64
+	DefaultMemoryMB    int64
+	MaxSandboxCPU      float64
+	MaxSandboxMemoryMB int64
+	// AllowPrivateCIDRs are the private and reserved ranges the operator
+	// lets this owner's sandboxes open with an allow list; without them an
+	// allow that covers such a range is refused.
+	AllowPrivateCIDRs []string
+	UpdatedAt         time.Time
 }
 
 // Unlimited reports whether no limit is set.
 func (l OwnerLimits) Unlimited() bool {
-	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0 && l.MaxDomains == 0
+	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0 && l.MaxDomains == 0 &&
+		l.DefaultCPU == 0 && l.DefaultMemoryMB == 0 && l.MaxSandboxCPU == 0 && l.MaxSandboxMemoryMB == 0 &&
+		len(l.AllowPrivateCIDRs) == 0
 }
 
 // AuditEntry is one row of the append-only audit log. It never holds a

@@ -9,6 +9,21 @@ type Limits struct {
 	MaxMemoryMB  int64   `json:"max_memory_mb"`
 	MaxPorts     int64   `json:"max_ports"`
 	MaxDomains   int64   `json:"max_domains"`
+	// Per-sandbox defaults and caps; 0 leaves the daemon's.
+	DefaultCPU         float64 `json:"default_cpu,omitempty"`
+	DefaultMemoryMB    int64   `json:"default_memory_mb,omitempty"`
+	MaxSandboxCPU      float64 `json:"max_sandbox_cpu,omitempty"`
+	MaxSandboxMemoryMB int64   `json:"max_sandbox_memory_mb,omitempty"`
+	// AllowPrivateCIDRs are the private or reserved IPv4 ranges the owner's
+	// sandboxes may open with a network allow list (default none).
+	AllowPrivateCIDRs []string `json:"allow_private_cidrs,omitempty"`
+}
+
+// IsZero reports limits with nothing set.
+func (l Limits) IsZero() bool {
+	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0 && l.MaxDomains == 0 &&
+		l.DefaultCPU == 0 && l.DefaultMemoryMB == 0 && l.MaxSandboxCPU == 0 && l.MaxSandboxMemoryMB == 0 &&
+		len(l.AllowPrivateCIDRs) == 0
 }
 
 // TokenRequest is the body of POST /v1/tokens. Owner defaults to Name and
@@ -92,4 +107,28 @@ type Pool struct {
 	Size     int    `json:"size"`
 	Ready    int    `json:"ready"`
 	Starting int    `json:"starting"`
+}
+
+// ScopeTable is the body of GET /v1/scopes: what each token scope allows,
+// and the action every route of every surface performs. docs/tokens.md
+// prints the same table, and a test keeps the two equal.
+type ScopeTable struct {
+	Scopes []ScopeActions `json:"scopes"`
+	Routes []RouteAction  `json:"routes"`
+}
+
+// ScopeActions is one scope and the actions it allows.
+type ScopeActions struct {
+	Scope   string   `json:"scope"`
+	Actions []string `json:"actions"`
+}
+
+// RouteAction is one route: its surface's mount point ("/v1" routes are
+// written in full), its method and path pattern, its action and, for a
+// route whose action depends on the request, how it is decided.
+type RouteAction struct {
+	Surface string `json:"surface"`
+	Pattern string `json:"pattern"`
+	Action  string `json:"action"`
+	Note    string `json:"note,omitempty"`
 }

@@ -9,6 +9,15 @@ type Status struct {
 	Store   StoreStatus   `json:"store"`
 	Pool    PoolStatus    `json:"pool"`
 	Cluster ClusterStatus `json:"cluster"`
+	Disk    DiskStatus    `json:"disk"`
+}
+
+// DiskStatus says whether sandboxes' writable data is bounded. Without a
+// limit (LimitMB 0) Warning says that tenants can fill the host's disk.
+type DiskStatus struct {
+	LimitMB     int64  `json:"limit_mb"`
+	Enforceable bool   `json:"enforceable"`
+	Warning     string `json:"warning,omitempty"`
 }
 
 // EngineStatus is the container engine's answer to a ping.

@@ -143,6 +143,7 @@ func serveCmd() *cobra.Command {
 	f.Int64Var(&cfg.MaxMemoryMB, "max-memory-mb", 0, "most memory (MiB) a create may ask for; 0 means 262144")
 	f.Int64Var(&cfg.PidsLimit, "pids-limit", 1024, "most processes and threads in one sandbox")
 	f.Int64Var(&cfg.DiskMB, "disk-mb", 0, "writable-layer size limit (MiB) of every sandbox; enforced only where the storage driver can (the log says); 0 means none")
+	f.StringArrayVar(&cfg.AllowImages, "allow-image", nil, "glob pattern (path.Match) of images non-admin owners may run besides the templates' images and the default image (repeatable; default: only those)")
 	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes (any state) the daemon holds; a create beyond it gets 429 quota_exceeded; 0 means no cap")
 	f.IntVar(&cfg.MaxConcurrentCreates, "max-concurrent-creates", 8, "creates in progress at once; more wait their turn")
 	f.StringVar(&cfg.OCIRuntime, "oci-runtime", envOr("SANDPIT_OCI_RUNTIME", "runc"), "OCI runtime registered with Docker to run sandboxes under (runc, runsc for gVisor)")

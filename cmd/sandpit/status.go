@@ -52,9 +52,13 @@ func statusCmd(e *cliEnv) *cobra.Command {
 				if st.Cluster.Enabled {
 					cluster = fmt.Sprintf("%d nodes (this one %s)", st.Cluster.Nodes, st.Cluster.Node)
 				}
-				_, err := fmt.Fprintf(w, "version   %s (up %ds)\nrouter    %s\nengine    %s\nstore     %s: %s; writer waits %d (%.3fs)\npool      %s\ncluster   %s\n",
+				disk := fmt.Sprintf("%d MiB writable per sandbox", st.Disk.LimitMB)
+				if st.Disk.LimitMB == 0 {
+					disk = "UNLIMITED: " + st.Disk.Warning
+				}
+				_, err := fmt.Fprintf(w, "version   %s (up %ds)\nrouter    %s\nengine    %s\nstore     %s: %s; writer waits %d (%.3fs)\npool      %s\ncluster   %s\ndisk      %s\n",
 					st.Version, st.UptimeS, st.Router, engine, st.Store.DataDir, strings.Join(states, ", "),
-					st.Store.WaitCount, st.Store.WaitSeconds, pool, cluster)
+					st.Store.WaitCount, st.Store.WaitSeconds, pool, cluster, disk)
 				return err
 			})
 		},

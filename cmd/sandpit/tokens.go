@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sandpit-dev/sandpit/client"
 )
@@ -56,7 +57,7 @@ func tokenCmd(e *cliEnv) *cobra.Command {
 				return err
 			}
 			req.ExpiresInS = int64(d / time.Second)
-			if limits != (client.Limits{}) {
+			if !limits.IsZero() {
 				req.Limits = &limits
 			}
 			c, err := e.client()
@@ -86,6 +87,7 @@ func tokenCmd(e *cliEnv) *cobra.Command {
 	f.Int64Var(&limits.MaxMemoryMB, "max-memory", 0, "owner quota: total memory in MiB (0: unlimited)")
 	f.Int64Var(&limits.MaxPorts, "max-ports", 0, "owner quota: exposed ports (0: unlimited)")
 	f.Int64Var(&limits.MaxDomains, "max-domains", 0, "owner quota: custom domains (0: unlimited)")
+	policyFlags(f, &limits)
 	_ = create.MarkFlagRequired("name")
 
 	var all bool
@@ -147,24 +149,40 @@ func ownerCmd(e *cliEnv) *cobra.Command {
 			ol.Owner, ol.Usage.Sandboxes, limitStr(float64(ol.Limits.MaxSandboxes)), ol.Usage.CPU, limitStr(ol.Limits.MaxCPU),
 			ol.Usage.MemoryMB, limitStr(float64(ol.Limits.MaxMemoryMB)), ol.Usage.Ports, limitStr(float64(ol.Limits.MaxPorts)),
 			ol.Usage.Domains, limitStr(float64(ol.Limits.MaxDomains)))
+		l := ol.Limits
+		fmt.Fprintf(cmd.OutOrStdout(), "  per sandbox: cpu default %s max %s, memory_mb default %s max %s\n  private ranges: %s\n",
+			defaultStr(l.DefaultCPU), defaultStr(l.MaxSandboxCPU), defaultStr(float64(l.DefaultMemoryMB)), defaultStr(float64(l.MaxSandboxMemoryMB)),
+			privateStr(l.AllowPrivateCIDRs))
 	}
 	set := &cobra.Command{
-		Use:   "limits OWNER [--max-sandboxes N] [--max-cpu C] [--max-memory MiB] [--max-ports N] [--max-domains N]",
-		Short: "Show an owner's quotas and usage; with flags, replace the quotas (admin)",
+		Use:   "limits OWNER [--max-sandboxes N] [--max-cpu C] [--max-memory MiB] [--max-ports N] [--max-domains N] [--max-sandbox-memory MiB] [--allow-private CIDR...]",
+		Short: "Show an owner's quotas and usage; with flags, change the quotas named (admin)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.client()
 			if err != nil {
 				return err
 			}
-			var ol client.OwnerLimits
-			if cmd.Flags().NFlag() > 0 {
-				ol, err = c.SetOwnerLimits(cmd.Context(), args[0], l)
-			} else {
-				ol, err = c.GetOwnerLimits(cmd.Context(), args[0])
-			}
+			// Only the limits named on the command line change: the others
+			// are read first and sent back as they are (the API's PUT
+			// replaces all of them). The global flags (--addr, --token-file)
+			// are no limits.
+			ol, err := c.GetOwnerLimits(cmd.Context(), args[0])
 			if err != nil {
 				return err
+			}
+			changed := false
+			next := ol.Limits
+			cmd.Flags().VisitAll(func(fl *pflag.Flag) {
+				if set, ok := limitFields(&next, &l)[fl.Name]; ok && fl.Changed {
+					set()
+					changed = true
+				}
+			})
+			if changed {
+				if ol, err = c.SetOwnerLimits(cmd.Context(), args[0], next); err != nil {
+					return err
+				}
 			}
 			return e.emit(cmd, ol, func(io.Writer) error {
 				show(cmd, ol)
@@ -178,8 +196,57 @@ func ownerCmd(e *cliEnv) *cobra.Command {
 	f.Int64Var(&l.MaxMemoryMB, "max-memory", 0, "total memory in MiB (0: unlimited)")
 	f.Int64Var(&l.MaxPorts, "max-ports", 0, "exposed ports (0: unlimited)")
 	f.Int64Var(&l.MaxDomains, "max-domains", 0, "custom domains (0: unlimited)")
+	policyFlags(f, &l)
 	cmd.AddCommand(set)
 	return cmd
+}
+
+// limitFields copies one flag's value from the parsed flags to the limits
+// to send, by flag name.
+func limitFields(dst, src *client.Limits) map[string]func() {
+	return map[string]func(){
+		"max-sandboxes":      func() { dst.MaxSandboxes = src.MaxSandboxes },
+		"max-cpu":            func() { dst.MaxCPU = src.MaxCPU },
+		"max-memory":         func() { dst.MaxMemoryMB = src.MaxMemoryMB },
+		"max-ports":          func() { dst.MaxPorts = src.MaxPorts },
+		"max-domains":        func() { dst.MaxDomains = src.MaxDomains },
+		"default-cpu":        func() { dst.DefaultCPU = src.DefaultCPU },
+		"default-memory":     func() { dst.DefaultMemoryMB = src.DefaultMemoryMB },
+		"max-sandbox-cpu":    func() { dst.MaxSandboxCPU = src.MaxSandboxCPU },
+		"max-sandbox-memory": func() { dst.MaxSandboxMemoryMB = src.MaxSandboxMemoryMB },
+		"allow-private": func() {
+			dst.AllowPrivateCIDRs = nil
+			for _, c := range src.AllowPrivateCIDRs {
+				if c != "" {
+					dst.AllowPrivateCIDRs = append(dst.AllowPrivateCIDRs, c)
+				}
+			}
+		},
+	}
+}
+
+// policyFlags are the per-sandbox defaults and caps and the private-range
+// grants of an owner, shared by token create and owner limits.
+func policyFlags(f *pflag.FlagSet, l *client.Limits) {
+	f.Float64Var(&l.DefaultCPU, "default-cpu", 0, "CPU cores of the owner's sandboxes that name none (0: the daemon's)")
+	f.Int64Var(&l.DefaultMemoryMB, "default-memory", 0, "memory (MiB) of the owner's sandboxes that name none (0: the daemon's)")
+	f.Float64Var(&l.MaxSandboxCPU, "max-sandbox-cpu", 0, "most CPU cores one sandbox of the owner may ask for (0: the daemon's)")
+	f.Int64Var(&l.MaxSandboxMemoryMB, "max-sandbox-memory", 0, "most memory (MiB) one sandbox of the owner may ask for (0: the daemon's)")
+	f.StringArrayVar(&l.AllowPrivateCIDRs, "allow-private", nil, "private or reserved IPv4 CIDR the owner's sandboxes may open with a network allow list (repeatable; default none; --allow-private '' removes every grant)")
+}
+
+func defaultStr(v float64) string {
+	if v == 0 {
+		return "daemon's"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+func privateStr(c []string) string {
+	if len(c) == 0 {
+		return "none"
+	}
+	return strings.Join(c, ", ")
 }
 
 func limitStr(v float64) string {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +59,8 @@ func TestAuthResolvesAndRefuses(t *testing.T) {
 			t.Errorf("%q: %+v", bad, p)
 		}
 	}
-	// A read-only token may GET but not POST.
+	// Authorize only authenticates: the route decides what the token
+	// may do, whatever the method.
 	r, err := a.Authorize(httptest.NewRequest("GET", "/v1/sandboxes", nil), tok)
 	if err != nil {
 		t.Fatal(err)
@@ -65,8 +68,34 @@ func TestAuthResolvesAndRefuses(t *testing.T) {
 	if got, ok := sandpit.PrincipalFrom(r.Context()); !ok || got.Owner != "team" {
 		t.Fatalf("principal in context: %+v %v", got, ok)
 	}
-	if _, err := a.Authorize(httptest.NewRequest("POST", "/v1/sandboxes", nil), tok); !errors.Is(err, service.ErrForbidden) {
-		t.Fatalf("POST with a read-only token: %v", err)
+	mux := http.NewServeMux()
+	rs := api.NewRoutes(mux, func(w http.ResponseWriter, _ *http.Request, err error) {
+		if !errors.Is(err, service.ErrForbidden) {
+			t.Errorf("refusal %v, want ErrForbidden", err)
+		}
+		w.WriteHeader(api.Classify(err).Status)
+	}, nil)
+	ran := 0
+	ok := func(w http.ResponseWriter, _ *http.Request) { ran++ }
+	rs.Handle("GET /read", sandpit.ActionRead, ok)
+	rs.Handle("GET /shell", sandpit.ActionExecute, ok)
+	rs.Handle("POST /upload", sandpit.ActionWriteFiles, ok)
+	for _, c := range []struct {
+		method, path string
+		status       int
+	}{{"GET", "/read", 200}, {"GET", "/shell", 403}, {"POST", "/upload", 403}} {
+		req, _ := a.Authorize(httptest.NewRequest(c.method, c.path, nil), tok)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, req)
+		if w.Code != c.status {
+			t.Errorf("read-only token, %s %s: %d, want %d", c.method, c.path, w.Code, c.status)
+		}
+	}
+	if ran != 1 {
+		t.Errorf("%d handlers ran, want only the read", ran)
+	}
+	if got := len(rs.List()); got != 3 {
+		t.Errorf("%d routes listed, want 3", got)
 	}
 	// Revocation is effective on the next call.
 	if _, err := svc.RevokeToken(sandpit.WithPrincipal(ctx, api.AdminPrincipal()), "ci"); err != nil {
@@ -74,6 +103,34 @@ func TestAuthResolvesAndRefuses(t *testing.T) {
 	}
 	if _, err := a.Principal(ctx, tok); !errors.Is(err, service.ErrUnauthorized) {
 		t.Fatalf("revoked: %v", err)
+	}
+}
+
+// TestScopeGrants is the scope table: read reads metadata and files, write
+// does everything on the owner's sandboxes, admin everything.
+func TestScopeGrants(t *testing.T) {
+	want := map[string][]sandpit.Action{
+		sandpit.ScopeSandboxesRead:  {sandpit.ActionRead, sandpit.ActionReadFiles},
+		sandpit.ScopeSandboxesWrite: {sandpit.ActionRead, sandpit.ActionReadFiles, sandpit.ActionWriteFiles, sandpit.ActionExecute, sandpit.ActionExpose, sandpit.ActionManage},
+		sandpit.ScopeAdmin:          sandpit.Actions(),
+		"no-such-scope":             nil,
+	}
+	for scope, allowed := range want {
+		for _, a := range sandpit.Actions() {
+			if got := sandpit.ScopeGrants(scope, a); got != slices.Contains(allowed, a) {
+				t.Errorf("ScopeGrants(%q, %q) = %v", scope, a, got)
+			}
+		}
+	}
+	p := sandpit.Principal{Owner: "team", Scopes: []string{sandpit.ScopeSandboxesRead}}
+	ctx := sandpit.WithPrincipal(context.Background(), p)
+	env := map[string]string{"SECRET": "hunter2"}
+	if got := sandpit.RedactEnv(ctx, env); got["SECRET"] != sandpit.Redacted || env["SECRET"] != "hunter2" {
+		t.Errorf("redacted for a read token: %v (input now %v)", got, env)
+	}
+	p.Scopes = []string{sandpit.ScopeSandboxesWrite}
+	if got := sandpit.RedactEnv(sandpit.WithPrincipal(context.Background(), p), env); got["SECRET"] != "hunter2" {
+		t.Errorf("for a write token: %v", got)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/apitypes"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
@@ -98,6 +100,9 @@ type Config struct {
 	DiskMB               int64 // writable-layer limit, where the engine enforces it
 	MaxSandboxes         int
 	MaxConcurrentCreates int
+	// AllowImages are glob patterns of images non-admin owners may run
+	// besides the templates' and the default image (--allow-image).
+	AllowImages []string
 	// OCIRuntime is the engine runtime sandboxes run under (runc, runsc).
 	OCIRuntime string
 
@@ -408,12 +413,22 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	diskMB := diskLimit(ctx, dk, cfg, log)
+	diskMB, diskStatus := diskLimit(ctx, dk, cfg, log)
+	hostMemMB, hostCPUs, err := dk.HostResources(ctx)
+	if err != nil {
+		log.Warn("host resources unknown: sandbox memory and cpu are bounded by the flags only", "err", err)
+	}
+	for _, pat := range cfg.AllowImages {
+		if _, err := path.Match(pat, ""); err != nil {
+			return fmt.Errorf("--allow-image %q: %w", pat, err)
+		}
+	}
 	// Every engine call the service makes has a time limit, so a hung
 	// engine fails requests instead of stalling them.
 	rt := driver.WithTimeout(dk, cfg.EngineTimeout)
 	log.Info("sandbox limits", "runtime", cfg.OCIRuntime, "default_cpu", cfg.DefaultCPU, "default_memory_mb", cfg.DefaultMemoryMB,
-		"max_cpu", cfg.MaxCPU, "max_memory_mb", cfg.MaxMemoryMB, "pids", cfg.PidsLimit, "disk_mb", diskMB, "max_sandboxes", cfg.MaxSandboxes)
+		"max_cpu", cfg.MaxCPU, "max_memory_mb", cfg.MaxMemoryMB, "host_memory_mb", hostMemMB, "host_cpus", hostCPUs,
+		"pids", cfg.PidsLimit, "disk_mb", diskMB, "max_sandboxes", cfg.MaxSandboxes, "allow_images", cfg.AllowImages)
 	st, err := store.Open(ctx, cfg.DataDir)
 	if err != nil {
 		return err
@@ -530,7 +545,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// exposed port.
 	netw, fw, err := setupNetwork(ctx, dk, pn, instance, []firewall.PortRange{
 		{Lo: proxyPort, Hi: proxyPort}, {Lo: cfg.PortRange.Lo, Hi: cfg.PortRange.Hi},
-	}, log)
+	}, tcpBindHost(cfg), log)
 	if err != nil {
 		closeListeners()
 		return fmt.Errorf("sandbox network: %w", err)
@@ -592,6 +607,9 @@ func Run(ctx context.Context, cfg Config) error {
 		DefaultMemoryMB:      cfg.DefaultMemoryMB,
 		MaxCPU:               cfg.MaxCPU,
 		MaxMemoryMB:          cfg.MaxMemoryMB,
+		HostMemoryMB:         hostMemMB,
+		HostCPUs:             hostCPUs,
+		AllowImages:          cfg.AllowImages,
 		PidsLimit:            cfg.PidsLimit,
 		DiskMB:               diskMB,
 		MaxSandboxes:         cfg.MaxSandboxes,
@@ -678,7 +696,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	mux.Handle("GET /v1/openapi.json", spec)
-	mux.Handle("GET /v1/status", statusHandler(cfg, time.Now(), api.NewAuth(svc, token), st, dk, svc))
+	mux.Handle("GET /v1/status", statusHandler(cfg, time.Now(), api.NewAuth(svc, token), st, dk, svc, diskStatus))
 	mux.Handle("GET "+ui.Prefix, ui.Handler())
 	mux.Handle("GET /ui", http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently))
 	if cfg.Router == RouterCaddy {
@@ -811,7 +829,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	_ = edg.close()
-	teardownNetwork(ctx, dk, netw, fw, log)
+	teardownNetwork(ctx, dk, netw, fw, instance, log)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
@@ -843,7 +861,8 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	idem := v1.NewIdempotency(svc.Idempotency(), v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, PendingTTL: cfg.IdempotencyLock, Logger: cfg.Logger,
 	})
-	mux.Handle("/v1/", v1.New(svc, auth, v1RouteWrap(idem.Wrap)))
+	native := v1.New(svc, auth, v1RouteWrap(idem.Wrap))
+	mux.Handle("/v1/", native)
 	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics, NodeName: svc.Config().NodeName})
 	mux.Handle(e2b.Prefix+"/", e2bAPI)
 	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
@@ -851,6 +870,8 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	mux.HandleFunc("/files", e2bAPI.SignedFiles)
 	dt := daytona.New(ctx, svc, auth, daytona.Options{PreviewKey: []byte(previewKey), Logger: cfg.Logger})
 	mux.Handle(daytona.DefaultPrefix+"/", dt)
+	native.AddSurface(v1.Surface{Mount: e2b.Prefix, Routes: e2bAPI.Routes()})
+	native.AddSurface(v1.Surface{Mount: daytona.DefaultPrefix, Routes: dt.Routes()})
 	return dt
 }
 
@@ -951,21 +972,24 @@ func validResources(cfg Config) error {
 
 // diskLimit returns the writable-layer limit to apply: cfg.DiskMB when the
 // engine's storage driver enforces it, else 0, saying so in the log either
-// way, so that no limit is claimed that is not enforced.
-func diskLimit(ctx context.Context, rt *docker.Docker, cfg Config, log *slog.Logger) int64 {
+// way, so that no limit is claimed that is not enforced. Without a limit the
+// answer also says, for the log and /v1/status, that what a sandbox writes
+// lands on the engine's disk unbounded.
+func diskLimit(ctx context.Context, rt *docker.Docker, cfg Config, log *slog.Logger) (int64, apitypes.DiskStatus) {
 	q := rt.DiskQuota(ctx, cfg.DefaultImage)
+	const fill = "sandboxes' writable data is not limited: any tenant can fill the host's disk"
 	switch {
 	case !q.Supported:
 		if cfg.DiskMB > 0 {
-			log.Warn("disk: --disk-mb is NOT enforced; sandboxes' writable layers are unlimited", "requested_mb", cfg.DiskMB, "reason", q.Reason)
+			log.Warn("disk: --disk-mb is NOT enforced; "+fill, "requested_mb", cfg.DiskMB, "reason", q.Reason)
 		} else {
-			log.Info("disk: sandboxes' writable layers are not limited", "reason", q.Reason)
+			log.Warn("disk: "+fill, "reason", q.Reason)
 		}
-		return 0
+		return 0, apitypes.DiskStatus{Warning: fill + " (" + q.Reason + ")"}
 	case cfg.DiskMB == 0:
-		log.Info("disk: sandboxes' writable layers are not limited (--disk-mb 0); the engine could enforce a limit", "engine", q.Reason)
-		return 0
+		log.Warn("disk: "+fill+" (--disk-mb 0); the engine could enforce a limit", "engine", q.Reason)
+		return 0, apitypes.DiskStatus{Enforceable: true, Warning: fill + " (--disk-mb 0; the engine could enforce a limit)"}
 	}
 	log.Info("disk: writable layer limited", "mb", cfg.DiskMB, "engine", q.Reason)
-	return cfg.DiskMB
+	return cfg.DiskMB, apitypes.DiskStatus{Enforceable: true, LimitMB: cfg.DiskMB}
 }

@@ -119,10 +119,29 @@ func hostResolvers(path string) []netip.Addr {
 	return out
 }
 
+// hostAddrs are the host addresses on which sandboxes may reach the proxy
+// and the TCP pool: the address they are bound to, or, bound to every
+// address, the bridge's gateway (the host's address on the sandbox network).
+// A loopback bind is unreachable from a sandbox anyway (the kernel drops
+// packets to 127/8 arriving on another interface), so it opens nothing.
+func hostAddrs(bindHost string, gateway netip.Addr) []netip.Addr {
+	if bindHost == "" || bindHost == "0.0.0.0" || bindHost == "::" {
+		if gateway.IsValid() {
+			return []netip.Addr{gateway}
+		}
+		return nil
+	}
+	a, err := netip.ParseAddr(bindHost)
+	if err != nil || !a.Is4() || a.IsLoopback() {
+		return nil
+	}
+	return []netip.Addr{a}
+}
+
 // setupNetwork makes sure the sandbox network exists and its firewall is in
 // place. hostPorts are the ports of the host sandboxes may reach (the proxy
-// and the TCP pool).
-func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, instance string, hostPorts []firewall.PortRange, log *slog.Logger) (docker.Network, *firewall.Firewall, error) {
+// and the TCP pool), on bindHost, the host they listen on.
+func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, instance string, hostPorts []firewall.PortRange, bindHost string, log *slog.Logger) (docker.Network, *firewall.Firewall, error) {
 	netw, err := rt.EnsureNetwork(ctx, docker.NetworkSpec{
 		Name: pn.name, Subnet: pn.subnet, Pool: pn.pool,
 		Labels: map[string]string{driver.LabelInstance: instance},
@@ -130,9 +149,12 @@ func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, inst
 	if err != nil {
 		return netw, nil, err
 	}
+	if !netw.Created && netw.Instance != instance {
+		log.Info("sandbox network made by another daemon or the operator: sharing it, never removing it", "network", netw.Name, "made_by", netw.Instance)
+	}
 	fw, err := firewall.New(firewall.Config{
 		Network: netw.Name, Bridge: netw.Bridge, Egress: pn.egress, Allow: pn.allow,
-		HostPorts: hostPorts, DNS: pn.dns, Logger: log,
+		HostPorts: hostPorts, HostAddrs: hostAddrs(bindHost, netw.Gateway), Instance: instance, DNS: pn.dns, Logger: log,
 	})
 	if err != nil {
 		return netw, nil, err
@@ -144,18 +166,31 @@ func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, inst
 	return netw, fw, nil
 }
 
-// teardownNetwork runs at shutdown. When no container is left on the
-// network, the network and its rules go; otherwise both stay, because the
-// sandboxes keep running untrusted code after the daemon exits and must stay
-// confined (the next start re-asserts the rules).
-func teardownNetwork(ctx context.Context, rt *docker.Docker, netw docker.Network, fw *firewall.Firewall, log *slog.Logger) {
+// teardownNetwork runs at shutdown. The daemon drops its own host-port
+// rules; then, when it made the network itself (its instance label), no
+// other daemon has rules on it and no container is left on it, the network
+// and its rules go. Otherwise both stay: another daemon's sandboxes use
+// them, or this daemon's sandboxes keep running untrusted code after it
+// exits and must stay confined (the next start re-asserts the rules).
+func teardownNetwork(ctx context.Context, rt *docker.Docker, netw docker.Network, fw *firewall.Firewall, instance string, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if !netw.Managed {
+	othersUse, err := fw.Release(ctx)
+	if err != nil {
+		log.Error("release firewall rules", "network", netw.Name, "err", err)
+	}
+	switch {
+	case !netw.Managed:
 		log.Info("network not made by sandpit; leaving it and its firewall rules", "network", netw.Name)
 		return
+	case netw.Instance != instance:
+		log.Info("network made by another daemon; leaving it and its firewall rules", "network", netw.Name, "made_by", netw.Instance)
+		return
+	case othersUse:
+		log.Info("other daemons use the network; leaving it and its firewall rules", "network", netw.Name)
+		return
 	}
-	err := rt.RemoveNetwork(ctx, netw.Name)
+	err = rt.RemoveNetwork(ctx, netw.Name)
 	switch {
 	case errors.Is(err, docker.ErrNetworkInUse):
 		log.Info("sandboxes still run: keeping their network and firewall rules", "network", netw.Name)

@@ -17,7 +17,7 @@ import (
 // engine's answer to a ping, the store and its single writer's queue, and
 // the warm pool's ready sandboxes and the cluster this daemon runs in (a
 // cluster of one, today).
-func statusHandler(cfg Config, started time.Time, auth *api.Auth, st *store.Store, rt *docker.Docker, svc *service.Service) http.Handler {
+func statusHandler(cfg Config, started time.Time, auth *api.Auth, st *store.Store, rt *docker.Docker, svc *service.Service, disk apitypes.DiskStatus) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r, err := auth.Authorize(r, api.BearerToken(r))
 		if err == nil {
@@ -39,6 +39,7 @@ func statusHandler(cfg Config, started time.Time, auth *api.Auth, st *store.Stor
 			Engine:  apitypes.EngineStatus{Name: "docker"},
 			Store:   apitypes.StoreStatus{DataDir: st.Dir(), Sandboxes: map[string]int64{}},
 			Cluster: apitypes.ClusterStatus{Node: cfg.Listen, Nodes: 1},
+			Disk:    disk,
 		}
 		t0 := time.Now()
 		if err := rt.Ping(ctx); err != nil {

@@ -15,7 +15,9 @@
 //	INPUT       -i BR -j SANDPIT-<net>-IN
 //	DOCKER-USER -i BR -j SANDPIT-<net>-FWD   (and FORWARD too: see jumps)
 //	SANDPIT-<net>-REJ  TCP reset, else ICMP port unreachable (every refusal jumps here)
-//	SANDPIT-<net>-IN   established/related RETURN; the proxy and TCP-forward ports RETURN; the rest REJECT
+//	SANDPIT-<net>-IN   established/related RETURN; the proxy and TCP-forward ports RETURN, on the
+//	                   host addresses they are bound to only, one rule per daemon sharing the
+//	                   network (marked with its instance id); the rest REJECT
 //	SANDPIT-<net>-FWD  to another sandbox REJECT; to link-local -j LL (REJECT but DNS to a resolver);
 //	                   then one rule per sandbox with a policy: -s IP -g SANDPIT-<net>-<sandbox>;
 //	                   last -g SANDPIT-<net>-DEF
@@ -28,7 +30,14 @@
 // allowed packet goes on through Docker's own rules (which accept traffic
 // leaving a bridge and keep networks apart); nothing here ever ACCEPTs.
 // IPv6 from the bridge is refused outright, since sandbox networks are IPv4
-// only (ip6tables: SANDPIT-<net>-V6 from INPUT and FORWARD).
+// only (ip6tables: SANDPIT-<net>-V6 from INPUT and FORWARD). Without
+// ip6tables the daemon refuses to start while IPv6 is enabled on the bridge,
+// since a sandbox's link-local IPv6 address would reach the host unfiltered.
+//
+// Several daemons (different data directories) may share one network: the
+// chains are the network's, the IN port rules and the per-sandbox dispatch
+// rules are each daemon's own (marked with its instance id), and a daemon
+// re-asserting or pruning the chains keeps the other daemons' rules.
 package firewall
 
 import (
@@ -40,6 +49,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -151,6 +161,15 @@ type Config struct {
 	// preview proxy and the TCP-forward pool, so that one sandbox reaches
 	// another's exposed port the way anyone else does.
 	HostPorts []PortRange
+	// HostAddrs are the host addresses those ports are reachable on: where
+	// the proxy and the pool are bound (the bridge's gateway when they are
+	// bound to every address). The same ports on any other host address
+	// stay refused; with none, no host port is reachable at all.
+	HostAddrs []netip.Addr
+	// Instance names the daemon that installs the rules (its data
+	// directory's instance id), so that daemons sharing the network keep
+	// each other's rules.
+	Instance string
 	// DNS are the resolvers Docker's embedded DNS forwards sandboxes'
 	// queries to (the host's, from /etc/resolv.conf): it sends them from
 	// the sandbox's own network namespace, so port 53 of these addresses
@@ -183,6 +202,9 @@ type Firewall struct {
 	run    Runner
 	prefix string // "SANDPIT-<8 hex>-"
 	ipv6   bool   // ip6tables is available
+	// bridgeIPv6 reports whether IPv6 is enabled on the bridge (tests
+	// replace it).
+	bridgeIPv6 func(bridge string) bool
 
 	// mu serialises every change: each one reads the FWD chain and rewrites
 	// part of it, so two at once could drop each other's rules.
@@ -217,6 +239,14 @@ func NewWithRunner(cfg Config, run Runner) (*Firewall, error) {
 			return nil, fmt.Errorf("%w: DNS server %s is not IPv4", ErrInvalid, r)
 		}
 	}
+	for _, a := range cfg.HostAddrs {
+		if !a.Is4() {
+			return nil, fmt.Errorf("%w: host address %s is not IPv4", ErrInvalid, a)
+		}
+	}
+	if strings.ContainsAny(cfg.Instance, " \t\n\"'@") {
+		return nil, fmt.Errorf("%w: instance %q", ErrInvalid, cfg.Instance)
+	}
 	for _, r := range cfg.HostPorts {
 		if r.Lo < 1 || r.Hi > 65535 || r.Lo > r.Hi {
 			return nil, fmt.Errorf("%w: host port range %d-%d", ErrInvalid, r.Lo, r.Hi)
@@ -225,7 +255,7 @@ func NewWithRunner(cfg Config, run Runner) (*Firewall, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	f := &Firewall{cfg: cfg, log: cfg.Logger, run: run, prefix: ChainPrefix(cfg.Network)}
+	f := &Firewall{cfg: cfg, log: cfg.Logger, run: run, prefix: ChainPrefix(cfg.Network), bridgeIPv6: bridgeHasIPv6}
 	if f.run == nil {
 		f.run = execRunner
 		for _, bin := range []string{"iptables", "iptables-restore"} {
@@ -262,8 +292,25 @@ func (f *Firewall) fixedChains() []string {
 	return []string{f.chain("IN"), f.chain("FWD"), f.chain("DEF"), f.chain("REJ"), f.chain("LL")}
 }
 
-// Comment marks the dispatch rule of one sandbox, so removal is exact.
-func Comment(sandboxID string) string { return "sandpit:" + sandboxID }
+// Comment marks the dispatch rule of one sandbox, so removal is exact; the
+// daemon that made it follows an "@", so that another daemon sharing the
+// network leaves it alone.
+func (f *Firewall) Comment(sandboxID string) string {
+	if f.cfg.Instance == "" {
+		return "sandpit:" + sandboxID
+	}
+	return "sandpit:" + sandboxID + "@" + f.cfg.Instance
+}
+
+// instanceComment marks a daemon's own IN rules.
+func instanceComment(instance string) string { return "sandpit-instance:" + instance }
+
+// bridgeHasIPv6 reads the kernel's IPv6 switch of an interface: a missing
+// file means IPv6 is off in the kernel (or the bridge is not there yet).
+func bridgeHasIPv6(bridge string) bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + bridge + "/disable_ipv6")
+	return err == nil && strings.TrimSpace(string(b)) == "0"
+}
 
 // fixedFWD is how many rules precede the per-sandbox dispatch rules in FWD.
 const fixedFWD = 2
@@ -318,6 +365,36 @@ func (f *Firewall) reject() string { return "-j " + f.chain("REJ") }
 // GlobalRules renders the network's own chains (IN, FWD head and tail, DEF)
 // as iptables-restore lines, given the dispatch rules to keep in FWD.
 func (f *Firewall) GlobalRules(dispatch []string) []string {
+	return f.globalRules(dispatch, nil)
+}
+
+// ownPortRules are this daemon's RETURN rules in IN: its ports, on the
+// addresses they are bound to.
+func (f *Firewall) ownPortRules() []string {
+	var (
+		mark  string
+		lines []string
+	)
+	if f.cfg.Instance != "" {
+		mark = " -m comment --comment " + instanceComment(f.cfg.Instance)
+		// A rule without a target matches and does nothing: it marks the
+		// network as used by this daemon even when none of its ports is
+		// reachable from sandboxes (a loopback bind).
+		lines = append(lines, "-A "+f.chain("IN")+mark)
+	}
+	ports := portList(f.cfg.HostPorts)
+	if ports == "" {
+		return lines
+	}
+	for _, a := range f.cfg.HostAddrs {
+		lines = append(lines, "-A "+f.chain("IN")+" -d "+a.String()+"/32 -p tcp -m multiport --dports "+ports+mark+" -j RETURN")
+	}
+	return lines
+}
+
+// globalRules is GlobalRules keeping others, the IN rules of other daemons
+// sharing the network.
+func (f *Firewall) globalRules(dispatch, others []string) []string {
 	in, fwd, def, rej, ll := f.chain("IN"), f.chain("FWD"), f.chain("DEF"), f.chain("REJ"), f.chain("LL")
 	lines := []string{
 		":" + rej + " - [0:0]",
@@ -331,9 +408,8 @@ func (f *Firewall) GlobalRules(dispatch []string) []string {
 		// agent, the proxy reaching a port) come back through INPUT.
 		"-A " + in + " -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN",
 	}
-	if ports := portList(f.cfg.HostPorts); ports != "" {
-		lines = append(lines, "-A "+in+" -p tcp -m multiport --dports "+ports+" -j RETURN")
-	}
+	lines = append(lines, f.ownPortRules()...)
+	lines = append(lines, others...)
 	lines = append(lines,
 		"-A "+in+" "+f.reject(),
 		"-A "+fwd+" -o "+f.cfg.Bridge+" "+f.reject(),
@@ -391,7 +467,7 @@ func (f *Firewall) SandboxRules(sandboxID string, p Policy) []string {
 }
 
 func (f *Firewall) dispatchRule(sandboxID string, ip netip.Addr) string {
-	return "-s " + ip.String() + "/32 -m comment --comment " + Comment(sandboxID) + " -g " + f.SandboxChain(sandboxID)
+	return "-s " + ip.String() + "/32 -m comment --comment " + f.Comment(sandboxID) + " -g " + f.SandboxChain(sandboxID)
 }
 
 // dnsRules match DNS (UDP and TCP port 53) to one resolver.
@@ -481,13 +557,52 @@ func (f *Firewall) dispatchRules(ctx context.Context) (map[string][]string, erro
 // commentID extracts the sandbox id of a rule carrying Comment(id); -S
 // prints the comment bare or in double quotes.
 func commentID(rule string) (string, bool) {
+	id, _, ok := ruleOwner(rule)
+	return id, ok
+}
+
+// ruleOwner extracts the sandbox id and the daemon instance of a dispatch
+// rule ("" for a rule written before instances were recorded).
+func ruleOwner(rule string) (id, instance string, ok bool) {
 	_, after, ok := strings.Cut(rule, "--comment ")
 	if !ok {
-		return "", false
+		return "", "", false
 	}
 	c, _, _ := strings.Cut(after, " ")
 	c = strings.Trim(c, `"`)
-	return strings.CutPrefix(c, "sandpit:")
+	c, ok = strings.CutPrefix(c, "sandpit:")
+	if !ok {
+		return "", "", false
+	}
+	id, instance, _ = strings.Cut(c, "@")
+	return id, instance, true
+}
+
+// foreign reports a rule another daemon sharing the network made.
+func (f *Firewall) foreign(instance string) bool {
+	return instance != "" && instance != f.cfg.Instance
+}
+
+// otherPortRules returns the IN rules other daemons sharing the network
+// installed for their ports.
+func (f *Firewall) otherPortRules(ctx context.Context) ([]string, error) {
+	rules, err := f.listChain(ctx, false, f.chain("IN"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range rules {
+		_, after, ok := strings.Cut(r, "--comment ")
+		if !ok {
+			continue
+		}
+		c, _, _ := strings.Cut(after, " ")
+		inst, ok := strings.CutPrefix(strings.Trim(c, `"`), "sandpit-instance:")
+		if ok && inst != f.cfg.Instance {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // ruleSource is the -s address of a dispatch rule.
@@ -522,7 +637,11 @@ func (f *Firewall) Ensure(ctx context.Context) error {
 	for _, id := range sortedKeys(disp) {
 		keep = append(keep, disp[id]...)
 	}
-	if err := f.restore(ctx, false, f.GlobalRules(keep)); err != nil {
+	others, err := f.otherPortRules(ctx)
+	if err != nil {
+		return err
+	}
+	if err := f.restore(ctx, false, f.globalRules(keep, others)); err != nil {
 		return fmt.Errorf("install chains: %w", err)
 	}
 	if f.ipv6 {
@@ -532,9 +651,17 @@ func (f *Firewall) Ensure(ctx context.Context) error {
 			"-A " + v6 + " -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN",
 			"-A " + v6 + " -j REJECT",
 		}); err != nil {
-			f.log.Warn("ip6tables: IPv6 from sandboxes is not filtered", "err", err)
+			if f.bridgeIPv6(f.cfg.Bridge) {
+				return fmt.Errorf("ip6tables: IPv6 is enabled on bridge %s and its rules cannot be installed, so sandboxes would reach the host over IPv6 unfiltered: %w", f.cfg.Bridge, err)
+			}
+			f.log.Warn("ip6tables failed; IPv6 is off on the sandbox bridge, so there is nothing to filter", "bridge", f.cfg.Bridge, "err", err)
 			f.ipv6 = false
 		}
+	} else if f.bridgeIPv6(f.cfg.Bridge) {
+		return fmt.Errorf("ip6tables-restore not found and IPv6 is enabled on the sandbox bridge %s: sandboxes would reach the host and each other over IPv6 (link-local) unfiltered; "+
+			"install ip6tables (the iptables package) or disable IPv6 on the bridge (sysctl -w net.ipv6.conf.%s.disable_ipv6=1)", f.cfg.Bridge, f.cfg.Bridge)
+	} else {
+		f.log.Warn("ip6tables not found; IPv6 is off on the sandbox bridge, so no IPv6 rules are needed", "bridge", f.cfg.Bridge)
 	}
 	// Each jump goes (back) to the top of its chain, atomically: a delete
 	// and an insert in one transaction leave no moment without it.
@@ -548,7 +675,8 @@ func (f *Firewall) Ensure(ctx context.Context) error {
 			return fmt.Errorf("hook %s: %w", j.chain, err)
 		}
 	}
-	f.log.Info("firewall ready", "network", f.cfg.Network, "bridge", f.cfg.Bridge, "egress", f.cfg.Egress, "chains", f.prefix+"*")
+	f.log.Info("firewall ready", "network", f.cfg.Network, "bridge", f.cfg.Bridge, "egress", f.cfg.Egress, "chains", f.prefix+"*",
+		"host_addrs", f.cfg.HostAddrs, "ipv6_rules", f.ipv6, "other_daemons", len(others))
 	return nil
 }
 
@@ -665,8 +793,21 @@ func (f *Firewall) Prune(ctx context.Context, keep map[string]bool) error {
 		return err
 	}
 	var errs []error
+	// Another daemon's sandboxes are not this one's to prune: their rules
+	// and chains stay.
+	theirs := map[string]bool{}
+	for id, rules := range disp {
+		for _, r := range rules {
+			if _, inst, _ := ruleOwner(r); f.foreign(inst) {
+				theirs[id] = true
+				if c := ruleArg(r, "-g"); c != "" {
+					theirs[c] = true
+				}
+			}
+		}
+	}
 	for id := range disp {
-		if !keep[id] {
+		if !keep[id] && !theirs[id] {
 			errs = append(errs, f.Remove(ctx, id))
 		}
 	}
@@ -682,6 +823,9 @@ func (f *Firewall) Prune(ctx context.Context, keep map[string]bool) error {
 	for id := range keep {
 		want[f.SandboxChain(id)] = true
 	}
+	for c := range theirs {
+		want[c] = true
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var stale []string
@@ -692,6 +836,49 @@ func (f *Firewall) Prune(ctx context.Context, keep map[string]bool) error {
 	}
 	f.dropChains(ctx, stale)
 	return errors.Join(errs...)
+}
+
+// Release removes this daemon's own IN rules (at shutdown) and reports
+// whether other daemons still have rules on the network: while they do, it
+// is theirs too, and neither it nor its chains may go.
+func (f *Firewall) Release(ctx context.Context) (othersUse bool, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules, err := f.listChain(ctx, false, f.chain("IN"))
+	if err != nil {
+		return true, err
+	}
+	var del []string
+	for _, r := range rules {
+		_, after, ok := strings.Cut(r, "--comment ")
+		if !ok {
+			continue
+		}
+		c, _, _ := strings.Cut(after, " ")
+		inst, ok := strings.CutPrefix(strings.Trim(c, `"`), "sandpit-instance:")
+		switch {
+		case !ok:
+		case inst == f.cfg.Instance:
+			del = append(del, "-D"+strings.TrimPrefix(r, "-A"))
+		default:
+			othersUse = true
+		}
+	}
+	disp, err := f.dispatchRules(ctx)
+	if err != nil {
+		return true, err
+	}
+	for _, rs := range disp {
+		for _, r := range rs {
+			if _, inst, _ := ruleOwner(r); f.foreign(inst) {
+				othersUse = true
+			}
+		}
+	}
+	if err := f.restoreIfAny(ctx, del); err != nil {
+		return true, fmt.Errorf("firewall: release: %w", err)
+	}
+	return othersUse, nil
 }
 
 // chains lists the chains of this network in the filter table.

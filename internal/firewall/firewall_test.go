@@ -111,13 +111,15 @@ func TestGlobalRules(t *testing.T) {
 		Egress:    firewall.EgressNone,
 		Allow:     []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")},
 		HostPorts: []firewall.PortRange{{Lo: 7480, Hi: 7480}, {Lo: 22000, Hi: 23000}},
+		HostAddrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")},
+		Instance:  "abc",
 		DNS:       []netip.Addr{netip.MustParseAddr("10.255.255.53"), netip.MustParseAddr("169.254.169.254")},
 	}, &fakeIptables{})
 	p := firewall.ChainPrefix("sandpit")
 	keep := "-A " + p + "FWD -s 10.0.0.2/32 -m comment --comment sandpit:sb1 -g " + p + "0123456789"
 	got := strings.Join(fw.GlobalRules([]string{keep}), "\n")
 	for _, want := range []string{
-		"-A " + p + "IN -p tcp -m multiport --dports 7480,22000:23000 -j RETURN",
+		"-A " + p + "IN -m comment --comment sandpit-instance:abc\n-A " + p + "IN -d 10.0.0.1/32 -p tcp -m multiport --dports 7480,22000:23000 -m comment --comment sandpit-instance:abc -j RETURN\n-A " + p + "IN -j " + p + "REJ",
 		"-A " + p + "FWD -o sp-test -j " + p + "REJ\n-A " + p + "FWD -d 169.254.0.0/16 -j " + p + "LL\n" + keep + "\n-A " + p + "FWD -g " + p + "DEF",
 		"-A " + p + "LL -d 169.254.169.254/32 -p udp --dport 53 -j RETURN\n-A " + p + "LL -d 169.254.169.254/32 -p tcp --dport 53 -j RETURN\n-A " + p + "LL -j " + p + "REJ",
 		"-A " + p + "DEF -d 10.255.255.53/32 -p udp --dport 53 -j RETURN\n-A " + p + "DEF -d 10.255.255.53/32 -p tcp --dport 53 -j RETURN\n" +
@@ -128,6 +130,9 @@ func TestGlobalRules(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("global rules lack\n%s\nin\n%s", want, got)
 		}
+	}
+	if strings.Contains(got, "IN -p tcp") {
+		t.Errorf("host ports open on every host address:\n%s", got)
 	}
 	if strings.Contains(got, "ACCEPT") {
 		t.Errorf("global rules ACCEPT (they must only RETURN or refuse):\n%s", got)
@@ -215,5 +220,52 @@ func TestApplyAndRemove(t *testing.T) {
 	fake.restores = nil
 	if err := fw.Remove(ctx, "never-had-rules"); err != nil || len(fake.restores) != 0 {
 		t.Errorf("remove of nothing: %v %q", err, fake.restores)
+	}
+}
+
+// Two daemons share a network: re-asserting the chains keeps the other
+// daemon's port rule and its sandboxes' rules, pruning leaves its sandboxes
+// alone, and releasing reports that the network is still used.
+func TestSharedNetwork(t *testing.T) {
+	p := firewall.ChainPrefix("sandpit")
+	theirsIN := "-A " + p + "IN -d 10.0.0.1/32 -p tcp -m multiport --dports 9000 -m comment --comment sandpit-instance:other -j RETURN"
+	mineIN := "-A " + p + "IN -d 10.0.0.1/32 -p tcp -m multiport --dports 7480 -m comment --comment sandpit-instance:mine -j RETURN"
+	theirs := "-A " + p + "FWD -s 10.0.0.7/32 -m comment --comment sandpit:sbx@other -g " + p + "cccccccccc"
+	fake := &fakeIptables{chains: map[string][]string{
+		"DOCKER-USER":    {},
+		p + "IN":         {"-A " + p + "IN -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN", theirsIN, mineIN, "-A " + p + "IN -j " + p + "REJ"},
+		p + "FWD":        {"-A " + p + "FWD -o sp-test -j " + p + "REJ", theirs, "-A " + p + "FWD -g " + p + "DEF"},
+		p + "cccccccccc": {"-A " + p + "cccccccccc -j " + p + "REJ"},
+	}}
+	fw := newFirewall(t, firewall.Config{Instance: "mine", HostPorts: []firewall.PortRange{{Lo: 7480, Hi: 7480}},
+		HostAddrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}, fake)
+	ctx := context.Background()
+	if err := fw.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(fake.restores[0], theirsIN+"\n") || !strings.Contains(fake.restores[0], theirs+"\n") {
+		t.Errorf("Ensure dropped the other daemon's rules:\n%s", fake.restores[0])
+	}
+	fake.restores = nil
+	if err := fw.Prune(ctx, map[string]bool{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tx := range fake.restores {
+		if strings.Contains(tx, "sbx") {
+			t.Errorf("Prune removed the other daemon's sandbox: %s", tx)
+		}
+	}
+	for _, c := range fake.calls {
+		if strings.Contains(c, "cccccccccc") && (strings.Contains(c, " -X ") || strings.Contains(c, " -F ")) {
+			t.Errorf("Prune deleted the other daemon's chain: %s", c)
+		}
+	}
+	fake.restores = nil
+	others, err := fw.Release(ctx)
+	if err != nil || !others {
+		t.Errorf("Release: %v, %v; want the other daemon reported", others, err)
+	}
+	if len(fake.restores) != 1 || !strings.Contains(fake.restores[0], "-D"+strings.TrimPrefix(mineIN, "-A")) || strings.Contains(fake.restores[0], "other") {
+		t.Errorf("Release transaction: %q", fake.restores)
 	}
 }

@@ -135,6 +135,9 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 		return invalidf("cpu must be between 0 and %g", s.cfg.MaxCPU)
 	}
 	if req.MemoryMB < 0 || req.MemoryMB > s.cfg.MaxMemoryMB {
+		if s.cfg.HostMemoryMB > 0 && s.cfg.MaxMemoryMB == s.cfg.HostMemoryMB {
+			return invalidf("memory must be between 0 and %d MiB (all the host has)", s.cfg.MaxMemoryMB)
+		}
 		return invalidf("memory must be between 0 and %d MiB", s.cfg.MaxMemoryMB)
 	}
 	switch req.PortAccess {
@@ -176,6 +179,9 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 	if err != nil {
 		return err
 	}
+	if err := checkLinkLocal(p); err != nil {
+		return err
+	}
 	req.Network = p
 	return nil
 }
@@ -195,20 +201,6 @@ func validateEnv(env map[string]string) error {
 		}
 	}
 	return nil
-}
-
-// effectiveLimits fills a create's unset limits with the daemon's defaults,
-// capped by the maxima (a default above an operator's maximum yields the
-// maximum).
-func (s *Service) effectiveLimits(req CreateRequest) (cpu float64, memMB int64) {
-	cpu, memMB = req.CPU, req.MemoryMB
-	if cpu == 0 {
-		cpu = min(s.cfg.DefaultCPU, s.cfg.MaxCPU)
-	}
-	if memMB == 0 {
-		memMB = min(s.cfg.DefaultMemoryMB, s.cfg.MaxMemoryMB)
-	}
-	return cpu, memMB
 }
 
 // acquireCreateSlot waits for one of the bounded create slots.
@@ -242,6 +234,28 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}
+	// The operator's ceilings are checked before anything is made: the
+	// owner's per-sandbox caps, the images it may run and the private
+	// ranges it may open.
+	limits, err := s.store.GetOwnerLimits(ctx, ownerOf(ctx))
+	if err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	if req.recreate {
+		// A re-creation makes again what was admitted once, with the
+		// resources it had: a cap lowered since must not lose the sandbox.
+		limits = sandpit.OwnerLimits{Owner: limits.Owner}
+	}
+	cpu, memMB, err := s.ownerResources(req, limits)
+	if err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	if err := s.checkImage(principalOf(ctx), image); err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	if err := checkEgressGrant(principalOf(ctx), limits, req.Network); err != nil {
+		return sandpit.Sandbox{}, err
+	}
 	release, err := s.acquireCreateSlot(ctx)
 	if err != nil {
 		return sandpit.Sandbox{}, err
@@ -251,7 +265,6 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if id == "" {
 		id = NewSandboxID()
 	}
-	cpu, memMB := s.effectiveLimits(req)
 	access := req.PortAccess
 	if access == "" {
 		access = sandpit.PortAccessExposed
@@ -303,10 +316,6 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	}
 	defer unlock()
 	t0 := time.Now()
-	limits, err := s.store.GetOwnerLimits(ctx, sb.Owner)
-	if err != nil {
-		return sandpit.Sandbox{}, err
-	}
 	if !req.recreate {
 		if err := s.clusterReserve(ctx, sb); err != nil {
 			return sandpit.Sandbox{}, err

@@ -68,6 +68,15 @@ type Config struct {
 	DefaultMemoryMB int64
 	MaxCPU          float64
 	MaxMemoryMB     int64
+	// HostMemoryMB and HostCPUs are what the engine's host has; when known
+	// (non-zero) they cap MaxMemoryMB and MaxCPU, so no create is promised
+	// more than the machine can give.
+	HostMemoryMB int64
+	HostCPUs     float64
+	// AllowImages are glob patterns (path.Match) of the images a non-admin
+	// owner may run besides the templates' images and the default image,
+	// which are always allowed.
+	AllowImages []string
 	// DiskMB limits each sandbox's writable layer when the engine can
 	// enforce it (DiskQuota reports so); 0 means no limit.
 	DiskMB int64
@@ -202,6 +211,12 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	}
 	if cfg.MaxMemoryMB <= 0 || cfg.MaxMemoryMB > maxMemoryMB {
 		cfg.MaxMemoryMB = maxMemoryMB
+	}
+	if cfg.HostMemoryMB > 0 && cfg.MaxMemoryMB > cfg.HostMemoryMB {
+		cfg.MaxMemoryMB = cfg.HostMemoryMB
+	}
+	if cfg.HostCPUs > 0 && cfg.MaxCPU > cfg.HostCPUs {
+		cfg.MaxCPU = cfg.HostCPUs
 	}
 	if cfg.MaxConcurrentCreates <= 0 {
 		cfg.MaxConcurrentCreates = 8

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -95,7 +96,7 @@ func (s *Service) CreateToken(ctx context.Context, req TokenRequest) (_ CreatedT
 		return CreatedToken{}, invalidf("expiry must not be negative")
 	}
 	l := req.Limits
-	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 || l.MaxDomains < 0 {
+	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 {
 		return CreatedToken{}, invalidf("limits must not be negative")
 	}
 	var pre [tokenPrefixLen / 2]byte
@@ -195,9 +196,25 @@ func (s *Service) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits) (er
 	if !ownerRE.MatchString(l.Owner) {
 		return invalidf("invalid owner %q", l.Owner)
 	}
-	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 || l.MaxDomains < 0 {
+	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 || l.MaxDomains < 0 ||
+		l.DefaultCPU < 0 || l.DefaultMemoryMB < 0 || l.MaxSandboxCPU < 0 || l.MaxSandboxMemoryMB < 0 ||
+		math.IsNaN(l.MaxCPU) || math.IsNaN(l.DefaultCPU) || math.IsNaN(l.MaxSandboxCPU) {
 		return invalidf("limits must not be negative")
 	}
+	if l.MaxSandboxCPU > 0 && l.DefaultCPU > l.MaxSandboxCPU {
+		return invalidf("default_cpu %g exceeds max_sandbox_cpu %g", l.DefaultCPU, l.MaxSandboxCPU)
+	}
+	if l.MaxSandboxMemoryMB > 0 && l.DefaultMemoryMB > l.MaxSandboxMemoryMB {
+		return invalidf("default_memory_mb %d exceeds max_sandbox_memory_mb %d", l.DefaultMemoryMB, l.MaxSandboxMemoryMB)
+	}
+	if l.DefaultMemoryMB > 0 && l.DefaultMemoryMB < 16 {
+		return invalidf("default_memory_mb must be at least 16")
+	}
+	cidrs, err := normalizeGrants(l.AllowPrivateCIDRs)
+	if err != nil {
+		return err
+	}
+	l.AllowPrivateCIDRs = cidrs
 	return s.store.SetOwnerLimits(ctx, l, s.now())
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -139,18 +140,31 @@ func (s *Store) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits, now t
 	if l.Owner == "" {
 		return errors.New("set owner limits: owner must not be empty")
 	}
-	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 || l.MaxDomains < 0 {
+	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 || l.MaxDomains < 0 ||
+		l.DefaultCPU < 0 || l.DefaultMemoryMB < 0 || l.MaxSandboxCPU < 0 || l.MaxSandboxMemoryMB < 0 {
 		return errors.New("set owner limits: limits must not be negative")
 	}
-	var err error
+	cidrs := l.AllowPrivateCIDRs
+	if cidrs == nil {
+		cidrs = []string{}
+	}
+	allow, err := json.Marshal(cidrs)
+	if err != nil {
+		return fmt.Errorf("set owner limits: %w", err)
+	}
 	if l.Unlimited() {
 		_, err = s.db.ExecContext(ctx, `DELETE FROM owner_limits WHERE owner = ?`, l.Owner)
 	} else {
-		_, err = s.db.ExecContext(ctx, `INSERT INTO owner_limits (owner, max_sandboxes, max_cpu, max_memory_mb, max_ports, max_domains, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)
+		_, err = s.db.ExecContext(ctx, `INSERT INTO owner_limits (owner, max_sandboxes, max_cpu, max_memory_mb, max_ports, max_domains,
+				default_cpu, default_memory_mb, max_sandbox_cpu, max_sandbox_memory_mb, allow_private_cidrs, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (owner) DO UPDATE SET max_sandboxes = excluded.max_sandboxes, max_cpu = excluded.max_cpu,
-				max_memory_mb = excluded.max_memory_mb, max_ports = excluded.max_ports, max_domains = excluded.max_domains, updated_at = excluded.updated_at`,
-			l.Owner, l.MaxSandboxes, l.MaxCPU, l.MaxMemoryMB, l.MaxPorts, l.MaxDomains, toNanos(clock(now)))
+				max_memory_mb = excluded.max_memory_mb, max_ports = excluded.max_ports, max_domains = excluded.max_domains,
+				default_cpu = excluded.default_cpu, default_memory_mb = excluded.default_memory_mb,
+				max_sandbox_cpu = excluded.max_sandbox_cpu, max_sandbox_memory_mb = excluded.max_sandbox_memory_mb,
+				allow_private_cidrs = excluded.allow_private_cidrs, updated_at = excluded.updated_at`,
+			l.Owner, l.MaxSandboxes, l.MaxCPU, l.MaxMemoryMB, l.MaxPorts, l.MaxDomains,
+			l.DefaultCPU, l.DefaultMemoryMB, l.MaxSandboxCPU, l.MaxSandboxMemoryMB, string(allow), toNanos(clock(now)))
 	}
 	if err != nil {
 		return fmt.Errorf("set limits of owner %q: %w", l.Owner, err)
@@ -162,14 +176,25 @@ func (s *Store) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits, now t
 // (every field zero).
 func (s *Store) GetOwnerLimits(ctx context.Context, owner string) (sandpit.OwnerLimits, error) {
 	l := sandpit.OwnerLimits{Owner: owner}
-	var updated int64
-	err := s.db.QueryRowContext(ctx, `SELECT max_sandboxes, max_cpu, max_memory_mb, max_ports, max_domains, updated_at
-		FROM owner_limits WHERE owner = ?`, owner).Scan(&l.MaxSandboxes, &l.MaxCPU, &l.MaxMemoryMB, &l.MaxPorts, &l.MaxDomains, &updated)
+	var (
+		updated int64
+		allow   string
+	)
+	err := s.db.QueryRowContext(ctx, `SELECT max_sandboxes, max_cpu, max_memory_mb, max_ports, max_domains,
+			default_cpu, default_memory_mb, max_sandbox_cpu, max_sandbox_memory_mb, allow_private_cidrs, updated_at
+		FROM owner_limits WHERE owner = ?`, owner).Scan(&l.MaxSandboxes, &l.MaxCPU, &l.MaxMemoryMB, &l.MaxPorts, &l.MaxDomains,
+		&l.DefaultCPU, &l.DefaultMemoryMB, &l.MaxSandboxCPU, &l.MaxSandboxMemoryMB, &allow, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return l, nil
 	}
 	if err != nil {
 		return l, fmt.Errorf("get limits of owner %q: %w", owner, err)
+	}
+	if err := json.Unmarshal([]byte(allow), &l.AllowPrivateCIDRs); err != nil {
+		return l, fmt.Errorf("get limits of owner %q: allow_private_cidrs: %w", owner, err)
+	}
+	if len(l.AllowPrivateCIDRs) == 0 {
+		l.AllowPrivateCIDRs = nil
 	}
 	l.UpdatedAt = fromNanos(updated)
 	return l, nil

@@ -140,7 +140,10 @@ type BuildInfo struct {
 
 // toSandbox renders a store row. withEnv is false for listings.
 func (h *Handler) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool) Sandbox {
-	return h.renderSandbox(h.toolboxBase(r), sb, withEnv)
+	out := h.renderSandbox(h.toolboxBase(r), sb, withEnv)
+	// Env values are secrets to a principal that may not execute.
+	out.Env = sandpit.RedactEnv(r.Context(), out.Env)
+	return out
 }
 
 // renderSandbox renders a store row with the toolbox URL a client reaches the

@@ -273,7 +273,7 @@ func (h *Handler) socketMessage(c *sioConn, sid, pkt string) bool {
 			_ = json.Unmarshal([]byte(rest), &auth)
 		}
 		p, err := h.auth.Principal(h.ctx, auth.Token)
-		if err != nil || !p.Can(sandpit.ScopeSandboxesRead) {
+		if err != nil || !p.May(sandpit.ActionRead) {
 			// The refusal is sent, then the socket closed: a client with a
 			// wrong token has nothing more to do here.
 			c.refuse(`44{"message":"Unauthorized"}`)
@@ -395,6 +395,8 @@ func (h *Handler) announce(ctx context.Context, e service.Event) {
 	}
 	render := func(c *sioConn) Sandbox {
 		sb := h.renderSandbox(c.toolbox, e.Sandbox, true)
+		// A subscriber that may not execute sees env keys, not values.
+		sb.Env = sandpit.RedactEnv(sandpit.WithPrincipal(ctx, c.who), sb.Env)
 		if desired != "" {
 			sb.State, sb.DesiredState = state, desired
 		}

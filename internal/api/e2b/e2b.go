@@ -98,7 +98,14 @@ type Handler struct {
 	cfg  Config
 	log  *slog.Logger
 	mux  *http.ServeMux
+	// routes declares what each control-plane route does; see api.Routes.
+	routes *api.Routes
 }
+
+// Routes lists the control plane's routes, relative to /e2b, and their
+// actions. The sandbox gateway (/e2b/envd) is not among them: it is
+// authenticated by each sandbox's own access token.
+func (h *Handler) Routes() []api.Route { return h.routes.List() }
 
 // New builds the facade over the service (be), deduplicating creates through
 // the service's idempotency engine.
@@ -128,22 +135,27 @@ func New(be Backend, idem *service.Idempotency, cfg Config) *Handler {
 		log:  cfg.Logger.With("surface", "e2b"),
 		mux:  http.NewServeMux(),
 	}
-	m := h.mux
+	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err, "") }, nil)
+	route := h.routes.Handle
 	// The v2 routes are what SDK 2.x calls; the unversioned ones are what
 	// older SDKs (and E2B's own v1 API) call for the same operations.
-	m.HandleFunc("POST /v2/sandboxes", h.create)
-	m.HandleFunc("POST /sandboxes", h.create)
-	m.HandleFunc("GET /v2/sandboxes", h.list)
-	m.HandleFunc("GET /sandboxes", h.listV1)
-	m.HandleFunc("GET /sandboxes/{id}", h.get)
-	m.HandleFunc("DELETE /sandboxes/{id}", h.kill)
-	m.HandleFunc("POST /sandboxes/{id}/timeout", h.setTimeout)
-	m.HandleFunc("POST /sandboxes/{id}/refreshes", h.refresh)
-	m.HandleFunc("POST /v2/sandboxes/{id}/connect", h.connect)
-	m.HandleFunc("POST /sandboxes/{id}/connect", h.connect)
-	m.HandleFunc("POST /sandboxes/{id}/resume", h.resume)
-	m.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
-	m.HandleFunc("GET /sandboxes/{id}/metrics", h.metrics)
+	route("POST /v2/sandboxes", sandpit.ActionManage, h.create)
+	route("POST /sandboxes", sandpit.ActionManage, h.create)
+	route("GET /v2/sandboxes", sandpit.ActionRead, h.list)
+	route("GET /sandboxes", sandpit.ActionRead, h.listV1)
+	// The detail carries the sandbox's envd access token only for a
+	// principal that may execute (see SandboxDetail).
+	route("GET /sandboxes/{id}", sandpit.ActionRead, h.get)
+	route("DELETE /sandboxes/{id}", sandpit.ActionManage, h.kill)
+	route("POST /sandboxes/{id}/timeout", sandpit.ActionManage, h.setTimeout)
+	route("POST /sandboxes/{id}/refreshes", sandpit.ActionManage, h.refresh)
+	// A connect answers with the envd access token, which runs code.
+	route("POST /v2/sandboxes/{id}/connect", sandpit.ActionExecute, h.connect)
+	route("POST /sandboxes/{id}/connect", sandpit.ActionExecute, h.connect)
+	route("POST /sandboxes/{id}/resume", sandpit.ActionManage, h.resume)
+	route("POST /sandboxes/{id}/pause", sandpit.ActionManage, h.pause)
+	route("GET /sandboxes/{id}/metrics", sandpit.ActionRead, h.metrics)
+	m := h.mux
 	// Any other path is an E2B feature sandpit lacks (snapshots, forks,
 	// volumes, network updates, template builds, logs). It answers 501, not
 	// 404: the SDK reads a 404 on a sandbox path as "sandbox not found",

@@ -206,7 +206,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		fail(w, err, id)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, h.detail(sb, state))
+	api.WriteJSON(w, http.StatusOK, h.detail(r.Context(), sb, state))
 }
 
 // kill removes the sandbox whatever its state; the SDK reads a 404 as

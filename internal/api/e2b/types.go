@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -282,6 +284,12 @@ func (h *Handler) listed(sb sandpit.Sandbox, state string) ListedSandbox {
 	}
 }
 
-func (h *Handler) detail(sb sandpit.Sandbox, state string) SandboxDetail {
-	return SandboxDetail{ListedSandbox: h.listed(sb, state), EnvdAccessToken: sb.AccessToken, Domain: h.cfg.Domain}
+// detail renders GET /sandboxes/{id}. The envd access token runs code in
+// the sandbox, so a principal that may only read gets it empty.
+func (h *Handler) detail(ctx context.Context, sb sandpit.Sandbox, state string) SandboxDetail {
+	d := SandboxDetail{ListedSandbox: h.listed(sb, state), Domain: h.cfg.Domain}
+	if api.Permit(ctx, sandpit.ActionExecute) == nil {
+		d.EnvdAccessToken = sb.AccessToken
+	}
+	return d
 }

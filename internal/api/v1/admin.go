@@ -22,17 +22,21 @@ import (
 // A retried create is refused by the unique live name instead (409), and a
 // token whose creation answer was lost is revoked and made again.
 func (h *Handler) adminRoutes() {
-	h.mux.HandleFunc("POST /v1/tokens", h.createToken)
-	h.mux.HandleFunc("GET /v1/tokens", h.listTokens)
-	h.mux.HandleFunc("DELETE /v1/tokens/{name}", h.revokeToken)
-	h.mux.HandleFunc("GET /v1/owners/{owner}/limits", h.getLimits)
-	h.mux.HandleFunc("PUT /v1/owners/{owner}/limits", h.putLimits)
-	h.mux.HandleFunc("GET /v1/audit", h.listAudit)
+	route := h.routes.Handle
+	route("POST /v1/tokens", sandpit.ActionAdmin, h.createToken)
+	route("GET /v1/tokens", sandpit.ActionAdmin, h.listTokens)
+	route("DELETE /v1/tokens/{name}", sandpit.ActionAdmin, h.revokeToken)
+	// An owner reads its own limits; the service refuses another owner's.
+	route("GET /v1/owners/{owner}/limits", sandpit.ActionRead, h.getLimits)
+	route("PUT /v1/owners/{owner}/limits", sandpit.ActionAdmin, h.putLimits)
+	route("GET /v1/audit", sandpit.ActionAdmin, h.listAudit)
 }
 
 // limitsOf converts wire limits to the domain's.
 func limitsOf(l apitypes.Limits, owner string) sandpit.OwnerLimits {
-	return sandpit.OwnerLimits{Owner: owner, MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts, MaxDomains: l.MaxDomains}
+	return sandpit.OwnerLimits{Owner: owner, MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts, MaxDomains: l.MaxDomains,
+		DefaultCPU: l.DefaultCPU, DefaultMemoryMB: l.DefaultMemoryMB, MaxSandboxCPU: l.MaxSandboxCPU, MaxSandboxMemoryMB: l.MaxSandboxMemoryMB,
+		AllowPrivateCIDRs: l.AllowPrivateCIDRs}
 }
 
 func optTime(t time.Time) *time.Time {
@@ -100,7 +104,9 @@ func (h *Handler) writeLimits(w http.ResponseWriter, r *http.Request, owner stri
 		fail(w, err)
 		return
 	}
-	out := apitypes.OwnerLimits{Owner: owner, Limits: apitypes.Limits{MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts, MaxDomains: l.MaxDomains}}
+	out := apitypes.OwnerLimits{Owner: owner, Limits: apitypes.Limits{MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts, MaxDomains: l.MaxDomains,
+		DefaultCPU: l.DefaultCPU, DefaultMemoryMB: l.DefaultMemoryMB, MaxSandboxCPU: l.MaxSandboxCPU, MaxSandboxMemoryMB: l.MaxSandboxMemoryMB,
+		AllowPrivateCIDRs: l.AllowPrivateCIDRs}}
 	out.Usage.Sandboxes, out.Usage.CPU, out.Usage.MemoryMB, out.Usage.Ports = u.Sandboxes, u.CPU, u.MemoryMB, u.Ports
 	out.Usage.Domains = u.Domains
 	api.WriteJSON(w, http.StatusOK, out)

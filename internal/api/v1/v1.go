@@ -2,6 +2,7 @@
 package v1
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -21,39 +22,46 @@ type Handler struct {
 	svc  *service.Service
 	auth *api.Auth
 	mux  *http.ServeMux
+	// routes declares what every route does; the scope check happens when a
+	// route is matched.
+	routes *api.Routes
+	// surfaces are the facades' route lists, for GET /v1/scopes.
+	surfaces []Surface
 }
+
+// Routes lists the native API's routes and their actions.
+func (h *Handler) Routes() []api.Route { return h.routes.List() }
 
 // New builds the /v1 handler. Every route needs "Authorization: Bearer
 // <token>": the daemon's admin token or a personal access token, whose owner
 // scopes everything the request sees and makes.
 func New(svc *service.Service, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler) *Handler {
 	h := &Handler{svc: svc, auth: auth, mux: http.NewServeMux()}
-	if wrap == nil {
-		wrap = func(_ string, f http.HandlerFunc) http.Handler { return f }
-	}
-	route := func(pattern string, f http.HandlerFunc) {
-		h.mux.Handle(pattern, wrap(pattern, f))
-	}
-	route("POST /v1/sandboxes", h.create)
-	route("GET /v1/sandboxes", h.list)
-	route("GET /v1/sandboxes/{id}", h.get)
-	route("DELETE /v1/sandboxes/{id}", h.delete)
-	route("POST /v1/sandboxes/{id}/start", h.start)
-	route("POST /v1/sandboxes/{id}/stop", h.stop)
-	route("POST /v1/sandboxes/{id}/exec", h.exec)
-	route("GET /v1/sandboxes/{id}/files", h.files)
-	route("PUT /v1/sandboxes/{id}/files", h.files)
-	route("/v1/sandboxes/{id}/agent/{rest...}", h.agent)
-	route("POST /v1/sandboxes/{id}/ports", h.expose)
-	route("GET /v1/sandboxes/{id}/ports", h.listPorts)
-	route("DELETE /v1/sandboxes/{id}/ports/{port}", h.unexpose)
-	route("POST /v1/sandboxes/{id}/custom-domains", h.addDomain)
-	route("GET /v1/sandboxes/{id}/custom-domains", h.listDomains)
-	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", h.removeDomain)
-	route("GET /v1/events", h.events)
-	route("GET /v1/debug/state", h.debugState)
+	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) }, wrap)
+	route := h.routes.Handle
+	route("POST /v1/sandboxes", sandpit.ActionManage, h.create)
+	route("GET /v1/sandboxes", sandpit.ActionRead, h.list)
+	route("GET /v1/sandboxes/{id}", sandpit.ActionRead, h.get)
+	route("DELETE /v1/sandboxes/{id}", sandpit.ActionManage, h.delete)
+	route("POST /v1/sandboxes/{id}/start", sandpit.ActionManage, h.start)
+	route("POST /v1/sandboxes/{id}/stop", sandpit.ActionManage, h.stop)
+	route("POST /v1/sandboxes/{id}/exec", sandpit.ActionExecute, h.exec)
+	route("GET /v1/sandboxes/{id}/files", sandpit.ActionReadFiles, h.files)
+	route("PUT /v1/sandboxes/{id}/files", sandpit.ActionWriteFiles, h.files)
+	h.routes.HandleResolved("/v1/sandboxes/{id}/agent/{rest...}", sandpit.ActionExecute,
+		"by agent path: file reads, `Stat`, `ListDir`, watchers and `process.Process/List` read-files; file writes, `MakeDir`, `Move`, `Remove` write-files; `GET health` read; the rest execute",
+		agentAction, h.agent)
+	route("POST /v1/sandboxes/{id}/ports", sandpit.ActionExpose, h.expose)
+	route("GET /v1/sandboxes/{id}/ports", sandpit.ActionRead, h.listPorts)
+	route("DELETE /v1/sandboxes/{id}/ports/{port}", sandpit.ActionExpose, h.unexpose)
+	route("POST /v1/sandboxes/{id}/custom-domains", sandpit.ActionExpose, h.addDomain)
+	route("GET /v1/sandboxes/{id}/custom-domains", sandpit.ActionRead, h.listDomains)
+	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", sandpit.ActionExpose, h.removeDomain)
+	route("GET /v1/events", sandpit.ActionRead, h.events)
+	route("GET /v1/debug/state", sandpit.ActionAdmin, h.debugState)
 	h.adminRoutes()
-	h.mux.HandleFunc("GET /v1/pool", h.poolStatus)
+	route("GET /v1/pool", sandpit.ActionAdmin, h.poolStatus)
+	route("GET /v1/scopes", sandpit.ActionRead, h.scopes)
 	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Problem{Status: http.StatusNotFound, Code: apitypes.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
@@ -94,8 +102,8 @@ func networkPolicy(n *apitypes.Network) sandpit.NetworkPolicy {
 
 // toSandbox renders a sandbox of this node; in a cluster it names the node,
 // so that a user of any node sees where each sandbox lives.
-func (h *Handler) toSandbox(sb sandpit.Sandbox) apitypes.Sandbox {
-	out := apitypes.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), StateReason: sb.StateReason, Labels: sb.Labels, Env: sb.Env,
+func (h *Handler) toSandbox(ctx context.Context, sb sandpit.Sandbox) apitypes.Sandbox {
+	out := apitypes.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), StateReason: sb.StateReason, Labels: sb.Labels, Env: sandpit.RedactEnv(ctx, sb.Env),
 		CPU: sb.CPU, MemoryMB: sb.MemoryMB, CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Node: h.svc.Config().NodeName}
 	if !sb.EndAt.IsZero() {
 		t := sb.EndAt
@@ -139,7 +147,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	crashpoint.Hit(crashpoint.BeforeResponse)
-	api.WriteJSON(w, http.StatusCreated, h.toSandbox(sb))
+	api.WriteJSON(w, http.StatusCreated, h.toSandbox(r.Context(), sb))
 }
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
@@ -173,7 +181,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := apitypes.ListResponse{Sandboxes: make([]apitypes.Sandbox, 0, len(page)), NextPageToken: next}
 	for _, sb := range page {
-		out.Sandboxes = append(out.Sandboxes, h.toSandbox(sb))
+		out.Sandboxes = append(out.Sandboxes, h.toSandbox(r.Context(), sb))
 	}
 	api.WriteJSON(w, http.StatusOK, out)
 }
@@ -184,7 +192,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, h.toSandbox(sb))
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r.Context(), sb))
 }
 
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
@@ -201,7 +209,7 @@ func (h *Handler) start(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, h.toSandbox(sb))
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r.Context(), sb))
 }
 
 func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
@@ -215,7 +223,7 @@ func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, h.toSandbox(sb))
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r.Context(), sb))
 }
 
 func (h *Handler) exec(w http.ResponseWriter, r *http.Request) {
@@ -264,6 +272,30 @@ func (h *Handler) agent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.svc.ForwardToAgent(w, r, addr, "/"+r.PathValue("rest"), token, agentUnreachable)
+}
+
+// agentAction is what a request through the agent passthrough does, by the
+// agent path it names: reading files or listings is a file read, changing
+// them a file write, and anything else (starting or signalling processes,
+// unknown paths) counts as running code.
+func agentAction(r *http.Request) sandpit.Action {
+	rest := r.PathValue("rest")
+	switch rest {
+	case "health":
+		return sandpit.ActionRead
+	case "files":
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			return sandpit.ActionReadFiles
+		}
+		return sandpit.ActionWriteFiles
+	case "filesystem.Filesystem/Stat", "filesystem.Filesystem/ListDir", "filesystem.Filesystem/WatchDir",
+		"filesystem.Filesystem/CreateWatcher", "filesystem.Filesystem/GetWatcherEvents", "filesystem.Filesystem/RemoveWatcher",
+		"process.Process/List":
+		return sandpit.ActionReadFiles
+	case "filesystem.Filesystem/MakeDir", "filesystem.Filesystem/Move", "filesystem.Filesystem/Remove":
+		return sandpit.ActionWriteFiles
+	}
+	return sandpit.ActionExecute
 }
 
 func agentUnreachable(w http.ResponseWriter, err error) {

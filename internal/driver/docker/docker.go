@@ -264,6 +264,16 @@ func (d *Docker) HasRuntime(ctx context.Context, name string) (bool, error) {
 	return ok, nil
 }
 
+// HostResources are the memory (MiB) and CPUs of the engine's host, which
+// bound what a sandbox can be given.
+func (d *Docker) HostResources(ctx context.Context) (memoryMB int64, cpus float64, err error) {
+	info, err := d.cli.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("engine info: %w", err)
+	}
+	return info.MemTotal >> 20, float64(info.NCPU), nil
+}
+
 // DiskQuota says whether the engine can limit a container's writable layer
 // (the "size" storage option) and, when it cannot, why.
 type DiskQuota struct {

@@ -49,6 +49,9 @@ type Network struct {
 	// Managed reports a network sandpit made (label sandpit.managed), which
 	// it may remove again; an operator's network is left alone.
 	Managed bool
+	// Instance is the daemon instance that made it (label sandpit.instance):
+	// only that daemon removes it.
+	Instance string
 	// Created reports that this call made the network.
 	Created bool
 }
@@ -182,7 +185,8 @@ func (d *Docker) InspectNetwork(ctx context.Context, name string) (Network, erro
 	if info.Driver != "bridge" {
 		return Network{}, fmt.Errorf("network %s uses the %q driver: sandboxes need a bridge network", name, info.Driver)
 	}
-	n := Network{ID: info.ID, Name: info.Name, Bridge: info.Options[optBridgeName], Managed: info.Labels[driver.LabelManaged] == "true"}
+	n := Network{ID: info.ID, Name: info.Name, Bridge: info.Options[optBridgeName], Managed: info.Labels[driver.LabelManaged] == "true",
+		Instance: info.Labels[driver.LabelInstance]}
 	if n.Bridge == "" {
 		// Docker's own naming for user-defined bridges.
 		n.Bridge = "br-" + info.ID[:12]

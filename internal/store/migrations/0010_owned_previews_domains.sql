@@ -1,4 +1,4 @@
--- 0009_owned_previews_domains: ports served only with a credential, and an
+-- 0010_owned_previews_domains: ports served only with a credential, and an
 -- owner quota on custom domains.
 --
 -- A Daytona signed preview URL makes its port private: the plain preview

@@ -1,0 +1,142 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/service"
+)
+
+// Route is one pattern a surface serves and the action it performs. Every
+// surface registers its routes through a Routes, so a route cannot be added
+// without saying what it does, and the scope table in docs/tokens.md is
+// checked against the registered list.
+type Route struct {
+	Pattern string
+	// Action is what the route does; for a route whose action depends on
+	// the request (the agent passthrough), Resolve decides and Action is
+	// the strongest action it can resolve to.
+	Action  sandpit.Action
+	Resolve func(*http.Request) sandpit.Action `json:"-"`
+	// Note says, for the documentation, how Resolve decides.
+	Note string
+}
+
+// Routes collects a surface's routes as it registers them on its mux.
+type Routes struct {
+	mux  *http.ServeMux
+	list []Route
+	// deny writes the surface's own error shape for a refused action.
+	deny func(http.ResponseWriter, *http.Request, error)
+	// wrap, when set, wraps each handler (the native API's access to the
+	// matched pattern for OpenAPI checks and metrics).
+	wrap func(pattern string, h http.HandlerFunc) http.Handler
+	// mount is put before each pattern's path on the mux (a facade mounted
+	// under a prefix declares its routes relative to it).
+	mount string
+}
+
+// Mount makes the registry put prefix before every pattern's path on the
+// mux; the route list keeps the patterns as declared.
+func (rs *Routes) Mount(prefix string) *Routes {
+	rs.mount = prefix
+	return rs
+}
+
+func (rs *Routes) prefix(pattern string) string {
+	if rs.mount == "" {
+		return pattern
+	}
+	method, path, ok := strings.Cut(pattern, " ")
+	if !ok {
+		return rs.mount + pattern
+	}
+	return method + " " + rs.mount + path
+}
+
+// NewRoutes returns a registry over mux. deny renders a refusal (it receives
+// an error wrapping service.ErrForbidden).
+func NewRoutes(mux *http.ServeMux, deny func(http.ResponseWriter, *http.Request, error), wrap func(pattern string, h http.HandlerFunc) http.Handler) *Routes {
+	if wrap == nil {
+		wrap = func(_ string, f http.HandlerFunc) http.Handler { return f }
+	}
+	return &Routes{mux: mux, deny: deny, wrap: wrap}
+}
+
+// Handle registers pattern, whose handler runs only for a principal that
+// may perform a.
+func (rs *Routes) Handle(pattern string, a sandpit.Action, f http.HandlerFunc) {
+	rs.register(Route{Pattern: pattern, Action: a}, f)
+}
+
+// HandleResolved registers pattern whose action resolve decides per
+// request; strongest is the most a request can need (for documentation),
+// note says how it is decided.
+func (rs *Routes) HandleResolved(pattern string, strongest sandpit.Action, note string, resolve func(*http.Request) sandpit.Action, f http.HandlerFunc) {
+	rs.register(Route{Pattern: pattern, Action: strongest, Resolve: resolve, Note: note}, f)
+}
+
+func (rs *Routes) register(rt Route, f http.HandlerFunc) {
+	rs.list = append(rs.list, rt)
+	inner := rs.wrap(rt.Pattern, f)
+	// The check comes before the wrapper, so that a refused request claims
+	// no idempotency key and records nothing.
+	guarded := func(w http.ResponseWriter, r *http.Request) {
+		a := rt.Action
+		if rt.Resolve != nil {
+			a = rt.Resolve(r)
+		}
+		if err := Permit(r.Context(), a); err != nil {
+			rs.deny(w, r, err)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}
+	rs.mux.HandleFunc(rs.prefix(rt.Pattern), guarded)
+}
+
+// List returns the registered routes in registration order.
+func (rs *Routes) List() []Route { return append([]Route(nil), rs.list...) }
+
+// Permit returns nil when the principal of ctx may perform a, else an error
+// wrapping service.ErrForbidden that names the scope it would need. A
+// context without a principal is the daemon itself.
+func Permit(ctx context.Context, a sandpit.Action) error {
+	p, ok := sandpit.PrincipalFrom(ctx)
+	if !ok || p.May(a) {
+		return nil
+	}
+	return fmt.Errorf("%w: this token may not %s (that needs scope %s)", service.ErrForbidden, describe(a), ScopeNeeded(a))
+}
+
+// ScopeNeeded is the narrowest scope that grants a.
+func ScopeNeeded(a sandpit.Action) string {
+	for _, s := range []string{sandpit.ScopeSandboxesRead, sandpit.ScopeSandboxesWrite, sandpit.ScopeAdmin} {
+		if sandpit.ScopeGrants(s, a) {
+			return s
+		}
+	}
+	return sandpit.ScopeAdmin
+}
+
+func describe(a sandpit.Action) string {
+	switch a {
+	case sandpit.ActionRead:
+		return "read sandboxes"
+	case sandpit.ActionReadFiles:
+		return "read files in sandboxes"
+	case sandpit.ActionWriteFiles:
+		return "write files in sandboxes"
+	case sandpit.ActionExecute:
+		return "run code in sandboxes"
+	case sandpit.ActionExpose:
+		return "expose sandbox ports"
+	case sandpit.ActionManage:
+		return "create, change or delete sandboxes"
+	}
+	return strings.ReplaceAll(string(a), "-", " ")
+}
