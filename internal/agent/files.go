@@ -155,21 +155,68 @@ func partFilename(part *multipart.Part) string {
 // writeOne writes src to the client path dest, returning the HTTP status to
 // answer with when it fails. The file and any missing parent directories are
 // made as the request's account, so they belong to it and the account's
-// permissions apply; an existing file is truncated and keeps its mode and
-// owner, as with shell redirection. Metadata, when the upload carries any,
-// replaces the file's.
+// permissions apply; an existing file keeps its mode and owner, as with
+// shell redirection. Metadata, when the upload carries any, replaces the
+// file's.
+//
+// The bytes go to a temporary file beside the destination, renamed over it
+// only once the whole body has arrived: an upload that fails or is refused
+// part way (the daemon's size limit cuts the body, the client goes away)
+// leaves neither a partial file nor the directories it made. Only where the
+// account may write the file but not its directory, or the destination is
+// not a regular file (a device, a FIFO), is it written in place.
 func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[string]string) (writtenEntry, int, error) {
 	acc := a.account(r.Context())
 	path := a.resolvePath(r.Context(), dest)
-	var f *os.File
+	var (
+		f       *os.File
+		target  = path // the file the bytes end up in (through a symlink)
+		tmp     string // "" when writing in place
+		madeDir []string
+		kept    map[string]string // the replaced file's metadata, which a rewrite without any keeps
+	)
 	err := acc.as(func() error {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		var err error
+		if madeDir, err = mkdirAllTracked(filepath.Dir(path)); err != nil {
 			return fmt.Errorf("create parent directories of %s: %w", path, err)
 		}
-		var err error
-		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+		if t, err := filepath.EvalSymlinks(path); err == nil {
+			target = t
+		}
+		fi, statErr := os.Stat(target)
+		inPlace := func() error {
+			var err error
+			if f, err = os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+				return fmt.Errorf("open %s: %w", path, err)
+			}
+			return nil
+		}
+		if statErr == nil && !fi.Mode().IsRegular() {
+			return inPlace()
+		}
+		f, err = os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".upload-*")
+		if err != nil {
+			if statErr == nil && errors.Is(err, fs.ErrPermission) {
+				return inPlace()
+			}
+			removeDirs(madeDir)
 			return fmt.Errorf("open %s: %w", path, err)
 		}
+		tmp = f.Name()
+		mode := fs.FileMode(0o644)
+		if statErr == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				// Owner first: a chown clears the set-id bits the chmod
+				// then restores. Only root may give a file away; anyone
+				// else's existing file stays theirs only if they wrote it.
+				_ = f.Chown(int(st.Uid), int(st.Gid))
+			}
+			mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+			if md == nil {
+				kept, _ = readMetadata(target)
+			}
+		}
+		_ = f.Chmod(mode)
 		return nil
 	})
 	if err != nil {
@@ -178,7 +225,34 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 	_, copyErr := io.Copy(f, src)
 	closeErr := f.Close()
 	if err := errors.Join(copyErr, closeErr); err != nil {
+		if tmp != "" {
+			_ = acc.as(func() error {
+				_ = os.Remove(tmp)
+				removeDirs(madeDir)
+				return nil
+			})
+		}
 		return writtenEntry{}, fileErrorStatus(err), fmt.Errorf("write %s: %w", path, err)
+	}
+	if tmp != "" {
+		err := acc.as(func() error {
+			var err error
+			if len(kept) > 0 {
+				err = setMetadata(tmp, kept)
+			}
+			if err == nil {
+				err = os.Rename(tmp, target)
+			}
+			if err != nil {
+				_ = os.Remove(tmp)
+				removeDirs(madeDir)
+				return fmt.Errorf("write %s: %w", path, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return writtenEntry{}, fileErrorStatus(err), err
+		}
 	}
 	var stored map[string]string
 	err = acc.as(func() error {
@@ -195,6 +269,38 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 		return writtenEntry{}, fileErrorStatus(err), err
 	}
 	return writtenEntry{Name: filepath.Base(path), Type: "file", Path: path, Metadata: stored}, 0, nil
+}
+
+// mkdirAllTracked is os.MkdirAll that also returns the directories it made,
+// deepest last, so that a failed upload can take them away again.
+func mkdirAllTracked(dir string) ([]string, error) {
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	for i, j := 0, len(missing)-1; i < j; i, j = i+1, j-1 {
+		missing[i], missing[j] = missing[j], missing[i]
+	}
+	return missing, nil
+}
+
+// removeDirs removes the directories an upload made, deepest first; one
+// that something else has filled in the meantime stays.
+func removeDirs(made []string) {
+	for i := len(made) - 1; i >= 0; i-- {
+		if os.Remove(made[i]) != nil {
+			return
+		}
+	}
 }
 
 // writeFileError answers with the status that matches a filesystem error.

@@ -60,6 +60,17 @@ func forwardedSignals() []os.Signal {
 func Main(ctx context.Context, args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
+	// Root inside the sandbox must not attach to the agent (ptrace, or
+	// /proc/<pid>/mem, environ and fd, which the same check guards) to read
+	// its token or take over its listener. A process that is not dumpable
+	// can be attached to only with CAP_SYS_PTRACE, which sandboxes do not
+	// have. execve makes a process dumpable again, so this runs in every
+	// image of the agent (PID 1 and the server it re-executes), and the
+	// processes the agent starts are dumpable as usual.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		log.Warn("agent: cannot make the process non-dumpable; root in the sandbox may attach to it", "err", err)
+	}
+
 	fset := flag.NewFlagSet("sandpit agent", flag.ContinueOnError)
 	fset.SetOutput(os.Stderr)
 	listen := fset.String("listen", DefaultListen, "address to serve the agent protocol on")

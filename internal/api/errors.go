@@ -7,6 +7,7 @@ package api
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 
 	"github.com/sandpit-dev/sandpit"
@@ -79,7 +80,7 @@ func Classify(err error) Problem {
 	case errors.Is(err, service.ErrEngineTimeout), errors.Is(err, context.DeadlineExceeded):
 		return Problem{http.StatusGatewayTimeout, apitypes.CodeTimeout, msg}
 	case errors.Is(err, service.ErrRuntime), errors.Is(err, service.ErrRouter), errors.Is(err, service.ErrAgentUnhealthy):
-		return Problem{http.StatusBadGateway, apitypes.CodeUpstream, msg}
+		return Problem{http.StatusBadGateway, apitypes.CodeUpstream, upstreamMessage(err)}
 	case errors.Is(err, sandpit.ErrSandboxLost):
 		return Problem{http.StatusGone, apitypes.CodeSandboxLost, msg}
 	case errors.Is(err, sandpit.ErrNoLeader):
@@ -90,6 +91,23 @@ func Classify(err error) Problem {
 		return Problem{http.StatusGatewayTimeout, apitypes.CodeTimeout, msg}
 	}
 	return Problem{http.StatusInternalServerError, apitypes.CodeInternal, msg}
+}
+
+// upstreamMessage is what a caller learns of a failed dependency: which
+// step failed, in the daemon's words, never the engine's or the router's
+// own text, which describes the host (paths, other tenants' containers,
+// the engine's configuration). That text goes to the daemon's log instead.
+func upstreamMessage(err error) string {
+	var ee *service.EngineError
+	switch {
+	case errors.As(err, &ee):
+		slog.Warn("container engine failed", "step", ee.What, "err", ee.Err)
+		return service.ErrRuntime.Error() + ": " + ee.What + " (the engine's error is in the daemon's log)"
+	case errors.Is(err, service.ErrRouter):
+		slog.Warn("router failed", "err", err)
+		return service.ErrRouter.Error() + " (the router's error is in the daemon's log)"
+	}
+	return err.Error()
 }
 
 // RetryAfter is the Retry-After header value (seconds) that goes with a

@@ -272,7 +272,7 @@ func ParsePortRange(s string) (sandpit.PortRange, error) {
 
 // LoadOrCreateToken returns the configured token, or the one stored in
 // <data-dir>/token, generating it (mode 0600) on first start. created reports
-// a fresh token, which the caller prints once.
+// a fresh token; the caller logs where it is stored, never the token.
 func LoadOrCreateToken(dataDir, configured string) (token string, created bool, err error) {
 	if configured != "" {
 		return configured, false, nil
@@ -451,7 +451,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("token: %w", err)
 	}
 	if created {
-		fmt.Fprintf(os.Stderr, "sandpit: generated API token (stored in %s):\n%s\n", filepath.Join(cfg.DataDir, "token"), token)
+		// Never the token itself: logs are collected, shipped and read by
+		// more people than the operator. It is in a file only its owner reads.
+		log.Info("generated the admin token", "stored_in", filepath.Join(cfg.DataDir, "token"))
 	}
 
 	// The instance id labels every container this daemon makes, so that its
@@ -524,7 +526,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("proxy listen %s: %w", cfg.ProxyListen, err)
 		}
 		proxyPort = proxyLn.Addr().(*net.TCPAddr).Port
-		b := newRouter(cfg, log)
+		b := newRouter(cfg, log, token)
 		edg = &edge{Router: b, proxy: b.Handler(), close: b.Close}
 	}
 	closeListeners := func() {

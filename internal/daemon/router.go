@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"context"
+	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
@@ -30,9 +32,15 @@ func tcpBindHost(cfg Config) string {
 	return host
 }
 
-// newRouter builds the builtin router.
-func newRouter(cfg Config, log *slog.Logger) *builtin.Builtin {
-	return builtin.New(builtin.Options{Domain: cfg.Domain, TCPBindHost: tcpBindHost(cfg), Logger: log})
+// newRouter builds the builtin router. adminToken is the daemon's admin
+// token, which, like any personal token, the proxy never hands to a sandbox.
+func newRouter(cfg Config, log *slog.Logger, adminToken string) *builtin.Builtin {
+	return builtin.New(builtin.Options{Domain: cfg.Domain, TCPBindHost: tcpBindHost(cfg), Logger: log,
+		DaemonCredential: func(v string) bool {
+			return strings.HasPrefix(v, service.TokenMarker) || adminToken != "" && subtle.ConstantTimeCompare([]byte(v), []byte(adminToken)) == 1
+		},
+		DaemonOnly: service.DaemonOnlyAgentPath,
+	})
 }
 
 // edge is the router the daemon runs with and what it needs around it: the

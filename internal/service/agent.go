@@ -2,15 +2,22 @@ package service
 
 import (
 	"context"
+	"mime"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
+	"strconv"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit/internal/agent"
+	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
+	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/proto/filesystem/filesystemconnect"
 	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
 )
@@ -69,14 +76,18 @@ func newAgentLink() *agentLink {
 			f := pr.In.Context().Value(forwardKey{}).(*forward)
 			pr.Out.URL = &url.URL{Scheme: "http", Host: f.addr, Path: f.path, RawQuery: pr.In.URL.RawQuery}
 			pr.Out.Host = f.addr
+			// The agent is untrusted: it never sees the daemon's
+			// credentials, cookies or internal headers. Basic auth passes:
+			// the E2B SDK names the process user with it.
+			router.StripForAgent(pr.Out.Header)
 			if f.token != "" {
 				pr.Out.Header.Set("X-Access-Token", f.token)
 			}
-			pr.Out.Header.Del("Authorization")
-			if u := pr.In.Header.Get("Authorization"); strings.HasPrefix(u, "Basic ") {
-				// The E2B SDK names the process user with Basic auth.
-				pr.Out.Header.Set("Authorization", u)
-			}
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			f := resp.Request.Context().Value(forwardKey{}).(*forward)
+			guardRelayed(resp.Header, f.path, resp.Request.Method)
+			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if httpguard.IsTooLarge(err) {
@@ -124,6 +135,12 @@ func (s *Service) AgentHTTP() *http.Client { return s.agents.http }
 // A non-empty token replaces whatever access token the client sent; onError
 // answers when the agent cannot be reached, in the caller's error shape.
 func (s *Service) ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error)) {
+	if _, port, _ := net.SplitHostPort(addr); DaemonOnlyAgentPath(atoiOr0(port), path) {
+		// Only the daemon rotates an agent's token (pool adoption); no
+		// surface passes the call on, whatever token it carries.
+		api404(w)
+		return
+	}
 	// A proxied request body must keep flowing after the response starts:
 	// the agent may answer a streamed RPC before the upload ends, and by
 	// default the server would then drain and close the rest of the body.
@@ -133,4 +150,67 @@ func (s *Service) ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, p
 	httpguard.LiftReadDeadline(w)
 	f := &forward{addr: addr, path: path, token: token, onError: onError}
 	s.agents.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
+}
+
+// DaemonOnlyAgentPath reports whether a request for p on a sandbox's port
+// is one only the daemon makes: the agent's init call, which replaces its
+// access token and environment. Surfaces and the preview proxy refuse it.
+func DaemonOnlyAgentPath(port int, p string) bool {
+	return port == driver.AgentPort && path.Clean("/"+p) == agent.InitPath
+}
+
+func atoiOr0(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+func api404(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = w.Write([]byte(`{"error":{"code":"not_found","message":"not found"}}`))
+}
+
+// relayedTypes are the content types the agent protocol answers with and
+// that no browser renders as a document; any other type a sandbox sends
+// is replaced by application/octet-stream.
+var relayedTypes = map[string]bool{
+	"application/json":          true,
+	"application/connect+json":  true,
+	"application/connect+proto": true,
+	"application/proto":         true,
+	"application/grpc":          true,
+	"application/grpc+proto":    true,
+	"application/grpc+json":     true,
+	"application/octet-stream":  true,
+	"text/plain":                true,
+	"text/event-stream":         true,
+}
+
+// guardRelayed makes a response relayed from a sandbox safe to serve on
+// the API listener, the dashboard's origin. The sandbox is untrusted (root
+// in it can replace its agent), so whatever it sends must never run as a
+// page of this origin: the response is sandboxed by CSP (an opaque origin,
+// no scripts), never sniffed, cannot set cookies here, and a file download
+// is an attachment of type application/octet-stream whatever type the
+// sandbox claimed. Content types the protocol's clients read (JSON, Connect,
+// plain text) pass; the SDKs read bodies, they do not render them.
+func guardRelayed(h http.Header, agentPath, method string) {
+	h.Del("Set-Cookie")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox")
+	if path.Clean("/"+agentPath) == "/files" && (method == http.MethodGet || method == http.MethodHead) {
+		if mt, _, _ := mime.ParseMediaType(h.Get("Content-Type")); mt != "application/json" {
+			// A download (the agent's JSON error bodies keep their type:
+			// the SDKs parse them).
+			h.Set("Content-Type", "application/octet-stream")
+			h.Set("Content-Disposition", "attachment")
+			return
+		}
+	}
+	if mt, _, _ := mime.ParseMediaType(h.Get("Content-Type")); h.Get("Content-Type") != "" && !relayedTypes[mt] {
+		h.Set("Content-Type", "application/octet-stream")
+	}
+	if cd := h.Get("Content-Disposition"); cd != "" && !strings.HasPrefix(strings.ToLower(strings.TrimSpace(cd)), "attachment") {
+		h.Set("Content-Disposition", "attachment")
+	}
 }

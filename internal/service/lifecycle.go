@@ -19,8 +19,28 @@ const stopGrace = 5 * time.Second
 // runtimeErr wraps an engine failure as ErrRuntime while keeping the engine's
 // own error kind (a timeout, a missing container) visible to errors.Is.
 func runtimeErr(what string, err error) error {
-	return fmt.Errorf("%w: %s: %w", ErrRuntime, what, err)
+	return &EngineError{What: what, Err: err}
 }
+
+// EngineError is a failure of the container engine during one step of an
+// operation. Its text holds the engine's own message, for the daemon's log;
+// the API answers with What alone (api.Classify), since the engine's text
+// describes the host (paths, names of other containers, the engine's
+// configuration), not the caller's request.
+type EngineError struct {
+	What string // the step, in the daemon's words ("start container")
+	Err  error  // the engine's error
+}
+
+func (e *EngineError) Error() string {
+	return ErrRuntime.Error() + ": " + e.What + ": " + e.Err.Error()
+}
+
+// Is makes an EngineError an ErrRuntime.
+func (e *EngineError) Is(target error) bool { return target == ErrRuntime }
+
+// Unwrap keeps the engine's error kind visible to errors.Is.
+func (e *EngineError) Unwrap() error { return e.Err }
 
 // startAndAwait starts the container, learns its address, waits for the agent
 // and (re)installs the sandbox's routes, which point at that address. On

@@ -86,7 +86,7 @@ func (s *Service) applyFirewall(ctx context.Context, sb sandpit.Sandbox, ip stri
 		return err
 	}
 	if err := s.cfg.Firewall.Apply(ctx, sb.ID, addr, p); err != nil {
-		return fmt.Errorf("%w: %v", ErrRuntime, err)
+		return runtimeErr("apply the sandbox's firewall rules", err)
 	}
 	return nil
 }

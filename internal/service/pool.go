@@ -193,7 +193,7 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 		t0 = time.Now()
 		c, err := s.rt.Inspect(ctx, slot.ContainerID)
 		if err != nil {
-			return true, fmt.Errorf("%w: inspect pooled container: %v", ErrRuntime, err)
+			return true, runtimeErr("inspect pooled container", err)
 		}
 		ip = c.IP
 		phase(ctx, "engine", t0)

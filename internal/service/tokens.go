@@ -32,6 +32,10 @@ const (
 	lastUsedEvery = time.Minute
 )
 
+// TokenMarker starts every personal access token, so that other parts of
+// the daemon (the preview proxy) can recognise one without a lookup.
+const TokenMarker = tokenMarker
+
 var (
 	ownerRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$`)
 	tokenNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$`)
@@ -83,6 +87,11 @@ func (s *Service) CreateToken(ctx context.Context, req TokenRequest) (_ CreatedT
 	}
 	if !ownerRE.MatchString(req.Owner) {
 		return CreatedToken{}, invalidf("owner must be 1-128 letters, digits, '_', '.', '@' or '-'")
+	}
+	if strings.EqualFold(req.Owner, sandpit.AdminOwner) {
+		// The admin token's owner sees every admin-made sandbox and its
+		// environment; a personal token never shares it.
+		return CreatedToken{}, invalidf("owner %q is reserved for the daemon's admin token", req.Owner)
 	}
 	if len(req.Scopes) == 0 {
 		req.Scopes = []string{sandpit.ScopeSandboxesWrite}

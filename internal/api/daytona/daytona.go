@@ -196,6 +196,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveSocket(w, r)
 		return
 	}
+	// Toolbox answers carry what a sandbox wrote (files, command output)
+	// on the API origin, which is the dashboard's: never sniffed, never a
+	// page with this origin's rights.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "sandbox")
 	r, err := h.auth.Authorize(r, api.BearerToken(r))
 	if err != nil {
 		writeProblem(w, r, err)

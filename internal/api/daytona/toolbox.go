@@ -441,6 +441,8 @@ func (h *Handler) bulkDownload(w http.ResponseWriter, r *http.Request) {
 	}
 	mw := multipart.NewWriter(w)
 	w.Header().Set("Content-Type", mw.FormDataContentType())
+	// The parts are a sandbox's files: a browser saves them, never shows them.
+	w.Header().Set("Content-Disposition", "attachment")
 	w.WriteHeader(http.StatusOK)
 	for _, p := range req.Paths {
 		if err := h.downloadPart(r.Context(), mw, agent.Addr, agent.Token, p); err != nil {

@@ -54,8 +54,11 @@ const (
 // (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID, SETPCAP,
 // NET_BIND_SERVICE) is enough for a root shell, package managers and the agent
 // switching to another user; what goes is raw sockets, device nodes, chroot,
-// audit and file capabilities.
-var droppedCaps = []string{"NET_RAW", "MKNOD", "SYS_CHROOT", "AUDIT_WRITE", "SETFCAP"}
+// audit and file capabilities. SYS_PTRACE is not in Docker's default set;
+// it is dropped by name so that no engine default can give it back: without
+// it root in the sandbox cannot attach to the agent, which makes itself
+// non-dumpable.
+var droppedCaps = []string{"NET_RAW", "MKNOD", "SYS_CHROOT", "AUDIT_WRITE", "SETFCAP", "SYS_PTRACE"}
 
 // Options configures New.
 type Options struct {

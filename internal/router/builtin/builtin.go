@@ -33,6 +33,15 @@ type Options struct {
 	// TCPBindHost is the address TCP exposures listen on.
 	TCPBindHost string
 	Logger      *slog.Logger
+	// DaemonCredential reports whether a value presented in Authorization
+	// or X-Api-Key is one of the daemon's own tokens; such headers are
+	// removed before a request reaches a sandbox (see
+	// router.StripForPreview). Nil removes none of them.
+	DaemonCredential func(string) bool
+	// DaemonOnly reports whether a request for path on a sandbox's port
+	// is one only the daemon may make (the agent's init call, which
+	// rotates its token); the proxy answers those 404. Nil refuses none.
+	DaemonOnly func(port int, path string) bool
 }
 
 // Builtin routes HTTP by Host and forwards TCP host ports.
@@ -283,6 +292,10 @@ func (b *Builtin) Handler() http.Handler {
 		// Credentials meant for the proxy stay here.
 		r.Header.Del(router.TrafficTokenHeader)
 		r.Header.Del(router.PreviewTokenHeader)
+		if b.opts.DaemonOnly != nil && b.opts.DaemonOnly(rt.Port, r.URL.Path) {
+			http.Error(w, "sandpit: not found", http.StatusNotFound)
+			return
+		}
 		// The exchange streams for as long as the sandbox's server wants;
 		// the body-size bound still applies.
 		httpguard.LiftReadDeadline(w)
@@ -296,6 +309,9 @@ func (b *Builtin) Handler() http.Handler {
 				pr.SetURL(&url.URL{Scheme: "http", Host: rt.Upstream})
 				pr.Out.Host = r.Host
 				pr.SetXForwarded()
+				// The sandbox's server is untrusted: it never sees the
+				// daemon's credentials or internal headers.
+				router.StripForPreview(pr.Out.Header, b.opts.DaemonCredential)
 			},
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 				http.Error(w, "sandpit: sandbox port unreachable: "+err.Error(), http.StatusBadGateway)
