@@ -473,6 +473,7 @@ type OwnerLimits struct {
 	MaxCPU       float64 // total cores over the owner's sandboxes
 	MaxMemoryMB  int64   // total MiB over the owner's sandboxes
 	MaxPorts     int64   // exposed ports over the owner's sandboxes
+	MaxDomains   int64   // custom hostnames over the owner's sandboxes
 	// Per-sandbox defaults (a create naming no cpu or memory gets them) and
 	// caps (a create asking for more is refused); 0 leaves the daemon's.
 	DefaultCPU         float64
@@ -488,7 +489,7 @@ type OwnerLimits struct {
 
 // Unlimited reports whether no limit is set.
 func (l OwnerLimits) Unlimited() bool {
-	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0 &&
+	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0 && l.MaxDomains == 0 &&
 		l.DefaultCPU == 0 && l.DefaultMemoryMB == 0 && l.MaxSandboxCPU == 0 && l.MaxSandboxMemoryMB == 0 &&
 		len(l.AllowPrivateCIDRs) == 0
 }

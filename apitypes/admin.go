@@ -8,6 +8,7 @@ type Limits struct {
 	MaxCPU       float64 `json:"max_cpu"`
 	MaxMemoryMB  int64   `json:"max_memory_mb"`
 	MaxPorts     int64   `json:"max_ports"`
+	MaxDomains   int64   `json:"max_domains"`
 	// Per-sandbox defaults and caps; 0 leaves the daemon's.
 	DefaultCPU         float64 `json:"default_cpu,omitempty"`
 	DefaultMemoryMB    int64   `json:"default_memory_mb,omitempty"`
@@ -20,7 +21,7 @@ type Limits struct {
 
 // IsZero reports limits with nothing set.
 func (l Limits) IsZero() bool {
-	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0 &&
+	return l.MaxSandboxes == 0 && l.MaxCPU == 0 && l.MaxMemoryMB == 0 && l.MaxPorts == 0 && l.MaxDomains == 0 &&
 		l.DefaultCPU == 0 && l.DefaultMemoryMB == 0 && l.MaxSandboxCPU == 0 && l.MaxSandboxMemoryMB == 0 &&
 		len(l.AllowPrivateCIDRs) == 0
 }
@@ -61,6 +62,7 @@ type Usage struct {
 	CPU       float64 `json:"cpu"`
 	MemoryMB  int64   `json:"memory_mb"`
 	Ports     int64   `json:"ports"`
+	Domains   int64   `json:"domains"`
 }
 
 // OwnerLimits is the body of GET and PUT /v1/owners/{owner}/limits answers.

@@ -561,9 +561,9 @@ func TestIdempotencyKeyOnOtherRoutes(t *testing.T) {
 		status                   int
 	}{
 		{"expose", http.MethodPost, base + "/ports", `{"port": 8080}`, http.StatusCreated},
-		{"unexpose", http.MethodDelete, base + "/ports/8080", ``, http.StatusNoContent},
 		{"add domain", http.MethodPost, base + "/custom-domains", `{"hostname": "app.example.test", "port": 8080}`, http.StatusCreated},
 		{"remove domain", http.MethodDelete, base + "/custom-domains/app.example.test", ``, http.StatusNoContent},
+		{"unexpose", http.MethodDelete, base + "/ports/8080", ``, http.StatusNoContent},
 		{"stop", http.MethodPost, base + "/stop", ``, http.StatusOK},
 		{"start", http.MethodPost, base + "/start", ``, http.StatusOK},
 		{"delete", http.MethodDelete, base, ``, http.StatusNoContent},

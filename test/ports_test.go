@@ -458,6 +458,7 @@ func TestCustomDomainRace(t *testing.T) {
 	ids := [2]string{newSandbox(t, ctx, c), newSandbox(t, ctx, c)}
 	for i, id := range ids {
 		startHTTPD(t, ctx, c, id, 8080, "page of sandbox "+strconv.Itoa(i))
+		mustExpose(t, ctx, d, id, 8080, "http", http.StatusCreated)
 	}
 
 	const rounds = 5
@@ -723,7 +724,9 @@ func TestExposeBadInput(t *testing.T) {
 	// The one host port of the pool is still free.
 	mustExpose(t, ctx, d, id, 9000, "tcp", http.StatusCreated)
 
-	// Upper case is not an error: the hostname is lower-cased.
+	// Upper case is not an error: the hostname is lower-cased. A domain
+	// targets an exposed port only.
+	mustExpose(t, ctx, d, id, 8080, "http", http.StatusCreated)
 	status, dom, code, err := addDomain(ctx, d, id, "Shop.Example.COM", 8080)
 	if err != nil || status != http.StatusCreated || dom.Hostname != "shop.example.com" {
 		t.Fatalf("upper-case hostname: %d %s %+v %v, want 201 shop.example.com", status, code, dom, err)
@@ -830,6 +833,7 @@ func TestDeleteSandboxFreesPortsAndRoutes(t *testing.T) {
 	if p := mustExpose(t, ctx, d, other, 9000, "tcp", http.StatusCreated); p.HostPort != echo.HostPort {
 		t.Fatalf("the pool's one port is %d, the next sandbox got %d", echo.HostPort, p.HostPort)
 	}
+	mustExpose(t, ctx, d, other, 8080, "http", http.StatusCreated)
 	if status, _, code, err := addDomain(ctx, d, other, "doomed.example.test", 8080); err != nil || status != http.StatusCreated {
 		t.Fatalf("hostname after its sandbox was deleted: %d %s %v, want 201", status, code, err)
 	}

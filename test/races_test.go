@@ -98,6 +98,9 @@ func TestRaces(t *testing.T) {
 	})
 	t.Run("delete vs custom domain", func(t *testing.T) {
 		deleteRace(t, func(d *harness.Daemon, id string, i int) {
+			// A domain targets an exposed port: the exposure comes first.
+			r, err := expose(ctx, d, id, 3000, "http")
+			okStatus(t, "expose http", r.status, r.code, err, http.StatusCreated, http.StatusNotFound)
 			st, _, code, err := addDomain(ctx, d, id, fmt.Sprintf("race-%d.example.test", i), 3000)
 			okStatus(t, "add domain", st, code, err, http.StatusCreated, http.StatusNotFound)
 		})

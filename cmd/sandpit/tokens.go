@@ -86,6 +86,7 @@ func tokenCmd(e *cliEnv) *cobra.Command {
 	f.Float64Var(&limits.MaxCPU, "max-cpu", 0, "owner quota: total CPU cores (0: unlimited)")
 	f.Int64Var(&limits.MaxMemoryMB, "max-memory", 0, "owner quota: total memory in MiB (0: unlimited)")
 	f.Int64Var(&limits.MaxPorts, "max-ports", 0, "owner quota: exposed ports (0: unlimited)")
+	f.Int64Var(&limits.MaxDomains, "max-domains", 0, "owner quota: custom domains (0: unlimited)")
 	policyFlags(f, &limits)
 	_ = create.MarkFlagRequired("name")
 
@@ -144,16 +145,17 @@ func ownerCmd(e *cliEnv) *cobra.Command {
 	cmd := &cobra.Command{Use: "owner", Short: "Show or set an owner's quotas"}
 	var l client.Limits
 	show := func(cmd *cobra.Command, ol client.OwnerLimits) {
-		fmt.Fprintf(cmd.OutOrStdout(), "owner %s\n  sandboxes %d / %s\n  cpu       %g / %s\n  memory_mb %d / %s\n  ports     %d / %s\n",
+		fmt.Fprintf(cmd.OutOrStdout(), "owner %s\n  sandboxes %d / %s\n  cpu       %g / %s\n  memory_mb %d / %s\n  ports     %d / %s\n  domains   %d / %s\n",
 			ol.Owner, ol.Usage.Sandboxes, limitStr(float64(ol.Limits.MaxSandboxes)), ol.Usage.CPU, limitStr(ol.Limits.MaxCPU),
-			ol.Usage.MemoryMB, limitStr(float64(ol.Limits.MaxMemoryMB)), ol.Usage.Ports, limitStr(float64(ol.Limits.MaxPorts)))
+			ol.Usage.MemoryMB, limitStr(float64(ol.Limits.MaxMemoryMB)), ol.Usage.Ports, limitStr(float64(ol.Limits.MaxPorts)),
+			ol.Usage.Domains, limitStr(float64(ol.Limits.MaxDomains)))
 		l := ol.Limits
 		fmt.Fprintf(cmd.OutOrStdout(), "  per sandbox: cpu default %s max %s, memory_mb default %s max %s\n  private ranges: %s\n",
 			defaultStr(l.DefaultCPU), defaultStr(l.MaxSandboxCPU), defaultStr(float64(l.DefaultMemoryMB)), defaultStr(float64(l.MaxSandboxMemoryMB)),
 			privateStr(l.AllowPrivateCIDRs))
 	}
 	set := &cobra.Command{
-		Use:   "limits OWNER [--max-sandboxes N] [--max-cpu C] [--max-memory MiB] [--max-ports N] [--max-sandbox-memory MiB] [--allow-private CIDR...]",
+		Use:   "limits OWNER [--max-sandboxes N] [--max-cpu C] [--max-memory MiB] [--max-ports N] [--max-domains N] [--max-sandbox-memory MiB] [--allow-private CIDR...]",
 		Short: "Show an owner's quotas and usage; with flags, change the quotas named (admin)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -193,6 +195,7 @@ func ownerCmd(e *cliEnv) *cobra.Command {
 	f.Float64Var(&l.MaxCPU, "max-cpu", 0, "total CPU cores (0: unlimited)")
 	f.Int64Var(&l.MaxMemoryMB, "max-memory", 0, "total memory in MiB (0: unlimited)")
 	f.Int64Var(&l.MaxPorts, "max-ports", 0, "exposed ports (0: unlimited)")
+	f.Int64Var(&l.MaxDomains, "max-domains", 0, "custom domains (0: unlimited)")
 	policyFlags(f, &l)
 	cmd.AddCommand(set)
 	return cmd
@@ -206,6 +209,7 @@ func limitFields(dst, src *client.Limits) map[string]func() {
 		"max-cpu":            func() { dst.MaxCPU = src.MaxCPU },
 		"max-memory":         func() { dst.MaxMemoryMB = src.MaxMemoryMB },
 		"max-ports":          func() { dst.MaxPorts = src.MaxPorts },
+		"max-domains":        func() { dst.MaxDomains = src.MaxDomains },
 		"default-cpu":        func() { dst.DefaultCPU = src.DefaultCPU },
 		"default-memory":     func() { dst.DefaultMemoryMB = src.DefaultMemoryMB },
 		"max-sandbox-cpu":    func() { dst.MaxSandboxCPU = src.MaxSandboxCPU },

@@ -67,6 +67,8 @@ func Classify(err error) Problem {
 		// A retry racing its own first attempt: the request is being done,
 		// by another attempt. Never a server fault.
 		return Problem{http.StatusConflict, apitypes.CodeConflict, msg}
+	case errors.Is(err, service.ErrPortInUse):
+		return Problem{http.StatusConflict, apitypes.CodeConflict, msg}
 	case errors.Is(err, service.ErrProtocolConflict):
 		return Problem{http.StatusConflict, apitypes.CodeProtocolConflict, msg}
 	case errors.Is(err, service.ErrPortForbidden):

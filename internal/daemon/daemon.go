@@ -70,6 +70,17 @@ type Config struct {
 	PreviewTLS      bool
 	CaddyInternalCA bool
 
+	// Custom hostnames: ReservedHostnames are names (or "*.suffix") no
+	// sandbox may bind, besides the daemon's own; CustomDomainSuffixes,
+	// when set, are the only suffixes non-admin owners may bind under;
+	// CustomDomainVerify "txt" asks non-admin owners for a TXT record
+	// proving the name is theirs, looked up at CustomDomainResolver
+	// (host:port; default the system's resolver).
+	ReservedHostnames    []string
+	CustomDomainSuffixes []string
+	CustomDomainVerify   string
+	CustomDomainResolver string
+
 	E2BPendingTTL        time.Duration
 	E2BReplayWindow      time.Duration
 	IdempotencyWait      time.Duration
@@ -588,7 +599,16 @@ func Run(ctx context.Context, cfg Config) error {
 		previewKey = hex.EncodeToString(cl.PreviewKey())
 	}
 
+	domains, err := domainPolicy(cfg, previewKey)
+	if err != nil {
+		closeListeners()
+		return err
+	}
+	if edg.caddy != nil {
+		domains.HostTaken = edg.caddy.HostTaken
+	}
 	svc = service.New(service.Config{
+		Domains:      domains,
 		DefaultImage: cfg.DefaultImage,
 		Templates:    cfg.Templates,
 		WarmPool:     pool,

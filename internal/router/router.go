@@ -30,6 +30,10 @@ const (
 // route that requires one (E2B's header name).
 const TrafficTokenHeader = "E2b-Traffic-Access-Token"
 
+// PreviewTokenHeader carries a private port's preview token to its KindHTTP
+// route (Daytona's header name).
+const PreviewTokenHeader = "X-Daytona-Preview-Token"
+
 // Route is one installed route. Upstream is "ip:port" inside the sandbox.
 type Route struct {
 	Kind      Kind
@@ -38,9 +42,20 @@ type Route struct {
 	HostPort  int    // KindTCP only
 	Hostname  string // KindDomain only
 	Upstream  string
-	// TrafficToken, on a KindAnyPort route, must be presented in
-	// TrafficTokenHeader; empty means the ports are public.
+	// TrafficToken, when set, must be presented in the TokenHeader header
+	// (TrafficTokenHeader when that is empty): on a KindAnyPort route the
+	// E2B traffic token, on a KindHTTP route a private port's preview token.
+	// Empty means the route is public.
 	TrafficToken string
+	TokenHeader  string
+}
+
+// Header is the header a route's TrafficToken is presented in.
+func (r Route) Header() string {
+	if r.TokenHeader != "" {
+		return r.TokenHeader
+	}
+	return TrafficTokenHeader
 }
 
 // Key identifies a route for installation and removal. Installing a route with

@@ -55,6 +55,9 @@ type specRevocation struct {
 type specPort struct {
 	Port     int    `json:"port"`
 	Protocol string `json:"protocol"`
+	// Private: the port is served only with a credential (a Daytona signed
+	// preview URL was made for it), and comes back so.
+	Private bool `json:"private,omitempty"`
 }
 
 type specDomain struct {
@@ -102,8 +105,13 @@ func (s *Service) writeSpec(ctx context.Context, id string, user *string) error 
 	if err != nil {
 		return err
 	}
+	private, err := s.store.ListPrivatePorts(ctx, id)
+	if err != nil {
+		return err
+	}
 	for _, p := range ports {
-		spec.Ports = append(spec.Ports, specPort{Port: p.Port, Protocol: p.Protocol})
+		_, priv := private[p.Port]
+		spec.Ports = append(spec.Ports, specPort{Port: p.Port, Protocol: p.Protocol, Private: priv})
 	}
 	domains, err := s.store.ListCustomDomains(ctx, id)
 	if err != nil {
@@ -386,7 +394,13 @@ func (s *Service) recreate(ctx context.Context, p cluster.Placement) error {
 		}
 	}
 	for _, port := range spec.Ports {
-		if _, err := s.ExposePort(ctx, p.SandboxID, port.Port, port.Protocol); err != nil {
+		var err error
+		if port.Private && port.Protocol == ProtoHTTP {
+			_, _, err = s.ExposePrivatePort(ctx, p.SandboxID, port.Port)
+		} else {
+			_, err = s.ExposePort(ctx, p.SandboxID, port.Port, port.Protocol)
+		}
+		if err != nil {
 			return fmt.Errorf("expose %d/%s: %w", port.Port, port.Protocol, err)
 		}
 	}

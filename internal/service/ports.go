@@ -37,6 +37,16 @@ func portRoute(p sandpit.ExposedPort, ip string) router.Route {
 	return router.Route{Kind: router.KindHTTP, SandboxID: p.SandboxID, Port: p.Port, Upstream: upstream(ip, p.Port)}
 }
 
+// privateRoute makes r a route that serves only requests carrying the port's
+// preview token (a private port's; see MarkPortPrivate); an empty token
+// leaves it public.
+func privateRoute(r router.Route, token string) router.Route {
+	if token != "" {
+		r.TrafficToken, r.TokenHeader = token, router.PreviewTokenHeader
+	}
+	return r
+}
+
 func domainRoute(d sandpit.CustomDomain, ip string) router.Route {
 	return router.Route{Kind: router.KindDomain, SandboxID: d.SandboxID, Port: d.Port, Hostname: d.Hostname, Upstream: upstream(ip, d.Port)}
 }
@@ -75,6 +85,28 @@ func (s *Service) tcpURL(hostPort int) string {
 // concurrent retry has installed it meanwhile: a row another caller
 // installed, or answered success for, is not ours to undo (claimAndInstall).
 func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol string) (out ExposeResult, err error) {
+	out, _, err = s.exposePort(ctx, id, port, protocol, false)
+	return out, err
+}
+
+// ExposePrivatePort exposes an HTTP port whose plain preview hosts
+// (<id>-<port> and <port>-<id> under the domain) serve only requests that
+// carry the returned preview token in router.PreviewTokenHeader; signed
+// preview URLs (Daytona's) are the other way in. A port exposed publicly
+// before becomes private; a private port stays private until it is
+// unexposed, and keeps its token.
+func (s *Service) ExposePrivatePort(ctx context.Context, id string, port int) (ExposeResult, string, error) {
+	return s.exposePort(ctx, id, port, ProtoHTTP, true)
+}
+
+// PreviewToken returns the preview token of a private port; "" when the
+// port is public or not exposed.
+func (s *Service) PreviewToken(ctx context.Context, id string, port int) (string, error) {
+	tok, _, err := s.store.PrivatePortToken(ctx, id, port)
+	return tok, err
+}
+
+func (s *Service) exposePort(ctx context.Context, id string, port int, protocol string, private bool) (out ExposeResult, token string, err error) {
 	defer s.specChanged(ctx, id, &err)
 	defer func() {
 		if !out.Reuse {
@@ -82,27 +114,27 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 		}
 	}()
 	if port < 1 || port > 65535 {
-		return ExposeResult{}, invalidf("port must be between 1 and 65535")
+		return ExposeResult{}, "", invalidf("port must be between 1 and 65535")
 	}
 	if port == driver.AgentPort {
-		return ExposeResult{}, invalidf("port %d is reserved for the sandbox agent", port)
+		return ExposeResult{}, "", invalidf("port %d is reserved for the sandbox agent", port)
 	}
 	if protocol == "" {
 		protocol = ProtoHTTP
 	}
 	if protocol != ProtoHTTP && protocol != ProtoTCP {
-		return ExposeResult{}, invalidf("protocol must be %q or %q", ProtoHTTP, ProtoTCP)
+		return ExposeResult{}, "", invalidf("protocol must be %q or %q", ProtoHTTP, ProtoTCP)
 	}
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
-		return ExposeResult{}, err
+		return ExposeResult{}, "", err
 	}
 	defer unlock()
 	if sb.State == sandpit.StateDeleting {
-		return ExposeResult{}, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
+		return ExposeResult{}, "", fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
 	}
 	if err := s.checkPortQuota(ctx, sb, port); err != nil {
-		return ExposeResult{}, err
+		return ExposeResult{}, "", err
 	}
 	now := s.now()
 	want := sandpit.ExposedPort{SandboxID: id, Port: port, Protocol: protocol, CreatedAt: now}
@@ -126,6 +158,20 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 			return claimOutcome{}, fmt.Errorf("%w: port %d is exposed as %s; unexpose it first", ErrProtocolConflict, port, row.Protocol)
 		}
 		out := claimOutcome{inserted: !reused}
+		// The mark comes before the route is installed, so a private
+		// port is never served without its token, not even for a moment;
+		// a public expose of a private port keeps the token on its route.
+		if private {
+			token, err = s.store.MarkPortPrivate(ctx, id, port, newToken(), now)
+		} else if protocol == ProtoHTTP {
+			token, _, err = s.store.PrivatePortToken(ctx, id, port)
+		}
+		if err != nil {
+			if !reused {
+				s.deletePortRow(ctx, id, port)
+			}
+			return claimOutcome{}, err
+		}
 		if sb.State == sandpit.StateRunning && s.router != nil {
 			ip, ierr := s.sandboxIP(ctx, id)
 			if ierr != nil {
@@ -134,18 +180,47 @@ func (s *Service) ExposePort(ctx context.Context, id string, port int, protocol 
 				}
 				return claimOutcome{}, fmt.Errorf("%w: install route for port %d: %v", ErrRouter, port, ierr)
 			}
-			out.install, out.route = true, portRoute(row, ip)
+			out.install, out.route = true, privateRoute(portRoute(row, ip), token)
 		}
 		return out, nil
 	}
 	claimed, err, ierr := s.claimAndInstall(ctx, portKey(id, port), claim, func(ctx context.Context) { s.deletePortRow(ctx, id, port) })
 	if err != nil {
-		return ExposeResult{}, err
+		return ExposeResult{}, "", err
 	}
 	if ierr != nil {
-		return ExposeResult{}, fmt.Errorf("%w: install route for port %d: %v", ErrRouter, port, ierr)
+		return ExposeResult{}, "", fmt.Errorf("%w: install route for port %d: %v", ErrRouter, port, ierr)
 	}
-	return ExposeResult{Port: row, Reuse: !claimed.inserted}, nil
+	if private && sb.State == sandpit.StateRunning && s.router != nil {
+		// Custom domains of the port were public until now.
+		if err := s.privateDomainRoutes(ctx, id, port, token); err != nil {
+			return ExposeResult{}, "", err
+		}
+	}
+	return ExposeResult{Port: row, Reuse: !claimed.inserted}, token, nil
+}
+
+// privateDomainRoutes reinstalls the routes of the custom domains of a port
+// that has just become private, with its token. Called with the sandbox's
+// lock held.
+func (s *Service) privateDomainRoutes(ctx context.Context, id string, port int, token string) error {
+	domains, err := s.store.ListCustomDomains(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, d := range domains {
+		if d.Port != port {
+			continue
+		}
+		ip, err := s.sandboxIP(ctx, id)
+		if err != nil {
+			return fmt.Errorf("%w: install route for %s: %v", ErrRouter, d.Hostname, err)
+		}
+		if err := s.router.Install(ctx, privateRoute(domainRoute(d, ip), token)); err != nil {
+			return fmt.Errorf("%w: install route for %s: %v", ErrRouter, d.Hostname, err)
+		}
+	}
+	return nil
 }
 
 func portKey(id string, port int) string { return "port:" + id + ":" + strconv.Itoa(port) }
@@ -175,6 +250,14 @@ func (s *Service) UnexposePort(ctx context.Context, id string, port int) (err er
 	row, err := s.store.GetPort(ctx, id, port)
 	if err != nil {
 		return err
+	}
+	// A custom domain rides on its port's exposure (that is what max_ports
+	// counts); removing the exposure under it would leave the domain
+	// serving a port nothing counts.
+	if n, err := s.store.CountPortDomains(ctx, id, port); err != nil {
+		return err
+	} else if n > 0 {
+		return fmt.Errorf("%w: port %d of sandbox %s has %d custom domain(s); remove them first", ErrPortInUse, port, id, n)
 	}
 	return s.removeThenDelete(ctx, portKey(id, port), portRoute(row, ""), func() error { return s.store.DeletePort(ctx, id, port) })
 }
@@ -250,11 +333,8 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	if err != nil {
 		return sandpit.CustomDomain{}, false, err
 	}
-	// The proxy looks custom hostnames up before preview hosts, so a custom
-	// hostname under the preview domain would let one sandbox take over
-	// another's preview URL.
-	if strings.HasSuffix(h, "."+s.cfg.Domain) {
-		return sandpit.CustomDomain{}, false, invalidf("hostname %q is under the preview domain %q", h, s.cfg.Domain)
+	if err := s.checkHostnameStatic(h); err != nil {
+		return sandpit.CustomDomain{}, false, err
 	}
 	if port < 1 || port > 65535 {
 		return sandpit.CustomDomain{}, false, invalidf("port must be between 1 and 65535")
@@ -271,6 +351,9 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	defer unlock()
 	if sb.State == sandpit.StateDeleting {
 		return sandpit.CustomDomain{}, false, fmt.Errorf("sandbox %s is being deleted: %w", id, sandpit.ErrNotFound)
+	}
+	if err := s.checkDomainBind(ctx, sb, h, port); err != nil {
+		return sandpit.CustomDomain{}, false, err
 	}
 	// The cluster decides the hostname first; this store records it after.
 	if err := s.clusterBind(ctx, id, h); err != nil {
@@ -298,7 +381,15 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 				}
 				return claimOutcome{}, fmt.Errorf("%w: install route for %s: %v", ErrRouter, h, ierr)
 			}
-			out.install, out.route = true, domainRoute(d, ip)
+			// A domain of a private port is private too.
+			tok, _, terr := s.store.PrivatePortToken(ctx, id, d.Port)
+			if terr != nil {
+				if out.inserted {
+					rollback(ctx)
+				}
+				return claimOutcome{}, terr
+			}
+			out.install, out.route = true, privateRoute(domainRoute(d, ip), tok)
 		}
 		return out, nil
 	}
@@ -389,14 +480,22 @@ func (s *Service) checkPortQuota(ctx context.Context, sb sandpit.Sandbox, port i
 
 // CheckPortAccess decides whether a request through the E2B gateway may
 // reach port of sandbox sb: the agent's port always (the agent checks its own
-// token), an exposed port always, and any other port only as the sandbox's
-// port-access policy says (public, or with its traffic token). A refusal is
-// ErrPortForbidden.
+// token), an exposed port always unless it is private (then only with its
+// preview token), and any other port only as the sandbox's port-access
+// policy says (public, or with its traffic token). trafficToken is the
+// credential the request presented. A refusal is ErrPortForbidden.
 func (s *Service) CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error {
 	if port == driver.AgentPort {
 		return nil
 	}
 	if _, err := s.store.GetPort(ctx, sb.ID, port); err == nil {
+		tok, private, err := s.store.PrivatePortToken(ctx, sb.ID, port)
+		if err != nil {
+			return err
+		}
+		if private && subtle.ConstantTimeCompare([]byte(trafficToken), []byte(tok)) != 1 {
+			return fmt.Errorf("%w: port %d of sandbox %s is private: it needs its preview token in the %s header", ErrPortForbidden, port, sb.ID, router.PreviewTokenHeader)
+		}
 		return nil
 	} else if !errors.Is(err, sandpit.ErrNotFound) {
 		return err

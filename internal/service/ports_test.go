@@ -478,6 +478,10 @@ func TestCustomDomainRollbackOnRouterFailure(t *testing.T) {
 	id := r.sandbox(t, ctx)
 	const host = "rollback.example.test"
 	viaHost := sandpit.ExposedPort{SandboxID: id, Protocol: service.ProtoHTTP, PublicURL: "http://" + host}
+	// A domain targets an exposed port only.
+	if _, err := r.svc.ExposePort(ctx, id, 8080, service.ProtoHTTP); err != nil {
+		t.Fatal(err)
+	}
 
 	r.rtr.failing.Store(true)
 	_, _, err := r.svc.AddCustomDomain(ctx, id, host, 8080)

@@ -563,15 +563,19 @@ func (s *Service) sandboxRoutes(ctx context.Context, id, ip string) ([]router.Ro
 	if err != nil {
 		return nil, err
 	}
+	private, err := s.store.ListPrivatePorts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	for _, p := range ports {
-		routes = append(routes, portRoute(p, ip))
+		routes = append(routes, privateRoute(portRoute(p, ip), private[p.Port]))
 	}
 	domains, err := s.store.ListCustomDomains(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	for _, d := range domains {
-		routes = append(routes, domainRoute(d, ip))
+		routes = append(routes, privateRoute(domainRoute(d, ip), private[d.Port]))
 	}
 	return routes, nil
 }
@@ -611,7 +615,9 @@ func (s *Service) DesiredRoutes(ctx context.Context) ([]router.Route, error) {
 // HostnameBound reports whether a hostname routes to a sandbox right now: a
 // custom domain of a running sandbox, or a preview host of a running
 // sandbox's agent or exposed HTTP port. It is what Caddy's on-demand TLS asks
-// before issuing a certificate.
+// before issuing a certificate. A custom domain must also still pass the
+// hostname policy (a name reserved, or taken by an operator's route, after
+// it was bound gets no certificate).
 func (s *Service) HostnameBound(ctx context.Context, host string) (bool, error) {
 	host = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(host)), ".")
 	running := func(id string) (bool, error) {
@@ -622,7 +628,14 @@ func (s *Service) HostnameBound(ctx context.Context, host string) (bool, error) 
 		return err == nil && sb.State == sandpit.StateRunning, err
 	}
 	if d, err := s.store.GetCustomDomain(ctx, host); err == nil {
-		return running(d.SandboxID)
+		sb, err := s.store.GetSandbox(ctx, d.SandboxID)
+		if errors.Is(err, sandpit.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil || sb.State != sandpit.StateRunning || !s.hostnameConforms(ctx, d, sb.Owner) {
+			return false, err
+		}
+		return true, nil
 	} else if !errors.Is(err, sandpit.ErrNotFound) {
 		return false, err
 	}

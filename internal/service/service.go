@@ -46,6 +46,8 @@ var (
 	// ErrPortForbidden: the port is neither the agent's nor one the caller
 	// may reach (not exposed, or the traffic token is missing or wrong).
 	ErrPortForbidden = errors.New("port not reachable")
+	// ErrPortInUse: the exposure still carries custom domains.
+	ErrPortInUse = errors.New("port has custom domains")
 	// ErrDeletedOnStop: the stop succeeded and, the sandbox's auto-delete
 	// interval being 0, the sandbox was deleted with it.
 	ErrDeletedOnStop = errors.New("sandbox deleted on stop")
@@ -86,10 +88,13 @@ type Config struct {
 	MaxConcurrentCreates int
 	// Runtime is the OCI runtime containers run under ("" = the engine's
 	// default, runc).
-	Runtime     string
-	Domain      string            // default "localhost"
-	ProxyPort   int               // port of the proxy, for URLs; 80 (443 with TLS) omits it
-	PublicHost  string            // host in tcp:// URLs; default 127.0.0.1
+	Runtime    string
+	Domain     string // default "localhost"
+	ProxyPort  int    // port of the proxy, for URLs; 80 (443 with TLS) omits it
+	PublicHost string // host in tcp:// URLs; default 127.0.0.1
+	// Domains is the policy on custom hostnames (reserved names, the
+	// suffixes owners may bind, the ownership proof).
+	Domains     DomainPolicy
 	PortRange   sandpit.PortRange // TCP host-port pool
 	ExtraLabels map[string]string // added to every container (tests tag runs)
 	// Instance identifies this daemon's containers (label sandpit.instance):

@@ -213,7 +213,7 @@ func (s *Service) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits) (er
 	if !ownerRE.MatchString(l.Owner) {
 		return invalidf("invalid owner %q", l.Owner)
 	}
-	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 ||
+	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 || l.MaxDomains < 0 ||
 		l.DefaultCPU < 0 || l.DefaultMemoryMB < 0 || l.MaxSandboxCPU < 0 || l.MaxSandboxMemoryMB < 0 ||
 		math.IsNaN(l.MaxCPU) || math.IsNaN(l.DefaultCPU) || math.IsNaN(l.MaxSandboxCPU) {
 		return invalidf("limits must not be negative")

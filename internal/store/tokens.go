@@ -140,7 +140,7 @@ func (s *Store) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits, now t
 	if l.Owner == "" {
 		return errors.New("set owner limits: owner must not be empty")
 	}
-	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 ||
+	if l.MaxSandboxes < 0 || l.MaxCPU < 0 || l.MaxMemoryMB < 0 || l.MaxPorts < 0 || l.MaxDomains < 0 ||
 		l.DefaultCPU < 0 || l.DefaultMemoryMB < 0 || l.MaxSandboxCPU < 0 || l.MaxSandboxMemoryMB < 0 {
 		return errors.New("set owner limits: limits must not be negative")
 	}
@@ -155,15 +155,15 @@ func (s *Store) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits, now t
 	if l.Unlimited() {
 		_, err = s.db.ExecContext(ctx, `DELETE FROM owner_limits WHERE owner = ?`, l.Owner)
 	} else {
-		_, err = s.db.ExecContext(ctx, `INSERT INTO owner_limits (owner, max_sandboxes, max_cpu, max_memory_mb, max_ports,
+		_, err = s.db.ExecContext(ctx, `INSERT INTO owner_limits (owner, max_sandboxes, max_cpu, max_memory_mb, max_ports, max_domains,
 				default_cpu, default_memory_mb, max_sandbox_cpu, max_sandbox_memory_mb, allow_private_cidrs, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (owner) DO UPDATE SET max_sandboxes = excluded.max_sandboxes, max_cpu = excluded.max_cpu,
-				max_memory_mb = excluded.max_memory_mb, max_ports = excluded.max_ports,
+				max_memory_mb = excluded.max_memory_mb, max_ports = excluded.max_ports, max_domains = excluded.max_domains,
 				default_cpu = excluded.default_cpu, default_memory_mb = excluded.default_memory_mb,
 				max_sandbox_cpu = excluded.max_sandbox_cpu, max_sandbox_memory_mb = excluded.max_sandbox_memory_mb,
 				allow_private_cidrs = excluded.allow_private_cidrs, updated_at = excluded.updated_at`,
-			l.Owner, l.MaxSandboxes, l.MaxCPU, l.MaxMemoryMB, l.MaxPorts,
+			l.Owner, l.MaxSandboxes, l.MaxCPU, l.MaxMemoryMB, l.MaxPorts, l.MaxDomains,
 			l.DefaultCPU, l.DefaultMemoryMB, l.MaxSandboxCPU, l.MaxSandboxMemoryMB, string(allow), toNanos(clock(now)))
 	}
 	if err != nil {
@@ -180,9 +180,9 @@ func (s *Store) GetOwnerLimits(ctx context.Context, owner string) (sandpit.Owner
 		updated int64
 		allow   string
 	)
-	err := s.db.QueryRowContext(ctx, `SELECT max_sandboxes, max_cpu, max_memory_mb, max_ports,
+	err := s.db.QueryRowContext(ctx, `SELECT max_sandboxes, max_cpu, max_memory_mb, max_ports, max_domains,
 			default_cpu, default_memory_mb, max_sandbox_cpu, max_sandbox_memory_mb, allow_private_cidrs, updated_at
-		FROM owner_limits WHERE owner = ?`, owner).Scan(&l.MaxSandboxes, &l.MaxCPU, &l.MaxMemoryMB, &l.MaxPorts,
+		FROM owner_limits WHERE owner = ?`, owner).Scan(&l.MaxSandboxes, &l.MaxCPU, &l.MaxMemoryMB, &l.MaxPorts, &l.MaxDomains,
 		&l.DefaultCPU, &l.DefaultMemoryMB, &l.MaxSandboxCPU, &l.MaxSandboxMemoryMB, &allow, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return l, nil
@@ -206,6 +206,7 @@ type OwnerUsage struct {
 	CPU       float64
 	MemoryMB  int64
 	Ports     int64
+	Domains   int64
 }
 
 // GetOwnerUsage returns what the owner holds now.
@@ -216,8 +217,9 @@ func (s *Store) GetOwnerUsage(ctx context.Context, owner string) (OwnerUsage, er
 func ownerUsage(ctx context.Context, q querier, owner string) (OwnerUsage, error) {
 	var u OwnerUsage
 	err := q.QueryRowContext(ctx, `SELECT count(*), COALESCE(sum(cpu), 0), COALESCE(sum(memory_mb), 0),
-		(SELECT count(*) FROM exposed_ports p JOIN sandboxes x ON x.id = p.sandbox_id WHERE x.owner = ?)
-		FROM sandboxes WHERE owner = ?`, owner, owner).Scan(&u.Sandboxes, &u.CPU, &u.MemoryMB, &u.Ports)
+		(SELECT count(*) FROM exposed_ports p JOIN sandboxes x ON x.id = p.sandbox_id WHERE x.owner = ?),
+		(SELECT count(*) FROM sandbox_custom_domains d JOIN sandboxes x ON x.id = d.sandbox_id WHERE x.owner = ?)
+		FROM sandboxes WHERE owner = ?`, owner, owner, owner).Scan(&u.Sandboxes, &u.CPU, &u.MemoryMB, &u.Ports, &u.Domains)
 	if err != nil {
 		return u, fmt.Errorf("usage of owner %q: %w", owner, err)
 	}

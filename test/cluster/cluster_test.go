@@ -295,6 +295,10 @@ func TestClusterNameIsUniqueAcrossNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A domain targets an exposed port.
+		if _, err := n.Client().ExposePort(ctx, sb.ID, 8080, "http"); err != nil {
+			t.Fatal(err)
+		}
 		ids = append(ids, sb.ID)
 	}
 	binds := storm(c, 30, func(i int, nd *node) answer {

@@ -171,9 +171,9 @@ export async function startDaemon(extraArgs = []) {
 // proxyGet asks the preview proxy for a host's root. *.localhost may not
 // resolve here, so the request goes to the proxy's address with the host in
 // the Host header.
-export function proxyGet(proxyPort, host, path = '/') {
+export function proxyGet(proxyPort, host, path = '/', headers = {}) {
   return new Promise((res, rej) => {
-    const req = request({ host: '127.0.0.1', port: proxyPort, path, headers: { Host: host } }, (r) => {
+    const req = request({ host: '127.0.0.1', port: proxyPort, path, headers: { ...headers, Host: host } }, (r) => {
       let body = '';
       r.setEncoding('utf8');
       r.on('data', (c) => (body += c));

@@ -316,6 +316,15 @@ test('getSignedPreviewUrl: the proxy serves the signed URL until it expires and 
     await sleep(100);
   }
   assert.equal(res.body.trim(), 'signed-ok');
+  // The port is private now: its plain preview hosts need the token
+  // getPreviewLink answers, in the header the SDK documents.
+  const link = await sb.getPreviewLink(8081);
+  assert.ok(link.token, 'getPreviewLink of a signed port answers its token');
+  const plain = new URL(link.url).host;
+  assert.equal((await proxyGet(d.proxyPort, plain)).status, 403);
+  const withToken = await proxyGet(d.proxyPort, plain, '/', { 'x-daytona-preview-token': link.token });
+  assert.equal(withToken.status, 200);
+  assert.equal(withToken.body.trim(), 'signed-ok');
   // One character of the MAC changed: refused, without reaching the sandbox.
   const last = url.hostname.split('.')[0];
   const forged = url.host.replace(last, last.slice(0, -1) + (last.endsWith('a') ? 'b' : 'a'));

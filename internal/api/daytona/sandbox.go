@@ -708,37 +708,51 @@ func (h *Handler) toolboxProxyURL(w http.ResponseWriter, r *http.Request) {
 type PreviewURL struct {
 	SandboxID string `json:"sandboxId"`
 	URL       string `json:"url"`
-	// Token is empty: Sandpit's proxy does not ask for Daytona's preview
-	// token header.
+	// Token is the port's preview token, to send in Daytona's
+	// x-daytona-preview-token header, once a signed preview URL has made
+	// the port private; empty while the port is public.
 	Token string `json:"token"`
 }
 
 func (h *Handler) previewURL(w http.ResponseWriter, r *http.Request) {
-	sb, p, ok := h.exposeHTTP(w, r)
+	sb, p, token, ok := h.exposeHTTP(w, r, false)
 	if ok {
-		api.WriteJSON(w, http.StatusOK, PreviewURL{SandboxID: sb.ID, URL: p.PublicURL})
+		api.WriteJSON(w, http.StatusOK, PreviewURL{SandboxID: sb.ID, URL: p.PublicURL, Token: token})
 	}
 }
 
 // exposeHTTP exposes the {port} of the {idOrName} sandbox through the
-// preview proxy; on failure it has answered the request. Exposing is
-// idempotent: asking again for the same port finds the existing exposure
-// (the (sandbox, port) primary key decides).
-func (h *Handler) exposeHTTP(w http.ResponseWriter, r *http.Request) (sandpit.Sandbox, sandpit.ExposedPort, bool) {
+// preview proxy, privately (only with the returned preview token or a
+// signed URL) when private is set; on failure it has answered the request.
+// Exposing is idempotent: asking again for the same port finds the existing
+// exposure (the (sandbox, port) primary key decides). token is the port's
+// preview token when the port is private.
+func (h *Handler) exposeHTTP(w http.ResponseWriter, r *http.Request, private bool) (sandpit.Sandbox, sandpit.ExposedPort, string, bool) {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil {
 		writeProblem(w, r, badRequest("port must be an integer from 1 to 65535"))
-		return sandpit.Sandbox{}, sandpit.ExposedPort{}, false
+		return sandpit.Sandbox{}, sandpit.ExposedPort{}, "", false
 	}
 	sb, err := h.lookup(r)
 	if err != nil {
 		writeProblem(w, r, err)
-		return sb, sandpit.ExposedPort{}, false
+		return sb, sandpit.ExposedPort{}, "", false
 	}
-	res, err := h.svc.ExposePort(r.Context(), sb.ID, port, service.ProtoHTTP)
+	var (
+		res   service.ExposeResult
+		token string
+	)
+	if private {
+		res, token, err = h.svc.ExposePrivatePort(r.Context(), sb.ID, port)
+	} else {
+		res, err = h.svc.ExposePort(r.Context(), sb.ID, port, service.ProtoHTTP)
+		if err == nil {
+			token, err = h.svc.PreviewToken(r.Context(), sb.ID, port)
+		}
+	}
 	if err != nil {
 		writeProblem(w, r, err)
-		return sb, sandpit.ExposedPort{}, false
+		return sb, sandpit.ExposedPort{}, "", false
 	}
-	return sb, res.Port, true
+	return sb, res.Port, token, true
 }

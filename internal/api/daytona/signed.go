@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/router"
 )
 
 // Signed preview URLs: http://<port>-<token>.<domain>, where the token is
@@ -132,8 +133,10 @@ func (h *Handler) signedPreviewURL(w http.ResponseWriter, r *http.Request) {
 		}
 		expiry = time.Duration(n) * time.Second
 	}
-	// The URL reaches the port only once it is exposed.
-	sb, p, ok := h.exposeHTTP(w, r)
+	// The URL reaches the port only once it is exposed. The exposure is
+	// private: a signed URL that can be expired would be pointless if the
+	// port's plain preview hosts served it to anyone.
+	sb, p, _, ok := h.exposeHTTP(w, r, true)
 	if !ok {
 		return
 	}
@@ -212,8 +215,20 @@ func (h *Handler) PreviewGate(next http.Handler, parse func(label string) (id st
 						http.Error(w, "sandpit: the signed preview URL has been expired", http.StatusForbidden)
 						return
 					}
+					// The port is private: the signed URL stands in for
+					// its preview token, which the router checks.
+					ptok, err := h.svc.PreviewToken(r.Context(), id, port)
+					if err != nil {
+						h.log.Warn("read preview token", "sandbox", id, "err", err)
+						http.Error(w, "sandpit: cannot check the signed preview URL now", http.StatusServiceUnavailable)
+						return
+					}
 					h.svc.Touch(r.Context(), id, false)
 					r.Host = h.svc.PreviewHost(id, port)
+					r.Header.Del(router.PreviewTokenHeader)
+					if ptok != "" {
+						r.Header.Set(router.PreviewTokenHeader, ptok)
+					}
 					next.ServeHTTP(w, r)
 					return
 				}

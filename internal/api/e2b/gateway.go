@@ -69,11 +69,18 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 	}
 	// The agent's port and exposed ports always pass; other ports pass as
 	// the sandbox's E2B public-traffic setting says.
-	if err := h.be.CheckPortAccess(r.Context(), sb, port, r.Header.Get(router.TrafficTokenHeader)); err != nil {
+	// A private port (one a Daytona signed preview URL was made for) takes
+	// its preview token, in Daytona's header, instead of the traffic token.
+	cred := r.Header.Get(router.TrafficTokenHeader)
+	if tok := r.Header.Get(router.PreviewTokenHeader); tok != "" {
+		cred = tok
+	}
+	if err := h.be.CheckPortAccess(r.Context(), sb, port, cred); err != nil {
 		fail(w, err, id)
 		return
 	}
 	r.Header.Del(router.TrafficTokenHeader)
+	r.Header.Del(router.PreviewTokenHeader)
 	addr, err := h.be.AgentAddr(r.Context(), id)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, "sandbox "+id+" is not reachable: "+err.Error())

@@ -34,7 +34,7 @@ func (h *Handler) adminRoutes() {
 
 // limitsOf converts wire limits to the domain's.
 func limitsOf(l apitypes.Limits, owner string) sandpit.OwnerLimits {
-	return sandpit.OwnerLimits{Owner: owner, MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts,
+	return sandpit.OwnerLimits{Owner: owner, MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts, MaxDomains: l.MaxDomains,
 		DefaultCPU: l.DefaultCPU, DefaultMemoryMB: l.DefaultMemoryMB, MaxSandboxCPU: l.MaxSandboxCPU, MaxSandboxMemoryMB: l.MaxSandboxMemoryMB,
 		AllowPrivateCIDRs: l.AllowPrivateCIDRs}
 }
@@ -104,10 +104,11 @@ func (h *Handler) writeLimits(w http.ResponseWriter, r *http.Request, owner stri
 		fail(w, err)
 		return
 	}
-	out := apitypes.OwnerLimits{Owner: owner, Limits: apitypes.Limits{MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts,
+	out := apitypes.OwnerLimits{Owner: owner, Limits: apitypes.Limits{MaxSandboxes: l.MaxSandboxes, MaxCPU: l.MaxCPU, MaxMemoryMB: l.MaxMemoryMB, MaxPorts: l.MaxPorts, MaxDomains: l.MaxDomains,
 		DefaultCPU: l.DefaultCPU, DefaultMemoryMB: l.DefaultMemoryMB, MaxSandboxCPU: l.MaxSandboxCPU, MaxSandboxMemoryMB: l.MaxSandboxMemoryMB,
 		AllowPrivateCIDRs: l.AllowPrivateCIDRs}}
 	out.Usage.Sandboxes, out.Usage.CPU, out.Usage.MemoryMB, out.Usage.Ports = u.Sandboxes, u.CPU, u.MemoryMB, u.Ports
+	out.Usage.Domains = u.Domains
 	api.WriteJSON(w, http.StatusOK, out)
 }
 

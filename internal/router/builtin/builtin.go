@@ -279,13 +279,19 @@ func (b *Builtin) Handler() http.Handler {
 			return
 		}
 		if rt.TrafficToken != "" {
-			got := r.Header.Get(router.TrafficTokenHeader)
+			got := r.Header.Get(rt.Header())
 			if subtle.ConstantTimeCompare([]byte(got), []byte(rt.TrafficToken)) != 1 {
-				http.Error(w, "sandpit: this sandbox's ports need its traffic token in the "+router.TrafficTokenHeader+" header", http.StatusForbidden)
+				if rt.Header() == router.PreviewTokenHeader {
+					http.Error(w, "sandpit: this port is private: it needs its preview token in the "+router.PreviewTokenHeader+" header, or a signed preview URL", http.StatusForbidden)
+				} else {
+					http.Error(w, "sandpit: this sandbox's ports need its traffic token in the "+router.TrafficTokenHeader+" header", http.StatusForbidden)
+				}
 				return
 			}
 		}
+		// Credentials meant for the proxy stay here.
 		r.Header.Del(router.TrafficTokenHeader)
+		r.Header.Del(router.PreviewTokenHeader)
 		if b.opts.DaemonOnly != nil && b.opts.DaemonOnly(rt.Port, r.URL.Path) {
 			http.Error(w, "sandpit: not found", http.StatusNotFound)
 			return

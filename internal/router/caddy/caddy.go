@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -164,6 +165,8 @@ func (c *Caddy) objectID(r router.Route) string {
 		return c.prefix() + "tcp_" + strconv.Itoa(r.HostPort) + "_" + r.SandboxID + "_" + strconv.Itoa(r.Port)
 	case router.KindDomain:
 		return c.prefix() + "domain_" + r.SandboxID + "_" + r.Hostname
+	case router.KindAnyPort:
+		return c.prefix() + "anyport_" + r.SandboxID
 	default:
 		return c.prefix() + "http_" + r.SandboxID + "_" + strconv.Itoa(r.Port)
 	}
@@ -196,6 +199,11 @@ func (c *Caddy) parseID(id string) (router.Route, bool) {
 			return router.Route{}, false
 		}
 		return router.Route{Kind: router.KindDomain, SandboxID: parts[0], Hostname: parts[1]}, true
+	case "anyport":
+		if len(parts) != 1 || parts[0] == "" {
+			return router.Route{}, false
+		}
+		return router.Route{Kind: router.KindAnyPort, SandboxID: parts[0]}, true
 	case "tcp":
 		if len(parts) != 3 {
 			return router.Route{}, false
@@ -216,18 +224,66 @@ func (c *Caddy) hosts(r router.Route) []string {
 	return []string{r.SandboxID + "-" + p + "." + c.opts.Domain, p + "-" + r.SandboxID + "." + c.opts.Domain}
 }
 
-// httpRoute is the route object of a preview host or custom domain.
+// anyPortCapture names the regexp capture that holds the port of an
+// any-port route's host.
+const anyPortCapture = "sandpit_port"
+
+// anyPortMatch matches both preview host forms of every port of one
+// sandbox, capturing the port: Caddy's host matcher has no patterns, so the
+// match is a regexp over the request's host.
+func (c *Caddy) anyPortMatch(id string) []any {
+	q := regexp.QuoteMeta(id)
+	d := regexp.QuoteMeta(c.opts.Domain)
+	port := `([1-9][0-9]{0,4})`
+	form := func(pattern string) any {
+		return map[string]any{"vars_regexp": map[string]any{"{http.request.host}": map[string]any{"name": anyPortCapture, "pattern": pattern}}}
+	}
+	return []any{form(`^` + port + `-` + q + `\.` + d + `$`), form(`^` + q + `-` + port + `\.` + d + `$`)}
+}
+
+// httpRoute is the route object of a preview host, a custom domain or the
+// every-port route of an E2B sandbox. A route with a token proxies only
+// requests that present it (in the route's header, which is then dropped)
+// and answers the others 403, as the builtin proxy does.
 func (c *Caddy) httpRoute(r router.Route) map[string]any {
+	match := []any{map[string]any{"host": c.hosts(r)}}
+	dial := r.Upstream
+	if r.Kind == router.KindAnyPort {
+		match = c.anyPortMatch(r.SandboxID)
+		if host, _, err := net.SplitHostPort(r.Upstream); err == nil {
+			dial = net.JoinHostPort(host, "{http.regexp."+anyPortCapture+".1}")
+		}
+	}
+	proxy := map[string]any{
+		"handler":   "reverse_proxy",
+		"upstreams": []any{map[string]any{"dial": dial}},
+		// Stream responses (command output, server-sent events) as
+		// they come, as the builtin proxy does.
+		"flush_interval": -1,
+		// Credentials meant for the proxy never reach the sandbox.
+		"headers": map[string]any{"request": map[string]any{"delete": []any{router.TrafficTokenHeader, router.PreviewTokenHeader}}},
+	}
+	handle := []any{proxy}
+	if r.TrafficToken != "" {
+		handle = []any{map[string]any{
+			"handler": "subroute",
+			"routes": []any{
+				map[string]any{
+					"match":  []any{map[string]any{"header": map[string]any{r.Header(): []any{r.TrafficToken}}}},
+					"handle": []any{proxy},
+				},
+				map[string]any{"handle": []any{map[string]any{
+					"handler":     "static_response",
+					"status_code": http.StatusForbidden,
+					"body":        "sandpit: this port needs its token in the " + r.Header() + " header\n",
+				}}},
+			},
+		}}
+	}
 	return map[string]any{
-		"@id":   c.objectID(r),
-		"match": []any{map[string]any{"host": c.hosts(r)}},
-		"handle": []any{map[string]any{
-			"handler":   "reverse_proxy",
-			"upstreams": []any{map[string]any{"dial": r.Upstream}},
-			// Stream responses (command output, server-sent events) as
-			// they come, as the builtin proxy does.
-			"flush_interval": -1,
-		}},
+		"@id":      c.objectID(r),
+		"match":    match,
+		"handle":   handle,
 		"terminal": true,
 	}
 }
@@ -465,8 +521,21 @@ func (c *Caddy) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	misplaced, err := c.misplaced(ctx)
+	if err != nil {
+		return err
+	}
 	var errs []error
 	for id, r := range have {
+		if misplaced[id] {
+			// Put back where it belongs by the install below (written by
+			// an older sandpit, which put every route first).
+			c.log.Info("caddy reconcile: moving a route behind the operator's routes", "id", id)
+			if err := c.remove(ctx, r); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		if _, ok := want[id]; !ok {
 			c.log.Info("caddy reconcile: removing a route the store does not know", "id", id)
 			if err := c.remove(ctx, r); err != nil {
@@ -480,6 +549,44 @@ func (c *Caddy) sync(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// misplaced lists sandpit's routes that stand where insertAt would not put
+// them: before one of the operator's routes, or (every-port routes) before
+// one of sandpit's preview or domain routes.
+func (c *Caddy) misplaced(ctx context.Context) (map[string]bool, error) {
+	routes, _, err := c.api.get(ctx, c.serverPath()+"/routes")
+	if err != nil {
+		return nil, err
+	}
+	list, _ := routes.([]any)
+	out := map[string]bool{}
+	var owned, anyPorts []string
+	for _, item := range list {
+		m, _ := item.(map[string]any)
+		id, _ := m["@id"].(string)
+		if id == c.fallbackID() {
+			break
+		}
+		r, ok := c.parseID(id)
+		switch {
+		case !ok:
+			for _, o := range owned {
+				out[o] = true
+			}
+			owned, anyPorts = owned[:0], anyPorts[:0]
+		case r.Kind == router.KindAnyPort:
+			owned = append(owned, id)
+			anyPorts = append(anyPorts, id)
+		default:
+			owned = append(owned, id)
+			for _, a := range anyPorts {
+				out[a] = true
+			}
+			anyPorts = anyPorts[:0]
+		}
+	}
+	return out, nil
 }
 
 // owned lists sandpit's objects in Caddy by @id, with their upstreams.
@@ -672,8 +779,56 @@ func (c *Caddy) install(ctx context.Context, r router.Route) error {
 	case found:
 		return c.api.do(ctx, http.MethodPatch, "/id/"+id, want, nil)
 	}
-	// Inserted first, so the fallback stays last.
-	return c.api.do(ctx, http.MethodPut, c.serverPath()+"/routes/0", want, nil)
+	at, err := c.insertAt(ctx, r.Kind == router.KindAnyPort)
+	if err != nil {
+		return err
+	}
+	return c.api.do(ctx, http.MethodPut, c.serverPath()+"/routes/"+strconv.Itoa(at), want, nil)
+}
+
+// insertAt is where a new route of sandpit's goes in its server's route
+// list: after every route of the operator's that comes before sandpit's
+// own, so a tenant's hostname can never shadow one of the operator's
+// routes; preview and domain routes before the every-port routes (which
+// match every port of a sandbox and must not take the ones with a route of
+// their own, the agent's above all); and always before the fallback, which
+// matches everything.
+func (c *Caddy) insertAt(ctx context.Context, anyPort bool) (int, error) {
+	routes, _, err := c.api.get(ctx, c.serverPath()+"/routes")
+	if err != nil {
+		return 0, err
+	}
+	list, _ := routes.([]any)
+	firstOwned, firstAny, fallback := -1, -1, len(list)
+	for i, item := range list {
+		m, _ := item.(map[string]any)
+		id, _ := m["@id"].(string)
+		if id == c.fallbackID() {
+			fallback = i
+			break
+		}
+		r, ok := c.parseID(id)
+		if !ok {
+			// The operator's: sandpit's routes go after it.
+			firstOwned, firstAny = -1, -1
+			continue
+		}
+		if firstOwned < 0 {
+			firstOwned = i
+		}
+		if r.Kind == router.KindAnyPort && firstAny < 0 {
+			firstAny = i
+		}
+	}
+	switch {
+	case anyPort:
+		return fallback, nil
+	case firstAny >= 0:
+		return firstAny, nil
+	case firstOwned >= 0:
+		return firstOwned, nil
+	}
+	return fallback, nil
 }
 
 // Remove deletes the route's object; a missing one is not an error.
@@ -762,4 +917,79 @@ func AskHandler(bound func(ctx context.Context, host string) (bool, error), log 
 		}
 		w.WriteHeader(http.StatusOK)
 	})
+}
+
+// HostTaken reports whether one of the operator's own routes, in any HTTP
+// server of this Caddy, matches host by name: such a hostname is the
+// operator's, and a sandbox may not bind it (even placed after the
+// operator's route, a tenant's route would take the name's certificate
+// questions and any listener the operator's route is not on).
+func (c *Caddy) HostTaken(ctx context.Context, host string) (bool, error) {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	var servers any
+	err := c.retry(ctx, func() (err error) {
+		servers, _, err = c.api.get(ctx, "/config/apps/http/servers")
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	sm, _ := servers.(map[string]any)
+	for _, srv := range sm {
+		m, _ := srv.(map[string]any)
+		if c.routesMatchHost(m["routes"], host) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// routesMatchHost walks a route list (and the subroutes in it) for a route
+// not sandpit's whose host matcher names host.
+func (c *Caddy) routesMatchHost(routes any, host string) bool {
+	list, _ := routes.([]any)
+	for _, item := range list {
+		m, _ := item.(map[string]any)
+		id, _ := m["@id"].(string)
+		if _, ours := c.parseID(id); ours || id == c.fallbackID() {
+			continue
+		}
+		sets, _ := m["match"].([]any)
+		for _, set := range sets {
+			sm, _ := set.(map[string]any)
+			hosts, _ := sm["host"].([]any)
+			for _, h := range hosts {
+				if hostMatches(fmt.Sprint(h), host) {
+					return true
+				}
+			}
+		}
+		handles, _ := m["handle"].([]any)
+		for _, h := range handles {
+			hm, _ := h.(map[string]any)
+			if hm["handler"] == "subroute" && c.routesMatchHost(hm["routes"], host) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hostMatches reads a Caddy host matcher entry: a name, or a name with
+// wildcard labels ("*.example.com").
+func hostMatches(pattern, host string) bool {
+	pattern = strings.TrimSuffix(strings.ToLower(pattern), ".")
+	if pattern == host {
+		return true
+	}
+	pl, hl := strings.Split(pattern, "."), strings.Split(host, ".")
+	if len(pl) != len(hl) || !strings.Contains(pattern, "*") {
+		return false
+	}
+	for i := range pl {
+		if pl[i] != "*" && pl[i] != hl[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -21,12 +21,14 @@ func TestObjectIDRoundTrip(t *testing.T) {
 		{Kind: router.KindHTTP, SandboxID: "sbabc", Port: 49983, Upstream: "172.17.0.2:49983"},
 		{Kind: router.KindDomain, SandboxID: "sbabc", Hostname: "shop.example.com", Upstream: "172.17.0.2:3000"},
 		{Kind: router.KindTCP, SandboxID: "sbabc", Port: 5432, HostPort: 22001, Upstream: "172.17.0.2:5432"},
+		{Kind: router.KindHTTP, SandboxID: "sbabc", Port: 8081, Upstream: "172.17.0.2:8081", TrafficToken: "tok", TokenHeader: router.PreviewTokenHeader},
+		{Kind: router.KindAnyPort, SandboxID: "sbabc", Upstream: "172.17.0.2:0", TrafficToken: "tok"},
 	}
 	for _, r := range routes {
 		t.Run(r.Key(), func(t *testing.T) {
 			got, ok := c.parseID(c.objectID(r))
 			want := r
-			want.Upstream = ""
+			want.Upstream, want.TrafficToken, want.TokenHeader = "", "", ""
 			if !ok || got != want {
 				t.Fatalf("parseID(%q) = %+v %v, want %+v", c.objectID(r), got, ok, want)
 			}
@@ -34,14 +36,40 @@ func TestObjectIDRoundTrip(t *testing.T) {
 			if r.Kind == router.KindTCP {
 				obj = c.tcpServer(r)
 			}
-			if d := firstDial(toJSON(t, obj)); d != r.Upstream {
-				t.Fatalf("firstDial = %q, want %q", d, r.Upstream)
+			wantDial := r.Upstream
+			if r.Kind == router.KindAnyPort {
+				// The port the host names, not port 0.
+				wantDial = "172.17.0.2:{http.regexp." + anyPortCapture + ".1}"
+			}
+			if d := firstDial(toJSON(t, obj)); d != wantDial {
+				t.Fatalf("firstDial = %q, want %q", d, wantDial)
 			}
 		})
 	}
 	for _, id := range []string{"", "hand-made", "sandpit_fallback", "sandpit_tls", "other_http_sbabc_8080", "sandpit_http_sbabc", "sandpit_tcp_x_sbabc_1"} {
 		if r, ok := c.parseID(id); ok {
 			t.Errorf("parseID(%q) = %+v, want not sandpit's route", id, r)
+		}
+	}
+}
+
+// TestHostMatches reads Caddy host matcher entries as Caddy does: exact
+// names and whole-label wildcards.
+func TestHostMatches(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, host string
+		want          bool
+	}{
+		{"api.example.com", "api.example.com", true},
+		{"API.Example.com.", "api.example.com", true},
+		{"*.example.com", "api.example.com", true},
+		{"*.example.com", "example.com", false},
+		{"*.example.com", "a.b.example.com", false},
+		{"api.*.com", "api.example.com", true},
+		{"api.example.com", "www.example.com", false},
+	} {
+		if got := hostMatches(tc.pattern, tc.host); got != tc.want {
+			t.Errorf("hostMatches(%q, %q) = %v, want %v", tc.pattern, tc.host, got, tc.want)
 		}
 	}
 }

@@ -224,6 +224,7 @@ test('typed errors: name conflict, hostname conflict, not found, bad token', asy
   })
 
   const host = `${unique('app')}.example.test`
+  await a.exposePort(8080) // a domain targets an exposed port
   const bound = await a.addCustomDomain(host, 8080)
   assert.equal(bound.hostname, host)
   assert.equal(bound.sandboxId, a.id)
