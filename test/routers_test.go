@@ -156,21 +156,29 @@ func TestRouters(t *testing.T) {
 				t.Fatalf("exposure past the pool: %+v %v, want 503", r, err)
 			}
 
-			// Removal: each route goes, exactly.
-			if err := c.UnexposePort(ctx, id, 8080); err != nil {
-				t.Fatal(err)
+			// Removal: each route goes, exactly. A domain rides on its
+			// port's exposure, so the port cannot be unexposed under it
+			// (409, both routes intact) until the domain is removed.
+			if err := c.UnexposePort(ctx, id, 8080); apiCode(err) != "conflict" {
+				t.Fatalf("unexposing a port a domain targets: %v, want 409 conflict", err)
 			}
-			if status, _, err := proxyGet(ctx, d, web.PublicURL); err != nil || status != http.StatusNotFound {
-				t.Fatalf("preview after unexpose: %d %v, want 404", status, err)
-			}
-			if err := servesPage(ctx, d, dom.URL, "hello via "+rc.name); err != nil {
-				t.Fatalf("custom domain after unexposing the preview: %v", err)
+			if err := servesPage(ctx, d, web.PublicURL, "hello via "+rc.name); err != nil {
+				t.Fatalf("preview after the refused unexpose: %v", err)
 			}
 			if err := c.RemoveDomain(ctx, id, host); err != nil {
 				t.Fatal(err)
 			}
 			if status, _, err := proxyGet(ctx, d, dom.URL); err != nil || status != http.StatusNotFound {
 				t.Fatalf("domain after removal: %d %v, want 404", status, err)
+			}
+			if err := servesPage(ctx, d, web.PublicURL, "hello via "+rc.name); err != nil {
+				t.Fatalf("preview after removing the domain: %v", err)
+			}
+			if err := c.UnexposePort(ctx, id, 8080); err != nil {
+				t.Fatal(err)
+			}
+			if status, _, err := proxyGet(ctx, d, web.PublicURL); err != nil || status != http.StatusNotFound {
+				t.Fatalf("preview after unexpose: %d %v, want 404", status, err)
 			}
 			if err := c.UnexposePort(ctx, id, 9000); err != nil {
 				t.Fatal(err)

@@ -260,8 +260,22 @@ func (c *Caddy) httpRoute(r router.Route) map[string]any {
 		// Stream responses (command output, server-sent events) as
 		// they come, as the builtin proxy does.
 		"flush_interval": -1,
-		// Credentials meant for the proxy never reach the sandbox.
-		"headers": map[string]any{"request": map[string]any{"delete": []any{router.TrafficTokenHeader, router.PreviewTokenHeader}}},
+		// Credentials meant for the proxy or the daemon never reach the
+		// sandbox, as with the builtin proxy (router.StripForPreview):
+		// the traffic and preview tokens, every Sandpit-* header, the
+		// daemon's tokens in Authorization or X-Api-Key, and cookies of
+		// the reserved sandpit prefix. Caddy cannot ask the daemon which
+		// tokens are its own, so a value of the daemon's token shapes
+		// (sp_..., spt_...) is emptied; the application's own
+		// credentials and cookies pass. The two credential headers are
+		// deleted by the matching routes stripDaemonCredentials puts
+		// before the proxy.
+		"headers": map[string]any{"request": map[string]any{
+			"delete": []any{router.TrafficTokenHeader, router.PreviewTokenHeader, router.InternalHeaderPrefix + "*"},
+			"replace": map[string]any{
+				"Cookie": []any{map[string]any{"search_regexp": `(?i)(^|;)\s*` + router.ReservedCookiePrefix + `[^=;]*=[^;]*`, "replace": ""}},
+			},
+		}},
 	}
 	handle := []any{proxy}
 	if r.TrafficToken != "" {
@@ -280,11 +294,32 @@ func (c *Caddy) httpRoute(r router.Route) map[string]any {
 			},
 		}}
 	}
+	// The deletions run first, as middleware of one subroute, whatever
+	// the token check then decides.
+	routes := append(stripDaemonCredentials(), map[string]any{"handle": handle})
 	return map[string]any{
 		"@id":      c.objectID(r),
 		"match":    match,
-		"handle":   handle,
+		"handle":   []any{map[string]any{"handler": "subroute", "routes": routes}},
 		"terminal": true,
+	}
+}
+
+// stripDaemonCredentials are the routes that delete Authorization and
+// X-Api-Key when they carry a value of the daemon's token shapes (sp_...
+// for the admin token, spt_... for personal tokens), so that the header
+// does not reach the sandbox at all; an application's own credentials
+// pass.
+func stripDaemonCredentials() []any {
+	del := func(header, pattern string) any {
+		return map[string]any{
+			"match":  []any{map[string]any{"header_regexp": map[string]any{header: map[string]any{"pattern": pattern}}}},
+			"handle": []any{map[string]any{"handler": "headers", "request": map[string]any{"delete": []any{header}}}},
+		}
+	}
+	return []any{
+		del("Authorization", `(?i)^\s*(bearer\s+)?spt?_\S+\s*$`),
+		del("X-Api-Key", `^\s*spt?_\S+\s*$`),
 	}
 }
 
