@@ -583,6 +583,17 @@ func (f *Firewall) foreign(instance string) bool {
 	return instance != "" && instance != f.cfg.Instance
 }
 
+// ruleInstance returns the daemon instance a rule's comment names
+// ("sandpit-instance:<id>"), and whether it names one.
+func ruleInstance(rule string) (string, bool) {
+	_, after, ok := strings.Cut(rule, "--comment ")
+	if !ok {
+		return "", false
+	}
+	c, _, _ := strings.Cut(after, " ")
+	return strings.CutPrefix(strings.Trim(c, `"`), "sandpit-instance:")
+}
+
 // otherPortRules returns the IN rules other daemons sharing the network
 // installed for their ports.
 func (f *Firewall) otherPortRules(ctx context.Context) ([]string, error) {
@@ -592,12 +603,7 @@ func (f *Firewall) otherPortRules(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, r := range rules {
-		_, after, ok := strings.Cut(r, "--comment ")
-		if !ok {
-			continue
-		}
-		c, _, _ := strings.Cut(after, " ")
-		inst, ok := strings.CutPrefix(strings.Trim(c, `"`), "sandpit-instance:")
+		inst, ok := ruleInstance(r)
 		if ok && inst != f.cfg.Instance {
 			out = append(out, r)
 		}
@@ -850,12 +856,10 @@ func (f *Firewall) Release(ctx context.Context) (othersUse bool, err error) {
 	}
 	var del []string
 	for _, r := range rules {
-		_, after, ok := strings.Cut(r, "--comment ")
-		if !ok {
+		if !strings.Contains(r, "--comment ") {
 			continue
 		}
-		c, _, _ := strings.Cut(after, " ")
-		inst, ok := strings.CutPrefix(strings.Trim(c, `"`), "sandpit-instance:")
+		inst, ok := ruleInstance(r)
 		switch {
 		case !ok:
 		case inst == f.cfg.Instance:
