@@ -258,7 +258,7 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	serve := func(n *node) {
 		t.Helper()
 		res, err := n.Client().Exec(ctx, sb.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c",
-			"mkdir -p /tmp/www && echo \"$FAILOVER_ENV\" > /tmp/www/index.html && httpd -p 8080 -h /tmp/www"}, TimeoutS: 30})
+			"mkdir -p /tmp/www && echo \"$FAILOVER_ENV\" > /tmp/www/index.html && httpd -p 8080 -h /tmp/www && httpd -p 8081 -h /tmp/www"}, TimeoutS: 30})
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("httpd through %s: %+v %v", n.name, res, err)
 		}
@@ -267,13 +267,14 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	if got := preview(t, ctx, n3, sb.ID+"-8080.localhost"); got != "kept" {
 		t.Fatalf("preview through the owner before the failure: %q", got)
 	}
-	oldPorts := ports(t, ctx, n1, sb.ID)
 	// A Daytona signed preview URL n3 signed before it died: every node signs
 	// with the key derived from the cluster key, so the new owner honours it.
+	// It is for port 8081: a signed preview makes its port private, and
+	// 8080's plain host is checked after the failover.
 	signedURL := func(expires int) (host, token string) {
 		t.Helper()
 		var signed struct{ URL, Token string }
-		if a := call(ctx, n2, http.MethodGet, fmt.Sprintf("/daytona/sandbox/%s/ports/8080/signed-preview-url?expiresInSeconds=%d", sb.ID, expires), "", nil); a.status != http.StatusOK || json.Unmarshal(a.body, &signed) != nil {
+		if a := call(ctx, n2, http.MethodGet, fmt.Sprintf("/daytona/sandbox/%s/ports/8081/signed-preview-url?expiresInSeconds=%d", sb.ID, expires), "", nil); a.status != http.StatusOK || json.Unmarshal(a.body, &signed) != nil {
 			t.Fatalf("signed preview url: %d %s", a.status, a.body)
 		}
 		su, err := url.Parse(signed.URL)
@@ -286,12 +287,16 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	// Another, expired early through n1: the revocation follows the
 	// sandbox, or the new owner would honour the token again.
 	revokedHost, revokedToken := signedURL(900)
-	if a := call(ctx, n1, http.MethodPost, "/daytona/sandbox/"+sb.ID+"/ports/8080/signed-preview-url/"+revokedToken+"/expire", "", nil); a.status != http.StatusOK {
+	if a := call(ctx, n1, http.MethodPost, "/daytona/sandbox/"+sb.ID+"/ports/8081/signed-preview-url/"+revokedToken+"/expire", "", nil); a.status != http.StatusOK {
 		t.Fatalf("expire signed preview url: %d %s", a.status, a.body)
 	}
 	if st := previewStatus(t, ctx, n1, revokedHost); st != http.StatusForbidden {
 		t.Fatalf("expired signed preview before the failure: %d, want 403", st)
 	}
+
+	// The signed previews exposed 8081: it is among the exposures the
+	// re-created sandbox must have.
+	oldPorts := ports(t, ctx, n1, sb.ID)
 
 	kill(t, n3)
 	killed := time.Now()
