@@ -44,8 +44,8 @@ for dir in test/e2b test/daytona test/ui; do
 	)
 done
 
-step "go test -race -count=1 -timeout ${GO_TEST_TIMEOUT:-20m} ./..."
-go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-20m}" ./...
+step "go test -race -count=1 -timeout ${GO_TEST_TIMEOUT:-30m} ./..."
+go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-30m}" ./...
 
 # Every Go native fuzz target runs for a short fixed time beyond its seed
 # corpus (testdata/fuzz, which the plain test run above replays). A failure
