@@ -146,7 +146,7 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 	if err := n2.Client().WriteFile(ctx, id, "/tmp/www/cgi-bin/stream", []byte(streamCGI)); err != nil {
 		t.Fatal(err)
 	}
-	script := "printf routed-page > /tmp/www/index.html && chmod +x /tmp/www/cgi-bin/stream && httpd -p 8080 -h /tmp/www && httpd -p 8081 -h /tmp/www"
+	script := "printf routed-page > /tmp/www/index.html && chmod +x /tmp/www/cgi-bin/stream && httpd -p 8080 -h /tmp/www && httpd -p 8082 -h /tmp/www"
 	if res, err := n2.Client().Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", script}, TimeoutS: 30}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("httpd: %+v %v", res, err)
 	}
@@ -162,7 +162,7 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 	// It is for another port: a signed preview makes its port private,
 	// and 8080's plain hosts are checked below.
 	var signed struct{ URL string }
-	if a := call(ctx, n2, http.MethodGet, "/daytona/sandbox/"+sb.Name+"/ports/8081/signed-preview-url?expiresInSeconds=600", "", nil); a.status != 200 || json.Unmarshal(a.body, &signed) != nil {
+	if a := call(ctx, n2, http.MethodGet, "/daytona/sandbox/"+sb.Name+"/ports/8082/signed-preview-url?expiresInSeconds=600", "", nil); a.status != 200 || json.Unmarshal(a.body, &signed) != nil {
 		t.Fatalf("signed preview url: %d %s", a.status, a.body)
 	}
 	su, err := url.Parse(signed.URL)
@@ -179,7 +179,7 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 		"8080-" + id + ".localhost",   // the form E2B clients build
 		domain,                        // the custom domain
 		strings.ToUpper(domain) + ".", // as a client may spell it
-		su.Host,                       // 8081-<signed token>.localhost
+		su.Host,                       // 8082-<signed token>.localhost
 	}
 	for _, n := range c.nodes {
 		for _, h := range hosts {
