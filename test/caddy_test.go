@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -30,7 +31,7 @@ import (
 func tlsClient(t *testing.T, cd *harness.Caddy, proxyAddr string) (*http.Client, *tls.Config) {
 	t.Helper()
 	var pem []byte
-	eventually(t, 10*time.Second, "caddy's internal root CA", func() error {
+	testkit.Eventually(t, 10*time.Second, "caddy's internal root CA", func() error {
 		var err error
 		pem, err = os.ReadFile(cd.RootCA())
 		return err
@@ -134,13 +135,13 @@ func TestCaddyPreviewTLS(t *testing.T) {
 			if want := "https://" + id + "-8080." + domain + ":" + proxyPort(t, d); web.PublicURL != want {
 				t.Fatalf("public_url = %q, want %q", web.PublicURL, want)
 			}
-			eventually(t, 20*time.Second, "https preview", func() error { return httpsPage(ctx, hc, web.PublicURL, "over tls") })
+			testkit.Eventually(t, 20*time.Second, "https preview", func() error { return httpsPage(ctx, hc, web.PublicURL, "over tls") })
 
 			status, dom, code, err := addDomain(ctx, d, id, "secure.example.test", 8080)
 			if err != nil || status != http.StatusCreated || !strings.HasPrefix(dom.URL, "https://") {
 				t.Fatalf("add domain: %d %s %+v %v", status, code, dom, err)
 			}
-			eventually(t, 20*time.Second, "https custom domain", func() error { return httpsPage(ctx, hc, dom.URL, "over tls") })
+			testkit.Eventually(t, 20*time.Second, "https custom domain", func() error { return httpsPage(ctx, hc, dom.URL, "over tls") })
 
 			// Hostnames that are not bound right now get no certificate.
 			for _, stranger := range []string{"stranger.example.com", id + "-8081." + domain, "sbnosuchsandbox-8080." + domain} {
@@ -237,9 +238,9 @@ func TestCaddyDown(t *testing.T) {
 	if echo.HostPort != lo {
 		t.Fatalf("exposure after the outage got host port %d, want the pool's only port %d", echo.HostPort, lo)
 	}
-	eventually(t, 10*time.Second, "tcp echo after the outage", func() error { return echoes(tcpAddr(t, echo.PublicURL), "back") })
+	testkit.Eventually(t, 10*time.Second, "tcp echo after the outage", func() error { return echoes(tcpAddr(t, echo.PublicURL), "back") })
 	web := mustExpose(t, ctx, d, id, 8080, "http", http.StatusCreated)
-	eventually(t, 10*time.Second, "preview after the outage", func() error { return servesPage(ctx, d, web.PublicURL, "after the outage") })
+	testkit.Eventually(t, 10*time.Second, "preview after the outage", func() error { return servesPage(ctx, d, web.PublicURL, "after the outage") })
 }
 
 // faultyAdmin stands between the daemon and Caddy's admin API and fails the
@@ -348,7 +349,7 @@ func TestCaddyRetryKeepsRowOnRollback(t *testing.T) {
 	if n := caddyObjects(t, cd, objID); n != 1 {
 		t.Fatalf("%d routes %s in Caddy, want 1", n, objID)
 	}
-	eventually(t, 10*time.Second, "the retry's exposure serves", func() error { return servesPage(ctx, d, b.port.PublicURL, "kept") })
+	testkit.Eventually(t, 10*time.Second, "the retry's exposure serves", func() error { return servesPage(ctx, d, b.port.PublicURL, "kept") })
 }
 
 // TestCaddyReconcile restarts Caddy with an empty config: every route (the
@@ -372,13 +373,13 @@ func TestCaddyReconcile(t *testing.T) {
 	}
 	serving := func(budget time.Duration, when string) {
 		t.Helper()
-		eventually(t, budget, when+": preview", func() error { return servesPage(ctx, d, web.PublicURL, "reconciled") })
-		eventually(t, budget, when+": domain", func() error { return servesPage(ctx, d, dom.URL, "reconciled") })
-		eventually(t, budget, when+": tcp", func() error { return echoes(tcpAddr(t, echo.PublicURL), "again") })
+		testkit.Eventually(t, budget, when+": preview", func() error { return servesPage(ctx, d, web.PublicURL, "reconciled") })
+		testkit.Eventually(t, budget, when+": domain", func() error { return servesPage(ctx, d, dom.URL, "reconciled") })
+		testkit.Eventually(t, budget, when+": tcp", func() error { return echoes(tcpAddr(t, echo.PublicURL), "again") })
 	}
 	serving(10*time.Second, "before")
 
-	handAddr := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
+	handAddr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
 	handServer := map[string]any{
 		"listen":          []any{handAddr},
 		"automatic_https": map[string]any{"disable": true},
@@ -402,7 +403,7 @@ func TestCaddyReconcile(t *testing.T) {
 		}
 		return nil
 	}
-	eventually(t, 5*time.Second, "the hand-made server", handPage)
+	testkit.Eventually(t, 5*time.Second, "the hand-made server", handPage)
 
 	// A route by hand inside sandpit's server, and a stale route of
 	// sandpit's own that no row backs.

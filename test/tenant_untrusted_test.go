@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/client"
 	"github.com/sandpit-dev/sandpit/internal/filesig"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -233,7 +234,7 @@ func TestTenantUntrustedRelayedContentIsAnAttachment(t *testing.T) {
 	// the API origin: what the hijacked agent's listener answered.
 	startHostileServer(t, ctx, c, id, 8090)
 	mustExpose(t, ctx, d, id, 8090, "http", http.StatusCreated)
-	eventuallyOK(t, 20*time.Second, func() error {
+	testkit.Eventually(t, 20*time.Second, "", func() error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+"/e2b/envd/files?path=/tmp/evil.html", nil)
 		req.Header.Set("E2b-Sandbox-Id", id)
 		req.Header.Set("E2b-Sandbox-Port", "8090")
@@ -289,7 +290,7 @@ func noCredentialsReachTheSandbox(t *testing.T, rc routerCase) {
 	send := func(via string, set func(*http.Request)) string {
 		t.Helper()
 		var seen string
-		eventuallyOK(t, 20*time.Second, func() error {
+		testkit.Eventually(t, 20*time.Second, "", func() error {
 			var req *http.Request
 			switch via {
 			case "preview":
@@ -465,7 +466,7 @@ func TestTenantUntrustedClusterMembersNeedAdmin(t *testing.T) {
 	if err := os.WriteFile(key, []byte("the test cluster's shared secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	lb := func() string { return "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)) }
+	lb := func() string { return "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t)) }
 	d := harness.Start(t, sandpitBin, harness.Options{
 		Env: []string{"SANDPIT_TEST_CLUSTER_FAST=1"},
 		PortArgs: func() []string {
@@ -492,7 +493,7 @@ func TestTenantUntrustedClusterMembersNeedAdmin(t *testing.T) {
 				t.Errorf("GET %s with a personal token: %d %s, want 403", path, a.status, a.body)
 			}
 		}
-		eventuallyOK(t, 20*time.Second, func() error {
+		testkit.Eventually(t, 20*time.Second, "", func() error {
 			if a := raw(t, ctx, d, d.Token, http.MethodGet, path, ""); a.status != http.StatusOK {
 				return fmt.Errorf("GET %s with the admin token: %d %s", path, a.status, a.body)
 			}
@@ -550,7 +551,7 @@ func TestTenantUntrustedRefusedUploadLeavesNothing(t *testing.T) {
 		}
 	}
 	// The agent learns of the cut a moment after the client does.
-	eventuallyOK(t, 10*time.Second, func() error {
+	testkit.Eventually(t, 10*time.Second, "", func() error {
 		res, err := c.Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "ls -a /tmp; cat /tmp/kept"}, TimeoutS: 10})
 		if err != nil {
 			return err

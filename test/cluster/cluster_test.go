@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -63,7 +64,7 @@ func clusterArgs(name, gossip, raft, keyFile string, expect int, join []string) 
 	return args
 }
 
-func loopback(t testing.TB) string { return "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)) }
+func loopback(t testing.TB) string { return "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t)) }
 
 // startNode starts one clustered daemon.
 // The nodes of a test cluster share one admin token, as an operator's would,

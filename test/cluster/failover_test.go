@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 )
 
 // failoverFlags gives every node a short grace period (gossip's fast timers
@@ -108,23 +110,6 @@ func kill(t *testing.T, n *node) {
 	}
 }
 
-// eventually polls check every 250ms until it returns "" or the time runs
-// out, and fails with its last complaint.
-func eventually(t testing.TB, d time.Duration, check func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		msg := check()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, msg)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
 // awaitMoved waits until every survivor answers that sandbox id runs on a
 // node other than dead, and returns it as the last survivor saw it. It
 // waits for them all: the new owner runs it a moment before the others
@@ -132,18 +117,18 @@ func eventually(t testing.TB, d time.Duration, check func() string) {
 func awaitMoved(t *testing.T, ctx context.Context, d time.Duration, id, dead string, survivors ...*node) sandboxView {
 	t.Helper()
 	var now sandboxView
-	eventually(t, d, func() string {
+	testkit.Eventually(t, d, "", func() error {
 		for _, n := range survivors {
 			a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+id, "", nil)
 			if a.status != http.StatusOK {
-				return fmt.Sprintf("GET through %s: %d %s", n.name, a.status, a.body)
+				return fmt.Errorf("GET through %s: %d %s", n.name, a.status, a.body)
 			}
 			now = view(t, a)
 			if now.Node == dead || now.State != "running" {
-				return fmt.Sprintf("sandbox on %s in state %s", now.Node, now.State)
+				return fmt.Errorf("sandbox on %s in state %s", now.Node, now.State)
 			}
 		}
-		return ""
+		return nil
 	})
 	return now
 }
@@ -160,15 +145,15 @@ func TestClusterFailoverOrphan(t *testing.T) {
 	killed := time.Now()
 	// Until the grace period ends the sandbox is n3's (its requests fail to
 	// reach it); after it, every node answers 410 for it, by id and name.
-	eventually(t, grace+20*time.Second, func() string {
+	testkit.Eventually(t, grace+20*time.Second, "", func() error {
 		for _, n := range []*node{n1, n2} {
 			for _, ref := range []string{sb.ID, sb.Name} {
 				if a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+ref, "", nil); a.status != http.StatusGone || a.code() != apitypes.CodeSandboxLost {
-					return fmt.Sprintf("GET %s through %s: %d %s", ref, n.name, a.status, a.body)
+					return fmt.Errorf("GET %s through %s: %d %s", ref, n.name, a.status, a.body)
 				}
 			}
 		}
-		return ""
+		return nil
 	})
 	if since := time.Since(killed); since < grace {
 		t.Fatalf("lost after %s, before the %s grace period", since, grace)
@@ -223,11 +208,11 @@ func TestClusterFailoverOrphan(t *testing.T) {
 		t.Fatalf("delete of the lost sandbox: %d %s", a.status, a.body)
 	}
 	// Another node's copy of the index applies the delete a moment later.
-	eventually(t, 5*time.Second, func() string {
+	testkit.Eventually(t, 5*time.Second, "", func() error {
 		if a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusNotFound {
-			return fmt.Sprintf("GET after delete: %d %s", a.status, a.body)
+			return fmt.Errorf("GET after delete: %d %s", a.status, a.body)
 		}
-		return ""
+		return nil
 	})
 	if row, ok := listed(n1, ""); ok {
 		t.Errorf("the deleted lost sandbox is still listed: %+v", row)
@@ -370,12 +355,12 @@ func TestClusterNodeBackWithinGraceResumes(t *testing.T) {
 	time.Sleep(3 * time.Second) // dead in gossip, well within the grace
 	n3.Restart(nil)
 	c.waitFormed(30 * time.Second)
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, 30*time.Second, "", func() error {
 		a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
 		if a.status != http.StatusOK || view(t, a).Node != "n3" || view(t, a).State != "running" {
-			return fmt.Sprintf("GET: %d %s", a.status, a.body)
+			return fmt.Errorf("GET: %d %s", a.status, a.body)
 		}
-		return ""
+		return nil
 	})
 	res, err := n1.Client().Exec(ctx, sb.ID, client.ExecRequest{Cmd: "echo", Args: []string{"resumed"}})
 	if err != nil || strings.TrimSpace(res.Stdout) != "resumed" {
@@ -404,20 +389,20 @@ func previewStatus(t *testing.T, ctx context.Context, n *node, host string) int 
 func preview(t *testing.T, ctx context.Context, n *node, host string) string {
 	t.Helper()
 	var got string
-	eventually(t, 15*time.Second, func() string {
+	testkit.Eventually(t, 15*time.Second, "", func() error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.ProxyAddr+"/", nil)
 		req.Host = host
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return err.Error()
+			return err
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Sprintf("%s through %s: %d %s", host, n.name, resp.StatusCode, b)
+			return fmt.Errorf("%s through %s: %d %s", host, n.name, resp.StatusCode, b)
 		}
 		got = strings.TrimSpace(string(b))
-		return ""
+		return nil
 	})
 	return got
 }
@@ -454,12 +439,12 @@ func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
 	go func() {
 		long <- call(ctx, n1, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/exec", `{"cmd":"sleep","args":["600"],"timeout_s":900}`, nil)
 	}()
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, 30*time.Second, "", func() error {
 		a := call(ctx, n3, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/exec", `{"cmd":"ps"}`, nil)
 		if !strings.Contains(string(a.body), "sleep 600") {
-			return fmt.Sprintf("the long exec is not running yet: %d %s %v", a.status, a.body, a.err)
+			return fmt.Errorf("the long exec is not running yet: %d %s %v", a.status, a.body, a.err)
 		}
-		return ""
+		return nil
 	})
 
 	n3.Signal(syscall.SIGSTOP)
@@ -480,30 +465,30 @@ func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
 	}
 
 	var now sandboxView
-	eventually(t, grace+30*time.Second, func() string {
+	testkit.Eventually(t, grace+30*time.Second, "", func() error {
 		// A poll that reaches n1 before gossip has declared n3 dead waits
 		// for that; give up on it after a few seconds.
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		a := call(pctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
 		if a.status != http.StatusOK {
-			return fmt.Sprintf("GET: %d %s %v", a.status, a.body, a.err)
+			return fmt.Errorf("GET: %d %s %v", a.status, a.body, a.err)
 		}
 		if now = view(t, a); now.Node == "n3" || now.State != "running" {
-			return fmt.Sprintf("sandbox on %s in state %s", now.Node, now.State)
+			return fmt.Errorf("sandbox on %s in state %s", now.Node, now.State)
 		}
-		return ""
+		return nil
 	})
 	if got := c.containersOf(t, sb.ID); got["n3"] != 1 || got[now.Node] != 1 {
 		t.Fatalf("containers while n3 is frozen: %v, want its old one and the new one on %s", got, now.Node)
 	}
 	thawed = true
 	n3.Signal(syscall.SIGCONT)
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, 30*time.Second, "", func() error {
 		if got := c.containersOf(t, sb.ID); len(got) != 1 || got[now.Node] != 1 {
-			return fmt.Sprintf("containers per node: %v, want one on %s", got, now.Node)
+			return fmt.Errorf("containers per node: %v, want one on %s", got, now.Node)
 		}
-		return ""
+		return nil
 	})
 	c.digests(30 * time.Second)
 }
@@ -532,27 +517,27 @@ func TestClusterRecreateFinishesAfterCrash(t *testing.T) {
 	}
 	kill(t, n3)
 	var crashed *node
-	eventually(t, grace+30*time.Second, func() string {
+	testkit.Eventually(t, grace+30*time.Second, "", func() error {
 		for _, n := range []*node{n1, n2} {
 			if n.Wait(100 * time.Millisecond) {
 				crashed = n
-				return ""
+				return nil
 			}
 		}
-		return "no node reached the crash point while re-creating"
+		return errors.New("no node reached the crash point while re-creating")
 	})
 	crashed.Restart(nil)
-	eventually(t, 60*time.Second, func() string {
+	testkit.Eventually(t, 60*time.Second, "", func() error {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		a := call(pctx, crashed, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
 		if a.status != http.StatusOK {
-			return fmt.Sprintf("GET: %d %s %v", a.status, a.body, a.err)
+			return fmt.Errorf("GET: %d %s %v", a.status, a.body, a.err)
 		}
 		if v := view(t, a); v.Node == "n3" || v.State != "running" {
-			return fmt.Sprintf("sandbox on %s in state %s", v.Node, v.State)
+			return fmt.Errorf("sandbox on %s in state %s", v.Node, v.State)
 		}
-		return ""
+		return nil
 	})
 	got := c.containersOf(t, sb.ID)
 	if got["n1"]+got["n2"] != 1 {
@@ -626,12 +611,12 @@ func TestClusterFailoverHandsOverAnInterruptedKeyedCreate(t *testing.T) {
 				t.Fatalf("retry while n3 may come back: %d %s, want 503", a.status, a.body)
 			}
 			var last answer
-			eventually(t, grace+45*time.Second, func() string {
+			testkit.Eventually(t, grace+45*time.Second, "", func() error {
 				last = call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr)
 				if last.status == http.StatusServiceUnavailable || last.status == http.StatusConflict && last.code() == apitypes.CodeKeyInFlight {
-					return fmt.Sprintf("retry: %d %s", last.status, last.body)
+					return fmt.Errorf("retry: %d %s", last.status, last.body)
 				}
-				return ""
+				return nil
 			})
 			if policy == "orphan" {
 				if last.status != http.StatusGone || last.code() != apitypes.CodeSandboxLost {
@@ -654,11 +639,11 @@ func TestClusterFailoverHandsOverAnInterruptedKeyedCreate(t *testing.T) {
 			}
 			// n3, back without its crash point, drops its copy: one sandbox.
 			n3.Restart(nil)
-			eventually(t, 60*time.Second, func() string {
+			testkit.Eventually(t, 60*time.Second, "", func() error {
 				if got := c.containersOf(t, v.ID); len(got) != 1 || got[v.Node] != 1 {
-					return fmt.Sprintf("containers per node: %v, want one on %s", got, v.Node)
+					return fmt.Errorf("containers per node: %v, want one on %s", got, v.Node)
 				}
-				return ""
+				return nil
 			})
 		})
 	}
@@ -696,15 +681,15 @@ func TestClusterRecreateGivesUpAndTheSandboxIsLost(t *testing.T) {
 	kill(t, n3)
 
 	for _, n := range []*node{n1, n2} {
-		eventually(t, grace+giveUp+60*time.Second, func() string {
+		testkit.Eventually(t, grace+giveUp+60*time.Second, "", func() error {
 			a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
 			if a.status != http.StatusGone || a.code() != apitypes.CodeSandboxLost {
-				return fmt.Sprintf("GET through %s: %d %s, want 410 %s", n.name, a.status, a.body, apitypes.CodeSandboxLost)
+				return fmt.Errorf("GET through %s: %d %s, want 410 %s", n.name, a.status, a.body, apitypes.CodeSandboxLost)
 			}
 			if !strings.Contains(string(a.body), "re-creation") {
-				return fmt.Sprintf("GET through %s: %s does not say the re-creation failed", n.name, a.body)
+				return fmt.Errorf("GET through %s: %s does not say the re-creation failed", n.name, a.body)
 			}
-			return ""
+			return nil
 		})
 	}
 	// The node that tried left nothing: only the dead node's container.
@@ -726,11 +711,11 @@ func TestClusterRecreateGivesUpAndTheSandboxIsLost(t *testing.T) {
 	if a := call(ctx, n1, http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusNoContent {
 		t.Fatalf("delete of the lost sandbox: %d %s", a.status, a.body)
 	}
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, 30*time.Second, "", func() error {
 		if got := c.containersOf(t, sb.ID); len(got) != 0 {
-			return fmt.Sprintf("containers of the deleted sandbox: %v", got)
+			return fmt.Errorf("containers of the deleted sandbox: %v", got)
 		}
-		return ""
+		return nil
 	})
 	a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), nil)
 	if a.status != http.StatusCreated {
@@ -786,17 +771,17 @@ func TestClusterInterruptedKeyedCreateIsNotTakenOverByAThirdNode(t *testing.T) {
 		if a := call(ctx, n2, http.MethodPost, "/v1/cluster/drain", fmt.Sprintf(`{"node":"n1","drain":%v}`, on), nil); a.status != http.StatusOK {
 			t.Fatalf("drain n1 %v: %d %s", on, a.status, a.body)
 		}
-		eventually(t, 15*time.Second, func() string {
+		testkit.Eventually(t, 15*time.Second, "", func() error {
 			ms, err := n2.Client().ClusterMembers(ctx)
 			if err != nil {
-				return err.Error()
+				return err
 			}
 			for _, m := range ms {
 				if m.Name == "n1" && m.Draining != on {
-					return fmt.Sprintf("n2 sees n1 draining=%v", m.Draining)
+					return fmt.Errorf("n2 sees n1 draining=%v", m.Draining)
 				}
 			}
-			return ""
+			return nil
 		})
 	}
 	drain(true)
@@ -811,12 +796,12 @@ func TestClusterInterruptedKeyedCreateIsNotTakenOverByAThirdNode(t *testing.T) {
 	drain(false)
 
 	var last answer
-	eventually(t, grace+45*time.Second, func() string {
+	testkit.Eventually(t, grace+45*time.Second, "", func() error {
 		last = call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr)
 		if last.status == http.StatusServiceUnavailable || last.status == http.StatusConflict && last.code() == apitypes.CodeKeyInFlight {
-			return fmt.Sprintf("retry: %d %s", last.status, last.body)
+			return fmt.Errorf("retry: %d %s", last.status, last.body)
 		}
-		return ""
+		return nil
 	})
 	if last.status != http.StatusCreated {
 		t.Fatalf("retry after the failover: %d %s, want 201 with the re-created sandbox", last.status, last.body)
@@ -878,15 +863,15 @@ func TestClusterRecreateKeepsLaterChanges(t *testing.T) {
 		t.Fatalf("re-created on %s with end_at %v and labels %v, want the extended deadline and the new labels", now.Node, full.EndAt, full.Labels)
 	}
 	var moved sandboxView
-	eventually(t, grace+30*time.Second, func() string {
+	testkit.Eventually(t, grace+30*time.Second, "", func() error {
 		r := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+b.ID, "", nil)
 		if r.status != http.StatusOK {
-			return fmt.Sprintf("GET the stopped sandbox: %d %s", r.status, r.body)
+			return fmt.Errorf("GET the stopped sandbox: %d %s", r.status, r.body)
 		}
 		if moved = view(t, r); moved.Node == "n3" || moved.State != "stopped" {
-			return fmt.Sprintf("the stopped sandbox is on %s in state %s", moved.Node, moved.State)
+			return fmt.Errorf("the stopped sandbox is on %s in state %s", moved.Node, moved.State)
 		}
-		return ""
+		return nil
 	})
 	if r := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+b.ID+"/start", "", nil); r.status != http.StatusOK || view(t, r).State != "running" {
 		t.Fatalf("start the re-created stopped sandbox: %d %s", r.status, r.body)

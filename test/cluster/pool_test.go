@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 )
 
 // poolOf reads one node's warm pool status.
@@ -41,13 +42,13 @@ func (c *testCluster) hits(t testing.TB, ctx context.Context) map[string]int64 {
 // makes none.
 func (c *testCluster) awaitPools(t testing.TB, ctx context.Context, size int, d time.Duration) {
 	t.Helper()
-	eventually(t, d, func() string {
+	testkit.Eventually(t, d, "", func() error {
 		for _, n := range c.nodes {
 			if p := poolOf(t, ctx, n).Pools[0]; p.Ready != size || p.Starting != 0 {
-				return fmt.Sprintf("pool of %s: %+v, want %d ready", n.name, p, size)
+				return fmt.Errorf("pool of %s: %+v, want %d ready", n.name, p, size)
 			}
 		}
-		return ""
+		return nil
 	})
 }
 
@@ -338,15 +339,15 @@ func TestClusterWarmPool(t *testing.T) {
 			t.Fatalf("delete %s through %s: %d %s", m.sb.ID, via.name, a.status, a.body)
 		}
 	}
-	eventually(t, 10*time.Second, func() string {
+	testkit.Eventually(t, 10*time.Second, "", func() error {
 		for _, n := range c.nodes {
 			for _, m := range all {
 				if a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+m.sb.ID, "", nil); a.status != http.StatusNotFound {
-					return fmt.Sprintf("GET %s through %s after delete: %d", m.sb.ID, n.name, a.status)
+					return fmt.Errorf("GET %s through %s after delete: %d", m.sb.ID, n.name, a.status)
 				}
 			}
 		}
-		return ""
+		return nil
 	})
 	a := call(ctx, c.nodes[1], http.MethodPost, "/v1/sandboxes", `{"name":"pool-0"}`, nil)
 	if a.status != http.StatusCreated {
@@ -381,19 +382,19 @@ func TestClusterWarmPoolCountsAgainstMaxSandboxes(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	eventually(t, 20*time.Second, func() string {
+	testkit.Eventually(t, 20*time.Second, "", func() error {
 		for _, n := range c.nodes {
 			ms, err := n.Client().ClusterMembers(ctx)
 			if err != nil {
-				return err.Error()
+				return err
 			}
 			for _, m := range ms {
 				if m.MaxSandboxes != 1 {
-					return fmt.Sprintf("%s's ceiling is %d in the index", m.Name, m.MaxSandboxes)
+					return fmt.Errorf("%s's ceiling is %d in the index", m.Name, m.MaxSandboxes)
 				}
 			}
 		}
-		return ""
+		return nil
 	})
 	c.awaitPools(t, ctx, 2, 2*time.Minute)
 	placed := map[string]int{}

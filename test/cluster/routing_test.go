@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -391,11 +392,11 @@ func TestClusterCaddyRoutesFromAnyNode(t *testing.T) {
 	}
 	for _, n := range c.nodes {
 		for _, h := range []string{id + "-8080.localhost", "8080-" + id + ".localhost", domain} {
-			eventually(t, 20*time.Second, func() string {
+			testkit.Eventually(t, 20*time.Second, "", func() error {
 				if code, body, err := viaProxy(ctx, n, h, "/"); err != nil || code != 200 || body != "caddy-page" {
-					return fmt.Sprintf("%s through %s's Caddy: %d %q %v", h, n.name, code, body, err)
+					return fmt.Errorf("%s through %s's Caddy: %d %q %v", h, n.name, code, body, err)
 				}
-				return ""
+				return nil
 			})
 		}
 	}
