@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sort"
 	"testing"
 	"time"
 
@@ -58,14 +57,7 @@ func timeCreates(b *testing.B, entry *node, del func(id string) *node, settle fu
 		b.StartTimer()
 	}
 	b.StopTimer()
-	reportPercentiles(b, samples)
-}
-
-// reportPercentiles reports the p50 and p95 of samples in milliseconds.
-func reportPercentiles(b *testing.B, samples []time.Duration) {
-	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
-	b.ReportMetric(float64(samples[len(samples)/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(samples[(len(samples)-1)*95/100].Microseconds())/1000, "p95-ms")
+	harness.ReportPercentiles(b, "", samples)
 }
 
 // BenchmarkSpecRewrite times an E2B setTimeout sent to the sandbox's own
@@ -95,7 +87,7 @@ func BenchmarkSpecRewrite(b *testing.B) {
 			samples = append(samples, time.Since(start))
 		}
 		b.StopTimer()
-		reportPercentiles(b, samples)
+		harness.ReportPercentiles(b, "", samples)
 	}
 	single := &node{Daemon: harness.Start(b, sandpitBin, harness.Options{})}
 	b.Run("single-node", func(b *testing.B) { run(b, single, func(answer) *node { return single }) })

@@ -26,7 +26,7 @@ func BenchmarkFacadeList(b *testing.B) {
 			samples = append(samples, time.Since(start))
 		}
 		b.StopTimer()
-		reportPercentiles(b, samples)
+		harness.ReportPercentiles(b, "", samples)
 	}
 	fill := func(n *node) {
 		for range 6 {
