@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,8 +11,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,23 +79,6 @@ func handshake(proxyAddr, serverName string, conf *tls.Config) error {
 	return conn.Close()
 }
 
-// e2bModules is test/e2b with its node_modules, where the SDK scripts run;
-// without them the SDK part is skipped, except in CI.
-func e2bModules(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("e2b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("test/e2b/node_modules missing (scripts/test.sh installs it before the Go tests): %v", err)
-		}
-		t.Skipf("test/e2b/node_modules missing; run npm ci in test/e2b: %v", err)
-	}
-	return dir
-}
-
 // TestCaddyPreviewTLS runs the daemon with --preview-tls and Caddy's internal
 // CA, on Debian's Caddy 2.6 (on-demand "ask") and on the caddy-l4 build
 // (the "permission" module): the preview URL and a custom domain serve the
@@ -151,32 +130,15 @@ func TestCaddyPreviewTLS(t *testing.T) {
 			}
 
 			// The official SDK through Caddy over HTTPS.
-			dir := e2bModules(t)
-			cmd := exec.CommandContext(ctx, "node", "tls-sdk.mjs")
-			cmd.Dir = dir
-			env := []string{}
-			for _, kv := range os.Environ() {
-				if !strings.HasPrefix(kv, "E2B_") && !strings.HasPrefix(kv, "NODE_EXTRA_CA_CERTS=") {
-					env = append(env, kv)
-				}
-			}
-			cmd.Env = append(env, "E2B_DOMAIN="+domain, "E2B_API_URL="+d.URL()+"/e2b", "E2B_API_KEY="+d.Token, "NODE_EXTRA_CA_CERTS="+cd.RootCA())
-			out, err := cmd.Output()
-			if err != nil {
-				var ee *exec.ExitError
-				if errors.As(err, &ee) {
-					t.Fatalf("tls-sdk.mjs: %v\n%s\n%s", err, out, ee.Stderr)
-				}
-				t.Fatal(err)
-			}
+			dir := harness.SDKDir(t, "e2b", "e2b")
 			var res struct {
 				SandboxID, SandboxDomain, Stdout string
 				ExitCode                         int
 				Resolved                         []string
 			}
-			if err := json.Unmarshal(out, &res); err != nil {
-				t.Fatalf("tls-sdk.mjs printed %q: %v", out, err)
-			}
+			harness.RunSDK(t, ctx, dir, "tls-sdk.mjs", []string{
+				"E2B_DOMAIN=" + domain, "E2B_API_URL=" + d.URL() + "/e2b", "E2B_API_KEY=" + d.Token, "NODE_EXTRA_CA_CERTS=" + cd.RootCA(),
+			}, &res)
 			wantHost := "49983-" + res.SandboxID + "." + domain
 			if res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "hello from ") || res.SandboxDomain != domain+":"+proxyPort(t, d) || !contains(res.Resolved, wantHost) {
 				t.Fatalf("SDK run = %+v, want exit 0, stdout 'hello from ...', and the SDK resolving %s", res, wantHost)

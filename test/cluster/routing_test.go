@@ -9,9 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,55 +18,6 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
-
-// sdkDir is test/<sub> with the npm package module installed, where the SDK
-// scripts run. Without node or the package the SDK parts are skipped, except
-// in CI, where scripts/test.sh installs them first and their absence fails.
-func sdkDir(t *testing.T, sub, module string) string {
-	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", sub))
-	if err != nil {
-		t.Fatal(err)
-	}
-	missing := func(err error) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s: %v (scripts/test.sh installs node and the SDKs before the Go tests)", sub, err)
-		}
-		t.Skipf("%s: %v; run npm ci in test/%s", sub, err, sub)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		missing(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", filepath.FromSlash(module))); err != nil {
-		missing(err)
-	}
-	return dir
-}
-
-// runScript runs a node script in dir with env added to this process's
-// environment (minus any SDK settings of the caller's own) and decodes the
-// JSON line it prints into out.
-func runScript(t *testing.T, ctx context.Context, dir, script string, env []string, out any) {
-	t.Helper()
-	cmd := exec.CommandContext(ctx, "node", script)
-	cmd.Dir = dir
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "E2B_") && !strings.HasPrefix(kv, "DAYTONA_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	b, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s: %v\nstdout: %s\nstderr: %s", script, err, b, stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), out); err != nil {
-		t.Fatalf("%s printed %q: %v", script, b, err)
-	}
-}
 
 // viaProxy sends a GET for host to node n's preview proxy: the test domain
 // does not resolve, so the request goes to the proxy's address with the host
@@ -132,8 +80,8 @@ echo second
 // Daytona SDK pointed at n2 finds it by name, executes in it and opens a PTY
 // (a WebSocket) in it.
 func TestClusterRoutesFromAnyNode(t *testing.T) {
-	e2bDir := sdkDir(t, "e2b", "e2b")
-	daytonaDir := sdkDir(t, "daytona", "@daytonaio/sdk")
+	e2bDir := harness.SDKDir(t, "e2b", "e2b")
+	daytonaDir := harness.SDKDir(t, "daytona", "@daytonaio/sdk")
 	c := startClusterWith(t, func(name string) []string { return []string{"--public-host", name + ".nodes.test"} })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -246,7 +194,7 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 		}
 		ForgedStatus int
 	}
-	runScript(t, ctx, e2bDir, "cluster-route.mjs", []string{
+	harness.RunSDK(t, ctx, e2bDir, "cluster-route.mjs", []string{
 		"E2B_API_URL=" + n1.URL() + "/e2b", "E2B_SANDBOX_URL=" + n1.URL() + "/e2b/envd", "E2B_API_KEY=" + n1.Token,
 		"ROUTE_SANDBOX_ID=" + id,
 	}, &e)
@@ -265,7 +213,7 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 		ExitCode                     int
 		Pty                          bool
 	}
-	runScript(t, ctx, daytonaDir, "cluster-route.mjs", []string{
+	harness.RunSDK(t, ctx, daytonaDir, "cluster-route.mjs", []string{
 		"ROUTE_API_URL=" + n2.URL() + "/daytona", "ROUTE_API_KEY=" + n2.Token, "ROUTE_SANDBOX_NAME=" + sb.Name,
 	}, &d)
 	if d.ID != id || d.Name != sb.Name || d.Result != "routed-page" || d.ExitCode != 0 || !d.Pty {
