@@ -65,7 +65,7 @@ func BenchmarkIdempotencyCreate(b *testing.B) {
 			} else {
 				plain = append(plain, took)
 			}
-			id := answer{body: body}.id()
+			id := harness.Answer{Body: body}.ID()
 			benchCall(b, hc, d, http.MethodDelete, "/v1/sandboxes/"+id, ``, "", http.StatusNoContent)
 			b.StartTimer()
 		}
@@ -85,7 +85,7 @@ func BenchmarkIdempotencyCreate(b *testing.B) {
 func BenchmarkIdempotencyOverhead(b *testing.B) {
 	d := harness.Start(b, sandpitBin, harness.Options{})
 	hc := &http.Client{}
-	id := answer{body: benchCall(b, hc, d, http.MethodPost, "/v1/sandboxes", `{}`, "", http.StatusCreated)}.id()
+	id := harness.Answer{Body: benchCall(b, hc, d, http.MethodPost, "/v1/sandboxes", `{}`, "", http.StatusCreated)}.ID()
 	path := "/v1/sandboxes/" + id + "/stop"
 	benchCall(b, hc, d, http.MethodPost, path, ``, "", http.StatusOK)
 	run := time.Now().UnixNano()
@@ -174,7 +174,7 @@ func BenchmarkIdempotencyStorm(b *testing.B) {
 				if resp.StatusCode != http.StatusCreated {
 					b.Errorf("storm create: %d %s", resp.StatusCode, body)
 				}
-				results <- result{time.Since(start), resp.Header.Get("Idempotent-Replayed") == "true", answer{body: body}.id()}
+				results <- result{time.Since(start), resp.Header.Get("Idempotent-Replayed") == "true", harness.Answer{Body: body}.ID()}
 			}()
 		}
 		var orig time.Duration

@@ -58,7 +58,7 @@ func BenchmarkUnauthenticatedSignedFiles(b *testing.B) {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusOK {
-				return answer{body: body}.id(), nil
+				return harness.Answer{Body: body}.ID(), nil
 			}
 			last = resp.Status + " " + string(body)
 			if resp.StatusCode < 500 && resp.StatusCode != http.StatusConflict {

@@ -192,8 +192,8 @@ func bindAs(t *testing.T, ctx context.Context, d *harness.Daemon, token, id, hos
 			Message string `json:"message"`
 		} `json:"error"`
 	}
-	_ = json.Unmarshal(a.body, &e)
-	return a.status, e.Error.Code, e.Error.Message
+	_ = json.Unmarshal(a.Body, &e)
+	return a.Status, e.Error.Code, e.Error.Message
 }
 
 // TestTenantCustomDomainSquatting reproduces "custom domains can be squatted

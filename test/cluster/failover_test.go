@@ -18,6 +18,7 @@ import (
 	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/client"
 	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
+	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
 // failoverFlags gives every node a short grace period (gossip's fast timers
@@ -38,11 +39,11 @@ type sandboxView struct {
 	Labels map[string]string `json:"labels"`
 }
 
-func view(t *testing.T, a answer) sandboxView {
+func view(t *testing.T, a harness.Answer) sandboxView {
 	t.Helper()
 	var v sandboxView
-	if err := json.Unmarshal(a.body, &v); err != nil {
-		t.Fatalf("sandbox JSON %s: %v", a.body, err)
+	if err := json.Unmarshal(a.Body, &v); err != nil {
+		t.Fatalf("sandbox JSON %s: %v", a.Body, err)
 	}
 	return v
 }
@@ -62,15 +63,15 @@ func (c *testCluster) createBodyOn(t *testing.T, ctx context.Context, want, name
 	for i := range 40 {
 		key = fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano(), i)
 		a := call(ctx, c.nodes[0], http.MethodPost, "/v1/sandboxes", body, map[string]string{"Idempotency-Key": key})
-		if a.status != http.StatusCreated {
-			t.Fatalf("create: %d %s %v", a.status, a.body, a.err)
+		if a.Status != http.StatusCreated {
+			t.Fatalf("create: %d %s %v", a.Status, a.Body, a.Err)
 		}
 		sb = view(t, a)
 		if sb.Node == want {
 			return body, key, sb
 		}
-		if d := call(ctx, c.nodes[0], http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); d.status != http.StatusNoContent {
-			t.Fatalf("delete %s: %d %s", sb.ID, d.status, d.body)
+		if d := call(ctx, c.nodes[0], http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); d.Status != http.StatusNoContent {
+			t.Fatalf("delete %s: %d %s", sb.ID, d.Status, d.Body)
 		}
 	}
 	t.Fatalf("no keyed create landed on %s", want)
@@ -120,8 +121,8 @@ func awaitMoved(t *testing.T, ctx context.Context, d time.Duration, id, dead str
 	testkit.Eventually(t, d, "", func() error {
 		for _, n := range survivors {
 			a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+id, "", nil)
-			if a.status != http.StatusOK {
-				return fmt.Errorf("GET through %s: %d %s", n.name, a.status, a.body)
+			if a.Status != http.StatusOK {
+				return fmt.Errorf("GET through %s: %d %s", n.name, a.Status, a.Body)
 			}
 			now = view(t, a)
 			if now.Node == dead || now.State != "running" {
@@ -148,8 +149,8 @@ func TestClusterFailoverOrphan(t *testing.T) {
 	testkit.Eventually(t, grace+20*time.Second, "", func() error {
 		for _, n := range []*node{n1, n2} {
 			for _, ref := range []string{sb.ID, sb.Name} {
-				if a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+ref, "", nil); a.status != http.StatusGone || a.code() != apitypes.CodeSandboxLost {
-					return fmt.Errorf("GET %s through %s: %d %s", ref, n.name, a.status, a.body)
+				if a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+ref, "", nil); a.Status != http.StatusGone || a.Code() != apitypes.CodeSandboxLost {
+					return fmt.Errorf("GET %s through %s: %d %s", ref, n.name, a.Status, a.Body)
 				}
 			}
 		}
@@ -171,8 +172,8 @@ func TestClusterFailoverOrphan(t *testing.T) {
 		{"daytona toolbox", http.MethodGet, "/daytona/toolbox/" + sb.ID + "/toolbox/files?path=/", nil},
 	}
 	for _, tc := range table {
-		if a := call(ctx, n2, tc.method, tc.path, `{"cmd":"true","port":8080}`, tc.header); a.status != http.StatusGone {
-			t.Errorf("%s: %d %s, want 410", tc.name, a.status, a.body)
+		if a := call(ctx, n2, tc.method, tc.path, `{"cmd":"true","port":8080}`, tc.header); a.Status != http.StatusGone {
+			t.Errorf("%s: %d %s, want 410", tc.name, a.Status, a.Body)
 		}
 	}
 	// The cluster-wide listing shows it as lost on its node, so that its
@@ -181,8 +182,8 @@ func TestClusterFailoverOrphan(t *testing.T) {
 		t.Helper()
 		a := call(ctx, n, http.MethodGet, "/v1/sandboxes"+query, "", nil)
 		var page apitypes.ListResponse
-		if a.status != http.StatusOK || json.Unmarshal(a.body, &page) != nil {
-			t.Fatalf("list %s through %s: %d %s", query, n.name, a.status, a.body)
+		if a.Status != http.StatusOK || json.Unmarshal(a.Body, &page) != nil {
+			t.Fatalf("list %s through %s: %d %s", query, n.name, a.Status, a.Body)
 		}
 		for _, row := range page.Sandboxes {
 			if row.ID == sb.ID {
@@ -201,16 +202,16 @@ func TestClusterFailoverOrphan(t *testing.T) {
 		}
 	}
 	// The name stays bound to the lost sandbox until it is deleted.
-	if a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", `{"name":"orphaned"}`, nil); a.status != http.StatusConflict || a.code() != apitypes.CodeNameConflict {
-		t.Fatalf("create of the lost sandbox's name: %d %s, want 409 name_conflict", a.status, a.body)
+	if a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", `{"name":"orphaned"}`, nil); a.Status != http.StatusConflict || a.Code() != apitypes.CodeNameConflict {
+		t.Fatalf("create of the lost sandbox's name: %d %s, want 409 name_conflict", a.Status, a.Body)
 	}
-	if a := call(ctx, n2, http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusNoContent {
-		t.Fatalf("delete of the lost sandbox: %d %s", a.status, a.body)
+	if a := call(ctx, n2, http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); a.Status != http.StatusNoContent {
+		t.Fatalf("delete of the lost sandbox: %d %s", a.Status, a.Body)
 	}
 	// Another node's copy of the index applies the delete a moment later.
 	testkit.Eventually(t, 5*time.Second, "", func() error {
-		if a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusNotFound {
-			return fmt.Errorf("GET after delete: %d %s", a.status, a.body)
+		if a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil); a.Status != http.StatusNotFound {
+			return fmt.Errorf("GET after delete: %d %s", a.Status, a.Body)
 		}
 		return nil
 	})
@@ -218,8 +219,8 @@ func TestClusterFailoverOrphan(t *testing.T) {
 		t.Errorf("the deleted lost sandbox is still listed: %+v", row)
 	}
 	a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", `{"name":"orphaned"}`, nil)
-	if a.status != http.StatusCreated {
-		t.Fatalf("create of the freed name: %d %s", a.status, a.body)
+	if a.Status != http.StatusCreated {
+		t.Fatalf("create of the freed name: %d %s", a.Status, a.Body)
 	}
 }
 
@@ -236,8 +237,8 @@ func TestClusterFailoverRecreate(t *testing.T) {
 		{"/ports", `{"port":9000,"protocol":"tcp"}`},
 		{"/custom-domains", fmt.Sprintf(`{"hostname":%q,"port":8080}`, host)},
 	} {
-		if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+sb.ID+step.path, step.body, nil); a.status != http.StatusCreated {
-			t.Fatalf("POST %s %s: %d %s", step.path, step.body, a.status, a.body)
+		if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+sb.ID+step.path, step.body, nil); a.Status != http.StatusCreated {
+			t.Fatalf("POST %s %s: %d %s", step.path, step.body, a.Status, a.Body)
 		}
 	}
 	serve := func(n *node) {
@@ -259,8 +260,8 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	signedURL := func(expires int) (host, token string) {
 		t.Helper()
 		var signed struct{ URL, Token string }
-		if a := call(ctx, n2, http.MethodGet, fmt.Sprintf("/daytona/sandbox/%s/ports/8081/signed-preview-url?expiresInSeconds=%d", sb.ID, expires), "", nil); a.status != http.StatusOK || json.Unmarshal(a.body, &signed) != nil {
-			t.Fatalf("signed preview url: %d %s", a.status, a.body)
+		if a := call(ctx, n2, http.MethodGet, fmt.Sprintf("/daytona/sandbox/%s/ports/8081/signed-preview-url?expiresInSeconds=%d", sb.ID, expires), "", nil); a.Status != http.StatusOK || json.Unmarshal(a.Body, &signed) != nil {
+			t.Fatalf("signed preview url: %d %s", a.Status, a.Body)
 		}
 		su, err := url.Parse(signed.URL)
 		if err != nil {
@@ -272,8 +273,8 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	// Another, expired early through n1: the revocation follows the
 	// sandbox, or the new owner would honour the token again.
 	revokedHost, revokedToken := signedURL(900)
-	if a := call(ctx, n1, http.MethodPost, "/daytona/sandbox/"+sb.ID+"/ports/8081/signed-preview-url/"+revokedToken+"/expire", "", nil); a.status != http.StatusOK {
-		t.Fatalf("expire signed preview url: %d %s", a.status, a.body)
+	if a := call(ctx, n1, http.MethodPost, "/daytona/sandbox/"+sb.ID+"/ports/8081/signed-preview-url/"+revokedToken+"/expire", "", nil); a.Status != http.StatusOK {
+		t.Fatalf("expire signed preview url: %d %s", a.Status, a.Body)
 	}
 	if st := previewStatus(t, ctx, n1, revokedHost); st != http.StatusForbidden {
 		t.Fatalf("expired signed preview before the failure: %d, want 403", st)
@@ -326,8 +327,8 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	}
 	// The keyed create's retry replays the same sandbox.
 	a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, map[string]string{"Idempotency-Key": key})
-	if a.status >= 300 || a.id() != sb.ID || !a.replayed {
-		t.Fatalf("retry of the original create: %d %s, want the id %s", a.status, a.body, sb.ID)
+	if a.Status >= 300 || a.ID() != sb.ID || !a.Replayed {
+		t.Fatalf("retry of the original create: %d %s, want the id %s", a.Status, a.Body, sb.ID)
 	}
 
 	// n3 comes back after its sandbox moved: it removes its stale copy
@@ -338,8 +339,8 @@ func TestClusterFailoverRecreate(t *testing.T) {
 		t.Fatalf("containers of %s per node once n3 serves: %v, want one on %s", sb.ID, got, owner.name)
 	}
 	a = call(ctx, n3, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
-	if a.status != http.StatusOK || view(t, a).Node != owner.name {
-		t.Fatalf("GET through the returned node: %d %s", a.status, a.body)
+	if a.Status != http.StatusOK || view(t, a).Node != owner.name {
+		t.Fatalf("GET through the returned node: %d %s", a.Status, a.Body)
 	}
 	c.waitFormed(30 * time.Second)
 	c.digests(10 * time.Second)
@@ -357,8 +358,8 @@ func TestClusterNodeBackWithinGraceResumes(t *testing.T) {
 	c.waitFormed(30 * time.Second)
 	testkit.Eventually(t, 30*time.Second, "", func() error {
 		a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
-		if a.status != http.StatusOK || view(t, a).Node != "n3" || view(t, a).State != "running" {
-			return fmt.Errorf("GET: %d %s", a.status, a.body)
+		if a.Status != http.StatusOK || view(t, a).Node != "n3" || view(t, a).State != "running" {
+			return fmt.Errorf("GET: %d %s", a.Status, a.Body)
 		}
 		return nil
 	})
@@ -411,8 +412,8 @@ func ports(t *testing.T, ctx context.Context, n *node, id string) []apitypes.Por
 	t.Helper()
 	a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+id+"/ports", "", nil)
 	var l apitypes.PortList
-	if a.status != http.StatusOK || json.Unmarshal(a.body, &l) != nil {
-		t.Fatalf("ports: %d %s", a.status, a.body)
+	if a.Status != http.StatusOK || json.Unmarshal(a.Body, &l) != nil {
+		t.Fatalf("ports: %d %s", a.Status, a.Body)
 	}
 	return l.Ports
 }
@@ -435,14 +436,14 @@ func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
 	// owner neither answers nor closes the connection, so without more the
 	// forward would wait as long as its client; once gossip declares n3
 	// dead, n1 must end it with 503 owner_unreachable.
-	long := make(chan answer, 1)
+	long := make(chan harness.Answer, 1)
 	go func() {
 		long <- call(ctx, n1, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/exec", `{"cmd":"sleep","args":["600"],"timeout_s":900}`, nil)
 	}()
 	testkit.Eventually(t, 30*time.Second, "", func() error {
 		a := call(ctx, n3, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/exec", `{"cmd":"ps"}`, nil)
-		if !strings.Contains(string(a.body), "sleep 600") {
-			return fmt.Errorf("the long exec is not running yet: %d %s %v", a.status, a.body, a.err)
+		if !strings.Contains(string(a.Body), "sleep 600") {
+			return fmt.Errorf("the long exec is not running yet: %d %s %v", a.Status, a.Body, a.Err)
 		}
 		return nil
 	})
@@ -456,10 +457,10 @@ func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
 	}()
 	select {
 	case a := <-long:
-		if a.status != http.StatusServiceUnavailable || a.code() != apitypes.CodeOwnerUnreachable {
-			t.Fatalf("the exec in flight on the frozen owner: %d %s %v, want 503 %s", a.status, a.body, a.err, apitypes.CodeOwnerUnreachable)
+		if a.Status != http.StatusServiceUnavailable || a.Code() != apitypes.CodeOwnerUnreachable {
+			t.Fatalf("the exec in flight on the frozen owner: %d %s %v, want 503 %s", a.Status, a.Body, a.Err, apitypes.CodeOwnerUnreachable)
 		}
-		t.Logf("the exec in flight on the frozen owner: %d %s", a.status, a.body)
+		t.Logf("the exec in flight on the frozen owner: %d %s", a.Status, a.Body)
 	case <-time.After(grace + 60*time.Second):
 		t.Fatal("the exec forwarded to the frozen owner is still waiting after gossip had every chance to declare it dead")
 	}
@@ -471,8 +472,8 @@ func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		a := call(pctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
-		if a.status != http.StatusOK {
-			return fmt.Errorf("GET: %d %s %v", a.status, a.body, a.err)
+		if a.Status != http.StatusOK {
+			return fmt.Errorf("GET: %d %s %v", a.Status, a.Body, a.Err)
 		}
 		if now = view(t, a); now.Node == "n3" || now.State != "running" {
 			return fmt.Errorf("sandbox on %s in state %s", now.Node, now.State)
@@ -531,8 +532,8 @@ func TestClusterRecreateFinishesAfterCrash(t *testing.T) {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		a := call(pctx, crashed, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
-		if a.status != http.StatusOK {
-			return fmt.Errorf("GET: %d %s %v", a.status, a.body, a.err)
+		if a.Status != http.StatusOK {
+			return fmt.Errorf("GET: %d %s %v", a.Status, a.Body, a.Err)
 		}
 		if v := view(t, a); v.Node == "n3" || v.State != "running" {
 			return fmt.Errorf("sandbox on %s in state %s", v.Node, v.State)
@@ -601,31 +602,31 @@ func TestClusterFailoverHandsOverAnInterruptedKeyedCreate(t *testing.T) {
 
 			body := `{"name":"interrupted","env":{"FAILOVER_ENV":"kept"}}`
 			hdr := map[string]string{"Idempotency-Key": keyOwnedBy("n3", "interrupted")}
-			if a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", body, hdr); a.status < 500 {
-				t.Fatalf("first attempt: %d %s, want no answer from its owner", a.status, a.body)
+			if a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", body, hdr); a.Status < 500 {
+				t.Fatalf("first attempt: %d %s, want no answer from its owner", a.Status, a.Body)
 			}
 			if !n3.Wait(30 * time.Second) {
 				t.Fatal("n3 did not reach its crash point")
 			}
-			if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr); a.status != http.StatusServiceUnavailable {
-				t.Fatalf("retry while n3 may come back: %d %s, want 503", a.status, a.body)
+			if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr); a.Status != http.StatusServiceUnavailable {
+				t.Fatalf("retry while n3 may come back: %d %s, want 503", a.Status, a.Body)
 			}
-			var last answer
+			var last harness.Answer
 			testkit.Eventually(t, grace+45*time.Second, "", func() error {
 				last = call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr)
-				if last.status == http.StatusServiceUnavailable || last.status == http.StatusConflict && last.code() == apitypes.CodeKeyInFlight {
-					return fmt.Errorf("retry: %d %s", last.status, last.body)
+				if last.Status == http.StatusServiceUnavailable || last.Status == http.StatusConflict && last.Code() == apitypes.CodeKeyInFlight {
+					return fmt.Errorf("retry: %d %s", last.Status, last.Body)
 				}
 				return nil
 			})
 			if policy == "orphan" {
-				if last.status != http.StatusGone || last.code() != apitypes.CodeSandboxLost {
-					t.Fatalf("retry after the grace period: %d %s, want 410 sandbox_lost", last.status, last.body)
+				if last.Status != http.StatusGone || last.Code() != apitypes.CodeSandboxLost {
+					t.Fatalf("retry after the grace period: %d %s, want 410 sandbox_lost", last.Status, last.Body)
 				}
 				return
 			}
-			if last.status != http.StatusCreated {
-				t.Fatalf("retry after the grace period: %d %s, want 201", last.status, last.body)
+			if last.Status != http.StatusCreated {
+				t.Fatalf("retry after the grace period: %d %s, want 201", last.Status, last.Body)
 			}
 			v := view(t, last)
 			if v.Node == "n3" || v.Name != "interrupted" || v.Env["FAILOVER_ENV"] != "kept" {
@@ -633,8 +634,8 @@ func TestClusterFailoverHandsOverAnInterruptedKeyedCreate(t *testing.T) {
 			}
 			// Every node replays that answer from now on.
 			for _, n := range []*node{n1, n2} {
-				if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", body, hdr); a.status != http.StatusCreated || a.id() != v.ID {
-					t.Fatalf("replay through %s: %d %s, want %s", n.name, a.status, a.body, v.ID)
+				if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", body, hdr); a.Status != http.StatusCreated || a.ID() != v.ID {
+					t.Fatalf("replay through %s: %d %s, want %s", n.name, a.Status, a.Body, v.ID)
 				}
 			}
 			// n3, back without its crash point, drops its copy: one sandbox.
@@ -683,11 +684,11 @@ func TestClusterRecreateGivesUpAndTheSandboxIsLost(t *testing.T) {
 	for _, n := range []*node{n1, n2} {
 		testkit.Eventually(t, grace+giveUp+60*time.Second, "", func() error {
 			a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
-			if a.status != http.StatusGone || a.code() != apitypes.CodeSandboxLost {
-				return fmt.Errorf("GET through %s: %d %s, want 410 %s", n.name, a.status, a.body, apitypes.CodeSandboxLost)
+			if a.Status != http.StatusGone || a.Code() != apitypes.CodeSandboxLost {
+				return fmt.Errorf("GET through %s: %d %s, want 410 %s", n.name, a.Status, a.Body, apitypes.CodeSandboxLost)
 			}
-			if !strings.Contains(string(a.body), "re-creation") {
-				return fmt.Errorf("GET through %s: %s does not say the re-creation failed", n.name, a.body)
+			if !strings.Contains(string(a.Body), "re-creation") {
+				return fmt.Errorf("GET through %s: %s does not say the re-creation failed", n.name, a.Body)
 			}
 			return nil
 		})
@@ -696,8 +697,8 @@ func TestClusterRecreateGivesUpAndTheSandboxIsLost(t *testing.T) {
 	if got := c.containersOf(t, sb.ID); len(got) != 1 || got["n3"] != 1 {
 		t.Fatalf("containers of the lost sandbox: %v, want only n3's", got)
 	}
-	if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), nil); a.status != http.StatusConflict {
-		t.Fatalf("create of the lost sandbox's name: %d %s, want 409", a.status, a.body)
+	if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), nil); a.Status != http.StatusConflict {
+		t.Fatalf("create of the lost sandbox's name: %d %s, want 409", a.Status, a.Body)
 	}
 
 	// The dead node comes back: the sandbox is on no node, so it does not
@@ -705,11 +706,11 @@ func TestClusterRecreateGivesUpAndTheSandboxIsLost(t *testing.T) {
 	// removes n3's old copy too.
 	n3.Restart(nil)
 	c.waitFormed(30 * time.Second)
-	if a := call(ctx, n3, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusGone {
-		t.Fatalf("GET through the returned node: %d %s, want 410", a.status, a.body)
+	if a := call(ctx, n3, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil); a.Status != http.StatusGone {
+		t.Fatalf("GET through the returned node: %d %s, want 410", a.Status, a.Body)
 	}
-	if a := call(ctx, n1, http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusNoContent {
-		t.Fatalf("delete of the lost sandbox: %d %s", a.status, a.body)
+	if a := call(ctx, n1, http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); a.Status != http.StatusNoContent {
+		t.Fatalf("delete of the lost sandbox: %d %s", a.Status, a.Body)
 	}
 	testkit.Eventually(t, 30*time.Second, "", func() error {
 		if got := c.containersOf(t, sb.ID); len(got) != 0 {
@@ -718,11 +719,11 @@ func TestClusterRecreateGivesUpAndTheSandboxIsLost(t *testing.T) {
 		return nil
 	})
 	a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), nil)
-	if a.status != http.StatusCreated {
-		t.Fatalf("create of the freed name: %d %s", a.status, a.body)
+	if a.Status != http.StatusCreated {
+		t.Fatalf("create of the freed name: %d %s", a.Status, a.Body)
 	}
-	if d := call(ctx, n2, http.MethodDelete, "/v1/sandboxes/"+view(t, a).ID, "", nil); d.status != http.StatusNoContent {
-		t.Fatalf("delete: %d %s", d.status, d.body)
+	if d := call(ctx, n2, http.MethodDelete, "/v1/sandboxes/"+view(t, a).ID, "", nil); d.Status != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", d.Status, d.Body)
 	}
 	c.digests(30 * time.Second)
 }
@@ -768,8 +769,8 @@ func TestClusterInterruptedKeyedCreateIsNotTakenOverByAThirdNode(t *testing.T) {
 
 	drain := func(on bool) {
 		t.Helper()
-		if a := call(ctx, n2, http.MethodPost, "/v1/cluster/drain", fmt.Sprintf(`{"node":"n1","drain":%v}`, on), nil); a.status != http.StatusOK {
-			t.Fatalf("drain n1 %v: %d %s", on, a.status, a.body)
+		if a := call(ctx, n2, http.MethodPost, "/v1/cluster/drain", fmt.Sprintf(`{"node":"n1","drain":%v}`, on), nil); a.Status != http.StatusOK {
+			t.Fatalf("drain n1 %v: %d %s", on, a.Status, a.Body)
 		}
 		testkit.Eventually(t, 15*time.Second, "", func() error {
 			ms, err := n2.Client().ClusterMembers(ctx)
@@ -787,32 +788,32 @@ func TestClusterInterruptedKeyedCreateIsNotTakenOverByAThirdNode(t *testing.T) {
 	drain(true)
 	body := `{"name":"third","env":{"FAILOVER_ENV":"kept"}}`
 	hdr := map[string]string{"Idempotency-Key": keyRanked("third", "n1", "n3", "n2")}
-	if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr); a.status < 500 {
-		t.Fatalf("first attempt: %d %s, want no answer from its owner n3", a.status, a.body)
+	if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr); a.Status < 500 {
+		t.Fatalf("first attempt: %d %s, want no answer from its owner n3", a.Status, a.Body)
 	}
 	if !n3.Wait(30 * time.Second) {
 		t.Fatal("n3 did not reach its crash point")
 	}
 	drain(false)
 
-	var last answer
+	var last harness.Answer
 	testkit.Eventually(t, grace+45*time.Second, "", func() error {
 		last = call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr)
-		if last.status == http.StatusServiceUnavailable || last.status == http.StatusConflict && last.code() == apitypes.CodeKeyInFlight {
-			return fmt.Errorf("retry: %d %s", last.status, last.body)
+		if last.Status == http.StatusServiceUnavailable || last.Status == http.StatusConflict && last.Code() == apitypes.CodeKeyInFlight {
+			return fmt.Errorf("retry: %d %s", last.Status, last.Body)
 		}
 		return nil
 	})
-	if last.status != http.StatusCreated {
-		t.Fatalf("retry after the failover: %d %s, want 201 with the re-created sandbox", last.status, last.body)
+	if last.Status != http.StatusCreated {
+		t.Fatalf("retry after the failover: %d %s, want 201 with the re-created sandbox", last.Status, last.Body)
 	}
 	v := view(t, last)
 	if v.Node != "n2" || v.Name != "third" || v.Env["FAILOVER_ENV"] != "kept" {
 		t.Fatalf("retry answered %+v, want the sandbox re-created on n2", v)
 	}
 	for _, n := range []*node{n1, n2} {
-		if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", body, hdr); a.status != http.StatusCreated || a.id() != v.ID {
-			t.Fatalf("replay through %s: %d %s, want %s", n.name, a.status, a.body, v.ID)
+		if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", body, hdr); a.Status != http.StatusCreated || a.ID() != v.ID {
+			t.Fatalf("replay through %s: %d %s, want %s", n.name, a.Status, a.Body, v.ID)
 		}
 	}
 	if got := c.containersOf(t, v.ID); got["n1"] != 0 || got["n2"] != 1 {
@@ -836,15 +837,15 @@ func TestClusterRecreateKeepsLaterChanges(t *testing.T) {
 	const createTimeout = 8 * time.Second
 	_, _, a := c.createBodyOn(t, ctx, "n3", "later-a", fmt.Sprintf(`{"name":"later-a","timeout_s":%d,"labels":{"stage":"one"}}`, int(createTimeout.Seconds())))
 	aCreated := time.Now()
-	if r := call(ctx, n1, http.MethodPost, "/e2b/sandboxes/"+a.ID+"/timeout", `{"timeout":900}`, map[string]string{"X-API-KEY": clusterToken}); r.status != http.StatusNoContent {
-		t.Fatalf("E2B setTimeout: %d %s", r.status, r.body)
+	if r := call(ctx, n1, http.MethodPost, "/e2b/sandboxes/"+a.ID+"/timeout", `{"timeout":900}`, map[string]string{"X-API-KEY": clusterToken}); r.Status != http.StatusNoContent {
+		t.Fatalf("E2B setTimeout: %d %s", r.Status, r.Body)
 	}
-	if r := call(ctx, n2, http.MethodPut, "/daytona/sandbox/"+a.ID+"/labels", `{"labels":{"stage":"two"}}`, nil); r.status != http.StatusOK {
-		t.Fatalf("Daytona labels: %d %s", r.status, r.body)
+	if r := call(ctx, n2, http.MethodPut, "/daytona/sandbox/"+a.ID+"/labels", `{"labels":{"stage":"two"}}`, nil); r.Status != http.StatusOK {
+		t.Fatalf("Daytona labels: %d %s", r.Status, r.Body)
 	}
 	_, _, b := c.createOn(t, ctx, "n3", "later-b")
-	if r := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+b.ID+"/stop", "", nil); r.status != http.StatusOK {
-		t.Fatalf("stop: %d %s", r.status, r.body)
+	if r := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+b.ID+"/stop", "", nil); r.Status != http.StatusOK {
+		t.Fatalf("stop: %d %s", r.Status, r.Body)
 	}
 	// The create's own deadline passes before the failover re-creates.
 	time.Sleep(time.Until(aCreated.Add(createTimeout)))
@@ -856,8 +857,8 @@ func TestClusterRecreateKeepsLaterChanges(t *testing.T) {
 		Labels map[string]string `json:"labels"`
 	}
 	r := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+a.ID, "", nil)
-	if err := json.Unmarshal(r.body, &full); err != nil {
-		t.Fatalf("GET: %d %s", r.status, r.body)
+	if err := json.Unmarshal(r.Body, &full); err != nil {
+		t.Fatalf("GET: %d %s", r.Status, r.Body)
 	}
 	if full.EndAt == nil || time.Until(*full.EndAt) < 10*time.Minute || full.Labels["stage"] != "two" {
 		t.Fatalf("re-created on %s with end_at %v and labels %v, want the extended deadline and the new labels", now.Node, full.EndAt, full.Labels)
@@ -865,15 +866,15 @@ func TestClusterRecreateKeepsLaterChanges(t *testing.T) {
 	var moved sandboxView
 	testkit.Eventually(t, grace+30*time.Second, "", func() error {
 		r := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+b.ID, "", nil)
-		if r.status != http.StatusOK {
-			return fmt.Errorf("GET the stopped sandbox: %d %s", r.status, r.body)
+		if r.Status != http.StatusOK {
+			return fmt.Errorf("GET the stopped sandbox: %d %s", r.Status, r.Body)
 		}
 		if moved = view(t, r); moved.Node == "n3" || moved.State != "stopped" {
 			return fmt.Errorf("the stopped sandbox is on %s in state %s", moved.Node, moved.State)
 		}
 		return nil
 	})
-	if r := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+b.ID+"/start", "", nil); r.status != http.StatusOK || view(t, r).State != "running" {
-		t.Fatalf("start the re-created stopped sandbox: %d %s", r.status, r.body)
+	if r := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+b.ID+"/start", "", nil); r.Status != http.StatusOK || view(t, r).State != "running" {
+		t.Fatalf("start the re-created stopped sandbox: %d %s", r.Status, r.Body)
 	}
 }

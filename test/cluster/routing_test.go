@@ -111,8 +111,8 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 	// It is for another port: a signed preview makes its port private,
 	// and 8080's plain hosts are checked below.
 	var signed struct{ URL string }
-	if a := call(ctx, n2, http.MethodGet, "/daytona/sandbox/"+sb.Name+"/ports/8082/signed-preview-url?expiresInSeconds=600", "", nil); a.status != 200 || json.Unmarshal(a.body, &signed) != nil {
-		t.Fatalf("signed preview url: %d %s", a.status, a.body)
+	if a := call(ctx, n2, http.MethodGet, "/daytona/sandbox/"+sb.Name+"/ports/8082/signed-preview-url?expiresInSeconds=600", "", nil); a.Status != 200 || json.Unmarshal(a.Body, &signed) != nil {
+		t.Fatalf("signed preview url: %d %s", a.Status, a.Body)
 	}
 	su, err := url.Parse(signed.URL)
 	if err != nil {
