@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -57,7 +58,7 @@ func TestAccessLog(t *testing.T) {
 				t.Fatalf("X-Request-Id = %q, want a generated id", got)
 			}
 			line := ""
-			eventually(t, 5*time.Second, "access log line", func() error {
+			testkit.Eventually(t, 5*time.Second, "access log line", func() error {
 				for _, l := range strings.Split(d.Logs(), "\n") {
 					if strings.Contains(l, "msg=\"http request\"") && strings.Contains(l, "request_id="+got) {
 						line = l

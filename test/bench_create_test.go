@@ -2,7 +2,6 @@ package sandpit_test
 
 import (
 	"context"
-	"sort"
 	"testing"
 	"time"
 
@@ -12,21 +11,6 @@ import (
 	"github.com/sandpit-dev/sandpit/client"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
-
-// reportPercentiles adds p50 and p95 (milliseconds) of the samples.
-func reportPercentiles(b *testing.B, samples []time.Duration) {
-	if len(samples) == 0 {
-		return
-	}
-	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
-	pct := func(p float64) float64 {
-		i := int(float64(len(samples)-1) * p)
-		return float64(samples[i].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.95), "p95-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-}
 
 // BenchmarkCreateToFirstExec times a native create until the first exec
 // returns, under each OCI runtime (runc, and gVisor's runsc where Docker has
@@ -73,7 +57,7 @@ func benchCreateToFirstExec(b *testing.B, d *harness.Daemon, req client.CreateRe
 		b.StartTimer()
 	}
 	b.StopTimer()
-	reportPercentiles(b, samples)
+	harness.ReportPercentiles(b, "", samples)
 }
 
 // BenchmarkDockerCreateStart is the baseline: the bare Docker create+start of
@@ -109,5 +93,5 @@ func BenchmarkDockerCreateStart(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	reportPercentiles(b, samples)
+	harness.ReportPercentiles(b, "", samples)
 }

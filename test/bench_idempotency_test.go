@@ -5,24 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
-
-// idemPercentile returns the p-th percentile of samples in milliseconds
-// (nearest rank); samples is sorted in place.
-func idemPercentile(samples []time.Duration, p float64) float64 {
-	if len(samples) == 0 {
-		return 0
-	}
-	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
-	i := int(float64(len(samples)-1) * p)
-	return float64(samples[i].Microseconds()) / 1000
-}
 
 // benchCall sends one request, optionally keyed, and fails the benchmark
 // unless the status is want.
@@ -77,17 +65,17 @@ func BenchmarkIdempotencyCreate(b *testing.B) {
 			} else {
 				plain = append(plain, took)
 			}
-			id := answer{body: body}.id()
+			id := harness.Answer{Body: body}.ID()
 			benchCall(b, hc, d, http.MethodDelete, "/v1/sandboxes/"+id, ``, "", http.StatusNoContent)
 			b.StartTimer()
 		}
 	}
 	b.StopTimer()
-	p50plain, p50keyed := idemPercentile(plain, 0.5), idemPercentile(keyed, 0.5)
+	p50plain, p50keyed := harness.Millis(harness.Percentile(plain, 0.5)), harness.Millis(harness.Percentile(keyed, 0.5))
 	b.ReportMetric(p50plain, "unkeyed-p50-ms")
 	b.ReportMetric(p50keyed, "keyed-p50-ms")
-	b.ReportMetric(idemPercentile(plain, 0.99), "unkeyed-p99-ms")
-	b.ReportMetric(idemPercentile(keyed, 0.99), "keyed-p99-ms")
+	b.ReportMetric(harness.Millis(harness.Percentile(plain, 0.99)), "unkeyed-p99-ms")
+	b.ReportMetric(harness.Millis(harness.Percentile(keyed, 0.99)), "keyed-p99-ms")
 	b.ReportMetric(p50keyed-p50plain, "overhead-p50-ms")
 }
 
@@ -97,7 +85,7 @@ func BenchmarkIdempotencyCreate(b *testing.B) {
 func BenchmarkIdempotencyOverhead(b *testing.B) {
 	d := harness.Start(b, sandpitBin, harness.Options{})
 	hc := &http.Client{}
-	id := answer{body: benchCall(b, hc, d, http.MethodPost, "/v1/sandboxes", `{}`, "", http.StatusCreated)}.id()
+	id := harness.Answer{Body: benchCall(b, hc, d, http.MethodPost, "/v1/sandboxes", `{}`, "", http.StatusCreated)}.ID()
 	path := "/v1/sandboxes/" + id + "/stop"
 	benchCall(b, hc, d, http.MethodPost, path, ``, "", http.StatusOK)
 	run := time.Now().UnixNano()
@@ -119,11 +107,11 @@ func BenchmarkIdempotencyOverhead(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	p50plain, p50keyed := idemPercentile(plain, 0.5), idemPercentile(keyed, 0.5)
+	p50plain, p50keyed := harness.Millis(harness.Percentile(plain, 0.5)), harness.Millis(harness.Percentile(keyed, 0.5))
 	b.ReportMetric(p50plain, "unkeyed-p50-ms")
 	b.ReportMetric(p50keyed, "keyed-p50-ms")
-	b.ReportMetric(idemPercentile(plain, 0.99), "unkeyed-p99-ms")
-	b.ReportMetric(idemPercentile(keyed, 0.99), "keyed-p99-ms")
+	b.ReportMetric(harness.Millis(harness.Percentile(plain, 0.99)), "unkeyed-p99-ms")
+	b.ReportMetric(harness.Millis(harness.Percentile(keyed, 0.99)), "keyed-p99-ms")
 	b.ReportMetric(p50keyed-p50plain, "overhead-p50-ms")
 }
 
@@ -145,8 +133,8 @@ func BenchmarkIdempotencyReplay(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(idemPercentile(samples, 0.5), "p50-ms")
-	b.ReportMetric(idemPercentile(samples, 0.99), "p99-ms")
+	b.ReportMetric(harness.Millis(harness.Percentile(samples, 0.5)), "p50-ms")
+	b.ReportMetric(harness.Millis(harness.Percentile(samples, 0.99)), "p99-ms")
 }
 
 // BenchmarkIdempotencyStorm sends 100 identical keyed creates at once; one op
@@ -186,7 +174,7 @@ func BenchmarkIdempotencyStorm(b *testing.B) {
 				if resp.StatusCode != http.StatusCreated {
 					b.Errorf("storm create: %d %s", resp.StatusCode, body)
 				}
-				results <- result{time.Since(start), resp.Header.Get("Idempotent-Replayed") == "true", answer{body: body}.id()}
+				results <- result{time.Since(start), resp.Header.Get("Idempotent-Replayed") == "true", harness.Answer{Body: body}.ID()}
 			}()
 		}
 		var orig time.Duration
@@ -213,9 +201,9 @@ func BenchmarkIdempotencyStorm(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	b.ReportMetric(idemPercentile(originals, 0.5), "original-p50-ms")
-	b.ReportMetric(idemPercentile(dups, 0.5), "dup-p50-ms")
-	b.ReportMetric(idemPercentile(dups, 0.99), "dup-p99-ms")
-	b.ReportMetric(idemPercentile(lags, 0.5), "dup-lag-p50-ms")
-	b.ReportMetric(idemPercentile(lags, 0.99), "dup-lag-p99-ms")
+	b.ReportMetric(harness.Millis(harness.Percentile(originals, 0.5)), "original-p50-ms")
+	b.ReportMetric(harness.Millis(harness.Percentile(dups, 0.5)), "dup-p50-ms")
+	b.ReportMetric(harness.Millis(harness.Percentile(dups, 0.99)), "dup-p99-ms")
+	b.ReportMetric(harness.Millis(harness.Percentile(lags, 0.5)), "dup-lag-p50-ms")
+	b.ReportMetric(harness.Millis(harness.Percentile(lags, 0.99)), "dup-lag-p99-ms")
 }

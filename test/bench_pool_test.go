@@ -2,7 +2,6 @@ package sandpit_test
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,26 +78,10 @@ func BenchmarkCreateServerTiming(b *testing.B) {
 				b.StartTimer()
 			}
 			b.StopTimer()
-			reportNamedPercentiles(b, "server", server)
-			reportNamedPercentiles(b, "client", client)
+			harness.ReportPercentiles(b, "server", server)
+			harness.ReportPercentiles(b, "client", client)
 		})
 	}
-}
-
-// reportNamedPercentiles adds p50 and p99 (milliseconds) of the samples
-// under a prefix.
-func reportNamedPercentiles(b *testing.B, prefix string, samples []time.Duration) {
-	if len(samples) == 0 {
-		return
-	}
-	s := append([]time.Duration(nil), samples...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	pct := func(p float64) float64 {
-		i := int(float64(len(s)-1) * p)
-		return float64(s[i].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), prefix+"-p50-ms")
-	b.ReportMetric(pct(0.99), prefix+"-p99-ms")
 }
 
 // BenchmarkPoolBurst sends a burst of 50 concurrent creates at a full pool

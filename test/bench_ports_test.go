@@ -76,7 +76,7 @@ func BenchmarkExposePort(b *testing.B) {
 					b.Fatalf("retry: %d %s %v", r.status, r.msg, err)
 				}
 			}
-			reportPercentiles(b, lat)
+			harness.ReportPercentiles(b, "", lat)
 		})
 		b.Run(name+"/first", func(b *testing.B) {
 			lat := make([]time.Duration, 0, b.N)
@@ -96,7 +96,7 @@ func BenchmarkExposePort(b *testing.B) {
 				}
 				b.StartTimer()
 			}
-			reportPercentiles(b, lat)
+			harness.ReportPercentiles(b, "", lat)
 		})
 	}
 }

@@ -69,7 +69,7 @@ func BenchmarkRouters(b *testing.B) {
 						}
 						b.StartTimer()
 					}
-					reportPercentiles(b, lat)
+					harness.ReportPercentiles(b, "", lat)
 				})
 			}
 			web, err := expose(ctx, d, id, 8080, "http")
@@ -87,7 +87,7 @@ func BenchmarkRouters(b *testing.B) {
 						b.Fatalf("retry: %d %s %v", r.status, r.msg, err)
 					}
 				}
-				reportPercentiles(b, lat)
+				harness.ReportPercentiles(b, "", lat)
 			})
 			b.Run("preview", func(b *testing.B) {
 				u, _ := url.Parse(web.port.PublicURL)
@@ -119,7 +119,7 @@ func BenchmarkRouters(b *testing.B) {
 					}
 					lat = append(lat, time.Since(start))
 				}
-				reportPercentiles(b, lat)
+				harness.ReportPercentiles(b, "", lat)
 			})
 		})
 	}

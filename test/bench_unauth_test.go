@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +58,7 @@ func BenchmarkUnauthenticatedSignedFiles(b *testing.B) {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusOK {
-				return answer{body: body}.id(), nil
+				return harness.Answer{Body: body}.ID(), nil
 			}
 			last = resp.Status + " " + string(body)
 			if resp.StatusCode < 500 && resp.StatusCode != http.StatusConflict {
@@ -99,8 +98,7 @@ func BenchmarkUnauthenticatedSignedFiles(b *testing.B) {
 			benchCall(b, hc, d, http.MethodGet, "/v1/sandboxes/"+ids[i%running], ``, "", http.StatusOK)
 			lat = append(lat, time.Since(start))
 		}
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		return lat[min(len(lat)-1, len(lat)*99/100)]
+		return harness.Percentile(lat, 0.99)
 	}
 
 	b.ResetTimer()

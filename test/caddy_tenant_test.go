@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -110,7 +111,7 @@ func TestCaddyTenantCannotShadowOperator(t *testing.T) {
 			if st, code, msg := bindAs(t, ctx, d, tok, sb.ID, shop, 8080); st != http.StatusCreated {
 				t.Fatalf("bind %s: %d %s %s", shop, st, code, msg)
 			}
-			eventually(t, 10*time.Second, "the tenant's hostname", func() error {
+			testkit.Eventually(t, 10*time.Second, "the tenant's hostname", func() error {
 				if st, body := hostGet(t, ctx, d.ProxyAddr, shop+":"+port); st != http.StatusOK || body != "tenant page" {
 					return fmt.Errorf("%d %q", st, body)
 				}
@@ -194,7 +195,7 @@ func TestCaddyE2BPortRoutes(t *testing.T) {
 				startHTTPD(t, ctx, c, id, 8000, "e2b "+tc.name)
 				hosts := []string{"8000-" + id + ".localhost:" + port, id + "-8000.localhost:" + port}
 				for _, h := range hosts {
-					eventually(t, 10*time.Second, tc.name+" "+h+" with the token", func() error {
+					testkit.Eventually(t, 10*time.Second, tc.name+" "+h+" with the token", func() error {
 						if st, body := hostGet(t, ctx, d.ProxyAddr, h, "E2b-Traffic-Access-Token", tok); st != http.StatusOK || body != "e2b "+tc.name {
 							return fmt.Errorf("%d %q", st, body)
 						}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,8 +11,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -30,7 +27,7 @@ import (
 func tlsClient(t *testing.T, cd *harness.Caddy, proxyAddr string) (*http.Client, *tls.Config) {
 	t.Helper()
 	var pem []byte
-	eventually(t, 10*time.Second, "caddy's internal root CA", func() error {
+	testkit.Eventually(t, 10*time.Second, "caddy's internal root CA", func() error {
 		var err error
 		pem, err = os.ReadFile(cd.RootCA())
 		return err
@@ -82,23 +79,6 @@ func handshake(proxyAddr, serverName string, conf *tls.Config) error {
 	return conn.Close()
 }
 
-// e2bModules is test/e2b with its node_modules, where the SDK scripts run;
-// without them the SDK part is skipped, except in CI.
-func e2bModules(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("e2b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("test/e2b/node_modules missing (scripts/test.sh installs it before the Go tests): %v", err)
-		}
-		t.Skipf("test/e2b/node_modules missing; run npm ci in test/e2b: %v", err)
-	}
-	return dir
-}
-
 // TestCaddyPreviewTLS runs the daemon with --preview-tls and Caddy's internal
 // CA, on Debian's Caddy 2.6 (on-demand "ask") and on the caddy-l4 build
 // (the "permission" module): the preview URL and a custom domain serve the
@@ -134,13 +114,13 @@ func TestCaddyPreviewTLS(t *testing.T) {
 			if want := "https://" + id + "-8080." + domain + ":" + proxyPort(t, d); web.PublicURL != want {
 				t.Fatalf("public_url = %q, want %q", web.PublicURL, want)
 			}
-			eventually(t, 20*time.Second, "https preview", func() error { return httpsPage(ctx, hc, web.PublicURL, "over tls") })
+			testkit.Eventually(t, 20*time.Second, "https preview", func() error { return httpsPage(ctx, hc, web.PublicURL, "over tls") })
 
 			status, dom, code, err := addDomain(ctx, d, id, "secure.example.test", 8080)
 			if err != nil || status != http.StatusCreated || !strings.HasPrefix(dom.URL, "https://") {
 				t.Fatalf("add domain: %d %s %+v %v", status, code, dom, err)
 			}
-			eventually(t, 20*time.Second, "https custom domain", func() error { return httpsPage(ctx, hc, dom.URL, "over tls") })
+			testkit.Eventually(t, 20*time.Second, "https custom domain", func() error { return httpsPage(ctx, hc, dom.URL, "over tls") })
 
 			// Hostnames that are not bound right now get no certificate.
 			for _, stranger := range []string{"stranger.example.com", id + "-8081." + domain, "sbnosuchsandbox-8080." + domain} {
@@ -150,32 +130,15 @@ func TestCaddyPreviewTLS(t *testing.T) {
 			}
 
 			// The official SDK through Caddy over HTTPS.
-			dir := e2bModules(t)
-			cmd := exec.CommandContext(ctx, "node", "tls-sdk.mjs")
-			cmd.Dir = dir
-			env := []string{}
-			for _, kv := range os.Environ() {
-				if !strings.HasPrefix(kv, "E2B_") && !strings.HasPrefix(kv, "NODE_EXTRA_CA_CERTS=") {
-					env = append(env, kv)
-				}
-			}
-			cmd.Env = append(env, "E2B_DOMAIN="+domain, "E2B_API_URL="+d.URL()+"/e2b", "E2B_API_KEY="+d.Token, "NODE_EXTRA_CA_CERTS="+cd.RootCA())
-			out, err := cmd.Output()
-			if err != nil {
-				var ee *exec.ExitError
-				if errors.As(err, &ee) {
-					t.Fatalf("tls-sdk.mjs: %v\n%s\n%s", err, out, ee.Stderr)
-				}
-				t.Fatal(err)
-			}
+			dir := harness.SDKDir(t, "e2b", "e2b")
 			var res struct {
 				SandboxID, SandboxDomain, Stdout string
 				ExitCode                         int
 				Resolved                         []string
 			}
-			if err := json.Unmarshal(out, &res); err != nil {
-				t.Fatalf("tls-sdk.mjs printed %q: %v", out, err)
-			}
+			harness.RunSDK(t, ctx, dir, "tls-sdk.mjs", []string{
+				"E2B_DOMAIN=" + domain, "E2B_API_URL=" + d.URL() + "/e2b", "E2B_API_KEY=" + d.Token, "NODE_EXTRA_CA_CERTS=" + cd.RootCA(),
+			}, &res)
 			wantHost := "49983-" + res.SandboxID + "." + domain
 			if res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "hello from ") || res.SandboxDomain != domain+":"+proxyPort(t, d) || !contains(res.Resolved, wantHost) {
 				t.Fatalf("SDK run = %+v, want exit 0, stdout 'hello from ...', and the SDK resolving %s", res, wantHost)
@@ -237,9 +200,9 @@ func TestCaddyDown(t *testing.T) {
 	if echo.HostPort != lo {
 		t.Fatalf("exposure after the outage got host port %d, want the pool's only port %d", echo.HostPort, lo)
 	}
-	eventually(t, 10*time.Second, "tcp echo after the outage", func() error { return echoes(tcpAddr(t, echo.PublicURL), "back") })
+	testkit.Eventually(t, 10*time.Second, "tcp echo after the outage", func() error { return echoes(tcpAddr(t, echo.PublicURL), "back") })
 	web := mustExpose(t, ctx, d, id, 8080, "http", http.StatusCreated)
-	eventually(t, 10*time.Second, "preview after the outage", func() error { return servesPage(ctx, d, web.PublicURL, "after the outage") })
+	testkit.Eventually(t, 10*time.Second, "preview after the outage", func() error { return servesPage(ctx, d, web.PublicURL, "after the outage") })
 }
 
 // faultyAdmin stands between the daemon and Caddy's admin API and fails the
@@ -348,7 +311,7 @@ func TestCaddyRetryKeepsRowOnRollback(t *testing.T) {
 	if n := caddyObjects(t, cd, objID); n != 1 {
 		t.Fatalf("%d routes %s in Caddy, want 1", n, objID)
 	}
-	eventually(t, 10*time.Second, "the retry's exposure serves", func() error { return servesPage(ctx, d, b.port.PublicURL, "kept") })
+	testkit.Eventually(t, 10*time.Second, "the retry's exposure serves", func() error { return servesPage(ctx, d, b.port.PublicURL, "kept") })
 }
 
 // TestCaddyReconcile restarts Caddy with an empty config: every route (the
@@ -372,13 +335,13 @@ func TestCaddyReconcile(t *testing.T) {
 	}
 	serving := func(budget time.Duration, when string) {
 		t.Helper()
-		eventually(t, budget, when+": preview", func() error { return servesPage(ctx, d, web.PublicURL, "reconciled") })
-		eventually(t, budget, when+": domain", func() error { return servesPage(ctx, d, dom.URL, "reconciled") })
-		eventually(t, budget, when+": tcp", func() error { return echoes(tcpAddr(t, echo.PublicURL), "again") })
+		testkit.Eventually(t, budget, when+": preview", func() error { return servesPage(ctx, d, web.PublicURL, "reconciled") })
+		testkit.Eventually(t, budget, when+": domain", func() error { return servesPage(ctx, d, dom.URL, "reconciled") })
+		testkit.Eventually(t, budget, when+": tcp", func() error { return echoes(tcpAddr(t, echo.PublicURL), "again") })
 	}
 	serving(10*time.Second, "before")
 
-	handAddr := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
+	handAddr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
 	handServer := map[string]any{
 		"listen":          []any{handAddr},
 		"automatic_https": map[string]any{"disable": true},
@@ -402,7 +365,7 @@ func TestCaddyReconcile(t *testing.T) {
 		}
 		return nil
 	}
-	eventually(t, 5*time.Second, "the hand-made server", handPage)
+	testkit.Eventually(t, 5*time.Second, "the hand-made server", handPage)
 
 	// A route by hand inside sandpit's server, and a stale route of
 	// sandpit's own that no row backs.

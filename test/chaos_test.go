@@ -104,16 +104,16 @@ func (c *chaosClient) do(ctx context.Context, kind, key, id, method, path, body,
 		actx, cancel := context.WithTimeout(ctx, 90*time.Second)
 		a, err := keyed(actx, c.d, method, path, body, key)
 		cancel()
-		if err == nil && a.status < 500 && a.code() != "idempotency_key_in_flight" {
-			op.status = a.status
-			if kind == "create" && a.status == http.StatusCreated {
-				op.sandbox = a.id()
-				op.ids[a.id()] = true
+		if err == nil && a.Status < 500 && a.Code() != "idempotency_key_in_flight" {
+			op.status = a.Status
+			if kind == "create" && a.Status == http.StatusCreated {
+				op.sandbox = a.ID()
+				op.ids[a.ID()] = true
 			}
 			return op
 		}
-		if err == nil && kind == "create" && a.id() != "" {
-			op.ids[a.id()] = true
+		if err == nil && kind == "create" && a.ID() != "" {
+			op.ids[a.ID()] = true
 		}
 		time.Sleep(time.Duration(50+randInt(200)) * time.Millisecond)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -99,12 +100,12 @@ func TestGeneratedToken(t *testing.T) {
 	t.Parallel()
 	harness.RequireDocker(t)
 	dataDir := t.TempDir()
-	addr := "127.0.0.1:" + itoa(harness.FreePort(t))
+	addr := "127.0.0.1:" + itoa(testkit.FreePort(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	network := harness.UniqueNetwork()
 	cmd := exec.CommandContext(ctx, sandpitBin, append([]string{"serve", "--data-dir", dataDir, "--listen", addr,
-		"--proxy-listen", "127.0.0.1:" + itoa(harness.FreePort(t))}, harness.NetworkArgs(network)...)...)
+		"--proxy-listen", "127.0.0.1:" + itoa(testkit.FreePort(t))}, harness.NetworkArgs(network)...)...)
 	cmd.Env = os.Environ()
 	for i, e := range cmd.Env {
 		if strings.HasPrefix(e, "SANDPIT_TOKEN=") {
@@ -139,7 +140,7 @@ func TestGeneratedToken(t *testing.T) {
 		t.Fatalf("token file mode = %v %v", st.Mode().Perm(), err)
 	}
 	c := client.New(addr, token)
-	eventuallyOK(t, 20*time.Second, func() error { _, _, err := c.List(ctx, client.ListOptions{}); return err })
+	testkit.Eventually(t, 20*time.Second, "", func() error { _, _, err := c.List(ctx, client.ListOptions{}); return err })
 	// Never printed (logs travel further than the data dir); the log says
 	// where it is.
 	if strings.Contains(stderr.String(), token) {
@@ -189,21 +190,6 @@ func TestReconcileStopsContainerOfStoppedSandbox(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
-func eventuallyOK(t *testing.T, within time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 // lockedBuffer is a bytes.Buffer that a running process writes while the
 // test reads it.

@@ -19,37 +19,13 @@ import (
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
-// answer is one raw HTTP answer, kept byte for byte so replays can be
-// compared with the original.
-type answer struct {
-	status   int
-	body     []byte
-	replayed bool
-}
-
-// code is the error code of an error answer, or "".
-func (a answer) code() string {
-	var e struct {
-		Error struct{ Code string } `json:"error"`
-	}
-	_ = json.Unmarshal(a.body, &e)
-	return e.Error.Code
-}
-
-// id is the "id" of a sandbox answer, or "".
-func (a answer) id() string {
-	var sb struct{ ID string }
-	_ = json.Unmarshal(a.body, &sb)
-	return sb.ID
-}
-
 // keyed sends one request with the given Idempotency-Key values (none when
 // keys is nil) and returns the answer; a transport error is returned, not
 // fatal, since crash tests expect one.
-func keyed(ctx context.Context, d *harness.Daemon, method, path, body string, keys ...string) (answer, error) {
+func keyed(ctx context.Context, d *harness.Daemon, method, path, body string, keys ...string) (harness.Answer, error) {
 	req, err := http.NewRequestWithContext(ctx, method, d.URL()+path, strings.NewReader(body))
 	if err != nil {
-		return answer{}, err
+		return harness.Answer{}, err
 	}
 	req.Header.Set("Authorization", "Bearer "+d.Token)
 	req.Header.Set("Content-Type", "application/json")
@@ -58,18 +34,18 @@ func keyed(ctx context.Context, d *harness.Daemon, method, path, body string, ke
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return answer{}, err
+		return harness.Answer{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return answer{}, err
+		return harness.Answer{}, err
 	}
-	return answer{status: resp.StatusCode, body: b, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
+	return harness.Answer{Status: resp.StatusCode, Body: b, Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
 }
 
 // mustKeyed is keyed for requests that must get an answer.
-func mustKeyed(t *testing.T, ctx context.Context, d *harness.Daemon, method, path, body string, keys ...string) answer {
+func mustKeyed(t *testing.T, ctx context.Context, d *harness.Daemon, method, path, body string, keys ...string) harness.Answer {
 	t.Helper()
 	a, err := keyed(ctx, d, method, path, body, keys...)
 	if err != nil {
@@ -98,10 +74,10 @@ func TestIdempotentCreateReplays(t *testing.T) {
 	const body = `{"labels": {"suite": "idem", "n": "1"}, "env": {"A": "b"}}`
 
 	first := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", body, "create-1")
-	if first.status != http.StatusCreated || first.replayed || first.id() == "" {
-		t.Fatalf("first create: %d replayed=%v %s", first.status, first.replayed, first.body)
+	if first.Status != http.StatusCreated || first.Replayed || first.ID() == "" {
+		t.Fatalf("first create: %d replayed=%v %s", first.Status, first.Replayed, first.Body)
 	}
-	id := first.id()
+	id := first.ID()
 
 	cases := []struct {
 		name string
@@ -114,8 +90,8 @@ func TestIdempotentCreateReplays(t *testing.T) {
 	}
 	for _, tc := range cases {
 		again := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", tc.body, "create-1")
-		if again.status != first.status || !bytes.Equal(again.body, first.body) || !again.replayed {
-			t.Fatalf("%s: got %d replayed=%v %s, want the first answer replayed:\n%s", tc.name, again.status, again.replayed, again.body, first.body)
+		if again.Status != first.Status || !bytes.Equal(again.Body, first.Body) || !again.Replayed {
+			t.Fatalf("%s: got %d replayed=%v %s, want the first answer replayed:\n%s", tc.name, again.Status, again.Replayed, again.Body, first.Body)
 		}
 	}
 	if got := d.Containers(t, "sandpit.sandbox-id="+id); len(got) != 1 {
@@ -129,8 +105,8 @@ func TestIdempotentCreateReplays(t *testing.T) {
 		t.Fatal(err)
 	}
 	third := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", body, "create-1")
-	if third.status != first.status || !bytes.Equal(third.body, first.body) || !third.replayed {
-		t.Fatalf("after delete: got %d %s, want the original answer replayed", third.status, third.body)
+	if third.Status != first.Status || !bytes.Equal(third.Body, first.Body) || !third.Replayed {
+		t.Fatalf("after delete: got %d %s, want the original answer replayed", third.Status, third.Body)
 	}
 	if got := d.Containers(t); len(got) != 0 {
 		t.Fatalf("the replay after delete made %d containers", len(got))
@@ -138,8 +114,8 @@ func TestIdempotentCreateReplays(t *testing.T) {
 
 	// The same key with another body is refused before anything happens.
 	mismatch := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{"labels": {"suite": "other"}}`, "create-1")
-	if mismatch.status != http.StatusUnprocessableEntity || mismatch.code() != "idempotency_key_mismatch" {
-		t.Fatalf("other body, same key: %d %s, want 422 idempotency_key_mismatch", mismatch.status, mismatch.body)
+	if mismatch.Status != http.StatusUnprocessableEntity || mismatch.Code() != "idempotency_key_mismatch" {
+		t.Fatalf("other body, same key: %d %s, want 422 idempotency_key_mismatch", mismatch.Status, mismatch.Body)
 	}
 	if got := d.Containers(t); len(got) != 0 {
 		t.Fatalf("the mismatched request made %d containers", len(got))
@@ -156,20 +132,20 @@ func TestIdempotentReplayOfStoredConflict(t *testing.T) {
 	d := harness.Start(t, sandpitBin, harness.Options{})
 	ctx := ctxFor(t, 2*time.Minute)
 	holder := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{"name": "taken"}`)
-	if holder.status != http.StatusCreated {
-		t.Fatalf("create the name holder: %d %s", holder.status, holder.body)
+	if holder.Status != http.StatusCreated {
+		t.Fatalf("create the name holder: %d %s", holder.Status, holder.Body)
 	}
 	conflict := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{"name": "taken"}`, "conflict-1")
-	if conflict.status != http.StatusConflict || conflict.code() != "name_conflict" {
-		t.Fatalf("keyed create of a taken name: %d %s, want 409 name_conflict", conflict.status, conflict.body)
+	if conflict.Status != http.StatusConflict || conflict.Code() != "name_conflict" {
+		t.Fatalf("keyed create of a taken name: %d %s, want 409 name_conflict", conflict.Status, conflict.Body)
 	}
-	if err := d.Client().Delete(ctx, holder.id()); err != nil {
+	if err := d.Client().Delete(ctx, holder.ID()); err != nil {
 		t.Fatal(err)
 	}
 	// The name is free now: without the key this create would succeed.
 	again := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{"name": "taken"}`, "conflict-1")
-	if again.status != http.StatusConflict || !bytes.Equal(again.body, conflict.body) || !again.replayed {
-		t.Fatalf("retry of the 409: %d replayed=%v %s, want the 409 replayed", again.status, again.replayed, again.body)
+	if again.Status != http.StatusConflict || !bytes.Equal(again.Body, conflict.Body) || !again.Replayed {
+		t.Fatalf("retry of the 409: %d replayed=%v %s, want the 409 replayed", again.Status, again.Replayed, again.Body)
 	}
 	if got := d.Containers(t); len(got) != 0 {
 		t.Fatalf("%d containers, want 0", len(got))
@@ -183,7 +159,7 @@ func TestIdempotentConcurrentCreates(t *testing.T) {
 	d := harness.Start(t, sandpitBin, harness.Options{})
 	ctx := ctxFor(t, 2*time.Minute)
 	const n = 32
-	answers := make([]answer, n)
+	answers := make([]harness.Answer, n)
 	errs := make([]error, n)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -202,10 +178,10 @@ func TestIdempotentConcurrentCreates(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("caller %d: %v", i, errs[i])
 		}
-		if answers[i].status != http.StatusCreated || !bytes.Equal(answers[i].body, answers[0].body) {
-			t.Fatalf("caller %d got %d %s, caller 0 got %d %s", i, answers[i].status, answers[i].body, answers[0].status, answers[0].body)
+		if answers[i].Status != http.StatusCreated || !bytes.Equal(answers[i].Body, answers[0].Body) {
+			t.Fatalf("caller %d got %d %s, caller 0 got %d %s", i, answers[i].Status, answers[i].Body, answers[0].Status, answers[0].Body)
 		}
-		if answers[i].replayed {
+		if answers[i].Replayed {
 			replayed++
 		}
 	}
@@ -227,7 +203,7 @@ func TestIdempotentInFlightTimesOut(t *testing.T) {
 	t.Parallel()
 	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--idempotency-wait", "1ms"}})
 	ctx := ctxFor(t, 2*time.Minute)
-	firstDone := make(chan answer, 1)
+	firstDone := make(chan harness.Answer, 1)
 	go func() {
 		a, err := keyed(ctx, d, http.MethodPost, "/v1/sandboxes", `{}`, "slow-1")
 		if err != nil {
@@ -239,7 +215,7 @@ func TestIdempotentInFlightTimesOut(t *testing.T) {
 	// 1 ms wait each one returns at once while a create runs (hundreds of
 	// milliseconds: container start and agent health), whichever of the
 	// requests got to run it.
-	all := []answer{}
+	all := []harness.Answer{}
 	for done := false; !done; {
 		select {
 		case a := <-firstDone:
@@ -249,24 +225,24 @@ func TestIdempotentInFlightTimesOut(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	var ran []answer
+	var ran []harness.Answer
 	inFlight := 0
 	for _, a := range all {
 		switch {
-		case a.status == http.StatusConflict && a.code() == "idempotency_key_in_flight":
+		case a.Status == http.StatusConflict && a.Code() == "idempotency_key_in_flight":
 			inFlight++
-		case a.status == http.StatusCreated && !a.replayed:
+		case a.Status == http.StatusCreated && !a.Replayed:
 			ran = append(ran, a)
-		case a.status != http.StatusCreated:
-			t.Fatalf("unexpected answer %d %s", a.status, a.body)
+		case a.Status != http.StatusCreated:
+			t.Fatalf("unexpected answer %d %s", a.Status, a.Body)
 		}
 	}
 	if len(ran) != 1 || inFlight == 0 {
 		t.Fatalf("%d requests ran the create and %d got 409 in flight, of %d; want 1 and at least 1", len(ran), inFlight, len(all))
 	}
 	later := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{}`, "slow-1")
-	if later.status != http.StatusCreated || !bytes.Equal(later.body, ran[0].body) || !later.replayed {
-		t.Fatalf("after the first attempt: %d %s, want its answer replayed", later.status, later.body)
+	if later.Status != http.StatusCreated || !bytes.Equal(later.Body, ran[0].Body) || !later.Replayed {
+		t.Fatalf("after the first attempt: %d %s, want its answer replayed", later.Status, later.Body)
 	}
 	if got := d.Containers(t); len(got) != 1 {
 		t.Fatalf("%d containers, want 1", len(got))
@@ -394,7 +370,7 @@ func TestCrashedKeyedCreateIsFinishedOnRetry(t *testing.T) {
 			d.Restart([]string{"SANDPIT_TEST_CRASH_POINT=" + tc.point})
 			const body = `{"labels": {"suite": "crash"}}`
 			if a, err := keyed(ctx, d, http.MethodPost, "/v1/sandboxes", body, "crash-key"); err == nil {
-				t.Fatalf("create answered %d %s; the daemon should have died", a.status, a.body)
+				t.Fatalf("create answered %d %s; the daemon should have died", a.Status, a.Body)
 			}
 			if !d.Wait(30 * time.Second) {
 				t.Fatal("daemon did not exit at the crash point")
@@ -417,8 +393,8 @@ func TestCrashedKeyedCreateIsFinishedOnRetry(t *testing.T) {
 			d.Restart(nil)
 			time.Sleep(tc.pause)
 			retry := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", body, "crash-key")
-			if retry.status != http.StatusCreated || retry.id() != chosen {
-				t.Fatalf("retry after restart: %d %s, want 201 for %s", retry.status, retry.body, chosen)
+			if retry.Status != http.StatusCreated || retry.ID() != chosen {
+				t.Fatalf("retry after restart: %d %s, want 201 for %s", retry.Status, retry.Body, chosen)
 			}
 			page, _, err := d.Client().List(ctx, client.ListOptions{})
 			if err != nil {
@@ -436,8 +412,8 @@ func TestCrashedKeyedCreateIsFinishedOnRetry(t *testing.T) {
 			}
 			// The retry's answer is now the key's record.
 			again := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", body, "crash-key")
-			if !again.replayed || !bytes.Equal(again.body, retry.body) {
-				t.Fatalf("second retry: %d %s, want the first retry's answer replayed", again.status, again.body)
+			if !again.Replayed || !bytes.Equal(again.Body, retry.Body) {
+				t.Fatalf("second retry: %d %s, want the first retry's answer replayed", again.Status, again.Body)
 			}
 		})
 	}
@@ -450,16 +426,16 @@ func TestIdempotencyKeyRetention(t *testing.T) {
 	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--idempotency-retention", "2s"}})
 	ctx := ctxFor(t, 2*time.Minute)
 	first := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{}`, "short-lived")
-	if first.status != http.StatusCreated {
-		t.Fatalf("first create: %d %s", first.status, first.body)
+	if first.Status != http.StatusCreated {
+		t.Fatalf("first create: %d %s", first.Status, first.Body)
 	}
-	if a := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{}`, "short-lived"); !a.replayed || a.id() != first.id() {
-		t.Fatalf("within retention: %d %s, want a replay", a.status, a.body)
+	if a := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{}`, "short-lived"); !a.Replayed || a.ID() != first.ID() {
+		t.Fatalf("within retention: %d %s, want a replay", a.Status, a.Body)
 	}
 	time.Sleep(2500 * time.Millisecond)
 	second := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{}`, "short-lived")
-	if second.status != http.StatusCreated || second.replayed || second.id() == "" || second.id() == first.id() {
-		t.Fatalf("past retention: %d replayed=%v %s, want a new sandbox", second.status, second.replayed, second.body)
+	if second.Status != http.StatusCreated || second.Replayed || second.ID() == "" || second.ID() == first.ID() {
+		t.Fatalf("past retention: %d replayed=%v %s, want a new sandbox", second.Status, second.Replayed, second.Body)
 	}
 	if got := d.Containers(t); len(got) != 2 {
 		t.Fatalf("%d containers, want 2", len(got))
@@ -485,8 +461,8 @@ func TestInvalidIdempotencyKeys(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			a := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{}`, tc.keys...)
-			if a.status != http.StatusBadRequest || a.code() != "invalid_idempotency_key" {
-				t.Fatalf("got %d %s, want 400 invalid_idempotency_key", a.status, a.body)
+			if a.Status != http.StatusBadRequest || a.Code() != "invalid_idempotency_key" {
+				t.Fatalf("got %d %s, want 400 invalid_idempotency_key", a.Status, a.Body)
 			}
 		})
 	}
@@ -499,8 +475,8 @@ func TestInvalidIdempotencyKeys(t *testing.T) {
 	// The longest and the oddest valid keys are taken (a delete of a
 	// missing sandbox keeps this cheap: 404, not 400).
 	for _, k := range []string{strings.Repeat("k", 255), "~!@#$%^&*()_+ {}|:<>?"} {
-		if a := mustKeyed(t, ctx, d, http.MethodDelete, "/v1/sandboxes/sbnope", "", k); a.status != http.StatusNotFound {
-			t.Fatalf("valid key %q: %d %s, want 404", k, a.status, a.body)
+		if a := mustKeyed(t, ctx, d, http.MethodDelete, "/v1/sandboxes/sbnope", "", k); a.Status != http.StatusNotFound {
+			t.Fatalf("valid key %q: %d %s, want 404", k, a.Status, a.Body)
 		}
 	}
 }
@@ -513,19 +489,19 @@ func TestRequestsWithoutKeyAreUnchanged(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	a := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{}`)
 	b := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{}`)
-	if a.status != http.StatusCreated || b.status != http.StatusCreated || a.id() == b.id() || a.replayed || b.replayed {
-		t.Fatalf("two unkeyed creates: %d %s and %d %s, want two sandboxes", a.status, a.body, b.status, b.body)
+	if a.Status != http.StatusCreated || b.Status != http.StatusCreated || a.ID() == b.ID() || a.Replayed || b.Replayed {
+		t.Fatalf("two unkeyed creates: %d %s and %d %s, want two sandboxes", a.Status, a.Body, b.Status, b.Body)
 	}
 	if got := d.Containers(t); len(got) != 2 {
 		t.Fatalf("%d containers, want 2", len(got))
 	}
 	for range 2 {
-		if del := mustKeyed(t, ctx, d, http.MethodDelete, "/v1/sandboxes/"+a.id(), ""); del.replayed {
+		if del := mustKeyed(t, ctx, d, http.MethodDelete, "/v1/sandboxes/"+a.ID(), ""); del.Replayed {
 			t.Fatal("an unkeyed delete was replayed")
 		}
 	}
-	if del := mustKeyed(t, ctx, d, http.MethodDelete, "/v1/sandboxes/"+a.id(), ""); del.status != http.StatusNotFound {
-		t.Fatalf("unkeyed delete of a deleted sandbox: %d, want 404", del.status)
+	if del := mustKeyed(t, ctx, d, http.MethodDelete, "/v1/sandboxes/"+a.ID(), ""); del.Status != http.StatusNotFound {
+		t.Fatalf("unkeyed delete of a deleted sandbox: %d, want 404", del.Status)
 	}
 }
 
@@ -537,18 +513,18 @@ func TestIdempotencyKeyOnOtherRoutes(t *testing.T) {
 	d := harness.Start(t, sandpitBin, harness.Options{})
 	ctx := ctxFor(t, 2*time.Minute)
 	sb := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes", `{}`)
-	if sb.status != http.StatusCreated {
-		t.Fatalf("create: %d %s", sb.status, sb.body)
+	if sb.Status != http.StatusCreated {
+		t.Fatalf("create: %d %s", sb.Status, sb.Body)
 	}
-	base := "/v1/sandboxes/" + sb.id()
+	base := "/v1/sandboxes/" + sb.ID()
 
 	// Exec is not keyed: the command runs twice.
 	for i, want := range []string{"1", "2"} {
 		a := mustKeyed(t, ctx, d, http.MethodPost, base+"/exec", `{"cmd": "sh", "args": ["-c", "echo x >> /tmp/n; wc -l < /tmp/n"]}`, "shared")
 		var res struct{ Stdout string }
-		_ = json.Unmarshal(a.body, &res)
-		if a.replayed || strings.TrimSpace(res.Stdout) != want {
-			t.Fatalf("keyed exec %d: replayed=%v %s, want the command run again", i+1, a.replayed, a.body)
+		_ = json.Unmarshal(a.Body, &res)
+		if a.Replayed || strings.TrimSpace(res.Stdout) != want {
+			t.Fatalf("keyed exec %d: replayed=%v %s, want the command run again", i+1, a.Replayed, a.Body)
 		}
 	}
 
@@ -572,12 +548,12 @@ func TestIdempotencyKeyOnOtherRoutes(t *testing.T) {
 		// "shared" was used on exec and is reused on every route: the
 		// scope is the route, so no mismatch.
 		first := mustKeyed(t, ctx, d, st.method, st.path, st.body, "shared")
-		if first.status != st.status || first.replayed {
-			t.Fatalf("%s: %d replayed=%v %s, want %d", st.name, first.status, first.replayed, first.body, st.status)
+		if first.Status != st.status || first.Replayed {
+			t.Fatalf("%s: %d replayed=%v %s, want %d", st.name, first.Status, first.Replayed, first.Body, st.status)
 		}
 		again := mustKeyed(t, ctx, d, st.method, st.path, st.body, "shared")
-		if again.status != first.status || !bytes.Equal(again.body, first.body) || !again.replayed {
-			t.Fatalf("%s again: %d replayed=%v %s, want %d %s replayed", st.name, again.status, again.replayed, again.body, first.status, first.body)
+		if again.Status != first.Status || !bytes.Equal(again.Body, first.Body) || !again.Replayed {
+			t.Fatalf("%s again: %d replayed=%v %s, want %d %s replayed", st.name, again.Status, again.Replayed, again.Body, first.Status, first.Body)
 		}
 	}
 	if got := d.Containers(t); len(got) != 0 {

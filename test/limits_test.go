@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -252,7 +253,7 @@ func TestPortAccess(t *testing.T) {
 
 	native := newSandbox(t, ctx, c)
 	startHTTPD(t, ctx, c, native, 8080, "native")
-	eventually(t, 10*time.Second, "httpd in the sandbox", func() error {
+	testkit.Eventually(t, 10*time.Second, "httpd in the sandbox", func() error {
 		res, err := c.Exec(ctx, native, client.ExecRequest{Cmd: "wget", Args: []string{"-q", "-O", "-", "http://127.0.0.1:8080/"}})
 		if err != nil || res.ExitCode != 0 {
 			return fmt.Errorf("wget: %v %+v", err, res)
@@ -302,7 +303,7 @@ func TestPortAccess(t *testing.T) {
 			if tc.private {
 				want = http.StatusForbidden
 			}
-			eventually(t, 10*time.Second, "the sandbox's server through the gateway", func() error {
+			testkit.Eventually(t, 10*time.Second, "the sandbox's server through the gateway", func() error {
 				if got := gatewayGet(t, ctx, d, id, 8000, created.TrafficAccessToken); got != http.StatusOK {
 					return fmt.Errorf("status %d", got)
 				}

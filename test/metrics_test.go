@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -124,7 +125,7 @@ func TestMetrics(t *testing.T) {
 	id := newSandbox(t, ctx, c)
 	startHTTPD(t, ctx, c, id, 8080, "metrics page")
 	p := mustExpose(t, ctx, d, id, 8080, "http", http.StatusCreated)
-	eventually(t, 10*time.Second, "preview URL", func() error { return servesPage(ctx, d, p.PublicURL, "metrics page") })
+	testkit.Eventually(t, 10*time.Second, "preview URL", func() error { return servesPage(ctx, d, p.PublicURL, "metrics page") })
 	mustExpose(t, ctx, d, id, 8081, "tcp", http.StatusCreated)
 
 	_, after := scrape(t, ctx, d, d.Token)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -152,23 +153,6 @@ func proxyGet(ctx context.Context, d *harness.Daemon, rawURL string) (int, strin
 // removes a route sees the proxy's answer and not a reused upstream.
 var noKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 
-// eventually retries check until it succeeds or the budget ends: servers
-// started in a sandbox take a moment to listen.
-func eventually(t *testing.T, budget time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(budget)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // servesPage checks that rawURL answers 200 with page through the proxy.
 func servesPage(ctx context.Context, d *harness.Daemon, rawURL, page string) error {
 	status, body, err := proxyGet(ctx, d, rawURL)
@@ -247,7 +231,7 @@ func TestExposeHTTPPreview(t *testing.T) {
 	if p.PublicURL != wantURL || p.HostPort != 0 || p.Protocol != "http" || p.Reused {
 		t.Fatalf("exposure = %+v, want public_url %s, host_port 0, reused false", p, wantURL)
 	}
-	eventually(t, 10*time.Second, "preview URL", func() error { return servesPage(ctx, d, p.PublicURL, "hello from the sandbox") })
+	testkit.Eventually(t, 10*time.Second, "preview URL", func() error { return servesPage(ctx, d, p.PublicURL, "hello from the sandbox") })
 	// E2B clients build <port>-<id>.<domain>; the proxy routes that form too.
 	alt := "http://8080-" + id + ".localhost:" + proxyPort(t, d)
 	if err := servesPage(ctx, d, alt, "hello from the sandbox"); err != nil {
@@ -282,13 +266,13 @@ func TestExposeDomainAndPublicHostFlags(t *testing.T) {
 	if want := "http://" + id + "-8080.preview.sandpit.test:" + proxyPort(t, d); web.PublicURL != want {
 		t.Fatalf("public_url = %q, want %q", web.PublicURL, want)
 	}
-	eventually(t, 10*time.Second, "preview on the configured domain", func() error { return servesPage(ctx, d, web.PublicURL, "on my domain") })
+	testkit.Eventually(t, 10*time.Second, "preview on the configured domain", func() error { return servesPage(ctx, d, web.PublicURL, "on my domain") })
 
 	echo := mustExpose(t, ctx, d, id, 9000, "tcp", http.StatusCreated)
 	if want := "tcp://sandbox-host.example:" + strconv.Itoa(echo.HostPort); echo.PublicURL != want {
 		t.Fatalf("public_url = %q, want %q", echo.PublicURL, want)
 	}
-	eventually(t, 10*time.Second, "tcp on the proxy's interface", func() error { return echoes("127.0.0.1:"+strconv.Itoa(echo.HostPort), "hi") })
+	testkit.Eventually(t, 10*time.Second, "tcp on the proxy's interface", func() error { return echoes("127.0.0.1:"+strconv.Itoa(echo.HostPort), "hi") })
 
 	if status, _, code, err := addDomain(ctx, d, id, "x.preview.sandpit.test", 8080); err != nil || status != http.StatusBadRequest {
 		t.Fatalf("hostname under the configured preview domain: %d %s %v, want 400", status, code, err)
@@ -314,7 +298,7 @@ func TestExposeTCPEcho(t *testing.T) {
 		t.Fatalf("public_url = %q, want %q", p.PublicURL, want)
 	}
 	addr := tcpAddr(t, p.PublicURL)
-	eventually(t, 10*time.Second, "tcp echo", func() error { return echoes(addr, "ping") })
+	testkit.Eventually(t, 10*time.Second, "tcp echo", func() error { return echoes(addr, "ping") })
 	// Several connections, each with its own bytes. They go one after
 	// another: busybox nc, forking a cat per connection with a listen
 	// backlog of one, drops some of many simultaneous connections even when
@@ -386,7 +370,7 @@ func TestExposeRetriesConsumeOneHostPort(t *testing.T) {
 	}
 	for _, p := range ports {
 		if p.Port == 9000 {
-			eventually(t, 10*time.Second, "tcp echo", func() error { return echoes(tcpAddr(t, p.PublicURL), "still here") })
+			testkit.Eventually(t, 10*time.Second, "tcp echo", func() error { return echoes(tcpAddr(t, p.PublicURL), "still here") })
 		}
 	}
 }
@@ -496,7 +480,7 @@ func TestCustomDomainRace(t *testing.T) {
 		if w.Hostname != host || w.SandboxID != ids[winner] || w.Port != 8080 {
 			t.Fatalf("round %d: record %+v", round, w)
 		}
-		eventually(t, 10*time.Second, "custom domain", func() error {
+		testkit.Eventually(t, 10*time.Second, "custom domain", func() error {
 			return servesPage(ctx, d, w.URL, "page of sandbox "+strconv.Itoa(winner))
 		})
 		// The winner repeating its call gets the same record with 200,
@@ -554,9 +538,9 @@ func TestRoutesSurviveRestart(t *testing.T) {
 	}
 	check := func(when string) {
 		t.Helper()
-		eventually(t, 10*time.Second, when+": preview", func() error { return servesPage(ctx, d, web.PublicURL, "survivor") })
-		eventually(t, 10*time.Second, when+": tcp", func() error { return echoes(tcpAddr(t, echo.PublicURL), "again") })
-		eventually(t, 10*time.Second, when+": domain", func() error { return servesPage(ctx, d, dom.URL, "survivor") })
+		testkit.Eventually(t, 10*time.Second, when+": preview", func() error { return servesPage(ctx, d, web.PublicURL, "survivor") })
+		testkit.Eventually(t, 10*time.Second, when+": tcp", func() error { return echoes(tcpAddr(t, echo.PublicURL), "again") })
+		testkit.Eventually(t, 10*time.Second, when+": domain", func() error { return servesPage(ctx, d, dom.URL, "survivor") })
 	}
 	check("before restart")
 
@@ -639,14 +623,14 @@ func TestRestartWithHostPortTaken(t *testing.T) {
 			}
 			defer squatter.Close()
 			tc.up(t, id)
-			eventually(t, 10*time.Second, "the free exposure", func() error { return echoes(tcpAddr(t, free.PublicURL), "free") })
+			testkit.Eventually(t, 10*time.Second, "the free exposure", func() error { return echoes(tcpAddr(t, free.PublicURL), "free") })
 
 			squatter.Close()
 			p := mustExpose(t, ctx, d, id, 9001, "tcp", http.StatusOK)
 			if p.HostPort != blocked.HostPort {
 				t.Fatalf("retry got host port %d, the exposure holds %d", p.HostPort, blocked.HostPort)
 			}
-			eventually(t, 10*time.Second, "the blocked exposure after a retry", func() error { return echoes(tcpAddr(t, p.PublicURL), "healed") })
+			testkit.Eventually(t, 10*time.Second, "the blocked exposure after a retry", func() error { return echoes(tcpAddr(t, p.PublicURL), "healed") })
 		})
 	}
 }
@@ -803,9 +787,9 @@ func TestDeleteSandboxFreesPortsAndRoutes(t *testing.T) {
 		t.Fatalf("add domain: %d %s %v", status, code, err)
 	}
 	addr := tcpAddr(t, echo.PublicURL)
-	eventually(t, 10*time.Second, "tcp echo", func() error { return echoes(addr, "hi") })
-	eventually(t, 10*time.Second, "preview", func() error { return servesPage(ctx, d, web.PublicURL, "doomed") })
-	eventually(t, 10*time.Second, "domain", func() error { return servesPage(ctx, d, dom.URL, "doomed") })
+	testkit.Eventually(t, 10*time.Second, "tcp echo", func() error { return echoes(addr, "hi") })
+	testkit.Eventually(t, 10*time.Second, "preview", func() error { return servesPage(ctx, d, web.PublicURL, "doomed") })
+	testkit.Eventually(t, 10*time.Second, "domain", func() error { return servesPage(ctx, d, dom.URL, "doomed") })
 	open, err := net.DialTimeout("tcp", addr, 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -864,7 +848,7 @@ func TestPortsCLI(t *testing.T) {
 		return string(out)
 	}
 	preview := strings.TrimSpace(cli("expose", id, "8080"))
-	eventually(t, 10*time.Second, "cli preview", func() error { return servesPage(ctx, d, preview, "via cli") })
+	testkit.Eventually(t, 10*time.Second, "cli preview", func() error { return servesPage(ctx, d, preview, "via cli") })
 	tcpURL := strings.TrimSpace(cli("expose", id, "9000", "--tcp"))
 	if !strings.HasPrefix(tcpURL, "tcp://127.0.0.1:") {
 		t.Fatalf("expose --tcp printed %q", tcpURL)

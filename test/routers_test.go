@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -98,7 +99,7 @@ func TestRouters(t *testing.T) {
 			if want := "http://" + id + "-8080.localhost:" + proxyPort(t, d); web.PublicURL != want {
 				t.Fatalf("public_url = %q, want %q", web.PublicURL, want)
 			}
-			eventually(t, 10*time.Second, "preview", func() error { return servesPage(ctx, d, web.PublicURL, "hello via "+rc.name) })
+			testkit.Eventually(t, 10*time.Second, "preview", func() error { return servesPage(ctx, d, web.PublicURL, "hello via "+rc.name) })
 			if err := servesPage(ctx, d, "http://8080-"+id+".localhost:"+proxyPort(t, d), "hello via "+rc.name); err != nil {
 				t.Fatal(err)
 			}
@@ -112,11 +113,11 @@ func TestRouters(t *testing.T) {
 			if err != nil || status != http.StatusCreated {
 				t.Fatalf("add domain: %d %s %v", status, code, err)
 			}
-			eventually(t, 10*time.Second, "custom domain", func() error { return servesPage(ctx, d, dom.URL, "hello via "+rc.name) })
+			testkit.Eventually(t, 10*time.Second, "custom domain", func() error { return servesPage(ctx, d, dom.URL, "hello via "+rc.name) })
 
 			// TCP echo.
 			echo := mustExpose(t, ctx, d, id, 9000, "tcp", http.StatusCreated)
-			eventually(t, 10*time.Second, "tcp echo", func() error { return echoes(tcpAddr(t, echo.PublicURL), "ping") })
+			testkit.Eventually(t, 10*time.Second, "tcp echo", func() error { return echoes(tcpAddr(t, echo.PublicURL), "ping") })
 			switch rc.caddy {
 			case harness.CaddyL4:
 				if n := caddyObjects(t, cd, "sandpit_tcp_"+strconv.Itoa(echo.HostPort)+"_"+id+"_9000"); n != 1 {
@@ -183,7 +184,7 @@ func TestRouters(t *testing.T) {
 			if err := c.UnexposePort(ctx, id, 9000); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 5*time.Second, "host port closed after unexpose", func() error {
+			testkit.Eventually(t, 5*time.Second, "host port closed after unexpose", func() error {
 				conn, err := net.DialTimeout("tcp", tcpAddr(t, echo.PublicURL), time.Second)
 				if err == nil {
 					conn.Close()

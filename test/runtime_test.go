@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	fspb "github.com/sandpit-dev/sandpit/proto/filesystem"
 	"github.com/sandpit-dev/sandpit/proto/filesystem/filesystemconnect"
 	processpb "github.com/sandpit-dev/sandpit/proto/process"
@@ -182,7 +183,7 @@ func TestOCIRuntimes(t *testing.T) {
 			t.Run("expose http", func(t *testing.T) {
 				startHTTPD(t, ctx, c, sb.ID, 8080, "served under "+rt)
 				p := mustExpose(t, ctx, d, sb.ID, 8080, "http", http.StatusCreated)
-				eventually(t, 15*time.Second, "the exposed server", func() error {
+				testkit.Eventually(t, 15*time.Second, "the exposed server", func() error {
 					return servesPage(ctx, d, p.PublicURL, "served under "+rt)
 				})
 			})
@@ -203,7 +204,7 @@ func TestOCIRuntimes(t *testing.T) {
 					return
 				}
 				t.Logf("memory hog under runsc: exit %d, error %v", res.ExitCode, err)
-				eventually(t, 30*time.Second, "the sandbox OOM-killed", func() error {
+				testkit.Eventually(t, 30*time.Second, "the sandbox OOM-killed", func() error {
 					out, err := exec.CommandContext(ctx, "docker", "inspect", "--format", "{{.State.OOMKilled}}", "sandpit-"+sb.ID).Output()
 					if err != nil || strings.TrimSpace(string(out)) != "true" {
 						return fmt.Errorf("OOMKilled %q %v", out, err)

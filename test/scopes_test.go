@@ -19,11 +19,11 @@ import (
 func scopeTable(t *testing.T, ctx context.Context, d *harness.Daemon, token string) apitypes.ScopeTable {
 	t.Helper()
 	got := raw(t, ctx, d, token, "GET", "/v1/scopes", "")
-	if got.status != 200 {
-		t.Fatalf("GET /v1/scopes: %d %s", got.status, got.body)
+	if got.Status != 200 {
+		t.Fatalf("GET /v1/scopes: %d %s", got.Status, got.Body)
 	}
 	var tbl apitypes.ScopeTable
-	if err := json.Unmarshal(got.body, &tbl); err != nil {
+	if err := json.Unmarshal(got.Body, &tbl); err != nil {
 		t.Fatal(err)
 	}
 	return tbl
@@ -126,10 +126,10 @@ func TestScopeTable(t *testing.T) {
 		got := raw(t, ctx, d, ro.Secret, method, path, "{}", hdr...)
 		readOnly := rt.Action == "read" || rt.Action == "read-files"
 		switch {
-		case !readOnly && got.status != http.StatusForbidden:
-			t.Errorf("read token: %s %s (%s) answered %d %s, want 403", method, path, rt.Action, got.status, got.body)
-		case readOnly && got.status == http.StatusForbidden:
-			t.Errorf("read token: %s %s (%s) answered 403 %s", method, path, rt.Action, got.body)
+		case !readOnly && got.Status != http.StatusForbidden:
+			t.Errorf("read token: %s %s (%s) answered %d %s, want 403", method, path, rt.Action, got.Status, got.Body)
+		case readOnly && got.Status == http.StatusForbidden:
+			t.Errorf("read token: %s %s (%s) answered 403 %s", method, path, rt.Action, got.Body)
 		}
 	}
 	for _, s := range []string{"/v1", "/e2b", "/daytona"} {
@@ -158,8 +158,8 @@ func TestScopeTable(t *testing.T) {
 			body = `{"path":"/tmp"}`
 		}
 		got := raw(t, ctx, d, ro.Secret, c.method, "/v1/sandboxes/"+sb.ID+"/agent/"+c.rest, body)
-		if (c.status == 403) != (got.status == 403) {
-			t.Errorf("read token: %s agent/%s answered %d %s, want %d", c.method, c.rest, got.status, got.body, c.status)
+		if (c.status == 403) != (got.Status == 403) {
+			t.Errorf("read token: %s agent/%s answered %d %s, want %d", c.method, c.rest, got.Status, got.Body, c.status)
 		}
 	}
 	// The sandbox is as it was: nothing a refused request asked for
@@ -214,16 +214,16 @@ func TestReadTokenRunsNoCode(t *testing.T) {
 		if a.method == "POST" {
 			body = `{"cmd":"id"}`
 		}
-		if got := raw(t, ctx, d, ro, a.method, a.path, body, a.hdr...); got.status != http.StatusForbidden {
-			t.Errorf("read token, %s: %d %s, want 403", a.what, got.status, got.body)
+		if got := raw(t, ctx, d, ro, a.method, a.path, body, a.hdr...); got.Status != http.StatusForbidden {
+			t.Errorf("read token, %s: %d %s, want 403", a.what, got.Status, got.Body)
 		}
 		// Another owner that may execute does not learn the sandbox exists.
 		hdr := a.hdr
 		if strings.HasPrefix(a.path, "/e2b/") {
 			hdr = []string{"X-API-KEY", other}
 		}
-		if got := raw(t, ctx, d, other, a.method, a.path, body, hdr...); got.status != http.StatusNotFound {
-			t.Errorf("another owner, %s: %d %s, want 404", a.what, got.status, got.body)
+		if got := raw(t, ctx, d, other, a.method, a.path, body, hdr...); got.Status != http.StatusNotFound {
+			t.Errorf("another owner, %s: %d %s, want 404", a.what, got.Status, got.Body)
 		}
 	}
 	if ports, err := admin.ListPorts(ctx, id); err != nil || len(ports) != 0 {
@@ -235,29 +235,29 @@ func TestReadTokenRunsNoCode(t *testing.T) {
 		EnvdAccessToken string `json:"envdAccessToken"`
 	}
 	got := raw(t, ctx, d, ro, "GET", "/e2b/sandboxes/"+id, "", "X-API-KEY", ro)
-	if got.status != 200 || json.Unmarshal(got.body, &detail) != nil || detail.EnvdAccessToken != "" {
-		t.Errorf("read token, E2B get: %d %s, want 200 without envdAccessToken", got.status, got.body)
+	if got.Status != 200 || json.Unmarshal(got.Body, &detail) != nil || detail.EnvdAccessToken != "" {
+		t.Errorf("read token, E2B get: %d %s, want 200 without envdAccessToken", got.Status, got.Body)
 	}
 	got = raw(t, ctx, d, rw, "GET", "/e2b/sandboxes/"+id, "", "X-API-KEY", rw)
-	if json.Unmarshal(got.body, &detail) != nil || detail.EnvdAccessToken == "" {
-		t.Errorf("write token, E2B get: %d %s, want the envdAccessToken", got.status, got.body)
+	if json.Unmarshal(got.Body, &detail) != nil || detail.EnvdAccessToken == "" {
+		t.Errorf("write token, E2B get: %d %s, want the envdAccessToken", got.Status, got.Body)
 	}
 	for _, path := range []string{"/v1/sandboxes/" + id, "/daytona/sandbox/" + id} {
 		var out struct {
 			Env map[string]string `json:"env"`
 		}
 		got := raw(t, ctx, d, ro, "GET", path, "")
-		if got.status != 200 || json.Unmarshal(got.body, &out) != nil || out.Env["SECRET"] != "[redacted]" || strings.Contains(string(got.body), "hunter2") {
-			t.Errorf("read token, GET %s: %d %s, want env SECRET [redacted]", path, got.status, got.body)
+		if got.Status != 200 || json.Unmarshal(got.Body, &out) != nil || out.Env["SECRET"] != "[redacted]" || strings.Contains(string(got.Body), "hunter2") {
+			t.Errorf("read token, GET %s: %d %s, want env SECRET [redacted]", path, got.Status, got.Body)
 		}
 		got = raw(t, ctx, d, rw, "GET", path, "")
-		if json.Unmarshal(got.body, &out) != nil || out.Env["SECRET"] != "hunter2" {
-			t.Errorf("write token, GET %s: %d %s, want env SECRET hunter2", path, got.status, got.body)
+		if json.Unmarshal(got.Body, &out) != nil || out.Env["SECRET"] != "hunter2" {
+			t.Errorf("write token, GET %s: %d %s, want env SECRET hunter2", path, got.Status, got.Body)
 		}
 	}
 	// A sandbox that does not exist is the same 403 for a read token, so a
 	// refusal tells nothing about which ids exist.
-	if got := raw(t, ctx, d, ro, "POST", "/v1/sandboxes/sb_doesnotexist/exec", `{"cmd":"id"}`); got.status != http.StatusForbidden {
-		t.Errorf("read token, exec on a missing sandbox: %d %s, want 403", got.status, got.body)
+	if got := raw(t, ctx, d, ro, "POST", "/v1/sandboxes/sb_doesnotexist/exec", `{"cmd":"id"}`); got.Status != http.StatusForbidden {
+		t.Errorf("read token, exec on a missing sandbox: %d %s, want 403", got.Status, got.Body)
 	}
 }

@@ -239,8 +239,8 @@ func TestTenantResourceCeilings(t *testing.T) {
 	}
 
 	if a := raw(t, ctx, d, d.Token, http.MethodPut, "/v1/owners/tenant/limits",
-		`{"max_sandbox_memory_mb":512,"default_memory_mb":256,"max_sandbox_cpu":0.5,"default_cpu":0.25}`); a.status != http.StatusOK {
-		t.Fatalf("PUT limits: %d %s", a.status, a.body)
+		`{"max_sandbox_memory_mb":512,"default_memory_mb":256,"max_sandbox_cpu":0.5,"default_cpu":0.25}`); a.Status != http.StatusOK {
+		t.Fatalf("PUT limits: %d %s", a.Status, a.Body)
 	}
 	for _, body := range []string{`{"memory_mb":1024}`, `{"cpu":1}`} {
 		if status, got := facadeCreate(t, ctx, d, tenant, "v1", body); status != http.StatusBadRequest || !strings.Contains(got, "max_sandbox") {
@@ -266,11 +266,11 @@ func TestTenantResourceCeilings(t *testing.T) {
 			Warning string `json:"warning"`
 		} `json:"disk"`
 	}
-	if err := json.Unmarshal(st.body, &status1); err != nil {
+	if err := json.Unmarshal(st.Body, &status1); err != nil {
 		t.Fatal(err)
 	}
 	if status1.Disk.LimitMB == 0 && !strings.Contains(status1.Disk.Warning, "fill the host") {
-		t.Errorf("no disk limit and /v1/status does not say so: %s", st.body)
+		t.Errorf("no disk limit and /v1/status does not say so: %s", st.Body)
 	}
 	if status1.Disk.LimitMB == 0 && !strings.Contains(d.Logs(), "fill the host") {
 		t.Errorf("no disk limit and the serve log does not say so")

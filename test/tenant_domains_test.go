@@ -16,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -96,7 +97,7 @@ func TestTenantSignedPreviewRevocation(t *testing.T) {
 	if st := daytonaCall(t, ctx, d, d.Token, http.MethodGet, "/sandbox/"+id+"/ports/8080/signed-preview-url?expiresInSeconds=3600", "", &signed); st != http.StatusOK {
 		t.Fatalf("signed-preview-url: %d", st)
 	}
-	eventually(t, 10*time.Second, "the signed URL", func() error { return servesPage(ctx, d, signed.URL, "private page") })
+	testkit.Eventually(t, 10*time.Second, "the signed URL", func() error { return servesPage(ctx, d, signed.URL, "private page") })
 	for _, h := range plain {
 		if st, body := hostGet(t, ctx, d.ProxyAddr, h); st != http.StatusForbidden {
 			t.Fatalf("plain host %s of a signed-only port: %d %q, want 403", h, st, body)
@@ -131,7 +132,7 @@ func TestTenantSignedPreviewRevocation(t *testing.T) {
 	if st := daytonaCall(t, ctx, d, d.Token, http.MethodGet, "/sandbox/"+id+"/ports/8081/preview-url", "", &pub); st != http.StatusOK || pub.Token != "" {
 		t.Fatalf("preview-url of a public port: %d %+v, want no token", st, pub)
 	}
-	eventually(t, 10*time.Second, "the public port", func() error { return servesPage(ctx, d, pub.URL, "public page") })
+	testkit.Eventually(t, 10*time.Second, "the public port", func() error { return servesPage(ctx, d, pub.URL, "public page") })
 	if st, body := hostGet(t, ctx, d.ProxyAddr, "8081-"+id+".localhost:"+port); st != http.StatusOK || body != "public page" {
 		t.Fatalf("the other host form of a public port: %d %q", st, body)
 	}
@@ -156,7 +157,7 @@ func TestTenantSignedPreviewRevocation(t *testing.T) {
 	if st := daytonaCall(t, ctx, d, d.Token, http.MethodGet, "/sandbox/"+id+"/ports/8080/signed-preview-url?expiresInSeconds=1", "", &short); st != http.StatusOK {
 		t.Fatalf("short signed-preview-url: %d", st)
 	}
-	eventually(t, 10*time.Second, "the short signed URL to run out", func() error {
+	testkit.Eventually(t, 10*time.Second, "the short signed URL to run out", func() error {
 		if st, _, err := proxyGet(ctx, d, short.URL); err != nil || st != http.StatusForbidden {
 			return fmt.Errorf("signed URL past its expiry: %d %v, want 403", st, err)
 		}
@@ -191,8 +192,8 @@ func bindAs(t *testing.T, ctx context.Context, d *harness.Daemon, token, id, hos
 			Message string `json:"message"`
 		} `json:"error"`
 	}
-	_ = json.Unmarshal(a.body, &e)
-	return a.status, e.Error.Code, e.Error.Message
+	_ = json.Unmarshal(a.Body, &e)
+	return a.Status, e.Error.Code, e.Error.Message
 }
 
 // TestTenantCustomDomainSquatting reproduces "custom domains can be squatted
@@ -309,7 +310,7 @@ func TestTenantCustomDomainSquatting(t *testing.T) {
 	if st, code, msg := bindAs(t, ctx, d, tokM, sbM.ID, host, 8080); st != http.StatusOK {
 		t.Fatalf("retry of bind %s: %d %s %s, want 200", host, st, code, msg)
 	}
-	eventually(t, 10*time.Second, "the tenant's hostname", func() error {
+	testkit.Eventually(t, 10*time.Second, "the tenant's hostname", func() error {
 		return servesPage(ctx, d, "http://"+host+":"+proxyPort(t, d), "mallory's page")
 	})
 	// The exposure under a domain cannot be removed from under it.

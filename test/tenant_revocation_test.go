@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -236,7 +237,7 @@ func TestTenantStreamsPerTokenCapped(t *testing.T) {
 		t.Fatalf("another token's stream: %d", status)
 	}
 	closeFirst()
-	eventually(t, 10*time.Second, "a closed stream frees its place", func() error {
+	testkit.Eventually(t, 10*time.Second, "a closed stream frees its place", func() error {
 		if status, _ := openEvents(t, ctx, d, one.Secret); status != http.StatusOK {
 			return errStatus(status)
 		}

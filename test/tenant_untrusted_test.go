@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/client"
 	"github.com/sandpit-dev/sandpit/internal/filesig"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -233,7 +234,7 @@ func TestTenantUntrustedRelayedContentIsAnAttachment(t *testing.T) {
 	// the API origin: what the hijacked agent's listener answered.
 	startHostileServer(t, ctx, c, id, 8090)
 	mustExpose(t, ctx, d, id, 8090, "http", http.StatusCreated)
-	eventuallyOK(t, 20*time.Second, func() error {
+	testkit.Eventually(t, 20*time.Second, "", func() error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+"/e2b/envd/files?path=/tmp/evil.html", nil)
 		req.Header.Set("E2b-Sandbox-Id", id)
 		req.Header.Set("E2b-Sandbox-Port", "8090")
@@ -289,7 +290,7 @@ func noCredentialsReachTheSandbox(t *testing.T, rc routerCase) {
 	send := func(via string, set func(*http.Request)) string {
 		t.Helper()
 		var seen string
-		eventuallyOK(t, 20*time.Second, func() error {
+		testkit.Eventually(t, 20*time.Second, "", func() error {
 			var req *http.Request
 			switch via {
 			case "preview":
@@ -451,8 +452,8 @@ func TestTenantUntrustedOwnerAdminIsReserved(t *testing.T) {
 		}
 	}
 	a := raw(t, ctx, d, d.Token, http.MethodPost, "/v1/tokens", `{"name":"raw","owner":"admin"}`)
-	if a.status != http.StatusBadRequest {
-		t.Errorf("POST /v1/tokens owner admin: %d %s, want 400", a.status, a.body)
+	if a.Status != http.StatusBadRequest {
+		t.Errorf("POST /v1/tokens owner admin: %d %s, want 400", a.Status, a.Body)
 	}
 }
 
@@ -465,7 +466,7 @@ func TestTenantUntrustedClusterMembersNeedAdmin(t *testing.T) {
 	if err := os.WriteFile(key, []byte("the test cluster's shared secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	lb := func() string { return "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)) }
+	lb := func() string { return "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t)) }
 	d := harness.Start(t, sandpitBin, harness.Options{
 		Env: []string{"SANDPIT_TEST_CLUSTER_FAST=1"},
 		PortArgs: func() []string {
@@ -488,13 +489,13 @@ func TestTenantUntrustedClusterMembersNeedAdmin(t *testing.T) {
 	}
 	for _, path := range []string{"/v1/cluster/members", "/v1/cluster/status", "/v1/cluster/digest"} {
 		for _, tk := range []string{read, write} {
-			if a := raw(t, ctx, d, tk, http.MethodGet, path, ""); a.status != http.StatusForbidden {
-				t.Errorf("GET %s with a personal token: %d %s, want 403", path, a.status, a.body)
+			if a := raw(t, ctx, d, tk, http.MethodGet, path, ""); a.Status != http.StatusForbidden {
+				t.Errorf("GET %s with a personal token: %d %s, want 403", path, a.Status, a.Body)
 			}
 		}
-		eventuallyOK(t, 20*time.Second, func() error {
-			if a := raw(t, ctx, d, d.Token, http.MethodGet, path, ""); a.status != http.StatusOK {
-				return fmt.Errorf("GET %s with the admin token: %d %s", path, a.status, a.body)
+		testkit.Eventually(t, 20*time.Second, "", func() error {
+			if a := raw(t, ctx, d, d.Token, http.MethodGet, path, ""); a.Status != http.StatusOK {
+				return fmt.Errorf("GET %s with the admin token: %d %s", path, a.Status, a.Body)
 			}
 			return nil
 		})
@@ -550,7 +551,7 @@ func TestTenantUntrustedRefusedUploadLeavesNothing(t *testing.T) {
 		}
 	}
 	// The agent learns of the cut a moment after the client does.
-	eventuallyOK(t, 10*time.Second, func() error {
+	testkit.Eventually(t, 10*time.Second, "", func() error {
 		res, err := c.Exec(ctx, id, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "ls -a /tmp; cat /tmp/kept"}, TimeoutS: 10})
 		if err != nil {
 			return err
@@ -584,18 +585,18 @@ func TestTenantUntrustedEngineErrorsAreNotQuoted(t *testing.T) {
 	}
 	defer func() { _, _ = run(context.Background(), t, "docker", "unpause", "sandpit-"+id) }()
 	a := raw(t, ctx, d, d.Token, http.MethodPost, "/e2b/sandboxes/"+id+"/pause", "", "X-API-KEY", d.Token)
-	if a.status != http.StatusBadGateway {
-		t.Skipf("pause of a container paused behind the daemon's back: %d %s (no engine error to check)", a.status, a.body)
+	if a.Status != http.StatusBadGateway {
+		t.Skipf("pause of a container paused behind the daemon's back: %d %s (no engine error to check)", a.Status, a.Body)
 	}
-	t.Logf("answer: %d %s", a.status, a.body)
-	msg := strings.ToLower(string(a.body))
+	t.Logf("answer: %d %s", a.Status, a.Body)
+	msg := strings.ToLower(string(a.Body))
 	for _, raw := range []string{"error response from daemon", "already paused", "is paused"} {
 		if strings.Contains(msg, raw) {
-			t.Errorf("the answer quotes the engine (%q): %s", raw, a.body)
+			t.Errorf("the answer quotes the engine (%q): %s", raw, a.Body)
 		}
 	}
 	if !strings.Contains(msg, "pause") {
-		t.Errorf("the answer does not say which step failed: %s", a.body)
+		t.Errorf("the answer does not say which step failed: %s", a.Body)
 	}
 	if logs := strings.ToLower(d.Logs()); !strings.Contains(logs, "already paused") && !strings.Contains(logs, "is paused") {
 		t.Errorf("the engine's error is not in the daemon's log")

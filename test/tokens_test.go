@@ -21,7 +21,7 @@ import (
 
 // raw sends one request with a bearer token and returns status, body and
 // whether it was an idempotent replay.
-func raw(t *testing.T, ctx context.Context, d *harness.Daemon, token, method, path, body string, hdr ...string) answer {
+func raw(t *testing.T, ctx context.Context, d *harness.Daemon, token, method, path, body string, hdr ...string) harness.Answer {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, method, d.URL()+path, strings.NewReader(body))
 	if err != nil {
@@ -38,7 +38,7 @@ func raw(t *testing.T, ctx context.Context, d *harness.Daemon, token, method, pa
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return answer{status: resp.StatusCode, body: b, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
+	return harness.Answer{Status: resp.StatusCode, Body: b, Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
 }
 
 // cli runs the sandpit CLI against d with the admin token file.
@@ -127,8 +127,8 @@ func TestOwnersTokensQuotasAudit(t *testing.T) {
 			t.Errorf("bob %s on alice's sandbox: %v, want 404 not_found", what, err)
 		}
 	}
-	if got := raw(t, ctx, d, tokB, "GET", "/v1/sandboxes/"+sbA.ID+"/agent/health", ""); got.status != 404 {
-		t.Errorf("bob through the agent route: %d %s, want 404", got.status, got.body)
+	if got := raw(t, ctx, d, tokB, "GET", "/v1/sandboxes/"+sbA.ID+"/agent/health", ""); got.Status != 404 {
+		t.Errorf("bob through the agent route: %d %s, want 404", got.Status, got.Body)
 	}
 	if _, err := a.Get(ctx, sbA.ID); err != nil {
 		t.Fatalf("alice lost her sandbox to bob's attempts: %v", err)
@@ -147,20 +147,20 @@ func TestOwnersTokensQuotasAudit(t *testing.T) {
 
 	// Names are unique per daemon; the conflict does not reveal the id.
 	conflict := raw(t, ctx, d, tokB, "POST", "/v1/sandboxes", `{"name":"alice-box"}`)
-	if conflict.status != 409 || conflict.code() != "name_conflict" || bytes.Contains(conflict.body, []byte(sbA.ID)) {
-		t.Fatalf("bob creating alice's name: %d %s", conflict.status, conflict.body)
+	if conflict.Status != 409 || conflict.Code() != "name_conflict" || bytes.Contains(conflict.Body, []byte(sbA.ID)) {
+		t.Fatalf("bob creating alice's name: %d %s", conflict.Status, conflict.Body)
 	}
 
 	// The same Idempotency-Key and body from both owners: two sandboxes.
 	body := `{"labels":{"job":"same"}}`
 	ka := raw(t, ctx, d, tokA, "POST", "/v1/sandboxes", body, "Idempotency-Key", "shared-key-1")
 	kb := raw(t, ctx, d, tokB, "POST", "/v1/sandboxes", body, "Idempotency-Key", "shared-key-1")
-	if ka.status != 201 || kb.status != 201 || kb.replayed || ka.id() == kb.id() {
-		t.Fatalf("same key from two owners: alice %d %s, bob %d replayed=%v %s", ka.status, ka.body, kb.status, kb.replayed, kb.body)
+	if ka.Status != 201 || kb.Status != 201 || kb.Replayed || ka.ID() == kb.ID() {
+		t.Fatalf("same key from two owners: alice %d %s, bob %d replayed=%v %s", ka.Status, ka.Body, kb.Status, kb.Replayed, kb.Body)
 	}
 	// Each owner's own retry still replays its own answer.
-	if again := raw(t, ctx, d, tokB, "POST", "/v1/sandboxes", body, "Idempotency-Key", "shared-key-1"); !again.replayed || again.id() != kb.id() {
-		t.Fatalf("bob's retry: replayed=%v id %s, want a replay of %s", again.replayed, again.id(), kb.id())
+	if again := raw(t, ctx, d, tokB, "POST", "/v1/sandboxes", body, "Idempotency-Key", "shared-key-1"); !again.Replayed || again.ID() != kb.ID() {
+		t.Fatalf("bob's retry: replayed=%v id %s, want a replay of %s", again.Replayed, again.ID(), kb.ID())
 	}
 
 	// Quota: alice holds two sandboxes, her limit; the third is refused and
@@ -188,7 +188,7 @@ func TestOwnersTokensQuotasAudit(t *testing.T) {
 	if _, err := a.ExposePort(ctx, sbA.ID, 9090, "http"); !errors.As(err, &qe) || qe.Code != "quota_exceeded" || !strings.Contains(qe.Message, "max_ports") {
 		t.Fatalf("a second port over max_ports 1: %v", err)
 	}
-	if err := a.Delete(ctx, ka.id()); err != nil {
+	if err := a.Delete(ctx, ka.ID()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -214,10 +214,10 @@ func TestOwnersTokensQuotasAudit(t *testing.T) {
 		t.Fatalf("token revoke printed %q", out)
 	}
 	n := sandboxCount(t, ctx, d)
-	if got := raw(t, ctx, d, tokB, "POST", "/v1/sandboxes", `{}`); got.status != 401 || strings.Contains(string(got.body), tokB) {
-		t.Fatalf("create with a revoked token: %d %s", got.status, got.body)
+	if got := raw(t, ctx, d, tokB, "POST", "/v1/sandboxes", `{}`); got.Status != 401 || strings.Contains(string(got.Body), tokB) {
+		t.Fatalf("create with a revoked token: %d %s", got.Status, got.Body)
 	}
-	if _, err := b.Get(ctx, kb.id()); apiCode(err) != "unauthorized" {
+	if _, err := b.Get(ctx, kb.ID()); apiCode(err) != "unauthorized" {
 		t.Fatalf("revoked token: %v, want 401", err)
 	}
 	if sandboxCount(t, ctx, d) != n {
@@ -287,10 +287,10 @@ func TestOwnersTokensQuotasAudit(t *testing.T) {
 	for _, c := range []struct{ token, action, resource, outcome string }{
 		{"admin", "token.create", "alice-ci", "ok"},
 		{"alice-ci", "sandbox.create", sbA.ID, "ok"},
-		{"alice-ci", "sandbox.create", ka.id(), "ok"},
-		{"bob-ci", "sandbox.create", kb.id(), "ok"},
+		{"alice-ci", "sandbox.create", ka.ID(), "ok"},
+		{"bob-ci", "sandbox.create", kb.ID(), "ok"},
 		{"alice-ci", "sandbox.create", "alice-third", "quota_exceeded"},
-		{"alice-ci", "sandbox.delete", ka.id(), "ok"},
+		{"alice-ci", "sandbox.delete", ka.ID(), "ok"},
 		{"alice-ci", "port.expose", sbA.ID + ":8080", "ok"},
 		{"admin", "token.revoke", "bob-ci", "ok"},
 	} {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"mime/multipart"
@@ -21,6 +22,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	fspb "github.com/sandpit-dev/sandpit/proto/filesystem"
 )
 
@@ -305,14 +307,17 @@ func TestPollingWatcher(t *testing.T) {
 	}
 	id := created.Msg.GetWatcherId()
 	mustWrite(t, filepath.Join(root, "polled.txt"), "x")
-	eventually(t, "a polled create event", func() bool {
+	testkit.Eventually(t, 5*time.Second, "a polled create event", func() error {
 		res, err := e.fs.GetWatcherEvents(ctx, connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: id}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return slices.ContainsFunc(res.Msg.GetEvents(), func(fe *fspb.FilesystemEvent) bool {
+		if !slices.ContainsFunc(res.Msg.GetEvents(), func(fe *fspb.FilesystemEvent) bool {
 			return fe.GetName() == "polled.txt" && fe.GetType() == fspb.EventType_EVENT_TYPE_CREATE
-		})
+		}) {
+			return fmt.Errorf("events so far: %v", res.Msg.GetEvents())
+		}
+		return nil
 	})
 	if _, err := e.fs.RemoveWatcher(ctx, connect.NewRequest(&fspb.RemoveWatcherRequest{WatcherId: id})); err != nil {
 		t.Fatal(err)

@@ -184,18 +184,6 @@ func (e *testEnv) listed(t *testing.T, pid uint32) bool {
 	return slices.ContainsFunc(res.Msg.GetProcesses(), func(p *processpb.ProcessInfo) bool { return p.GetPid() == pid })
 }
 
-// eventually polls cond for up to five seconds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func wantCode(t *testing.T, err error, code connect.Code) {
 	t.Helper()
 	if err == nil {

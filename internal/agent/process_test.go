@@ -2,16 +2,18 @@ package agent
 
 import (
 	"context"
-	"net"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	processpb "github.com/sandpit-dev/sandpit/proto/process"
 	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
 )
@@ -80,12 +82,7 @@ func TestDefaultCwdIsHome(t *testing.T) {
 func TestMainHidesTokenFromProcesses(t *testing.T) {
 	t.Setenv(TokenEnv, "secret-token")
 	t.Setenv("SANDPIT_TEST_DEFAULT", "visible")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
 
 	ctx, cancel := context.WithCancel(t.Context())
 	exited := make(chan int, 1)
@@ -98,13 +95,16 @@ func TestMainHidesTokenFromProcesses(t *testing.T) {
 	}()
 
 	base := "http://" + addr
-	eventually(t, "agent to listen", func() bool {
+	testkit.Eventually(t, 5*time.Second, "agent to listen", func() error {
 		res, err := http.Get(base + "/health")
 		if err != nil {
-			return false
+			return err
 		}
 		_ = res.Body.Close()
-		return res.StatusCode == http.StatusNoContent
+		if res.StatusCode != http.StatusNoContent {
+			return fmt.Errorf("GET /health: %d", res.StatusCode)
+		}
+		return nil
 	})
 	hc := &http.Client{Transport: tokenTransport{token: "secret-token", base: http.DefaultTransport}}
 	client := processconnect.NewProcessClient(hc, base, connect.WithProtoJSON())
@@ -300,7 +300,12 @@ func TestDeadlineKillsProcess(t *testing.T) {
 	if r.pid == 0 {
 		t.Fatalf("no start event before the deadline: %v", r.events)
 	}
-	eventually(t, "the process to be killed", func() bool { return !e.listed(t, r.pid) })
+	testkit.Eventually(t, 5*time.Second, "the process to be killed", func() error {
+		if e.listed(t, r.pid) {
+			return fmt.Errorf("pid %d is still listed", r.pid)
+		}
+		return nil
+	})
 }
 
 func TestStartBadCommand(t *testing.T) {

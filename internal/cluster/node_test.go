@@ -3,26 +3,17 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
-)
 
-// freePort returns a loopback port that was free a moment ago (gossip binds
-// TCP and UDP on one port, so it cannot be told to take port 0 here).
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
+)
 
 func startNode(t *testing.T, name string, keys Keys, expect int, join []string) (*Cluster, string) {
 	t.Helper()
-	gossip := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	// Gossip binds TCP and UDP on one port, so it cannot be told to take
+	// port 0 here.
+	gossip := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	c, err := Start(context.Background(), Config{
 		NodeName: name, DataDir: t.TempDir(),
 		RaftListen: "127.0.0.1:0", GossipListen: gossip,

@@ -28,6 +28,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 )
 
 // faultyRouter is the builtin router with one injected fault: while failing
@@ -84,19 +85,6 @@ func buildSandpit(t testing.TB) string {
 	return bin
 }
 
-// freePort returns a loopback port that was free a moment ago; the tests use
-// it as a pool of one host port, which makes "no host port consumed"
-// something the next exposure can prove.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func newRig(t testing.TB) *rig {
 	t.Helper()
 	image := testenv.TestImage(t)
@@ -131,7 +119,9 @@ func newRig(t testing.TB) *rig {
 
 	var inst [8]byte
 	_, _ = rand.Read(inst[:])
-	hp := freePort(t)
+	// A pool of one host port, free a moment ago, makes "no host port
+	// consumed" something the next exposure can prove.
+	hp := testkit.FreePort(t)
 	pool := sandpit.PortRange{Lo: hp, Hi: hp}
 	svc := service.New(service.Config{
 		DefaultImage: image,
@@ -205,21 +195,6 @@ func (r *rig) serves(p sandpit.ExposedPort) error {
 	return nil
 }
 
-func eventually(t *testing.T, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func routeOf(t *testing.T, r *rig, id string, port int) (router.Route, bool) {
 	t.Helper()
 	routes, err := r.rtr.Routes(context.Background())
@@ -285,7 +260,7 @@ func TestExposeRollbackOnRouterFailure(t *testing.T) {
 			if tc.protocol == service.ProtoTCP && res.Port.HostPort != r.pool.Lo {
 				t.Fatalf("host port %d, want the pool's only port %d", res.Port.HostPort, r.pool.Lo)
 			}
-			eventually(t, "traffic through the new exposure", func() error { return r.serves(res.Port) })
+			testkit.Eventually(t, 10*time.Second, "traffic through the new exposure", func() error { return r.serves(res.Port) })
 
 			// A retry whose install fails keeps the existing exposure.
 			r.rtr.failing.Store(true)
@@ -382,7 +357,7 @@ func TestExposeRetryFailureDoesNotUndoInFlightExposure(t *testing.T) {
 	if err != nil || row.HostPort != got.res.Port.HostPort {
 		t.Fatalf("the retry's failure removed the first call's row: %+v %v, want %+v", row, err, got.res.Port)
 	}
-	eventually(t, "traffic through the exposure", func() error { return r.serves(row) })
+	testkit.Eventually(t, 10*time.Second, "traffic through the exposure", func() error { return r.serves(row) })
 }
 
 // TestExposeRollbackKeepsRowARetryInstalled is the other order of the same
@@ -497,7 +472,7 @@ func TestCustomDomainRollbackOnRouterFailure(t *testing.T) {
 	if err != nil || !added {
 		t.Fatalf("add: %+v %v %v", d, added, err)
 	}
-	eventually(t, "traffic through the custom domain", func() error { return r.serves(viaHost) })
+	testkit.Eventually(t, 10*time.Second, "traffic through the custom domain", func() error { return r.serves(viaHost) })
 
 	r.rtr.failing.Store(true)
 	_, _, err = r.svc.AddCustomDomain(ctx, id, host, 8080)
@@ -544,6 +519,6 @@ func TestExposeWhilePausedServesAfterResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range ports {
-		eventually(t, p.Protocol+" "+strconv.Itoa(p.Port)+" after resume", func() error { return r.serves(p) })
+		testkit.Eventually(t, 10*time.Second, p.Protocol+" "+strconv.Itoa(p.Port)+" after resume", func() error { return r.serves(p) })
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sort"
 	"testing"
 	"time"
 
@@ -44,13 +43,13 @@ func timeCreates(b *testing.B, entry *node, del func(id string) *node, settle fu
 		name := fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)
 		start := time.Now()
 		a := call(ctx, entry, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), nil)
-		if a.status != 201 {
-			b.Fatalf("create: %d %s %v", a.status, a.body, a.err)
+		if a.Status != 201 {
+			b.Fatalf("create: %d %s %v", a.Status, a.Body, a.Err)
 		}
 		samples = append(samples, time.Since(start))
 		b.StopTimer()
-		if d := call(ctx, del(a.id()), http.MethodDelete, "/v1/sandboxes/"+a.id(), "", nil); d.status >= 300 {
-			b.Fatalf("delete: %d %s", d.status, d.body)
+		if d := call(ctx, del(a.ID()), http.MethodDelete, "/v1/sandboxes/"+a.ID(), "", nil); d.Status >= 300 {
+			b.Fatalf("delete: %d %s", d.Status, d.Body)
 		}
 		if settle != nil {
 			settle()
@@ -58,14 +57,7 @@ func timeCreates(b *testing.B, entry *node, del func(id string) *node, settle fu
 		b.StartTimer()
 	}
 	b.StopTimer()
-	reportPercentiles(b, samples)
-}
-
-// reportPercentiles reports the p50 and p95 of samples in milliseconds.
-func reportPercentiles(b *testing.B, samples []time.Duration) {
-	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
-	b.ReportMetric(float64(samples[len(samples)/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(samples[(len(samples)-1)*95/100].Microseconds())/1000, "p95-ms")
+	harness.ReportPercentiles(b, "", samples)
 }
 
 // BenchmarkSpecRewrite times an E2B setTimeout sent to the sandbox's own
@@ -77,30 +69,30 @@ func BenchmarkSpecRewrite(b *testing.B) {
 	ctx := context.Background()
 	// run creates a sandbox through entry and times setTimeout sent to the
 	// node owner names as the one that runs it.
-	run := func(b *testing.B, entry *node, owner func(a answer) *node) {
+	run := func(b *testing.B, entry *node, owner func(a harness.Answer) *node) {
 		a := call(ctx, entry, http.MethodPost, "/v1/sandboxes", `{}`, nil)
-		if a.status != 201 {
-			b.Fatalf("create: %d %s %v", a.status, a.body, a.err)
+		if a.Status != 201 {
+			b.Fatalf("create: %d %s %v", a.Status, a.Body, a.Err)
 		}
-		n, id := owner(a), a.id()
+		n, id := owner(a), a.ID()
 		defer call(ctx, n, http.MethodDelete, "/v1/sandboxes/"+id, "", nil)
 		key := map[string]string{"X-API-KEY": n.Token}
 		samples := make([]time.Duration, 0, b.N)
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			start := time.Now()
-			if r := call(ctx, n, http.MethodPost, "/e2b/sandboxes/"+id+"/timeout", fmt.Sprintf(`{"timeout":%d}`, 600+i), key); r.status != http.StatusNoContent {
-				b.Fatalf("setTimeout: %d %s %v", r.status, r.body, r.err)
+			if r := call(ctx, n, http.MethodPost, "/e2b/sandboxes/"+id+"/timeout", fmt.Sprintf(`{"timeout":%d}`, 600+i), key); r.Status != http.StatusNoContent {
+				b.Fatalf("setTimeout: %d %s %v", r.Status, r.Body, r.Err)
 			}
 			samples = append(samples, time.Since(start))
 		}
 		b.StopTimer()
-		reportPercentiles(b, samples)
+		harness.ReportPercentiles(b, "", samples)
 	}
 	single := &node{Daemon: harness.Start(b, sandpitBin, harness.Options{})}
-	b.Run("single-node", func(b *testing.B) { run(b, single, func(answer) *node { return single }) })
+	b.Run("single-node", func(b *testing.B) { run(b, single, func(harness.Answer) *node { return single }) })
 	c := startCluster(b)
-	b.Run("cluster-owner", func(b *testing.B) { run(b, c.nodes[0], func(a answer) *node { return c.byName(nodeOf(a)) }) })
+	b.Run("cluster-owner", func(b *testing.B) { run(b, c.nodes[0], func(a harness.Answer) *node { return c.byName(nodeOf(a)) }) })
 }
 
 // BenchmarkClusterPooledCreate times a named create sent to a follower of a

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -63,7 +64,7 @@ func clusterArgs(name, gossip, raft, keyFile string, expect int, join []string) 
 	return args
 }
 
-func loopback(t testing.TB) string { return "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)) }
+func loopback(t testing.TB) string { return "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t)) }
 
 // startNode starts one clustered daemon.
 // The nodes of a test cluster share one admin token, as an operator's would,
@@ -175,34 +176,12 @@ func (c *testCluster) digests(d time.Duration) string {
 	}
 }
 
-// answer is one raw HTTP answer.
-type answer struct {
-	status   int
-	body     []byte
-	replayed bool
-	err      error
-}
-
-func (a answer) code() string {
-	var e struct {
-		Error struct{ Code string } `json:"error"`
-	}
-	_ = json.Unmarshal(a.body, &e)
-	return e.Error.Code
-}
-
-func (a answer) id() string {
-	var sb struct{ ID string }
-	_ = json.Unmarshal(a.body, &sb)
-	return sb.ID
-}
-
 // call sends one request without retries, so every answer is counted as the
 // server gave it.
-func call(ctx context.Context, n *node, method, path, body string, header map[string]string) answer {
+func call(ctx context.Context, n *node, method, path, body string, header map[string]string) harness.Answer {
 	req, err := http.NewRequestWithContext(ctx, method, n.URL()+path, strings.NewReader(body))
 	if err != nil {
-		return answer{err: err}
+		return harness.Answer{Err: err}
 	}
 	req.Header.Set("Authorization", "Bearer "+n.Token)
 	req.Header.Set("Content-Type", "application/json")
@@ -211,16 +190,16 @@ func call(ctx context.Context, n *node, method, path, body string, header map[st
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return answer{err: err}
+		return harness.Answer{Err: err}
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return answer{status: resp.StatusCode, body: b, replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
+	return harness.Answer{Status: resp.StatusCode, Body: b, Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
 }
 
 // storm sends n requests spread round-robin over the nodes, all at once.
-func storm(c *testCluster, n int, send func(i int, nd *node) answer) []answer {
-	out := make([]answer, n)
+func storm(c *testCluster, n int, send func(i int, nd *node) harness.Answer) []harness.Answer {
+	out := make([]harness.Answer, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range n {
@@ -236,16 +215,16 @@ func storm(c *testCluster, n int, send func(i int, nd *node) answer) []answer {
 	return out
 }
 
-func tally(as []answer) map[string]int {
+func tally(as []harness.Answer) map[string]int {
 	m := map[string]int{}
 	for _, a := range as {
 		switch {
-		case a.err != nil:
-			m["error: "+a.err.Error()]++
-		case a.status >= 400:
-			m[fmt.Sprintf("%d %s", a.status, a.code())]++
+		case a.Err != nil:
+			m["error: "+a.Err.Error()]++
+		case a.Status >= 400:
+			m[fmt.Sprintf("%d %s", a.Status, a.Code())]++
 		default:
-			m[strconv.Itoa(a.status)]++
+			m[strconv.Itoa(a.Status)]++
 		}
 	}
 	return m
@@ -255,7 +234,7 @@ func TestClusterNameIsUniqueAcrossNodes(t *testing.T) {
 	c := startCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	as := storm(c, 30, func(i int, nd *node) answer {
+	as := storm(c, 30, func(i int, nd *node) harness.Answer {
 		return call(ctx, nd, http.MethodPost, "/v1/sandboxes", `{"name":"contested"}`, nil)
 	})
 	got := tally(as)
@@ -263,9 +242,9 @@ func TestClusterNameIsUniqueAcrossNodes(t *testing.T) {
 	if got["201"] != 1 || got["409 name_conflict"] != 29 {
 		t.Fatalf("answers %v, want one 201 and 29 409 name_conflict", got)
 	}
-	var winner answer
+	var winner harness.Answer
 	for _, a := range as {
-		if a.status == 201 {
+		if a.Status == 201 {
 			winner = a
 		}
 	}
@@ -282,8 +261,8 @@ func TestClusterNameIsUniqueAcrossNodes(t *testing.T) {
 	// Daytona finds it by name through every node.
 	for _, n := range c.nodes {
 		a := call(ctx, n, http.MethodGet, "/daytona/sandbox/contested", "", nil)
-		if a.status != 200 || a.id() != winner.id() {
-			t.Fatalf("daytona get by name through %s: %d %s, want %s", n.name, a.status, a.body, winner.id())
+		if a.Status != 200 || a.ID() != winner.ID() {
+			t.Fatalf("daytona get by name through %s: %d %s, want %s", n.name, a.Status, a.Body, winner.ID())
 		}
 	}
 
@@ -301,7 +280,7 @@ func TestClusterNameIsUniqueAcrossNodes(t *testing.T) {
 		}
 		ids = append(ids, sb.ID)
 	}
-	binds := storm(c, 30, func(i int, nd *node) answer {
+	binds := storm(c, 30, func(i int, nd *node) harness.Answer {
 		id := ids[i%len(c.nodes)]
 		return call(ctx, nd, http.MethodPost, "/v1/sandboxes/"+id+"/custom-domains", `{"hostname":"app.contested.test","port":8080}`, nil)
 	})
@@ -322,19 +301,19 @@ func TestClusterNameIsUniqueAcrossNodes(t *testing.T) {
 	// Deleting the named sandbox frees the name cluster-wide.
 	owner := c.nodes[0]
 	for _, n := range c.nodes {
-		if len(n.Containers(t, "sandpit.sandbox-id="+winner.id())) > 0 {
+		if len(n.Containers(t, "sandpit.sandbox-id="+winner.ID())) > 0 {
 			owner = n
 		}
 	}
-	if err := owner.Client().Delete(ctx, winner.id()); err != nil {
+	if err := owner.Client().Delete(ctx, winner.ID()); err != nil {
 		t.Fatal(err)
 	}
 	other := c.nodes[0]
 	if other == owner {
 		other = c.nodes[1]
 	}
-	if a := call(ctx, other, http.MethodPost, "/v1/sandboxes", `{"name":"contested"}`, nil); a.status != 201 {
-		t.Fatalf("create of a freed name on another node: %d %s", a.status, a.body)
+	if a := call(ctx, other, http.MethodPost, "/v1/sandboxes", `{"name":"contested"}`, nil); a.Status != 201 {
+		t.Fatalf("create of a freed name on another node: %d %s", a.Status, a.Body)
 	}
 	c.digests(10 * time.Second)
 }
@@ -389,12 +368,12 @@ func TestClusterUnnamedCreatesSpreadAndEveryNodeServesEverySandbox(t *testing.T)
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			a := call(ctx, entry, http.MethodPost, "/v1/sandboxes", `{}`, nil)
-			if a.status != 201 {
-				t.Errorf("create: %d %s %v", a.status, a.body, a.err)
+			if a.Status != 201 {
+				t.Errorf("create: %d %s %v", a.Status, a.Body, a.Err)
 				return
 			}
 			mu.Lock()
-			ids = append(ids, a.id())
+			ids = append(ids, a.ID())
 			mu.Unlock()
 		}()
 	}
@@ -468,8 +447,8 @@ func TestClusterUnnamedCreatesSpreadAndEveryNodeServesEverySandbox(t *testing.T)
 	if len(owner.Containers(t, "sandpit.sandbox-id="+id)) != 0 {
 		t.Fatal("the owner still has the container")
 	}
-	if a := call(ctx, c.nodes[2], http.MethodGet, "/v1/sandboxes/"+id, "", nil); a.status != 404 {
-		t.Fatalf("get after delete: %d %s", a.status, a.body)
+	if a := call(ctx, c.nodes[2], http.MethodGet, "/v1/sandboxes/"+id, "", nil); a.Status != 404 {
+		t.Fatalf("get after delete: %d %s", a.Status, a.Body)
 	}
 	c.digests(10 * time.Second)
 }
@@ -479,7 +458,7 @@ func TestClusterIdempotencyKeyAcrossNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	key := map[string]string{"Idempotency-Key": "cluster-key-1"}
-	as := storm(c, 30, func(i int, nd *node) answer {
+	as := storm(c, 30, func(i int, nd *node) harness.Answer {
 		// A duplicate that finds the first attempt in flight waits for it
 		// (up to --idempotency-wait), so every answer is the result.
 		return call(ctx, nd, http.MethodPost, "/v1/sandboxes", `{"labels":{"k":"v"}}`, key)
@@ -488,12 +467,12 @@ func TestClusterIdempotencyKeyAcrossNodes(t *testing.T) {
 	ids := map[string]bool{}
 	var first []byte
 	for _, a := range as {
-		if a.status != 201 {
-			t.Fatalf("answer %d %s %v", a.status, a.body, a.err)
+		if a.Status != 201 {
+			t.Fatalf("answer %d %s %v", a.Status, a.Body, a.Err)
 		}
-		ids[a.id()] = true
+		ids[a.ID()] = true
 		if first == nil {
-			first = a.body
+			first = a.Body
 		}
 	}
 	if len(ids) != 1 {
@@ -509,8 +488,8 @@ func TestClusterIdempotencyKeyAcrossNodes(t *testing.T) {
 	// Replays from every node are byte-identical and say so.
 	for _, n := range c.nodes {
 		a := call(ctx, n, http.MethodPost, "/v1/sandboxes", `{"labels":{"k":"v"}}`, key)
-		if a.status != 201 || !a.replayed || string(a.body) != string(as[0].body) {
-			t.Fatalf("replay from %s: %d replayed=%v %s, want %s", n.name, a.status, a.replayed, a.body, as[0].body)
+		if a.Status != 201 || !a.Replayed || string(a.Body) != string(as[0].Body) {
+			t.Fatalf("replay from %s: %d replayed=%v %s, want %s", n.name, a.Status, a.Replayed, a.Body, as[0].Body)
 		}
 	}
 }
@@ -556,8 +535,8 @@ func TestClusterFrozenFollowerCatchesUp(t *testing.T) {
 	for i := 0; time.Now().Before(end); i++ {
 		n := live[i%len(live)]
 		a := call(ctx, n, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":"frozen-%d"}`, i), nil)
-		if a.status != 201 {
-			t.Fatalf("create %d through %s while %s is frozen: %d %s %v", i, n.name, frozen.name, a.status, a.body, a.err)
+		if a.Status != 201 {
+			t.Fatalf("create %d through %s while %s is frozen: %d %s %v", i, n.name, frozen.name, a.Status, a.Body, a.Err)
 		}
 		made++
 	}
@@ -577,20 +556,20 @@ func TestClusterE2BIdenticalCreatesAcrossNodes(t *testing.T) {
 	// Twelve identical creates with one key, split over the three nodes,
 	// make one sandbox: the body's fingerprint sends them all to one owner,
 	// whose claim decides them.
-	as := storm(c, 12, func(i int, nd *node) answer {
+	as := storm(c, 12, func(i int, nd *node) harness.Answer {
 		return call(ctx, nd, http.MethodPost, "/e2b/sandboxes", `{"templateID":"base","metadata":{"storm":"e2b"},"timeout":120}`,
 			map[string]string{"X-API-KEY": clusterToken})
 	})
 	t.Logf("answers: %v", tally(as))
 	ids := map[string]bool{}
 	for i, a := range as {
-		if a.status != 201 && a.status != 200 {
-			t.Fatalf("answer %d: %d %s %v", i, a.status, a.body, a.err)
+		if a.Status != 201 && a.Status != 200 {
+			t.Fatalf("answer %d: %d %s %v", i, a.Status, a.Body, a.Err)
 		}
 		var sb struct {
 			SandboxID string `json:"sandboxID"`
 		}
-		_ = json.Unmarshal(a.body, &sb)
+		_ = json.Unmarshal(a.Body, &sb)
 		ids[sb.SandboxID] = true
 	}
 	total := 0
@@ -639,9 +618,9 @@ func TestClusterElectionAndLostQuorum(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	a := answer{status: resp.StatusCode, body: b}
-	if a.status != http.StatusServiceUnavailable || a.code() != "no_leader" || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("create without quorum: %d %s Retry-After %q, want 503 no_leader with Retry-After", a.status, b, resp.Header.Get("Retry-After"))
+	a := harness.Answer{Status: resp.StatusCode, Body: b}
+	if a.Status != http.StatusServiceUnavailable || a.Code() != "no_leader" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("create without quorum: %d %s Retry-After %q, want 503 no_leader with Retry-After", a.Status, b, resp.Header.Get("Retry-After"))
 	}
 	for _, n := range c.nodes {
 		for _, id := range n.Containers(t) {

@@ -15,14 +15,15 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
 // nodeOf is the node field of a created or fetched /v1 sandbox.
-func nodeOf(a answer) string {
+func nodeOf(a harness.Answer) string {
 	var sb struct {
 		Node string `json:"node"`
 	}
-	_ = json.Unmarshal(a.body, &sb)
+	_ = json.Unmarshal(a.Body, &sb)
 	return sb.Node
 }
 
@@ -43,11 +44,11 @@ func createOn(ctx context.Context, t *testing.T, entry *node, want func(node str
 	t.Helper()
 	for range 20 {
 		a := call(ctx, entry, http.MethodPost, "/v1/sandboxes", `{}`, nil)
-		if a.status != 201 {
-			t.Fatalf("create: %d %s %v", a.status, a.body, a.err)
+		if a.Status != 201 {
+			t.Fatalf("create: %d %s %v", a.Status, a.Body, a.Err)
 		}
 		if want(nodeOf(a)) {
-			return a.id(), nodeOf(a)
+			return a.ID(), nodeOf(a)
 		}
 	}
 	t.Fatal("twenty creates never landed on the wanted node")
@@ -64,15 +65,15 @@ func TestClusterDrainStopsPlacementAndUndrainRestoresIt(t *testing.T) {
 	// Drain n2 with the CLI, through another node: the flag is replicated.
 	if out, err := cli(t, n1, "cluster", "drain", "n2"); err != nil {
 		a := call(ctx, n1, http.MethodGet, "/v1/cluster/members", "", nil)
-		t.Fatalf("cluster drain: %v\n%s\n%s", err, out, a.body)
+		t.Fatalf("cluster drain: %v\n%s\n%s", err, out, a.Body)
 	}
 	// An unknown node is refused and changes nothing.
 	before := c.digests(10 * time.Second)
-	if a := call(ctx, n1, http.MethodPost, "/v1/cluster/drain", `{"node":"nope","drain":true}`, nil); a.status != 404 || a.code() != "not_found" {
-		t.Fatalf("drain of an unknown node: %d %s", a.status, a.body)
+	if a := call(ctx, n1, http.MethodPost, "/v1/cluster/drain", `{"node":"nope","drain":true}`, nil); a.Status != 404 || a.Code() != "not_found" {
+		t.Fatalf("drain of an unknown node: %d %s", a.Status, a.Body)
 	}
-	if a := call(ctx, n1, http.MethodPost, "/v1/cluster/drain", `{"drain":true}`, nil); a.status != 400 {
-		t.Fatalf("drain without a node: %d %s", a.status, a.body)
+	if a := call(ctx, n1, http.MethodPost, "/v1/cluster/drain", `{"drain":true}`, nil); a.Status != 400 {
+		t.Fatalf("drain without a node: %d %s", a.Status, a.Body)
 	}
 	if after := c.digests(10 * time.Second); after != before {
 		t.Fatal("a refused drain changed the index")
@@ -104,8 +105,8 @@ func TestClusterDrainStopsPlacementAndUndrainRestoresIt(t *testing.T) {
 			hdr = map[string]string{"Idempotency-Key": fmt.Sprintf("drain-%d", i)}
 		}
 		a := call(ctx, c.nodes[i%3], http.MethodPost, "/v1/sandboxes", `{}`, hdr)
-		if a.status != 201 {
-			t.Fatalf("create %d: %d %s %v", i, a.status, a.body, a.err)
+		if a.Status != 201 {
+			t.Fatalf("create %d: %d %s %v", i, a.Status, a.Body, a.Err)
 		}
 		per[nodeOf(a)]++
 	}
@@ -157,17 +158,17 @@ func TestClusterMaxSandboxesIsNeverExceeded(t *testing.T) {
 	// Nine creates at once from the three nodes: placement is decided in
 	// the replicated index, so no node ever holds more than two, and every
 	// create refused is 503 no_capacity.
-	as := storm(c, 9, func(i int, nd *node) answer {
+	as := storm(c, 9, func(i int, nd *node) harness.Answer {
 		return call(ctx, nd, http.MethodPost, "/v1/sandboxes", `{}`, nil)
 	})
 	t.Logf("nine concurrent creates: %v", tally(as))
 	made := 0
 	for _, a := range as {
 		switch {
-		case a.status == 201:
+		case a.Status == 201:
 			made++
-		case a.status != 503 || a.code() != "no_capacity":
-			t.Fatalf("create: %d %s %v", a.status, a.body, a.err)
+		case a.Status != 503 || a.Code() != "no_capacity":
+			t.Fatalf("create: %d %s %v", a.Status, a.Body, a.Err)
 		}
 	}
 	if made > 6 {
@@ -175,8 +176,8 @@ func TestClusterMaxSandboxesIsNeverExceeded(t *testing.T) {
 	}
 	// Filling up one at a time makes exactly six.
 	for i := made; i < 6; i++ {
-		if a := call(ctx, c.nodes[i%3], http.MethodPost, "/v1/sandboxes", `{}`, nil); a.status != 201 {
-			t.Fatalf("create %d of 6: %d %s", i+1, a.status, a.body)
+		if a := call(ctx, c.nodes[i%3], http.MethodPost, "/v1/sandboxes", `{}`, nil); a.Status != 201 {
+			t.Fatalf("create %d of 6: %d %s", i+1, a.Status, a.Body)
 		}
 	}
 	for _, n := range c.nodes {
@@ -206,8 +207,8 @@ func TestClusterMaxSandboxesIsNeverExceeded(t *testing.T) {
 				t.Fatalf("%s %s: %d (Retry-After %q), want 503 with Retry-After", n.name, tc.path, resp.StatusCode, resp.Header.Get("Retry-After"))
 			}
 		}
-		if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", `{}`, nil); a.code() != "no_capacity" {
-			t.Fatalf("%s: %d %s, want no_capacity", n.name, a.status, a.body)
+		if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", `{}`, nil); a.Code() != "no_capacity" {
+			t.Fatalf("%s: %d %s, want no_capacity", n.name, a.Status, a.Body)
 		}
 	}
 	total := 0
@@ -309,10 +310,10 @@ func TestClusterE2BAndDaytonaListingsSpanNodes(t *testing.T) {
 	for _, sb := range all {
 		want[sb.ID] = sb.Node
 	}
-	get := func(n *node, path string, hdr map[string]string) answer {
+	get := func(n *node, path string, hdr map[string]string) harness.Answer {
 		a := call(ctx, n, http.MethodGet, path, "", hdr)
-		if a.status != 200 {
-			t.Fatalf("%s %s: %d %s", n.name, path, a.status, a.body)
+		if a.Status != 200 {
+			t.Fatalf("%s %s: %d %s", n.name, path, a.Status, a.Body)
 		}
 		return a
 	}
@@ -323,7 +324,7 @@ func TestClusterE2BAndDaytonaListingsSpanNodes(t *testing.T) {
 				SandboxID string `json:"sandboxID"`
 				ClientID  string `json:"clientID"`
 			}
-			_ = json.Unmarshal(get(n, path, e2bKey).body, &listed)
+			_ = json.Unmarshal(get(n, path, e2bKey).Body, &listed)
 			seen := map[string]string{}
 			for _, l := range listed {
 				seen[l.SandboxID] = l.ClientID
@@ -338,7 +339,7 @@ func TestClusterE2BAndDaytonaListingsSpanNodes(t *testing.T) {
 				RunnerID string `json:"runnerId"`
 			} `json:"items"`
 		}
-		_ = json.Unmarshal(get(n, "/daytona/sandbox", nil).body, &dt)
+		_ = json.Unmarshal(get(n, "/daytona/sandbox", nil).Body, &dt)
 		seen := map[string]string{}
 		for _, it := range dt.Items {
 			seen[it.ID] = it.RunnerID
@@ -393,7 +394,7 @@ func TestClusterE2BAndDaytonaListingsSpanNodes(t *testing.T) {
 				} `json:"items"`
 				NextCursor *string `json:"nextCursor"`
 			}
-			_ = json.Unmarshal(get(n, path, nil).body, &page)
+			_ = json.Unmarshal(get(n, path, nil).Body, &page)
 			for _, it := range page.Items {
 				ids = append(ids, it.ID)
 			}
@@ -420,8 +421,8 @@ func TestClusterE2BAndDaytonaListingsSpanNodes(t *testing.T) {
 	// lists the rest.
 	c.nodes[2].Kill()
 	a := call(ctx, c.nodes[0], http.MethodGet, "/e2b/v2/sandboxes", "", e2bKey)
-	if a.status != 200 {
-		t.Fatalf("list with n3 down: %d %s", a.status, a.body)
+	if a.Status != 200 {
+		t.Fatalf("list with n3 down: %d %s", a.Status, a.Body)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
+	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
 // failoverFlags gives every node a short grace period (gossip's fast timers
@@ -36,11 +39,11 @@ type sandboxView struct {
 	Labels map[string]string `json:"labels"`
 }
 
-func view(t *testing.T, a answer) sandboxView {
+func view(t *testing.T, a harness.Answer) sandboxView {
 	t.Helper()
 	var v sandboxView
-	if err := json.Unmarshal(a.body, &v); err != nil {
-		t.Fatalf("sandbox JSON %s: %v", a.body, err)
+	if err := json.Unmarshal(a.Body, &v); err != nil {
+		t.Fatalf("sandbox JSON %s: %v", a.Body, err)
 	}
 	return v
 }
@@ -60,15 +63,15 @@ func (c *testCluster) createBodyOn(t *testing.T, ctx context.Context, want, name
 	for i := range 40 {
 		key = fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano(), i)
 		a := call(ctx, c.nodes[0], http.MethodPost, "/v1/sandboxes", body, map[string]string{"Idempotency-Key": key})
-		if a.status != http.StatusCreated {
-			t.Fatalf("create: %d %s %v", a.status, a.body, a.err)
+		if a.Status != http.StatusCreated {
+			t.Fatalf("create: %d %s %v", a.Status, a.Body, a.Err)
 		}
 		sb = view(t, a)
 		if sb.Node == want {
 			return body, key, sb
 		}
-		if d := call(ctx, c.nodes[0], http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); d.status != http.StatusNoContent {
-			t.Fatalf("delete %s: %d %s", sb.ID, d.status, d.body)
+		if d := call(ctx, c.nodes[0], http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); d.Status != http.StatusNoContent {
+			t.Fatalf("delete %s: %d %s", sb.ID, d.Status, d.Body)
 		}
 	}
 	t.Fatalf("no keyed create landed on %s", want)
@@ -108,23 +111,6 @@ func kill(t *testing.T, n *node) {
 	}
 }
 
-// eventually polls check every 250ms until it returns "" or the time runs
-// out, and fails with its last complaint.
-func eventually(t testing.TB, d time.Duration, check func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		msg := check()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, msg)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
 // awaitMoved waits until every survivor answers that sandbox id runs on a
 // node other than dead, and returns it as the last survivor saw it. It
 // waits for them all: the new owner runs it a moment before the others
@@ -132,18 +118,18 @@ func eventually(t testing.TB, d time.Duration, check func() string) {
 func awaitMoved(t *testing.T, ctx context.Context, d time.Duration, id, dead string, survivors ...*node) sandboxView {
 	t.Helper()
 	var now sandboxView
-	eventually(t, d, func() string {
+	testkit.Eventually(t, d, "", func() error {
 		for _, n := range survivors {
 			a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+id, "", nil)
-			if a.status != http.StatusOK {
-				return fmt.Sprintf("GET through %s: %d %s", n.name, a.status, a.body)
+			if a.Status != http.StatusOK {
+				return fmt.Errorf("GET through %s: %d %s", n.name, a.Status, a.Body)
 			}
 			now = view(t, a)
 			if now.Node == dead || now.State != "running" {
-				return fmt.Sprintf("sandbox on %s in state %s", now.Node, now.State)
+				return fmt.Errorf("sandbox on %s in state %s", now.Node, now.State)
 			}
 		}
-		return ""
+		return nil
 	})
 	return now
 }
@@ -160,15 +146,15 @@ func TestClusterFailoverOrphan(t *testing.T) {
 	killed := time.Now()
 	// Until the grace period ends the sandbox is n3's (its requests fail to
 	// reach it); after it, every node answers 410 for it, by id and name.
-	eventually(t, grace+20*time.Second, func() string {
+	testkit.Eventually(t, grace+20*time.Second, "", func() error {
 		for _, n := range []*node{n1, n2} {
 			for _, ref := range []string{sb.ID, sb.Name} {
-				if a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+ref, "", nil); a.status != http.StatusGone || a.code() != apitypes.CodeSandboxLost {
-					return fmt.Sprintf("GET %s through %s: %d %s", ref, n.name, a.status, a.body)
+				if a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+ref, "", nil); a.Status != http.StatusGone || a.Code() != apitypes.CodeSandboxLost {
+					return fmt.Errorf("GET %s through %s: %d %s", ref, n.name, a.Status, a.Body)
 				}
 			}
 		}
-		return ""
+		return nil
 	})
 	if since := time.Since(killed); since < grace {
 		t.Fatalf("lost after %s, before the %s grace period", since, grace)
@@ -186,8 +172,8 @@ func TestClusterFailoverOrphan(t *testing.T) {
 		{"daytona toolbox", http.MethodGet, "/daytona/toolbox/" + sb.ID + "/toolbox/files?path=/", nil},
 	}
 	for _, tc := range table {
-		if a := call(ctx, n2, tc.method, tc.path, `{"cmd":"true","port":8080}`, tc.header); a.status != http.StatusGone {
-			t.Errorf("%s: %d %s, want 410", tc.name, a.status, a.body)
+		if a := call(ctx, n2, tc.method, tc.path, `{"cmd":"true","port":8080}`, tc.header); a.Status != http.StatusGone {
+			t.Errorf("%s: %d %s, want 410", tc.name, a.Status, a.Body)
 		}
 	}
 	// The cluster-wide listing shows it as lost on its node, so that its
@@ -196,8 +182,8 @@ func TestClusterFailoverOrphan(t *testing.T) {
 		t.Helper()
 		a := call(ctx, n, http.MethodGet, "/v1/sandboxes"+query, "", nil)
 		var page apitypes.ListResponse
-		if a.status != http.StatusOK || json.Unmarshal(a.body, &page) != nil {
-			t.Fatalf("list %s through %s: %d %s", query, n.name, a.status, a.body)
+		if a.Status != http.StatusOK || json.Unmarshal(a.Body, &page) != nil {
+			t.Fatalf("list %s through %s: %d %s", query, n.name, a.Status, a.Body)
 		}
 		for _, row := range page.Sandboxes {
 			if row.ID == sb.ID {
@@ -216,25 +202,25 @@ func TestClusterFailoverOrphan(t *testing.T) {
 		}
 	}
 	// The name stays bound to the lost sandbox until it is deleted.
-	if a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", `{"name":"orphaned"}`, nil); a.status != http.StatusConflict || a.code() != apitypes.CodeNameConflict {
-		t.Fatalf("create of the lost sandbox's name: %d %s, want 409 name_conflict", a.status, a.body)
+	if a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", `{"name":"orphaned"}`, nil); a.Status != http.StatusConflict || a.Code() != apitypes.CodeNameConflict {
+		t.Fatalf("create of the lost sandbox's name: %d %s, want 409 name_conflict", a.Status, a.Body)
 	}
-	if a := call(ctx, n2, http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusNoContent {
-		t.Fatalf("delete of the lost sandbox: %d %s", a.status, a.body)
+	if a := call(ctx, n2, http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); a.Status != http.StatusNoContent {
+		t.Fatalf("delete of the lost sandbox: %d %s", a.Status, a.Body)
 	}
 	// Another node's copy of the index applies the delete a moment later.
-	eventually(t, 5*time.Second, func() string {
-		if a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusNotFound {
-			return fmt.Sprintf("GET after delete: %d %s", a.status, a.body)
+	testkit.Eventually(t, 5*time.Second, "", func() error {
+		if a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil); a.Status != http.StatusNotFound {
+			return fmt.Errorf("GET after delete: %d %s", a.Status, a.Body)
 		}
-		return ""
+		return nil
 	})
 	if row, ok := listed(n1, ""); ok {
 		t.Errorf("the deleted lost sandbox is still listed: %+v", row)
 	}
 	a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", `{"name":"orphaned"}`, nil)
-	if a.status != http.StatusCreated {
-		t.Fatalf("create of the freed name: %d %s", a.status, a.body)
+	if a.Status != http.StatusCreated {
+		t.Fatalf("create of the freed name: %d %s", a.Status, a.Body)
 	}
 }
 
@@ -251,8 +237,8 @@ func TestClusterFailoverRecreate(t *testing.T) {
 		{"/ports", `{"port":9000,"protocol":"tcp"}`},
 		{"/custom-domains", fmt.Sprintf(`{"hostname":%q,"port":8080}`, host)},
 	} {
-		if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+sb.ID+step.path, step.body, nil); a.status != http.StatusCreated {
-			t.Fatalf("POST %s %s: %d %s", step.path, step.body, a.status, a.body)
+		if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+sb.ID+step.path, step.body, nil); a.Status != http.StatusCreated {
+			t.Fatalf("POST %s %s: %d %s", step.path, step.body, a.Status, a.Body)
 		}
 	}
 	serve := func(n *node) {
@@ -274,8 +260,8 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	signedURL := func(expires int) (host, token string) {
 		t.Helper()
 		var signed struct{ URL, Token string }
-		if a := call(ctx, n2, http.MethodGet, fmt.Sprintf("/daytona/sandbox/%s/ports/8081/signed-preview-url?expiresInSeconds=%d", sb.ID, expires), "", nil); a.status != http.StatusOK || json.Unmarshal(a.body, &signed) != nil {
-			t.Fatalf("signed preview url: %d %s", a.status, a.body)
+		if a := call(ctx, n2, http.MethodGet, fmt.Sprintf("/daytona/sandbox/%s/ports/8081/signed-preview-url?expiresInSeconds=%d", sb.ID, expires), "", nil); a.Status != http.StatusOK || json.Unmarshal(a.Body, &signed) != nil {
+			t.Fatalf("signed preview url: %d %s", a.Status, a.Body)
 		}
 		su, err := url.Parse(signed.URL)
 		if err != nil {
@@ -287,8 +273,8 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	// Another, expired early through n1: the revocation follows the
 	// sandbox, or the new owner would honour the token again.
 	revokedHost, revokedToken := signedURL(900)
-	if a := call(ctx, n1, http.MethodPost, "/daytona/sandbox/"+sb.ID+"/ports/8081/signed-preview-url/"+revokedToken+"/expire", "", nil); a.status != http.StatusOK {
-		t.Fatalf("expire signed preview url: %d %s", a.status, a.body)
+	if a := call(ctx, n1, http.MethodPost, "/daytona/sandbox/"+sb.ID+"/ports/8081/signed-preview-url/"+revokedToken+"/expire", "", nil); a.Status != http.StatusOK {
+		t.Fatalf("expire signed preview url: %d %s", a.Status, a.Body)
 	}
 	if st := previewStatus(t, ctx, n1, revokedHost); st != http.StatusForbidden {
 		t.Fatalf("expired signed preview before the failure: %d, want 403", st)
@@ -341,8 +327,8 @@ func TestClusterFailoverRecreate(t *testing.T) {
 	}
 	// The keyed create's retry replays the same sandbox.
 	a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, map[string]string{"Idempotency-Key": key})
-	if a.status >= 300 || a.id() != sb.ID || !a.replayed {
-		t.Fatalf("retry of the original create: %d %s, want the id %s", a.status, a.body, sb.ID)
+	if a.Status >= 300 || a.ID() != sb.ID || !a.Replayed {
+		t.Fatalf("retry of the original create: %d %s, want the id %s", a.Status, a.Body, sb.ID)
 	}
 
 	// n3 comes back after its sandbox moved: it removes its stale copy
@@ -353,8 +339,8 @@ func TestClusterFailoverRecreate(t *testing.T) {
 		t.Fatalf("containers of %s per node once n3 serves: %v, want one on %s", sb.ID, got, owner.name)
 	}
 	a = call(ctx, n3, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
-	if a.status != http.StatusOK || view(t, a).Node != owner.name {
-		t.Fatalf("GET through the returned node: %d %s", a.status, a.body)
+	if a.Status != http.StatusOK || view(t, a).Node != owner.name {
+		t.Fatalf("GET through the returned node: %d %s", a.Status, a.Body)
 	}
 	c.waitFormed(30 * time.Second)
 	c.digests(10 * time.Second)
@@ -370,12 +356,12 @@ func TestClusterNodeBackWithinGraceResumes(t *testing.T) {
 	time.Sleep(3 * time.Second) // dead in gossip, well within the grace
 	n3.Restart(nil)
 	c.waitFormed(30 * time.Second)
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, 30*time.Second, "", func() error {
 		a := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
-		if a.status != http.StatusOK || view(t, a).Node != "n3" || view(t, a).State != "running" {
-			return fmt.Sprintf("GET: %d %s", a.status, a.body)
+		if a.Status != http.StatusOK || view(t, a).Node != "n3" || view(t, a).State != "running" {
+			return fmt.Errorf("GET: %d %s", a.Status, a.Body)
 		}
-		return ""
+		return nil
 	})
 	res, err := n1.Client().Exec(ctx, sb.ID, client.ExecRequest{Cmd: "echo", Args: []string{"resumed"}})
 	if err != nil || strings.TrimSpace(res.Stdout) != "resumed" {
@@ -404,20 +390,20 @@ func previewStatus(t *testing.T, ctx context.Context, n *node, host string) int 
 func preview(t *testing.T, ctx context.Context, n *node, host string) string {
 	t.Helper()
 	var got string
-	eventually(t, 15*time.Second, func() string {
+	testkit.Eventually(t, 15*time.Second, "", func() error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.ProxyAddr+"/", nil)
 		req.Host = host
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return err.Error()
+			return err
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Sprintf("%s through %s: %d %s", host, n.name, resp.StatusCode, b)
+			return fmt.Errorf("%s through %s: %d %s", host, n.name, resp.StatusCode, b)
 		}
 		got = strings.TrimSpace(string(b))
-		return ""
+		return nil
 	})
 	return got
 }
@@ -426,8 +412,8 @@ func ports(t *testing.T, ctx context.Context, n *node, id string) []apitypes.Por
 	t.Helper()
 	a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+id+"/ports", "", nil)
 	var l apitypes.PortList
-	if a.status != http.StatusOK || json.Unmarshal(a.body, &l) != nil {
-		t.Fatalf("ports: %d %s", a.status, a.body)
+	if a.Status != http.StatusOK || json.Unmarshal(a.Body, &l) != nil {
+		t.Fatalf("ports: %d %s", a.Status, a.Body)
 	}
 	return l.Ports
 }
@@ -450,16 +436,16 @@ func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
 	// owner neither answers nor closes the connection, so without more the
 	// forward would wait as long as its client; once gossip declares n3
 	// dead, n1 must end it with 503 owner_unreachable.
-	long := make(chan answer, 1)
+	long := make(chan harness.Answer, 1)
 	go func() {
 		long <- call(ctx, n1, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/exec", `{"cmd":"sleep","args":["600"],"timeout_s":900}`, nil)
 	}()
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, 30*time.Second, "", func() error {
 		a := call(ctx, n3, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/exec", `{"cmd":"ps"}`, nil)
-		if !strings.Contains(string(a.body), "sleep 600") {
-			return fmt.Sprintf("the long exec is not running yet: %d %s %v", a.status, a.body, a.err)
+		if !strings.Contains(string(a.Body), "sleep 600") {
+			return fmt.Errorf("the long exec is not running yet: %d %s %v", a.Status, a.Body, a.Err)
 		}
-		return ""
+		return nil
 	})
 
 	n3.Signal(syscall.SIGSTOP)
@@ -471,39 +457,39 @@ func TestClusterFrozenNodeDropsMovedSandbox(t *testing.T) {
 	}()
 	select {
 	case a := <-long:
-		if a.status != http.StatusServiceUnavailable || a.code() != apitypes.CodeOwnerUnreachable {
-			t.Fatalf("the exec in flight on the frozen owner: %d %s %v, want 503 %s", a.status, a.body, a.err, apitypes.CodeOwnerUnreachable)
+		if a.Status != http.StatusServiceUnavailable || a.Code() != apitypes.CodeOwnerUnreachable {
+			t.Fatalf("the exec in flight on the frozen owner: %d %s %v, want 503 %s", a.Status, a.Body, a.Err, apitypes.CodeOwnerUnreachable)
 		}
-		t.Logf("the exec in flight on the frozen owner: %d %s", a.status, a.body)
+		t.Logf("the exec in flight on the frozen owner: %d %s", a.Status, a.Body)
 	case <-time.After(grace + 60*time.Second):
 		t.Fatal("the exec forwarded to the frozen owner is still waiting after gossip had every chance to declare it dead")
 	}
 
 	var now sandboxView
-	eventually(t, grace+30*time.Second, func() string {
+	testkit.Eventually(t, grace+30*time.Second, "", func() error {
 		// A poll that reaches n1 before gossip has declared n3 dead waits
 		// for that; give up on it after a few seconds.
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		a := call(pctx, n1, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
-		if a.status != http.StatusOK {
-			return fmt.Sprintf("GET: %d %s %v", a.status, a.body, a.err)
+		if a.Status != http.StatusOK {
+			return fmt.Errorf("GET: %d %s %v", a.Status, a.Body, a.Err)
 		}
 		if now = view(t, a); now.Node == "n3" || now.State != "running" {
-			return fmt.Sprintf("sandbox on %s in state %s", now.Node, now.State)
+			return fmt.Errorf("sandbox on %s in state %s", now.Node, now.State)
 		}
-		return ""
+		return nil
 	})
 	if got := c.containersOf(t, sb.ID); got["n3"] != 1 || got[now.Node] != 1 {
 		t.Fatalf("containers while n3 is frozen: %v, want its old one and the new one on %s", got, now.Node)
 	}
 	thawed = true
 	n3.Signal(syscall.SIGCONT)
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, 30*time.Second, "", func() error {
 		if got := c.containersOf(t, sb.ID); len(got) != 1 || got[now.Node] != 1 {
-			return fmt.Sprintf("containers per node: %v, want one on %s", got, now.Node)
+			return fmt.Errorf("containers per node: %v, want one on %s", got, now.Node)
 		}
-		return ""
+		return nil
 	})
 	c.digests(30 * time.Second)
 }
@@ -532,27 +518,27 @@ func TestClusterRecreateFinishesAfterCrash(t *testing.T) {
 	}
 	kill(t, n3)
 	var crashed *node
-	eventually(t, grace+30*time.Second, func() string {
+	testkit.Eventually(t, grace+30*time.Second, "", func() error {
 		for _, n := range []*node{n1, n2} {
 			if n.Wait(100 * time.Millisecond) {
 				crashed = n
-				return ""
+				return nil
 			}
 		}
-		return "no node reached the crash point while re-creating"
+		return errors.New("no node reached the crash point while re-creating")
 	})
 	crashed.Restart(nil)
-	eventually(t, 60*time.Second, func() string {
+	testkit.Eventually(t, 60*time.Second, "", func() error {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		a := call(pctx, crashed, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
-		if a.status != http.StatusOK {
-			return fmt.Sprintf("GET: %d %s %v", a.status, a.body, a.err)
+		if a.Status != http.StatusOK {
+			return fmt.Errorf("GET: %d %s %v", a.Status, a.Body, a.Err)
 		}
 		if v := view(t, a); v.Node == "n3" || v.State != "running" {
-			return fmt.Sprintf("sandbox on %s in state %s", v.Node, v.State)
+			return fmt.Errorf("sandbox on %s in state %s", v.Node, v.State)
 		}
-		return ""
+		return nil
 	})
 	got := c.containersOf(t, sb.ID)
 	if got["n1"]+got["n2"] != 1 {
@@ -616,31 +602,31 @@ func TestClusterFailoverHandsOverAnInterruptedKeyedCreate(t *testing.T) {
 
 			body := `{"name":"interrupted","env":{"FAILOVER_ENV":"kept"}}`
 			hdr := map[string]string{"Idempotency-Key": keyOwnedBy("n3", "interrupted")}
-			if a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", body, hdr); a.status < 500 {
-				t.Fatalf("first attempt: %d %s, want no answer from its owner", a.status, a.body)
+			if a := call(ctx, n1, http.MethodPost, "/v1/sandboxes", body, hdr); a.Status < 500 {
+				t.Fatalf("first attempt: %d %s, want no answer from its owner", a.Status, a.Body)
 			}
 			if !n3.Wait(30 * time.Second) {
 				t.Fatal("n3 did not reach its crash point")
 			}
-			if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr); a.status != http.StatusServiceUnavailable {
-				t.Fatalf("retry while n3 may come back: %d %s, want 503", a.status, a.body)
+			if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr); a.Status != http.StatusServiceUnavailable {
+				t.Fatalf("retry while n3 may come back: %d %s, want 503", a.Status, a.Body)
 			}
-			var last answer
-			eventually(t, grace+45*time.Second, func() string {
+			var last harness.Answer
+			testkit.Eventually(t, grace+45*time.Second, "", func() error {
 				last = call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr)
-				if last.status == http.StatusServiceUnavailable || last.status == http.StatusConflict && last.code() == apitypes.CodeKeyInFlight {
-					return fmt.Sprintf("retry: %d %s", last.status, last.body)
+				if last.Status == http.StatusServiceUnavailable || last.Status == http.StatusConflict && last.Code() == apitypes.CodeKeyInFlight {
+					return fmt.Errorf("retry: %d %s", last.Status, last.Body)
 				}
-				return ""
+				return nil
 			})
 			if policy == "orphan" {
-				if last.status != http.StatusGone || last.code() != apitypes.CodeSandboxLost {
-					t.Fatalf("retry after the grace period: %d %s, want 410 sandbox_lost", last.status, last.body)
+				if last.Status != http.StatusGone || last.Code() != apitypes.CodeSandboxLost {
+					t.Fatalf("retry after the grace period: %d %s, want 410 sandbox_lost", last.Status, last.Body)
 				}
 				return
 			}
-			if last.status != http.StatusCreated {
-				t.Fatalf("retry after the grace period: %d %s, want 201", last.status, last.body)
+			if last.Status != http.StatusCreated {
+				t.Fatalf("retry after the grace period: %d %s, want 201", last.Status, last.Body)
 			}
 			v := view(t, last)
 			if v.Node == "n3" || v.Name != "interrupted" || v.Env["FAILOVER_ENV"] != "kept" {
@@ -648,17 +634,17 @@ func TestClusterFailoverHandsOverAnInterruptedKeyedCreate(t *testing.T) {
 			}
 			// Every node replays that answer from now on.
 			for _, n := range []*node{n1, n2} {
-				if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", body, hdr); a.status != http.StatusCreated || a.id() != v.ID {
-					t.Fatalf("replay through %s: %d %s, want %s", n.name, a.status, a.body, v.ID)
+				if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", body, hdr); a.Status != http.StatusCreated || a.ID() != v.ID {
+					t.Fatalf("replay through %s: %d %s, want %s", n.name, a.Status, a.Body, v.ID)
 				}
 			}
 			// n3, back without its crash point, drops its copy: one sandbox.
 			n3.Restart(nil)
-			eventually(t, 60*time.Second, func() string {
+			testkit.Eventually(t, 60*time.Second, "", func() error {
 				if got := c.containersOf(t, v.ID); len(got) != 1 || got[v.Node] != 1 {
-					return fmt.Sprintf("containers per node: %v, want one on %s", got, v.Node)
+					return fmt.Errorf("containers per node: %v, want one on %s", got, v.Node)
 				}
-				return ""
+				return nil
 			})
 		})
 	}
@@ -696,23 +682,23 @@ func TestClusterRecreateGivesUpAndTheSandboxIsLost(t *testing.T) {
 	kill(t, n3)
 
 	for _, n := range []*node{n1, n2} {
-		eventually(t, grace+giveUp+60*time.Second, func() string {
+		testkit.Eventually(t, grace+giveUp+60*time.Second, "", func() error {
 			a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil)
-			if a.status != http.StatusGone || a.code() != apitypes.CodeSandboxLost {
-				return fmt.Sprintf("GET through %s: %d %s, want 410 %s", n.name, a.status, a.body, apitypes.CodeSandboxLost)
+			if a.Status != http.StatusGone || a.Code() != apitypes.CodeSandboxLost {
+				return fmt.Errorf("GET through %s: %d %s, want 410 %s", n.name, a.Status, a.Body, apitypes.CodeSandboxLost)
 			}
-			if !strings.Contains(string(a.body), "re-creation") {
-				return fmt.Sprintf("GET through %s: %s does not say the re-creation failed", n.name, a.body)
+			if !strings.Contains(string(a.Body), "re-creation") {
+				return fmt.Errorf("GET through %s: %s does not say the re-creation failed", n.name, a.Body)
 			}
-			return ""
+			return nil
 		})
 	}
 	// The node that tried left nothing: only the dead node's container.
 	if got := c.containersOf(t, sb.ID); len(got) != 1 || got["n3"] != 1 {
 		t.Fatalf("containers of the lost sandbox: %v, want only n3's", got)
 	}
-	if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), nil); a.status != http.StatusConflict {
-		t.Fatalf("create of the lost sandbox's name: %d %s, want 409", a.status, a.body)
+	if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), nil); a.Status != http.StatusConflict {
+		t.Fatalf("create of the lost sandbox's name: %d %s, want 409", a.Status, a.Body)
 	}
 
 	// The dead node comes back: the sandbox is on no node, so it does not
@@ -720,24 +706,24 @@ func TestClusterRecreateGivesUpAndTheSandboxIsLost(t *testing.T) {
 	// removes n3's old copy too.
 	n3.Restart(nil)
 	c.waitFormed(30 * time.Second)
-	if a := call(ctx, n3, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusGone {
-		t.Fatalf("GET through the returned node: %d %s, want 410", a.status, a.body)
+	if a := call(ctx, n3, http.MethodGet, "/v1/sandboxes/"+sb.ID, "", nil); a.Status != http.StatusGone {
+		t.Fatalf("GET through the returned node: %d %s, want 410", a.Status, a.Body)
 	}
-	if a := call(ctx, n1, http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); a.status != http.StatusNoContent {
-		t.Fatalf("delete of the lost sandbox: %d %s", a.status, a.body)
+	if a := call(ctx, n1, http.MethodDelete, "/v1/sandboxes/"+sb.ID, "", nil); a.Status != http.StatusNoContent {
+		t.Fatalf("delete of the lost sandbox: %d %s", a.Status, a.Body)
 	}
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, 30*time.Second, "", func() error {
 		if got := c.containersOf(t, sb.ID); len(got) != 0 {
-			return fmt.Sprintf("containers of the deleted sandbox: %v", got)
+			return fmt.Errorf("containers of the deleted sandbox: %v", got)
 		}
-		return ""
+		return nil
 	})
 	a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), nil)
-	if a.status != http.StatusCreated {
-		t.Fatalf("create of the freed name: %d %s", a.status, a.body)
+	if a.Status != http.StatusCreated {
+		t.Fatalf("create of the freed name: %d %s", a.Status, a.Body)
 	}
-	if d := call(ctx, n2, http.MethodDelete, "/v1/sandboxes/"+view(t, a).ID, "", nil); d.status != http.StatusNoContent {
-		t.Fatalf("delete: %d %s", d.status, d.body)
+	if d := call(ctx, n2, http.MethodDelete, "/v1/sandboxes/"+view(t, a).ID, "", nil); d.Status != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", d.Status, d.Body)
 	}
 	c.digests(30 * time.Second)
 }
@@ -783,51 +769,51 @@ func TestClusterInterruptedKeyedCreateIsNotTakenOverByAThirdNode(t *testing.T) {
 
 	drain := func(on bool) {
 		t.Helper()
-		if a := call(ctx, n2, http.MethodPost, "/v1/cluster/drain", fmt.Sprintf(`{"node":"n1","drain":%v}`, on), nil); a.status != http.StatusOK {
-			t.Fatalf("drain n1 %v: %d %s", on, a.status, a.body)
+		if a := call(ctx, n2, http.MethodPost, "/v1/cluster/drain", fmt.Sprintf(`{"node":"n1","drain":%v}`, on), nil); a.Status != http.StatusOK {
+			t.Fatalf("drain n1 %v: %d %s", on, a.Status, a.Body)
 		}
-		eventually(t, 15*time.Second, func() string {
+		testkit.Eventually(t, 15*time.Second, "", func() error {
 			ms, err := n2.Client().ClusterMembers(ctx)
 			if err != nil {
-				return err.Error()
+				return err
 			}
 			for _, m := range ms {
 				if m.Name == "n1" && m.Draining != on {
-					return fmt.Sprintf("n2 sees n1 draining=%v", m.Draining)
+					return fmt.Errorf("n2 sees n1 draining=%v", m.Draining)
 				}
 			}
-			return ""
+			return nil
 		})
 	}
 	drain(true)
 	body := `{"name":"third","env":{"FAILOVER_ENV":"kept"}}`
 	hdr := map[string]string{"Idempotency-Key": keyRanked("third", "n1", "n3", "n2")}
-	if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr); a.status < 500 {
-		t.Fatalf("first attempt: %d %s, want no answer from its owner n3", a.status, a.body)
+	if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr); a.Status < 500 {
+		t.Fatalf("first attempt: %d %s, want no answer from its owner n3", a.Status, a.Body)
 	}
 	if !n3.Wait(30 * time.Second) {
 		t.Fatal("n3 did not reach its crash point")
 	}
 	drain(false)
 
-	var last answer
-	eventually(t, grace+45*time.Second, func() string {
+	var last harness.Answer
+	testkit.Eventually(t, grace+45*time.Second, "", func() error {
 		last = call(ctx, n2, http.MethodPost, "/v1/sandboxes", body, hdr)
-		if last.status == http.StatusServiceUnavailable || last.status == http.StatusConflict && last.code() == apitypes.CodeKeyInFlight {
-			return fmt.Sprintf("retry: %d %s", last.status, last.body)
+		if last.Status == http.StatusServiceUnavailable || last.Status == http.StatusConflict && last.Code() == apitypes.CodeKeyInFlight {
+			return fmt.Errorf("retry: %d %s", last.Status, last.Body)
 		}
-		return ""
+		return nil
 	})
-	if last.status != http.StatusCreated {
-		t.Fatalf("retry after the failover: %d %s, want 201 with the re-created sandbox", last.status, last.body)
+	if last.Status != http.StatusCreated {
+		t.Fatalf("retry after the failover: %d %s, want 201 with the re-created sandbox", last.Status, last.Body)
 	}
 	v := view(t, last)
 	if v.Node != "n2" || v.Name != "third" || v.Env["FAILOVER_ENV"] != "kept" {
 		t.Fatalf("retry answered %+v, want the sandbox re-created on n2", v)
 	}
 	for _, n := range []*node{n1, n2} {
-		if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", body, hdr); a.status != http.StatusCreated || a.id() != v.ID {
-			t.Fatalf("replay through %s: %d %s, want %s", n.name, a.status, a.body, v.ID)
+		if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", body, hdr); a.Status != http.StatusCreated || a.ID() != v.ID {
+			t.Fatalf("replay through %s: %d %s, want %s", n.name, a.Status, a.Body, v.ID)
 		}
 	}
 	if got := c.containersOf(t, v.ID); got["n1"] != 0 || got["n2"] != 1 {
@@ -851,15 +837,15 @@ func TestClusterRecreateKeepsLaterChanges(t *testing.T) {
 	const createTimeout = 8 * time.Second
 	_, _, a := c.createBodyOn(t, ctx, "n3", "later-a", fmt.Sprintf(`{"name":"later-a","timeout_s":%d,"labels":{"stage":"one"}}`, int(createTimeout.Seconds())))
 	aCreated := time.Now()
-	if r := call(ctx, n1, http.MethodPost, "/e2b/sandboxes/"+a.ID+"/timeout", `{"timeout":900}`, map[string]string{"X-API-KEY": clusterToken}); r.status != http.StatusNoContent {
-		t.Fatalf("E2B setTimeout: %d %s", r.status, r.body)
+	if r := call(ctx, n1, http.MethodPost, "/e2b/sandboxes/"+a.ID+"/timeout", `{"timeout":900}`, map[string]string{"X-API-KEY": clusterToken}); r.Status != http.StatusNoContent {
+		t.Fatalf("E2B setTimeout: %d %s", r.Status, r.Body)
 	}
-	if r := call(ctx, n2, http.MethodPut, "/daytona/sandbox/"+a.ID+"/labels", `{"labels":{"stage":"two"}}`, nil); r.status != http.StatusOK {
-		t.Fatalf("Daytona labels: %d %s", r.status, r.body)
+	if r := call(ctx, n2, http.MethodPut, "/daytona/sandbox/"+a.ID+"/labels", `{"labels":{"stage":"two"}}`, nil); r.Status != http.StatusOK {
+		t.Fatalf("Daytona labels: %d %s", r.Status, r.Body)
 	}
 	_, _, b := c.createOn(t, ctx, "n3", "later-b")
-	if r := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+b.ID+"/stop", "", nil); r.status != http.StatusOK {
-		t.Fatalf("stop: %d %s", r.status, r.body)
+	if r := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+b.ID+"/stop", "", nil); r.Status != http.StatusOK {
+		t.Fatalf("stop: %d %s", r.Status, r.Body)
 	}
 	// The create's own deadline passes before the failover re-creates.
 	time.Sleep(time.Until(aCreated.Add(createTimeout)))
@@ -871,24 +857,24 @@ func TestClusterRecreateKeepsLaterChanges(t *testing.T) {
 		Labels map[string]string `json:"labels"`
 	}
 	r := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+a.ID, "", nil)
-	if err := json.Unmarshal(r.body, &full); err != nil {
-		t.Fatalf("GET: %d %s", r.status, r.body)
+	if err := json.Unmarshal(r.Body, &full); err != nil {
+		t.Fatalf("GET: %d %s", r.Status, r.Body)
 	}
 	if full.EndAt == nil || time.Until(*full.EndAt) < 10*time.Minute || full.Labels["stage"] != "two" {
 		t.Fatalf("re-created on %s with end_at %v and labels %v, want the extended deadline and the new labels", now.Node, full.EndAt, full.Labels)
 	}
 	var moved sandboxView
-	eventually(t, grace+30*time.Second, func() string {
+	testkit.Eventually(t, grace+30*time.Second, "", func() error {
 		r := call(ctx, n1, http.MethodGet, "/v1/sandboxes/"+b.ID, "", nil)
-		if r.status != http.StatusOK {
-			return fmt.Sprintf("GET the stopped sandbox: %d %s", r.status, r.body)
+		if r.Status != http.StatusOK {
+			return fmt.Errorf("GET the stopped sandbox: %d %s", r.Status, r.Body)
 		}
 		if moved = view(t, r); moved.Node == "n3" || moved.State != "stopped" {
-			return fmt.Sprintf("the stopped sandbox is on %s in state %s", moved.Node, moved.State)
+			return fmt.Errorf("the stopped sandbox is on %s in state %s", moved.Node, moved.State)
 		}
-		return ""
+		return nil
 	})
-	if r := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+b.ID+"/start", "", nil); r.status != http.StatusOK || view(t, r).State != "running" {
-		t.Fatalf("start the re-created stopped sandbox: %d %s", r.status, r.body)
+	if r := call(ctx, n2, http.MethodPost, "/v1/sandboxes/"+b.ID+"/start", "", nil); r.Status != http.StatusOK || view(t, r).State != "running" {
+		t.Fatalf("start the re-created stopped sandbox: %d %s", r.Status, r.Body)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
 // BenchmarkClusterHop measures the cost of reaching a sandbox through a node
@@ -86,7 +87,7 @@ func BenchmarkClusterHop(b *testing.B) {
 				samples = append(samples, time.Since(start))
 			}
 			b.StopTimer()
-			reportPercentiles(b, samples)
+			harness.ReportPercentiles(b, "", samples)
 		})
 	}
 }

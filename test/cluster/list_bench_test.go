@@ -20,18 +20,18 @@ func BenchmarkFacadeList(b *testing.B) {
 		b.ResetTimer()
 		for range b.N {
 			start := time.Now()
-			if a := call(ctx, n, http.MethodGet, path, "", hdr); a.status != 200 {
-				b.Fatalf("%s: %d %s %v", path, a.status, a.body, a.err)
+			if a := call(ctx, n, http.MethodGet, path, "", hdr); a.Status != 200 {
+				b.Fatalf("%s: %d %s %v", path, a.Status, a.Body, a.Err)
 			}
 			samples = append(samples, time.Since(start))
 		}
 		b.StopTimer()
-		reportPercentiles(b, samples)
+		harness.ReportPercentiles(b, "", samples)
 	}
 	fill := func(n *node) {
 		for range 6 {
-			if a := call(context.Background(), n, http.MethodPost, "/v1/sandboxes", `{}`, nil); a.status != 201 {
-				b.Fatalf("create: %d %s", a.status, a.body)
+			if a := call(context.Background(), n, http.MethodPost, "/v1/sandboxes", `{}`, nil); a.Status != 201 {
+				b.Fatalf("create: %d %s", a.Status, a.Body)
 			}
 		}
 	}

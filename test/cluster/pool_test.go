@@ -14,6 +14,8 @@ import (
 
 	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
+	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
 // poolOf reads one node's warm pool status.
@@ -21,8 +23,8 @@ func poolOf(t testing.TB, ctx context.Context, n *node) apitypes.WarmPoolStatus 
 	t.Helper()
 	a := call(ctx, n, http.MethodGet, "/v1/pool", "", nil)
 	var st apitypes.WarmPoolStatus
-	if a.status != http.StatusOK || json.Unmarshal(a.body, &st) != nil || len(st.Pools) != 1 {
-		t.Fatalf("pool of %s: %d %s %v", n.name, a.status, a.body, a.err)
+	if a.Status != http.StatusOK || json.Unmarshal(a.Body, &st) != nil || len(st.Pools) != 1 {
+		t.Fatalf("pool of %s: %d %s %v", n.name, a.Status, a.Body, a.Err)
 	}
 	return st
 }
@@ -41,13 +43,13 @@ func (c *testCluster) hits(t testing.TB, ctx context.Context) map[string]int64 {
 // makes none.
 func (c *testCluster) awaitPools(t testing.TB, ctx context.Context, size int, d time.Duration) {
 	t.Helper()
-	eventually(t, d, func() string {
+	testkit.Eventually(t, d, "", func() error {
 		for _, n := range c.nodes {
 			if p := poolOf(t, ctx, n).Pools[0]; p.Ready != size || p.Starting != 0 {
-				return fmt.Sprintf("pool of %s: %+v, want %d ready", n.name, p, size)
+				return fmt.Errorf("pool of %s: %+v, want %d ready", n.name, p, size)
 			}
 		}
-		return ""
+		return nil
 	})
 }
 
@@ -129,8 +131,8 @@ func TestClusterWarmPool(t *testing.T) {
 				hdr = map[string]string{"Idempotency-Key": key}
 			}
 			a := call(ctx, entry, http.MethodPost, "/v1/sandboxes", body, hdr)
-			if a.status != http.StatusCreated {
-				t.Fatalf("%s create through %s: %d %s %v", kind, entry.name, a.status, a.body, a.err)
+			if a.Status != http.StatusCreated {
+				t.Fatalf("%s create through %s: %d %s %v", kind, entry.name, a.Status, a.Body, a.Err)
 			}
 			sb := view(t, a)
 			after := c.hits(t, ctx)
@@ -162,16 +164,16 @@ func TestClusterWarmPool(t *testing.T) {
 	c.awaitPools(t, ctx, size, time.Minute)
 	before := c.hits(t, ctx)
 	for i, n := range c.nodes {
-		if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", `{"name":"pool-0"}`, nil); a.status != http.StatusConflict || a.code() != apitypes.CodeNameConflict {
-			t.Fatalf("create of a taken name through %s: %d %s, want 409 name_conflict", n.name, a.status, a.body)
+		if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", `{"name":"pool-0"}`, nil); a.Status != http.StatusConflict || a.Code() != apitypes.CodeNameConflict {
+			t.Fatalf("create of a taken name through %s: %d %s, want 409 name_conflict", n.name, a.Status, a.Body)
 		}
 		for _, m := range all {
 			if m.key == "" || m.entry == n {
 				continue
 			}
 			a := call(ctx, n, http.MethodPost, "/v1/sandboxes", m.body, map[string]string{"Idempotency-Key": m.key})
-			if a.status >= 300 || a.id() != m.sb.ID || !a.replayed {
-				t.Fatalf("retry %d of %s through %s: %d %s, want a replay of %s", i, m.key, n.name, a.status, a.body, m.sb.ID)
+			if a.Status >= 300 || a.ID() != m.sb.ID || !a.Replayed {
+				t.Fatalf("retry %d of %s through %s: %d %s, want a replay of %s", i, m.key, n.name, a.Status, a.Body, m.sb.ID)
 			}
 		}
 	}
@@ -183,15 +185,15 @@ func TestClusterWarmPool(t *testing.T) {
 	// index before they reach any pool.
 	c.awaitPools(t, ctx, size, time.Minute)
 	before = c.hits(t, ctx)
-	as := storm(c, 30, func(_ int, nd *node) answer {
+	as := storm(c, 30, func(_ int, nd *node) harness.Answer {
 		return call(ctx, nd, http.MethodPost, "/v1/sandboxes", `{"name":"pool-contested"}`, nil)
 	})
 	if got := tally(as); got["201"] != 1 || got["409 name_conflict"] != 29 {
 		t.Fatalf("contested creates: %v, want one 201 and 29 409 name_conflict", got)
 	}
-	var won answer
+	var won harness.Answer
 	for _, a := range as {
-		if a.status == http.StatusCreated {
+		if a.Status == http.StatusCreated {
 			won = a
 		}
 	}
@@ -199,22 +201,22 @@ func TestClusterWarmPool(t *testing.T) {
 	if after := c.hits(t, ctx); after[winner.Node] != before[winner.Node]+1 || sum(after) != sum(before)+1 {
 		t.Fatalf("contested creates: pool hits %v -> %v, want one hit on %s", before, after, winner.Node)
 	}
-	if a := call(ctx, c.nodes[2], http.MethodDelete, "/v1/sandboxes/"+winner.ID, "", nil); a.status != http.StatusNoContent {
-		t.Fatalf("delete %s: %d %s", winner.ID, a.status, a.body)
+	if a := call(ctx, c.nodes[2], http.MethodDelete, "/v1/sandboxes/"+winner.ID, "", nil); a.Status != http.StatusNoContent {
+		t.Fatalf("delete %s: %d %s", winner.ID, a.Status, a.Body)
 	}
 	// Thirty creates with one key at once: one sandbox, one adoption.
 	c.awaitPools(t, ctx, size, time.Minute)
 	before = c.hits(t, ctx)
 	stormKey := map[string]string{"Idempotency-Key": fmt.Sprintf("pool-storm-%d", time.Now().UnixNano())}
-	as = storm(c, 30, func(_ int, nd *node) answer {
+	as = storm(c, 30, func(_ int, nd *node) harness.Answer {
 		return call(ctx, nd, http.MethodPost, "/v1/sandboxes", `{"labels":{"storm":"keyed"}}`, stormKey)
 	})
 	ids := map[string]bool{}
 	for _, a := range as {
 		// A retry that finds the first attempt in flight may be told to
 		// come back (409 or 503); every success is the same sandbox.
-		if a.status < 300 {
-			ids[a.id()] = true
+		if a.Status < 300 {
+			ids[a.ID()] = true
 		}
 	}
 	if len(ids) != 1 {
@@ -227,8 +229,8 @@ func TestClusterWarmPool(t *testing.T) {
 		if got := c.holders(t, ctx, id); len(got) != 1 {
 			t.Fatalf("keyed storm's sandbox %s is held by %v", id, got)
 		}
-		if a := call(ctx, c.nodes[0], http.MethodDelete, "/v1/sandboxes/"+id, "", nil); a.status != http.StatusNoContent {
-			t.Fatalf("delete %s: %d %s", id, a.status, a.body)
+		if a := call(ctx, c.nodes[0], http.MethodDelete, "/v1/sandboxes/"+id, "", nil); a.Status != http.StatusNoContent {
+			t.Fatalf("delete %s: %d %s", id, a.Status, a.Body)
 		}
 	}
 	for _, n := range c.nodes {
@@ -255,8 +257,8 @@ func TestClusterWarmPool(t *testing.T) {
 		for range 20 {
 			c.awaitPools(t, ctx, size, time.Minute)
 			a := call(ctx, c.nodes[0], http.MethodPost, "/v1/sandboxes", `{"env":{"POOL_ENV":"adopted"}}`, nil)
-			if a.status != http.StatusCreated {
-				t.Fatalf("create: %d %s", a.status, a.body)
+			if a.Status != http.StatusCreated {
+				t.Fatalf("create: %d %s", a.Status, a.Body)
 			}
 			m := made{sb: view(t, a)}
 			all = append(all, m)
@@ -274,8 +276,8 @@ func TestClusterWarmPool(t *testing.T) {
 	kept := all[:0]
 	for _, m := range all {
 		if m.sb.Node == "n3" && m.sb.ID != victim.sb.ID {
-			if a := call(ctx, c.nodes[0], http.MethodDelete, "/v1/sandboxes/"+m.sb.ID, "", nil); a.status != http.StatusNoContent {
-				t.Fatalf("delete %s: %d %s", m.sb.ID, a.status, a.body)
+			if a := call(ctx, c.nodes[0], http.MethodDelete, "/v1/sandboxes/"+m.sb.ID, "", nil); a.Status != http.StatusNoContent {
+				t.Fatalf("delete %s: %d %s", m.sb.ID, a.Status, a.Body)
 			}
 			continue
 		}
@@ -334,26 +336,26 @@ func TestClusterWarmPool(t *testing.T) {
 	// placement: the id answers 404 everywhere and a name is free again.
 	for i, m := range all {
 		via := c.nodes[i%len(c.nodes)]
-		if a := call(ctx, via, http.MethodDelete, "/v1/sandboxes/"+m.sb.ID, "", nil); a.status != http.StatusNoContent {
-			t.Fatalf("delete %s through %s: %d %s", m.sb.ID, via.name, a.status, a.body)
+		if a := call(ctx, via, http.MethodDelete, "/v1/sandboxes/"+m.sb.ID, "", nil); a.Status != http.StatusNoContent {
+			t.Fatalf("delete %s through %s: %d %s", m.sb.ID, via.name, a.Status, a.Body)
 		}
 	}
-	eventually(t, 10*time.Second, func() string {
+	testkit.Eventually(t, 10*time.Second, "", func() error {
 		for _, n := range c.nodes {
 			for _, m := range all {
-				if a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+m.sb.ID, "", nil); a.status != http.StatusNotFound {
-					return fmt.Sprintf("GET %s through %s after delete: %d", m.sb.ID, n.name, a.status)
+				if a := call(ctx, n, http.MethodGet, "/v1/sandboxes/"+m.sb.ID, "", nil); a.Status != http.StatusNotFound {
+					return fmt.Errorf("GET %s through %s after delete: %d", m.sb.ID, n.name, a.Status)
 				}
 			}
 		}
-		return ""
+		return nil
 	})
 	a := call(ctx, c.nodes[1], http.MethodPost, "/v1/sandboxes", `{"name":"pool-0"}`, nil)
-	if a.status != http.StatusCreated {
-		t.Fatalf("create of a freed name: %d %s", a.status, a.body)
+	if a.Status != http.StatusCreated {
+		t.Fatalf("create of a freed name: %d %s", a.Status, a.Body)
 	}
-	if d := call(ctx, c.nodes[2], http.MethodDelete, "/v1/sandboxes/"+a.id(), "", nil); d.status != http.StatusNoContent {
-		t.Fatalf("delete: %d %s", d.status, d.body)
+	if d := call(ctx, c.nodes[2], http.MethodDelete, "/v1/sandboxes/"+a.ID(), "", nil); d.Status != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", d.Status, d.Body)
 	}
 	c.awaitPools(t, ctx, size, time.Minute)
 	for _, n := range c.nodes {
@@ -381,26 +383,26 @@ func TestClusterWarmPoolCountsAgainstMaxSandboxes(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	eventually(t, 20*time.Second, func() string {
+	testkit.Eventually(t, 20*time.Second, "", func() error {
 		for _, n := range c.nodes {
 			ms, err := n.Client().ClusterMembers(ctx)
 			if err != nil {
-				return err.Error()
+				return err
 			}
 			for _, m := range ms {
 				if m.MaxSandboxes != 1 {
-					return fmt.Sprintf("%s's ceiling is %d in the index", m.Name, m.MaxSandboxes)
+					return fmt.Errorf("%s's ceiling is %d in the index", m.Name, m.MaxSandboxes)
 				}
 			}
 		}
-		return ""
+		return nil
 	})
 	c.awaitPools(t, ctx, 2, 2*time.Minute)
 	placed := map[string]int{}
 	for i := range 3 {
 		a := call(ctx, c.nodes[i], http.MethodPost, "/v1/sandboxes", `{}`, nil)
-		if a.status != http.StatusCreated {
-			t.Fatalf("create %d: %d %s", i, a.status, a.body)
+		if a.Status != http.StatusCreated {
+			t.Fatalf("create %d: %d %s", i, a.Status, a.Body)
 		}
 		placed[view(t, a).Node]++
 	}
@@ -412,8 +414,8 @@ func TestClusterWarmPoolCountsAgainstMaxSandboxes(t *testing.T) {
 		t.Fatalf("pool hits %v, want three warm creates", hits)
 	}
 	for _, n := range c.nodes {
-		if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", `{}`, nil); a.status != http.StatusServiceUnavailable || a.code() != apitypes.CodeNoCapacity {
-			t.Fatalf("create through %s on a full cluster: %d %s, want 503 no_capacity", n.name, a.status, a.body)
+		if a := call(ctx, n, http.MethodPost, "/v1/sandboxes", `{}`, nil); a.Status != http.StatusServiceUnavailable || a.Code() != apitypes.CodeNoCapacity {
+			t.Fatalf("create through %s on a full cluster: %d %s, want 503 no_capacity", n.name, a.Status, a.Body)
 		}
 	}
 	if after := c.hits(t, ctx); !maps.Equal(after, hits) {

@@ -9,66 +9,15 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
-
-// sdkDir is test/<sub> with the npm package module installed, where the SDK
-// scripts run. Without node or the package the SDK parts are skipped, except
-// in CI, where scripts/test.sh installs them first and their absence fails.
-func sdkDir(t *testing.T, sub, module string) string {
-	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", sub))
-	if err != nil {
-		t.Fatal(err)
-	}
-	missing := func(err error) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s: %v (scripts/test.sh installs node and the SDKs before the Go tests)", sub, err)
-		}
-		t.Skipf("%s: %v; run npm ci in test/%s", sub, err, sub)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		missing(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", filepath.FromSlash(module))); err != nil {
-		missing(err)
-	}
-	return dir
-}
-
-// runScript runs a node script in dir with env added to this process's
-// environment (minus any SDK settings of the caller's own) and decodes the
-// JSON line it prints into out.
-func runScript(t *testing.T, ctx context.Context, dir, script string, env []string, out any) {
-	t.Helper()
-	cmd := exec.CommandContext(ctx, "node", script)
-	cmd.Dir = dir
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "E2B_") && !strings.HasPrefix(kv, "DAYTONA_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	b, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s: %v\nstdout: %s\nstderr: %s", script, err, b, stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), out); err != nil {
-		t.Fatalf("%s printed %q: %v", script, b, err)
-	}
-}
 
 // viaProxy sends a GET for host to node n's preview proxy: the test domain
 // does not resolve, so the request goes to the proxy's address with the host
@@ -131,8 +80,8 @@ echo second
 // Daytona SDK pointed at n2 finds it by name, executes in it and opens a PTY
 // (a WebSocket) in it.
 func TestClusterRoutesFromAnyNode(t *testing.T) {
-	e2bDir := sdkDir(t, "e2b", "e2b")
-	daytonaDir := sdkDir(t, "daytona", "@daytonaio/sdk")
+	e2bDir := harness.SDKDir(t, "e2b", "e2b")
+	daytonaDir := harness.SDKDir(t, "daytona", "@daytonaio/sdk")
 	c := startClusterWith(t, func(name string) []string { return []string{"--public-host", name + ".nodes.test"} })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -162,8 +111,8 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 	// It is for another port: a signed preview makes its port private,
 	// and 8080's plain hosts are checked below.
 	var signed struct{ URL string }
-	if a := call(ctx, n2, http.MethodGet, "/daytona/sandbox/"+sb.Name+"/ports/8082/signed-preview-url?expiresInSeconds=600", "", nil); a.status != 200 || json.Unmarshal(a.body, &signed) != nil {
-		t.Fatalf("signed preview url: %d %s", a.status, a.body)
+	if a := call(ctx, n2, http.MethodGet, "/daytona/sandbox/"+sb.Name+"/ports/8082/signed-preview-url?expiresInSeconds=600", "", nil); a.Status != 200 || json.Unmarshal(a.Body, &signed) != nil {
+		t.Fatalf("signed preview url: %d %s", a.Status, a.Body)
 	}
 	su, err := url.Parse(signed.URL)
 	if err != nil {
@@ -245,7 +194,7 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 		}
 		ForgedStatus int
 	}
-	runScript(t, ctx, e2bDir, "cluster-route.mjs", []string{
+	harness.RunSDK(t, ctx, e2bDir, "cluster-route.mjs", []string{
 		"E2B_API_URL=" + n1.URL() + "/e2b", "E2B_SANDBOX_URL=" + n1.URL() + "/e2b/envd", "E2B_API_KEY=" + n1.Token,
 		"ROUTE_SANDBOX_ID=" + id,
 	}, &e)
@@ -264,7 +213,7 @@ func TestClusterRoutesFromAnyNode(t *testing.T) {
 		ExitCode                     int
 		Pty                          bool
 	}
-	runScript(t, ctx, daytonaDir, "cluster-route.mjs", []string{
+	harness.RunSDK(t, ctx, daytonaDir, "cluster-route.mjs", []string{
 		"ROUTE_API_URL=" + n2.URL() + "/daytona", "ROUTE_API_KEY=" + n2.Token, "ROUTE_SANDBOX_NAME=" + sb.Name,
 	}, &d)
 	if d.ID != id || d.Name != sb.Name || d.Result != "routed-page" || d.ExitCode != 0 || !d.Pty {
@@ -391,11 +340,11 @@ func TestClusterCaddyRoutesFromAnyNode(t *testing.T) {
 	}
 	for _, n := range c.nodes {
 		for _, h := range []string{id + "-8080.localhost", "8080-" + id + ".localhost", domain} {
-			eventually(t, 20*time.Second, func() string {
+			testkit.Eventually(t, 20*time.Second, "", func() error {
 				if code, body, err := viaProxy(ctx, n, h, "/"); err != nil || code != 200 || body != "caddy-page" {
-					return fmt.Sprintf("%s through %s's Caddy: %d %q %v", h, n.name, code, body, err)
+					return fmt.Errorf("%s through %s's Caddy: %d %q %v", h, n.name, code, body, err)
 				}
-				return ""
+				return nil
 			})
 		}
 	}

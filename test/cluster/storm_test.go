@@ -14,6 +14,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
 // listAll lists every sandbox in the node's own store.
@@ -135,7 +136,7 @@ func TestClusterLeaderKilledDuringStorm(t *testing.T) {
 		history = append(history, porcupine.Operation{ClientId: op.client, Input: op, Call: op.call, Output: op, Return: op.ret})
 	}
 	// send retries one request across the nodes until done says stop.
-	send := func(w int, method, path, body, key string, done func(answer) bool) answer {
+	send := func(w int, method, path, body, key string, done func(harness.Answer) bool) harness.Answer {
 		for attempt := 0; ctx.Err() == nil; attempt++ {
 			n := c.nodes[(w+attempt)%len(c.nodes)]
 			sent := time.Now()
@@ -144,24 +145,24 @@ func TestClusterLeaderKilledDuringStorm(t *testing.T) {
 			acancel()
 			mu.Lock()
 			switch {
-			case a.err != nil:
+			case a.Err != nil:
 				counts["transport error"]++
 			default:
-				counts[fmt.Sprintf("%d %s", a.status, a.code())]++
+				counts[fmt.Sprintf("%d %s", a.Status, a.Code())]++
 				// A reservation answered afresh (not replayed) went through
 				// the Raft log: the first one sent after the kill tells how
 				// long clients saw the cluster without a leader.
-				if !killedAt.IsZero() && sent.After(killedAt) && healedAt.IsZero() && !a.replayed && (a.status == 201 || a.code() == "name_conflict") {
+				if !killedAt.IsZero() && sent.After(killedAt) && healedAt.IsZero() && !a.Replayed && (a.Status == 201 || a.Code() == "name_conflict") {
 					healedAt = time.Now()
 				}
 			}
 			mu.Unlock()
-			if a.err == nil && done(a) {
+			if a.Err == nil && done(a) {
 				return a
 			}
 			time.Sleep(time.Duration(100+rand.IntN(200)) * time.Millisecond)
 		}
-		return answer{err: ctx.Err()}
+		return harness.Answer{Err: ctx.Err()}
 	}
 
 	var wg sync.WaitGroup
@@ -181,15 +182,15 @@ func TestClusterLeaderKilledDuringStorm(t *testing.T) {
 				}
 				key := fmt.Sprintf("storm-w%d-%d", w, i)
 				op := nameOp{name: name, client: w, call: time.Now().UnixNano()}
-				a := send(w, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), key, func(a answer) bool {
-					return a.status == 201 || a.code() == "name_conflict"
+				a := send(w, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), key, func(a harness.Answer) bool {
+					return a.Status == 201 || a.Code() == "name_conflict"
 				})
 				op.ret = time.Now().UnixNano()
-				if a.err != nil {
-					t.Errorf("reserve %s never answered: %v", name, a.err)
+				if a.Err != nil {
+					t.Errorf("reserve %s never answered: %v", name, a.Err)
 					return
 				}
-				op.ok, op.id = a.status == 201, a.id()
+				op.ok, op.id = a.Status == 201, a.ID()
 				record(op)
 				if !op.ok {
 					continue
@@ -201,12 +202,12 @@ func TestClusterLeaderKilledDuringStorm(t *testing.T) {
 					continue
 				}
 				rel := nameOp{name: name, release: true, id: op.id, client: w, call: time.Now().UnixNano()}
-				a = send(w, http.MethodDelete, "/v1/sandboxes/"+op.id, "", key+"-delete", func(a answer) bool {
-					return a.status == 204 || a.status == 200 || a.status == 404
+				a = send(w, http.MethodDelete, "/v1/sandboxes/"+op.id, "", key+"-delete", func(a harness.Answer) bool {
+					return a.Status == 204 || a.Status == 200 || a.Status == 404
 				})
 				rel.ret = time.Now().UnixNano()
-				if a.err != nil {
-					t.Errorf("release %s never answered: %v", op.id, a.err)
+				if a.Err != nil {
+					t.Errorf("release %s never answered: %v", op.id, a.Err)
 					return
 				}
 				rel.ok = true

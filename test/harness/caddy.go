@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 )
 
 // CaddyFlavor names the two Caddy builds the tests run against.
@@ -90,7 +92,7 @@ type Caddy struct {
 // StartCaddy runs a Caddy and stops it, by pid, when the test ends.
 func StartCaddy(t testing.TB, flavor CaddyFlavor) *Caddy {
 	t.Helper()
-	c := &Caddy{t: t, bin: CaddyBinary(t, flavor), Dir: t.TempDir(), AdminAddr: "127.0.0.1:" + strconv.Itoa(FreePort(t)), logs: &bytes.Buffer{}}
+	c := &Caddy{t: t, bin: CaddyBinary(t, flavor), Dir: t.TempDir(), AdminAddr: "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t)), logs: &bytes.Buffer{}}
 	cfg := map[string]any{
 		"admin":   map[string]any{"listen": c.AdminAddr, "config": map[string]any{"persist": false}},
 		"storage": map[string]any{"module": "file_system", "root": filepath.Join(c.Dir, "storage")},

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/client"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 )
 
 // CrashPointsTag is the build tag that compiles the test crash points in
@@ -166,19 +167,6 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// FreePort returns a loopback port that was free a moment ago. Another
-// process may take it before the caller binds it; Start retries a daemon
-// that found its ports taken.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // FreeRange finds n consecutive loopback ports that were free a moment ago
 // and returns them as "LO-HI", for Options.PortRange: tests of the host-port
 // pool need a pool of a size they choose. The ports lie below the kernel's
@@ -262,8 +250,8 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 	// between, another process (a parallel test's daemon, an outgoing
 	// connection) may take one. Such an attempt is made again on new ports.
 	for attempt := 1; ; attempt++ {
-		d.Addr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
-		d.ProxyAddr = net.JoinHostPort(proxyHost, strconv.Itoa(FreePort(t)))
+		d.Addr = "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
+		d.ProxyAddr = net.JoinHostPort(proxyHost, strconv.Itoa(testkit.FreePort(t)))
 		if opts.PortArgs != nil {
 			d.portArgs = opts.PortArgs()
 		}

@@ -6,10 +6,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 )
 
 func TestParsePreviewLabel(t *testing.T) {
@@ -117,16 +119,14 @@ func TestTCPForward(t *testing.T) {
 			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
 		}
 	}()
-	free, _ := net.Listen("tcp", "127.0.0.1:0")
-	hostPort := free.Addr().(*net.TCPAddr).Port
-	free.Close()
+	hostPort := testkit.FreePort(t)
 	b := builtin.New(builtin.Options{})
 	defer b.Close()
 	r := router.Route{Kind: router.KindTCP, SandboxID: "sbone", Port: 9000, HostPort: hostPort, Upstream: echo.Addr().String()}
 	if err := b.Install(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.Dial("tcp", free.Addr().String())
+	c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(hostPort))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestTCPForward(t *testing.T) {
 	if err := b.Remove(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
-	if c2, err := net.Dial("tcp", free.Addr().String()); err == nil {
+	if c2, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(hostPort)); err == nil {
 		c2.Close()
 		t.Fatal("host port still accepts after the route was removed")
 	}
