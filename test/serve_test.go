@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
@@ -199,14 +200,14 @@ func TestServeFailedStartLeavesNothing(t *testing.T) {
 	t.Cleanup(func() { taken.Close() })
 	// Nothing listens on a port just freed: Caddy's admin API there is
 	// unreachable.
-	admin := "http://127.0.0.1:" + itoa(harness.FreePort(t))
+	admin := "http://127.0.0.1:" + itoa(testkit.FreePort(t))
 	cases := []struct {
 		name string
 		args []string
 		want string
 	}{
 		{"caddy unreachable", []string{"--router", "caddy", "--caddy-admin", admin,
-			"--proxy-listen", "127.0.0.1:" + itoa(harness.FreePort(t))}, "caddy at " + admin},
+			"--proxy-listen", "127.0.0.1:" + itoa(testkit.FreePort(t))}, "caddy at " + admin},
 		{"proxy port taken", []string{"--proxy-listen", taken.Addr().String()}, "proxy listen " + taken.Addr().String()},
 	}
 	for _, tc := range cases {
