@@ -72,7 +72,7 @@ func TestEngineHangs(t *testing.T) {
 	}
 	// Both expired sandboxes are attempted, again and again: one hung
 	// delete does not stall the sweep.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * limit); ; time.Sleep(200 * time.Millisecond) {
 		logs := d.Logs()
 		tried := 0
 		for _, id := range expiring {
