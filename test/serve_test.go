@@ -3,6 +3,7 @@ package sandpit_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -177,6 +178,55 @@ func TestServeRefusesBadFlags(t *testing.T) {
 			}
 			if _, err := os.Stat(filepath.Join(dir, "sandpit.db")); err == nil {
 				t.Fatalf("a refused start created a database")
+			}
+		})
+	}
+}
+
+// TestServeFailedStartLeavesNothing: a start that fails after the daemon has
+// made its sandbox network (Caddy's admin API unreachable) or before it (the
+// proxy port taken) exits with an error naming what failed, and undoes what
+// it had set up: no network and no firewall chain of its own remains.
+func TestServeFailedStartLeavesNothing(t *testing.T) {
+	t.Parallel()
+	harness.RequireDocker(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closed when the parallel subtests are done, not when this function
+	// returns before them.
+	t.Cleanup(func() { taken.Close() })
+	// Nothing listens on a port just freed: Caddy's admin API there is
+	// unreachable.
+	admin := "http://127.0.0.1:" + itoa(harness.FreePort(t))
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"caddy unreachable", []string{"--router", "caddy", "--caddy-admin", admin,
+			"--proxy-listen", "127.0.0.1:" + itoa(harness.FreePort(t))}, "caddy at " + admin},
+		{"proxy port taken", []string{"--proxy-listen", taken.Addr().String()}, "proxy listen " + taken.Addr().String()},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			network := harness.UniqueNetwork()
+			t.Cleanup(func() { harness.Uninstall(t, sandpitBin, network) })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			args := append([]string{"serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--listen", "127.0.0.1:0", "--token", "x"},
+				append(harness.NetworkArgs(network), tc.args...)...)
+			out, err := exec.CommandContext(ctx, sandpitBin, args...).CombinedOutput()
+			if err == nil || ctx.Err() != nil || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("serve %v = %v, want an exit naming %q:\n%s", tc.args, err, tc.want, out)
+			}
+			if err := exec.Command("docker", "network", "inspect", network).Run(); err == nil {
+				t.Errorf("network %s remains after the failed start:\n%s", network, out)
+			}
+			if rules := iptablesRules(t); strings.Contains(rules, "sandpit network "+network) {
+				t.Errorf("firewall rules of %s remain after the failed start:\n%s", network, rules)
 			}
 		})
 	}

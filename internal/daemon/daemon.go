@@ -11,17 +11,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"maps"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -31,18 +27,11 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
-	"github.com/sandpit-dev/sandpit/internal/cluster"
-	"github.com/sandpit-dev/sandpit/internal/crashpoint"
-	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
-	"github.com/sandpit-dev/sandpit/internal/firewall"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
-	"github.com/sandpit-dev/sandpit/internal/router"
-	"github.com/sandpit-dev/sandpit/internal/router/builtin"
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
-	"github.com/sandpit-dev/sandpit/internal/ui"
 )
 
 // Config is everything `sandpit serve` takes.
@@ -387,476 +376,23 @@ func pickDefaultImage(ctx context.Context, rt *docker.Docker, log *slog.Logger) 
 }
 
 // Run serves until ctx ends, then shuts down: in-flight requests finish and
-// the store is closed.
+// the store is closed. The daemon is its components (see components): they
+// start in order, and whatever has started is stopped in the reverse order,
+// after a failed start as at the shutdown.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.Defaults()
-	started := time.Now().UTC()
-	if err := validDomain(cfg.Domain); err != nil {
-		return err
-	}
-	if err := validRouter(cfg); err != nil {
-		return err
-	}
-	if err := validResources(cfg); err != nil {
-		return err
-	}
-	if err := validCluster(cfg); err != nil {
-		return err
-	}
-	pn, err := cfg.Network.parse()
+	d, err := newDaemon(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	log := cfg.Logger
-	// The engine is asked first, so a runtime it lacks stops the daemon
-	// before it touches its data directory.
-	pctx, cancelPing := context.WithTimeout(ctx, cfg.EngineTimeout)
-	dk, err := docker.New(pctx, docker.Options{Logger: log, Network: pn.name})
-	cancelPing()
-	if err != nil {
-		return fmt.Errorf("docker: %w", err)
-	}
-	defer dk.Close()
-	if ok, err := dk.HasRuntime(ctx, cfg.OCIRuntime); err != nil {
-		return fmt.Errorf("docker: %w", err)
-	} else if !ok {
-		return fmt.Errorf("--oci-runtime %s: the Docker engine has no such runtime registered (see scripts/ensure-runsc.sh for gVisor)", cfg.OCIRuntime)
-	}
-	if cfg.DefaultImage == "" {
-		cfg.DefaultImage = pickDefaultImage(ctx, dk, log)
-	}
-	if cfg.Templates["base"] == "" {
-		cfg.Templates = maps.Clone(cfg.Templates)
-		if cfg.Templates == nil {
-			cfg.Templates = map[string]string{}
-		}
-		cfg.Templates["base"] = cfg.DefaultImage
-	}
-	pool, err := resolvePool(cfg)
+	defer d.stopServing()
+	stop, err := startAll(ctx, d.components())
 	if err != nil {
 		return err
 	}
-	diskMB, diskStatus := diskLimit(ctx, dk, cfg, log)
-	hostMemMB, hostCPUs, err := dk.HostResources(ctx)
-	if err != nil {
-		log.Warn("host resources unknown: sandbox memory and cpu are bounded by the flags only", "err", err)
-	}
-	for _, pat := range cfg.AllowImages {
-		if _, err := path.Match(pat, ""); err != nil {
-			return fmt.Errorf("--allow-image %q: %w", pat, err)
-		}
-	}
-	// Every engine call the service makes has a time limit, so a hung
-	// engine fails requests instead of stalling them.
-	rt := driver.WithTimeout(dk, cfg.EngineTimeout)
-	log.Info("sandbox limits", "runtime", cfg.OCIRuntime, "default_cpu", cfg.DefaultCPU, "default_memory_mb", cfg.DefaultMemoryMB,
-		"max_cpu", cfg.MaxCPU, "max_memory_mb", cfg.MaxMemoryMB, "host_memory_mb", hostMemMB, "host_cpus", hostCPUs,
-		"pids", cfg.PidsLimit, "disk_mb", diskMB, "max_sandboxes", cfg.MaxSandboxes, "allow_images", cfg.AllowImages)
-	st, err := store.Open(ctx, cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	// The store holds the data directory exclusively, so no request that
-	// claimed an idempotency key before this start is still running: free
-	// those keys now, or a retry would wait out the dead attempt's lock and
-	// get 409. The rows are kept for the retention period, because they name
-	// the resource the dead attempt chose, which its retry must finish or
-	// adopt rather than make anew.
-	if n, err := st.ExpirePendingClaims(ctx, time.Now().UTC(), cfg.IdempotencyRetention); err != nil {
-		return err
-	} else if n > 0 {
-		log.Info("expired idempotency claims of the previous run", "count", n)
-	}
-
-	token, created, err := LoadOrCreateToken(cfg.DataDir, cfg.Token)
-	if err != nil {
-		return fmt.Errorf("token: %w", err)
-	}
-	if created {
-		// Never the token itself: logs are collected, shipped and read by
-		// more people than the operator. It is in a file only its owner reads.
-		log.Info("generated the admin token", "stored_in", filepath.Join(cfg.DataDir, "token"))
-	}
-
-	// The instance id labels every container this daemon makes, so that its
-	// reconcile removes only its own orphans on an engine shared with other
-	// daemons (other data dirs, test runs).
-	instance, _, err := loadOrCreate(filepath.Join(cfg.DataDir, "instance"), "", instanceIDLen,
-		"remove it only if the daemon has no sandboxes left: it names their containers")
-	if err != nil {
-		return fmt.Errorf("instance id: %w", err)
-	}
-	instance = instance[:instanceIDLen]
-
-	// The key that signs Daytona's signed preview URLs lives in its own
-	// file, so URLs stay valid across restarts and a new admin token does
-	// not change it; removing the file revokes every signed URL.
-	previewKey, _, err := loadOrCreate(filepath.Join(cfg.DataDir, "preview-key"), "", 32,
-		"remove it to generate a new key (signed preview URLs given out so far stop working)")
-	if err != nil {
-		return fmt.Errorf("preview key: %w", err)
-	}
-
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("locate own executable: %w", err)
-	}
-	if exe, err = filepath.EvalSymlinks(exe); err != nil {
-		return fmt.Errorf("locate own executable: %w", err)
-	}
-
-	apiLn, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
-	}
-	// The builtin router serves the proxy listener itself; with Caddy,
-	// Caddy listens there and sandpit only writes its config.
-	var (
-		proxyLn   net.Listener
-		proxyPort int
-		edg       *edge
-		svc       *service.Service
-		// forwardLn is, in a cluster behind Caddy, the loopback listener
-		// of the preview forwarder Caddy's fallback route proxies to.
-		forwardLn net.Listener
-	)
-	if cfg.Router == RouterCaddy {
-		if proxyPort, err = proxyPortOf(cfg); err != nil {
-			apiLn.Close()
-			return err
-		}
-		var fallback string
-		if cfg.Cluster != nil && !cfg.PreviewTLS {
-			if forwardLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-				apiLn.Close()
-				return fmt.Errorf("preview forwarder: %w", err)
-			}
-			fallback = forwardLn.Addr().String()
-		}
-		edg, err = newCaddyEdge(cfg, apiLn.Addr().String(), fallback, func(ctx context.Context) ([]router.Route, error) { return svc.DesiredRoutes(ctx) }, log)
-		if err != nil {
-			apiLn.Close()
-			if forwardLn != nil {
-				forwardLn.Close()
-			}
-			return err
-		}
-	} else {
-		proxyLn, err = net.Listen("tcp", cfg.ProxyListen)
-		if err != nil {
-			apiLn.Close()
-			return fmt.Errorf("proxy listen %s: %w", cfg.ProxyListen, err)
-		}
-		proxyPort = proxyLn.Addr().(*net.TCPAddr).Port
-		b := newRouter(cfg, log, token)
-		edg = &edge{Router: b, proxy: b.Handler(), close: b.Close}
-	}
-	closeListeners := func() {
-		apiLn.Close()
-		for _, ln := range []net.Listener{proxyLn, forwardLn} {
-			if ln != nil {
-				ln.Close()
-			}
-		}
-	}
-
-	if p := os.Getenv(crashpoint.Env); p != "" && !crashpoint.Enabled {
-		log.Warn("ignoring "+crashpoint.Env+": this binary was built without crash points", "point", p)
-	}
-
-	// Sandboxes may reach the host only on the proxy and the TCP-forward
-	// pool: that is how anyone, another sandbox included, reaches an
-	// exposed port.
-	netw, fw, err := setupNetwork(ctx, dk, pn, instance, []firewall.PortRange{
-		{Lo: proxyPort, Hi: proxyPort}, {Lo: cfg.PortRange.Lo, Hi: cfg.PortRange.Hi},
-	}, tcpBindHost(cfg), log)
-	if err != nil {
-		closeListeners()
-		return fmt.Errorf("sandbox network: %w", err)
-	}
-
-	mets := newMetrics()
-	if edg.proxy != nil {
-		edg.proxy = mets.ProxyHandler(edg.proxy)
-	}
-
-	var cl *cluster.Cluster
-	if cfg.Cluster != nil {
-		proxyAddr := cfg.ProxyListen
-		if proxyLn != nil {
-			proxyAddr = proxyLn.Addr().String()
-		}
-		cl, err = startCluster(ctx, cfg, instance, apiLn.Addr().String(), proxyAddr)
-		if err != nil {
-			closeListeners()
-			return err
-		}
-		defer cl.Close()
-		// Every node signs Daytona preview URLs with the key derived from
-		// the cluster key, so a signed URL verifies on whichever node owns
-		// its sandbox, also after a re-creation moved it.
-		previewKey = hex.EncodeToString(cl.PreviewKey())
-	}
-
-	domains, err := domainPolicy(cfg, previewKey)
-	if err != nil {
-		closeListeners()
-		return err
-	}
-	if edg.caddy != nil {
-		domains.HostTaken = edg.caddy.HostTaken
-	}
-	svc = service.New(service.Config{
-		Domains:      domains,
-		DefaultImage: cfg.DefaultImage,
-		Templates:    cfg.Templates,
-		WarmPool:     pool,
-		AgentBinary:  exe,
-		Domain:       cfg.Domain,
-		ProxyPort:    proxyPort,
-		PublicHost:   cfg.PublicHost,
-		PortRange:    cfg.PortRange,
-		ExtraLabels:  cfg.ExtraLabels,
-		Instance:     instance,
-		PreviewTLS:   cfg.PreviewTLS,
-		IntervalUnit: cfg.IntervalUnit,
-		Firewall:     fw,
-		Cluster:      clusterReplica(cl),
-		NodeName:     clusterNodeName(cl),
-		Logger:       log,
-
-		RecreateGiveUp: recreateGiveUp(cfg.Cluster),
-
-		MaxStreamsPerToken: cfg.MaxStreamsPerToken,
-
-		DefaultCPU:           cfg.DefaultCPU,
-		DefaultMemoryMB:      cfg.DefaultMemoryMB,
-		MaxCPU:               cfg.MaxCPU,
-		MaxMemoryMB:          cfg.MaxMemoryMB,
-		HostMemoryMB:         hostMemMB,
-		HostCPUs:             hostCPUs,
-		AllowImages:          cfg.AllowImages,
-		PidsLimit:            cfg.PidsLimit,
-		DiskMB:               diskMB,
-		MaxSandboxes:         cfg.MaxSandboxes,
-		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
-		Runtime:              cfg.OCIRuntime,
-		Metrics:              mets,
-
-		PoolRefillConcurrency: cfg.PoolRefillConcurrency,
-	}, st, mets.Driver(rt), edg.Router)
-	watchSources(mets, st, edg.Router, svc)
-
-	if edg.caddy != nil {
-		mode, err := edg.caddy.Start(ctx)
-		if err != nil {
-			closeListeners()
-			return fmt.Errorf("caddy at %s: %w", cfg.CaddyAdmin, err)
-		}
-		if mode == caddy.TCPSandpit {
-			log.Warn("caddy has no layer4 app (caddy-l4): sandpit serves TCP forwards itself", "caddy_admin", cfg.CaddyAdmin)
-		} else {
-			log.Info("caddy router: TCP forwards go to caddy's layer4 app", "caddy_admin", cfg.CaddyAdmin)
-		}
-	}
-
-	bg, stopBG := context.WithCancel(ctx)
-	defer stopBG()
-	// A restarted node must drop, before its reconcile restarts anything,
-	// its copies of the sandboxes the cluster re-created elsewhere or
-	// deleted while it was away: the index decides, so no sandbox runs
-	// twice. That needs this node's copy of the index to be current, which
-	// needs the cluster's leader, which the other nodes provide.
-	caughtUp := false
-	if cl != nil && cl.Replica().HasState() {
-		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		if err := cl.WaitCaughtUp(rctx); err != nil {
-			log.Warn("cluster: not caught up before serving", "err", err)
-		} else if err := svc.DropStale(rctx); err != nil {
-			log.Warn("cluster: drop stale sandboxes before serving", "err", err)
-		} else {
-			caughtUp = true
-		}
-		cancel()
-	}
-	// Reconcile fixes what it can at once and brings back stopped-by-crash
-	// sandboxes in the background, so the API serves meanwhile.
-	if err := svc.Reconcile(bg); err != nil {
-		closeListeners()
-		return fmt.Errorf("reconcile: %w", err)
-	}
-	if edg.caddy != nil {
-		// Routes the store no longer knows (removed while sandpit was
-		// down) go; missing ones come back.
-		if err := edg.caddy.Sync(ctx); err != nil {
-			log.Error("caddy reconcile at start", "err", err)
-		}
-	}
-
-	// A restarted node must release the placements its interrupted creates
-	// left (reconcile has just unwound their rows) before it serves: a
-	// retry resuming such a create would otherwise race the release. A
-	// node that could not catch up in time serves anyway and reconciles in
-	// the background.
-	clusterReconciled := false
-	if caughtUp {
-		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		if err := svc.ReconcileCluster(rctx, started, cfg.IdempotencyRetention); err != nil {
-			log.Warn("cluster: reconcile before serving", "err", err)
-		} else {
-			clusterReconciled = true
-		}
-		cancel()
-	}
-
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
-		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	metrics := service.NewMetricsHistory(svc, 0, 0)
-	dt := surfaces(ctx, mux, cfg, svc, token, previewKey, metrics, diskMB)
-	mux.Handle("GET /metrics", metricsHandler(mets, api.NewAuth(svc, token), cfg.MetricsPublic))
-	spec, err := openAPIHandler()
-	if err != nil {
-		closeListeners()
-		return err
-	}
-	mux.Handle("GET /v1/openapi.json", spec)
-	mux.Handle("GET /v1/status", statusHandler(cfg, time.Now(), api.NewAuth(svc, token), st, dk, svc, diskStatus))
-	mux.Handle("GET "+ui.Prefix, ui.Handler())
-	mux.Handle("GET /ui", http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently))
-	if cfg.Router == RouterCaddy {
-		// Unauthenticated: Caddy sends no token, and the answer only says
-		// whether a hostname is bound.
-		mux.Handle("GET "+askPath, askHandler(svc, log))
-	}
-	// serveCtx ends the daemon from inside, when `cluster leave` is done.
-	serveCtx, stopServing := context.WithCancel(ctx)
-	defer stopServing()
-	var handler http.Handler = mux
-	if cl != nil {
-		mux.Handle("/v1/cluster/", clusterAuth(api.NewAuth(svc, token), cl.Handler(stopServing)))
-		mux.Handle("POST /v1/cluster/drain", clusterAuth(api.NewAuth(svc, token), cl.DrainHandler(func(w http.ResponseWriter, err error) { v1.WriteProblem(w, api.Classify(err)) })))
-		handler = clusterRouter(cl, api.NewAuth(svc, token), mux)
-	}
-
-	guard := httpguard.Options{MaxBody: cfg.MaxUploadMB << 20, ReadTimeout: cfg.ReadTimeout}
-	apiSrv := &http.Server{
-		Handler:           api.AccessLog(log, clientLimiter(cfg).Wrap(httpguard.Guard(handler, guard), servedWithoutCredential)),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       cfg.IdleTimeout,
-		MaxHeaderBytes:    cfg.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	// Event streams last as long as their clients; ending the subscriptions
-	// when the server shuts down lets Shutdown finish.
-	apiSrv.RegisterOnShutdown(svc.CloseEvents)
-	var (
-		proxySrv     *http.Server
-		forwardSrv   *http.Server
-		previewLocal http.Handler // this node's own preview proxy
-	)
-	if proxyLn != nil {
-		// The Daytona gate checks signed preview hosts and records preview
-		// traffic as sandbox activity before the router proxies a request.
-		previewLocal = dt.PreviewGate(edg.proxy, builtin.ParsePreviewLabel)
-		proxySrv = &http.Server{
-			Handler:           httpguard.Guard(clusterPreview(cl, cfg, previewLocal), guard),
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       cfg.IdleTimeout,
-			MaxHeaderBytes:    cfg.MaxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		}
-	}
-
-	if forwardLn != nil && cl != nil {
-		previewLocal = caddyLocalPreview(cfg.ProxyListen)
-		forwardSrv = &http.Server{
-			Handler:           httpguard.Guard(caddyForwarder(cl, cfg), guard),
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       cfg.IdleTimeout,
-			MaxHeaderBytes:    cfg.MaxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		}
-	}
-
-	var loops sync.WaitGroup
-	for _, loop := range []func(){
-		func() { svc.RunSweeper(bg, cfg.SweepInterval) },
-		func() { svc.RunJanitor(bg, cfg.JanitorInterval) },
-		func() { svc.WatchEngine(bg) },
-		// The pool's refills are waited for at shutdown: one cut short
-		// removes its half-made container, and must do so before the
-		// store closes.
-		func() { svc.RunPool(bg) },
-		func() { metrics.Run(bg) },
-		func() { reapIdempotency(bg, st, log) },
-		func() { svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour) },
-		// In a cluster: re-create what the leader moved here, drop what
-		// moved away (a no-op on a single node).
-		func() { svc.RunFailover(bg, 2*time.Second) },
-	} {
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
-			loop()
-		}()
-	}
-	if edg.caddy != nil {
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
-			edg.caddy.Poll(bg)
-		}()
-	}
-	if cl != nil {
-		// Other nodes' proxies hand this node the previews of its
-		// sandboxes on the same channel as forwarded API requests.
-		go cl.ServeForwarded(bg, cluster.ForwardedSplit(handler, previewLocal))
-		if !clusterReconciled {
-			go reconcileCluster(bg, cl, svc, started, cfg.IdempotencyRetention, log)
-		}
-	}
-
-	errc := make(chan error, 3)
-	go func() { errc <- apiSrv.Serve(apiLn) }()
-	if forwardSrv != nil {
-		go func() { errc <- forwardSrv.Serve(forwardLn) }()
-	}
-	proxyAddr := cfg.ProxyListen
-	if proxySrv != nil {
-		go func() { errc <- proxySrv.Serve(proxyLn) }()
-		proxyAddr = proxyLn.Addr().String()
-	}
-	log.Info("sandpit serving", "api", apiLn.Addr().String(), "proxy", proxyAddr, "router", cfg.Router, "data_dir", cfg.DataDir)
-	if cfg.Ready != nil {
-		cfg.Ready(apiLn.Addr().String(), proxyAddr)
-	}
-
-	var serveErr error
-	select {
-	case <-serveCtx.Done():
-	case serveErr = <-errc:
-	}
-	log.Info("sandpit shutting down")
-	stopBG()
-	// Nothing may use the store after it closes: the loops end first (the
-	// watcher starts service background work, so it goes before that).
-	defer func() {
-		loops.Wait()
-		svc.Wait()
-	}()
-	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	_ = apiSrv.Shutdown(shutCtx)
-	for _, srv := range []*http.Server{proxySrv, forwardSrv} {
-		if srv != nil {
-			_ = srv.Shutdown(shutCtx)
-		}
-	}
-	_ = edg.close()
-	teardownNetwork(ctx, dk, netw, fw, instance, log)
+	serveErr := d.serve()
+	d.log.Info("sandpit shutting down")
+	stop(context.WithoutCancel(ctx))
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
@@ -881,10 +417,7 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 
 // surfaces mounts the native API and the facades, and returns the Daytona
 // facade, whose preview gate fronts the builtin proxy.
-func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token, previewKey string, metrics *service.MetricsHistory, diskMB int64) *daytona.Handler {
-	// One authenticator for every surface: the admin token or a personal
-	// access token, resolved to the principal whose owner scopes the request.
-	auth := api.NewAuth(svc, token)
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, auth *api.Auth, previewKey string, metrics *service.MetricsHistory, diskMB int64) *daytona.Handler {
 	idem := v1.NewIdempotency(svc.Idempotency(), v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, PendingTTL: cfg.IdempotencyLock, Logger: cfg.Logger,
 	})

@@ -170,6 +170,11 @@ func (c *Caddy) Admin(method, path string, body, out any) (int, error) {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// Caddy restarts its admin server on every config load, closing the
+	// connections it kept open. A PUT or POST sent on such a connection
+	// fails, and net/http does not resend those, so each call gets a
+	// connection of its own.
+	req.Close = true
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err
