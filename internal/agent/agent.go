@@ -3,6 +3,11 @@
 // shared/protocols/e2b.md): the Connect services process.Process and
 // filesystem.Filesystem, plus plain-HTTP /files and /health. The daemon, the
 // native API and both facades all reach a sandbox through this one protocol.
+//
+// The agent is the server side of the contract in internal/agentapi (its
+// port, headers, environment and init call). It may import that contract,
+// the generated protocol packages (proto/...) and the shared leaf
+// filesig; nothing of the daemon, since it runs inside the sandbox.
 package agent
 
 import (
@@ -17,37 +22,32 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/filesig"
 	"github.com/sandpit-dev/sandpit/proto/filesystem/filesystemconnect"
 	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
 )
 
 const (
-	// DefaultListen is the address the agent listens on; E2B clients expect
-	// port 49983.
-	DefaultListen = ":49983"
-
 	// DefaultKeepaliveInterval is how long a stream may stay silent before the
 	// agent sends a keepalive event. Proxies and load balancers commonly cut
 	// idle connections after 30-60 s, so this stays well below that.
 	DefaultKeepaliveInterval = 5 * time.Second
-
-	// accessTokenHeader carries the per-sandbox access token on every request.
-	accessTokenHeader = "X-Access-Token"
-
-	// keepaliveHeader is how E2B clients ask for a keepalive interval, in
-	// seconds. The agent honours it only when it is shorter than its own.
-	keepaliveHeader = "Keepalive-Ping-Interval"
 )
+
+// DefaultListen is the address the agent listens on: every interface, on
+// the contract's port.
+func DefaultListen() string { return ":" + strconv.Itoa(agentapi.Port) }
 
 // Config configures the agent's HTTP handler and server.
 type Config struct {
-	// Listen is the TCP address to serve on; empty means DefaultListen.
+	// Listen is the TCP address to serve on; empty means DefaultListen().
 	Listen string
 	// Token is the access token every request but GET /health must present in
 	// the X-Access-Token header. Empty disables authentication.
@@ -72,7 +72,7 @@ type Config struct {
 // the rest of the package never has to check for zero values.
 func (cfg Config) withDefaults() Config {
 	if cfg.Listen == "" {
-		cfg.Listen = DefaultListen
+		cfg.Listen = DefaultListen()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -122,14 +122,14 @@ func NewHandler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(processconnect.NewProcessHandler(&processService{a: a}))
 	mux.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{a: a}))
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET "+agentapi.HealthPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("POST "+InitPath, a.init)
-	mux.HandleFunc("GET /files", a.readFile)
-	mux.HandleFunc("POST /files", a.writeFiles)
+	mux.HandleFunc("POST "+agentapi.InitPath, a.init)
+	mux.HandleFunc("GET "+agentapi.FilesPath, a.readFile)
+	mux.HandleFunc("POST "+agentapi.FilesPath, a.writeFiles)
 	// Older E2B SDKs upload with PUT; accepting it costs nothing.
-	mux.HandleFunc("PUT /files", a.writeFiles)
+	mux.HandleFunc("PUT "+agentapi.FilesPath, a.writeFiles)
 	return a.authenticate(mux)
 }
 
@@ -195,8 +195,8 @@ func (a *agent) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if !a.tokenOK(r.Header.Get(accessTokenHeader)) {
-			msg := "missing or invalid " + accessTokenHeader
+		if !a.tokenOK(r.Header.Get(agentapi.AccessTokenHeader)) {
+			msg := "missing or invalid " + agentapi.AccessTokenHeader
 			if r.URL.Path == "/files" && r.URL.Query().Has(filesig.ParamSignature) {
 				err := a.signatureOK(r)
 				if err == nil {
@@ -290,7 +290,7 @@ func isDir(p string) bool {
 func (a *agent) keepaliveFor(h http.Header) time.Duration {
 	interval := a.cfg.KeepaliveInterval
 	var secs int
-	if _, err := fmt.Sscanf(h.Get(keepaliveHeader), "%d", &secs); err == nil && secs > 0 {
+	if _, err := fmt.Sscanf(h.Get(agentapi.KeepaliveHeader), "%d", &secs); err == nil && secs > 0 {
 		interval = min(interval, time.Duration(secs)*time.Second)
 	}
 	return interval

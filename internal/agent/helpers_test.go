@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	fspb "github.com/sandpit-dev/sandpit/proto/filesystem"
 	"github.com/sandpit-dev/sandpit/proto/filesystem/filesystemconnect"
 	processpb "github.com/sandpit-dev/sandpit/proto/process"
@@ -30,7 +31,7 @@ type tokenTransport struct {
 
 func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set(accessTokenHeader, t.token)
+	r.Header.Set(agentapi.AccessTokenHeader, t.token)
 	return t.base.RoundTrip(r)
 }
 

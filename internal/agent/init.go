@@ -8,28 +8,9 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
+
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 )
-
-// InitPath is the agent's authenticated init call. A pooled container's
-// agent starts with a token only the daemon knows and no sandbox settings;
-// when a create adopts it, the daemon calls init (with that token) to give
-// it the sandbox's environment, working directory, default user and access
-// token before any of the sandbox's processes runs. E2B's envd has a call of
-// the same name and shape.
-const InitPath = "/init"
-
-// InitRequest is the body of POST /init. Fields left empty keep the agent's
-// current setting.
-type InitRequest struct {
-	// EnvVars are laid over the agent's default environment.
-	EnvVars map[string]string `json:"envVars,omitempty"`
-	// AccessToken replaces the token every later request must present.
-	AccessToken string `json:"accessToken,omitempty"`
-	// DefaultUser replaces the account requests naming none act as.
-	DefaultUser string `json:"defaultUser,omitempty"`
-	// DefaultWorkdir is where processes without a cwd start.
-	DefaultWorkdir string `json:"defaultWorkdir,omitempty"`
-}
 
 // settings is what init may change after start; every handler reads it
 // through the agent's accessors.
@@ -72,10 +53,10 @@ func (a *agent) workdir() string {
 	return a.set.workdir
 }
 
-// init applies an InitRequest. It is reached only through authenticate, so
+// init applies an agentapi.InitRequest. It is reached only through authenticate, so
 // only a holder of the current token can change the token.
 func (a *agent) init(w http.ResponseWriter, r *http.Request) {
-	var req InitRequest
+	var req agentapi.InitRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
 		writeJSONError(w, http.StatusBadRequest, "invalid init body: "+err.Error())
 		return
@@ -85,7 +66,7 @@ func (a *agent) init(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for k := range req.EnvVars {
-		if k == "" || k == TokenEnv || k == UserEnv {
+		if k == "" || k == agentapi.TokenEnv || k == agentapi.UserEnv {
 			writeJSONError(w, http.StatusBadRequest, "invalid environment variable name "+k)
 			return
 		}
@@ -97,7 +78,7 @@ func (a *agent) init(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *agent) apply(req InitRequest) error {
+func (a *agent) apply(req agentapi.InitRequest) error {
 	if req.DefaultWorkdir != "" && !isDir(req.DefaultWorkdir) {
 		return errors.New("defaultWorkdir " + req.DefaultWorkdir + " is not a directory")
 	}

@@ -7,14 +7,16 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 )
 
 // postInit calls POST /init with the given token and body.
-func postInit(t *testing.T, e *testEnv, token string, body InitRequest) int {
+func postInit(t *testing.T, e *testEnv, token string, body agentapi.InitRequest) int {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, e.srv.URL+InitPath, bytes.NewReader(b))
-	req.Header.Set(accessTokenHeader, token)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, e.srv.URL+agentapi.InitPath, bytes.NewReader(b))
+	req.Header.Set(agentapi.AccessTokenHeader, token)
 	resp, err := e.srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -30,13 +32,13 @@ func TestInitReplacesTokenEnvAndWorkdir(t *testing.T) {
 	e := newTestEnv(t)
 	wd := t.TempDir()
 
-	if got := postInit(t, e, "wrong", InitRequest{AccessToken: "x"}); got != http.StatusUnauthorized {
+	if got := postInit(t, e, "wrong", agentapi.InitRequest{AccessToken: "x"}); got != http.StatusUnauthorized {
 		t.Fatalf("init with a wrong token: status %d, want 401", got)
 	}
-	if got := postInit(t, e, testToken, InitRequest{DefaultWorkdir: "relative"}); got != http.StatusBadRequest {
+	if got := postInit(t, e, testToken, agentapi.InitRequest{DefaultWorkdir: "relative"}); got != http.StatusBadRequest {
 		t.Fatalf("init with a relative workdir: status %d, want 400", got)
 	}
-	if got := postInit(t, e, testToken, InitRequest{
+	if got := postInit(t, e, testToken, agentapi.InitRequest{
 		EnvVars: map[string]string{"GREETING": "hello"}, AccessToken: "sandbox-token", DefaultWorkdir: wd,
 	}); got != http.StatusNoContent {
 		t.Fatalf("init: status %d, want 204", got)
@@ -56,7 +58,7 @@ func TestInitReplacesTokenEnvAndWorkdir(t *testing.T) {
 	if want := "hello\n" + wd + "\n"; r.stdout != want {
 		t.Fatalf("stdout %q, want %q", r.stdout, want)
 	}
-	if got := postInit(t, e, testToken, InitRequest{}); got != http.StatusUnauthorized {
+	if got := postInit(t, e, testToken, agentapi.InitRequest{}); got != http.StatusUnauthorized {
 		t.Fatalf("init with the replaced token: status %d, want 401", got)
 	}
 }

@@ -16,23 +16,16 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 )
 
 const (
-	// TokenEnv is the environment variable the daemon passes the sandbox's
-	// access token in. The agent removes it before starting any process.
-	TokenEnv = "SANDPIT_AGENT_TOKEN"
-
 	// tokenFDEnv names an inherited descriptor to read the token from. The
 	// agent hands the token on through a pipe rather than the environment,
 	// because /proc/<pid>/environ keeps showing a process's original
 	// environment however often it calls Unsetenv.
 	tokenFDEnv = "SANDPIT_AGENT_TOKEN_FD"
-
-	// UserEnv names the sandbox's default user: the account processes and
-	// file operations act as when a request names none. The agent removes
-	// it from the environment of the processes it starts.
-	UserEnv = "SANDPIT_AGENT_USER"
 
 	// childEnv marks the server process that PID 1 starts, so it serves
 	// instead of supervising again.
@@ -73,7 +66,7 @@ func Main(ctx context.Context, args []string) int {
 
 	fset := flag.NewFlagSet("sandpit agent", flag.ContinueOnError)
 	fset.SetOutput(os.Stderr)
-	listen := fset.String("listen", DefaultListen, "address to serve the agent protocol on")
+	listen := fset.String("listen", DefaultListen(), "address to serve the agent protocol on")
 	if err := fset.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -89,7 +82,7 @@ func Main(ctx context.Context, args []string) int {
 	// Without a token the agent would run any command for anyone who can
 	// reach its port; refuse rather than serve unauthenticated.
 	if strings.TrimSpace(token) == "" {
-		log.Error("refusing to start: no access token (" + TokenEnv + " is empty or unset)")
+		log.Error("refusing to start: no access token (" + agentapi.TokenEnv + " is empty or unset)")
 		return 1
 	}
 
@@ -104,8 +97,8 @@ func Main(ctx context.Context, args []string) int {
 		return supervise(ctx, token, log)
 	}
 	_ = os.Unsetenv(childEnv)
-	defaultUser := os.Getenv(UserEnv)
-	_ = os.Unsetenv(UserEnv)
+	defaultUser := os.Getenv(agentapi.UserEnv)
+	_ = os.Unsetenv(agentapi.UserEnv)
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -130,7 +123,7 @@ func Main(ctx context.Context, args []string) int {
 func takeToken() (token string, fromEnv bool, err error) {
 	if fdStr, ok := os.LookupEnv(tokenFDEnv); ok {
 		_ = os.Unsetenv(tokenFDEnv)
-		_ = os.Unsetenv(TokenEnv)
+		_ = os.Unsetenv(agentapi.TokenEnv)
 		fd, err := strconv.Atoi(fdStr)
 		if err != nil || fd < 3 {
 			return "", false, fmt.Errorf("bad %s %q", tokenFDEnv, fdStr)
@@ -144,8 +137,8 @@ func takeToken() (token string, fromEnv bool, err error) {
 		}
 		return string(b), false, nil
 	}
-	token, fromEnv = os.LookupEnv(TokenEnv)
-	_ = os.Unsetenv(TokenEnv)
+	token, fromEnv = os.LookupEnv(agentapi.TokenEnv)
+	_ = os.Unsetenv(agentapi.TokenEnv)
 	return token, fromEnv, nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	processpb "github.com/sandpit-dev/sandpit/proto/process"
 	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
@@ -80,7 +81,7 @@ func TestDefaultCwdIsHome(t *testing.T) {
 }
 
 func TestMainHidesTokenFromProcesses(t *testing.T) {
-	t.Setenv(TokenEnv, "secret-token")
+	t.Setenv(agentapi.TokenEnv, "secret-token")
 	t.Setenv("SANDPIT_TEST_DEFAULT", "visible")
 	addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t))
 
@@ -114,13 +115,13 @@ func TestMainHidesTokenFromProcesses(t *testing.T) {
 	}
 	r := drain(stream)
 	wantExit(t, r, 0)
-	if strings.Contains(r.stdout, "secret-token") || strings.Contains(r.stdout, TokenEnv) {
+	if strings.Contains(r.stdout, "secret-token") || strings.Contains(r.stdout, agentapi.TokenEnv) {
 		t.Fatalf("the token leaked into the process environment:\n%s", r.stdout)
 	}
 	if !strings.Contains(r.stdout, "SANDPIT_TEST_DEFAULT=visible") {
 		t.Fatalf("the agent's environment is not the default:\n%s", r.stdout)
 	}
-	if _, ok := os.LookupEnv(TokenEnv); ok {
+	if _, ok := os.LookupEnv(agentapi.TokenEnv); ok {
 		t.Fatal("Main left the token in its own environment")
 	}
 
@@ -342,7 +343,7 @@ func TestAuth(t *testing.T) {
 
 	for _, path := range []string{"/files?path=/etc/hostname", "/process.Process/List"} {
 		req, _ := http.NewRequest(http.MethodGet, e.srv.URL+path, nil)
-		req.Header.Set(accessTokenHeader, "wrong")
+		req.Header.Set(agentapi.AccessTokenHeader, "wrong")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -420,10 +421,10 @@ func TestMainRefusesEmptyToken(t *testing.T) {
 	}{{"unset", "", false}, {"empty", "", true}, {"blank", "  ", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.set {
-				t.Setenv(TokenEnv, tc.value)
+				t.Setenv(agentapi.TokenEnv, tc.value)
 			} else {
-				t.Setenv(TokenEnv, "x")
-				os.Unsetenv(TokenEnv)
+				t.Setenv(agentapi.TokenEnv, "x")
+				os.Unsetenv(agentapi.TokenEnv)
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()

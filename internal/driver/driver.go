@@ -23,9 +23,6 @@ const (
 	LabelRun = "sandpit.run"
 )
 
-// AgentPort is the port the in-sandbox agent listens on.
-const AgentPort = 49983
-
 var (
 	// ErrNotFound: the engine has no such container.
 	ErrNotFound = errors.New("container not found")

@@ -12,48 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
-
-	"github.com/sandpit-dev/sandpit/internal/agent"
-	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/router"
-	"github.com/sandpit-dev/sandpit/proto/filesystem/filesystemconnect"
-	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
 )
-
-// AgentReadMaxBytes bounds every message the daemon reads from a sandbox's
-// agent over Connect. The agent runs inside the sandbox, next to untrusted
-// code, so its answers are untrusted input too: without the bound a
-// compromised agent could make the daemon allocate without limit.
-const AgentReadMaxBytes = 32 << 20
-
-// Agent is the daemon's connection to one running sandbox's agent: its
-// Connect clients (built once per agent address and shared by every request
-// to it), the address and the access token every call must carry.
-type Agent struct {
-	Addr       string
-	Token      string
-	Process    processconnect.ProcessClient
-	Filesystem filesystemconnect.FilesystemClient
-}
-
-// agentClients are the Connect clients of one agent address.
-type agentClients struct {
-	process    processconnect.ProcessClient
-	filesystem filesystemconnect.FilesystemClient
-}
-
-// newAgentClients builds the Connect clients of the agent at addr; every
-// message they read is bounded by AgentReadMaxBytes.
-func newAgentClients(hc *http.Client, addr string) agentClients {
-	base := "http://" + addr
-	opt := connect.WithReadMaxBytes(AgentReadMaxBytes)
-	return agentClients{
-		process:    processconnect.NewProcessClient(hc, base, opt),
-		filesystem: filesystemconnect.NewFilesystemClient(hc, base, opt),
-	}
-}
 
 // agentLink is the one HTTP client and the one reverse proxy through which
 // every surface reaches the agents.
@@ -81,7 +43,7 @@ func newAgentLink() *agentLink {
 			// the E2B SDK names the process user with it.
 			router.StripForAgent(pr.Out.Header)
 			if f.token != "" {
-				pr.Out.Header.Set("X-Access-Token", f.token)
+				pr.Out.Header.Set(agentapi.AccessTokenHeader, f.token)
 			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
@@ -112,19 +74,19 @@ type forward struct {
 }
 
 // Agent returns the connection to a running sandbox's agent.
-func (s *Service) Agent(ctx context.Context, id string) (Agent, error) {
+func (s *Service) Agent(ctx context.Context, id string) (agentapi.Agent, error) {
 	addr, token, err := s.AgentTarget(ctx, id)
 	if err != nil {
-		return Agent{}, err
+		return agentapi.Agent{}, err
 	}
 	s.mu.Lock()
 	c, ok := s.agentClients[addr]
 	if !ok {
-		c = newAgentClients(s.agents.http, addr)
+		c = agentapi.NewClients(s.agents.http, addr)
 		s.agentClients[addr] = c
 	}
 	s.mu.Unlock()
-	return Agent{Addr: addr, Token: token, Process: c.process, Filesystem: c.filesystem}, nil
+	return agentapi.Agent{Addr: addr, Token: token, Process: c.Process, Filesystem: c.Filesystem}, nil
 }
 
 // AgentHTTP is the client for the agent's plain HTTP endpoints (/files),
@@ -156,7 +118,7 @@ func (s *Service) ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, p
 // is one only the daemon makes: the agent's init call, which replaces its
 // access token and environment. Surfaces and the preview proxy refuse it.
 func DaemonOnlyAgentPath(port int, p string) bool {
-	return port == driver.AgentPort && path.Clean("/"+p) == agent.InitPath
+	return port == agentapi.Port && path.Clean("/"+p) == agentapi.InitPath
 }
 
 func atoiOr0(s string) int {
@@ -198,7 +160,7 @@ func guardRelayed(h http.Header, agentPath, method string) {
 	h.Del("Set-Cookie")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Security-Policy", "sandbox")
-	if path.Clean("/"+agentPath) == "/files" && (method == http.MethodGet || method == http.MethodHead) {
+	if path.Clean("/"+agentPath) == agentapi.FilesPath && (method == http.MethodGet || method == http.MethodHead) {
 		if mt, _, _ := mime.ParseMediaType(h.Get("Content-Type")); mt != "application/json" {
 			// A download (the agent's JSON error bodies keep their type:
 			// the SDKs parse them).

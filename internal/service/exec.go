@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/proto/process"
 )
 
@@ -71,8 +72,7 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (ExecRes
 	if req.Cwd != "" {
 		cfg.Cwd = &req.Cwd
 	}
-	creq := connect.NewRequest(&process.StartRequest{Process: cfg})
-	creq.Header().Set("X-Access-Token", agent.Token)
+	creq := agentapi.NewRequest(&process.StartRequest{Process: cfg}, agent.Token)
 	stream, err := agent.Process.Start(ctx, creq)
 	if err != nil {
 		return ExecResult{}, agentError(err)

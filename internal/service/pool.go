@@ -18,7 +18,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
-	"github.com/sandpit-dev/sandpit/internal/agent"
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -271,7 +271,7 @@ const initTimeout = 3 * time.Second
 // initAgent gives an adopted container's agent the sandbox's environment and
 // access token, authenticated with the pool-only token it started with.
 func (s *Service) initAgent(ctx context.Context, ip, poolToken string, sb sandpit.Sandbox) error {
-	body, err := json.Marshal(agent.InitRequest{EnvVars: sb.Env, AccessToken: sb.AccessToken})
+	body, err := json.Marshal(agentapi.InitRequest{EnvVars: sb.Env, AccessToken: sb.AccessToken})
 	if err != nil {
 		return err
 	}
@@ -279,12 +279,12 @@ func (s *Service) initAgent(ctx context.Context, ip, poolToken string, sb sandpi
 	// not answer within the budget is given up on (the create goes cold).
 	ctx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
-	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort)) + agent.InitPath
+	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(agentapi.Port)) + agentapi.InitPath
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("X-Access-Token", poolToken)
+	req.Header.Set(agentapi.AccessTokenHeader, poolToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := s.agents.http.Do(req)
 	if err != nil {
@@ -648,7 +648,7 @@ func (s *Service) healthyNow(ctx context.Context, ip string) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort))+"/health", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(ip, strconv.Itoa(agentapi.Port))+agentapi.HealthPath, nil)
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return false

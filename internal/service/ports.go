@@ -12,7 +12,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
-	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/router"
 )
 
@@ -116,7 +116,7 @@ func (s *Service) exposePort(ctx context.Context, id string, port int, protocol 
 	if port < 1 || port > 65535 {
 		return ExposeResult{}, "", invalidf("port must be between 1 and 65535")
 	}
-	if port == driver.AgentPort {
+	if port == agentapi.Port {
 		return ExposeResult{}, "", invalidf("port %d is reserved for the sandbox agent", port)
 	}
 	if protocol == "" {
@@ -341,7 +341,7 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 	}
 	// The agent answers to its token, not to whoever knows a hostname; as
 	// with exposing it, a domain may not point at it.
-	if port == driver.AgentPort {
+	if port == agentapi.Port {
 		return sandpit.CustomDomain{}, false, invalidf("port %d is reserved for the sandbox agent", port)
 	}
 	sb, unlock, err := s.lockRow(ctx, id)
@@ -485,7 +485,7 @@ func (s *Service) checkPortQuota(ctx context.Context, sb sandpit.Sandbox, port i
 // policy says (public, or with its traffic token). trafficToken is the
 // credential the request presented. A refusal is ErrPortForbidden.
 func (s *Service) CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error {
-	if port == driver.AgentPort {
+	if port == agentapi.Port {
 		return nil
 	}
 	if _, err := s.store.GetPort(ctx, sb.ID, port); err == nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
@@ -548,7 +549,7 @@ func (s *Service) awaitCreate(ctx context.Context, id string) error {
 // agent's preview route (E2B clients reach 49983-<id>.<domain>), each exposed
 // port and each custom domain.
 func (s *Service) sandboxRoutes(ctx context.Context, id, ip string) ([]router.Route, error) {
-	routes := []router.Route{{Kind: router.KindHTTP, SandboxID: id, Port: driver.AgentPort, Upstream: upstream(ip, driver.AgentPort)}}
+	routes := []router.Route{{Kind: router.KindHTTP, SandboxID: id, Port: agentapi.Port, Upstream: upstream(ip, agentapi.Port)}}
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
 		return nil, err
@@ -650,7 +651,7 @@ func (s *Service) HostnameBound(ctx context.Context, host string) (bool, error) 
 	if up, err := running(id); err != nil || !up {
 		return false, err
 	}
-	if port == driver.AgentPort {
+	if port == agentapi.Port {
 		return true, nil
 	}
 	p, err := s.store.GetPort(ctx, id, port)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
@@ -149,7 +150,7 @@ type Service struct {
 	agents *agentLink
 	// agentClients are the Connect clients of each agent address, built on
 	// first use; guarded by mu and dropped with the address.
-	agentClients map[string]agentClients
+	agentClients map[string]agentapi.Clients
 
 	// ips caches each running sandbox's container address so the hot paths
 	// (proxying, exec) do not inspect the container on every request. It is
@@ -281,7 +282,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		log:             cfg.Logger,
 		http:            &http.Client{Timeout: 2 * time.Second},
 		agents:          newAgentLink(),
-		agentClients:    map[string]agentClients{},
+		agentClients:    map[string]agentapi.Clients{},
 		ips:             map[string]string{},
 		touched:         map[string]time.Time{},
 		creating:        map[string]chan struct{}{},
@@ -354,7 +355,7 @@ func (s *Service) AgentAddr(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort)), nil
+	return net.JoinHostPort(ip, strconv.Itoa(agentapi.Port)), nil
 }
 
 func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
@@ -395,7 +396,7 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 func (s *Service) forgetIP(id string) {
 	s.mu.Lock()
 	if ip, ok := s.ips[id]; ok {
-		delete(s.agentClients, net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort)))
+		delete(s.agentClients, net.JoinHostPort(ip, strconv.Itoa(agentapi.Port)))
 	}
 	delete(s.ips, id)
 	s.mu.Unlock()
@@ -424,7 +425,7 @@ func (s *Service) leave(id string) (done func()) {
 func (s *Service) waitHealthy(ctx context.Context, ip string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.HealthTimeout)
 	defer cancel()
-	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(driver.AgentPort)) + "/health"
+	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(agentapi.Port)) + "/health"
 	delay := 5 * time.Millisecond
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -17,9 +17,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/coder/websocket"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
-	"github.com/sandpit-dev/sandpit/internal/service"
 	fspb "github.com/sandpit-dev/sandpit/proto/filesystem"
 	"github.com/sandpit-dev/sandpit/proto/process"
 )
@@ -88,7 +88,7 @@ type SessionCommandLogs struct {
 // its agent.
 type sandboxConn struct {
 	id string // the sandbox's
-	service.Agent
+	agentapi.Agent
 }
 
 func (h *Handler) conn(r *http.Request) (*sandboxConn, error) {

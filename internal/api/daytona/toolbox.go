@@ -19,6 +19,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -32,7 +33,7 @@ import (
 // and plain-HTTP /files).
 
 // accessTokenHeader carries a sandbox's agent token.
-const accessTokenHeader = "X-Access-Token"
+const accessTokenHeader = agentapi.AccessTokenHeader
 
 // Limits of the toolbox.
 const (
@@ -51,21 +52,21 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // agent resolves the {id} path value (an id or a name) to the service's
 // connection to a running sandbox's agent.
-func (h *Handler) agent(r *http.Request) (service.Agent, error) {
+func (h *Handler) agent(r *http.Request) (agentapi.Agent, error) {
 	_, a, err := h.agentOf(r)
 	return a, err
 }
 
 // agentOf is agent that also returns the sandbox's id.
-func (h *Handler) agentOf(r *http.Request) (string, service.Agent, error) {
+func (h *Handler) agentOf(r *http.Request) (string, agentapi.Agent, error) {
 	x := r.PathValue("id")
 	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), x)
 	if err != nil {
-		return "", service.Agent{}, lookupError(err, x)
+		return "", agentapi.Agent{}, lookupError(err, x)
 	}
 	a, err := h.svc.Agent(r.Context(), sb.ID)
 	if err != nil {
-		return "", service.Agent{}, lookupError(err, x)
+		return "", agentapi.Agent{}, lookupError(err, x)
 	}
 	// Every toolbox call is activity: it defers the sandbox's auto-stop.
 	h.svc.Touch(r.Context(), sb.ID, false)
@@ -185,7 +186,7 @@ func runLimits(seconds *float64, envs map[string]string) (time.Duration, error) 
 // is what Daytona's combined result promises. A deadline travels to the
 // agent as the stream's Connect timeout, and the agent kills the process
 // when it fires.
-func (h *Handler) run(ctx context.Context, agent service.Agent, req ExecuteRequest, timeout time.Duration) (ExecuteResponse, error) {
+func (h *Handler) run(ctx context.Context, agent agentapi.Agent, req ExecuteRequest, timeout time.Duration) (ExecuteResponse, error) {
 	cfg := &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "exec 2>&1\n" + req.Command}, Envs: req.Envs}
 	if req.Cwd != "" {
 		cfg.Cwd = &req.Cwd
@@ -208,7 +209,7 @@ type procResult struct {
 // it. A deadline travels to the agent as the stream's Connect timeout, and
 // the agent kills the process when it fires; that is reported with
 // Daytona's sentence for it.
-func (h *Handler) runProc(ctx context.Context, agent service.Agent, cfg *process.ProcessConfig, timeout time.Duration) (procResult, error) {
+func (h *Handler) runProc(ctx context.Context, agent agentapi.Agent, cfg *process.ProcessConfig, timeout time.Duration) (procResult, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)

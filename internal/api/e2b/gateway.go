@@ -8,7 +8,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
-	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/router"
 )
 
@@ -39,7 +39,7 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 		writeError(w, http.StatusBadRequest, "missing "+headerSandboxID+" header")
 		return
 	}
-	port := driver.AgentPort
+	port := agentapi.Port
 	if p := r.Header.Get(headerSandboxPort); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
@@ -86,7 +86,7 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 		writeError(w, http.StatusBadGateway, "sandbox "+id+" is not reachable: "+err.Error())
 		return
 	}
-	if port != driver.AgentPort {
+	if port != agentapi.Port {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
 			fail(w, err, id)

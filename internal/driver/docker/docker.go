@@ -32,16 +32,13 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs" // same checks as containerd/errdefs, which go.mod only has as indirect
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 )
 
 const (
 	// AgentPath is where the agent executable is mounted inside a container.
 	AgentPath = "/.sandpit/sandpit"
-	// EnvAgentToken carries the agent's access token into the container.
-	EnvAgentToken = "SANDPIT_AGENT_TOKEN"
-	// EnvAgentUser names the agent's default user (agent.UserEnv).
-	EnvAgentUser = "SANDPIT_AGENT_USER"
 	// NamePrefix prefixes the sandbox id in container names.
 	NamePrefix = "sandpit-"
 	// DefaultNetwork is the engine network containers join unless told otherwise.
@@ -175,15 +172,15 @@ func (d *Docker) configs(spec driver.Spec) (*container.Config, *container.HostCo
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.Contains(v, "\x00") {
 			return nil, nil, fmt.Errorf("spec: invalid environment variable %q", k)
 		}
-		if k == EnvAgentToken || k == EnvAgentUser {
+		if k == agentapi.TokenEnv || k == agentapi.UserEnv {
 			continue
 		}
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	env = append(env, EnvAgentToken+"="+spec.AgentToken)
+	env = append(env, agentapi.TokenEnv+"="+spec.AgentToken)
 	if spec.AgentUser != "" {
-		env = append(env, EnvAgentUser+"="+spec.AgentUser)
+		env = append(env, agentapi.UserEnv+"="+spec.AgentUser)
 	}
 
 	// The managed labels go last so that spec.Labels cannot override them.

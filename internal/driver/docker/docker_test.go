@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
@@ -154,7 +155,7 @@ func waitHealthy(t *testing.T, ip string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := httpc.Get("http://" + net.JoinHostPort(ip, fmt.Sprint(driver.AgentPort)) + "/health")
+		resp, err := httpc.Get("http://" + net.JoinHostPort(ip, fmt.Sprint(agentapi.Port)) + "/health")
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -171,7 +172,7 @@ func waitHealthy(t *testing.T, ip string) {
 
 func getJSON(t *testing.T, ip, path string, v any) {
 	t.Helper()
-	resp, err := httpc.Get("http://" + net.JoinHostPort(ip, fmt.Sprint(driver.AgentPort)) + path)
+	resp, err := httpc.Get("http://" + net.JoinHostPort(ip, fmt.Sprint(agentapi.Port)) + path)
 	must(t, err)
 	defer resp.Body.Close()
 	must(t, json.NewDecoder(resp.Body).Decode(v))
@@ -200,7 +201,7 @@ func TestLifecycle(t *testing.T) {
 	spec.CPU = 0.5
 	spec.MemoryMB = 64
 	spec.Labels = map[string]string{driver.LabelRun: f.run[driver.LabelRun], "team": "blue", driver.LabelSandboxID: "spoofed"}
-	spec.Env[docker.EnvAgentToken] = "spoofed"
+	spec.Env[agentapi.TokenEnv] = "spoofed"
 
 	id, err := f.d.Create(ctx, spec)
 	must(t, err)

@@ -1,4 +1,4 @@
-package service
+package agentapi
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func (a *hostileAgent) ListDir(context.Context, *connect.Request[fspb.ListDirReq
 }
 
 // TestAgentReadsAreBounded: the daemon's agent clients refuse a message over
-// AgentReadMaxBytes and take one under it.
+// ReadMaxBytes and take one under it.
 func TestAgentReadsAreBounded(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -34,15 +34,15 @@ func TestAgentReadsAreBounded(t *testing.T) {
 		want    connect.Code
 	}{
 		{"small answer", 1 << 10, 0},
-		{"answer over the limit", AgentReadMaxBytes + 1, connect.CodeResourceExhausted},
+		{"answer over the limit", ReadMaxBytes + 1, connect.CodeResourceExhausted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mux := http.NewServeMux()
 			mux.Handle(filesystemconnect.NewFilesystemHandler(&hostileAgent{nameLen: tc.nameLen}))
 			srv := httptest.NewServer(mux)
 			defer srv.Close()
-			c := newAgentClients(newAgentLink().http, strings.TrimPrefix(srv.URL, "http://"))
-			_, err := c.filesystem.ListDir(context.Background(), connect.NewRequest(&fspb.ListDirRequest{Path: "/"}))
+			c := NewClients(&http.Client{}, strings.TrimPrefix(srv.URL, "http://"))
+			_, err := c.Filesystem.ListDir(context.Background(), connect.NewRequest(&fspb.ListDirRequest{Path: "/"}))
 			if got := connect.CodeOf(err); (tc.want == 0 && err != nil) || (tc.want != 0 && got != tc.want) {
 				t.Fatalf("ListDir: %v (code %v), want code %v", err, got, tc.want)
 			}
