@@ -8,6 +8,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -17,12 +18,12 @@ import (
 // there before it touches its own store, and a delete frees them after. A
 // daemon without --cluster has a nil index and none of this runs.
 
-var _ ClaimStore = (*cluster.ClaimStore)(nil)
+var _ idempotency.ClaimStore = (*cluster.ClaimStore)(nil)
 
 // claimStore is where the idempotency engine keeps its claims: the
 // replicated index in a cluster, so that a retry reaching any node finds the
 // claim its first attempt made on another; the SQLite store otherwise.
-func claimStore(cfg Config, st *store.Store) ClaimStore {
+func claimStore(cfg Config, st *store.Store) idempotency.ClaimStore {
 	if cfg.Cluster != nil {
 		return cfg.Cluster.Claims()
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -171,7 +172,7 @@ type Service struct {
 	// starting holds the running sandboxes reconcile is still bringing back.
 	starting map[string]bool
 
-	idem   *Idempotency
+	idem   *idempotency.Engine
 	events *events
 
 	// exposing coordinates the calls exposing one route key; see
@@ -269,8 +270,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	if cfg.MaxStreamsPerToken == 0 {
 		cfg.MaxStreamsPerToken = DefaultMaxStreamsPerToken
 	}
-	idem := NewIdempotency(claimStore(cfg, st), cfg.Now, cfg.Logger)
-	idem.metrics = cfg.Metrics
+	idem := idempotency.New(claimStore(cfg, st), cfg.Now, cfg.Logger, cfg.Metrics)
 	return &Service{
 		sessions:        newSessions(cfg.MaxStreamsPerToken, cfg.Now),
 		pool:            pool,
@@ -296,7 +296,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 
 // Idempotency returns the idempotency engine every surface deduplicates
 // through.
-func (s *Service) Idempotency() *Idempotency { return s.idem }
+func (s *Service) Idempotency() *idempotency.Engine { return s.idem }
 
 // Config returns the effective configuration.
 func (s *Service) Config() Config { return s.cfg }
