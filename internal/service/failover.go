@@ -330,7 +330,9 @@ func (s *Service) dropLocal(ctx context.Context, id string) error {
 	if err := s.teardown(ctx, sb); err != nil {
 		return err
 	}
-	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+	// The event says this node's copy went, not that the sandbox did: it
+	// may live on the node the cluster placed it on.
+	if err := s.removeRow(ctx, EventDropped, sb); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 		return err
 	}
 	return nil
