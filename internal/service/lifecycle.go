@@ -245,7 +245,7 @@ func (s *Service) deleteLocked(ctx context.Context, id string, typ EventType) er
 	if err := s.teardown(ctx, sb); err != nil {
 		return err
 	}
-	_, err = s.transition(ctx, change{typ: typ, from: sb, then: func() { s.clusterRelease(ctx, id) }})
+	_, err = s.transition(ctx, change{typ: typ, from: sb, then: func() { s.cluster.release(ctx, id) }})
 	if errors.Is(err, sandpit.ErrNotFound) {
 		return nil // someone else's delete won, and announced it
 	}
@@ -282,7 +282,7 @@ func (s *Service) lockRow(ctx context.Context, id string) (sandpit.Sandbox, func
 
 // StopSandbox stops a sandbox's container, keeping its filesystem.
 func (s *Service) StopSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
@@ -338,7 +338,7 @@ func (s *Service) restoreRoutes(ctx context.Context, id string) {
 // StartSandbox starts a stopped sandbox (or resumes a paused one) and waits
 // for its agent.
 func (s *Service) StartSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
@@ -370,7 +370,7 @@ func (s *Service) StartSandbox(ctx context.Context, id string) (_ sandpit.Sandbo
 // PauseSandbox freezes a running sandbox's processes. Its routes go while it
 // is paused: a frozen upstream would hold every connection open forever.
 func (s *Service) PauseSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
@@ -389,7 +389,7 @@ func (s *Service) PauseSandbox(ctx context.Context, id string) (_ sandpit.Sandbo
 
 // ResumeSandbox unfreezes a paused sandbox.
 func (s *Service) ResumeSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
@@ -417,7 +417,7 @@ func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit
 
 // SetTimeout moves a sandbox's end time to now+timeout.
 func (s *Service) SetTimeout(ctx context.Context, id string, timeout time.Duration) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	if timeout <= 0 || timeout > maxTimeout {
 		return sandpit.Sandbox{}, invalidf("timeout must be between 1s and %s", maxTimeout)
 	}
@@ -433,7 +433,7 @@ func (s *Service) SetTimeout(ctx context.Context, id string, timeout time.Durati
 
 // SetLabels replaces a sandbox's labels.
 func (s *Service) SetLabels(ctx context.Context, id string, labels map[string]string) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	if err := s.validateCreate(&CreateRequest{Labels: labels}); err != nil {
 		return sandpit.Sandbox{}, err
 	}

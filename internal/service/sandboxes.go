@@ -317,13 +317,13 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	defer unlock()
 	t0 := time.Now()
 	if !req.recreate {
-		if err := s.clusterReserve(ctx, sb); err != nil {
+		if err := s.cluster.reserve(ctx, sb); err != nil {
 			return sandpit.Sandbox{}, err
 		}
 	}
 	if err := s.store.CreateSandboxWithinLimits(ctx, sb, limits, s.cfg.MaxSandboxes); err != nil {
 		if !req.recreate {
-			s.clusterRelease(ctx, id)
+			s.cluster.release(ctx, id)
 		}
 		return sandpit.Sandbox{}, err
 	}
@@ -358,7 +358,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 			s.log.Error("rollback: delete row", "sandbox", id, "err", err)
 		}
 		if !req.recreate {
-			s.clusterRelease(rctx, id)
+			s.cluster.release(rctx, id)
 		}
 		return sandpit.Sandbox{}, cause
 	}
@@ -393,7 +393,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	after, err := s.transition(ctx, change{typ: EventCreated, from: from, state: sandpit.StateRunning, then: func() {
 		phase(ctx, "store", t0)
 		if !req.recreate {
-			s.publishSpec(ctx, id, &req.User)
+			s.cluster.publishSpec(ctx, id, &req.User)
 		}
 	}})
 	if err != nil {

@@ -172,8 +172,10 @@ type Service struct {
 	// starting holds the running sandboxes reconcile is still bringing back.
 	starting map[string]bool
 
-	idem   *idempotency.Engine
-	events *events
+	idem *idempotency.Engine
+	// cluster is singleNode, or replicated over Config.Cluster.
+	cluster clusterMode
+	events  *events
 
 	// exposing coordinates the calls exposing one route key; see
 	// ExposePort.
@@ -271,7 +273,8 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		cfg.MaxStreamsPerToken = DefaultMaxStreamsPerToken
 	}
 	idem := idempotency.New(claimStore(cfg, st), cfg.Now, cfg.Logger, cfg.Metrics)
-	return &Service{
+	s := &Service{
+		cluster:         singleNode{},
 		sessions:        newSessions(cfg.MaxStreamsPerToken, cfg.Now),
 		pool:            pool,
 		cfg:             cfg,
@@ -292,6 +295,10 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		events:          newEvents(),
 		creates:         make(chan struct{}, cfg.MaxConcurrentCreates),
 	}
+	if cfg.Cluster != nil {
+		s.cluster = &replicated{s: s, r: cfg.Cluster}
+	}
+	return s
 }
 
 // Idempotency returns the idempotency engine every surface deduplicates
@@ -342,7 +349,7 @@ func containerName(id string) string { return "sandpit-" + id }
 // sandbox re-created on one node must not collide with the container its
 // dead owner left behind.
 func (s *Service) sandboxContainerName(id string) string {
-	if s.cfg.Cluster != nil && s.cfg.Instance != "" {
+	if s.cluster.clustered() && s.cfg.Instance != "" {
 		return containerName(id) + "-" + s.cfg.Instance[:min(8, len(s.cfg.Instance))]
 	}
 	return containerName(id)
