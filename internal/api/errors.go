@@ -14,6 +14,7 @@ import (
 	"github.com/sandpit-dev/sandpit/apitypes"
 
 	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -59,9 +60,9 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, apitypes.CodeNameConflict, msg}
 	case errors.Is(err, sandpit.ErrHostnameConflict):
 		return Problem{http.StatusConflict, apitypes.CodeHostnameConflict, msg}
-	case errors.Is(err, service.ErrKeyMismatch):
+	case errors.Is(err, idempotency.ErrKeyMismatch):
 		return Problem{http.StatusUnprocessableEntity, apitypes.CodeKeyMismatch, msg}
-	case errors.Is(err, service.ErrKeyInFlight):
+	case errors.Is(err, idempotency.ErrKeyInFlight):
 		return Problem{http.StatusConflict, apitypes.CodeKeyInFlight, msg}
 	case errors.Is(err, sandpit.ErrSandboxExists), errors.Is(err, sandpit.ErrClaimLost), errors.Is(err, service.ErrCreateInProgress):
 		// A retry racing its own first attempt: the request is being done,

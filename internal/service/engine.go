@@ -156,11 +156,7 @@ func (s *Service) sandboxDied(ctx context.Context, id, reason string) error {
 	// hand to the next container.
 	s.removeFirewall(ctx, id)
 	old, _ := s.store.GetSandbox(ctx, id)
-	if err := s.store.SetSandboxState(ctx, id, state, reason, s.now()); err != nil {
-		return err
-	}
-	if sb, err := s.store.GetSandbox(ctx, id); err == nil {
-		s.publish(EventDied, sb, old.State)
-	}
-	return nil
+	old.ID = id
+	_, err := s.transition(ctx, change{typ: EventDied, from: old, state: state, reason: reason, reread: true})
+	return err
 }

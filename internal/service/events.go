@@ -22,6 +22,10 @@ const (
 	EventDeleted EventType = "deleted"
 	// EventDied: the sandbox's container stopped or vanished on its own.
 	EventDied EventType = "died"
+	// EventDropped: in a cluster, this node removed its copy of a sandbox
+	// the cluster places on another node (or gave up re-creating it here);
+	// the sandbox itself may live on elsewhere, so this is not a delete.
+	EventDropped EventType = "dropped"
 )
 
 // Event is one sandbox state change. Sandbox is the sandbox after the change

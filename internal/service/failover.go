@@ -69,18 +69,17 @@ type specDomain struct {
 // create's agent user, which the store does not keep: nil keeps the one the
 // placement's spec has. A failure is logged: the sandbox works, it only
 // could not be re-created from the latest spec.
-func (s *Service) publishSpec(ctx context.Context, id string, user *string) {
-	if s.cfg.Cluster == nil {
-		return
-	}
+func (c *replicated) publishSpec(ctx context.Context, id string, user *string) {
+	s := c.s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := s.writeSpec(ctx, id, user); err != nil {
+	if err := c.writeSpec(ctx, id, user); err != nil {
 		s.log.Warn("cluster: publish sandbox spec", "sandbox", id, "err", err)
 	}
 }
 
-func (s *Service) writeSpec(ctx context.Context, id string, user *string) error {
+func (c *replicated) writeSpec(ctx context.Context, id string, user *string) error {
+	s := c.s
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
@@ -95,7 +94,7 @@ func (s *Service) writeSpec(ctx context.Context, id string, user *string) error 
 	}
 	if user != nil {
 		spec.User = *user
-	} else if p, ok := s.cfg.Cluster.FSM().Placement(id); ok && len(p.Spec) > 0 {
+	} else if p, ok := c.r.FSM().Placement(id); ok && len(p.Spec) > 0 {
 		var old recreateSpec
 		if json.Unmarshal(p.Spec, &old) == nil {
 			spec.User = old.User
@@ -131,7 +130,7 @@ func (s *Service) writeSpec(ctx context.Context, id string, user *string) error 
 	if err != nil {
 		return err
 	}
-	return s.cfg.Cluster.SetSpec(ctx, id, b)
+	return c.r.SetSpec(ctx, id, b)
 }
 
 // specChanged republishes a sandbox's spec after a change succeeded: of its
@@ -140,11 +139,12 @@ func (s *Service) writeSpec(ctx context.Context, id string, user *string) error 
 // While the sandbox is being re-created here, the re-creation publishes
 // once at its end instead, so that a crash midway never leaves a spec with
 // half of the exposures.
-func (s *Service) specChanged(ctx context.Context, id string, err *error) {
-	if s.cfg.Cluster == nil || *err != nil {
+func (c *replicated) specChanged(ctx context.Context, id string, err *error) {
+	s := c.s
+	if *err != nil {
 		return
 	}
-	fsm := s.cfg.Cluster.FSM()
+	fsm := c.r.FSM()
 	p, ok := fsm.Placement(id)
 	if !ok {
 		p, ok = fsm.PlacementByName(id)
@@ -152,7 +152,7 @@ func (s *Service) specChanged(ctx context.Context, id string, err *error) {
 	if !ok || p.State != cluster.PlacementPlaced || p.Node != s.cfg.NodeName {
 		return
 	}
-	s.publishSpec(ctx, p.SandboxID, nil)
+	c.publishSpec(ctx, p.SandboxID, nil)
 }
 
 // RunFailover keeps this node in step with what the cluster decided about
@@ -162,7 +162,7 @@ func (s *Service) specChanged(ctx context.Context, id string, err *error) {
 // replicated index is the tiebreaker, so no sandbox runs on two nodes), and
 // takes back the sandboxes it lost while it was away.
 func (s *Service) RunFailover(ctx context.Context, every time.Duration) {
-	if s.cfg.Cluster == nil {
+	if !s.cluster.clustered() {
 		return
 	}
 	t := time.NewTicker(every)
@@ -181,14 +181,14 @@ func (s *Service) RunFailover(ctx context.Context, every time.Duration) {
 
 // SyncWithCluster runs one round of RunFailover. The daemon also runs it once
 // before it serves and before its reconcile restarts containers.
-func (s *Service) SyncWithCluster(ctx context.Context) error {
-	if s.cfg.Cluster == nil {
-		return nil
-	}
-	if err := s.dropStale(ctx); err != nil {
+func (s *Service) SyncWithCluster(ctx context.Context) error { return s.cluster.sync(ctx) }
+
+func (c *replicated) sync(ctx context.Context) error {
+	s := c.s
+	if err := c.dropStale(ctx); err != nil {
 		return err
 	}
-	fsm := s.cfg.Cluster.FSM()
+	fsm := c.r.FSM()
 	var errs []error
 	reclaim := false
 	recreating := map[string]bool{}
@@ -196,7 +196,7 @@ func (s *Service) SyncWithCluster(ctx context.Context) error {
 		switch p.State {
 		case cluster.PlacementRecreating:
 			recreating[p.SandboxID] = true
-			errs = append(errs, s.recreateOrGiveUp(ctx, p))
+			errs = append(errs, c.recreateOrGiveUp(ctx, p))
 		case cluster.PlacementLost:
 			reclaim = true
 		}
@@ -214,7 +214,7 @@ func (s *Service) SyncWithCluster(ctx context.Context) error {
 		// This node is back and sees its lost sandboxes nobody deleted:
 		// they are its own again.
 		s.log.Info("cluster: taking back the sandboxes lost while this node was away")
-		errs = append(errs, s.cfg.Cluster.Reclaim(ctx))
+		errs = append(errs, c.r.Reclaim(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -223,8 +223,9 @@ func (s *Service) SyncWithCluster(ctx context.Context) error {
 // RecreateGiveUp (an image this node lacks, say, fails every time) it
 // removes what they left and makes the sandbox lost, so that its clients get
 // 410 and its delete, rather than 503 and a retry forever.
-func (s *Service) recreateOrGiveUp(ctx context.Context, p cluster.Placement) error {
-	err := s.recreate(ctx, p)
+func (c *replicated) recreateOrGiveUp(ctx context.Context, p cluster.Placement) error {
+	s := c.s
+	err := c.recreate(ctx, p)
 	s.mu.Lock()
 	first, failing := s.recreateFailing[p.SandboxID]
 	switch {
@@ -246,7 +247,7 @@ func (s *Service) recreateOrGiveUp(ctx context.Context, p cluster.Placement) err
 	if derr := s.dropLocal(ctx, p.SandboxID); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
 		return errors.Join(err, derr)
 	}
-	if gerr := s.cfg.Cluster.RecreateFailed(ctx, p.SandboxID); gerr != nil {
+	if gerr := c.r.RecreateFailed(ctx, p.SandboxID); gerr != nil {
 		return errors.Join(err, gerr)
 	}
 	s.mu.Lock()
@@ -262,22 +263,18 @@ const staleAfter = 5 * time.Second
 
 // DropStale removes, in a cluster, the local sandboxes whose placement is
 // gone or names another node; the daemon runs it before it serves.
-func (s *Service) DropStale(ctx context.Context) error {
-	if s.cfg.Cluster == nil {
-		return nil
-	}
-	return s.dropStale(ctx)
-}
+func (s *Service) DropStale(ctx context.Context) error { return s.cluster.dropStale(ctx) }
 
 // dropStale removes the local sandboxes whose placement is gone or names
 // another node. Candidates are confirmed after a read barrier, so a copy of
 // the index that is merely behind never removes anything.
-func (s *Service) dropStale(ctx context.Context) error {
+func (c *replicated) dropStale(ctx context.Context) error {
+	s := c.s
 	list, err := s.allSandboxes(ctx, nil)
 	if err != nil {
 		return err
 	}
-	fsm := s.cfg.Cluster.FSM()
+	fsm := c.r.FSM()
 	stale := func(sb sandpit.Sandbox) bool {
 		// A reservation no node holds yet is not another node's copy.
 		p, ok := fsm.Placement(sb.ID)
@@ -292,7 +289,7 @@ func (s *Service) dropStale(ctx context.Context) error {
 	if len(cands) == 0 {
 		return nil
 	}
-	if err := s.cfg.Cluster.CatchUp(ctx); err != nil {
+	if err := c.r.CatchUp(ctx); err != nil {
 		return err
 	}
 	var errs []error
@@ -330,7 +327,9 @@ func (s *Service) dropLocal(ctx context.Context, id string) error {
 	if err := s.teardown(ctx, sb); err != nil {
 		return err
 	}
-	if err := s.store.DeleteSandbox(ctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+	// The event says this node's copy went, not that the sandbox did: it
+	// may live on the node the cluster placed it on.
+	if err := s.removeRow(ctx, EventDropped, sb); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 		return err
 	}
 	return nil
@@ -342,7 +341,8 @@ func (s *Service) dropLocal(ctx context.Context, id string) error {
 // host ports of this node, its custom domains bound here. It is re-entrant:
 // a node that crashed midway finds the placement still recreating and
 // finishes (a half-made copy is removed and made again).
-func (s *Service) recreate(ctx context.Context, p cluster.Placement) error {
+func (c *replicated) recreate(ctx context.Context, p cluster.Placement) error {
+	s := c.s
 	var spec recreateSpec
 	if err := json.Unmarshal(p.Spec, &spec); err != nil {
 		return fmt.Errorf("decode spec: %w", err)
@@ -353,7 +353,7 @@ func (s *Service) recreate(ctx context.Context, p cluster.Placement) error {
 	case err == nil && spec.State != "" && sb.State == spec.State:
 		// An earlier attempt made it, exposed its ports and stopped or
 		// paused it as its spec says; only the bookkeeping below is left.
-		return s.recreated(ctx, p, spec)
+		return c.recreated(ctx, p, spec)
 	case err == nil && sb.State == sandpit.StateRunning:
 		// Made by an earlier attempt; its exposures are completed below.
 	case err == nil:
@@ -373,7 +373,7 @@ func (s *Service) recreate(ctx context.Context, p cluster.Placement) error {
 			if req.Timeout <= 0 {
 				// It would have expired by now wherever it ran.
 				s.log.Info("cluster: a failed-over sandbox expired meanwhile; deleting it", "sandbox", p.SandboxID)
-				return s.cfg.Cluster.Delete(ctx, p.SandboxID)
+				return c.r.Delete(ctx, p.SandboxID)
 			}
 		}
 		s.log.Info("cluster: re-creating a sandbox of a dead node", "sandbox", p.SandboxID, "name", p.Name)
@@ -424,15 +424,16 @@ func (s *Service) recreate(ctx context.Context, p cluster.Placement) error {
 			return fmt.Errorf("pause: %w", err)
 		}
 	}
-	return s.recreated(ctx, p, spec)
+	return c.recreated(ctx, p, spec)
 }
 
 // recreated publishes a re-created sandbox's spec and marks it placed here.
-func (s *Service) recreated(ctx context.Context, p cluster.Placement, spec recreateSpec) error {
-	if err := s.writeSpec(ctx, p.SandboxID, &spec.User); err != nil {
+func (c *replicated) recreated(ctx context.Context, p cluster.Placement, spec recreateSpec) error {
+	s := c.s
+	if err := c.writeSpec(ctx, p.SandboxID, &spec.User); err != nil {
 		return err
 	}
-	if err := s.cfg.Cluster.Recreated(ctx, p.SandboxID); err != nil {
+	if err := c.r.Recreated(ctx, p.SandboxID); err != nil {
 		return err
 	}
 	s.log.Info("cluster: re-created a sandbox of a dead node", "sandbox", p.SandboxID, "name", p.Name, "state", spec.State)

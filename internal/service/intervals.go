@@ -15,7 +15,7 @@ import (
 
 // SetInterval sets one lifecycle interval of a sandbox.
 func (s *Service) SetInterval(ctx context.Context, id string, which sandpit.Interval, value int) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	if err := ValidateInterval(which, value); err != nil {
 		return sandpit.Sandbox{}, err
 	}

@@ -239,23 +239,17 @@ func (s *Service) deleteLocked(ctx context.Context, id string, typ EventType) er
 	// The agent is going away: requests for it are refused at once instead
 	// of waiting on an address that stops answering.
 	defer s.leave(id)()
-	if sb.State != sandpit.StateDeleting {
-		if err := s.store.SetSandboxState(ctx, id, sandpit.StateDeleting, "", s.now()); err != nil {
-			return err
-		}
+	if err := s.markDeleting(ctx, sb); err != nil {
+		return err
 	}
 	if err := s.teardown(ctx, sb); err != nil {
 		return err
 	}
-	if err := s.store.DeleteSandbox(ctx, id); err != nil {
-		if errors.Is(err, sandpit.ErrNotFound) {
-			return nil // someone else's delete won, and announced it
-		}
-		return err
+	_, err = s.transition(ctx, change{typ: typ, from: sb, then: func() { s.cluster.release(ctx, id) }})
+	if errors.Is(err, sandpit.ErrNotFound) {
+		return nil // someone else's delete won, and announced it
 	}
-	s.clusterRelease(ctx, id)
-	s.publish(typ, sb, sb.State)
-	return nil
+	return err
 }
 
 // teardown removes what a sandbox has on this node besides its rows: routes,
@@ -288,7 +282,7 @@ func (s *Service) lockRow(ctx context.Context, id string) (sandpit.Sandbox, func
 
 // StopSandbox stops a sandbox's container, keeping its filesystem.
 func (s *Service) StopSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
@@ -317,10 +311,7 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (_ sandpit.Sandbox
 		return sb, runtimeErr("stop container", err)
 	}
 	s.removeFirewall(ctx, id)
-	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateStopped, s.now()); err != nil {
-		return sb, err
-	}
-	after, err := s.changed(ctx, EventStopped, id, sb.State)
+	after, err := s.transition(ctx, change{typ: EventStopped, from: sb, state: sandpit.StateStopped, reread: true})
 	if err != nil || after.AutoDelete != 0 {
 		return after, err
 	}
@@ -347,7 +338,7 @@ func (s *Service) restoreRoutes(ctx context.Context, id string) {
 // StartSandbox starts a stopped sandbox (or resumes a paused one) and waits
 // for its agent.
 func (s *Service) StartSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
@@ -364,27 +355,22 @@ func (s *Service) StartSandbox(ctx context.Context, id string) (_ sandpit.Sandbo
 	if err := s.startAndAwait(ctx, &sb); err != nil {
 		return sb, err
 	}
-	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
+	// The event names the state the sandbox was started from as stopped,
+	// whichever stopped-like state (error, say) its row had.
+	from := sb
+	from.State = sandpit.StateStopped
+	after, err := s.transition(ctx, change{typ: EventStarted, from: from, state: sandpit.StateRunning, reread: true})
+	if err != nil && !errors.Is(err, errReread) {
 		s.undoStart(ctx, &sb)
 		return sb, err
 	}
-	return s.changed(ctx, EventStarted, id, sandpit.StateStopped)
-}
-
-// changed reads a sandbox after a state change and announces the change.
-func (s *Service) changed(ctx context.Context, typ EventType, id string, old sandpit.State) (sandpit.Sandbox, error) {
-	sb, err := s.store.GetSandbox(ctx, id)
-	if err != nil {
-		return sb, err
-	}
-	s.publish(typ, sb, old)
-	return sb, nil
+	return after, err
 }
 
 // PauseSandbox freezes a running sandbox's processes. Its routes go while it
 // is paused: a frozen upstream would hold every connection open forever.
 func (s *Service) PauseSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
@@ -398,17 +384,12 @@ func (s *Service) PauseSandbox(ctx context.Context, id string) (_ sandpit.Sandbo
 		s.restoreRoutes(ctx, id)
 		return sb, runtimeErr("pause", err)
 	}
-	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StatePaused, s.now()); err != nil {
-		return sb, err
-	}
-	sb.State = sandpit.StatePaused
-	s.publish(EventPaused, sb, sandpit.StateRunning)
-	return sb, nil
+	return s.transition(ctx, change{typ: EventPaused, from: sb, state: sandpit.StatePaused})
 }
 
 // ResumeSandbox unfreezes a paused sandbox.
 func (s *Service) ResumeSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
@@ -424,12 +405,10 @@ func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit
 	if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
 		return sb, runtimeErr("unpause", err)
 	}
-	if err := s.store.UpdateSandboxState(ctx, sb.ID, sandpit.StateRunning, s.now()); err != nil {
+	sb, err := s.transition(ctx, change{typ: EventResumed, from: sb, state: sandpit.StateRunning})
+	if err != nil {
 		return sb, err
 	}
-	sb.State = sandpit.StateRunning
-	sb.StateReason = ""
-	s.publish(EventResumed, sb, sandpit.StatePaused)
 	// Every route went when the sandbox paused, and ports and domains added
 	// meanwhile were only recorded; all of them are installed now.
 	s.restoreRoutes(ctx, sb.ID)
@@ -438,7 +417,7 @@ func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit
 
 // SetTimeout moves a sandbox's end time to now+timeout.
 func (s *Service) SetTimeout(ctx context.Context, id string, timeout time.Duration) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	if timeout <= 0 || timeout > maxTimeout {
 		return sandpit.Sandbox{}, invalidf("timeout must be between 1s and %s", maxTimeout)
 	}
@@ -454,7 +433,7 @@ func (s *Service) SetTimeout(ctx context.Context, id string, timeout time.Durati
 
 // SetLabels replaces a sandbox's labels.
 func (s *Service) SetLabels(ctx context.Context, id string, labels map[string]string) (_ sandpit.Sandbox, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	if err := s.validateCreate(&CreateRequest{Labels: labels}); err != nil {
 		return sandpit.Sandbox{}, err
 	}

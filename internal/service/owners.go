@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
 )
 
 // ErrUnauthorized is a request whose credential is missing, unknown, revoked
@@ -39,15 +41,12 @@ func ownerOf(ctx context.Context) string {
 	return sandpit.AdminOwner
 }
 
-// ownerScopeSep separates a claim scope's base from its owner.
-const ownerScopeSep = "@owner:"
-
 // OwnerScope is the idempotency claim scope of base for the caller in ctx.
 // Keys are scoped per owner, as a payment API scopes them per account: the
 // same key (or E2B body fingerprint) from two owners names two requests, so
 // one owner's retry can never replay another owner's response.
 func OwnerScope(ctx context.Context, base string) string {
-	return base + ownerScopeSep + ownerOf(ctx)
+	return idempotency.OwnerScope(base, ownerOf(ctx))
 }
 
 // visibleTo reports whether the principal may see the sandbox. Another

@@ -107,7 +107,7 @@ func (s *Service) PreviewToken(ctx context.Context, id string, port int) (string
 }
 
 func (s *Service) exposePort(ctx context.Context, id string, port int, protocol string, private bool) (out ExposeResult, token string, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	defer func() {
 		if !out.Reuse {
 			s.audit(ctx, "port.expose", id+":"+strconv.Itoa(port), err)
@@ -237,7 +237,7 @@ func (s *Service) deletePortRow(ctx context.Context, id string, port int) {
 
 // UnexposePort removes the route, then the row.
 func (s *Service) UnexposePort(ctx context.Context, id string, port int) (err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	if _, err := s.sandbox(ctx, id); err != nil {
 		return err
 	}
@@ -323,7 +323,7 @@ func NormalizeHostname(h string) (string, error) {
 // AddCustomDomain binds a hostname to a sandbox port. The hostname primary key
 // decides between two sandboxes racing for it.
 func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port int) (_ sandpit.CustomDomain, added bool, err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	defer func() {
 		if added || err != nil {
 			s.audit(ctx, "domain.add", id+":"+hostname, err)
@@ -356,7 +356,7 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 		return sandpit.CustomDomain{}, false, err
 	}
 	// The cluster decides the hostname first; this store records it after.
-	if err := s.clusterBind(ctx, id, h); err != nil {
+	if err := s.cluster.bind(ctx, id, h); err != nil {
 		return sandpit.CustomDomain{}, false, err
 	}
 	var d sandpit.CustomDomain
@@ -364,7 +364,7 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 		if derr := s.store.RemoveCustomDomain(context.WithoutCancel(ctx), id, h); derr != nil && !errors.Is(derr, sandpit.ErrNotFound) {
 			s.log.Error("domain rollback", "hostname", h, "err", derr)
 		}
-		s.clusterUnbind(ctx, id, h)
+		s.cluster.unbind(ctx, id, h)
 	}
 	claim := func() (claimOutcome, error) {
 		var outcome sandpit.AddOutcome
@@ -400,7 +400,7 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 			// sandbox's); the local row is what stands.
 			return sandpit.CustomDomain{}, false, err
 		}
-		s.clusterUnbind(ctx, id, h)
+		s.cluster.unbind(ctx, id, h)
 		return sandpit.CustomDomain{}, false, err
 	}
 	if ierr != nil {
@@ -411,7 +411,7 @@ func (s *Service) AddCustomDomain(ctx context.Context, id, hostname string, port
 
 // RemoveCustomDomain unbinds a hostname from a sandbox.
 func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) (err error) {
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	h, err := NormalizeHostname(hostname)
 	if err != nil {
 		return err
@@ -436,7 +436,7 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) (
 		if err := s.store.RemoveCustomDomain(ctx, id, h); err != nil {
 			return err
 		}
-		s.clusterUnbind(ctx, id, h)
+		s.cluster.unbind(ctx, id, h)
 		return nil
 	})
 }

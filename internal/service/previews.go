@@ -20,7 +20,7 @@ func (s *Service) RevokeSignedPreview(ctx context.Context, id, token string, exp
 	if !expiresAt.After(now) {
 		return nil
 	}
-	defer s.specChanged(ctx, id, &err)
+	defer s.cluster.specChanged(ctx, id, &err)
 	return s.store.RevokePreviewToken(ctx, id, token, expiresAt, now)
 }
 

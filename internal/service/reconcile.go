@@ -142,7 +142,7 @@ func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver
 	case !exists:
 		if sb.State != sandpit.StateError {
 			s.log.Warn("reconcile: container gone", "sandbox", sb.ID)
-			return false, s.store.SetSandboxState(ctx, sb.ID, sandpit.StateError, sandpit.ReasonRemoved, s.now())
+			return false, s.reconciled(ctx, EventDied, sb, sandpit.StateError, sandpit.ReasonRemoved)
 		}
 	case sb.State == sandpit.StateStopped && (c.State == "running" || c.State == "paused"):
 		if c.State == "paused" {
@@ -154,15 +154,23 @@ func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver
 			return false, runtimeErr("stop", err)
 		}
 	case sb.State == sandpit.StateRunning && c.State == "paused":
-		return false, s.store.UpdateSandboxState(ctx, sb.ID, sandpit.StatePaused, s.now())
+		return false, s.reconciled(ctx, EventPaused, sb, sandpit.StatePaused, "")
 	case sb.State == sandpit.StateRunning && c.State != "running":
 		return true, nil
 	case sb.State == sandpit.StatePaused && c.State == "running":
-		return false, s.store.UpdateSandboxState(ctx, sb.ID, sandpit.StateRunning, s.now())
+		return false, s.reconciled(ctx, EventResumed, sb, sandpit.StateRunning, "")
 	case sb.State == sandpit.StatePaused && c.State != "paused":
-		return false, s.store.SetSandboxState(ctx, sb.ID, sandpit.StateStopped, sandpit.ReasonExited, s.now())
+		return false, s.reconciled(ctx, EventDied, sb, sandpit.StateStopped, sandpit.ReasonExited)
 	}
 	return false, nil
+}
+
+// reconciled records the state reconcile found sb's container in, and
+// announces it: a container that went away or exited while the daemon was
+// down died, one paused or unpaused meanwhile was paused or resumed.
+func (s *Service) reconciled(ctx context.Context, typ EventType, sb sandpit.Sandbox, state sandpit.State, reason string) error {
+	_, err := s.transition(ctx, change{typ: typ, from: sb, state: state, reason: reason, reread: true})
+	return err
 }
 
 // restartAll starts the given sandboxes' containers again, a bounded number
@@ -211,7 +219,7 @@ func (s *Service) restartOne(ctx context.Context, id string) {
 			return
 		}
 		s.log.Error("reconcile: restart sandbox", "sandbox", id, "err", err)
-		if err := s.store.SetSandboxState(ctx, id, sandpit.StateError, "restart failed", s.now()); err != nil {
+		if _, err := s.transition(ctx, change{typ: EventDied, from: sb, state: sandpit.StateError, reason: "restart failed", reread: true}); err != nil {
 			s.log.Error("reconcile: mark error", "sandbox", id, "err", err)
 		}
 	}
@@ -225,7 +233,9 @@ func (s *Service) unwindLocked(ctx context.Context, sb sandpit.Sandbox) error {
 	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
 		return runtimeErr("remove container", err)
 	}
-	if err := s.store.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+	// A create never announced the sandbox, so its unwinding is not
+	// announced either.
+	if err := s.removeRow(ctx, "", sb); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 		return err
 	}
 	return nil

@@ -318,13 +318,13 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	defer unlock()
 	t0 := time.Now()
 	if !req.recreate {
-		if err := s.clusterReserve(ctx, sb); err != nil {
+		if err := s.cluster.reserve(ctx, sb); err != nil {
 			return sandpit.Sandbox{}, err
 		}
 	}
 	if err := s.store.CreateSandboxWithinLimits(ctx, sb, limits, s.cfg.MaxSandboxes); err != nil {
 		if !req.recreate {
-			s.clusterRelease(ctx, id)
+			s.cluster.release(ctx, id)
 		}
 		return sandpit.Sandbox{}, err
 	}
@@ -350,11 +350,16 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 			s.log.Error("rollback: remove container", "sandbox", id, "err", err)
 		}
 		s.removeFirewall(rctx, id)
-		if err := s.store.DeleteSandbox(rctx, id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+		// Its row is still creating (becoming running is this call's
+		// last step), so nobody heard of it and its removal is not
+		// announced either.
+		gone := sb
+		gone.ID, gone.State = id, sandpit.StateCreating
+		if err := s.removeRow(rctx, "", gone); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Error("rollback: delete row", "sandbox", id, "err", err)
 		}
 		if !req.recreate {
-			s.clusterRelease(rctx, id)
+			s.cluster.release(rctx, id)
 		}
 		return sandpit.Sandbox{}, cause
 	}
@@ -384,16 +389,18 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		}
 	}
 	t0 = time.Now()
-	if err := s.store.UpdateSandboxState(ctx, id, sandpit.StateRunning, s.now()); err != nil {
+	from := sb
+	from.State = sandpit.StateCreating
+	after, err := s.transition(ctx, change{typ: EventCreated, from: from, state: sandpit.StateRunning, then: func() {
+		phase(ctx, "store", t0)
+		if !req.recreate {
+			s.cluster.publishSpec(ctx, id, &req.User)
+		}
+	}})
+	if err != nil {
 		return fail(err)
 	}
-	phase(ctx, "store", t0)
-	sb.State = sandpit.StateRunning
-	if !req.recreate {
-		s.publishSpec(ctx, id, &req.User)
-	}
-	s.publish(EventCreated, sb, sandpit.StateCreating)
-	return sb, nil
+	return after, nil
 }
 
 // createCold makes and starts a new container for sb.

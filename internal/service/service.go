@@ -25,6 +25,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -172,8 +173,10 @@ type Service struct {
 	// starting holds the running sandboxes reconcile is still bringing back.
 	starting map[string]bool
 
-	idem   *Idempotency
-	events *events
+	idem *idempotency.Engine
+	// cluster is singleNode, or replicated over Config.Cluster.
+	cluster clusterMode
+	events  *events
 
 	// exposing coordinates the calls exposing one route key; see
 	// ExposePort.
@@ -270,9 +273,9 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	if cfg.MaxStreamsPerToken == 0 {
 		cfg.MaxStreamsPerToken = DefaultMaxStreamsPerToken
 	}
-	idem := NewIdempotency(claimStore(cfg, st), cfg.Now, cfg.Logger)
-	idem.metrics = cfg.Metrics
-	return &Service{
+	idem := idempotency.New(claimStore(cfg, st), cfg.Now, cfg.Logger, cfg.Metrics)
+	s := &Service{
+		cluster:         singleNode{},
 		sessions:        newSessions(cfg.MaxStreamsPerToken, cfg.Now),
 		pool:            pool,
 		cfg:             cfg,
@@ -293,11 +296,15 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		events:          newEvents(),
 		creates:         make(chan struct{}, cfg.MaxConcurrentCreates),
 	}
+	if cfg.Cluster != nil {
+		s.cluster = &replicated{s: s, r: cfg.Cluster}
+	}
+	return s
 }
 
 // Idempotency returns the idempotency engine every surface deduplicates
 // through.
-func (s *Service) Idempotency() *Idempotency { return s.idem }
+func (s *Service) Idempotency() *idempotency.Engine { return s.idem }
 
 // Config returns the effective configuration.
 func (s *Service) Config() Config { return s.cfg }
@@ -343,7 +350,7 @@ func containerName(id string) string { return "sandpit-" + id }
 // sandbox re-created on one node must not collide with the container its
 // dead owner left behind.
 func (s *Service) sandboxContainerName(id string) string {
-	if s.cfg.Cluster != nil && s.cfg.Instance != "" {
+	if s.cluster.clustered() && s.cfg.Instance != "" {
 		return containerName(id) + "-" + s.cfg.Instance[:min(8, len(s.cfg.Instance))]
 	}
 	return containerName(id)

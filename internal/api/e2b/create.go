@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -107,18 +108,18 @@ func (b CreateBody) portAccess() sandpit.PortAccess {
 //     claim and the waiter claims again;
 //   - an Idempotency-Key reused with a different body is refused.
 func (h *Handler) createDeduplicated(w http.ResponseWriter, r *http.Request, b CreateBody, fp, reqHash string) {
-	req := service.IdemRequest{
+	req := idempotency.Request{
 		Scope: service.OwnerScope(r.Context(), Scope), Key: fp, RequestHash: reqHash,
 		PendingTTL: h.cfg.PendingTTL, Wait: h.cfg.WaitBudget, ReplayTTL: h.cfg.ReplayWindow,
 	}
-	resp, outcome, err := h.idem.Do(r.Context(), req, func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+	resp, outcome, err := h.idem.Do(r.Context(), req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
 		return h.runClaimed(ctx, b, a)
 	})
 	switch {
-	case errors.Is(err, service.ErrKeyMismatch):
+	case errors.Is(err, idempotency.ErrKeyMismatch):
 		writeError(w, http.StatusUnprocessableEntity, "this Idempotency-Key was already used for a different create")
 		return
-	case errors.Is(err, service.ErrKeyInFlight):
+	case errors.Is(err, idempotency.ErrKeyInFlight):
 		// The SDK retries a 429 that carries an integer Retry-After, create
 		// included, so a caller that ran out of patience here comes back and
 		// finds the create finished.
@@ -131,7 +132,7 @@ func (h *Handler) createDeduplicated(w http.ResponseWriter, r *http.Request, b C
 		}
 		return
 	}
-	if outcome == service.Replayed {
+	if outcome == idempotency.Replayed {
 		h.replay(w, r, resp)
 		return
 	}
@@ -141,7 +142,7 @@ func (h *Handler) createDeduplicated(w http.ResponseWriter, r *http.Request, b C
 }
 
 // replay answers with a completed create's stored response.
-func (h *Handler) replay(w http.ResponseWriter, r *http.Request, c service.Response) {
+func (h *Handler) replay(w http.ResponseWriter, r *http.Request, c idempotency.Response) {
 	if len(c.Body) == 0 || c.Status == 0 {
 		// Every completion this facade writes stores the response; a row
 		// without one was not written by it.
@@ -167,25 +168,25 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request, c service.Respo
 // policy (CreateOrAdopt) decides what to do with what it left. The work runs
 // detached from the client's connection, bounded by the pending TTL: a client
 // that gives up does not waste a create its own retry will replay.
-func (h *Handler) runClaimed(ctx context.Context, b CreateBody, a *service.Attempt) (service.Response, error) {
+func (h *Handler) runClaimed(ctx context.Context, b CreateBody, a *idempotency.Attempt) (idempotency.Response, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.PendingTTL)
 	defer cancel()
 	if !a.Resumed() {
 		id, err := h.freshID(ctx, a.Key(), a.Generation)
 		if err != nil {
-			return service.Response{}, err
+			return idempotency.Response{}, err
 		}
 		if err := a.SetTarget(ctx, id); err != nil {
-			return service.Response{}, err
+			return idempotency.Response{}, err
 		}
 	}
 	sb, adopted, err := h.be.CreateOrAdopt(ctx, b.request(a.TargetID))
 	if err != nil {
-		return service.Response{}, err
+		return idempotency.Response{}, err
 	}
 	body, err := json.Marshal(h.created(sb))
 	if err != nil {
-		return service.Response{}, err
+		return idempotency.Response{}, err
 	}
 	if adopted {
 		h.log.Info("adopted the sandbox of an interrupted create", "sandbox", sb.ID, "generation", a.Generation)
@@ -193,7 +194,7 @@ func (h *Handler) runClaimed(ctx context.Context, b CreateBody, a *service.Attem
 	// Dying here leaves a finished sandbox under a pending claim, which the
 	// retry must adopt.
 	crashpoint.Hit(crashpoint.BeforeResponse)
-	return service.Response{Status: http.StatusCreated, Body: body, TargetID: sb.ID}, nil
+	return idempotency.Response{Status: http.StatusCreated, Body: body, TargetID: sb.ID}, nil
 }
 
 // maxIDProbes bounds freshID's search; each probe is one indexed lookup.

@@ -21,6 +21,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/filesig"
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -177,7 +178,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	f := &fixture{t: t, st: st, be: &fakeBackend{st: st}, cfg: cfg}
-	f.h = New(f.be, service.NewIdempotency(st, cfg.Now, cfg.Logger), cfg)
+	f.h = New(f.be, idempotency.New(st, cfg.Now, cfg.Logger, nil), cfg)
 	return f
 }
 
@@ -188,7 +189,7 @@ func (f *fixture) restart() {
 	if _, err := f.st.ExpirePendingClaims(context.Background(), time.Now(), 24*time.Hour); err != nil {
 		f.t.Fatal(err)
 	}
-	f.h = New(f.be, service.NewIdempotency(f.st, f.cfg.Now, f.cfg.Logger), f.cfg)
+	f.h = New(f.be, idempotency.New(f.st, f.cfg.Now, f.cfg.Logger, nil), f.cfg)
 }
 
 type result struct {

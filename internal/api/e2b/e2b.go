@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -100,7 +101,7 @@ func DomainFor(domain string, proxyPort int) string {
 // Handler serves everything under /e2b.
 type Handler struct {
 	be   Backend
-	idem *service.Idempotency
+	idem *idempotency.Engine
 	cfg  Config
 	log  *slog.Logger
 	mux  *http.ServeMux
@@ -115,7 +116,7 @@ func (h *Handler) Routes() []api.Route { return h.routes.List() }
 
 // New builds the facade over the service (be), deduplicating creates through
 // the service's idempotency engine.
-func New(be Backend, idem *service.Idempotency, cfg Config) *Handler {
+func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 	if cfg.PendingTTL <= 0 {
 		cfg.PendingTTL = 2 * time.Minute
 	}

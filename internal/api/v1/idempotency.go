@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -51,13 +52,13 @@ var keyedPatterns = map[string]bool{
 // the route, and the claim keeps a hash of the request and the final
 // response.
 type Idempotency struct {
-	engine *service.Idempotency
+	engine *idempotency.Engine
 	cfg    IdempotencyConfig
 }
 
 // NewIdempotency builds the layer. Keys are scoped by the owner of the
 // request's token (service.OwnerScope), so two owners never share a key.
-func NewIdempotency(engine *service.Idempotency, cfg IdempotencyConfig) *Idempotency {
+func NewIdempotency(engine *idempotency.Engine, cfg IdempotencyConfig) *Idempotency {
 	if cfg.Wait <= 0 {
 		cfg.Wait = 30 * time.Second
 	}
@@ -135,15 +136,15 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, h http.Handl
 		return
 	}
 	var header http.Header
-	req := service.IdemRequest{
+	req := idempotency.Request{
 		Scope: service.OwnerScope(r.Context(), "v1:"+pattern), Key: key, RequestHash: requestHash(r.Method, r.URL.Path, body),
 		PendingTTL: m.cfg.PendingTTL, Wait: m.cfg.Wait, ReplayTTL: m.cfg.Retention,
 	}
-	resp, outcome, err := m.engine.Do(r.Context(), req, func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+	resp, outcome, err := m.engine.Do(r.Context(), req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
 		if pattern == "POST /v1/sandboxes" {
 			if !a.Resumed() {
 				if err := a.SetTarget(ctx, service.NewSandboxID()); err != nil {
-					return service.Response{}, err
+					return idempotency.Response{}, err
 				}
 			}
 			ctx = WithID(ctx, a.TargetID)
@@ -153,14 +154,14 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, h http.Handl
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 		h(rec, r2)
 		header = rec.header
-		return service.Response{Status: rec.status, Body: rec.body.Bytes(), TargetID: rec.target(a.TargetID)}, nil
+		return idempotency.Response{Status: rec.status, Body: rec.body.Bytes(), TargetID: rec.target(a.TargetID)}, nil
 	})
 	switch {
-	case errors.Is(err, service.ErrKeyMismatch):
+	case errors.Is(err, idempotency.ErrKeyMismatch):
 		writeError(w, api.Problem{Status: http.StatusUnprocessableEntity, Code: apitypes.CodeKeyMismatch,
 			Message: "this Idempotency-Key was already used for a different request"})
 		return
-	case errors.Is(err, service.ErrKeyInFlight):
+	case errors.Is(err, idempotency.ErrKeyInFlight):
 		writeError(w, api.Problem{Status: http.StatusConflict, Code: apitypes.CodeKeyInFlight,
 			Message: "a request with this Idempotency-Key is still in progress; retry later"})
 		return
@@ -170,7 +171,7 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, h http.Handl
 		}
 		return
 	}
-	if outcome == service.Replayed {
+	if outcome == idempotency.Replayed {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Idempotent-Replayed", "true")
 	}

@@ -1,4 +1,4 @@
-package service_test
+package idempotency_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
-	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // counter reads one series of a counter family.
@@ -51,20 +51,19 @@ func TestIdempotencyMetrics(t *testing.T) {
 	const scope = "v1:POST /v1/sandboxes"
 	m := metrics.New(scope)
 	st := openClaimStore(t)
-	svc := service.New(service.Config{Metrics: m, Logger: quietLog()}, st.Store, nil, nil)
-	e := svc.Idempotency()
+	e := idempotency.New(st.Store, nil, quietLog(), m)
 	ctx := sandpit.WithPrincipal(context.Background(), sandpit.Principal{Owner: "alice", Scopes: []string{sandpit.ScopeSandboxesWrite}})
-	req := service.IdemRequest{Scope: service.OwnerScope(ctx, scope), Key: "k1", RequestHash: "h", PendingTTL: time.Minute, Wait: 10 * time.Second, ReplayTTL: time.Hour}
+	req := idempotency.Request{Scope: idempotency.OwnerScope(scope, "alice"), Key: "k1", RequestHash: "h", PendingTTL: time.Minute, Wait: 10 * time.Second, ReplayTTL: time.Hour}
 
 	// A first attempt held in flight while a duplicate arrives.
 	var runs atomic.Int64
 	release := make(chan struct{})
 	entered := make(chan struct{})
-	op := func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+	op := func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
 		runs.Add(1)
 		close(entered)
 		<-release
-		return service.Response{Status: 201, Body: []byte(`{}`), TargetID: "sb1"}, nil
+		return idempotency.Response{Status: 201, Body: []byte(`{}`), TargetID: "sb1"}, nil
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -72,7 +71,7 @@ func TestIdempotencyMetrics(t *testing.T) {
 	<-entered
 	go func() {
 		defer wg.Done()
-		if _, out, err := e.Do(ctx, req, op); err != nil || out != service.Replayed {
+		if _, out, err := e.Do(ctx, req, op); err != nil || out != idempotency.Replayed {
 			t.Errorf("duplicate in flight: %v %v", out, err)
 		}
 	}()
@@ -83,18 +82,18 @@ func TestIdempotencyMetrics(t *testing.T) {
 	close(release)
 	wg.Wait()
 	// A later retry replays; the same key with another body mismatches.
-	if _, out, err := e.Do(ctx, req, op); err != nil || out != service.Replayed {
+	if _, out, err := e.Do(ctx, req, op); err != nil || out != idempotency.Replayed {
 		t.Fatalf("retry: %v %v", out, err)
 	}
 	bad := req
 	bad.RequestHash = "other"
-	if _, _, err := e.Do(ctx, bad, op); !errors.Is(err, service.ErrKeyMismatch) {
+	if _, _, err := e.Do(ctx, bad, op); !errors.Is(err, idempotency.ErrKeyMismatch) {
 		t.Fatalf("mismatch: %v", err)
 	}
 	// Another scope counts apart and is not a create.
-	other := service.IdemRequest{Scope: service.OwnerScope(ctx, "v1:POST /v1/sandboxes/{id}/ports"), Key: "k1", RequestHash: "h", Wait: time.Second, PendingTTL: time.Minute, ReplayTTL: time.Hour}
-	if _, _, err := e.Do(ctx, other, func(context.Context, *service.Attempt) (service.Response, error) {
-		return service.Response{Status: 201, Body: []byte(`{}`)}, nil
+	other := idempotency.Request{Scope: idempotency.OwnerScope("v1:POST /v1/sandboxes/{id}/ports", "alice"), Key: "k1", RequestHash: "h", Wait: time.Second, PendingTTL: time.Minute, ReplayTTL: time.Hour}
+	if _, _, err := e.Do(ctx, other, func(context.Context, *idempotency.Attempt) (idempotency.Response, error) {
+		return idempotency.Response{Status: 201, Body: []byte(`{}`)}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package service_test
+package idempotency_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -42,25 +42,25 @@ func openClaimStore(t testing.TB) *countingStore {
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func idemReq(key string) service.IdemRequest {
-	return service.IdemRequest{Scope: "test", Key: key, RequestHash: "h", PendingTTL: time.Minute, Wait: 10 * time.Second, ReplayTTL: time.Hour}
+func idemReq(key string) idempotency.Request {
+	return idempotency.Request{Scope: "test", Key: key, RequestHash: "h", PendingTTL: time.Minute, Wait: 10 * time.Second, ReplayTTL: time.Hour}
 }
 
 // slowOp answers after d, counting its runs.
-func slowOp(runs *atomic.Int64, d time.Duration, body string) func(context.Context, *service.Attempt) (service.Response, error) {
-	return func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+func slowOp(runs *atomic.Int64, d time.Duration, body string) func(context.Context, *idempotency.Attempt) (idempotency.Response, error) {
+	return func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
 		runs.Add(1)
 		time.Sleep(d)
-		return service.Response{Status: 201, Body: []byte(body), TargetID: "t-" + body}, nil
+		return idempotency.Response{Status: 201, Body: []byte(body), TargetID: "t-" + body}, nil
 	}
 }
 
 func TestIdempotencyStormRunsOnce(t *testing.T) {
 	st := openClaimStore(t)
-	e := service.NewIdempotency(st, nil, quietLog())
+	e := idempotency.New(st, nil, quietLog(), nil)
 	var runs atomic.Int64
 	const n = 100
-	outcomes := make([]service.Outcome, n)
+	outcomes := make([]idempotency.Outcome, n)
 	bodies := make([]string, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -77,7 +77,7 @@ func TestIdempotencyStormRunsOnce(t *testing.T) {
 	wg.Wait()
 	executed := 0
 	for i := range n {
-		if outcomes[i] == service.Executed {
+		if outcomes[i] == idempotency.Executed {
 			executed++
 		}
 		if bodies[i] != "one" {
@@ -104,22 +104,22 @@ func TestIdempotencyWaiterWakeUp(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := openClaimStore(t)
-			first := service.NewIdempotency(st, nil, quietLog())
+			first := idempotency.New(st, nil, quietLog(), nil)
 			dup := first
 			if !tc.sameProc {
-				dup = service.NewIdempotency(st, nil, quietLog())
+				dup = idempotency.New(st, nil, quietLog(), nil)
 			}
 			var runs atomic.Int64
 			started := make(chan struct{})
 			go func() {
-				_, _, _ = first.Do(context.Background(), idemReq("k"), func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+				_, _, _ = first.Do(context.Background(), idemReq("k"), func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
 					close(started)
 					return slowOp(&runs, 600*time.Millisecond, "x")(ctx, a)
 				})
 			}()
 			<-started
 			resp, out, err := dup.Do(context.Background(), idemReq("k"), slowOp(&runs, 0, "y"))
-			if err != nil || out != service.Replayed || string(resp.Body) != "x" {
+			if err != nil || out != idempotency.Replayed || string(resp.Body) != "x" {
 				t.Fatalf("duplicate: %q %v %v, want a replay of x", resp.Body, out, err)
 			}
 			gets := st.gets.Load()
@@ -132,7 +132,7 @@ func TestIdempotencyWaiterWakeUp(t *testing.T) {
 
 func TestIdempotencyAbandonedClaimIsClaimedAgain(t *testing.T) {
 	st := openClaimStore(t)
-	e := service.NewIdempotency(st, nil, quietLog())
+	e := idempotency.New(st, nil, quietLog(), nil)
 	started := make(chan struct{})
 	errBoom := errors.New("boom")
 	var firstErr error
@@ -140,10 +140,10 @@ func TestIdempotencyAbandonedClaimIsClaimedAgain(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, _, firstErr = e.Do(context.Background(), idemReq("k"), func(context.Context, *service.Attempt) (service.Response, error) {
+		_, _, firstErr = e.Do(context.Background(), idemReq("k"), func(context.Context, *idempotency.Attempt) (idempotency.Response, error) {
 			close(started)
 			time.Sleep(100 * time.Millisecond)
-			return service.Response{}, errBoom
+			return idempotency.Response{}, errBoom
 		})
 	}()
 	<-started
@@ -153,27 +153,27 @@ func TestIdempotencyAbandonedClaimIsClaimedAgain(t *testing.T) {
 	if !errors.Is(firstErr, errBoom) {
 		t.Fatalf("first: %v", firstErr)
 	}
-	if err != nil || out != service.Executed || string(resp.Body) != "second" || runs.Load() != 1 {
+	if err != nil || out != idempotency.Executed || string(resp.Body) != "second" || runs.Load() != 1 {
 		t.Fatalf("waiter after an abandoned attempt: %q %v %v runs %d, want it to run", resp.Body, out, err, runs.Load())
 	}
 }
 
 func TestIdempotencyRefusals(t *testing.T) {
 	st := openClaimStore(t)
-	e := service.NewIdempotency(st, nil, quietLog())
+	e := idempotency.New(st, nil, quietLog(), nil)
 	var runs atomic.Int64
 	if _, _, err := e.Do(context.Background(), idemReq("k"), slowOp(&runs, 0, "a")); err != nil {
 		t.Fatal(err)
 	}
 	other := idemReq("k")
 	other.RequestHash = "other"
-	if _, _, err := e.Do(context.Background(), other, slowOp(&runs, 0, "b")); !errors.Is(err, service.ErrKeyMismatch) {
+	if _, _, err := e.Do(context.Background(), other, slowOp(&runs, 0, "b")); !errors.Is(err, idempotency.ErrKeyMismatch) {
 		t.Fatalf("reused key: %v, want ErrKeyMismatch", err)
 	}
 
 	started := make(chan struct{})
 	go func() {
-		_, _, _ = e.Do(context.Background(), idemReq("slow"), func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+		_, _, _ = e.Do(context.Background(), idemReq("slow"), func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
 			close(started)
 			return slowOp(&runs, 500*time.Millisecond, "s")(ctx, a)
 		})
@@ -181,7 +181,7 @@ func TestIdempotencyRefusals(t *testing.T) {
 	<-started
 	impatient := idemReq("slow")
 	impatient.Wait = 50 * time.Millisecond
-	if _, _, err := e.Do(context.Background(), impatient, slowOp(&runs, 0, "t")); !errors.Is(err, service.ErrKeyInFlight) {
+	if _, _, err := e.Do(context.Background(), impatient, slowOp(&runs, 0, "t")); !errors.Is(err, idempotency.ErrKeyInFlight) {
 		t.Fatalf("impatient duplicate: %v, want ErrKeyInFlight", err)
 	}
 }
@@ -192,7 +192,7 @@ func TestIdempotencyRefusals(t *testing.T) {
 // same target, so nothing is made twice.
 func TestIdempotencyStalledAttemptIsTakenOver(t *testing.T) {
 	st := openClaimStore(t)
-	e := service.NewIdempotency(st, nil, quietLog())
+	e := idempotency.New(st, nil, quietLog(), nil)
 	req := idemReq("k")
 	req.PendingTTL = 100 * time.Millisecond
 	ctx := context.Background()
@@ -205,12 +205,12 @@ func TestIdempotencyStalledAttemptIsTakenOver(t *testing.T) {
 	if err := st.SetIdempotentTarget(ctx, req.Scope, req.Key, claim.Generation, "target-1", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	var got *service.Attempt
-	_, out, err := e.Do(ctx, req, func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+	var got *idempotency.Attempt
+	_, out, err := e.Do(ctx, req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
 		got = a
-		return service.Response{Status: 201, Body: []byte("second")}, nil
+		return idempotency.Response{Status: 201, Body: []byte("second")}, nil
 	})
-	if err != nil || out != service.Executed || got == nil || !got.Resumed() || got.TargetID != "target-1" || got.Generation != 1 {
+	if err != nil || out != idempotency.Executed || got == nil || !got.Resumed() || got.TargetID != "target-1" || got.Generation != 1 {
 		t.Fatalf("takeover: %v %v %+v, want a resumed attempt on target-1 at generation 1", out, err, got)
 	}
 }
@@ -221,7 +221,7 @@ func TestIdempotencyStalledAttemptIsTakenOver(t *testing.T) {
 // replays its answer instead of running the request a second time.
 func TestIdempotencyRunningAttemptKeepsItsClaim(t *testing.T) {
 	st := openClaimStore(t)
-	e := service.NewIdempotency(st, nil, quietLog())
+	e := idempotency.New(st, nil, quietLog(), nil)
 	req := idemReq("k")
 	req.PendingTTL = 100 * time.Millisecond
 	var runs atomic.Int64
@@ -229,21 +229,21 @@ func TestIdempotencyRunningAttemptKeepsItsClaim(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _, _ = e.Do(context.Background(), req, func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+		_, _, _ = e.Do(context.Background(), req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
 			runs.Add(1)
 			close(started)
 			time.Sleep(5 * req.PendingTTL)
-			return service.Response{Status: 204, Body: []byte("first")}, nil
+			return idempotency.Response{Status: 204, Body: []byte("first")}, nil
 		})
 	}()
 	<-started
 	time.Sleep(2 * req.PendingTTL) // past the lock the first attempt began with
-	resp, out, err := e.Do(context.Background(), req, func(ctx context.Context, a *service.Attempt) (service.Response, error) {
+	resp, out, err := e.Do(context.Background(), req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
 		runs.Add(1)
-		return service.Response{Status: 204, Body: []byte("second")}, nil
+		return idempotency.Response{Status: 204, Body: []byte("second")}, nil
 	})
 	<-done
-	if err != nil || out != service.Replayed || string(resp.Body) != "first" || runs.Load() != 1 {
+	if err != nil || out != idempotency.Replayed || string(resp.Body) != "first" || runs.Load() != 1 {
 		t.Fatalf("retry: %v %v %q after %d runs, want the first attempt's answer replayed and one run", out, err, resp.Body, runs.Load())
 	}
 }
@@ -253,7 +253,7 @@ func TestIdempotencyRunningAttemptKeepsItsClaim(t *testing.T) {
 // the duplicates get theirs.
 func BenchmarkIdempotencyStormWakeUp(b *testing.B) {
 	st := openClaimStore(b)
-	e := service.NewIdempotency(st, nil, quietLog())
+	e := idempotency.New(st, nil, quietLog(), nil)
 	var lag []time.Duration
 	for i := 0; i < b.N; i++ {
 		key := fmt.Sprintf("storm-%d", i)
@@ -272,7 +272,7 @@ func BenchmarkIdempotencyStormWakeUp(b *testing.B) {
 					b.Error(err)
 				}
 				mu.Lock()
-				if out == service.Executed {
+				if out == idempotency.Executed {
 					origEnd = end
 				} else {
 					ends = append(ends, end)

@@ -1,4 +1,10 @@
-package service
+// Package idempotency is the one idempotency engine: it claims, waits for,
+// replays, completes and abandons deduplicated operations over a ClaimStore
+// (the SQLite store on a single node, the replicated index in a cluster). It
+// knows nothing of sandboxes; every surface runs its deduplicated
+// operations through Engine.Do. It imports the domain types, the store (for
+// the single-node ClaimStore) and metrics only.
+package idempotency
 
 import (
 	"context"
@@ -41,8 +47,8 @@ type ClaimStore interface {
 
 var _ ClaimStore = (*store.Store)(nil)
 
-// IdemRequest names one idempotent operation and how long it may take.
-type IdemRequest struct {
+// Request names one idempotent operation and how long it may take.
+type Request struct {
 	Scope string
 	Key   string
 	// RequestHash, when set, must match the hash the key was first used
@@ -67,7 +73,7 @@ type Response struct {
 
 // Attempt is the caller's handle on an acquired claim.
 type Attempt struct {
-	e *Idempotency
+	e *Engine
 	k claimKey
 	// Generation is the claim's generation (see sandpit.Claim).
 	Generation int64
@@ -102,7 +108,7 @@ const (
 	Replayed
 )
 
-// Idempotency is the one idempotency engine: claim, wait, replay, complete
+// Engine is the one idempotency engine: claim, wait, replay, complete
 // and abandon over a ClaimStore. Every surface (the /v1 Idempotency-Key,
 // E2B's create fingerprint) runs its deduplicated operations through Do.
 //
@@ -110,7 +116,7 @@ const (
 // runs in this process the duplicate is woken the moment it completes or is
 // abandoned; only a claim held by another process (which this one cannot
 // observe finishing) is polled.
-type Idempotency struct {
+type Engine struct {
 	st  ClaimStore
 	now func() time.Time
 	log *slog.Logger
@@ -134,15 +140,23 @@ type ending struct {
 
 type claimKey struct{ scope, key string }
 
-// NewIdempotency builds the engine over st.
-func NewIdempotency(st ClaimStore, now func() time.Time, log *slog.Logger) *Idempotency {
+// ownerScopeSep separates a claim scope's base from its owner.
+const ownerScopeSep = "@owner:"
+
+// OwnerScope is the claim scope of base for owner: metrics count under the
+// base, claims are kept per owner.
+func OwnerScope(base, owner string) string { return base + ownerScopeSep + owner }
+
+// New builds the engine over st; m counts its claim outcomes (nil counts
+// nothing).
+func New(st ClaimStore, now func() time.Time, log *slog.Logger, m *metrics.Metrics) *Engine {
 	if now == nil {
 		now = time.Now
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Idempotency{st: st, now: func() time.Time { return now().UTC() }, log: log,
+	return &Engine{st: st, metrics: m, now: func() time.Time { return now().UTC() }, log: log,
 		held: map[claimKey]int{}, done: map[claimKey]*ending{}}
 }
 
@@ -164,7 +178,7 @@ const (
 //   - a key reused with another request hash fails with ErrKeyMismatch.
 //
 // op's error is returned as is, with the zero Response.
-func (e *Idempotency) Do(ctx context.Context, req IdemRequest, op func(context.Context, *Attempt) (Response, error)) (Response, Outcome, error) {
+func (e *Engine) Do(ctx context.Context, req Request, op func(context.Context, *Attempt) (Response, error)) (Response, Outcome, error) {
 	k := claimKey{req.Scope, req.Key}
 	start := time.Now()
 	deadline := start.Add(req.Wait)
@@ -215,7 +229,7 @@ func stored(c sandpit.Claim) Response {
 }
 
 // run executes op under an acquired claim and completes or abandons it.
-func (e *Idempotency) run(ctx context.Context, k claimKey, req IdemRequest, claim sandpit.Claim, op func(context.Context, *Attempt) (Response, error)) (Response, error) {
+func (e *Engine) run(ctx context.Context, k claimKey, req Request, claim sandpit.Claim, op func(context.Context, *Attempt) (Response, error)) (Response, error) {
 	e.mu.Lock()
 	e.held[k]++
 	e.mu.Unlock()
@@ -261,7 +275,7 @@ func (e *Idempotency) run(ctx context.Context, k claimKey, req IdemRequest, clai
 // waiting on a slow engine, a create awaiting its agent): without it, a retry
 // arriving after the pending TTL would take the claim over and run the
 // request a second time. The returned function stops the renewal.
-func (e *Idempotency) renew(ctx context.Context, k claimKey, generation int64, ttl time.Duration) func() {
+func (e *Engine) renew(ctx context.Context, k claimKey, generation int64, ttl time.Duration) func() {
 	if ttl <= 0 {
 		return func() {}
 	}
@@ -295,7 +309,7 @@ func (e *Idempotency) renew(ctx context.Context, k claimKey, generation int64, t
 // release ends one in-process attempt of k and wakes its waiters, handing
 // them the completed claim (nil when the attempt was abandoned or its
 // completion failed: they read the store again).
-func (e *Idempotency) release(k claimKey, completed *sandpit.Claim) {
+func (e *Engine) release(k claimKey, completed *sandpit.Claim) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.held[k]--; e.held[k] <= 0 {
@@ -311,7 +325,7 @@ func (e *Idempotency) release(k claimKey, completed *sandpit.Claim) {
 // subscribe returns the ending of the current in-process attempt of k, and
 // whether such an attempt runs in this process at all. Without one the ending
 // is nil: nothing here would ever signal it.
-func (e *Idempotency) subscribe(k claimKey) (*ending, bool) {
+func (e *Engine) subscribe(k claimKey) (*ending, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.held[k] == 0 {
@@ -330,7 +344,7 @@ func (e *Idempotency) subscribe(k claimKey) (*ending, bool) {
 // before the read, so an attempt that ends between the two is seen by the
 // read, and one that ends after it signals the ending, with the completed
 // claim when it completed.
-func (e *Idempotency) await(ctx context.Context, k claimKey, deadline time.Time) (sandpit.Claim, bool, error) {
+func (e *Engine) await(ctx context.Context, k claimKey, deadline time.Time) (sandpit.Claim, bool, error) {
 	poll := pollMin
 	for {
 		end, local := e.subscribe(k)
