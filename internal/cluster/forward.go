@@ -93,7 +93,12 @@ type RouterConfig struct {
 	// 410 sandbox_lost, or, when deleted is true, the surface's answer to a
 	// delete that succeeded (the placement is gone by then). Nil answers in
 	// the native shape.
-	Lost   func(w http.ResponseWriter, r *http.Request, p Placement, deleted bool)
+	Lost func(w http.ResponseWriter, r *http.Request, p Placement, deleted bool)
+	// Locate, when set, names the sandbox a request acts on from the
+	// surfaces' own route tables (see internal/gateway): a surface path
+	// whose route does not name a sandbox is served here, and one that does
+	// goes to that sandbox's owner. Nil reads the sandbox from the path.
+	Locate func(r *http.Request) (sandbox string, root bool, ok bool)
 	Logger *slog.Logger
 }
 
@@ -213,6 +218,11 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			return
 		}
 		rt, ok := classify(r)
+		if ok && cfg.Locate != nil && rt.sandbox != "" && !rt.anonymous {
+			// The surface's route, not the path's shape, says which
+			// sandbox the request is about.
+			rt.sandbox, rt.root, ok = cfg.Locate(r)
+		}
 		if !ok {
 			local.ServeHTTP(w, r)
 			return

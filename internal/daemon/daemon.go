@@ -36,6 +36,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
+	"github.com/sandpit-dev/sandpit/internal/gateway"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
@@ -715,7 +716,7 @@ func Run(ctx context.Context, cfg Config) error {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	metrics := service.NewMetricsHistory(svc, 0, 0)
-	dt := surfaces(ctx, mux, cfg, svc, token, previewKey, metrics, diskMB)
+	dt, routes := surfaces(ctx, mux, cfg, svc, token, previewKey, metrics, diskMB)
 	mux.Handle("GET /metrics", metricsHandler(mets, api.NewAuth(svc, token), cfg.MetricsPublic))
 	spec, err := openAPIHandler()
 	if err != nil {
@@ -738,7 +739,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cl != nil {
 		mux.Handle("/v1/cluster/", clusterAuth(api.NewAuth(svc, token), cl.Handler(stopServing)))
 		mux.Handle("POST /v1/cluster/drain", clusterAuth(api.NewAuth(svc, token), cl.DrainHandler(func(w http.ResponseWriter, err error) { v1.WriteProblem(w, api.Classify(err)) })))
-		handler = clusterRouter(cl, api.NewAuth(svc, token), mux)
+		handler = clusterRouter(cl, api.NewAuth(svc, token), mux, routes)
 	}
 
 	guard := httpguard.Options{MaxBody: cfg.MaxUploadMB << 20, ReadTimeout: cfg.ReadTimeout}
@@ -881,7 +882,7 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 
 // surfaces mounts the native API and the facades, and returns the Daytona
 // facade, whose preview gate fronts the builtin proxy.
-func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token, previewKey string, metrics *service.MetricsHistory, diskMB int64) *daytona.Handler {
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, token, previewKey string, metrics *service.MetricsHistory, diskMB int64) (*daytona.Handler, *gateway.Table) {
 	// One authenticator for every surface: the admin token or a personal
 	// access token, resolved to the principal whose owner scopes the request.
 	auth := api.NewAuth(svc, token)
@@ -899,7 +900,7 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	mux.Handle(daytona.DefaultPrefix+"/", dt)
 	native.AddSurface(v1.Surface{Mount: e2b.Prefix, Routes: e2bAPI.Routes()})
 	native.AddSurface(v1.Surface{Mount: daytona.DefaultPrefix, Routes: dt.Routes()})
-	return dt
+	return dt, routeTable(native, e2bAPI, dt)
 }
 
 // resolvePool maps each warm-pool entry's template to its image and checks
