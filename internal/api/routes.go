@@ -36,13 +36,13 @@ type Locator int
 
 const (
 	// LocateDefault is the zero value: a route whose path has an {id}
-	// wildcard acts on the sandbox it names (LocateSandbox); any other is
+	// (or {idOrName}) wildcard acts on the sandbox it names (LocateSandbox); any other is
 	// served where it arrives (LocateLocal).
 	LocateDefault Locator = iota
 	// LocateLocal serves the route on the node the request reached.
 	LocateLocal
 	// LocateSandbox serves the route on the node that owns the sandbox
-	// named by the path value {id}.
+	// named by the path value SandboxParam ({id}, Daytona's {idOrName}).
 	LocateSandbox
 )
 
@@ -52,14 +52,27 @@ func (rt Route) Locator() Locator {
 	if rt.Locate != LocateDefault {
 		return rt.Locate
 	}
+	if rt.SandboxParam() != "" {
+		return LocateSandbox
+	}
+	return LocateLocal
+}
+
+// SandboxParam is the path wildcard of the route's pattern that names its
+// sandbox, or "" when it names none.
+func (rt Route) SandboxParam() string {
 	_, path, ok := strings.Cut(rt.Pattern, " ")
 	if !ok {
 		path = rt.Pattern
 	}
-	if strings.Contains(path, "{id}") {
-		return LocateSandbox
+	// The wildcards that name a sandbox, by surface: the native API's and
+	// E2B's {id}, Daytona's {idOrName}.
+	for _, p := range []string{"id", "idOrName"} {
+		if strings.Contains(path, "{"+p+"}") {
+			return p
+		}
 	}
-	return LocateLocal
+	return ""
 }
 
 // Routes collects a surface's routes as it registers them on its mux.

@@ -52,13 +52,14 @@ func NewTable(surfaces ...Surface) *Table {
 			}
 			seen[pattern] = true
 			loc := rt.Locator()
-			root := strings.HasSuffix(pattern, "/{id}")
+			param := rt.SandboxParam()
+			root := param != "" && strings.HasSuffix(pattern, "/{"+param+"}")
 			mux.HandleFunc(pattern, func(_ http.ResponseWriter, r *http.Request) {
 				out, _ := r.Context().Value(targetKey{}).(*Target)
 				if out == nil || loc != api.LocateSandbox {
 					return
 				}
-				*out = Target{Sandbox: r.PathValue("id"), Root: root}
+				*out = Target{Sandbox: r.PathValue(param), Root: root}
 			})
 		}
 	}
