@@ -97,8 +97,10 @@ type RouterConfig struct {
 	// Locate, when set, names the sandbox a request acts on from the
 	// surfaces' own route tables (see internal/gateway): a surface path
 	// whose route does not name a sandbox is served here, and one that does
-	// goes to that sandbox's owner. Nil reads the sandbox from the path.
-	Locate func(r *http.Request) (sandbox string, root bool, ok bool)
+	// goes to that sandbox's owner; matched is false for a request no route
+	// matches, whose sandbox is read from the path. Nil reads every
+	// request's sandbox from the path.
+	Locate func(r *http.Request) (sandbox string, root bool, matched bool)
 	Logger *slog.Logger
 }
 
@@ -220,8 +222,11 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 		rt, ok := classify(r)
 		if ok && cfg.Locate != nil && rt.sandbox != "" && !rt.anonymous {
 			// The surface's route, not the path's shape, says which
-			// sandbox the request is about.
-			rt.sandbox, rt.root, ok = cfg.Locate(r)
+			// sandbox the request is about; a path no route matches keeps
+			// the path's reading.
+			if id, root, matched := cfg.Locate(r); matched {
+				rt.sandbox, rt.root, ok = id, root, id != ""
+			}
 		}
 		if !ok {
 			local.ServeHTTP(w, r)

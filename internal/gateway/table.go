@@ -36,6 +36,8 @@ type Target struct {
 	// Root is true when the path names the sandbox itself (its GET, its
 	// delete), not something inside it.
 	Root bool
+
+	matched bool
 }
 
 type targetKey struct{}
@@ -56,10 +58,13 @@ func NewTable(surfaces ...Surface) *Table {
 			root := param != "" && strings.HasSuffix(pattern, "/{"+param+"}")
 			mux.HandleFunc(pattern, func(_ http.ResponseWriter, r *http.Request) {
 				out, _ := r.Context().Value(targetKey{}).(*Target)
-				if out == nil || loc != api.LocateSandbox {
+				if out == nil {
 					return
 				}
-				*out = Target{Sandbox: r.PathValue(param), Root: root}
+				out.matched = true
+				if loc == api.LocateSandbox {
+					out.Sandbox, out.Root = r.PathValue(param), root
+				}
 			})
 		}
 	}
@@ -77,15 +82,17 @@ func mounted(mount, pattern string) string {
 	return method + " " + mount + path
 }
 
-// Locate returns the sandbox r's route acts on, or ok false for a request
-// whose route is served where it arrives (or that matches no route).
+// Locate returns the sandbox r's route acts on (Sandbox "" for a route
+// served where it arrives), or ok false when r matches no route; the cluster
+// router then reads the sandbox from the path as before, so that a lost
+// sandbox's unknown paths are still answered as lost.
 func (t *Table) Locate(r *http.Request) (Target, bool) {
 	var out Target
 	probe := r.Clone(r.Context())
 	probe = probe.WithContext(contextWith(probe, &out))
 	probe.Body = http.NoBody
 	t.mux.ServeHTTP(discard{}, probe)
-	return out, out.Sandbox != ""
+	return out, out.matched
 }
 
 // discard is the response writer of a lookup, which writes nothing.
