@@ -24,6 +24,55 @@ type Route struct {
 	Resolve func(*http.Request) sandpit.Action `json:"-"`
 	// Note says, for the documentation, how Resolve decides.
 	Note string
+	// Locate says how a cluster finds the node that serves the route. The
+	// zero value is the default, see Locator.
+	Locate Locator `json:"-"`
+}
+
+// Locator says how a cluster's gateway finds the node a route's request
+// must be served on. Each surface declares it next to its route, so a route
+// added to a surface is forwarded without teaching the gateway about it.
+type Locator int
+
+const (
+	// LocateDefault is the zero value: a route whose path has an {id}
+	// (or {idOrName}) wildcard acts on the sandbox it names (LocateSandbox); any other is
+	// served where it arrives (LocateLocal).
+	LocateDefault Locator = iota
+	// LocateLocal serves the route on the node the request reached.
+	LocateLocal
+	// LocateSandbox serves the route on the node that owns the sandbox
+	// named by the path value SandboxParam ({id}, Daytona's {idOrName}).
+	LocateSandbox
+)
+
+// Locator is the route's effective locator: the declared one, or the
+// default its pattern implies.
+func (rt Route) Locator() Locator {
+	if rt.Locate != LocateDefault {
+		return rt.Locate
+	}
+	if rt.SandboxParam() != "" {
+		return LocateSandbox
+	}
+	return LocateLocal
+}
+
+// SandboxParam is the path wildcard of the route's pattern that names its
+// sandbox, or "" when it names none.
+func (rt Route) SandboxParam() string {
+	_, path, ok := strings.Cut(rt.Pattern, " ")
+	if !ok {
+		path = rt.Pattern
+	}
+	// The wildcards that name a sandbox, by surface: the native API's and
+	// E2B's {id}, Daytona's {idOrName}.
+	for _, p := range []string{"id", "idOrName"} {
+		if strings.Contains(path, "{"+p+"}") {
+			return p
+		}
+	}
+	return ""
 }
 
 // Routes collects a surface's routes as it registers them on its mux.

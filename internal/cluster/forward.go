@@ -93,7 +93,14 @@ type RouterConfig struct {
 	// 410 sandbox_lost, or, when deleted is true, the surface's answer to a
 	// delete that succeeded (the placement is gone by then). Nil answers in
 	// the native shape.
-	Lost   func(w http.ResponseWriter, r *http.Request, p Placement, deleted bool)
+	Lost func(w http.ResponseWriter, r *http.Request, p Placement, deleted bool)
+	// Locate, when set, names the sandbox a request acts on from the
+	// surfaces' own route tables (see internal/gateway): a surface path
+	// whose route does not name a sandbox is served here, and one that does
+	// goes to that sandbox's owner; matched is false for a request no route
+	// matches, whose sandbox is read from the path. Nil reads every
+	// request's sandbox from the path.
+	Locate func(r *http.Request) (sandbox string, root bool, matched bool)
 	Logger *slog.Logger
 }
 
@@ -213,6 +220,14 @@ func (c *Cluster) Router(local http.Handler, cfg RouterConfig) http.Handler {
 			return
 		}
 		rt, ok := classify(r)
+		if ok && cfg.Locate != nil && rt.sandbox != "" && !rt.anonymous {
+			// The surface's route, not the path's shape, says which
+			// sandbox the request is about; a path no route matches keeps
+			// the path's reading.
+			if id, root, matched := cfg.Locate(r); matched {
+				rt.sandbox, rt.root, ok = id, root, id != ""
+			}
+		}
 		if !ok {
 			local.ServeHTTP(w, r)
 			return

@@ -17,6 +17,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/gateway"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -152,8 +153,13 @@ func clusterAuth(auth *api.Auth, next http.Handler) http.Handler {
 // clusterRouter sends each request about a sandbox to the node that owns it
 // and each create to the node placement picks. The credential is checked
 // here, with this node's tokens, before anything is forwarded.
-func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler) http.Handler {
+func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler, routes *gateway.Table) http.Handler {
 	return cl.Router(local, cluster.RouterConfig{
+		// Each surface's route table says which sandbox a request is about.
+		Locate: func(r *http.Request) (string, bool, bool) {
+			t, ok := routes.Locate(r)
+			return t.Sandbox, t.Root, ok
+		},
 		Authenticate: func(r *http.Request) (sandpit.Principal, error) {
 			presented := api.BearerToken(r)
 			if strings.HasPrefix(r.URL.Path, "/e2b/") {
@@ -193,6 +199,15 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler) http
 			return ""
 		},
 	})
+}
+
+// routeTable is the surfaces' routes as the cluster's gateway reads them.
+func routeTable(native *v1.Handler, e *e2b.Handler, dt *daytona.Handler) *gateway.Table {
+	return gateway.NewTable(
+		gateway.Surface{Routes: native.Routes()},
+		gateway.Surface{Mount: e2b.Prefix, Routes: e.Routes()},
+		gateway.Surface{Mount: daytona.DefaultPrefix, Routes: dt.Routes()},
+	)
 }
 
 // reconcileCluster waits for the cluster to have a leader and for this node

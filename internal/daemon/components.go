@@ -531,7 +531,7 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	d.history = service.NewMetricsHistory(svc, 0, 0)
-	dt := surfaces(ctx, mux, cfg, svc, d.auth, d.previewKey, d.history, d.diskMB)
+	dt, routes := surfaces(ctx, mux, cfg, svc, d.auth, d.previewKey, d.history, d.diskMB)
 	mux.Handle("GET /metrics", metricsHandler(d.mets, d.auth, cfg.MetricsPublic))
 	spec, err := openAPIHandler()
 	if err != nil {
@@ -551,7 +551,7 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 		// `cluster leave` ends serving from inside, once it is done.
 		mux.Handle("/v1/cluster/", clusterAuth(d.auth, cl.Handler(d.stopServing)))
 		mux.Handle("POST /v1/cluster/drain", clusterAuth(d.auth, cl.DrainHandler(func(w http.ResponseWriter, err error) { v1.WriteProblem(w, api.Classify(err)) })))
-		d.handler = clusterRouter(cl, d.auth, mux)
+		d.handler = clusterRouter(cl, d.auth, mux, routes)
 	}
 	if d.proxyLn != nil {
 		// The Daytona gate checks signed preview hosts and records preview

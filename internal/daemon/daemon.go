@@ -28,6 +28,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/gateway"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -417,7 +418,7 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 
 // surfaces mounts the native API and the facades, and returns the Daytona
 // facade, whose preview gate fronts the builtin proxy.
-func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, auth *api.Auth, previewKey string, metrics *service.MetricsHistory, diskMB int64) *daytona.Handler {
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, auth *api.Auth, previewKey string, metrics *service.MetricsHistory, diskMB int64) (*daytona.Handler, *gateway.Table) {
 	idem := v1.NewIdempotency(svc.Idempotency(), v1.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, PendingTTL: cfg.IdempotencyLock, Logger: cfg.Logger,
 	})
@@ -432,7 +433,7 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	mux.Handle(daytona.DefaultPrefix+"/", dt)
 	native.AddSurface(v1.Surface{Mount: e2b.Prefix, Routes: e2bAPI.Routes()})
 	native.AddSurface(v1.Surface{Mount: daytona.DefaultPrefix, Routes: dt.Routes()})
-	return dt
+	return dt, routeTable(native, e2bAPI, dt)
 }
 
 // resolvePool maps each warm-pool entry's template to its image and checks
