@@ -41,7 +41,7 @@ var interpreters = map[string][]string{
 // runs the interpreter with the code and the arguments as its own argv.
 const codeRunScript = "exec 2>&1; exec \"$@\""
 
-func (h *Handler) codeRun(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) codeRun(w http.ResponseWriter, r *http.Request) {
 	var req CodeRunRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
 		writeProblem(w, r, err)

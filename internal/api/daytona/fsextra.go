@@ -46,7 +46,7 @@ const findScript = `grep -rlsF -e "$1" -- "$2" | while IFS= read -r f; do printf
 
 // findFiles answers GET /files/find?path=&pattern=: the lines of files under
 // path that contain pattern, literally.
-func (h *Handler) findFiles(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) findFiles(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	path, pattern := q.Get("path"), q.Get("pattern")
 	if path == "" || pattern == "" {
@@ -87,7 +87,7 @@ type SearchFilesResponse struct {
 
 // searchFiles answers GET /files/search?path=&pattern=: the files under path
 // whose names match the glob pattern.
-func (h *Handler) searchFiles(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) searchFiles(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	path, pattern := q.Get("path"), q.Get("pattern")
 	if path == "" || pattern == "" {
@@ -137,7 +137,7 @@ type ReplaceResult struct {
 
 // replaceInFiles replaces every literal occurrence of pattern in each file,
 // reporting per file, as Daytona does.
-func (h *Handler) replaceInFiles(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) replaceInFiles(w http.ResponseWriter, r *http.Request) {
 	var req ReplaceRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
 		writeProblem(w, r, err)
@@ -175,7 +175,7 @@ func (h *Handler) replaceInFiles(w http.ResponseWriter, r *http.Request) {
 
 // replaceInFile reads a file through the agent, replaces, and writes it
 // back only if something changed.
-func (h *Handler) replaceInFile(ctx context.Context, addr, token, path, pattern, value string) error {
+func (h *toolboxAPI) replaceInFile(ctx context.Context, addr, token, path, pattern, value string) error {
 	if path == "" {
 		return fmt.Errorf("empty path")
 	}
@@ -212,7 +212,7 @@ var (
 )
 
 // setFilePermissions answers POST /files/permissions?path=&mode=&owner=&group=.
-func (h *Handler) setFilePermissions(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) setFilePermissions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	path, mode, owner, group := q.Get("path"), q.Get("mode"), q.Get("owner"), q.Get("group")
 	switch {

@@ -22,7 +22,7 @@ func FuzzSocketPacket(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, pkt string) {
-		h := &Handler{ctx: context.Background(), hub: newHub(), auth: api.NewAuth(nil, "tok")}
+		h := &eventAPI{core: &core{ctx: context.Background()}, hub: newHub(), auth: api.NewAuth(nil, "tok")}
 		c := &sioConn{out: make(chan string, 16), done: make(chan struct{})}
 		h.socketMessage(c, "sid", pkt)
 		close(c.out)

@@ -26,7 +26,7 @@ type SystemMetrics struct {
 // memory as its cgroup accounts them, the memory total being its limit (the
 // host's memory without one). The engine sets no disk quota, so the disk
 // total is the sandbox's disk allocation, as reported in its model.
-func (h *Handler) systemMetrics(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) systemMetrics(w http.ResponseWriter, r *http.Request) {
 	x := r.PathValue("id")
 	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), x)
 	if err != nil {

@@ -148,7 +148,7 @@ func (req *PtyCreateRequest) startRequest() *process.StartRequest {
 
 // createPTY starts a PTY's shell unless one with the id runs; it answers
 // the request itself on failure.
-func (h *Handler) createPTY(w http.ResponseWriter, r *http.Request, c *sandboxConn, req *PtyCreateRequest) bool {
+func (h *processAPI) createPTY(w http.ResponseWriter, r *http.Request, c *sandboxConn, req *PtyCreateRequest) bool {
 	if p, err := c.byTag(r.Context(), ptyTagPrefix+req.ID); err != nil {
 		writeProblem(w, r, err)
 		return false
@@ -174,7 +174,7 @@ func nonNilMap(m map[string]string) map[string]string {
 	return m
 }
 
-func (h *Handler) postPTY(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) postPTY(w http.ResponseWriter, r *http.Request) {
 	var req PtyCreateRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
 		writeProblem(w, r, err)
@@ -195,7 +195,7 @@ func (h *Handler) postPTY(w http.ResponseWriter, r *http.Request) {
 }
 
 // ptyInfo describes a running PTY, or reports that none runs with the id.
-func (h *Handler) ptyInfo(ctx context.Context, c *sandboxConn, id string) (PtySessionInfo, bool, error) {
+func (h *processAPI) ptyInfo(ctx context.Context, c *sandboxConn, id string) (PtySessionInfo, bool, error) {
 	p, err := c.byTag(ctx, ptyTagPrefix+id)
 	if err != nil || p == nil {
 		return PtySessionInfo{}, false, err
@@ -209,7 +209,7 @@ func (h *Handler) ptyInfo(ctx context.Context, c *sandboxConn, id string) (PtySe
 	return info, true, nil
 }
 
-func (h *Handler) listPTYs(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) listPTYs(w http.ResponseWriter, r *http.Request) {
 	c, err := h.conn(r)
 	if err != nil {
 		writeProblem(w, r, err)
@@ -238,7 +238,7 @@ func (h *Handler) listPTYs(w http.ResponseWriter, r *http.Request) {
 }
 
 // livePTY resolves {sessionId} to a running PTY; on failure it has answered.
-func (h *Handler) livePTY(w http.ResponseWriter, r *http.Request) (*sandboxConn, PtySessionInfo, bool) {
+func (h *processAPI) livePTY(w http.ResponseWriter, r *http.Request) (*sandboxConn, PtySessionInfo, bool) {
 	id, err := sessionID(r)
 	if err != nil {
 		writeProblem(w, r, err)
@@ -261,13 +261,13 @@ func (h *Handler) livePTY(w http.ResponseWriter, r *http.Request) (*sandboxConn,
 	return c, info, true
 }
 
-func (h *Handler) getPTY(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) getPTY(w http.ResponseWriter, r *http.Request) {
 	if _, info, ok := h.livePTY(w, r); ok {
 		api.WriteJSON(w, http.StatusOK, info)
 	}
 }
 
-func (h *Handler) killPTY(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) killPTY(w http.ResponseWriter, r *http.Request) {
 	c, info, ok := h.livePTY(w, r)
 	if !ok {
 		return
@@ -286,7 +286,7 @@ type PtyResizeRequest struct {
 	Rows int `json:"rows"`
 }
 
-func (h *Handler) resizePTY(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) resizePTY(w http.ResponseWriter, r *http.Request) {
 	var req PtyResizeRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
 		writeProblem(w, r, err)
@@ -317,7 +317,7 @@ func (h *Handler) resizePTY(w http.ResponseWriter, r *http.Request) {
 // query says id, cols, rows and cwd, and whose subprotocols may carry the
 // environment. The shell is started first, so that a refusal (bad input, an
 // id in use) is a plain HTTP error.
-func (h *Handler) createConnectPTY(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) createConnectPTY(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	req := PtyCreateRequest{ID: q.Get("id"), Cwd: q.Get("cwd")}
 	for _, f := range []struct {
@@ -357,7 +357,7 @@ func (h *Handler) createConnectPTY(w http.ResponseWriter, r *http.Request) {
 	h.attachPTY(w, r, c, req.ID)
 }
 
-func (h *Handler) connectPTY(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) connectPTY(w http.ResponseWriter, r *http.Request) {
 	c, info, ok := h.livePTY(w, r)
 	if !ok {
 		return
@@ -389,7 +389,7 @@ type ptyControl struct {
 // attachPTY joins a WebSocket to a running PTY: the agent's Connect stream
 // feeds the socket, the socket's frames are the PTY's input. Closing the
 // socket leaves the shell running, as Daytona does; only kill ends it.
-func (h *Handler) attachPTY(w http.ResponseWriter, r *http.Request, c *sandboxConn, id string) {
+func (h *processAPI) attachPTY(w http.ResponseWriter, r *http.Request, c *sandboxConn, id string) {
 	// The socket lasts as long as the terminal or the command: no read
 	// deadline of the request's may cut it.
 	httpguard.LiftReadDeadline(w)
@@ -468,7 +468,7 @@ func writeControl(ctx context.Context, ws *websocket.Conn, m ptyControl) error {
 }
 
 // ptyFail tells the client why the PTY cannot be served and closes.
-func (h *Handler) ptyFail(ctx context.Context, ws *websocket.Conn, msg string) {
+func (h *processAPI) ptyFail(ctx context.Context, ws *websocket.Conn, msg string) {
 	_ = writeControl(ctx, ws, ptyControl{Type: "control", Status: "error", Error: msg})
 	_ = ws.Close(websocket.StatusInternalError, "PTY unavailable")
 }

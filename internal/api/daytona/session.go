@@ -91,7 +91,7 @@ type sandboxConn struct {
 	service.Agent
 }
 
-func (h *Handler) conn(r *http.Request) (*sandboxConn, error) {
+func (h *core) conn(r *http.Request) (*sandboxConn, error) {
 	id, a, err := h.agentOf(r)
 	if err != nil {
 		return nil, err
@@ -226,7 +226,7 @@ func (c *sandboxConn) exists(ctx context.Context, path string) (bool, error) {
 
 // readFrom reads a sandbox file from offset on; a missing file reads as
 // empty.
-func (h *Handler) readFrom(ctx context.Context, c *sandboxConn, path string, offset int64) ([]byte, error) {
+func (h *core) readFrom(ctx context.Context, c *sandboxConn, path string, offset int64) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Addr+"/files?path="+url.QueryEscape(path), nil)
 	if err != nil {
 		return nil, err
@@ -273,7 +273,7 @@ type CreateSessionRequest struct {
 	SessionID string `json:"sessionId"`
 }
 
-func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) createSession(w http.ResponseWriter, r *http.Request) {
 	var req CreateSessionRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
 		writeProblem(w, r, err)
@@ -339,7 +339,7 @@ func commandLine(dir, cid string, async bool) string {
 	return line + "\n"
 }
 
-func (h *Handler) sessionExec(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) sessionExec(w http.ResponseWriter, r *http.Request) {
 	sid, err := sessionID(r)
 	if err != nil {
 		writeProblem(w, r, err)
@@ -407,7 +407,7 @@ func (h *Handler) sessionExec(w http.ResponseWriter, r *http.Request) {
 // awaitCommand waits for a command's exit file. It polls, backing off to
 // followPoll, and checks now and then that the session's shell is still
 // there: a command that ran "exit" ends the shell and never writes one.
-func (h *Handler) awaitCommand(ctx context.Context, c *sandboxConn, tag, dir, cid string) (int, error) {
+func (h *processAPI) awaitCommand(ctx context.Context, c *sandboxConn, tag, dir, cid string) (int, error) {
 	delay := 5 * time.Millisecond
 	lastAlive := time.Now()
 	for {
@@ -435,7 +435,7 @@ func (h *Handler) awaitCommand(ctx context.Context, c *sandboxConn, tag, dir, ci
 }
 
 // exitCode reads a command's exit file, if it has one.
-func (h *Handler) exitCode(ctx context.Context, c *sandboxConn, dir, cid string) (int, bool, error) {
+func (h *processAPI) exitCode(ctx context.Context, c *sandboxConn, dir, cid string) (int, bool, error) {
 	ok, err := c.exists(ctx, dir+"/"+cid+".exit")
 	if err != nil || !ok {
 		return 0, false, err
@@ -454,7 +454,7 @@ func (h *Handler) exitCode(ctx context.Context, c *sandboxConn, dir, cid string)
 // commandLogs reads a command's output. Output is stdout followed by
 // stderr: the two are kept in separate files, so their interleaving is not
 // known.
-func (h *Handler) commandLogs(ctx context.Context, c *sandboxConn, dir, cid string) (SessionCommandLogs, error) {
+func (h *processAPI) commandLogs(ctx context.Context, c *sandboxConn, dir, cid string) (SessionCommandLogs, error) {
 	out, err := h.readFrom(ctx, c, dir+"/"+cid+".out", 0)
 	if err != nil {
 		return SessionCommandLogs{}, err
@@ -467,7 +467,7 @@ func (h *Handler) commandLogs(ctx context.Context, c *sandboxConn, dir, cid stri
 }
 
 // session reads a session's commands from its directory.
-func (h *Handler) session(ctx context.Context, c *sandboxConn, sid string) (Session, error) {
+func (h *processAPI) session(ctx context.Context, c *sandboxConn, sid string) (Session, error) {
 	out := Session{SessionID: sid, Commands: []Command{}}
 	dir := sessionDir(sid)
 	resp, err := c.Filesystem.ListDir(ctx, fsRequest(&fspb.ListDirRequest{Path: dir, Depth: 1}, c.Token))
@@ -500,7 +500,7 @@ func (h *Handler) session(ctx context.Context, c *sandboxConn, sid string) (Sess
 	return out, nil
 }
 
-func (h *Handler) command(ctx context.Context, c *sandboxConn, dir, cid string) (Command, error) {
+func (h *processAPI) command(ctx context.Context, c *sandboxConn, dir, cid string) (Command, error) {
 	text, err := h.readFrom(ctx, c, dir+"/"+cid+".cmd", 0)
 	if err != nil {
 		return Command{}, err
@@ -516,7 +516,7 @@ func (h *Handler) command(ctx context.Context, c *sandboxConn, dir, cid string) 
 	return cmd, nil
 }
 
-func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) listSessions(w http.ResponseWriter, r *http.Request) {
 	c, err := h.conn(r)
 	if err != nil {
 		writeProblem(w, r, err)
@@ -540,7 +540,7 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
 }
 
 // liveSession resolves the {sessionId} of a request to a running session.
-func (h *Handler) liveSession(w http.ResponseWriter, r *http.Request) (*sandboxConn, string, bool) {
+func (h *processAPI) liveSession(w http.ResponseWriter, r *http.Request) (*sandboxConn, string, bool) {
 	sid, err := sessionID(r)
 	if err != nil {
 		writeProblem(w, r, err)
@@ -563,7 +563,7 @@ func (h *Handler) liveSession(w http.ResponseWriter, r *http.Request) (*sandboxC
 	return c, sid, true
 }
 
-func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) getSession(w http.ResponseWriter, r *http.Request) {
 	c, sid, ok := h.liveSession(w, r)
 	if !ok {
 		return
@@ -578,7 +578,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 
 // deleteSession kills the session's shell with its whole process group
 // (background commands included) and removes its directory.
-func (h *Handler) deleteSession(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
 	c, sid, ok := h.liveSession(w, r)
 	if !ok {
 		return
@@ -595,7 +595,7 @@ func (h *Handler) deleteSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // commandRef resolves {sessionId} and {commandId} to an existing command.
-func (h *Handler) commandRef(w http.ResponseWriter, r *http.Request) (*sandboxConn, string, string, bool) {
+func (h *processAPI) commandRef(w http.ResponseWriter, r *http.Request) (*sandboxConn, string, string, bool) {
 	sid, err := sessionID(r)
 	if err != nil {
 		writeProblem(w, r, err)
@@ -624,7 +624,7 @@ func (h *Handler) commandRef(w http.ResponseWriter, r *http.Request) (*sandboxCo
 	return c, dir, cid, true
 }
 
-func (h *Handler) getSessionCommand(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) getSessionCommand(w http.ResponseWriter, r *http.Request) {
 	c, dir, cid, ok := h.commandRef(w, r)
 	if !ok {
 		return
@@ -644,7 +644,7 @@ var (
 	stderrMarker = []byte{2, 2, 2}
 )
 
-func (h *Handler) getSessionCommandLogs(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) getSessionCommandLogs(w http.ResponseWriter, r *http.Request) {
 	c, dir, cid, ok := h.commandRef(w, r)
 	if !ok {
 		return
@@ -664,7 +664,7 @@ func (h *Handler) getSessionCommandLogs(w http.ResponseWriter, r *http.Request) 
 // followLogs streams a command's output over a WebSocket as it grows, each
 // chunk prefixed with its stream's marker, and closes normally once the
 // command has ended and everything it wrote was sent.
-func (h *Handler) followLogs(w http.ResponseWriter, r *http.Request, c *sandboxConn, dir, cid string) {
+func (h *processAPI) followLogs(w http.ResponseWriter, r *http.Request, c *sandboxConn, dir, cid string) {
 	// The socket lasts as long as the terminal or the command: no read
 	// deadline of the request's may cut it.
 	httpguard.LiftReadDeadline(w)

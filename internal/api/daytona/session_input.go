@@ -37,7 +37,7 @@ const sendInputScript = `c="$2/$3"
 [ -p "$c.in" ] || exit 12
 printf %s "$1" 1<>"$c.in"`
 
-func (h *Handler) sendSessionInput(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) sendSessionInput(w http.ResponseWriter, r *http.Request) {
 	var req SessionSendInputRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
 		writeProblem(w, r, err)
@@ -83,7 +83,7 @@ func (h *Handler) sendSessionInput(w http.ResponseWriter, r *http.Request) {
 }
 
 // makeFIFO makes the named pipe an async command reads as its stdin.
-func (h *Handler) makeFIFO(ctx context.Context, c *sandboxConn, path string) error {
+func (h *processAPI) makeFIFO(ctx context.Context, c *sandboxConn, path string) error {
 	res, err := h.runProc(ctx, c.Agent, &process.ProcessConfig{Cmd: "mkfifo", Args: []string{"-m", "600", "--", path}}, fsToolTimeout)
 	if err != nil {
 		return err

@@ -51,13 +51,13 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // agent resolves the {id} path value (an id or a name) to the service's
 // connection to a running sandbox's agent.
-func (h *Handler) agent(r *http.Request) (service.Agent, error) {
+func (h *core) agent(r *http.Request) (service.Agent, error) {
 	_, a, err := h.agentOf(r)
 	return a, err
 }
 
 // agentOf is agent that also returns the sandbox's id.
-func (h *Handler) agentOf(r *http.Request) (string, service.Agent, error) {
+func (h *core) agentOf(r *http.Request) (string, service.Agent, error) {
 	x := r.PathValue("id")
 	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), x)
 	if err != nil {
@@ -131,7 +131,7 @@ type ExecuteResponse struct {
 	Result   string `json:"result"`
 }
 
-func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) execute(w http.ResponseWriter, r *http.Request) {
 	var req ExecuteRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
 		writeProblem(w, r, err)
@@ -185,7 +185,7 @@ func runLimits(seconds *float64, envs map[string]string) (time.Duration, error) 
 // is what Daytona's combined result promises. A deadline travels to the
 // agent as the stream's Connect timeout, and the agent kills the process
 // when it fires.
-func (h *Handler) run(ctx context.Context, agent service.Agent, req ExecuteRequest, timeout time.Duration) (ExecuteResponse, error) {
+func (h *toolboxAPI) run(ctx context.Context, agent service.Agent, req ExecuteRequest, timeout time.Duration) (ExecuteResponse, error) {
 	cfg := &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "exec 2>&1\n" + req.Command}, Envs: req.Envs}
 	if req.Cwd != "" {
 		cfg.Cwd = &req.Cwd
@@ -208,7 +208,7 @@ type procResult struct {
 // it. A deadline travels to the agent as the stream's Connect timeout, and
 // the agent kills the process when it fires; that is reported with
 // Daytona's sentence for it.
-func (h *Handler) runProc(ctx context.Context, agent service.Agent, cfg *process.ProcessConfig, timeout time.Duration) (procResult, error) {
+func (h *core) runProc(ctx context.Context, agent service.Agent, cfg *process.ProcessConfig, timeout time.Duration) (procResult, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -284,7 +284,7 @@ func rawFilename(p *multipart.Part) string {
 	return params["filename"]
 }
 
-func (h *Handler) bulkUpload(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) bulkUpload(w http.ResponseWriter, r *http.Request) {
 	// The caller is authenticated and the upload streams to the agent for
 	// as long as it takes; only the body-size bound applies.
 	httpguard.LiftReadDeadline(w)
@@ -355,7 +355,7 @@ func (h *Handler) bulkUpload(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeFile streams one file to the agent's POST /files.
-func (h *Handler) writeFile(ctx context.Context, addr, token, dest string, body io.Reader) error {
+func (h *core) writeFile(ctx context.Context, addr, token, dest string, body io.Reader) error {
 	u := "http://" + addr + "/files?path=" + url.QueryEscape(dest)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, body)
 	if err != nil {
@@ -420,7 +420,7 @@ type downloadError struct {
 	Source     string `json:"source,omitempty"`
 }
 
-func (h *Handler) bulkDownload(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) bulkDownload(w http.ResponseWriter, r *http.Request) {
 	var req DownloadRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
 		writeProblem(w, r, err)
@@ -458,7 +458,7 @@ func (h *Handler) bulkDownload(w http.ResponseWriter, r *http.Request) {
 
 // downloadPart writes one path's part: the file, or an error part. It
 // returns an error only when the response itself can no longer be trusted.
-func (h *Handler) downloadPart(ctx context.Context, mw *multipart.Writer, addr, token, path string) error {
+func (h *toolboxAPI) downloadPart(ctx context.Context, mw *multipart.Writer, addr, token, path string) error {
 	fail := func(p *problem) error {
 		part, err := mw.CreatePart(partHeader("error", path, "application/json"))
 		if err != nil {
@@ -591,7 +591,7 @@ func toFileInfo(e *fspb.EntryInfo) FileInfo {
 }
 
 // fsClient returns a filesystem client for the request's sandbox.
-func (h *Handler) fsClient(r *http.Request) (filesystemconnect.FilesystemClient, string, error) {
+func (h *toolboxAPI) fsClient(r *http.Request) (filesystemconnect.FilesystemClient, string, error) {
 	agent, err := h.agent(r)
 	if err != nil {
 		return nil, "", err
@@ -601,7 +601,7 @@ func (h *Handler) fsClient(r *http.Request) (filesystemconnect.FilesystemClient,
 
 // pathAndClient reads the required ?path= and connects to the sandbox's
 // filesystem service; on failure it has already answered the request.
-func (h *Handler) pathAndClient(w http.ResponseWriter, r *http.Request) (string, filesystemconnect.FilesystemClient, string, bool) {
+func (h *toolboxAPI) pathAndClient(w http.ResponseWriter, r *http.Request) (string, filesystemconnect.FilesystemClient, string, bool) {
 	path := r.URL.Query().Get("path")
 	if path == "" {
 		writeProblem(w, r, badRequest("query parameter path is required"))
@@ -622,7 +622,7 @@ func fsRequest[T any](msg *T, token string) *connect.Request[T] {
 	return req
 }
 
-func (h *Handler) listFiles(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) listFiles(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	depth := 1
 	if d := q.Get("depth"); d != "" {
@@ -650,7 +650,7 @@ func (h *Handler) listFiles(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, out)
 }
 
-func (h *Handler) fileInfo(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) fileInfo(w http.ResponseWriter, r *http.Request) {
 	path, client, token, ok := h.pathAndClient(w, r)
 	if !ok {
 		return
@@ -663,7 +663,7 @@ func (h *Handler) fileInfo(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, toFileInfo(resp.Msg.GetEntry()))
 }
 
-func (h *Handler) createFolder(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) createFolder(w http.ResponseWriter, r *http.Request) {
 	path, client, token, ok := h.pathAndClient(w, r)
 	if !ok {
 		return
@@ -684,7 +684,7 @@ func (h *Handler) createFolder(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-func (h *Handler) deleteFile(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) deleteFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	path, client, token, ok := h.pathAndClient(w, r)
 	if !ok {
@@ -708,7 +708,7 @@ func (h *Handler) deleteFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-func (h *Handler) moveFile(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) moveFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	src, dst := q.Get("source"), q.Get("destination")
 	if src == "" || dst == "" {
@@ -730,7 +730,7 @@ func (h *Handler) moveFile(w http.ResponseWriter, r *http.Request) {
 // homeDir answers getUserHomeDir and getWorkDir. Both are the agent's home
 // directory: it is where relative paths and commands without a cwd start,
 // which is what Daytona's working directory means.
-func (h *Handler) homeDir(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) homeDir(w http.ResponseWriter, r *http.Request) {
 	client, token, err := h.fsClient(r)
 	if err != nil {
 		writeProblem(w, r, err)
