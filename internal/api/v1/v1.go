@@ -19,7 +19,7 @@ import (
 
 // Handler serves /v1.
 type Handler struct {
-	svc  *service.Service
+	svc  Backend
 	auth *api.Auth
 	mux  *http.ServeMux
 	// routes declares what every route does; the scope check happens when a
@@ -35,7 +35,7 @@ func (h *Handler) Routes() []api.Route { return h.routes.List() }
 // New builds the /v1 handler. Every route needs "Authorization: Bearer
 // <token>": the daemon's admin token or a personal access token, whose owner
 // scopes everything the request sees and makes.
-func New(svc *service.Service, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler) *Handler {
+func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler) *Handler {
 	h := &Handler{svc: svc, auth: auth, mux: http.NewServeMux()}
 	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) }, wrap)
 	route := h.routes.Handle
