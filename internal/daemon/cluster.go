@@ -15,7 +15,6 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
-	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -142,7 +141,7 @@ func clusterAuth(auth *api.Auth, next http.Handler) http.Handler {
 			}
 		}
 		if err != nil {
-			v1.WriteProblem(w, api.Classify(err))
+			api.WriteError(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -223,11 +222,11 @@ func reconcileCluster(ctx context.Context, cl *cluster.Cluster, svc *service.Ser
 func writeSurfaceProblem(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case strings.HasPrefix(r.URL.Path, e2b.Prefix+"/"):
-		e2b.WriteProblem(w, err)
+		e2b.WriteError(w, r, err)
 	case strings.HasPrefix(r.URL.Path, daytona.DefaultPrefix+"/"):
-		daytona.WriteProblem(w, r, err)
+		daytona.WriteError(w, r, err)
 	default:
-		v1.WriteProblem(w, api.Classify(err))
+		api.WriteError(w, r, err)
 	}
 }
 

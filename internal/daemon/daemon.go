@@ -737,7 +737,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var handler http.Handler = mux
 	if cl != nil {
 		mux.Handle("/v1/cluster/", clusterAuth(api.NewAuth(svc, token), cl.Handler(stopServing)))
-		mux.Handle("POST /v1/cluster/drain", clusterAuth(api.NewAuth(svc, token), cl.DrainHandler(func(w http.ResponseWriter, err error) { v1.WriteProblem(w, api.Classify(err)) })))
+		mux.Handle("POST /v1/cluster/drain", clusterAuth(api.NewAuth(svc, token), cl.DrainHandler(func(w http.ResponseWriter, err error) { api.WriteError(w, nil, err) })))
 		handler = clusterRouter(cl, api.NewAuth(svc, token), mux)
 	}
 

@@ -26,8 +26,7 @@ func statusHandler(cfg Config, started time.Time, auth *api.Auth, st *store.Stor
 			}
 		}
 		if err != nil {
-			p := api.Classify(err)
-			api.WriteJSON(w, p.Status, apitypes.ErrorBody{Error: apitypes.ErrorDetail{Code: p.Code, Message: p.Message}})
+			api.WriteError(w, r, err)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)

@@ -142,7 +142,7 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	h.events = &eventAPI{core: c, svc: svc, auth: auth, sandboxes: h.sandboxes, hub: newHub(), authTimeout: opts.AuthTimeout}
 	go h.events.relayEvents(ctx, svc.Subscribe(eventBuffer))
 	p := h.prefix
-	h.routes = api.NewRoutes(h.mux, writeProblem, nil).Mount(p)
+	h.routes = api.NewRoutes(h.mux, WriteError, nil).Mount(p)
 	route := h.routes.Handle
 	route("POST /sandbox", sandpit.ActionManage, h.sandboxes.create)
 	route("GET /sandbox", sandpit.ActionRead, h.sandboxes.list)
@@ -225,7 +225,7 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	route("GET /snapshots/{idOrName}", sandpit.ActionRead, h.sandboxes.getSnapshot)
 
 	h.mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, newProblem(http.StatusNotFound, "Cannot %s %s: Sandpit's Daytona facade does not implement this endpoint", r.Method, r.URL.Path))
+		WriteError(w, r, newProblem(http.StatusNotFound, "Cannot %s %s: Sandpit's Daytona facade does not implement this endpoint", r.Method, r.URL.Path))
 	})
 	return h
 }
@@ -247,7 +247,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", "sandbox")
 	r, err := h.auth.Authorize(r, api.BearerToken(r))
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	h.mux.ServeHTTP(w, r)

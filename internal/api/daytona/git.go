@@ -129,26 +129,26 @@ func (h *toolboxAPI) gitHandlerPath(op gitOp, needPath bool) http.HandlerFunc {
 			q := r.URL.Query()
 			req.Path, req.Key, req.Scope = q.Get("path"), q.Get("key"), q.Get("scope")
 		} else if err := api.DecodeJSON(r, &req, false); err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		if req.Path == "" && needPath {
-			writeProblem(w, r, badRequest("path is required"))
+			WriteError(w, r, badRequest("path is required"))
 			return
 		}
 		for _, v := range append([]string{req.Branch, req.Name, req.Remote, req.CommitID, req.Target, req.Source, req.Key}, req.Files...) {
 			if strings.HasPrefix(v, "-") {
-				writeProblem(w, r, badRequest("%q: names and paths must not start with '-'", v))
+				WriteError(w, r, badRequest("%q: names and paths must not start with '-'", v))
 				return
 			}
 		}
 		c, err := h.conn(r)
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		if err := op(w, r, c, req); err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 		}
 	}
 }

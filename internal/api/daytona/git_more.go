@@ -241,11 +241,11 @@ type gitCredentialsRequest struct {
 func (h *toolboxAPI) gitAuthenticate(w http.ResponseWriter, r *http.Request) {
 	var req gitCredentialsRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if req.Username == "" || req.Password == "" {
-		writeProblem(w, r, badRequest("username and password are required"))
+		WriteError(w, r, badRequest("username and password are required"))
 		return
 	}
 	if req.Host == "" {
@@ -257,13 +257,13 @@ func (h *toolboxAPI) gitAuthenticate(w http.ResponseWriter, r *http.Request) {
 	// git's credential format is one key=value per line.
 	for _, v := range []string{req.Username, req.Password, req.Host, req.Protocol} {
 		if strings.ContainsAny(v, "\n\r\x00") {
-			writeProblem(w, r, badRequest("credentials must not contain line breaks or NUL bytes"))
+			WriteError(w, r, badRequest("credentials must not contain line breaks or NUL bytes"))
 			return
 		}
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	res, err := h.runProc(r.Context(), c.Agent, &process.ProcessConfig{
@@ -271,11 +271,11 @@ func (h *toolboxAPI) gitAuthenticate(w http.ResponseWriter, r *http.Request) {
 		Args: []string{"-c", authenticateScript, "authenticate", req.Protocol, req.Host, req.Username, req.Password},
 	}, gitTimeout)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if res.exitCode != 0 {
-		writeProblem(w, r, &problem{status: http.StatusBadRequest, message: strings.TrimSpace(string(res.stderr)), source: sourceDaemon})
+		WriteError(w, r, &problem{status: http.StatusBadRequest, message: strings.TrimSpace(string(res.stderr)), source: sourceDaemon})
 		return
 	}
 	w.WriteHeader(http.StatusOK)

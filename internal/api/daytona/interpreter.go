@@ -250,26 +250,26 @@ func (h *core) contextDir(ctx context.Context, c *sandboxConn, cwd string) (stri
 func (h *processAPI) createInterpreterContext(w http.ResponseWriter, r *http.Request) {
 	var req CreateContextRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if req.Language != "" && req.Language != "python" {
-		writeProblem(w, r, badRequest("language %q is not supported: the interpreter runs python", req.Language))
+		WriteError(w, r, badRequest("language %q is not supported: the interpreter runs python", req.Language))
 		return
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	dir, err := h.contextDir(r.Context(), c, req.Cwd)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	ic, err := h.startContext(r.Context(), c, newCommandID(), dir)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, ic)
@@ -278,12 +278,12 @@ func (h *processAPI) createInterpreterContext(w http.ResponseWriter, r *http.Req
 func (h *processAPI) listInterpreterContexts(w http.ResponseWriter, r *http.Request) {
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	procs, err := c.processes(r.Context())
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	out := ListContextsResponse{Contexts: []InterpreterContext{}}
@@ -299,26 +299,26 @@ func (h *processAPI) listInterpreterContexts(w http.ResponseWriter, r *http.Requ
 func (h *processAPI) deleteInterpreterContext(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("contextId")
 	if !sessionIDRE.MatchString(id) {
-		writeProblem(w, r, badRequest("invalid context id %q", id))
+		WriteError(w, r, badRequest("invalid context id %q", id))
 		return
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	tag := interpTagPrefix + id
 	p, err := c.byTag(r.Context(), tag)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if p == nil {
-		writeProblem(w, r, interpNotFound(id))
+		WriteError(w, r, interpNotFound(id))
 		return
 	}
 	if err := c.kill(r.Context(), tag); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -331,7 +331,7 @@ func (h *processAPI) deleteInterpreterContext(w http.ResponseWriter, r *http.Req
 func (h *processAPI) executeInterpreter(w http.ResponseWriter, r *http.Request) {
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	httpguard.LiftReadDeadline(w)

@@ -256,12 +256,12 @@ func (h *toolboxAPI) lspHandler(op func(ctx context.Context, s *lspServer) (any,
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, err := h.lspDecode(r)
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		unlock, err := h.interp.lock(r.Context(), s.c.id+"/"+s.tag)
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		defer unlock()
@@ -270,7 +270,7 @@ func (h *toolboxAPI) lspHandler(op func(ctx context.Context, s *lspServer) (any,
 			err = &problem{status: http.StatusBadRequest, message: le.Error(), source: sourceDaemon}
 		}
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		if out == nil {

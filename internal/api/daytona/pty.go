@@ -150,14 +150,14 @@ func (req *PtyCreateRequest) startRequest() *process.StartRequest {
 // the request itself on failure.
 func (h *processAPI) createPTY(w http.ResponseWriter, r *http.Request, c *sandboxConn, req *PtyCreateRequest) bool {
 	if p, err := c.byTag(r.Context(), ptyTagPrefix+req.ID); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return false
 	} else if p != nil {
-		writeProblem(w, r, newProblem(http.StatusConflict, "PTY session %s already exists", req.ID))
+		WriteError(w, r, newProblem(http.StatusConflict, "PTY session %s already exists", req.ID))
 		return false
 	}
 	if _, err := c.startDetached(r.Context(), req.startRequest()); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return false
 	}
 	h.ptys.put(c.id, PtySessionInfo{
@@ -177,16 +177,16 @@ func nonNilMap(m map[string]string) map[string]string {
 func (h *processAPI) postPTY(w http.ResponseWriter, r *http.Request) {
 	var req PtyCreateRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if err := req.validate(); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if h.createPTY(w, r, c, &req) {
@@ -212,12 +212,12 @@ func (h *processAPI) ptyInfo(ctx context.Context, c *sandboxConn, id string) (Pt
 func (h *processAPI) listPTYs(w http.ResponseWriter, r *http.Request) {
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	resp, err := c.Process.List(r.Context(), fsRequest(&process.ListRequest{}, c.Token))
 	if err != nil {
-		writeProblem(w, r, rpcError(err, false))
+		WriteError(w, r, rpcError(err, false))
 		return
 	}
 	out := []PtySessionInfo{}
@@ -241,21 +241,21 @@ func (h *processAPI) listPTYs(w http.ResponseWriter, r *http.Request) {
 func (h *processAPI) livePTY(w http.ResponseWriter, r *http.Request) (*sandboxConn, PtySessionInfo, bool) {
 	id, err := sessionID(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, PtySessionInfo{}, false
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, PtySessionInfo{}, false
 	}
 	info, ok, err := h.ptyInfo(r.Context(), c, id)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, PtySessionInfo{}, false
 	}
 	if !ok {
-		writeProblem(w, r, newProblem(http.StatusNotFound, "PTY session %s not found", id))
+		WriteError(w, r, newProblem(http.StatusNotFound, "PTY session %s not found", id))
 		return nil, PtySessionInfo{}, false
 	}
 	return c, info, true
@@ -273,7 +273,7 @@ func (h *processAPI) killPTY(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := c.kill(r.Context(), ptyTagPrefix+info.ID); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	h.ptys.drop(c.id, info.ID)
@@ -289,11 +289,11 @@ type PtyResizeRequest struct {
 func (h *processAPI) resizePTY(w http.ResponseWriter, r *http.Request) {
 	var req PtyResizeRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if err := validSize(req.Cols, req.Rows); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	c, info, ok := h.livePTY(w, r)
@@ -305,7 +305,7 @@ func (h *processAPI) resizePTY(w http.ResponseWriter, r *http.Request) {
 		Pty:     &process.PTY{Size: &process.PTY_Size{Cols: uint32(req.Cols), Rows: uint32(req.Rows)}},
 	}, c.Token))
 	if err != nil {
-		writeProblem(w, r, rpcError(err, false))
+		WriteError(w, r, rpcError(err, false))
 		return
 	}
 	info.Cols, info.Rows = req.Cols, req.Rows
@@ -327,7 +327,7 @@ func (h *processAPI) createConnectPTY(w http.ResponseWriter, r *http.Request) {
 		if s := q.Get(f.name); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil {
-				writeProblem(w, r, badRequest("%s must be an integer", f.name))
+				WriteError(w, r, badRequest("%s must be an integer", f.name))
 				return
 			}
 			*f.v = n
@@ -337,18 +337,18 @@ func (h *processAPI) createConnectPTY(w http.ResponseWriter, r *http.Request) {
 		if enc, ok := strings.CutPrefix(p, ptyEnvsPrefix); ok {
 			b, err := base64.RawURLEncoding.DecodeString(enc)
 			if err != nil || json.Unmarshal(b, &req.Envs) != nil {
-				writeProblem(w, r, badRequest("the PTY environment subprotocol is not base64url JSON"))
+				WriteError(w, r, badRequest("the PTY environment subprotocol is not base64url JSON"))
 				return
 			}
 		}
 	}
 	if err := req.validate(); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if !h.createPTY(w, r, c, &req) {

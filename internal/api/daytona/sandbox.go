@@ -370,12 +370,12 @@ const maxGeneratedNameTries = 3
 func (h *sandboxAPI) create(w http.ResponseWriter, r *http.Request) {
 	var req CreateRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	sreq, err := serviceRequest(req)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	generated := sreq.Name == ""
@@ -398,7 +398,7 @@ func (h *sandboxAPI) create(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, sandpit.ErrNameConflict) {
 			err = nameConflict(sreq.Name)
 		}
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, sb, true))
@@ -422,30 +422,30 @@ func (h *sandboxAPI) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for _, f := range unsupportedListFilters {
 		if q.Has(f) {
-			writeProblem(w, r, badRequest("the list filter %s is not supported", f))
+			WriteError(w, r, badRequest("the list filter %s is not supported", f))
 			return
 		}
 	}
 	if s := q.Get("sort"); s != "" && s != "createdAt" {
-		writeProblem(w, r, badRequest("sandboxes can only be sorted by createdAt"))
+		WriteError(w, r, badRequest("sandboxes can only be sorted by createdAt"))
 		return
 	}
 	if o := q.Get("order"); o != "" && o != "asc" {
-		writeProblem(w, r, badRequest("sandboxes can only be listed in ascending order of creation"))
+		WriteError(w, r, badRequest("sandboxes can only be listed in ascending order of creation"))
 		return
 	}
 	opts := sandpit.ListOptions{PageToken: q.Get("cursor"), Labels: map[string]string{}}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {
-			writeProblem(w, r, badRequest("limit must be an integer from 1 to 1000"))
+			WriteError(w, r, badRequest("limit must be an integer from 1 to 1000"))
 			return
 		}
 		opts.Limit = n
 	}
 	if l := q.Get("labels"); l != "" {
 		if err := json.Unmarshal([]byte(l), &opts.Labels); err != nil {
-			writeProblem(w, r, badRequest("labels must be a JSON object of strings: %v", err))
+			WriteError(w, r, badRequest("labels must be a JSON object of strings: %v", err))
 			return
 		}
 	}
@@ -473,7 +473,7 @@ func (h *sandboxAPI) list(w http.ResponseWriter, r *http.Request) {
 	}
 	page, next, err := h.svc.ListSandboxes(r.Context(), opts)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	out := ListResponse{Items: make([]Sandbox, 0, len(page))}
@@ -518,7 +518,7 @@ func (h *sandboxAPI) listOne(w http.ResponseWriter, r *http.Request, id, name st
 	}
 	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), key)
 	if err != nil && !errors.Is(err, sandpit.ErrNotFound) {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	match := err == nil && opts.PageToken == "" &&
@@ -554,7 +554,7 @@ func (h *sandboxAPI) lookup(r *http.Request) (sandpit.Sandbox, error) {
 func (h *sandboxAPI) get(w http.ResponseWriter, r *http.Request) {
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, sb, true))
@@ -563,11 +563,11 @@ func (h *sandboxAPI) get(w http.ResponseWriter, r *http.Request) {
 func (h *sandboxAPI) delete(w http.ResponseWriter, r *http.Request) {
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if err := h.svc.DeleteSandbox(r.Context(), sb.ID); err != nil {
-		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+		WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
 		return
 	}
 	h.ptys.dropSandbox(sb.ID)
@@ -592,7 +592,7 @@ func (h *sandboxAPI) setInterval(which sandpit.Interval) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v, err := strconv.Atoi(r.PathValue("interval"))
 		if err != nil {
-			writeProblem(w, r, badRequest("interval must be an integer number of minutes"))
+			WriteError(w, r, badRequest("interval must be an integer number of minutes"))
 			return
 		}
 		switch {
@@ -601,17 +601,17 @@ func (h *sandboxAPI) setInterval(which sandpit.Interval) http.HandlerFunc {
 		case which == sandpit.IntervalAutoArchive && v == 0:
 			v = maxAutoArchive
 		case v < 0:
-			writeProblem(w, r, badRequest("%s interval must not be negative", which))
+			WriteError(w, r, badRequest("%s interval must not be negative", which))
 			return
 		}
 		sb, err := h.lookup(r)
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		after, err := h.svc.SetInterval(r.Context(), sb.ID, which, v)
 		if err != nil {
-			writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+			WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
 			return
 		}
 		api.WriteJSON(w, http.StatusOK, h.toSandbox(r, after, true))
@@ -626,11 +626,11 @@ const maxAutoArchive = 30 * 24 * 60
 func (h *sandboxAPI) refreshActivity(w http.ResponseWriter, r *http.Request) {
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if err := h.svc.RefreshActivity(r.Context(), sb.ID); err != nil {
-		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+		WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -640,7 +640,7 @@ func (h *sandboxAPI) refreshActivity(w http.ResponseWriter, r *http.Request) {
 func (h *sandboxAPI) transition(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id string) (sandpit.Sandbox, error)) {
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	after, err := op(r.Context(), sb.ID)
@@ -658,7 +658,7 @@ func (h *sandboxAPI) transition(w http.ResponseWriter, r *http.Request, op func(
 		return
 	}
 	if err != nil {
-		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+		WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, after, true))
@@ -672,21 +672,21 @@ type LabelsBody struct {
 func (h *sandboxAPI) setLabels(w http.ResponseWriter, r *http.Request) {
 	var req LabelsBody
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if req.Labels == nil {
-		writeProblem(w, r, badRequest("labels is required (an object of strings)"))
+		WriteError(w, r, badRequest("labels is required (an object of strings)"))
 		return
 	}
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	after, err := h.svc.SetLabels(r.Context(), sb.ID, req.Labels)
 	if err != nil {
-		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+		WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
 		return
 	}
 	labels := after.Labels
@@ -698,7 +698,7 @@ func (h *sandboxAPI) setLabels(w http.ResponseWriter, r *http.Request) {
 
 func (h *sandboxAPI) toolboxProxyURL(w http.ResponseWriter, r *http.Request) {
 	if _, err := h.lookup(r); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, map[string]string{"url": h.toolboxBase(r)})
@@ -730,12 +730,12 @@ func (h *sandboxAPI) previewURL(w http.ResponseWriter, r *http.Request) {
 func (h *sandboxAPI) exposeHTTP(w http.ResponseWriter, r *http.Request, private bool) (sandpit.Sandbox, sandpit.ExposedPort, string, bool) {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil {
-		writeProblem(w, r, badRequest("port must be an integer from 1 to 65535"))
+		WriteError(w, r, badRequest("port must be an integer from 1 to 65535"))
 		return sandpit.Sandbox{}, sandpit.ExposedPort{}, "", false
 	}
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return sb, sandpit.ExposedPort{}, "", false
 	}
 	var (
@@ -751,7 +751,7 @@ func (h *sandboxAPI) exposeHTTP(w http.ResponseWriter, r *http.Request, private 
 		}
 	}
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return sb, sandpit.ExposedPort{}, "", false
 	}
 	return sb, res.Port, token, true

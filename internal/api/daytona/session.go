@@ -276,24 +276,24 @@ type CreateSessionRequest struct {
 func (h *processAPI) createSession(w http.ResponseWriter, r *http.Request) {
 	var req CreateSessionRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if !sessionIDRE.MatchString(req.SessionID) {
-		writeProblem(w, r, badRequest("invalid sessionId %q: use 1-128 letters, digits, '_', '.' or '-'", req.SessionID))
+		WriteError(w, r, badRequest("invalid sessionId %q: use 1-128 letters, digits, '_', '.' or '-'", req.SessionID))
 		return
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	tag := sessionTagPrefix + req.SessionID
 	if p, err := c.byTag(r.Context(), tag); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	} else if p != nil {
-		writeProblem(w, r, newProblem(http.StatusConflict, "session %s already exists", req.SessionID))
+		WriteError(w, r, newProblem(http.StatusConflict, "session %s already exists", req.SessionID))
 		return
 	}
 	dir := sessionDir(req.SessionID)
@@ -301,11 +301,11 @@ func (h *processAPI) createSession(w http.ResponseWriter, r *http.Request) {
 	// replaced, so the new session does not list the old one's commands.
 	prep, err := h.runProc(r.Context(), c.Agent, &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", `rm -rf -- "$1" && mkdir -p -- "$1"`, "prep", dir}}, fsToolTimeout)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if prep.exitCode != 0 {
-		writeProblem(w, r, fmt.Errorf("prepare session directory: %s", strings.TrimSpace(string(prep.stderr))))
+		WriteError(w, r, fmt.Errorf("prepare session directory: %s", strings.TrimSpace(string(prep.stderr))))
 		return
 	}
 	stdin := true
@@ -314,7 +314,7 @@ func (h *processAPI) createSession(w http.ResponseWriter, r *http.Request) {
 		Tag:     &tag,
 		Stdin:   &stdin,
 	}); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusCreated)
@@ -342,36 +342,36 @@ func commandLine(dir, cid string, async bool) string {
 func (h *processAPI) sessionExec(w http.ResponseWriter, r *http.Request) {
 	sid, err := sessionID(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	var req SessionExecuteRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if strings.TrimSpace(req.Command) == "" {
-		writeProblem(w, r, badRequest("command is required"))
+		WriteError(w, r, badRequest("command is required"))
 		return
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	tag := sessionTagPrefix + sid
 	p, err := c.byTag(r.Context(), tag)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if p == nil {
-		writeProblem(w, r, sessionNotFound(sid))
+		WriteError(w, r, sessionNotFound(sid))
 		return
 	}
 	dir, cid := sessionDir(sid), newCommandID()
 	if err := h.writeFile(r.Context(), c.Addr, c.Token, dir+"/"+cid+".cmd", strings.NewReader(req.Command+"\n")); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	async := req.Async || req.RunAsync
@@ -379,12 +379,12 @@ func (h *processAPI) sessionExec(w http.ResponseWriter, r *http.Request) {
 		// The FIFO exists before the shell is told to run the command, so
 		// input sent as soon as this call answers finds it.
 		if err := h.makeFIFO(r.Context(), c, dir+"/"+cid+".in"); err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 	}
 	if err := c.input(r.Context(), tag, &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte(commandLine(dir, cid, async))}}); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if async {
@@ -393,12 +393,12 @@ func (h *processAPI) sessionExec(w http.ResponseWriter, r *http.Request) {
 	}
 	code, err := h.awaitCommand(r.Context(), c, tag, dir, cid)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	logs, err := h.commandLogs(r.Context(), c, dir, cid)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, SessionExecuteResponse{CmdID: cid, ExitCode: &code, Output: &logs.Output, Stdout: &logs.Stdout, Stderr: &logs.Stderr})
@@ -519,19 +519,19 @@ func (h *processAPI) command(ctx context.Context, c *sandboxConn, dir, cid strin
 func (h *processAPI) listSessions(w http.ResponseWriter, r *http.Request) {
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	ids, err := c.sessions(r.Context())
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	out := make([]Session, 0, len(ids))
 	for _, sid := range ids {
 		s, err := h.session(r.Context(), c, sid)
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		out = append(out, s)
@@ -543,21 +543,21 @@ func (h *processAPI) listSessions(w http.ResponseWriter, r *http.Request) {
 func (h *processAPI) liveSession(w http.ResponseWriter, r *http.Request) (*sandboxConn, string, bool) {
 	sid, err := sessionID(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, "", false
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, "", false
 	}
 	p, err := c.byTag(r.Context(), sessionTagPrefix+sid)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, "", false
 	}
 	if p == nil {
-		writeProblem(w, r, sessionNotFound(sid))
+		WriteError(w, r, sessionNotFound(sid))
 		return nil, "", false
 	}
 	return c, sid, true
@@ -570,7 +570,7 @@ func (h *processAPI) getSession(w http.ResponseWriter, r *http.Request) {
 	}
 	s, err := h.session(r.Context(), c, sid)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, s)
@@ -584,11 +584,11 @@ func (h *processAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := c.kill(r.Context(), sessionTagPrefix+sid); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if _, err := c.Filesystem.Remove(r.Context(), fsRequest(&fspb.RemoveRequest{Path: sessionDir(sid)}, c.Token)); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -598,27 +598,27 @@ func (h *processAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
 func (h *processAPI) commandRef(w http.ResponseWriter, r *http.Request) (*sandboxConn, string, string, bool) {
 	sid, err := sessionID(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, "", "", false
 	}
 	cid := r.PathValue("commandId")
 	if !sessionIDRE.MatchString(cid) {
-		writeProblem(w, r, badRequest("invalid command id %q", cid))
+		WriteError(w, r, badRequest("invalid command id %q", cid))
 		return nil, "", "", false
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, "", "", false
 	}
 	dir := sessionDir(sid)
 	ok, err := c.exists(r.Context(), dir+"/"+cid+".cmd")
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, "", "", false
 	}
 	if !ok {
-		writeProblem(w, r, newProblem(http.StatusNotFound, "command %s not found in session %s", cid, sid))
+		WriteError(w, r, newProblem(http.StatusNotFound, "command %s not found in session %s", cid, sid))
 		return nil, "", "", false
 	}
 	return c, dir, cid, true
@@ -631,7 +631,7 @@ func (h *processAPI) getSessionCommand(w http.ResponseWriter, r *http.Request) {
 	}
 	cmd, err := h.command(r.Context(), c, dir, cid)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, cmd)
@@ -655,7 +655,7 @@ func (h *processAPI) getSessionCommandLogs(w http.ResponseWriter, r *http.Reques
 	}
 	logs, err := h.commandLogs(r.Context(), c, dir, cid)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, logs)

@@ -128,7 +128,7 @@ func (h *sandboxAPI) signedPreviewURL(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("expiresInSeconds"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || time.Duration(n)*time.Second > maxSignedExpiry {
-			writeProblem(w, r, badRequest("expiresInSeconds must be an integer from 1 to %d", int(maxSignedExpiry/time.Second)))
+			WriteError(w, r, badRequest("expiresInSeconds must be an integer from 1 to %d", int(maxSignedExpiry/time.Second)))
 			return
 		}
 		expiry = time.Duration(n) * time.Second
@@ -157,22 +157,22 @@ func (h *sandboxAPI) signedPreviewURL(w http.ResponseWriter, r *http.Request) {
 func (h *sandboxAPI) expireSignedPreviewURL(w http.ResponseWriter, r *http.Request) {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil || port < 1 || port > 65535 {
-		writeProblem(w, r, badRequest("port must be an integer from 1 to 65535"))
+		WriteError(w, r, badRequest("port must be an integer from 1 to 65535"))
 		return
 	}
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	token := r.PathValue("token")
 	id, exp, mac, ok := splitSigned(token)
 	if !ok || id != sb.ID || !hmac.Equal([]byte(mac), []byte(h.previewMAC(id, port, exp))) {
-		writeProblem(w, r, badRequest("%q is not a signed preview token of sandbox %s port %d", token, sb.ID, port))
+		WriteError(w, r, badRequest("%q is not a signed preview token of sandbox %s port %d", token, sb.ID, port))
 		return
 	}
 	if err := h.svc.RevokeSignedPreview(r.Context(), sb.ID, token, time.Unix(exp, 0)); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusOK)

@@ -86,7 +86,7 @@ func (h *sandboxAPI) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		if s := q.Get(p.name); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 1 || n > 1000 {
-				writeProblem(w, r, badRequest("%s must be an integer from 1 to 1000", p.name))
+				WriteError(w, r, badRequest("%s must be an integer from 1 to 1000", p.name))
 				return
 			}
 			*p.v = n
@@ -121,5 +121,5 @@ func (h *sandboxAPI) getSnapshot(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeProblem(w, r, newProblem(http.StatusNotFound, "Snapshot with ID or name %s not found", x))
+	WriteError(w, r, newProblem(http.StatusNotFound, "Snapshot with ID or name %s not found", x))
 }

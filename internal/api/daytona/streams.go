@@ -23,7 +23,7 @@ func (h *processAPI) openStream(w http.ResponseWriter, r *http.Request) (context
 	}
 	ctx, release, err := h.svc.OpenSession(base)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, nil, false
 	}
 	return ctx, release, true

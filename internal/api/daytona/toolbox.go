@@ -134,26 +134,26 @@ type ExecuteResponse struct {
 func (h *toolboxAPI) execute(w http.ResponseWriter, r *http.Request) {
 	var req ExecuteRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if strings.TrimSpace(req.Command) == "" {
-		writeProblem(w, r, badRequest("command is required"))
+		WriteError(w, r, badRequest("command is required"))
 		return
 	}
 	timeout, err := runLimits(req.Timeout, req.Envs)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	agent, err := h.agent(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	res, err := h.run(r.Context(), agent, req, timeout)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, res)
@@ -290,12 +290,12 @@ func (h *toolboxAPI) bulkUpload(w http.ResponseWriter, r *http.Request) {
 	httpguard.LiftReadDeadline(w)
 	mr, err := r.MultipartReader()
 	if err != nil {
-		writeProblem(w, r, badRequest("bulk-upload takes a multipart/form-data body: %v", err))
+		WriteError(w, r, badRequest("bulk-upload takes a multipart/form-data body: %v", err))
 		return
 	}
 	agent, err := h.agent(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	// The SDK sends files[i].path before files[i].file, so each file can be
@@ -308,7 +308,7 @@ func (h *toolboxAPI) bulkUpload(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		if err != nil {
-			writeProblem(w, r, badRequest("malformed multipart body: %v", err))
+			WriteError(w, r, badRequest("malformed multipart body: %v", err))
 			return
 		}
 		m := filesField.FindStringSubmatch(part.FormName())
@@ -321,11 +321,11 @@ func (h *toolboxAPI) bulkUpload(w http.ResponseWriter, r *http.Request) {
 		case "path":
 			b, err := io.ReadAll(io.LimitReader(part, maxPathField+1))
 			if err != nil {
-				writeProblem(w, r, badRequest("malformed multipart body: %v", err))
+				WriteError(w, r, badRequest("malformed multipart body: %v", err))
 				return
 			}
 			if len(b) > maxPathField {
-				writeProblem(w, r, badRequest("files[%s].path is longer than %d bytes", idx, maxPathField))
+				WriteError(w, r, badRequest("files[%s].path is longer than %d bytes", idx, maxPathField))
 				return
 			}
 			paths[idx] = string(b)
@@ -335,11 +335,11 @@ func (h *toolboxAPI) bulkUpload(w http.ResponseWriter, r *http.Request) {
 				dest = rawFilename(part)
 			}
 			if dest == "" {
-				writeProblem(w, r, badRequest("files[%s].file has no destination: send files[%s].path first", idx, idx))
+				WriteError(w, r, badRequest("files[%s].file has no destination: send files[%s].path first", idx, idx))
 				return
 			}
 			if err := h.writeFile(r.Context(), agent.Addr, agent.Token, dest, part); err != nil {
-				writeProblem(w, r, err)
+				WriteError(w, r, err)
 				return
 			}
 			uploaded[idx] = true
@@ -347,7 +347,7 @@ func (h *toolboxAPI) bulkUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	for idx := range paths {
 		if !uploaded[idx] {
-			writeProblem(w, r, badRequest("files[%s].path was sent without files[%s].file", idx, idx))
+			WriteError(w, r, badRequest("files[%s].path was sent without files[%s].file", idx, idx))
 			return
 		}
 	}
@@ -423,20 +423,20 @@ type downloadError struct {
 func (h *toolboxAPI) bulkDownload(w http.ResponseWriter, r *http.Request) {
 	var req DownloadRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if len(req.Paths) == 0 {
-		writeProblem(w, r, badRequest("paths is required"))
+		WriteError(w, r, badRequest("paths is required"))
 		return
 	}
 	if len(req.Paths) > maxBulkPaths {
-		writeProblem(w, r, badRequest("at most %d paths per bulk download", maxBulkPaths))
+		WriteError(w, r, badRequest("at most %d paths per bulk download", maxBulkPaths))
 		return
 	}
 	agent, err := h.agent(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	mw := multipart.NewWriter(w)
@@ -604,12 +604,12 @@ func (h *toolboxAPI) fsClient(r *http.Request) (filesystemconnect.FilesystemClie
 func (h *toolboxAPI) pathAndClient(w http.ResponseWriter, r *http.Request) (string, filesystemconnect.FilesystemClient, string, bool) {
 	path := r.URL.Query().Get("path")
 	if path == "" {
-		writeProblem(w, r, badRequest("query parameter path is required"))
+		WriteError(w, r, badRequest("query parameter path is required"))
 		return "", nil, "", false
 	}
 	client, token, err := h.fsClient(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return "", nil, "", false
 	}
 	return path, client, token, true
@@ -628,19 +628,19 @@ func (h *toolboxAPI) listFiles(w http.ResponseWriter, r *http.Request) {
 	if d := q.Get("depth"); d != "" {
 		n, err := strconv.Atoi(d)
 		if err != nil || n < 1 || n > 64 {
-			writeProblem(w, r, badRequest("depth must be an integer from 1 to 64"))
+			WriteError(w, r, badRequest("depth must be an integer from 1 to 64"))
 			return
 		}
 		depth = n
 	}
 	client, token, err := h.fsClient(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	resp, err := client.ListDir(r.Context(), fsRequest(&fspb.ListDirRequest{Path: q.Get("path"), Depth: uint32(depth)}, token))
 	if err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	out := make([]FileInfo, 0, len(resp.Msg.GetEntries()))
@@ -657,7 +657,7 @@ func (h *toolboxAPI) fileInfo(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := client.Stat(r.Context(), fsRequest(&fspb.StatRequest{Path: path}, token))
 	if err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, toFileInfo(resp.Msg.GetEntry()))
@@ -678,7 +678,7 @@ func (h *toolboxAPI) createFolder(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -694,15 +694,15 @@ func (h *toolboxAPI) deleteFile(w http.ResponseWriter, r *http.Request) {
 	// it deletes a directory, so that is checked first.
 	st, err := client.Stat(r.Context(), fsRequest(&fspb.StatRequest{Path: path}, token))
 	if err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	if st.Msg.GetEntry().GetType() == fspb.FileType_FILE_TYPE_DIRECTORY && q.Get("recursive") != "true" {
-		writeProblem(w, r, &problem{status: http.StatusBadRequest, message: path + " is a directory: pass recursive=true to delete it", code: codeInvalidFilePath, source: sourceDaemon})
+		WriteError(w, r, &problem{status: http.StatusBadRequest, message: path + " is a directory: pass recursive=true to delete it", code: codeInvalidFilePath, source: sourceDaemon})
 		return
 	}
 	if _, err := client.Remove(r.Context(), fsRequest(&fspb.RemoveRequest{Path: path}, token)); err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -712,16 +712,16 @@ func (h *toolboxAPI) moveFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	src, dst := q.Get("source"), q.Get("destination")
 	if src == "" || dst == "" {
-		writeProblem(w, r, badRequest("query parameters source and destination are required"))
+		WriteError(w, r, badRequest("query parameters source and destination are required"))
 		return
 	}
 	client, token, err := h.fsClient(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if _, err := client.Move(r.Context(), fsRequest(&fspb.MoveRequest{Source: src, Destination: dst}, token)); err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -733,12 +733,12 @@ func (h *toolboxAPI) moveFile(w http.ResponseWriter, r *http.Request) {
 func (h *toolboxAPI) homeDir(w http.ResponseWriter, r *http.Request) {
 	client, token, err := h.fsClient(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	resp, err := client.Stat(r.Context(), fsRequest(&fspb.StatRequest{Path: "~"}, token))
 	if err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, map[string]string{"dir": resp.Msg.GetEntry().GetPath()})
