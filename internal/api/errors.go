@@ -26,6 +26,26 @@ type Problem struct {
 	Message string
 }
 
+// Error makes a decided Problem an error, so that it is rendered by the
+// same WriteError as any other.
+func (p Problem) Error() string { return p.Message }
+
+// WriteError renders err in the native API's error shape, with the status and
+// code of Classify and, for a problem a client should retry as it is, a
+// Retry-After header. This is the native surface's one error renderer; the
+// facades have their own (e2b.WriteError, daytona.WriteError) with the same
+// signature, so a gateway in front of them picks one by surface. The native
+// shape names no path, so r is not read and may be nil.
+func WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	p := Classify(err)
+	if ra := p.RetryAfter(); ra != "" {
+		// The Go client retries a 503 that names a delay with the same
+		// Idempotency-Key.
+		w.Header().Set("Retry-After", ra)
+	}
+	WriteJSON(w, p.Status, apitypes.ErrorBody{Error: apitypes.ErrorDetail{Code: p.Code, Message: p.Message}})
+}
+
 // ErrBodyTooLarge is returned by DecodeJSON when a body exceeds its limit.
 var ErrBodyTooLarge = errors.New("request body too large")
 
@@ -35,6 +55,12 @@ var ErrBadJSON = errors.New("malformed JSON body")
 // Classify maps any error the service or store returns to a Problem. This is
 // the one place where error kinds meet HTTP statuses.
 func Classify(err error) Problem {
+	// A problem a handler decided itself (a missing endpoint, a bad header)
+	// is already classified.
+	var decided Problem
+	if errors.As(err, &decided) {
+		return decided
+	}
 	msg := err.Error()
 	switch {
 	case errors.Is(err, service.ErrUnauthorized):
@@ -88,8 +114,6 @@ func Classify(err error) Problem {
 		return Problem{http.StatusServiceUnavailable, apitypes.CodeNoLeader, msg}
 	case errors.Is(err, sandpit.ErrNoCapacity):
 		return Problem{http.StatusServiceUnavailable, apitypes.CodeNoCapacity, msg}
-	case errors.Is(err, context.DeadlineExceeded):
-		return Problem{http.StatusGatewayTimeout, apitypes.CodeTimeout, msg}
 	}
 	return Problem{http.StatusInternalServerError, apitypes.CodeInternal, msg}
 }

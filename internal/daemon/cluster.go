@@ -143,7 +143,7 @@ func clusterAuth(auth *api.Auth, next http.Handler) http.Handler {
 			}
 		}
 		if err != nil {
-			v1.WriteProblem(w, api.Classify(err))
+			api.WriteError(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -238,11 +238,11 @@ func reconcileCluster(ctx context.Context, cl *cluster.Cluster, svc *service.Ser
 func writeSurfaceProblem(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case strings.HasPrefix(r.URL.Path, e2b.Prefix+"/"):
-		e2b.WriteProblem(w, err)
+		e2b.WriteError(w, r, err)
 	case strings.HasPrefix(r.URL.Path, daytona.DefaultPrefix+"/"):
-		daytona.WriteProblem(w, r, err)
+		daytona.WriteError(w, r, err)
 	default:
-		v1.WriteProblem(w, api.Classify(err))
+		api.WriteError(w, r, err)
 	}
 }
 

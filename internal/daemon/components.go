@@ -550,7 +550,7 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 	if cl := d.cl; cl != nil {
 		// `cluster leave` ends serving from inside, once it is done.
 		mux.Handle("/v1/cluster/", clusterAuth(d.auth, cl.Handler(d.stopServing)))
-		mux.Handle("POST /v1/cluster/drain", clusterAuth(d.auth, cl.DrainHandler(func(w http.ResponseWriter, err error) { v1.WriteProblem(w, api.Classify(err)) })))
+		mux.Handle("POST /v1/cluster/drain", clusterAuth(d.auth, cl.DrainHandler(func(w http.ResponseWriter, err error) { api.WriteError(w, nil, err) })))
 		d.handler = clusterRouter(cl, d.auth, mux, routes)
 	}
 	if d.proxyLn != nil {

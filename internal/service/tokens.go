@@ -235,6 +235,10 @@ func (s *Service) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits) (er
 	return s.store.SetOwnerLimits(ctx, l, s.now())
 }
 
+// OwnerUsage is what an owner holds now. The surfaces name it through the
+// service, which keeps them from importing the store.
+type OwnerUsage = store.OwnerUsage
+
 // OwnerLimits returns an owner's quotas and current usage (admin, or the
 // owner itself).
 func (s *Service) OwnerLimits(ctx context.Context, owner string) (sandpit.OwnerLimits, store.OwnerUsage, error) {

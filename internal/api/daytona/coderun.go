@@ -41,36 +41,36 @@ var interpreters = map[string][]string{
 // runs the interpreter with the code and the arguments as its own argv.
 const codeRunScript = "exec 2>&1; exec \"$@\""
 
-func (h *Handler) codeRun(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) codeRun(w http.ResponseWriter, r *http.Request) {
 	var req CodeRunRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	interp, ok := interpreters[req.Language]
 	switch {
 	case req.Code == "":
-		writeProblem(w, r, badRequest("code is required"))
+		WriteError(w, r, badRequest("code is required"))
 		return
 	case !ok:
-		writeProblem(w, r, badRequest("language %q is not supported: use python or javascript", req.Language))
+		WriteError(w, r, badRequest("language %q is not supported: use python or javascript", req.Language))
 		return
 	}
 	timeout, err := runLimits(req.Timeout, req.Envs)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	agent, err := h.agent(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	args := append([]string{"-c", codeRunScript, "code-run"}, interp...)
 	args = append(append(args, req.Code), req.Argv...)
 	res, err := h.runProc(r.Context(), agent, &process.ProcessConfig{Cmd: "/bin/sh", Args: args, Envs: req.Envs}, timeout)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, CodeRunResponse{ExitCode: res.exitCode, Result: string(res.stdout), Artifacts: codeRunArtifact{Charts: []any{}}})

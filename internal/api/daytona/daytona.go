@@ -17,7 +17,6 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // DefaultPrefix is the path the daemon mounts the facade under.
@@ -38,31 +37,74 @@ type Options struct {
 	PreviewKey []byte
 }
 
-// Handler serves the facade. It is safe for concurrent use.
+// Handler serves the facade. It is safe for concurrent use. It only
+// dispatches: each area of the facade (the control plane, the toolbox, the
+// processes, the event socket) is its own type, which takes of the service
+// layer only what it uses.
 type Handler struct {
+	*core
+	auth *api.Auth
+	mux  *http.ServeMux
+	// routes declares what each route does; see api.Routes.
+	routes *api.Routes
+
+	sandboxes *sandboxAPI
+	toolbox   *toolboxAPI
+	processes *processAPI
+	events    *eventAPI
+}
+
+// core is what every area shares: the daemon's lifetime, the agent access
+// all but the control plane use, and the state more than one area reads.
+type core struct {
 	// ctx is the daemon's lifetime: event sockets, which http.Server.Shutdown
 	// does not track once hijacked, are closed when it ends.
 	ctx    context.Context
-	svc    *service.Service
-	auth   *api.Auth
+	svc    AgentBackend
 	prefix string
 	log    *slog.Logger
-	mux    *http.ServeMux
-	// routes declares what each route does; see api.Routes.
-	routes *api.Routes
-	hub    *hub
 	// res is the host's capacity, reported for resources a sandbox has no
 	// limit on: without a limit it can use all of it.
 	res hostResources
-	// signKey signs preview URLs (see signed.go).
-	signKey []byte
 	// ptys remembers each PTY's size and environment.
 	ptys *ptyTable
+	// interp serialises executions per interpreter context.
+	interp interpLocks
+}
+
+// sandboxAPI is the control plane: sandboxes, their previews, snapshots.
+type sandboxAPI struct {
+	*core
+	svc SandboxBackend
+	// signKey signs preview URLs (see signed.go).
+	signKey []byte
 	// started is when the facade was made, the creation time reported for
 	// the daemon's snapshots.
 	started time.Time
-	// interp serialises executions per interpreter context.
-	interp interpLocks
+}
+
+// toolboxAPI is the toolbox's files, git, LSP, one-shot execution and
+// metrics.
+type toolboxAPI struct {
+	*core
+	svc ToolboxBackend
+}
+
+// processAPI is the toolbox's long-lived processes: sessions, PTYs, code
+// runs and interpreter contexts.
+type processAPI struct {
+	*core
+	svc ProcessBackend
+}
+
+// eventAPI is the Socket.IO event socket.
+type eventAPI struct {
+	*core
+	svc  EventBackend
+	auth *api.Auth
+	// sandboxes renders the sandboxes state changes carry.
+	sandboxes *sandboxAPI
+	hub       *hub
 	// authTimeout: see Options.AuthTimeout.
 	authTimeout time.Duration
 }
@@ -70,7 +112,7 @@ type Handler struct {
 // New builds the facade. Every route but the event socket requires
 // "Authorization: Bearer <token>"; the socket authenticates in its Socket.IO
 // connect packet, as the SDK sends it there.
-func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options) *Handler {
+func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handler {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
@@ -81,107 +123,109 @@ func New(ctx context.Context, svc *service.Service, auth *api.Auth, opts Options
 	if opts.AuthTimeout <= 0 {
 		opts.AuthTimeout = 10 * time.Second
 	}
-	h := &Handler{
-		ctx:     ctx,
-		svc:     svc,
-		auth:    auth,
-		prefix:  opts.Prefix,
-		log:     opts.Logger,
-		mux:     http.NewServeMux(),
-		hub:     newHub(),
-		res:     readHostResources(svc.Config().DiskMB),
-		started: time.Now(),
-		ptys:    newPTYTable(),
-		signKey: signingKey(opts.PreviewKey),
-
-		authTimeout: opts.AuthTimeout,
+	c := &core{
+		ctx:    ctx,
+		svc:    svc,
+		prefix: opts.Prefix,
+		log:    opts.Logger,
+		res:    readHostResources(svc.Config().DiskMB),
+		ptys:   newPTYTable(),
 	}
-	go h.relayEvents(ctx, svc.Subscribe(eventBuffer))
+	h := &Handler{
+		core:      c,
+		auth:      auth,
+		mux:       http.NewServeMux(),
+		sandboxes: &sandboxAPI{core: c, svc: svc, signKey: signingKey(opts.PreviewKey), started: time.Now()},
+		toolbox:   &toolboxAPI{core: c, svc: svc},
+		processes: &processAPI{core: c, svc: svc},
+	}
+	h.events = &eventAPI{core: c, svc: svc, auth: auth, sandboxes: h.sandboxes, hub: newHub(), authTimeout: opts.AuthTimeout}
+	go h.events.relayEvents(ctx, svc.Subscribe(eventBuffer))
 	p := h.prefix
-	h.routes = api.NewRoutes(h.mux, writeProblem, nil).Mount(p)
+	h.routes = api.NewRoutes(h.mux, WriteError, nil).Mount(p)
 	route := h.routes.Handle
-	route("POST /sandbox", sandpit.ActionManage, h.create)
-	route("GET /sandbox", sandpit.ActionRead, h.list)
-	route("GET /sandbox/{idOrName}", sandpit.ActionRead, h.get)
-	route("DELETE /sandbox/{idOrName}", sandpit.ActionManage, h.delete)
-	route("POST /sandbox/{idOrName}/start", sandpit.ActionManage, h.start)
-	route("POST /sandbox/{idOrName}/stop", sandpit.ActionManage, h.stop)
-	route("PUT /sandbox/{idOrName}/labels", sandpit.ActionManage, h.setLabels)
-	route("GET /sandbox/{idOrName}/toolbox-proxy-url", sandpit.ActionRead, h.toolboxProxyURL)
-	route("GET /sandbox/{idOrName}/ports/{port}/preview-url", sandpit.ActionExpose, h.previewURL)
-	route("POST /sandbox/{idOrName}/autostop/{interval}", sandpit.ActionManage, h.setInterval(sandpit.IntervalAutoStop))
-	route("POST /sandbox/{idOrName}/autoarchive/{interval}", sandpit.ActionManage, h.setInterval(sandpit.IntervalAutoArchive))
-	route("POST /sandbox/{idOrName}/autodelete/{interval}", sandpit.ActionManage, h.setInterval(sandpit.IntervalAutoDelete))
-	route("POST /sandbox/{idOrName}/last-activity", sandpit.ActionManage, h.refreshActivity)
-	route("GET /sandbox/{idOrName}/ports/{port}/signed-preview-url", sandpit.ActionExpose, h.signedPreviewURL)
-	route("POST /sandbox/{idOrName}/ports/{port}/signed-preview-url/{token}/expire", sandpit.ActionExpose, h.expireSignedPreviewURL)
+	route("POST /sandbox", sandpit.ActionManage, h.sandboxes.create)
+	route("GET /sandbox", sandpit.ActionRead, h.sandboxes.list)
+	route("GET /sandbox/{idOrName}", sandpit.ActionRead, h.sandboxes.get)
+	route("DELETE /sandbox/{idOrName}", sandpit.ActionManage, h.sandboxes.delete)
+	route("POST /sandbox/{idOrName}/start", sandpit.ActionManage, h.sandboxes.start)
+	route("POST /sandbox/{idOrName}/stop", sandpit.ActionManage, h.sandboxes.stop)
+	route("PUT /sandbox/{idOrName}/labels", sandpit.ActionManage, h.sandboxes.setLabels)
+	route("GET /sandbox/{idOrName}/toolbox-proxy-url", sandpit.ActionRead, h.sandboxes.toolboxProxyURL)
+	route("GET /sandbox/{idOrName}/ports/{port}/preview-url", sandpit.ActionExpose, h.sandboxes.previewURL)
+	route("POST /sandbox/{idOrName}/autostop/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoStop))
+	route("POST /sandbox/{idOrName}/autoarchive/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoArchive))
+	route("POST /sandbox/{idOrName}/autodelete/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoDelete))
+	route("POST /sandbox/{idOrName}/last-activity", sandpit.ActionManage, h.sandboxes.refreshActivity)
+	route("GET /sandbox/{idOrName}/ports/{port}/signed-preview-url", sandpit.ActionExpose, h.sandboxes.signedPreviewURL)
+	route("POST /sandbox/{idOrName}/ports/{port}/signed-preview-url/{token}/expire", sandpit.ActionExpose, h.sandboxes.expireSignedPreviewURL)
 
-	route("POST /toolbox/{id}/process/execute", sandpit.ActionExecute, h.execute)
-	route("POST /toolbox/{id}/files/bulk-upload", sandpit.ActionWriteFiles, h.bulkUpload)
-	route("POST /toolbox/{id}/files/bulk-download", sandpit.ActionReadFiles, h.bulkDownload)
-	route("GET /toolbox/{id}/files", sandpit.ActionReadFiles, h.listFiles)
-	route("GET /toolbox/{id}/files/info", sandpit.ActionReadFiles, h.fileInfo)
-	route("POST /toolbox/{id}/files/folder", sandpit.ActionWriteFiles, h.createFolder)
-	route("DELETE /toolbox/{id}/files", sandpit.ActionWriteFiles, h.deleteFile)
-	route("POST /toolbox/{id}/files/move", sandpit.ActionWriteFiles, h.moveFile)
-	route("GET /toolbox/{id}/user-home-dir", sandpit.ActionRead, h.homeDir)
-	route("GET /toolbox/{id}/work-dir", sandpit.ActionRead, h.homeDir)
-	route("GET /toolbox/{id}/system/metrics", sandpit.ActionRead, h.systemMetrics)
-	route("GET /toolbox/{id}/files/find", sandpit.ActionReadFiles, h.findFiles)
-	route("GET /toolbox/{id}/files/search", sandpit.ActionReadFiles, h.searchFiles)
-	route("POST /toolbox/{id}/files/replace", sandpit.ActionWriteFiles, h.replaceInFiles)
-	route("POST /toolbox/{id}/files/permissions", sandpit.ActionWriteFiles, h.setFilePermissions)
-	route("POST /toolbox/{id}/process/session", sandpit.ActionExecute, h.createSession)
-	route("GET /toolbox/{id}/process/session", sandpit.ActionRead, h.listSessions)
-	route("GET /toolbox/{id}/process/session/{sessionId}", sandpit.ActionRead, h.getSession)
-	route("DELETE /toolbox/{id}/process/session/{sessionId}", sandpit.ActionExecute, h.deleteSession)
-	route("POST /toolbox/{id}/process/session/{sessionId}/exec", sandpit.ActionExecute, h.sessionExec)
-	route("GET /toolbox/{id}/process/session/{sessionId}/command/{commandId}", sandpit.ActionRead, h.getSessionCommand)
-	route("GET /toolbox/{id}/process/session/{sessionId}/command/{commandId}/logs", sandpit.ActionReadFiles, h.getSessionCommandLogs)
-	route("POST /toolbox/{id}/process/session/{sessionId}/command/{commandId}/input", sandpit.ActionExecute, h.sendSessionInput)
-	route("GET /toolbox/{id}/process/pty/create-connect", sandpit.ActionExecute, h.createConnectPTY)
-	route("POST /toolbox/{id}/process/pty", sandpit.ActionExecute, h.postPTY)
-	route("GET /toolbox/{id}/process/pty", sandpit.ActionRead, h.listPTYs)
-	route("GET /toolbox/{id}/process/pty/{sessionId}", sandpit.ActionRead, h.getPTY)
-	route("DELETE /toolbox/{id}/process/pty/{sessionId}", sandpit.ActionExecute, h.killPTY)
-	route("POST /toolbox/{id}/process/pty/{sessionId}/resize", sandpit.ActionExecute, h.resizePTY)
-	route("GET /toolbox/{id}/process/pty/{sessionId}/connect", sandpit.ActionExecute, h.connectPTY)
-	route("POST /toolbox/{id}/process/code-run", sandpit.ActionExecute, h.codeRun)
-	route("POST /toolbox/{id}/process/interpreter/context", sandpit.ActionExecute, h.createInterpreterContext)
-	route("GET /toolbox/{id}/process/interpreter/context", sandpit.ActionRead, h.listInterpreterContexts)
-	route("DELETE /toolbox/{id}/process/interpreter/context/{contextId}", sandpit.ActionExecute, h.deleteInterpreterContext)
-	route("GET /toolbox/{id}/process/interpreter/execute", sandpit.ActionExecute, h.executeInterpreter)
-	route("POST /toolbox/{id}/lsp/start", sandpit.ActionExecute, h.lspHandler(h.lspStart))
-	route("POST /toolbox/{id}/lsp/stop", sandpit.ActionExecute, h.lspHandler(h.lspStop))
-	route("POST /toolbox/{id}/lsp/did-open", sandpit.ActionExecute, h.lspHandler(h.lspDidOpen))
-	route("POST /toolbox/{id}/lsp/did-close", sandpit.ActionExecute, h.lspHandler(h.lspDidClose))
-	route("GET /toolbox/{id}/lsp/document-symbols", sandpit.ActionExecute, h.lspHandler(h.lspDocumentSymbols))
-	route("GET /toolbox/{id}/lsp/workspacesymbols", sandpit.ActionExecute, h.lspHandler(h.lspWorkspaceSymbols))
-	route("POST /toolbox/{id}/lsp/completions", sandpit.ActionExecute, h.lspHandler(h.lspCompletions))
-	route("POST /toolbox/{id}/git/clone", sandpit.ActionExecute, h.gitHandler(h.gitClone))
-	route("POST /toolbox/{id}/git/init", sandpit.ActionExecute, h.gitHandler(h.gitInit))
-	route("GET /toolbox/{id}/git/status", sandpit.ActionReadFiles, h.gitHandler(h.gitStatus))
-	route("POST /toolbox/{id}/git/add", sandpit.ActionExecute, h.gitHandler(h.gitAdd))
-	route("POST /toolbox/{id}/git/commit", sandpit.ActionExecute, h.gitHandler(h.gitCommit))
-	route("GET /toolbox/{id}/git/branches", sandpit.ActionReadFiles, h.gitHandler(h.gitBranches))
-	route("POST /toolbox/{id}/git/branches", sandpit.ActionExecute, h.gitHandler(h.gitCreateBranch))
-	route("DELETE /toolbox/{id}/git/branches", sandpit.ActionExecute, h.gitHandler(h.gitDeleteBranch))
-	route("POST /toolbox/{id}/git/checkout", sandpit.ActionExecute, h.gitHandler(h.gitCheckout))
-	route("POST /toolbox/{id}/git/push", sandpit.ActionExecute, h.gitHandler(h.gitPush))
-	route("POST /toolbox/{id}/git/pull", sandpit.ActionExecute, h.gitHandler(h.gitPull))
-	route("POST /toolbox/{id}/git/reset", sandpit.ActionExecute, h.gitHandler(h.gitReset))
-	route("POST /toolbox/{id}/git/restore", sandpit.ActionExecute, h.gitHandler(h.gitRestore))
-	route("POST /toolbox/{id}/git/remotes", sandpit.ActionExecute, h.gitHandler(h.gitAddRemote))
-	route("GET /toolbox/{id}/git/remotes", sandpit.ActionReadFiles, h.gitHandler(h.gitListRemotes))
-	route("POST /toolbox/{id}/git/config", sandpit.ActionExecute, h.gitHandlerPath(h.gitSetConfig, false))
-	route("GET /toolbox/{id}/git/config", sandpit.ActionReadFiles, h.gitHandlerPath(h.gitGetConfig, false))
-	route("POST /toolbox/{id}/git/config/user", sandpit.ActionExecute, h.gitHandlerPath(h.gitConfigureUser, false))
-	route("POST /toolbox/{id}/git/credentials", sandpit.ActionExecute, h.gitAuthenticate)
-	route("GET /snapshots", sandpit.ActionRead, h.listSnapshots)
-	route("GET /snapshots/{idOrName}", sandpit.ActionRead, h.getSnapshot)
+	route("POST /toolbox/{id}/process/execute", sandpit.ActionExecute, h.toolbox.execute)
+	route("POST /toolbox/{id}/files/bulk-upload", sandpit.ActionWriteFiles, h.toolbox.bulkUpload)
+	route("POST /toolbox/{id}/files/bulk-download", sandpit.ActionReadFiles, h.toolbox.bulkDownload)
+	route("GET /toolbox/{id}/files", sandpit.ActionReadFiles, h.toolbox.listFiles)
+	route("GET /toolbox/{id}/files/info", sandpit.ActionReadFiles, h.toolbox.fileInfo)
+	route("POST /toolbox/{id}/files/folder", sandpit.ActionWriteFiles, h.toolbox.createFolder)
+	route("DELETE /toolbox/{id}/files", sandpit.ActionWriteFiles, h.toolbox.deleteFile)
+	route("POST /toolbox/{id}/files/move", sandpit.ActionWriteFiles, h.toolbox.moveFile)
+	route("GET /toolbox/{id}/user-home-dir", sandpit.ActionRead, h.toolbox.homeDir)
+	route("GET /toolbox/{id}/work-dir", sandpit.ActionRead, h.toolbox.homeDir)
+	route("GET /toolbox/{id}/system/metrics", sandpit.ActionRead, h.toolbox.systemMetrics)
+	route("GET /toolbox/{id}/files/find", sandpit.ActionReadFiles, h.toolbox.findFiles)
+	route("GET /toolbox/{id}/files/search", sandpit.ActionReadFiles, h.toolbox.searchFiles)
+	route("POST /toolbox/{id}/files/replace", sandpit.ActionWriteFiles, h.toolbox.replaceInFiles)
+	route("POST /toolbox/{id}/files/permissions", sandpit.ActionWriteFiles, h.toolbox.setFilePermissions)
+	route("POST /toolbox/{id}/process/session", sandpit.ActionExecute, h.processes.createSession)
+	route("GET /toolbox/{id}/process/session", sandpit.ActionRead, h.processes.listSessions)
+	route("GET /toolbox/{id}/process/session/{sessionId}", sandpit.ActionRead, h.processes.getSession)
+	route("DELETE /toolbox/{id}/process/session/{sessionId}", sandpit.ActionExecute, h.processes.deleteSession)
+	route("POST /toolbox/{id}/process/session/{sessionId}/exec", sandpit.ActionExecute, h.processes.sessionExec)
+	route("GET /toolbox/{id}/process/session/{sessionId}/command/{commandId}", sandpit.ActionRead, h.processes.getSessionCommand)
+	route("GET /toolbox/{id}/process/session/{sessionId}/command/{commandId}/logs", sandpit.ActionReadFiles, h.processes.getSessionCommandLogs)
+	route("POST /toolbox/{id}/process/session/{sessionId}/command/{commandId}/input", sandpit.ActionExecute, h.processes.sendSessionInput)
+	route("GET /toolbox/{id}/process/pty/create-connect", sandpit.ActionExecute, h.processes.createConnectPTY)
+	route("POST /toolbox/{id}/process/pty", sandpit.ActionExecute, h.processes.postPTY)
+	route("GET /toolbox/{id}/process/pty", sandpit.ActionRead, h.processes.listPTYs)
+	route("GET /toolbox/{id}/process/pty/{sessionId}", sandpit.ActionRead, h.processes.getPTY)
+	route("DELETE /toolbox/{id}/process/pty/{sessionId}", sandpit.ActionExecute, h.processes.killPTY)
+	route("POST /toolbox/{id}/process/pty/{sessionId}/resize", sandpit.ActionExecute, h.processes.resizePTY)
+	route("GET /toolbox/{id}/process/pty/{sessionId}/connect", sandpit.ActionExecute, h.processes.connectPTY)
+	route("POST /toolbox/{id}/process/code-run", sandpit.ActionExecute, h.processes.codeRun)
+	route("POST /toolbox/{id}/process/interpreter/context", sandpit.ActionExecute, h.processes.createInterpreterContext)
+	route("GET /toolbox/{id}/process/interpreter/context", sandpit.ActionRead, h.processes.listInterpreterContexts)
+	route("DELETE /toolbox/{id}/process/interpreter/context/{contextId}", sandpit.ActionExecute, h.processes.deleteInterpreterContext)
+	route("GET /toolbox/{id}/process/interpreter/execute", sandpit.ActionExecute, h.processes.executeInterpreter)
+	route("POST /toolbox/{id}/lsp/start", sandpit.ActionExecute, h.toolbox.lspHandler(h.toolbox.lspStart))
+	route("POST /toolbox/{id}/lsp/stop", sandpit.ActionExecute, h.toolbox.lspHandler(h.toolbox.lspStop))
+	route("POST /toolbox/{id}/lsp/did-open", sandpit.ActionExecute, h.toolbox.lspHandler(h.toolbox.lspDidOpen))
+	route("POST /toolbox/{id}/lsp/did-close", sandpit.ActionExecute, h.toolbox.lspHandler(h.toolbox.lspDidClose))
+	route("GET /toolbox/{id}/lsp/document-symbols", sandpit.ActionExecute, h.toolbox.lspHandler(h.toolbox.lspDocumentSymbols))
+	route("GET /toolbox/{id}/lsp/workspacesymbols", sandpit.ActionExecute, h.toolbox.lspHandler(h.toolbox.lspWorkspaceSymbols))
+	route("POST /toolbox/{id}/lsp/completions", sandpit.ActionExecute, h.toolbox.lspHandler(h.toolbox.lspCompletions))
+	route("POST /toolbox/{id}/git/clone", sandpit.ActionExecute, h.toolbox.gitHandler(h.toolbox.gitClone))
+	route("POST /toolbox/{id}/git/init", sandpit.ActionExecute, h.toolbox.gitHandler(h.toolbox.gitInit))
+	route("GET /toolbox/{id}/git/status", sandpit.ActionReadFiles, h.toolbox.gitHandler(h.toolbox.gitStatus))
+	route("POST /toolbox/{id}/git/add", sandpit.ActionExecute, h.toolbox.gitHandler(h.toolbox.gitAdd))
+	route("POST /toolbox/{id}/git/commit", sandpit.ActionExecute, h.toolbox.gitHandler(h.toolbox.gitCommit))
+	route("GET /toolbox/{id}/git/branches", sandpit.ActionReadFiles, h.toolbox.gitHandler(h.toolbox.gitBranches))
+	route("POST /toolbox/{id}/git/branches", sandpit.ActionExecute, h.toolbox.gitHandler(h.toolbox.gitCreateBranch))
+	route("DELETE /toolbox/{id}/git/branches", sandpit.ActionExecute, h.toolbox.gitHandler(h.toolbox.gitDeleteBranch))
+	route("POST /toolbox/{id}/git/checkout", sandpit.ActionExecute, h.toolbox.gitHandler(h.toolbox.gitCheckout))
+	route("POST /toolbox/{id}/git/push", sandpit.ActionExecute, h.toolbox.gitHandler(h.toolbox.gitPush))
+	route("POST /toolbox/{id}/git/pull", sandpit.ActionExecute, h.toolbox.gitHandler(h.toolbox.gitPull))
+	route("POST /toolbox/{id}/git/reset", sandpit.ActionExecute, h.toolbox.gitHandler(h.toolbox.gitReset))
+	route("POST /toolbox/{id}/git/restore", sandpit.ActionExecute, h.toolbox.gitHandler(h.toolbox.gitRestore))
+	route("POST /toolbox/{id}/git/remotes", sandpit.ActionExecute, h.toolbox.gitHandler(h.toolbox.gitAddRemote))
+	route("GET /toolbox/{id}/git/remotes", sandpit.ActionReadFiles, h.toolbox.gitHandler(h.toolbox.gitListRemotes))
+	route("POST /toolbox/{id}/git/config", sandpit.ActionExecute, h.toolbox.gitHandlerPath(h.toolbox.gitSetConfig, false))
+	route("GET /toolbox/{id}/git/config", sandpit.ActionReadFiles, h.toolbox.gitHandlerPath(h.toolbox.gitGetConfig, false))
+	route("POST /toolbox/{id}/git/config/user", sandpit.ActionExecute, h.toolbox.gitHandlerPath(h.toolbox.gitConfigureUser, false))
+	route("POST /toolbox/{id}/git/credentials", sandpit.ActionExecute, h.toolbox.gitAuthenticate)
+	route("GET /snapshots", sandpit.ActionRead, h.sandboxes.listSnapshots)
+	route("GET /snapshots/{idOrName}", sandpit.ActionRead, h.sandboxes.getSnapshot)
 
 	h.mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, newProblem(http.StatusNotFound, "Cannot %s %s: Sandpit's Daytona facade does not implement this endpoint", r.Method, r.URL.Path))
+		WriteError(w, r, newProblem(http.StatusNotFound, "Cannot %s %s: Sandpit's Daytona facade does not implement this endpoint", r.Method, r.URL.Path))
 	})
 	return h
 }
@@ -193,7 +237,7 @@ func (h *Handler) Routes() []api.Route { return h.routes.List() }
 // ServeHTTP authenticates and dispatches.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == h.prefix+"/socket.io/" || r.URL.Path == h.prefix+"/socket.io" {
-		h.serveSocket(w, r)
+		h.events.serveSocket(w, r)
 		return
 	}
 	// Toolbox answers carry what a sandbox wrote (files, command output)
@@ -203,7 +247,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", "sandbox")
 	r, err := h.auth.Authorize(r, api.BearerToken(r))
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	h.mux.ServeHTTP(w, r)
@@ -228,6 +272,6 @@ func baseURL(r *http.Request) string {
 }
 
 // toolboxBase is the toolboxProxyUrl for a request.
-func (h *Handler) toolboxBase(r *http.Request) string {
+func (h *core) toolboxBase(r *http.Request) string {
 	return baseURL(r) + h.prefix + "/toolbox"
 }

@@ -61,16 +61,13 @@ func badRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", service.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// WriteProblem renders err in Daytona's error shape, for the daemon's
-// cluster router, which refuses some requests before they reach this
-// handler.
-func WriteProblem(w http.ResponseWriter, r *http.Request, err error) { writeProblem(w, r, err) }
-
-// writeProblem renders an error in Daytona's shape. The status comes from
+// WriteError renders an error in Daytona's shape: the Daytona surface's one
+// error renderer, which the cluster's gateway also calls for the requests it
+// refuses before they reach this handler. The status comes from
 // api.Classify, the one mapping of error kinds to statuses, except for errors
 // this package has already decided (*problem); a few messages are rewritten
 // into the sentences Daytona's own server uses, which users may match on.
-func writeProblem(w http.ResponseWriter, r *http.Request, err error) {
+func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	var p *problem
 	if !errors.As(err, &p) {
 		c := api.Classify(err)

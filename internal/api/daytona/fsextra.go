@@ -46,21 +46,21 @@ const findScript = `grep -rlsF -e "$1" -- "$2" | while IFS= read -r f; do printf
 
 // findFiles answers GET /files/find?path=&pattern=: the lines of files under
 // path that contain pattern, literally.
-func (h *Handler) findFiles(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) findFiles(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	path, pattern := q.Get("path"), q.Get("pattern")
 	if path == "" || pattern == "" {
-		writeProblem(w, r, badRequest("query parameters path and pattern are required"))
+		WriteError(w, r, badRequest("query parameters path and pattern are required"))
 		return
 	}
 	agent, err := h.agent(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	res, err := h.runProc(r.Context(), agent, &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", findScript, "find", pattern, path}}, fsToolTimeout)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	out := []Match{}
@@ -87,11 +87,11 @@ type SearchFilesResponse struct {
 
 // searchFiles answers GET /files/search?path=&pattern=: the files under path
 // whose names match the glob pattern.
-func (h *Handler) searchFiles(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) searchFiles(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	path, pattern := q.Get("path"), q.Get("pattern")
 	if path == "" || pattern == "" {
-		writeProblem(w, r, badRequest("query parameters path and pattern are required"))
+		WriteError(w, r, badRequest("query parameters path and pattern are required"))
 		return
 	}
 	if strings.HasPrefix(path, "-") {
@@ -100,16 +100,16 @@ func (h *Handler) searchFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	agent, err := h.agent(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	res, err := h.runProc(r.Context(), agent, &process.ProcessConfig{Cmd: "find", Args: []string{path, "-name", pattern}}, fsToolTimeout)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if res.exitCode != 0 && len(res.stdout) == 0 {
-		writeProblem(w, r, &problem{status: http.StatusNotFound, message: strings.TrimSpace(string(res.stderr)), code: codeFileNotFound, source: sourceDaemon})
+		WriteError(w, r, &problem{status: http.StatusNotFound, message: strings.TrimSpace(string(res.stderr)), code: codeFileNotFound, source: sourceDaemon})
 		return
 	}
 	out := SearchFilesResponse{Files: []string{}}
@@ -137,29 +137,29 @@ type ReplaceResult struct {
 
 // replaceInFiles replaces every literal occurrence of pattern in each file,
 // reporting per file, as Daytona does.
-func (h *Handler) replaceInFiles(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) replaceInFiles(w http.ResponseWriter, r *http.Request) {
 	var req ReplaceRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	switch {
 	case len(req.Files) == 0:
-		writeProblem(w, r, badRequest("files is required"))
+		WriteError(w, r, badRequest("files is required"))
 		return
 	case len(req.Files) > maxReplaceFiles:
-		writeProblem(w, r, badRequest("at most %d files per replace", maxReplaceFiles))
+		WriteError(w, r, badRequest("at most %d files per replace", maxReplaceFiles))
 		return
 	case req.Pattern == "":
-		writeProblem(w, r, badRequest("pattern is required"))
+		WriteError(w, r, badRequest("pattern is required"))
 		return
 	case req.NewValue == nil:
-		writeProblem(w, r, badRequest("newValue is required"))
+		WriteError(w, r, badRequest("newValue is required"))
 		return
 	}
 	agent, err := h.agent(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	out := make([]ReplaceResult, 0, len(req.Files))
@@ -175,7 +175,7 @@ func (h *Handler) replaceInFiles(w http.ResponseWriter, r *http.Request) {
 
 // replaceInFile reads a file through the agent, replaces, and writes it
 // back only if something changed.
-func (h *Handler) replaceInFile(ctx context.Context, addr, token, path, pattern, value string) error {
+func (h *toolboxAPI) replaceInFile(ctx context.Context, addr, token, path, pattern, value string) error {
 	if path == "" {
 		return fmt.Errorf("empty path")
 	}
@@ -212,26 +212,26 @@ var (
 )
 
 // setFilePermissions answers POST /files/permissions?path=&mode=&owner=&group=.
-func (h *Handler) setFilePermissions(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) setFilePermissions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	path, mode, owner, group := q.Get("path"), q.Get("mode"), q.Get("owner"), q.Get("group")
 	switch {
 	case path == "":
-		writeProblem(w, r, badRequest("query parameter path is required"))
+		WriteError(w, r, badRequest("query parameter path is required"))
 		return
 	case mode == "" && owner == "" && group == "":
-		writeProblem(w, r, badRequest("give at least one of mode, owner and group"))
+		WriteError(w, r, badRequest("give at least one of mode, owner and group"))
 		return
 	case mode != "" && !modeRE.MatchString(mode):
-		writeProblem(w, r, badRequest("mode must be octal, like 755 or 0644"))
+		WriteError(w, r, badRequest("mode must be octal, like 755 or 0644"))
 		return
 	case owner != "" && !ownerRE.MatchString(owner), group != "" && !ownerRE.MatchString(group):
-		writeProblem(w, r, badRequest("owner and group must be user or group names or numeric ids"))
+		WriteError(w, r, badRequest("owner and group must be user or group names or numeric ids"))
 		return
 	}
 	agent, err := h.agent(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	var cmds [][]string
@@ -249,7 +249,7 @@ func (h *Handler) setFilePermissions(w http.ResponseWriter, r *http.Request) {
 	for _, c := range cmds {
 		res, err := h.runProc(r.Context(), agent, &process.ProcessConfig{Cmd: c[0], Args: c[1:]}, fsToolTimeout)
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		if res.exitCode != 0 {
@@ -261,7 +261,7 @@ func (h *Handler) setFilePermissions(w http.ResponseWriter, r *http.Request) {
 			case strings.Contains(msg, "not permitted"), strings.Contains(msg, "denied"):
 				p.status, p.code = http.StatusForbidden, codeFileAccessDenied
 			}
-			writeProblem(w, r, p)
+			WriteError(w, r, p)
 			return
 		}
 	}

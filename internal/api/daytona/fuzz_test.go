@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -22,7 +23,8 @@ func FuzzSocketPacket(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, pkt string) {
-		h := &Handler{ctx: context.Background(), hub: newHub(), auth: api.NewAuth(nil, "tok")}
+		// A nil service opens sessions without limits.
+		h := &eventAPI{core: &core{ctx: context.Background()}, svc: (*service.Service)(nil), hub: newHub(), auth: api.NewAuth(nil, "tok")}
 		c := &sioConn{out: make(chan string, 16), done: make(chan struct{})}
 		h.socketMessage(c, "sid", pkt)
 		close(c.out)

@@ -34,7 +34,7 @@ type gitCall struct {
 
 // git runs git and returns its stdout, or a 400 carrying git's own message
 // when git fails.
-func (h *Handler) git(ctx context.Context, c *sandboxConn, call gitCall) (string, error) {
+func (h *toolboxAPI) git(ctx context.Context, c *sandboxConn, call gitCall) (string, error) {
 	envs := map[string]string{"GIT_TERMINAL_PROMPT": "0"}
 	args := []string{}
 	if call.username != "" || call.password != "" {
@@ -113,7 +113,7 @@ func (req gitRequest) remoteArgs() []string {
 
 // gitHandler decodes a body (or reads ?path= for a GET), resolves the
 // sandbox and runs op; op answers on success.
-func (h *Handler) gitHandler(op gitOp) http.HandlerFunc {
+func (h *toolboxAPI) gitHandler(op gitOp) http.HandlerFunc {
 	return h.gitHandlerPath(op, true)
 }
 
@@ -122,38 +122,38 @@ type gitOp func(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitR
 
 // gitHandlerPath is gitHandler for endpoints whose path is optional (git
 // config at global scope); a GET also reads key and scope from the query.
-func (h *Handler) gitHandlerPath(op gitOp, needPath bool) http.HandlerFunc {
+func (h *toolboxAPI) gitHandlerPath(op gitOp, needPath bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req gitRequest
 		if r.Method == http.MethodGet {
 			q := r.URL.Query()
 			req.Path, req.Key, req.Scope = q.Get("path"), q.Get("key"), q.Get("scope")
 		} else if err := api.DecodeJSON(r, &req, false); err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		if req.Path == "" && needPath {
-			writeProblem(w, r, badRequest("path is required"))
+			WriteError(w, r, badRequest("path is required"))
 			return
 		}
 		for _, v := range append([]string{req.Branch, req.Name, req.Remote, req.CommitID, req.Target, req.Source, req.Key}, req.Files...) {
 			if strings.HasPrefix(v, "-") {
-				writeProblem(w, r, badRequest("%q: names and paths must not start with '-'", v))
+				WriteError(w, r, badRequest("%q: names and paths must not start with '-'", v))
 				return
 			}
 		}
 		c, err := h.conn(r)
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		if err := op(w, r, c, req); err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 		}
 	}
 }
 
-func (h *Handler) gitClone(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitClone(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	if req.URL == "" {
 		return badRequest("url is required")
 	}
@@ -181,7 +181,7 @@ func (h *Handler) gitClone(w http.ResponseWriter, r *http.Request, c *sandboxCon
 	return nil
 }
 
-func (h *Handler) gitInit(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitInit(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	args := []string{"init"}
 	if req.Bare {
 		args = append(args, "--bare")
@@ -197,7 +197,7 @@ func (h *Handler) gitInit(w http.ResponseWriter, r *http.Request, c *sandboxConn
 	return nil
 }
 
-func (h *Handler) gitAdd(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitAdd(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	if len(req.Files) == 0 {
 		return badRequest("files is required")
 	}
@@ -208,7 +208,7 @@ func (h *Handler) gitAdd(w http.ResponseWriter, r *http.Request, c *sandboxConn,
 	return nil
 }
 
-func (h *Handler) gitCommit(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitCommit(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	if req.Message == "" || req.Author == "" || req.Email == "" {
 		return badRequest("message, author and email are required")
 	}
@@ -233,7 +233,7 @@ type ListBranchResponse struct {
 	Current  string   `json:"current,omitempty"`
 }
 
-func (h *Handler) gitBranches(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitBranches(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	out, err := h.git(r.Context(), c, gitCall{dir: req.Path, args: []string{"branch", "--format=%(HEAD) %(refname:short)"}})
 	if err != nil {
 		return err
@@ -256,7 +256,7 @@ func (h *Handler) gitBranches(w http.ResponseWriter, r *http.Request, c *sandbox
 	return nil
 }
 
-func (h *Handler) gitCreateBranch(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitCreateBranch(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	if req.Name == "" {
 		return badRequest("name is required")
 	}
@@ -267,7 +267,7 @@ func (h *Handler) gitCreateBranch(w http.ResponseWriter, r *http.Request, c *san
 	return nil
 }
 
-func (h *Handler) gitDeleteBranch(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitDeleteBranch(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	if req.Name == "" {
 		return badRequest("name is required")
 	}
@@ -278,7 +278,7 @@ func (h *Handler) gitDeleteBranch(w http.ResponseWriter, r *http.Request, c *san
 	return nil
 }
 
-func (h *Handler) gitCheckout(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitCheckout(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	if req.Branch == "" {
 		return badRequest("branch is required")
 	}
@@ -289,7 +289,7 @@ func (h *Handler) gitCheckout(w http.ResponseWriter, r *http.Request, c *sandbox
 	return nil
 }
 
-func (h *Handler) gitPush(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitPush(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	args := []string{"push"}
 	if req.SetUpstream {
 		args = append(args, "--set-upstream")
@@ -302,7 +302,7 @@ func (h *Handler) gitPush(w http.ResponseWriter, r *http.Request, c *sandboxConn
 	return nil
 }
 
-func (h *Handler) gitPull(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitPull(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	// --no-rebase: a pull that has to merge merges, whatever the sandbox's
 	// git would otherwise ask about divergent branches.
 	args := []string{"pull", "--no-rebase"}
@@ -403,7 +403,7 @@ func parseStatus(out string) GitStatus {
 	return st
 }
 
-func (h *Handler) gitStatus(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitStatus(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	out, err := h.git(r.Context(), c, gitCall{dir: req.Path, args: []string{"status", "--porcelain=v2", "--branch", "-z"}})
 	if err != nil {
 		return err

@@ -15,7 +15,7 @@ import (
 // nothing.
 
 // gitDone runs one git command and answers 200 when it succeeds.
-func (h *Handler) gitDone(w http.ResponseWriter, r *http.Request, c *sandboxConn, call gitCall) error {
+func (h *toolboxAPI) gitDone(w http.ResponseWriter, r *http.Request, c *sandboxConn, call gitCall) error {
 	if _, err := h.git(r.Context(), c, call); err != nil {
 		return err
 	}
@@ -25,7 +25,7 @@ func (h *Handler) gitDone(w http.ResponseWriter, r *http.Request, c *sandboxConn
 
 var resetModes = []string{"soft", "mixed", "hard", "merge", "keep"}
 
-func (h *Handler) gitReset(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitReset(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	if req.Mode != "" && !slices.Contains(resetModes, req.Mode) {
 		return badRequest("mode %q: use one of %s", req.Mode, strings.Join(resetModes, ", "))
 	}
@@ -51,7 +51,7 @@ func (h *Handler) gitReset(w http.ResponseWriter, r *http.Request, c *sandboxCon
 	return h.gitDone(w, r, c, gitCall{dir: req.Path, args: args})
 }
 
-func (h *Handler) gitRestore(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitRestore(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	if len(req.Files) == 0 {
 		return badRequest("files is required")
 	}
@@ -80,7 +80,7 @@ type ListRemotesResponse struct {
 	Remotes []GitRemote `json:"remotes"`
 }
 
-func (h *Handler) gitAddRemote(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitAddRemote(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	if req.Name == "" || req.URL == "" {
 		return badRequest("name and url are required")
 	}
@@ -114,7 +114,7 @@ func (h *Handler) gitAddRemote(w http.ResponseWriter, r *http.Request, c *sandbo
 }
 
 // remotes lists a repository's remotes with their fetch URLs.
-func (h *Handler) remotes(r *http.Request, c *sandboxConn, dir string) ([]GitRemote, error) {
+func (h *toolboxAPI) remotes(r *http.Request, c *sandboxConn, dir string) ([]GitRemote, error) {
 	out, err := h.git(r.Context(), c, gitCall{dir: dir, args: []string{"remote", "-v"}})
 	if err != nil {
 		return nil, err
@@ -133,7 +133,7 @@ func (h *Handler) remotes(r *http.Request, c *sandboxConn, dir string) ([]GitRem
 	return remotes, nil
 }
 
-func (h *Handler) gitListRemotes(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitListRemotes(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	remotes, err := h.remotes(r, c, req.Path)
 	if err != nil {
 		return err
@@ -159,7 +159,7 @@ func configScope(req gitRequest) (string, error) {
 	return "", badRequest("scope %q: use global, local or system", req.Scope)
 }
 
-func (h *Handler) gitSetConfig(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitSetConfig(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	if req.Key == "" {
 		return badRequest("key is required")
 	}
@@ -176,7 +176,7 @@ type GitConfigResponse struct {
 	Value *string `json:"value,omitempty"`
 }
 
-func (h *Handler) gitGetConfig(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitGetConfig(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	if req.Key == "" {
 		return badRequest("key is required")
 	}
@@ -205,7 +205,7 @@ func (h *Handler) gitGetConfig(w http.ResponseWriter, r *http.Request, c *sandbo
 	return nil
 }
 
-func (h *Handler) gitConfigureUser(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
+func (h *toolboxAPI) gitConfigureUser(w http.ResponseWriter, r *http.Request, c *sandboxConn, req gitRequest) error {
 	if req.Name == "" || req.Email == "" {
 		return badRequest("name and email are required")
 	}
@@ -238,14 +238,14 @@ type gitCredentialsRequest struct {
 
 // gitAuthenticate is dangerouslyAuthenticate: it persists the credential
 // in the sandbox, unlike the per-call credentials of clone, push and pull.
-func (h *Handler) gitAuthenticate(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) gitAuthenticate(w http.ResponseWriter, r *http.Request) {
 	var req gitCredentialsRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if req.Username == "" || req.Password == "" {
-		writeProblem(w, r, badRequest("username and password are required"))
+		WriteError(w, r, badRequest("username and password are required"))
 		return
 	}
 	if req.Host == "" {
@@ -257,13 +257,13 @@ func (h *Handler) gitAuthenticate(w http.ResponseWriter, r *http.Request) {
 	// git's credential format is one key=value per line.
 	for _, v := range []string{req.Username, req.Password, req.Host, req.Protocol} {
 		if strings.ContainsAny(v, "\n\r\x00") {
-			writeProblem(w, r, badRequest("credentials must not contain line breaks or NUL bytes"))
+			WriteError(w, r, badRequest("credentials must not contain line breaks or NUL bytes"))
 			return
 		}
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	res, err := h.runProc(r.Context(), c.Agent, &process.ProcessConfig{
@@ -271,11 +271,11 @@ func (h *Handler) gitAuthenticate(w http.ResponseWriter, r *http.Request) {
 		Args: []string{"-c", authenticateScript, "authenticate", req.Protocol, req.Host, req.Username, req.Password},
 	}, gitTimeout)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if res.exitCode != 0 {
-		writeProblem(w, r, &problem{status: http.StatusBadRequest, message: strings.TrimSpace(string(res.stderr)), source: sourceDaemon})
+		WriteError(w, r, &problem{status: http.StatusBadRequest, message: strings.TrimSpace(string(res.stderr)), source: sourceDaemon})
 		return
 	}
 	w.WriteHeader(http.StatusOK)

@@ -53,6 +53,8 @@ type env struct {
 	t   *testing.T
 	srv *httptest.Server
 	h   *Handler
+	// svc is the service under h, for what a test sets up around it.
+	svc *service.Service
 	rt  containers
 }
 
@@ -86,7 +88,7 @@ func newEnv(t *testing.T) *env {
 	mux.Handle(DefaultPrefix+"/", h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv, h: h, rt: containers{rt: rt, labels: labels}}
+	return &env{t: t, srv: srv, h: h, svc: svc, rt: containers{rt: rt, labels: labels}}
 }
 
 // do sends a request with the token and returns the status and body.

@@ -208,7 +208,7 @@ func contextOf(p *process.ProcessInfo) (InterpreterContext, bool) {
 
 // startContext starts a context's python3 in cwd, which the caller has
 // checked is a directory.
-func (h *Handler) startContext(ctx context.Context, c *sandboxConn, id, cwd string) (InterpreterContext, error) {
+func (h *processAPI) startContext(ctx context.Context, c *sandboxConn, id, cwd string) (InterpreterContext, error) {
 	tag := interpTagPrefix + id
 	stdin := true
 	created := time.Now().UTC().Format(isoMillis)
@@ -230,7 +230,7 @@ func (h *Handler) startContext(ctx context.Context, c *sandboxConn, id, cwd stri
 
 // contextDir resolves and checks a context's working directory; empty is
 // the home directory.
-func (h *Handler) contextDir(ctx context.Context, c *sandboxConn, cwd string) (string, error) {
+func (h *core) contextDir(ctx context.Context, c *sandboxConn, cwd string) (string, error) {
 	if cwd == "" {
 		cwd = "~"
 	}
@@ -247,43 +247,43 @@ func (h *Handler) contextDir(ctx context.Context, c *sandboxConn, cwd string) (s
 	return resp.Msg.GetEntry().GetPath(), nil
 }
 
-func (h *Handler) createInterpreterContext(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) createInterpreterContext(w http.ResponseWriter, r *http.Request) {
 	var req CreateContextRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if req.Language != "" && req.Language != "python" {
-		writeProblem(w, r, badRequest("language %q is not supported: the interpreter runs python", req.Language))
+		WriteError(w, r, badRequest("language %q is not supported: the interpreter runs python", req.Language))
 		return
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	dir, err := h.contextDir(r.Context(), c, req.Cwd)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	ic, err := h.startContext(r.Context(), c, newCommandID(), dir)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, ic)
 }
 
-func (h *Handler) listInterpreterContexts(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) listInterpreterContexts(w http.ResponseWriter, r *http.Request) {
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	procs, err := c.processes(r.Context())
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	out := ListContextsResponse{Contexts: []InterpreterContext{}}
@@ -296,29 +296,29 @@ func (h *Handler) listInterpreterContexts(w http.ResponseWriter, r *http.Request
 	api.WriteJSON(w, http.StatusOK, out)
 }
 
-func (h *Handler) deleteInterpreterContext(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) deleteInterpreterContext(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("contextId")
 	if !sessionIDRE.MatchString(id) {
-		writeProblem(w, r, badRequest("invalid context id %q", id))
+		WriteError(w, r, badRequest("invalid context id %q", id))
 		return
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	tag := interpTagPrefix + id
 	p, err := c.byTag(r.Context(), tag)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if p == nil {
-		writeProblem(w, r, interpNotFound(id))
+		WriteError(w, r, interpNotFound(id))
 		return
 	}
 	if err := c.kill(r.Context(), tag); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -328,10 +328,10 @@ func (h *Handler) deleteInterpreterContext(w http.ResponseWriter, r *http.Reques
 // then a normal close; a timeout interrupts the code and closes with 4008,
 // the SDK's timeout code. Refusals close with 1008 and a reason the SDK
 // shows.
-func (h *Handler) executeInterpreter(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) executeInterpreter(w http.ResponseWriter, r *http.Request) {
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	httpguard.LiftReadDeadline(w)
@@ -409,7 +409,7 @@ func (h *Handler) executeInterpreter(w http.ResponseWriter, r *http.Request) {
 
 // relayExecution attaches to the context, sends the request and relays its
 // chunks until the driver reports the end.
-func (h *Handler) relayExecution(ctx context.Context, ws *websocket.Conn, c *sandboxConn, tag string, req InterpreterExecuteRequest) {
+func (h *processAPI) relayExecution(ctx context.Context, ws *websocket.Conn, c *sandboxConn, tag string, req InterpreterExecuteRequest) {
 	stream, err := c.Process.Connect(ctx, fsRequest(&process.ConnectRequest{
 		Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}},
 	}, c.Token))

@@ -102,7 +102,7 @@ type lspServer struct {
 
 // lspDecode reads the request (the body, or the query of a GET), checks the
 // language and project and resolves the sandbox.
-func (h *Handler) lspDecode(r *http.Request) (*lspServer, error) {
+func (h *toolboxAPI) lspDecode(r *http.Request) (*lspServer, error) {
 	var req lspRequest
 	if r.Method == http.MethodGet {
 		q := r.URL.Query()
@@ -252,16 +252,16 @@ func nextLSPMessage(buf []byte) (body, rest []byte, ok bool) {
 }
 
 // lspHandler wraps an LSP endpoint: decode, resolve, lock the server, run.
-func (h *Handler) lspHandler(op func(ctx context.Context, s *lspServer) (any, error)) http.HandlerFunc {
+func (h *toolboxAPI) lspHandler(op func(ctx context.Context, s *lspServer) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, err := h.lspDecode(r)
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		unlock, err := h.interp.lock(r.Context(), s.c.id+"/"+s.tag)
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		defer unlock()
@@ -270,7 +270,7 @@ func (h *Handler) lspHandler(op func(ctx context.Context, s *lspServer) (any, er
 			err = &problem{status: http.StatusBadRequest, message: le.Error(), source: sourceDaemon}
 		}
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		if out == nil {
@@ -283,7 +283,7 @@ func (h *Handler) lspHandler(op func(ctx context.Context, s *lspServer) (any, er
 
 // lspStart starts the project's server and initialises it; a server that
 // runs already is left as it is.
-func (h *Handler) lspStart(ctx context.Context, s *lspServer) (any, error) {
+func (h *toolboxAPI) lspStart(ctx context.Context, s *lspServer) (any, error) {
 	p, err := s.c.byTag(ctx, s.tag)
 	if err != nil || p != nil {
 		return nil, err
@@ -330,7 +330,7 @@ func (h *Handler) lspStart(ctx context.Context, s *lspServer) (any, error) {
 	return nil, nil
 }
 
-func (h *Handler) lspStop(ctx context.Context, s *lspServer) (any, error) {
+func (h *toolboxAPI) lspStop(ctx context.Context, s *lspServer) (any, error) {
 	p, err := s.c.byTag(ctx, s.tag)
 	if err != nil || p == nil {
 		return nil, err
@@ -340,7 +340,7 @@ func (h *Handler) lspStop(ctx context.Context, s *lspServer) (any, error) {
 	return nil, s.c.kill(ctx, s.tag)
 }
 
-func (h *Handler) lspDidOpen(ctx context.Context, s *lspServer) (any, error) {
+func (h *toolboxAPI) lspDidOpen(ctx context.Context, s *lspServer) (any, error) {
 	path, err := s.documentPath()
 	if err != nil {
 		return nil, err
@@ -362,7 +362,7 @@ func (h *Handler) lspDidOpen(ctx context.Context, s *lspServer) (any, error) {
 	})
 }
 
-func (h *Handler) lspDidClose(ctx context.Context, s *lspServer) (any, error) {
+func (h *toolboxAPI) lspDidClose(ctx context.Context, s *lspServer) (any, error) {
 	if _, err := s.documentPath(); err != nil {
 		return nil, err
 	}
@@ -401,7 +401,7 @@ func symbols(raw json.RawMessage, uri string) []LspSymbol {
 	return out
 }
 
-func (h *Handler) lspDocumentSymbols(ctx context.Context, s *lspServer) (any, error) {
+func (h *toolboxAPI) lspDocumentSymbols(ctx context.Context, s *lspServer) (any, error) {
 	if _, err := s.documentPath(); err != nil {
 		return nil, err
 	}
@@ -415,7 +415,7 @@ func (h *Handler) lspDocumentSymbols(ctx context.Context, s *lspServer) (any, er
 	return symbols(raw, s.req.URI), nil
 }
 
-func (h *Handler) lspWorkspaceSymbols(ctx context.Context, s *lspServer) (any, error) {
+func (h *toolboxAPI) lspWorkspaceSymbols(ctx context.Context, s *lspServer) (any, error) {
 	if err := s.running(ctx); err != nil {
 		return nil, err
 	}
@@ -430,7 +430,7 @@ func (h *Handler) lspWorkspaceSymbols(ctx context.Context, s *lspServer) (any, e
 	return symbols(raw, ""), nil
 }
 
-func (h *Handler) lspCompletions(ctx context.Context, s *lspServer) (any, error) {
+func (h *toolboxAPI) lspCompletions(ctx context.Context, s *lspServer) (any, error) {
 	if _, err := s.documentPath(); err != nil {
 		return nil, err
 	}

@@ -26,17 +26,17 @@ type SystemMetrics struct {
 // memory as its cgroup accounts them, the memory total being its limit (the
 // host's memory without one). The engine sets no disk quota, so the disk
 // total is the sandbox's disk allocation, as reported in its model.
-func (h *Handler) systemMetrics(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) systemMetrics(w http.ResponseWriter, r *http.Request) {
 	x := r.PathValue("id")
 	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), x)
 	if err != nil {
-		writeProblem(w, r, lookupError(err, x))
+		WriteError(w, r, lookupError(err, x))
 		return
 	}
 	h.svc.Touch(r.Context(), sb.ID, false)
 	st, err := h.svc.Stats(r.Context(), sb.ID)
 	if err != nil {
-		writeProblem(w, r, lookupError(err, x))
+		WriteError(w, r, lookupError(err, x))
 		return
 	}
 	diskTotal := int64(h.res.diskGiB(sb.DiskGB) * (1 << 30))

@@ -39,7 +39,7 @@ func TestEventStreamIsScopedByOwner(t *testing.T) {
 	e := newEnv(t)
 	adminCtx := sandpit.WithPrincipal(context.Background(), api.AdminPrincipal())
 	mint := func(name string) string {
-		ct, err := e.h.svc.CreateToken(adminCtx, service.TokenRequest{Name: name, Owner: name})
+		ct, err := e.svc.CreateToken(adminCtx, service.TokenRequest{Name: name, Owner: name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func TestEventStreamIsScopedByOwner(t *testing.T) {
 	if resp.StatusCode != 200 || sb.ID == "" {
 		t.Fatalf("alice's create: %d", resp.StatusCode)
 	}
-	t.Cleanup(func() { _ = e.h.svc.DeleteSandbox(adminCtx, sb.ID) })
+	t.Cleanup(func() { _ = e.svc.DeleteSandbox(adminCtx, sb.ID) })
 	if msg := sockA.recvText(); !strings.Contains(msg, sb.ID) {
 		t.Fatalf("alice's socket got %q, want her sandbox's event", msg)
 	}

@@ -148,16 +148,16 @@ func (req *PtyCreateRequest) startRequest() *process.StartRequest {
 
 // createPTY starts a PTY's shell unless one with the id runs; it answers
 // the request itself on failure.
-func (h *Handler) createPTY(w http.ResponseWriter, r *http.Request, c *sandboxConn, req *PtyCreateRequest) bool {
+func (h *processAPI) createPTY(w http.ResponseWriter, r *http.Request, c *sandboxConn, req *PtyCreateRequest) bool {
 	if p, err := c.byTag(r.Context(), ptyTagPrefix+req.ID); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return false
 	} else if p != nil {
-		writeProblem(w, r, newProblem(http.StatusConflict, "PTY session %s already exists", req.ID))
+		WriteError(w, r, newProblem(http.StatusConflict, "PTY session %s already exists", req.ID))
 		return false
 	}
 	if _, err := c.startDetached(r.Context(), req.startRequest()); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return false
 	}
 	h.ptys.put(c.id, PtySessionInfo{
@@ -174,19 +174,19 @@ func nonNilMap(m map[string]string) map[string]string {
 	return m
 }
 
-func (h *Handler) postPTY(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) postPTY(w http.ResponseWriter, r *http.Request) {
 	var req PtyCreateRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if err := req.validate(); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if h.createPTY(w, r, c, &req) {
@@ -195,7 +195,7 @@ func (h *Handler) postPTY(w http.ResponseWriter, r *http.Request) {
 }
 
 // ptyInfo describes a running PTY, or reports that none runs with the id.
-func (h *Handler) ptyInfo(ctx context.Context, c *sandboxConn, id string) (PtySessionInfo, bool, error) {
+func (h *processAPI) ptyInfo(ctx context.Context, c *sandboxConn, id string) (PtySessionInfo, bool, error) {
 	p, err := c.byTag(ctx, ptyTagPrefix+id)
 	if err != nil || p == nil {
 		return PtySessionInfo{}, false, err
@@ -209,15 +209,15 @@ func (h *Handler) ptyInfo(ctx context.Context, c *sandboxConn, id string) (PtySe
 	return info, true, nil
 }
 
-func (h *Handler) listPTYs(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) listPTYs(w http.ResponseWriter, r *http.Request) {
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	resp, err := c.Process.List(r.Context(), fsRequest(&process.ListRequest{}, c.Token))
 	if err != nil {
-		writeProblem(w, r, rpcError(err, false))
+		WriteError(w, r, rpcError(err, false))
 		return
 	}
 	out := []PtySessionInfo{}
@@ -238,42 +238,42 @@ func (h *Handler) listPTYs(w http.ResponseWriter, r *http.Request) {
 }
 
 // livePTY resolves {sessionId} to a running PTY; on failure it has answered.
-func (h *Handler) livePTY(w http.ResponseWriter, r *http.Request) (*sandboxConn, PtySessionInfo, bool) {
+func (h *processAPI) livePTY(w http.ResponseWriter, r *http.Request) (*sandboxConn, PtySessionInfo, bool) {
 	id, err := sessionID(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, PtySessionInfo{}, false
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, PtySessionInfo{}, false
 	}
 	info, ok, err := h.ptyInfo(r.Context(), c, id)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, PtySessionInfo{}, false
 	}
 	if !ok {
-		writeProblem(w, r, newProblem(http.StatusNotFound, "PTY session %s not found", id))
+		WriteError(w, r, newProblem(http.StatusNotFound, "PTY session %s not found", id))
 		return nil, PtySessionInfo{}, false
 	}
 	return c, info, true
 }
 
-func (h *Handler) getPTY(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) getPTY(w http.ResponseWriter, r *http.Request) {
 	if _, info, ok := h.livePTY(w, r); ok {
 		api.WriteJSON(w, http.StatusOK, info)
 	}
 }
 
-func (h *Handler) killPTY(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) killPTY(w http.ResponseWriter, r *http.Request) {
 	c, info, ok := h.livePTY(w, r)
 	if !ok {
 		return
 	}
 	if err := c.kill(r.Context(), ptyTagPrefix+info.ID); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	h.ptys.drop(c.id, info.ID)
@@ -286,14 +286,14 @@ type PtyResizeRequest struct {
 	Rows int `json:"rows"`
 }
 
-func (h *Handler) resizePTY(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) resizePTY(w http.ResponseWriter, r *http.Request) {
 	var req PtyResizeRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if err := validSize(req.Cols, req.Rows); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	c, info, ok := h.livePTY(w, r)
@@ -305,7 +305,7 @@ func (h *Handler) resizePTY(w http.ResponseWriter, r *http.Request) {
 		Pty:     &process.PTY{Size: &process.PTY_Size{Cols: uint32(req.Cols), Rows: uint32(req.Rows)}},
 	}, c.Token))
 	if err != nil {
-		writeProblem(w, r, rpcError(err, false))
+		WriteError(w, r, rpcError(err, false))
 		return
 	}
 	info.Cols, info.Rows = req.Cols, req.Rows
@@ -317,7 +317,7 @@ func (h *Handler) resizePTY(w http.ResponseWriter, r *http.Request) {
 // query says id, cols, rows and cwd, and whose subprotocols may carry the
 // environment. The shell is started first, so that a refusal (bad input, an
 // id in use) is a plain HTTP error.
-func (h *Handler) createConnectPTY(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) createConnectPTY(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	req := PtyCreateRequest{ID: q.Get("id"), Cwd: q.Get("cwd")}
 	for _, f := range []struct {
@@ -327,7 +327,7 @@ func (h *Handler) createConnectPTY(w http.ResponseWriter, r *http.Request) {
 		if s := q.Get(f.name); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil {
-				writeProblem(w, r, badRequest("%s must be an integer", f.name))
+				WriteError(w, r, badRequest("%s must be an integer", f.name))
 				return
 			}
 			*f.v = n
@@ -337,18 +337,18 @@ func (h *Handler) createConnectPTY(w http.ResponseWriter, r *http.Request) {
 		if enc, ok := strings.CutPrefix(p, ptyEnvsPrefix); ok {
 			b, err := base64.RawURLEncoding.DecodeString(enc)
 			if err != nil || json.Unmarshal(b, &req.Envs) != nil {
-				writeProblem(w, r, badRequest("the PTY environment subprotocol is not base64url JSON"))
+				WriteError(w, r, badRequest("the PTY environment subprotocol is not base64url JSON"))
 				return
 			}
 		}
 	}
 	if err := req.validate(); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if !h.createPTY(w, r, c, &req) {
@@ -357,7 +357,7 @@ func (h *Handler) createConnectPTY(w http.ResponseWriter, r *http.Request) {
 	h.attachPTY(w, r, c, req.ID)
 }
 
-func (h *Handler) connectPTY(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) connectPTY(w http.ResponseWriter, r *http.Request) {
 	c, info, ok := h.livePTY(w, r)
 	if !ok {
 		return
@@ -389,7 +389,7 @@ type ptyControl struct {
 // attachPTY joins a WebSocket to a running PTY: the agent's Connect stream
 // feeds the socket, the socket's frames are the PTY's input. Closing the
 // socket leaves the shell running, as Daytona does; only kill ends it.
-func (h *Handler) attachPTY(w http.ResponseWriter, r *http.Request, c *sandboxConn, id string) {
+func (h *processAPI) attachPTY(w http.ResponseWriter, r *http.Request, c *sandboxConn, id string) {
 	// The socket lasts as long as the terminal or the command: no read
 	// deadline of the request's may cut it.
 	httpguard.LiftReadDeadline(w)
@@ -468,7 +468,7 @@ func writeControl(ctx context.Context, ws *websocket.Conn, m ptyControl) error {
 }
 
 // ptyFail tells the client why the PTY cannot be served and closes.
-func (h *Handler) ptyFail(ctx context.Context, ws *websocket.Conn, msg string) {
+func (h *processAPI) ptyFail(ctx context.Context, ws *websocket.Conn, msg string) {
 	_ = writeControl(ctx, ws, ptyControl{Type: "control", Status: "error", Error: msg})
 	_ = ws.Close(websocket.StatusInternalError, "PTY unavailable")
 }

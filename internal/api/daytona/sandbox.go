@@ -139,7 +139,7 @@ type BuildInfo struct {
 }
 
 // toSandbox renders a store row. withEnv is false for listings.
-func (h *Handler) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool) Sandbox {
+func (h *sandboxAPI) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool) Sandbox {
 	out := h.renderSandbox(h.toolboxBase(r), sb, withEnv)
 	// Env values are secrets to a principal that may not execute.
 	out.Env = sandpit.RedactEnv(r.Context(), out.Env)
@@ -148,7 +148,7 @@ func (h *Handler) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool) S
 
 // renderSandbox renders a store row with the toolbox URL a client reaches the
 // daemon by.
-func (h *Handler) renderSandbox(toolboxBase string, sb sandpit.Sandbox, withEnv bool) Sandbox {
+func (h *sandboxAPI) renderSandbox(toolboxBase string, sb sandpit.Sandbox, withEnv bool) Sandbox {
 	out := Sandbox{
 		owner:          sb.Owner,
 		ID:             sb.ID,
@@ -367,15 +367,15 @@ func serviceRequest(req CreateRequest) (service.CreateRequest, error) {
 // takes a user having named a sandbox exactly like a fresh random id.
 const maxGeneratedNameTries = 3
 
-func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) create(w http.ResponseWriter, r *http.Request) {
 	var req CreateRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	sreq, err := serviceRequest(req)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	generated := sreq.Name == ""
@@ -398,7 +398,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, sandpit.ErrNameConflict) {
 			err = nameConflict(sreq.Name)
 		}
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, sb, true))
@@ -418,34 +418,34 @@ var unsupportedListFilters = []string{
 	"createdAtBefore", "lastEventAfter", "lastEventBefore", "autoDestroyAtAfter", "autoDestroyAtBefore",
 }
 
-func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for _, f := range unsupportedListFilters {
 		if q.Has(f) {
-			writeProblem(w, r, badRequest("the list filter %s is not supported", f))
+			WriteError(w, r, badRequest("the list filter %s is not supported", f))
 			return
 		}
 	}
 	if s := q.Get("sort"); s != "" && s != "createdAt" {
-		writeProblem(w, r, badRequest("sandboxes can only be sorted by createdAt"))
+		WriteError(w, r, badRequest("sandboxes can only be sorted by createdAt"))
 		return
 	}
 	if o := q.Get("order"); o != "" && o != "asc" {
-		writeProblem(w, r, badRequest("sandboxes can only be listed in ascending order of creation"))
+		WriteError(w, r, badRequest("sandboxes can only be listed in ascending order of creation"))
 		return
 	}
 	opts := sandpit.ListOptions{PageToken: q.Get("cursor"), Labels: map[string]string{}}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {
-			writeProblem(w, r, badRequest("limit must be an integer from 1 to 1000"))
+			WriteError(w, r, badRequest("limit must be an integer from 1 to 1000"))
 			return
 		}
 		opts.Limit = n
 	}
 	if l := q.Get("labels"); l != "" {
 		if err := json.Unmarshal([]byte(l), &opts.Labels); err != nil {
-			writeProblem(w, r, badRequest("labels must be a JSON object of strings: %v", err))
+			WriteError(w, r, badRequest("labels must be a JSON object of strings: %v", err))
 			return
 		}
 	}
@@ -473,7 +473,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	page, next, err := h.svc.ListSandboxes(r.Context(), opts)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	out := ListResponse{Items: make([]Sandbox, 0, len(page))}
@@ -510,7 +510,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 const HeaderRowPositions = "Sandpit-Row-Positions"
 
 // listOne answers a listing filtered by exact id and/or name.
-func (h *Handler) listOne(w http.ResponseWriter, r *http.Request, id, name string, opts sandpit.ListOptions) {
+func (h *sandboxAPI) listOne(w http.ResponseWriter, r *http.Request, id, name string, opts sandpit.ListOptions) {
 	out := ListResponse{Items: []Sandbox{}}
 	key := id
 	if key == "" {
@@ -518,7 +518,7 @@ func (h *Handler) listOne(w http.ResponseWriter, r *http.Request, id, name strin
 	}
 	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), key)
 	if err != nil && !errors.Is(err, sandpit.ErrNotFound) {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	match := err == nil && opts.PageToken == "" &&
@@ -542,7 +542,7 @@ func (h *Handler) listOne(w http.ResponseWriter, r *http.Request, id, name strin
 }
 
 // lookup resolves the {idOrName} path value.
-func (h *Handler) lookup(r *http.Request) (sandpit.Sandbox, error) {
+func (h *sandboxAPI) lookup(r *http.Request) (sandpit.Sandbox, error) {
 	x := r.PathValue("idOrName")
 	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), x)
 	if err != nil {
@@ -551,23 +551,23 @@ func (h *Handler) lookup(r *http.Request) (sandpit.Sandbox, error) {
 	return sb, nil
 }
 
-func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) get(w http.ResponseWriter, r *http.Request) {
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, sb, true))
 }
 
-func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) delete(w http.ResponseWriter, r *http.Request) {
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if err := h.svc.DeleteSandbox(r.Context(), sb.ID); err != nil {
-		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+		WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
 		return
 	}
 	h.ptys.dropSandbox(sb.ID)
@@ -576,11 +576,11 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, out)
 }
 
-func (h *Handler) start(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) start(w http.ResponseWriter, r *http.Request) {
 	h.transition(w, r, h.svc.StartSandbox)
 }
 
-func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) stop(w http.ResponseWriter, r *http.Request) {
 	// force=true asks Daytona for SIGKILL; Sandpit's stop already ends with
 	// a kill after a short grace period, so it is accepted as is.
 	h.transition(w, r, h.svc.StopSandbox)
@@ -588,11 +588,11 @@ func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
 
 // setInterval answers POST /sandbox/{idOrName}/{autostop,autoarchive,
 // autodelete}/{interval} with the updated sandbox, as Daytona does.
-func (h *Handler) setInterval(which sandpit.Interval) http.HandlerFunc {
+func (h *sandboxAPI) setInterval(which sandpit.Interval) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v, err := strconv.Atoi(r.PathValue("interval"))
 		if err != nil {
-			writeProblem(w, r, badRequest("interval must be an integer number of minutes"))
+			WriteError(w, r, badRequest("interval must be an integer number of minutes"))
 			return
 		}
 		switch {
@@ -601,17 +601,17 @@ func (h *Handler) setInterval(which sandpit.Interval) http.HandlerFunc {
 		case which == sandpit.IntervalAutoArchive && v == 0:
 			v = maxAutoArchive
 		case v < 0:
-			writeProblem(w, r, badRequest("%s interval must not be negative", which))
+			WriteError(w, r, badRequest("%s interval must not be negative", which))
 			return
 		}
 		sb, err := h.lookup(r)
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		after, err := h.svc.SetInterval(r.Context(), sb.ID, which, v)
 		if err != nil {
-			writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+			WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
 			return
 		}
 		api.WriteJSON(w, http.StatusOK, h.toSandbox(r, after, true))
@@ -623,24 +623,24 @@ func (h *Handler) setInterval(which sandpit.Interval) http.HandlerFunc {
 const maxAutoArchive = 30 * 24 * 60
 
 // refreshActivity answers POST /sandbox/{id}/last-activity.
-func (h *Handler) refreshActivity(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) refreshActivity(w http.ResponseWriter, r *http.Request) {
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if err := h.svc.RefreshActivity(r.Context(), sb.ID); err != nil {
-		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+		WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
 		return
 	}
 	w.WriteHeader(http.StatusOK)
 }
 
 // transition runs a start or stop and answers with the resulting sandbox.
-func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id string) (sandpit.Sandbox, error)) {
+func (h *sandboxAPI) transition(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, id string) (sandpit.Sandbox, error)) {
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	after, err := op(r.Context(), sb.ID)
@@ -658,7 +658,7 @@ func (h *Handler) transition(w http.ResponseWriter, r *http.Request, op func(ctx
 		return
 	}
 	if err != nil {
-		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+		WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, after, true))
@@ -669,24 +669,24 @@ type LabelsBody struct {
 	Labels map[string]string `json:"labels"`
 }
 
-func (h *Handler) setLabels(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) setLabels(w http.ResponseWriter, r *http.Request) {
 	var req LabelsBody
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if req.Labels == nil {
-		writeProblem(w, r, badRequest("labels is required (an object of strings)"))
+		WriteError(w, r, badRequest("labels is required (an object of strings)"))
 		return
 	}
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	after, err := h.svc.SetLabels(r.Context(), sb.ID, req.Labels)
 	if err != nil {
-		writeProblem(w, r, lookupError(err, r.PathValue("idOrName")))
+		WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
 		return
 	}
 	labels := after.Labels
@@ -696,9 +696,9 @@ func (h *Handler) setLabels(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, LabelsBody{Labels: labels})
 }
 
-func (h *Handler) toolboxProxyURL(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) toolboxProxyURL(w http.ResponseWriter, r *http.Request) {
 	if _, err := h.lookup(r); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, map[string]string{"url": h.toolboxBase(r)})
@@ -714,7 +714,7 @@ type PreviewURL struct {
 	Token string `json:"token"`
 }
 
-func (h *Handler) previewURL(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) previewURL(w http.ResponseWriter, r *http.Request) {
 	sb, p, token, ok := h.exposeHTTP(w, r, false)
 	if ok {
 		api.WriteJSON(w, http.StatusOK, PreviewURL{SandboxID: sb.ID, URL: p.PublicURL, Token: token})
@@ -727,15 +727,15 @@ func (h *Handler) previewURL(w http.ResponseWriter, r *http.Request) {
 // Exposing is idempotent: asking again for the same port finds the existing
 // exposure (the (sandbox, port) primary key decides). token is the port's
 // preview token when the port is private.
-func (h *Handler) exposeHTTP(w http.ResponseWriter, r *http.Request, private bool) (sandpit.Sandbox, sandpit.ExposedPort, string, bool) {
+func (h *sandboxAPI) exposeHTTP(w http.ResponseWriter, r *http.Request, private bool) (sandpit.Sandbox, sandpit.ExposedPort, string, bool) {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil {
-		writeProblem(w, r, badRequest("port must be an integer from 1 to 65535"))
+		WriteError(w, r, badRequest("port must be an integer from 1 to 65535"))
 		return sandpit.Sandbox{}, sandpit.ExposedPort{}, "", false
 	}
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return sb, sandpit.ExposedPort{}, "", false
 	}
 	var (
@@ -751,7 +751,7 @@ func (h *Handler) exposeHTTP(w http.ResponseWriter, r *http.Request, private boo
 		}
 	}
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return sb, sandpit.ExposedPort{}, "", false
 	}
 	return sb, res.Port, token, true

@@ -91,7 +91,7 @@ type sandboxConn struct {
 	agentapi.Agent
 }
 
-func (h *Handler) conn(r *http.Request) (*sandboxConn, error) {
+func (h *core) conn(r *http.Request) (*sandboxConn, error) {
 	id, a, err := h.agentOf(r)
 	if err != nil {
 		return nil, err
@@ -226,7 +226,7 @@ func (c *sandboxConn) exists(ctx context.Context, path string) (bool, error) {
 
 // readFrom reads a sandbox file from offset on; a missing file reads as
 // empty.
-func (h *Handler) readFrom(ctx context.Context, c *sandboxConn, path string, offset int64) ([]byte, error) {
+func (h *core) readFrom(ctx context.Context, c *sandboxConn, path string, offset int64) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Addr+"/files?path="+url.QueryEscape(path), nil)
 	if err != nil {
 		return nil, err
@@ -273,27 +273,27 @@ type CreateSessionRequest struct {
 	SessionID string `json:"sessionId"`
 }
 
-func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) createSession(w http.ResponseWriter, r *http.Request) {
 	var req CreateSessionRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if !sessionIDRE.MatchString(req.SessionID) {
-		writeProblem(w, r, badRequest("invalid sessionId %q: use 1-128 letters, digits, '_', '.' or '-'", req.SessionID))
+		WriteError(w, r, badRequest("invalid sessionId %q: use 1-128 letters, digits, '_', '.' or '-'", req.SessionID))
 		return
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	tag := sessionTagPrefix + req.SessionID
 	if p, err := c.byTag(r.Context(), tag); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	} else if p != nil {
-		writeProblem(w, r, newProblem(http.StatusConflict, "session %s already exists", req.SessionID))
+		WriteError(w, r, newProblem(http.StatusConflict, "session %s already exists", req.SessionID))
 		return
 	}
 	dir := sessionDir(req.SessionID)
@@ -301,11 +301,11 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 	// replaced, so the new session does not list the old one's commands.
 	prep, err := h.runProc(r.Context(), c.Agent, &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", `rm -rf -- "$1" && mkdir -p -- "$1"`, "prep", dir}}, fsToolTimeout)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if prep.exitCode != 0 {
-		writeProblem(w, r, fmt.Errorf("prepare session directory: %s", strings.TrimSpace(string(prep.stderr))))
+		WriteError(w, r, fmt.Errorf("prepare session directory: %s", strings.TrimSpace(string(prep.stderr))))
 		return
 	}
 	stdin := true
@@ -314,7 +314,7 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 		Tag:     &tag,
 		Stdin:   &stdin,
 	}); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusCreated)
@@ -339,39 +339,39 @@ func commandLine(dir, cid string, async bool) string {
 	return line + "\n"
 }
 
-func (h *Handler) sessionExec(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) sessionExec(w http.ResponseWriter, r *http.Request) {
 	sid, err := sessionID(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	var req SessionExecuteRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if strings.TrimSpace(req.Command) == "" {
-		writeProblem(w, r, badRequest("command is required"))
+		WriteError(w, r, badRequest("command is required"))
 		return
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	tag := sessionTagPrefix + sid
 	p, err := c.byTag(r.Context(), tag)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if p == nil {
-		writeProblem(w, r, sessionNotFound(sid))
+		WriteError(w, r, sessionNotFound(sid))
 		return
 	}
 	dir, cid := sessionDir(sid), newCommandID()
 	if err := h.writeFile(r.Context(), c.Addr, c.Token, dir+"/"+cid+".cmd", strings.NewReader(req.Command+"\n")); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	async := req.Async || req.RunAsync
@@ -379,12 +379,12 @@ func (h *Handler) sessionExec(w http.ResponseWriter, r *http.Request) {
 		// The FIFO exists before the shell is told to run the command, so
 		// input sent as soon as this call answers finds it.
 		if err := h.makeFIFO(r.Context(), c, dir+"/"+cid+".in"); err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 	}
 	if err := c.input(r.Context(), tag, &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte(commandLine(dir, cid, async))}}); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if async {
@@ -393,12 +393,12 @@ func (h *Handler) sessionExec(w http.ResponseWriter, r *http.Request) {
 	}
 	code, err := h.awaitCommand(r.Context(), c, tag, dir, cid)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	logs, err := h.commandLogs(r.Context(), c, dir, cid)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, SessionExecuteResponse{CmdID: cid, ExitCode: &code, Output: &logs.Output, Stdout: &logs.Stdout, Stderr: &logs.Stderr})
@@ -407,7 +407,7 @@ func (h *Handler) sessionExec(w http.ResponseWriter, r *http.Request) {
 // awaitCommand waits for a command's exit file. It polls, backing off to
 // followPoll, and checks now and then that the session's shell is still
 // there: a command that ran "exit" ends the shell and never writes one.
-func (h *Handler) awaitCommand(ctx context.Context, c *sandboxConn, tag, dir, cid string) (int, error) {
+func (h *processAPI) awaitCommand(ctx context.Context, c *sandboxConn, tag, dir, cid string) (int, error) {
 	delay := 5 * time.Millisecond
 	lastAlive := time.Now()
 	for {
@@ -435,7 +435,7 @@ func (h *Handler) awaitCommand(ctx context.Context, c *sandboxConn, tag, dir, ci
 }
 
 // exitCode reads a command's exit file, if it has one.
-func (h *Handler) exitCode(ctx context.Context, c *sandboxConn, dir, cid string) (int, bool, error) {
+func (h *processAPI) exitCode(ctx context.Context, c *sandboxConn, dir, cid string) (int, bool, error) {
 	ok, err := c.exists(ctx, dir+"/"+cid+".exit")
 	if err != nil || !ok {
 		return 0, false, err
@@ -454,7 +454,7 @@ func (h *Handler) exitCode(ctx context.Context, c *sandboxConn, dir, cid string)
 // commandLogs reads a command's output. Output is stdout followed by
 // stderr: the two are kept in separate files, so their interleaving is not
 // known.
-func (h *Handler) commandLogs(ctx context.Context, c *sandboxConn, dir, cid string) (SessionCommandLogs, error) {
+func (h *processAPI) commandLogs(ctx context.Context, c *sandboxConn, dir, cid string) (SessionCommandLogs, error) {
 	out, err := h.readFrom(ctx, c, dir+"/"+cid+".out", 0)
 	if err != nil {
 		return SessionCommandLogs{}, err
@@ -467,7 +467,7 @@ func (h *Handler) commandLogs(ctx context.Context, c *sandboxConn, dir, cid stri
 }
 
 // session reads a session's commands from its directory.
-func (h *Handler) session(ctx context.Context, c *sandboxConn, sid string) (Session, error) {
+func (h *processAPI) session(ctx context.Context, c *sandboxConn, sid string) (Session, error) {
 	out := Session{SessionID: sid, Commands: []Command{}}
 	dir := sessionDir(sid)
 	resp, err := c.Filesystem.ListDir(ctx, fsRequest(&fspb.ListDirRequest{Path: dir, Depth: 1}, c.Token))
@@ -500,7 +500,7 @@ func (h *Handler) session(ctx context.Context, c *sandboxConn, sid string) (Sess
 	return out, nil
 }
 
-func (h *Handler) command(ctx context.Context, c *sandboxConn, dir, cid string) (Command, error) {
+func (h *processAPI) command(ctx context.Context, c *sandboxConn, dir, cid string) (Command, error) {
 	text, err := h.readFrom(ctx, c, dir+"/"+cid+".cmd", 0)
 	if err != nil {
 		return Command{}, err
@@ -516,22 +516,22 @@ func (h *Handler) command(ctx context.Context, c *sandboxConn, dir, cid string) 
 	return cmd, nil
 }
 
-func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) listSessions(w http.ResponseWriter, r *http.Request) {
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	ids, err := c.sessions(r.Context())
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	out := make([]Session, 0, len(ids))
 	for _, sid := range ids {
 		s, err := h.session(r.Context(), c, sid)
 		if err != nil {
-			writeProblem(w, r, err)
+			WriteError(w, r, err)
 			return
 		}
 		out = append(out, s)
@@ -540,37 +540,37 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
 }
 
 // liveSession resolves the {sessionId} of a request to a running session.
-func (h *Handler) liveSession(w http.ResponseWriter, r *http.Request) (*sandboxConn, string, bool) {
+func (h *processAPI) liveSession(w http.ResponseWriter, r *http.Request) (*sandboxConn, string, bool) {
 	sid, err := sessionID(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, "", false
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, "", false
 	}
 	p, err := c.byTag(r.Context(), sessionTagPrefix+sid)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, "", false
 	}
 	if p == nil {
-		writeProblem(w, r, sessionNotFound(sid))
+		WriteError(w, r, sessionNotFound(sid))
 		return nil, "", false
 	}
 	return c, sid, true
 }
 
-func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) getSession(w http.ResponseWriter, r *http.Request) {
 	c, sid, ok := h.liveSession(w, r)
 	if !ok {
 		return
 	}
 	s, err := h.session(r.Context(), c, sid)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, s)
@@ -578,60 +578,60 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 
 // deleteSession kills the session's shell with its whole process group
 // (background commands included) and removes its directory.
-func (h *Handler) deleteSession(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
 	c, sid, ok := h.liveSession(w, r)
 	if !ok {
 		return
 	}
 	if err := c.kill(r.Context(), sessionTagPrefix+sid); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if _, err := c.Filesystem.Remove(r.Context(), fsRequest(&fspb.RemoveRequest{Path: sessionDir(sid)}, c.Token)); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // commandRef resolves {sessionId} and {commandId} to an existing command.
-func (h *Handler) commandRef(w http.ResponseWriter, r *http.Request) (*sandboxConn, string, string, bool) {
+func (h *processAPI) commandRef(w http.ResponseWriter, r *http.Request) (*sandboxConn, string, string, bool) {
 	sid, err := sessionID(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, "", "", false
 	}
 	cid := r.PathValue("commandId")
 	if !sessionIDRE.MatchString(cid) {
-		writeProblem(w, r, badRequest("invalid command id %q", cid))
+		WriteError(w, r, badRequest("invalid command id %q", cid))
 		return nil, "", "", false
 	}
 	c, err := h.conn(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, "", "", false
 	}
 	dir := sessionDir(sid)
 	ok, err := c.exists(r.Context(), dir+"/"+cid+".cmd")
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, "", "", false
 	}
 	if !ok {
-		writeProblem(w, r, newProblem(http.StatusNotFound, "command %s not found in session %s", cid, sid))
+		WriteError(w, r, newProblem(http.StatusNotFound, "command %s not found in session %s", cid, sid))
 		return nil, "", "", false
 	}
 	return c, dir, cid, true
 }
 
-func (h *Handler) getSessionCommand(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) getSessionCommand(w http.ResponseWriter, r *http.Request) {
 	c, dir, cid, ok := h.commandRef(w, r)
 	if !ok {
 		return
 	}
 	cmd, err := h.command(r.Context(), c, dir, cid)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, cmd)
@@ -644,7 +644,7 @@ var (
 	stderrMarker = []byte{2, 2, 2}
 )
 
-func (h *Handler) getSessionCommandLogs(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) getSessionCommandLogs(w http.ResponseWriter, r *http.Request) {
 	c, dir, cid, ok := h.commandRef(w, r)
 	if !ok {
 		return
@@ -655,7 +655,7 @@ func (h *Handler) getSessionCommandLogs(w http.ResponseWriter, r *http.Request) 
 	}
 	logs, err := h.commandLogs(r.Context(), c, dir, cid)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, logs)
@@ -664,7 +664,7 @@ func (h *Handler) getSessionCommandLogs(w http.ResponseWriter, r *http.Request) 
 // followLogs streams a command's output over a WebSocket as it grows, each
 // chunk prefixed with its stream's marker, and closes normally once the
 // command has ended and everything it wrote was sent.
-func (h *Handler) followLogs(w http.ResponseWriter, r *http.Request, c *sandboxConn, dir, cid string) {
+func (h *processAPI) followLogs(w http.ResponseWriter, r *http.Request, c *sandboxConn, dir, cid string) {
 	// The socket lasts as long as the terminal or the command: no read
 	// deadline of the request's may cut it.
 	httpguard.LiftReadDeadline(w)

@@ -37,23 +37,23 @@ const sendInputScript = `c="$2/$3"
 [ -p "$c.in" ] || exit 12
 printf %s "$1" 1<>"$c.in"`
 
-func (h *Handler) sendSessionInput(w http.ResponseWriter, r *http.Request) {
+func (h *processAPI) sendSessionInput(w http.ResponseWriter, r *http.Request) {
 	var req SessionSendInputRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if len(req.Data) > maxSessionInput {
-		writeProblem(w, r, badRequest("data is %d bytes; at most %d are accepted in one call", len(req.Data), maxSessionInput))
+		WriteError(w, r, badRequest("data is %d bytes; at most %d are accepted in one call", len(req.Data), maxSessionInput))
 		return
 	}
 	if strings.IndexByte(req.Data, 0) >= 0 {
-		writeProblem(w, r, badRequest("data must not contain NUL bytes"))
+		WriteError(w, r, badRequest("data must not contain NUL bytes"))
 		return
 	}
 	cid := r.PathValue("commandId")
 	if !sessionIDRE.MatchString(cid) {
-		writeProblem(w, r, badRequest("invalid command id %q", cid))
+		WriteError(w, r, badRequest("invalid command id %q", cid))
 		return
 	}
 	c, sid, ok := h.liveSession(w, r)
@@ -65,25 +65,25 @@ func (h *Handler) sendSessionInput(w http.ResponseWriter, r *http.Request) {
 		Args: []string{"-c", sendInputScript, "input", req.Data, sessionDir(sid), cid},
 	}, fsToolTimeout)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	switch res.exitCode {
 	case 0:
 		w.WriteHeader(http.StatusOK)
 	case 10:
-		writeProblem(w, r, newProblem(http.StatusNotFound, "command %s not found in session %s", cid, sid))
+		WriteError(w, r, newProblem(http.StatusNotFound, "command %s not found in session %s", cid, sid))
 	case 11:
-		writeProblem(w, r, &problem{status: http.StatusConflict, message: "command " + cid + " has already completed", code: codeCommandCompleted, source: sourceDaemon})
+		WriteError(w, r, &problem{status: http.StatusConflict, message: "command " + cid + " has already completed", code: codeCommandCompleted, source: sourceDaemon})
 	case 12:
-		writeProblem(w, r, newProblem(http.StatusConflict, "command %s takes no input: only commands run with runAsync read input", cid))
+		WriteError(w, r, newProblem(http.StatusConflict, "command %s takes no input: only commands run with runAsync read input", cid))
 	default:
-		writeProblem(w, r, newProblem(http.StatusInternalServerError, "send input to command %s: %s", cid, strings.TrimSpace(string(res.stderr))))
+		WriteError(w, r, newProblem(http.StatusInternalServerError, "send input to command %s: %s", cid, strings.TrimSpace(string(res.stderr))))
 	}
 }
 
 // makeFIFO makes the named pipe an async command reads as its stdin.
-func (h *Handler) makeFIFO(ctx context.Context, c *sandboxConn, path string) error {
+func (h *processAPI) makeFIFO(ctx context.Context, c *sandboxConn, path string) error {
 	res, err := h.runProc(ctx, c.Agent, &process.ProcessConfig{Cmd: "mkfifo", Args: []string{"-m", "600", "--", path}}, fsToolTimeout)
 	if err != nil {
 		return err

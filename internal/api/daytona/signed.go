@@ -47,13 +47,13 @@ func signingKey(secret []byte) []byte {
 	return m.Sum(nil)
 }
 
-func (h *Handler) previewMAC(id string, port int, exp int64) string {
+func (h *sandboxAPI) previewMAC(id string, port int, exp int64) string {
 	m := hmac.New(sha256.New, h.signKey)
 	m.Write([]byte(id + "\x00" + strconv.Itoa(port) + "\x00" + strconv.FormatInt(exp, 10)))
 	return macEncoding.EncodeToString(m.Sum(nil))[:signedMACLen]
 }
 
-func (h *Handler) signPreview(id string, port int, exp time.Time) string {
+func (h *sandboxAPI) signPreview(id string, port int, exp time.Time) string {
 	e := exp.Unix()
 	return id + "-" + strconv.FormatInt(e, 36) + "-" + h.previewMAC(id, port, e)
 }
@@ -104,7 +104,7 @@ func SignedPreviewSandbox(label string) (string, bool) {
 }
 
 // verifySigned checks the token part of a "<port>-<token>" label.
-func (h *Handler) verifySigned(port int, token string, now time.Time) (string, signedOutcome) {
+func (h *sandboxAPI) verifySigned(port int, token string, now time.Time) (string, signedOutcome) {
 	id, exp, mac, ok := splitSigned(token)
 	if !ok {
 		return "", notSigned
@@ -123,12 +123,12 @@ type SignedPreviewURL struct {
 	URL       string `json:"url"`
 }
 
-func (h *Handler) signedPreviewURL(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) signedPreviewURL(w http.ResponseWriter, r *http.Request) {
 	expiry := defaultSignedExpiry
 	if s := r.URL.Query().Get("expiresInSeconds"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || time.Duration(n)*time.Second > maxSignedExpiry {
-			writeProblem(w, r, badRequest("expiresInSeconds must be an integer from 1 to %d", int(maxSignedExpiry/time.Second)))
+			WriteError(w, r, badRequest("expiresInSeconds must be an integer from 1 to %d", int(maxSignedExpiry/time.Second)))
 			return
 		}
 		expiry = time.Duration(n) * time.Second
@@ -154,25 +154,25 @@ func (h *Handler) signedPreviewURL(w http.ResponseWriter, r *http.Request) {
 // expireSignedPreviewURL is POST .../ports/{port}/signed-preview-url/{token}/expire:
 // the token stops working at once. Only a token the daemon signed for this
 // sandbox and port is accepted; anything else is a 400 that records nothing.
-func (h *Handler) expireSignedPreviewURL(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) expireSignedPreviewURL(w http.ResponseWriter, r *http.Request) {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil || port < 1 || port > 65535 {
-		writeProblem(w, r, badRequest("port must be an integer from 1 to 65535"))
+		WriteError(w, r, badRequest("port must be an integer from 1 to 65535"))
 		return
 	}
 	sb, err := h.lookup(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	token := r.PathValue("token")
 	id, exp, mac, ok := splitSigned(token)
 	if !ok || id != sb.ID || !hmac.Equal([]byte(mac), []byte(h.previewMAC(id, port, exp))) {
-		writeProblem(w, r, badRequest("%q is not a signed preview token of sandbox %s port %d", token, sb.ID, port))
+		WriteError(w, r, badRequest("%q is not a signed preview token of sandbox %s port %d", token, sb.ID, port))
 		return
 	}
 	if err := h.svc.RevokeSignedPreview(r.Context(), sb.ID, token, time.Unix(exp, 0)); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -185,6 +185,10 @@ func (h *Handler) expireSignedPreviewURL(w http.ResponseWriter, r *http.Request)
 // store cannot say whether it was revoked the gate fails closed (503). parse splits an ordinary preview label
 // into sandbox id and port (the router's own parser).
 func (h *Handler) PreviewGate(next http.Handler, parse func(label string) (id string, port int, ok bool)) http.Handler {
+	return h.sandboxes.previewGate(next, parse)
+}
+
+func (h *sandboxAPI) previewGate(next http.Handler, parse func(label string) (id string, port int, ok bool)) http.Handler {
 	suffix := "." + h.svc.Config().Domain
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := r.Host

@@ -45,7 +45,7 @@ type PaginatedSnapshots struct {
 
 // snapshots lists the daemon's templates, and its default image under its
 // own reference unless a template already names it, sorted by name.
-func (h *Handler) snapshots() []Snapshot {
+func (h *sandboxAPI) snapshots() []Snapshot {
 	cfg := h.svc.Config()
 	images := map[string]string{}
 	for name, img := range cfg.Templates {
@@ -76,7 +76,7 @@ func (h *Handler) snapshots() []Snapshot {
 	return out
 }
 
-func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	page, limit := 1, 100
 	for _, p := range []struct {
@@ -86,7 +86,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		if s := q.Get(p.name); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 1 || n > 1000 {
-				writeProblem(w, r, badRequest("%s must be an integer from 1 to 1000", p.name))
+				WriteError(w, r, badRequest("%s must be an integer from 1 to 1000", p.name))
 				return
 			}
 			*p.v = n
@@ -113,7 +113,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, out)
 }
 
-func (h *Handler) getSnapshot(w http.ResponseWriter, r *http.Request) {
+func (h *sandboxAPI) getSnapshot(w http.ResponseWriter, r *http.Request) {
 	x := r.PathValue("idOrName")
 	for _, s := range h.snapshots() {
 		if s.ID == x || s.Name == x {
@@ -121,5 +121,5 @@ func (h *Handler) getSnapshot(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeProblem(w, r, newProblem(http.StatusNotFound, "Snapshot with ID or name %s not found", x))
+	WriteError(w, r, newProblem(http.StatusNotFound, "Snapshot with ID or name %s not found", x))
 }

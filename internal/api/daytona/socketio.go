@@ -166,7 +166,7 @@ func engineError(w http.ResponseWriter, code int, msg string) {
 }
 
 // serveSocket handles GET {prefix}/socket.io/.
-func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
+func (h *eventAPI) serveSocket(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if q.Get("EIO") != "4" {
 		engineError(w, 5, "Unsupported protocol version")
@@ -246,7 +246,7 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request) {
 // within it is gone.
 const writeTimeout = 10 * time.Second
 
-func (h *Handler) write(ws *websocket.Conn, msg string) error {
+func (h *eventAPI) write(ws *websocket.Conn, msg string) error {
 	// Not bounded by the daemon's lifetime: a write cut by the shutdown
 	// would close the connection without a close frame, while the writer
 	// closes it with "going away" right after.
@@ -266,7 +266,7 @@ func (c *sioConn) enqueue(msg string) {
 }
 
 // socketMessage handles one Socket.IO packet; false ends the connection.
-func (h *Handler) socketMessage(c *sioConn, sid, pkt string) bool {
+func (h *eventAPI) socketMessage(c *sioConn, sid, pkt string) bool {
 	if pkt == "" {
 		return true
 	}
@@ -329,7 +329,7 @@ func (h *Handler) socketMessage(c *sioConn, sid, pkt string) bool {
 // ping, and closing when the client stops answering, when the connection is
 // killed, or when the daemon shuts down (hijacked connections are not closed
 // by http.Server.Shutdown, so the handler's context does it).
-func (h *Handler) socketWriter(c *sioConn, pongs <-chan struct{}) {
+func (h *eventAPI) socketWriter(c *sioConn, pongs <-chan struct{}) {
 	ping := time.NewTicker(pingInterval)
 	defer ping.Stop()
 	// A client must authenticate within authTimeout of connecting; one that
@@ -394,7 +394,7 @@ func (h *Handler) socketWriter(c *sioConn, pongs <-chan struct{}) {
 
 // relayEvents announces the service's sandbox state changes, whichever
 // surface or background task made them, on every socket until ctx ends.
-func (h *Handler) relayEvents(ctx context.Context, sub *service.Subscription) {
+func (h *eventAPI) relayEvents(ctx context.Context, sub *service.Subscription) {
 	defer func() { sub.Close() }()
 	for {
 		select {
@@ -421,7 +421,7 @@ const eventBuffer = 1024
 // announce sends one state change as the SDK expects it: sandbox.created for
 // a new sandbox, and sandbox.state.updated with the old and new state for
 // every change.
-func (h *Handler) announce(ctx context.Context, e service.Event) {
+func (h *eventAPI) announce(ctx context.Context, e service.Event) {
 	old, state, desired := daytonaState(e.OldState), daytonaState(e.Sandbox.State), ""
 	if e.Gone() {
 		state, desired = stateDestroyed, stateDestroyed
@@ -430,7 +430,7 @@ func (h *Handler) announce(ctx context.Context, e service.Event) {
 		h.ptys.dropSandbox(e.Sandbox.ID)
 	}
 	render := func(c *sioConn) Sandbox {
-		sb := h.renderSandbox(c.toolbox, e.Sandbox, true)
+		sb := h.sandboxes.renderSandbox(c.toolbox, e.Sandbox, true)
 		// A subscriber that may not execute sees env keys, not values.
 		sb.Env = sandpit.RedactEnv(sandpit.WithPrincipal(ctx, c.who), sb.Env)
 		if desired != "" {

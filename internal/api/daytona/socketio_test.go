@@ -152,10 +152,10 @@ func TestSocketHandshakeAndEvents(t *testing.T) {
 	c.text("41")
 	c.expectClose(5 * time.Second)
 	deadline := time.Now().Add(5 * time.Second)
-	for e.h.hub.size() != 0 && time.Now().Before(deadline) {
+	for e.h.events.hub.size() != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := e.h.hub.size(); n != 0 {
+	if n := e.h.events.hub.size(); n != 0 {
 		t.Fatalf("%d sockets still registered", n)
 	}
 }
@@ -187,7 +187,7 @@ func TestSocketRefusals(t *testing.T) {
 	if code := bad.expectClose(5 * time.Second); code != websocket.StatusPolicyViolation {
 		t.Fatalf("bad token: close status %v, want policy violation", code)
 	}
-	if n := e.h.hub.size(); n != 0 {
+	if n := e.h.events.hub.size(); n != 0 {
 		t.Fatalf("%d sockets registered after a refusal", n)
 	}
 }
@@ -198,7 +198,7 @@ func TestSocketAuthTimeout(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	h := New(ctx, e.h.svc, api.NewAuth(e.h.svc, testToken), Options{AuthTimeout: 300 * time.Millisecond})
+	h := New(ctx, e.svc, api.NewAuth(e.svc, testToken), Options{AuthTimeout: 300 * time.Millisecond})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 
@@ -219,7 +219,7 @@ func TestSocketAuthTimeout(t *testing.T) {
 func TestSocketClosesWithTheDaemon(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	h := New(ctx, e.h.svc, api.NewAuth(e.h.svc, testToken), Options{})
+	h := New(ctx, e.svc, api.NewAuth(e.svc, testToken), Options{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	c, _ := handshake(t, srv)

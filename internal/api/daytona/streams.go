@@ -14,7 +14,7 @@ import (
 // shuts down or the token is revoked or expires; the socket's reads and
 // writes run under it, so either closes the socket. release must be called
 // when the socket ends.
-func (h *Handler) openStream(w http.ResponseWriter, r *http.Request) (context.Context, func(), bool) {
+func (h *processAPI) openStream(w http.ResponseWriter, r *http.Request) (context.Context, func(), bool) {
 	// Under the daemon's lifetime, not the request's: a hijacked
 	// connection's request context says nothing about the socket.
 	base := h.ctx
@@ -23,7 +23,7 @@ func (h *Handler) openStream(w http.ResponseWriter, r *http.Request) (context.Co
 	}
 	ctx, release, err := h.svc.OpenSession(base)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return nil, nil, false
 	}
 	return ctx, release, true

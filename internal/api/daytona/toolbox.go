@@ -52,13 +52,13 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // agent resolves the {id} path value (an id or a name) to the service's
 // connection to a running sandbox's agent.
-func (h *Handler) agent(r *http.Request) (agentapi.Agent, error) {
+func (h *core) agent(r *http.Request) (agentapi.Agent, error) {
 	_, a, err := h.agentOf(r)
 	return a, err
 }
 
 // agentOf is agent that also returns the sandbox's id.
-func (h *Handler) agentOf(r *http.Request) (string, agentapi.Agent, error) {
+func (h *core) agentOf(r *http.Request) (string, agentapi.Agent, error) {
 	x := r.PathValue("id")
 	sb, err := h.svc.GetSandboxByIDOrName(r.Context(), x)
 	if err != nil {
@@ -132,29 +132,29 @@ type ExecuteResponse struct {
 	Result   string `json:"result"`
 }
 
-func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) execute(w http.ResponseWriter, r *http.Request) {
 	var req ExecuteRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if strings.TrimSpace(req.Command) == "" {
-		writeProblem(w, r, badRequest("command is required"))
+		WriteError(w, r, badRequest("command is required"))
 		return
 	}
 	timeout, err := runLimits(req.Timeout, req.Envs)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	agent, err := h.agent(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	res, err := h.run(r.Context(), agent, req, timeout)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, res)
@@ -186,7 +186,7 @@ func runLimits(seconds *float64, envs map[string]string) (time.Duration, error) 
 // is what Daytona's combined result promises. A deadline travels to the
 // agent as the stream's Connect timeout, and the agent kills the process
 // when it fires.
-func (h *Handler) run(ctx context.Context, agent agentapi.Agent, req ExecuteRequest, timeout time.Duration) (ExecuteResponse, error) {
+func (h *toolboxAPI) run(ctx context.Context, agent agentapi.Agent, req ExecuteRequest, timeout time.Duration) (ExecuteResponse, error) {
 	cfg := &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "exec 2>&1\n" + req.Command}, Envs: req.Envs}
 	if req.Cwd != "" {
 		cfg.Cwd = &req.Cwd
@@ -209,7 +209,7 @@ type procResult struct {
 // it. A deadline travels to the agent as the stream's Connect timeout, and
 // the agent kills the process when it fires; that is reported with
 // Daytona's sentence for it.
-func (h *Handler) runProc(ctx context.Context, agent agentapi.Agent, cfg *process.ProcessConfig, timeout time.Duration) (procResult, error) {
+func (h *core) runProc(ctx context.Context, agent agentapi.Agent, cfg *process.ProcessConfig, timeout time.Duration) (procResult, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -285,18 +285,18 @@ func rawFilename(p *multipart.Part) string {
 	return params["filename"]
 }
 
-func (h *Handler) bulkUpload(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) bulkUpload(w http.ResponseWriter, r *http.Request) {
 	// The caller is authenticated and the upload streams to the agent for
 	// as long as it takes; only the body-size bound applies.
 	httpguard.LiftReadDeadline(w)
 	mr, err := r.MultipartReader()
 	if err != nil {
-		writeProblem(w, r, badRequest("bulk-upload takes a multipart/form-data body: %v", err))
+		WriteError(w, r, badRequest("bulk-upload takes a multipart/form-data body: %v", err))
 		return
 	}
 	agent, err := h.agent(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	// The SDK sends files[i].path before files[i].file, so each file can be
@@ -309,7 +309,7 @@ func (h *Handler) bulkUpload(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		if err != nil {
-			writeProblem(w, r, badRequest("malformed multipart body: %v", err))
+			WriteError(w, r, badRequest("malformed multipart body: %v", err))
 			return
 		}
 		m := filesField.FindStringSubmatch(part.FormName())
@@ -322,11 +322,11 @@ func (h *Handler) bulkUpload(w http.ResponseWriter, r *http.Request) {
 		case "path":
 			b, err := io.ReadAll(io.LimitReader(part, maxPathField+1))
 			if err != nil {
-				writeProblem(w, r, badRequest("malformed multipart body: %v", err))
+				WriteError(w, r, badRequest("malformed multipart body: %v", err))
 				return
 			}
 			if len(b) > maxPathField {
-				writeProblem(w, r, badRequest("files[%s].path is longer than %d bytes", idx, maxPathField))
+				WriteError(w, r, badRequest("files[%s].path is longer than %d bytes", idx, maxPathField))
 				return
 			}
 			paths[idx] = string(b)
@@ -336,11 +336,11 @@ func (h *Handler) bulkUpload(w http.ResponseWriter, r *http.Request) {
 				dest = rawFilename(part)
 			}
 			if dest == "" {
-				writeProblem(w, r, badRequest("files[%s].file has no destination: send files[%s].path first", idx, idx))
+				WriteError(w, r, badRequest("files[%s].file has no destination: send files[%s].path first", idx, idx))
 				return
 			}
 			if err := h.writeFile(r.Context(), agent.Addr, agent.Token, dest, part); err != nil {
-				writeProblem(w, r, err)
+				WriteError(w, r, err)
 				return
 			}
 			uploaded[idx] = true
@@ -348,7 +348,7 @@ func (h *Handler) bulkUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	for idx := range paths {
 		if !uploaded[idx] {
-			writeProblem(w, r, badRequest("files[%s].path was sent without files[%s].file", idx, idx))
+			WriteError(w, r, badRequest("files[%s].path was sent without files[%s].file", idx, idx))
 			return
 		}
 	}
@@ -356,7 +356,7 @@ func (h *Handler) bulkUpload(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeFile streams one file to the agent's POST /files.
-func (h *Handler) writeFile(ctx context.Context, addr, token, dest string, body io.Reader) error {
+func (h *core) writeFile(ctx context.Context, addr, token, dest string, body io.Reader) error {
 	u := "http://" + addr + "/files?path=" + url.QueryEscape(dest)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, body)
 	if err != nil {
@@ -421,23 +421,23 @@ type downloadError struct {
 	Source     string `json:"source,omitempty"`
 }
 
-func (h *Handler) bulkDownload(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) bulkDownload(w http.ResponseWriter, r *http.Request) {
 	var req DownloadRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if len(req.Paths) == 0 {
-		writeProblem(w, r, badRequest("paths is required"))
+		WriteError(w, r, badRequest("paths is required"))
 		return
 	}
 	if len(req.Paths) > maxBulkPaths {
-		writeProblem(w, r, badRequest("at most %d paths per bulk download", maxBulkPaths))
+		WriteError(w, r, badRequest("at most %d paths per bulk download", maxBulkPaths))
 		return
 	}
 	agent, err := h.agent(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	mw := multipart.NewWriter(w)
@@ -459,7 +459,7 @@ func (h *Handler) bulkDownload(w http.ResponseWriter, r *http.Request) {
 
 // downloadPart writes one path's part: the file, or an error part. It
 // returns an error only when the response itself can no longer be trusted.
-func (h *Handler) downloadPart(ctx context.Context, mw *multipart.Writer, addr, token, path string) error {
+func (h *toolboxAPI) downloadPart(ctx context.Context, mw *multipart.Writer, addr, token, path string) error {
 	fail := func(p *problem) error {
 		part, err := mw.CreatePart(partHeader("error", path, "application/json"))
 		if err != nil {
@@ -592,7 +592,7 @@ func toFileInfo(e *fspb.EntryInfo) FileInfo {
 }
 
 // fsClient returns a filesystem client for the request's sandbox.
-func (h *Handler) fsClient(r *http.Request) (filesystemconnect.FilesystemClient, string, error) {
+func (h *toolboxAPI) fsClient(r *http.Request) (filesystemconnect.FilesystemClient, string, error) {
 	agent, err := h.agent(r)
 	if err != nil {
 		return nil, "", err
@@ -602,15 +602,15 @@ func (h *Handler) fsClient(r *http.Request) (filesystemconnect.FilesystemClient,
 
 // pathAndClient reads the required ?path= and connects to the sandbox's
 // filesystem service; on failure it has already answered the request.
-func (h *Handler) pathAndClient(w http.ResponseWriter, r *http.Request) (string, filesystemconnect.FilesystemClient, string, bool) {
+func (h *toolboxAPI) pathAndClient(w http.ResponseWriter, r *http.Request) (string, filesystemconnect.FilesystemClient, string, bool) {
 	path := r.URL.Query().Get("path")
 	if path == "" {
-		writeProblem(w, r, badRequest("query parameter path is required"))
+		WriteError(w, r, badRequest("query parameter path is required"))
 		return "", nil, "", false
 	}
 	client, token, err := h.fsClient(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return "", nil, "", false
 	}
 	return path, client, token, true
@@ -623,25 +623,25 @@ func fsRequest[T any](msg *T, token string) *connect.Request[T] {
 	return req
 }
 
-func (h *Handler) listFiles(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) listFiles(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	depth := 1
 	if d := q.Get("depth"); d != "" {
 		n, err := strconv.Atoi(d)
 		if err != nil || n < 1 || n > 64 {
-			writeProblem(w, r, badRequest("depth must be an integer from 1 to 64"))
+			WriteError(w, r, badRequest("depth must be an integer from 1 to 64"))
 			return
 		}
 		depth = n
 	}
 	client, token, err := h.fsClient(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	resp, err := client.ListDir(r.Context(), fsRequest(&fspb.ListDirRequest{Path: q.Get("path"), Depth: uint32(depth)}, token))
 	if err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	out := make([]FileInfo, 0, len(resp.Msg.GetEntries()))
@@ -651,20 +651,20 @@ func (h *Handler) listFiles(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, out)
 }
 
-func (h *Handler) fileInfo(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) fileInfo(w http.ResponseWriter, r *http.Request) {
 	path, client, token, ok := h.pathAndClient(w, r)
 	if !ok {
 		return
 	}
 	resp, err := client.Stat(r.Context(), fsRequest(&fspb.StatRequest{Path: path}, token))
 	if err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, toFileInfo(resp.Msg.GetEntry()))
 }
 
-func (h *Handler) createFolder(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) createFolder(w http.ResponseWriter, r *http.Request) {
 	path, client, token, ok := h.pathAndClient(w, r)
 	if !ok {
 		return
@@ -679,13 +679,13 @@ func (h *Handler) createFolder(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	w.WriteHeader(http.StatusOK)
 }
 
-func (h *Handler) deleteFile(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) deleteFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	path, client, token, ok := h.pathAndClient(w, r)
 	if !ok {
@@ -695,34 +695,34 @@ func (h *Handler) deleteFile(w http.ResponseWriter, r *http.Request) {
 	// it deletes a directory, so that is checked first.
 	st, err := client.Stat(r.Context(), fsRequest(&fspb.StatRequest{Path: path}, token))
 	if err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	if st.Msg.GetEntry().GetType() == fspb.FileType_FILE_TYPE_DIRECTORY && q.Get("recursive") != "true" {
-		writeProblem(w, r, &problem{status: http.StatusBadRequest, message: path + " is a directory: pass recursive=true to delete it", code: codeInvalidFilePath, source: sourceDaemon})
+		WriteError(w, r, &problem{status: http.StatusBadRequest, message: path + " is a directory: pass recursive=true to delete it", code: codeInvalidFilePath, source: sourceDaemon})
 		return
 	}
 	if _, err := client.Remove(r.Context(), fsRequest(&fspb.RemoveRequest{Path: path}, token)); err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	w.WriteHeader(http.StatusOK)
 }
 
-func (h *Handler) moveFile(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) moveFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	src, dst := q.Get("source"), q.Get("destination")
 	if src == "" || dst == "" {
-		writeProblem(w, r, badRequest("query parameters source and destination are required"))
+		WriteError(w, r, badRequest("query parameters source and destination are required"))
 		return
 	}
 	client, token, err := h.fsClient(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	if _, err := client.Move(r.Context(), fsRequest(&fspb.MoveRequest{Source: src, Destination: dst}, token)); err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -731,15 +731,15 @@ func (h *Handler) moveFile(w http.ResponseWriter, r *http.Request) {
 // homeDir answers getUserHomeDir and getWorkDir. Both are the agent's home
 // directory: it is where relative paths and commands without a cwd start,
 // which is what Daytona's working directory means.
-func (h *Handler) homeDir(w http.ResponseWriter, r *http.Request) {
+func (h *toolboxAPI) homeDir(w http.ResponseWriter, r *http.Request) {
 	client, token, err := h.fsClient(r)
 	if err != nil {
-		writeProblem(w, r, err)
+		WriteError(w, r, err)
 		return
 	}
 	resp, err := client.Stat(r.Context(), fsRequest(&fspb.StatRequest{Path: "~"}, token))
 	if err != nil {
-		writeProblem(w, r, rpcError(err, true))
+		WriteError(w, r, rpcError(err, true))
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, map[string]string{"dir": resp.Msg.GetEntry().GetPath()})

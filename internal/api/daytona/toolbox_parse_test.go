@@ -34,15 +34,15 @@ func TestParseGitStatus(t *testing.T) {
 }
 
 func TestSignedPreviewToken(t *testing.T) {
-	h := &Handler{signKey: signingKey([]byte("key-a"))}
+	h := &sandboxAPI{signKey: signingKey([]byte("key-a"))}
 	now := time.Unix(1_800_000_000, 0)
 	tok := h.signPreview("sbabc-def", 3000, now.Add(time.Minute))
 	if id, o := h.verifySigned(3000, tok, now); o != signedValid || id != "sbabc-def" {
 		t.Fatalf("valid token: %q %v", id, o)
 	}
-	other := &Handler{signKey: signingKey([]byte("key-b"))}
+	other := &sandboxAPI{signKey: signingKey([]byte("key-b"))}
 	for name, tc := range map[string]struct {
-		h     *Handler
+		h     *sandboxAPI
 		port  int
 		token string
 		at    time.Time

@@ -188,8 +188,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r, err := h.cfg.Auth.Authorize(r, r.Header.Get("X-API-KEY"))
 	if err != nil {
-		p := api.Classify(err)
-		writeError(w, p.Status, p.Message)
+		WriteError(w, r, err)
 		return
 	}
 	r2 := r.Clone(r.Context())
@@ -200,21 +199,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) now() time.Time { return h.cfg.Now().UTC() }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	api.WriteJSON(w, status, ErrorBody{Code: status, Message: msg})
-}
-
-// WriteProblem renders err in E2B's error shape, for the daemon's cluster
-// router, which refuses some requests before they reach this handler.
-func WriteProblem(w http.ResponseWriter, err error) { fail(w, err, "") }
-
-// fail renders err with the one shared classification. A missing sandbox gets
-// a plain message naming it, since the SDK shows the message to the user.
+// fail renders err with WriteError. A missing sandbox gets a plain message
+// naming it, since the SDK shows the message to the user.
 func fail(w http.ResponseWriter, err error, id string) {
 	if id != "" && errors.Is(err, sandpit.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "sandbox "+id+" not found")
 		return
 	}
+	WriteError(w, nil, err)
+}
+
+// writeError writes E2B's error body for an answer already decided.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	api.WriteJSON(w, status, ErrorBody{Code: status, Message: msg})
+}
+
+// WriteError renders err in E2B's error shape with the status of
+// api.Classify: the E2B surface's one error renderer, which the cluster's
+// gateway also calls for the requests it refuses before they reach this
+// handler. E2B's shape names no path, so r is not read and may be nil.
+func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	p := api.Classify(err)
 	if ra := p.RetryAfter(); ra != "" {
 		w.Header().Set("Retry-After", ra)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/apitypes"
-	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -37,7 +36,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	// revoked or expires, and counts against the token's cap.
 	ctx, release, err := h.svc.OpenSession(r.Context())
 	if err != nil {
-		writeError(w, api.Classify(err))
+		fail(w, err)
 		return
 	}
 	defer release()

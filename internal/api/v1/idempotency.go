@@ -86,7 +86,7 @@ func (m *Idempotency) Wrap(pattern string, h http.HandlerFunc) http.Handler {
 			return
 		}
 		if len(key) != 1 || !validKey(key[0]) {
-			writeError(w, api.Problem{Status: http.StatusBadRequest, Code: apitypes.CodeInvalidKey,
+			fail(w, api.Problem{Status: http.StatusBadRequest, Code: apitypes.CodeInvalidKey,
 				Message: "Idempotency-Key must be one header of 1-255 printable ASCII characters"})
 			return
 		}
@@ -158,11 +158,11 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, h http.Handl
 	})
 	switch {
 	case errors.Is(err, idempotency.ErrKeyMismatch):
-		writeError(w, api.Problem{Status: http.StatusUnprocessableEntity, Code: apitypes.CodeKeyMismatch,
+		fail(w, api.Problem{Status: http.StatusUnprocessableEntity, Code: apitypes.CodeKeyMismatch,
 			Message: "this Idempotency-Key was already used for a different request"})
 		return
 	case errors.Is(err, idempotency.ErrKeyInFlight):
-		writeError(w, api.Problem{Status: http.StatusConflict, Code: apitypes.CodeKeyInFlight,
+		fail(w, api.Problem{Status: http.StatusConflict, Code: apitypes.CodeKeyInFlight,
 			Message: "a request with this Idempotency-Key is still in progress; retry later"})
 		return
 	case err != nil:

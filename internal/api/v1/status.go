@@ -50,8 +50,7 @@ func StatusHandler(auth *api.Auth, src StatusSource) http.Handler {
 			}
 		}
 		if err != nil {
-			p := api.Classify(err)
-			api.WriteJSON(w, p.Status, apitypes.ErrorBody{Error: apitypes.ErrorDetail{Code: p.Code, Message: p.Message}})
+			api.WriteError(w, r, err)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)

@@ -19,7 +19,7 @@ import (
 
 // Handler serves /v1.
 type Handler struct {
-	svc  *service.Service
+	svc  Backend
 	auth *api.Auth
 	mux  *http.ServeMux
 	// routes declares what every route does; the scope check happens when a
@@ -35,7 +35,7 @@ func (h *Handler) Routes() []api.Route { return h.routes.List() }
 // New builds the /v1 handler. Every route needs "Authorization: Bearer
 // <token>": the daemon's admin token or a personal access token, whose owner
 // scopes everything the request sees and makes.
-func New(svc *service.Service, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler) *Handler {
+func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler) *Handler {
 	h := &Handler{svc: svc, auth: auth, mux: http.NewServeMux()}
 	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) }, wrap)
 	route := h.routes.Handle
@@ -63,7 +63,7 @@ func New(svc *service.Service, auth *api.Auth, wrap func(pattern string, h http.
 	route("GET /v1/pool", sandpit.ActionAdmin, h.poolStatus)
 	route("GET /v1/scopes", sandpit.ActionRead, h.scopes)
 	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, api.Problem{Status: http.StatusNotFound, Code: apitypes.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+		fail(w, api.Problem{Status: http.StatusNotFound, Code: apitypes.CodeNotFound, Message: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
 	return h
 }
@@ -77,20 +77,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// WriteProblem writes a classified error in the native shape; the daemon's
-// own endpoints (cluster administration) use it too.
-func WriteProblem(w http.ResponseWriter, p api.Problem) { writeError(w, p) }
-
-func writeError(w http.ResponseWriter, p api.Problem) {
-	if ra := p.RetryAfter(); ra != "" {
-		// The Go client retries a 503 that names a delay with the same
-		// Idempotency-Key.
-		w.Header().Set("Retry-After", ra)
-	}
-	api.WriteJSON(w, p.Status, apitypes.ErrorBody{Error: apitypes.ErrorDetail{Code: p.Code, Message: p.Message}})
-}
-
-func fail(w http.ResponseWriter, err error) { writeError(w, api.Classify(err)) }
+// fail renders err with the native API's one renderer.
+func fail(w http.ResponseWriter, err error) { api.WriteError(w, nil, err) }
 
 // networkPolicy converts a wire egress policy to the domain's.
 func networkPolicy(n *apitypes.Network) sandpit.NetworkPolicy {
@@ -299,7 +287,7 @@ func agentAction(r *http.Request) sandpit.Action {
 }
 
 func agentUnreachable(w http.ResponseWriter, err error) {
-	writeError(w, api.Problem{Status: http.StatusBadGateway, Code: apitypes.CodeUpstream, Message: "sandbox agent unreachable: " + err.Error()})
+	fail(w, api.Problem{Status: http.StatusBadGateway, Code: apitypes.CodeUpstream, Message: "sandbox agent unreachable: " + err.Error()})
 }
 
 func toPort(p sandpit.ExposedPort, reused bool) apitypes.Port {

@@ -1,0 +1,79 @@
+package daytona
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
+	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/service"
+)
+
+// The facade owns the interfaces it takes of the service layer, one per
+// area, so that each area's dependencies are stated where it is written and
+// a new route cannot reach for more without saying so. *service.Service
+// implements them all.
+
+// AgentBackend is what every toolbox area needs: the sandbox a request
+// names, its agent, and the streams held open on it.
+type AgentBackend interface {
+	Config() service.Config
+	GetSandboxByIDOrName(ctx context.Context, idOrName string) (sandpit.Sandbox, error)
+	Touch(ctx context.Context, id string, force bool)
+	Agent(ctx context.Context, id string) (agentapi.Agent, error)
+	AgentHTTP() *http.Client
+	OpenSession(ctx context.Context) (context.Context, func(), error)
+}
+
+// SandboxBackend is the control plane's: sandboxes, their intervals, labels
+// and previews.
+type SandboxBackend interface {
+	Config() service.Config
+	GetSandboxByIDOrName(ctx context.Context, idOrName string) (sandpit.Sandbox, error)
+	ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error)
+	CreateSandbox(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, error)
+	DeleteSandbox(ctx context.Context, id string) error
+	StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	Archived(sb sandpit.Sandbox) bool
+	SetInterval(ctx context.Context, id string, which sandpit.Interval, value int) (sandpit.Sandbox, error)
+	SetLabels(ctx context.Context, id string, labels map[string]string) (sandpit.Sandbox, error)
+	RefreshActivity(ctx context.Context, id string) error
+	Touch(ctx context.Context, id string, force bool)
+	ExposePort(ctx context.Context, id string, port int, protocol string) (service.ExposeResult, error)
+	ExposePrivatePort(ctx context.Context, id string, port int) (service.ExposeResult, string, error)
+	PreviewToken(ctx context.Context, id string, port int) (string, error)
+	PreviewHost(id string, port int) string
+	RevokeSignedPreview(ctx context.Context, id, token string, expiresAt time.Time) error
+	SignedPreviewRevoked(ctx context.Context, token string) (bool, error)
+}
+
+// ToolboxBackend is the toolbox's (files, git, LSP, execution, metrics).
+type ToolboxBackend interface {
+	AgentBackend
+	Stats(ctx context.Context, id string) (driver.Stats, error)
+}
+
+// ProcessBackend is the sessions', PTYs' and interpreters'.
+type ProcessBackend interface {
+	AgentBackend
+}
+
+// EventBackend is the event socket's.
+type EventBackend interface {
+	Subscribe(buffer int) *service.Subscription
+	OpenSession(ctx context.Context) (context.Context, func(), error)
+}
+
+// Backend is everything the facade takes: what New is given.
+type Backend interface {
+	SandboxBackend
+	ToolboxBackend
+	ProcessBackend
+	EventBackend
+}
+
+var _ Backend = (*service.Service)(nil)

@@ -1,0 +1,50 @@
+package v1
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/service"
+)
+
+// Backend is what the native API needs of the service layer, declared here
+// by its consumer as the facades declare theirs; *service.Service implements
+// it.
+type Backend interface {
+	Config() service.Config
+	OpenSession(ctx context.Context) (context.Context, func(), error)
+
+	CreateSandbox(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, error)
+	CreateOrAdopt(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, bool, error)
+	GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error)
+	DeleteSandbox(ctx context.Context, id string) error
+	StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	Exec(ctx context.Context, id string, req service.ExecRequest) (service.ExecResult, error)
+	AgentTarget(ctx context.Context, id string) (addr, token string, err error)
+	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
+
+	ExposePort(ctx context.Context, id string, port int, protocol string) (service.ExposeResult, error)
+	ListPorts(ctx context.Context, id string) ([]sandpit.ExposedPort, error)
+	UnexposePort(ctx context.Context, id string, port int) error
+	AddCustomDomain(ctx context.Context, id, hostname string, port int) (sandpit.CustomDomain, bool, error)
+	ListCustomDomains(ctx context.Context, id string) ([]sandpit.CustomDomain, error)
+	RemoveCustomDomain(ctx context.Context, id, hostname string) error
+	CustomDomainURL(hostname string) string
+
+	Subscribe(buffer int) *service.Subscription
+	DebugState(ctx context.Context) (service.State, error)
+	PoolStatus(ctx context.Context) (service.PoolStatus, error)
+
+	CreateToken(ctx context.Context, req service.TokenRequest) (service.CreatedToken, error)
+	ListTokens(ctx context.Context, includeRevoked bool) ([]sandpit.Token, error)
+	RevokeToken(ctx context.Context, nameOrPrefix string) (sandpit.Token, error)
+	ListAudit(ctx context.Context, q sandpit.AuditQuery) ([]sandpit.AuditEntry, error)
+	OwnerLimits(ctx context.Context, owner string) (sandpit.OwnerLimits, service.OwnerUsage, error)
+	SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits) error
+}
+
+var _ Backend = (*service.Service)(nil)
