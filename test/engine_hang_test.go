@@ -31,15 +31,34 @@ func TestEngineHangs(t *testing.T) {
 	c := d.Client()
 	keep := newSandbox(t, ctx, c)
 	mustExpose(t, ctx, d, keep, 3000, "tcp", http.StatusCreated)
+	// The sandboxes that are to expire while the engine hangs get their
+	// short timeout only once all are made: on a loaded machine a create
+	// alone has taken more than 5 s, and a timeout given at create could
+	// run out before the engine is made to hang.
 	var expiring []string
 	for range 2 {
-		sb, err := c.Create(ctx, client.CreateRequest{TimeoutS: 4})
+		sb, err := c.Create(ctx, client.CreateRequest{TimeoutS: 600})
 		if err != nil {
 			t.Fatal(err)
 		}
 		expiring = append(expiring, sb.ID)
 	}
 	d.CheckConsistent(t)
+	for _, id := range expiring {
+		// E2B's setTimeout is the API that shortens a running sandbox's
+		// timeout; it writes the store only.
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.URL()+"/e2b/sandboxes/"+id+"/timeout", strings.NewReader(`{"timeout": 2}`))
+		req.Header.Set("X-API-Key", d.Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("set the timeout of %s: %d", id, resp.StatusCode)
+		}
+	}
 
 	proxy.Pause()
 	hungAt := time.Now()
