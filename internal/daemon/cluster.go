@@ -131,30 +131,11 @@ func clusterNodeName(c *cluster.Cluster) string {
 	return c.NodeName()
 }
 
-// clusterAuth admits only an admin, to read the cluster's state as to change
-// it (make this node leave, drain or undrain a node): the members' addresses
-// and the Raft state are the operator's, not a tenant's.
-func clusterAuth(auth *api.Auth, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r, err := auth.Authorize(r, api.BearerToken(r))
-		if err == nil {
-			if p, _ := sandpit.PrincipalFrom(r.Context()); !p.Admin {
-				err = fmt.Errorf("%w: the cluster's endpoints need an admin token", service.ErrForbidden)
-			}
-		}
-		if err != nil {
-			api.WriteError(w, r, err)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 // clusterRouter sends each request about a sandbox to the node that owns it
 // and each create to the node placement picks. The credential is checked
 // here, with this node's tokens, before anything is forwarded.
 func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler, routes *gateway.Table) http.Handler {
-	return cl.Router(local, cluster.RouterConfig{
+	return gateway.New(cl).API(local, gateway.Config{
 		// Each surface's route table says which sandbox a request is about.
 		Locate: func(r *http.Request) (string, bool, bool) {
 			t, ok := routes.Locate(r)
@@ -178,10 +159,11 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler, rout
 		ListPosition: store.PagePosition,
 		// So do the E2B and Daytona listings.
 		Lists: clusterLists(),
-		// A create no node has room for is refused in its surface's shape;
-		// so is any call on a sandbox lost with its node.
-		Refuse: writeSurfaceProblem,
-		Lost:   answerLost,
+		// What the gateway refuses itself (no room for a create, an owner
+		// that does not answer, a sandbox lost with its node) is answered in
+		// the request's surface's shape.
+		WriteError: writeSurfaceProblem,
+		Lost:       answerLost,
 		// Duplicates of one create must meet on one node, whose claim
 		// decides them: the Idempotency-Key names a create, and so does the
 		// E2B facade's fingerprint of an identical body.

@@ -11,7 +11,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
-	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/gateway"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -93,8 +93,8 @@ func queryLimit(r *http.Request) int {
 }
 
 // clusterLists are the facades' listings the cluster router merges.
-func clusterLists() []cluster.FacadeList {
-	return []cluster.FacadeList{
+func clusterLists() []gateway.FacadeList {
+	return []gateway.FacadeList{
 		{
 			// E2B: GET /sandboxes lists everything in one answer, GET
 			// /v2/sandboxes pages with limit and X-Next-Token, newest first
@@ -102,7 +102,7 @@ func clusterLists() []cluster.FacadeList {
 			Match: func(r *http.Request) bool {
 				return r.Method == http.MethodGet && (r.URL.Path == e2b.Prefix+"/sandboxes" || r.URL.Path == e2b.Prefix+"/v2/sandboxes")
 			},
-			Merge: func(w http.ResponseWriter, r *http.Request, answers []cluster.NodeAnswer) {
+			Merge: func(w http.ResponseWriter, r *http.Request, answers []gateway.NodeAnswer) {
 				paged := r.URL.Path == e2b.Prefix+"/v2/sandboxes"
 				var (
 					pages [][]e2b.ListedSandbox
@@ -140,7 +140,7 @@ func clusterLists() []cluster.FacadeList {
 				return r.Method == http.MethodGet && r.URL.Path == daytona.DefaultPrefix+"/sandbox"
 			},
 			Ask: http.Header{daytona.HeaderRowPositions: {"1"}},
-			Merge: func(w http.ResponseWriter, r *http.Request, answers []cluster.NodeAnswer) {
+			Merge: func(w http.ResponseWriter, r *http.Request, answers []gateway.NodeAnswer) {
 				var (
 					pages [][]daytona.Sandbox
 					nexts []string

@@ -90,7 +90,7 @@ func TestNewSandboxRouteIsForwardedToTheOwner(t *testing.T) {
 
 	h1, routes := surface("n1")
 	table := gateway.NewTable(gateway.Surface{Routes: routes})
-	front := httptest.NewServer(n1.Router(h1, cluster.RouterConfig{
+	front := httptest.NewServer(gateway.New(n1).API(h1, gateway.Config{
 		Authenticate: func(*http.Request) (sandpit.Principal, error) {
 			return sandpit.Principal{Owner: "admin", Admin: true}, nil
 		},

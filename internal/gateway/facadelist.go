@@ -1,4 +1,4 @@
-package cluster
+package gateway
 
 import (
 	"net/http"
@@ -26,7 +26,7 @@ type FacadeList struct {
 // serveFacadeList answers r if it is one of cfg.Lists, and reports whether
 // it did. A request that does not authenticate is left to the surface,
 // which refuses it in its own shape.
-func (c *Cluster) serveFacadeList(w http.ResponseWriter, r *http.Request, local http.Handler, cfg RouterConfig, transport http.RoundTripper) bool {
+func (g *Gateway) serveFacadeList(w http.ResponseWriter, r *http.Request, local http.Handler, cfg Config, transport http.RoundTripper) bool {
 	i := slices.IndexFunc(cfg.Lists, func(l FacadeList) bool { return l.Match(r) })
 	if i < 0 || cfg.Authenticate == nil {
 		return false
@@ -46,7 +46,7 @@ func (c *Cluster) serveFacadeList(w http.ResponseWriter, r *http.Request, local 
 			ask.Header[k] = v
 		}
 	}
-	for _, a := range c.fanOut(ask, local, p, &http.Client{Transport: transport}) {
+	for _, a := range g.fanOut(ask, local, p, &http.Client{Transport: transport}) {
 		switch {
 		case a.Err == nil:
 			pages = append(pages, a)
@@ -60,7 +60,7 @@ func (c *Cluster) serveFacadeList(w http.ResponseWriter, r *http.Request, local 
 			_, _ = w.Write(a.Local.Body.Bytes())
 			return true
 		default:
-			c.log.Warn("cluster: list on a node failed", "node", a.Node, "path", r.URL.Path, "err", a.Err)
+			g.log.Warn("cluster: list on a node failed", "node", a.Node, "path", r.URL.Path, "err", a.Err)
 			missing = append(missing, a.Node)
 		}
 	}
