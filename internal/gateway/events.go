@@ -14,10 +14,6 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 )
 
-// EventsPath is the native event stream, which a cluster node answers for
-// the whole cluster.
-const EventsPath = "/v1/events"
-
 const (
 	// eventsRejoin is how often the merged stream looks for members whose
 	// stream it does not have (a member that joined, came back, or whose
@@ -41,18 +37,9 @@ type sseBlock struct {
 // serveEvents answers GET /v1/events for the whole cluster: this node's own
 // stream and every other live member's (fetched over the cluster port as
 // the principal this node authenticated, which each member scopes as it
-// does its own clients), merged one whole event at a time. It reports
-// whether it answered.
-func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request, local http.Handler, cfg Config, transport http.RoundTripper) bool {
-	if r.Method != http.MethodGet || r.URL.Path != EventsPath || cfg.Authenticate == nil {
-		return false
-	}
-	p, err := cfg.Authenticate(r)
-	if err != nil {
-		return false // the surface refuses it
-	}
+// does its own clients), merged one whole event at a time.
+func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client) {
 	pj, _ := json.Marshal(p)
-	client := &http.Client{Transport: transport}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 
@@ -111,7 +98,7 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request, local http
 	for waiting > 0 {
 		select {
 		case <-ctx.Done():
-			return true
+			return
 		case b := <-blocks:
 			if b.subscribed {
 				waiting--
@@ -126,15 +113,15 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request, local http
 		}
 	}
 	if _, err := fmt.Fprint(w, ": subscribed\n\n"); err != nil || rc.Flush() != nil {
-		return true
+		return
 	}
 	for _, b := range held {
 		if _, err := w.Write(b); err != nil {
-			return true
+			return
 		}
 	}
 	if rc.Flush() != nil {
-		return true
+		return
 	}
 
 	rejoin := time.NewTicker(eventsRejoin)
@@ -144,13 +131,13 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request, local http
 	for {
 		select {
 		case <-ctx.Done():
-			return true
+			return
 		case b := <-blocks:
 			if b.subscribed {
 				continue
 			}
 			if _, err := w.Write(b.data); err != nil || rc.Flush() != nil {
-				return true
+				return
 			}
 		case node := <-ended:
 			delete(active, node)
@@ -158,13 +145,13 @@ func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request, local http
 				// This node's own stream ends when it shuts down or
 				// drops the stream as too slow: end the client's, which
 				// reconnects, as on a single node.
-				return true
+				return
 			}
 		case <-rejoin.C:
 			startMissing()
 		case <-beat.C:
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
-				return true
+				return
 			}
 		}
 	}

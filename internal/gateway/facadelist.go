@@ -4,52 +4,56 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/api"
 )
 
-// FacadeList is a listing of one of the compatible surfaces (E2B, Daytona)
-// that the router answers for the whole cluster, the way it answers the
-// native GET /v1/sandboxes: every live node lists its own sandboxes and
-// Merge combines the pages in the surface's own shape and order. The
-// surfaces' shapes are not this package's business, so the daemon supplies
-// Match and Merge.
-type FacadeList struct {
-	// Match reports whether r is this listing.
-	Match func(r *http.Request) bool
-	// Merge writes the answer from the nodes' pages (their 200 bodies and
-	// headers).
-	Merge func(w http.ResponseWriter, r *http.Request, pages []NodeAnswer)
-	// Ask is added to the request each node answers (what Merge needs
-	// beyond the public answer).
-	Ask http.Header
-}
-
-// serveFacadeList answers r if it is one of cfg.Lists, and reports whether
-// it did. A request that does not authenticate is left to the surface,
-// which refuses it in its own shape.
-func (g *Gateway) serveFacadeList(w http.ResponseWriter, r *http.Request, local http.Handler, cfg Config, transport http.RoundTripper) bool {
-	i := slices.IndexFunc(cfg.Lists, func(l FacadeList) bool { return l.Match(r) })
-	if i < 0 || cfg.Authenticate == nil {
+// serveMerged answers a listing or an event stream for the whole cluster,
+// and reports whether it did. A request that does not authenticate is left
+// to the surface, which refuses it in its own shape.
+func (g *Gateway) serveMerged(w http.ResponseWriter, r *http.Request, local http.Handler, cfg Config, transport http.RoundTripper, rt Target) bool {
+	if cfg.Authenticate == nil {
 		return false
 	}
 	p, err := cfg.Authenticate(r)
 	if err != nil {
 		return false
 	}
+	client := &http.Client{Transport: transport}
+	switch {
+	case rt.Locate == api.LocateEvents:
+		g.serveEvents(w, r, local, p, client)
+	case rt.Merge != nil:
+		g.serveFacadeList(w, r, local, p, client, rt.Merge, rt.Ask)
+	case cfg.ListToken != nil:
+		g.listAll(w, r, local, p, client, cfg.ListToken, cfg.ListPosition)
+	default:
+		return false
+	}
+	return true
+}
+
+// serveFacadeList answers a facade's listing (E2B, Daytona) for the whole
+// cluster, the way the native listing is: every live node lists its own
+// sandboxes, and the surface's merge combines the pages in its own shape and
+// order.
+func (g *Gateway) serveFacadeList(w http.ResponseWriter, r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client, merge func(http.ResponseWriter, *http.Request, []api.NodePage), ask http.Header) {
 	var (
-		pages   []NodeAnswer
+		pages   []api.NodePage
 		missing []string
 	)
-	ask := r
-	if len(cfg.Lists[i].Ask) > 0 {
-		ask = r.Clone(r.Context())
-		for k, v := range cfg.Lists[i].Ask {
-			ask.Header[k] = v
+	asked := r
+	if len(ask) > 0 {
+		asked = r.Clone(r.Context())
+		for k, v := range ask {
+			asked.Header[k] = v
 		}
 	}
-	for _, a := range g.fanOut(ask, local, p, &http.Client{Transport: transport}) {
+	for _, a := range g.fanOut(asked, local, p, client) {
 		switch {
 		case a.Err == nil:
-			pages = append(pages, a)
+			pages = append(pages, api.NodePage{Node: a.Node, Header: a.Header, Body: a.Body})
 		case a.Local != nil:
 			// This node's refusal (a bad filter, a bad cursor) is the
 			// answer: every node would refuse the same query.
@@ -58,7 +62,7 @@ func (g *Gateway) serveFacadeList(w http.ResponseWriter, r *http.Request, local 
 			}
 			w.WriteHeader(a.Local.Code)
 			_, _ = w.Write(a.Local.Body.Bytes())
-			return true
+			return
 		default:
 			g.log.Warn("cluster: list on a node failed", "node", a.Node, "path", r.URL.Path, "err", a.Err)
 			missing = append(missing, a.Node)
@@ -68,6 +72,5 @@ func (g *Gateway) serveFacadeList(w http.ResponseWriter, r *http.Request, local 
 		slices.Sort(missing)
 		w.Header().Set(HeaderPartial, strings.Join(missing, ","))
 	}
-	cfg.Lists[i].Merge(w, r, pages)
-	return true
+	merge(w, r, pages)
 }

@@ -15,7 +15,7 @@ import (
 // hostnames cluster-wide; one being re-created asks the client to retry.
 // The caller must see the sandbox (its owner, or an admin); anyone else is
 // served locally, where it does not exist.
-func (g *Gateway) serveFailedOver(w http.ResponseWriter, r *http.Request, local http.Handler, rt route, p cluster.Placement, cfg Config) {
+func (g *Gateway) serveFailedOver(w http.ResponseWriter, r *http.Request, local http.Handler, rt Target, p cluster.Placement, cfg Config) {
 	if cfg.Authenticate == nil {
 		local.ServeHTTP(w, r)
 		return
@@ -41,7 +41,7 @@ func (g *Gateway) serveFailedOver(w http.ResponseWriter, r *http.Request, local 
 			cfg.WriteError(w, r, fmt.Errorf("sandbox %s (%s): %w", p.SandboxID, p.Lost(), sandpit.ErrSandboxLost))
 		}
 	}
-	if !rt.root || r.Method != http.MethodDelete {
+	if !rt.Root || r.Method != http.MethodDelete {
 		lost(w, r, p, false)
 		return
 	}

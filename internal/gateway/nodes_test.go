@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 )
@@ -61,4 +63,31 @@ func knowsClusterPort(c *cluster.Cluster, node string) bool {
 		}
 	}
 	return false
+}
+
+// surfacesTable is a route table in the shapes of the surfaces' own
+// declarations (see each surface's forwarding), for tests that need no
+// surface behind it.
+func surfacesTable() *Table {
+	native := api.NewRoutes(http.NewServeMux(), nil, nil).NamesToo()
+	native.Declare("POST /v1/sandboxes", api.Forwarding{Locate: api.LocateCreate})
+	native.Declare("GET /v1/sandboxes", api.Forwarding{Locate: api.LocateList})
+	native.Declare("/v1/sandboxes/{id}", api.Forwarding{Locate: api.LocateSandbox})
+	native.Declare("/v1/sandboxes/{id}/", api.Forwarding{Locate: api.LocateSandbox})
+	e2b := api.NewRoutes(http.NewServeMux(), nil, nil)
+	e2b.Declare("/sandboxes/{id}", api.Forwarding{Locate: api.LocateSandbox})
+	e2b.Declare("/sandboxes/{id}/", api.Forwarding{Locate: api.LocateSandbox})
+	e2b.Declare("/envd/", api.Forwarding{Locate: api.LocateHeader, Header: "E2b-Sandbox-Id"})
+	root := api.NewRoutes(http.NewServeMux(), nil, nil)
+	root.Declare("/files", api.Forwarding{Locate: api.LocateHeader, Header: "E2b-Sandbox-Id", Signature: "signature"})
+	daytona := api.NewRoutes(http.NewServeMux(), nil, nil)
+	daytona.Declare("/sandbox/{idOrName}", api.Forwarding{Locate: api.LocateSandbox})
+	daytona.Declare("/sandbox/{idOrName}/", api.Forwarding{Locate: api.LocateSandbox})
+	daytona.Declare("/toolbox/{id}/", api.Forwarding{Locate: api.LocateSandbox})
+	return NewTable(
+		Surface{Routes: native.Forwarded()},
+		Surface{Mount: "/e2b", Routes: e2b.Forwarded()},
+		Surface{Routes: root.Forwarded()},
+		Surface{Mount: "/daytona", Routes: daytona.Forwarded()},
+	)
 }

@@ -171,7 +171,7 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 
 	// The E2B gateway takes no API credential: its calls go to the owner
 	// as the zero principal, with the sandbox's own token untouched.
-	router := httptest.NewServer(New(n1).API(local, Config{Authenticate: func(*http.Request) (sandpit.Principal, error) {
+	router := httptest.NewServer(New(n1).API(local, Config{Routes: surfacesTable(), Authenticate: func(*http.Request) (sandpit.Principal, error) {
 		return sandpit.Principal{}, errors.New("no credential")
 	}}))
 	defer router.Close()
@@ -188,7 +188,7 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 		{"/v1/sandboxes/theirs", "", "n1"},
 	} {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, router.URL+tt.path, nil)
-		req.Header.Set(headerE2BSandboxID, tt.id)
+		req.Header.Set("E2b-Sandbox-Id", tt.id)
 		req.Header.Set("X-Access-Token", "tok")
 		// A client's copies of the cluster's own markers change nothing.
 		req.Header.Set(cluster.HeaderPreview, "1")

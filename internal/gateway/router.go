@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -46,11 +45,9 @@ type Config struct {
 	// Authenticate resolves the request's credential on this node; a request
 	// that does not authenticate is never forwarded (this node refuses it).
 	Authenticate func(r *http.Request) (sandpit.Principal, error)
-	// AffinityKey names a create that must meet its duplicates on one node
-	// (its Idempotency-Key, or a facade's fingerprint of the body), or
-	// returns "" for a create that may go anywhere. Nil uses the
-	// Idempotency-Key header alone.
-	AffinityKey func(r *http.Request, body []byte) string
+	// Routes is the surfaces' route table: it says, for each request, how
+	// the node that serves it is found (see api.Forwarding).
+	Routes *Table
 	// ListToken, when set, makes GET /v1/sandboxes list the whole cluster:
 	// it returns the page token that continues after a row.
 	ListToken func(created time.Time, id string) string
@@ -62,92 +59,15 @@ type Config struct {
 	// of the surface r belongs to, with the status of api.Classify. Nil
 	// writes the native shape (api.WriteError).
 	WriteError func(w http.ResponseWriter, r *http.Request, err error)
-	// Lists, when set, makes the facades' listings answer for the whole
-	// cluster too (see FacadeList).
-	Lists []FacadeList
 	// Lost answers a request about a lost sandbox in its surface's shape:
 	// 410 sandbox_lost, or, when deleted is true, the surface's answer to a
 	// delete that succeeded (the placement is gone by then). Nil answers in
 	// the native shape.
-	Lost func(w http.ResponseWriter, r *http.Request, p cluster.Placement, deleted bool)
-	// Locate, when set, names the sandbox a request acts on from the
-	// surfaces' own route tables (see internal/gateway): a surface path
-	// whose route does not name a sandbox is served here, and one that does
-	// goes to that sandbox's owner; matched is false for a request no route
-	// matches, whose sandbox is read from the path. Nil reads every
-	// request's sandbox from the path.
-	Locate func(r *http.Request) (sandbox string, root bool, matched bool)
+	Lost   func(w http.ResponseWriter, r *http.Request, p cluster.Placement, deleted bool)
 	Logger *slog.Logger
 }
 
-// route is what one request is about.
-type route struct {
-	list      bool   // the native listing: merged from every node
-	create    bool   // a create: placed by capacity
-	sandbox   string // id or name of the sandbox it acts on
-	byNameToo bool   // the surface also accepts a name where the id goes
-	// anonymous: the surface takes no API credential (the E2B sandbox
-	// gateway, which the sandbox's agent authenticates), so the request is
-	// forwarded as the zero principal rather than refused here.
-	anonymous bool
-	// signedFiles: an E2B signed file URL, which names no sandbox; the
-	// node whose sandbox made the signature is found by asking.
-	signedFiles bool
-	root        bool // the path names the sandbox itself (its delete, its GET)
-}
-
-// headerE2BSandboxID names the sandbox of an E2B gateway call.
-const headerE2BSandboxID = "E2b-Sandbox-Id"
-
-// classify finds the sandbox a request acts on from its path. Paths it does
-// not know are served where they arrive.
-func classify(r *http.Request) (route, bool) {
-	p := r.URL.Path
-	switch {
-	case p == "/e2b/envd" || strings.HasPrefix(p, "/e2b/envd/") || p == "/files" && r.Header.Get(headerE2BSandboxID) != "":
-		// The E2B SDK's agent calls through E2B_SANDBOX_URL (and its file
-		// calls at the origin's root) name their sandbox in a header.
-		id := r.Header.Get(headerE2BSandboxID)
-		return route{sandbox: id, anonymous: true}, id != ""
-	case p == "/files" && r.URL.Query().Get("signature") != "":
-		return route{signedFiles: true, anonymous: true}, true
-	case strings.HasPrefix(p, "/v1/sandboxes"):
-		rest := strings.TrimPrefix(p, "/v1/sandboxes")
-		if rest == "" || rest == "/" {
-			if r.Method == http.MethodGet {
-				return route{list: true}, true
-			}
-			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
-		}
-		id, more, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
-		return route{sandbox: id, byNameToo: true, root: more == ""}, id != ""
-	case strings.HasPrefix(p, "/daytona/sandbox"):
-		rest := strings.TrimPrefix(p, "/daytona/sandbox")
-		if rest == "" || rest == "/" {
-			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
-		}
-		id, more, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
-		return route{sandbox: id, byNameToo: true, root: more == ""}, id != ""
-	case strings.HasPrefix(p, "/daytona/toolbox/"):
-		id, _, _ := strings.Cut(strings.TrimPrefix(p, "/daytona/toolbox/"), "/")
-		return route{sandbox: id}, id != ""
-	case strings.HasPrefix(p, "/e2b/"):
-		rest := strings.TrimPrefix(p, "/e2b")
-		rest = strings.TrimPrefix(rest, "/v2")
-		if !strings.HasPrefix(rest, "/sandboxes") {
-			return route{}, false
-		}
-		rest = strings.TrimPrefix(rest, "/sandboxes")
-		if rest == "" || rest == "/" {
-			return route{create: r.Method == http.MethodPost}, r.Method == http.MethodPost
-		}
-		id, more, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
-		return route{sandbox: id, root: more == ""}, id != ""
-	}
-	return route{}, false
-}
-
-// Router wraps the daemon's API: a request about a sandbox another node owns
+// API wraps the daemon's API: a request about a sandbox another node owns
 // goes to that node, a create goes to the node placement picks, and
 // everything else is served here.
 func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
@@ -186,26 +106,37 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, forwarded := cluster.Forwarded(r.Context())
-		if !forwarded && r.Method == http.MethodGet &&
-			(g.serveFacadeList(w, r, local, cfg, transport) || g.serveEvents(w, r, local, cfg, transport)) {
-			return
-		}
-		rt, ok := classify(r)
-		if ok && cfg.Locate != nil && rt.sandbox != "" && !rt.anonymous {
-			// The surface's route, not the path's shape, says which
-			// sandbox the request is about; a path no route matches keeps
-			// the path's reading.
-			if id, root, matched := cfg.Locate(r); matched {
-				rt.sandbox, rt.root, ok = id, root, id != ""
-			}
-		}
+		rt, ok := cfg.Routes.Locate(r)
 		if !ok {
+			// No surface serves it: the surface answers it here.
 			local.ServeHTTP(w, r)
 			return
 		}
+		switch rt.Locate {
+		case api.LocateList, api.LocateEvents:
+			if !forwarded && r.Method == http.MethodGet && g.serveMerged(w, r, local, cfg, transport, rt) {
+				return
+			}
+			local.ServeHTTP(w, r)
+			return
+		case api.LocateSandbox, api.LocateCreate:
+		case api.LocateHeader:
+			if rt.Sandbox == "" && !rt.Signed {
+				local.ServeHTTP(w, r)
+				return
+			}
+		default:
+			local.ServeHTTP(w, r)
+			return
+		}
+		if rt.Locate == api.LocateSandbox && rt.Sandbox == "" {
+			local.ServeHTTP(w, r)
+			return
+		}
+		anonymous := rt.Locate == api.LocateHeader
 		var target string
 		switch {
-		case rt.signedFiles:
+		case rt.Signed:
 			if forwarded {
 				local.ServeHTTP(w, r)
 				return
@@ -215,21 +146,9 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 				local.ServeHTTP(w, r)
 				return
 			}
-		case rt.list:
-			if forwarded || cfg.ListToken == nil || cfg.Authenticate == nil {
-				local.ServeHTTP(w, r)
-				return
-			}
-			p, err := cfg.Authenticate(r)
-			if err != nil {
-				local.ServeHTTP(w, r)
-				return
-			}
-			g.listAll(w, r, local, p, &http.Client{Transport: transport}, cfg.ListToken, cfg.ListPosition)
-			return
-		case rt.create:
+		case rt.Locate == api.LocateCreate:
 			if forwarded {
-				// cluster.Placement already chose this node.
+				// Placement already chose this node.
 				local.ServeHTTP(w, r)
 				return
 			}
@@ -244,8 +163,8 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			r.ContentLength = int64(len(body))
 			key := r.Header.Get("Idempotency-Key")
-			if cfg.AffinityKey != nil {
-				key = cfg.AffinityKey(r, body)
+			if rt.Affinity != nil {
+				r, key = rt.Affinity(r, body)
 			}
 			if key != "" {
 				// Every retry of a keyed create goes to the same owner,
@@ -282,15 +201,15 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 			}
 			target = m.Name
 		default:
-			p, found := g.idx.Placement(rt.sandbox)
-			if !found && rt.byNameToo {
-				p, found = g.idx.PlacementByName(rt.sandbox)
+			p, found := g.idx.Placement(rt.Sandbox)
+			if !found && rt.NamesToo {
+				p, found = g.idx.PlacementByName(rt.Sandbox)
 			}
 			if found && p.State != cluster.PlacementPlaced && p.State != cluster.PlacementReserved {
 				g.serveFailedOver(w, r, local, rt, p, cfg)
 				return
 			}
-			if !found || p.Node == "" || p.Node == g.node || rt.anonymous && p.State != cluster.PlacementPlaced {
+			if !found || p.Node == "" || p.Node == g.node || anonymous && p.State != cluster.PlacementPlaced {
 				local.ServeHTTP(w, r)
 				return
 			}
@@ -304,7 +223,7 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 			return
 		}
 		pj := []byte(cluster.AnonymousPrincipal)
-		if !rt.anonymous {
+		if !anonymous {
 			if cfg.Authenticate == nil {
 				local.ServeHTTP(w, r)
 				return
