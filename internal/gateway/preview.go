@@ -21,7 +21,7 @@ type PreviewConfig struct {
 	SandboxIDs func(label string) []string
 }
 
-// PreviewRouter wraps the node's preview proxy: a request for a sandbox that
+// Preview wraps the node's preview proxy: a request for a sandbox that
 // another node runs (by its preview host, either label form, or by a custom
 // domain bound to it) goes to that node's proxy over the cluster port, one
 // hop; everything else, and anything whose placement is not settled, is
@@ -117,7 +117,7 @@ func (g *Gateway) previewOwner(r *http.Request, suffix string, ids func(string) 
 // to its API (api). ServeForwarded has already restored the client's address;
 // the cluster's own headers are removed here before the sandbox could see
 // them. The
-// preview handler is this node's own proxy, never a PreviewRouter, so a
+// preview handler is this node's own proxy, never a gateway's Preview, so a
 // preview is forwarded at most once.
 func ForwardedSplit(api, preview http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -18,7 +18,7 @@ import (
 )
 
 // TestPreviewRouterForwardsToTheOwner runs two real nodes: n2's cluster port
-// serves a stand-in preview proxy, and n1's PreviewRouter must hand it every
+// serves a stand-in preview proxy, and n1's gateway Preview must hand it every
 // preview of a sandbox placed on n2 (both label forms, custom domains), with
 // the Host, the client's address, streaming and WebSocket-style upgrades
 // intact, and serve everything else itself.
