@@ -24,9 +24,50 @@ type Route struct {
 	Resolve func(*http.Request) sandpit.Action `json:"-"`
 	// Note says, for the documentation, how Resolve decides.
 	Note string
-	// Locate says how a cluster finds the node that serves the route. The
-	// zero value is the default, see Locator.
-	Locate Locator `json:"-"`
+	// Forwarding says how a cluster's gateway finds the node that serves
+	// the route; the zero value is the default its pattern implies (see
+	// Locator). A surface sets it with Routes.Forward, next to the route.
+	Forwarding `json:"-"`
+}
+
+// Forwarding is what a cluster's gateway needs to know of a route to send
+// its requests to the node that must serve them. The gateway reads nothing
+// else: a route a surface adds is forwarded from its declaration alone.
+type Forwarding struct {
+	Locate Locator
+	// NamesToo: the route's sandbox wildcard also takes the sandbox's name
+	// (the native API accepts either; Daytona's {idOrName} says so itself).
+	NamesToo bool
+	// Header names the request header that names the sandbox
+	// (LocateHeader).
+	Header string
+	// Signature names the query parameter of a signed URL, which names no
+	// sandbox (LocateHeader): with it and without Header, the node whose
+	// sandbox signed the URL is found by asking every node.
+	Signature string
+	// Affinity, on a LocateCreate route, names the create so that its
+	// duplicates (its retries, the same body sent twice) meet on one node,
+	// whose idempotency claim decides them; "" lets the create go anywhere.
+	// It may return r with what it decoded of body in its context, so that
+	// the surface's handler on this node does not decode body again. Nil
+	// names a create by its Idempotency-Key header alone.
+	Affinity func(r *http.Request, body []byte) (*http.Request, string)
+	// Merge, on a LocateList route, writes the whole cluster's answer from
+	// every live node's answer to the same request. Nil on the native
+	// listing, whose merge the gateway does itself (it adds the sandboxes
+	// lost with their node, which only the cluster's index knows).
+	Merge func(w http.ResponseWriter, r *http.Request, pages []NodePage)
+	// Ask is added to the request each node answers for Merge (what it
+	// needs beyond the public answer).
+	Ask http.Header
+}
+
+// NodePage is one node's 200 answer to a listing the gateway asked every
+// node for.
+type NodePage struct {
+	Node   string
+	Header http.Header
+	Body   []byte
 }
 
 // Locator says how a cluster's gateway finds the node a route's request
@@ -44,6 +85,20 @@ const (
 	// LocateSandbox serves the route on the node that owns the sandbox
 	// named by the path value SandboxParam ({id}, Daytona's {idOrName}).
 	LocateSandbox
+	// LocateCreate places a create: on the node its Affinity names, else on
+	// the node with the most room.
+	LocateCreate
+	// LocateList answers a listing for the whole cluster (Merge).
+	LocateList
+	// LocateEvents answers an event stream for the whole cluster: every
+	// node's stream, merged one event at a time.
+	LocateEvents
+	// LocateHeader serves the route on the node that owns the sandbox the
+	// request header Header names (or that signed the URL, see Signature).
+	// Such a route takes no API credential (the sandbox's own token or the
+	// URL's signature authenticates it), so it is forwarded as the zero
+	// principal.
+	LocateHeader
 )
 
 // Locator is the route's effective locator: the declared one, or the
@@ -79,6 +134,11 @@ func (rt Route) SandboxParam() string {
 type Routes struct {
 	mux  *http.ServeMux
 	list []Route
+	// declared are routes for the gateway only: paths the surface serves
+	// without a registered route (a subtree it dispatches itself, the
+	// unknown paths under a sandbox, which a lost sandbox answers).
+	declared []Route
+	namesToo bool
 	// deny writes the surface's own error shape for a refused action.
 	deny func(http.ResponseWriter, *http.Request, error)
 	// wrap, when set, wraps each handler (the native API's access to the
@@ -94,6 +154,44 @@ type Routes struct {
 func (rs *Routes) Mount(prefix string) *Routes {
 	rs.mount = prefix
 	return rs
+}
+
+// NamesToo says that the surface's sandbox wildcards take a sandbox's name
+// as well as its id.
+func (rs *Routes) NamesToo() *Routes {
+	rs.namesToo = true
+	return rs
+}
+
+// Forward sets how a cluster's gateway locates the already registered route
+// pattern.
+func (rs *Routes) Forward(pattern string, f Forwarding) {
+	for i := range rs.list {
+		if rs.list[i].Pattern == pattern {
+			f.NamesToo = f.NamesToo || rs.list[i].NamesToo
+			rs.list[i].Forwarding = f
+			return
+		}
+	}
+	// A surface forwarding a route it never registered is a programming
+	// error, found by any test that builds the surface.
+	panic("api: Forward of unregistered route " + pattern)
+}
+
+// Declare adds a route for the gateway only, which the surface serves by
+// other means than a registered route; it has no action of its own (the
+// surface checks its requests where it serves them).
+func (rs *Routes) Declare(pattern string, f Forwarding) {
+	rt := Route{Pattern: pattern}
+	f.NamesToo = f.NamesToo || rs.namesToo || rt.SandboxParam() == "idOrName"
+	rt.Forwarding = f
+	rs.declared = append(rs.declared, rt)
+}
+
+// Forwarded returns every route the gateway reads: the registered ones and
+// the declared ones.
+func (rs *Routes) Forwarded() []Route {
+	return append(rs.List(), rs.declared...)
 }
 
 func (rs *Routes) prefix(pattern string) string {
@@ -130,6 +228,7 @@ func (rs *Routes) HandleResolved(pattern string, strongest sandpit.Action, note 
 }
 
 func (rs *Routes) register(rt Route, f http.HandlerFunc) {
+	rt.NamesToo = rs.namesToo || rt.SandboxParam() == "idOrName"
 	rs.list = append(rs.list, rt)
 	inner := rs.wrap(rt.Pattern, f)
 	// The check comes before the wrapper, so that a refused request claims

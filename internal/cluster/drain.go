@@ -2,12 +2,8 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"time"
 
 	"github.com/sandpit-dev/sandpit"
 )
@@ -101,41 +97,6 @@ func (f *FSM) Admits(node string) error {
 // decided by the same rule Apply enforces.
 func (c *Cluster) placeable(node string) bool {
 	return c.rep.fsm.Admits(node) == nil
-}
-
-// DrainRequest is the body of POST /v1/cluster/drain.
-type DrainRequest struct {
-	Node string `json:"node"`
-	// Drain true stops new placements on the node; false restores them.
-	Drain bool `json:"drain"`
-}
-
-// DrainHandler serves POST /v1/cluster/drain. The daemon mounts it behind
-// its admin check; fail writes an error in the native shape (the one
-// classification lives in package api, which this package does not import).
-func (c *Cluster) DrainHandler(fail func(http.ResponseWriter, error)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req DrainRequest
-		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			fail(w, fmt.Errorf("%w: drain body: %v", ErrBadRequest, err))
-			return
-		}
-		if req.Node == "" {
-			fail(w, fmt.Errorf("%w: drain body names no node", ErrBadRequest))
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-		defer cancel()
-		if err := c.Drain(ctx, req.Node, req.Drain); err != nil {
-			fail(w, err)
-			return
-		}
-		c.log.Info("cluster: drain flag set", "target", req.Node, "draining", req.Drain)
-		n, _ := c.rep.fsm.Node(req.Node)
-		writeJSON(w, http.StatusOK, map[string]any{"node": n.ID, "draining": n.Draining})
-	})
 }
 
 // ErrBadRequest marks a malformed operator request to a cluster endpoint.

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/apitypes"
 )
 
 // Failover policies: what the leader commits for the sandboxes of a node
@@ -310,50 +308,4 @@ func (c *Cluster) failoverTargets(dead string) map[string]string {
 		cands[best].Meta.Running++
 	}
 	return targets
-}
-
-// serveFailedOver answers a request about a sandbox whose node failed: a
-// lost one answers 410 except to its delete, which frees its id, name and
-// hostnames cluster-wide; one being re-created asks the client to retry.
-// The caller must see the sandbox (its owner, or an admin); anyone else is
-// served locally, where it does not exist.
-func (c *Cluster) serveFailedOver(w http.ResponseWriter, r *http.Request, local http.Handler, rt route, p Placement, cfg RouterConfig) {
-	if cfg.Authenticate == nil {
-		local.ServeHTTP(w, r)
-		return
-	}
-	pr, err := cfg.Authenticate(r)
-	if err != nil || (!pr.Admin && pr.Owner != p.Owner) {
-		local.ServeHTTP(w, r)
-		return
-	}
-	if p.State == PlacementRecreating {
-		w.Header().Set("Retry-After", "2")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
-			"code": apitypes.CodeServiceUnavailable, "message": "sandbox " + p.SandboxID + " is being re-created on node " + p.Node}})
-		return
-	}
-	lost := cfg.Lost
-	if lost == nil {
-		lost = func(w http.ResponseWriter, _ *http.Request, p Placement, deleted bool) {
-			if deleted {
-				w.WriteHeader(http.StatusNoContent)
-				return
-			}
-			writeJSON(w, http.StatusGone, map[string]any{"error": map[string]string{
-				"code": apitypes.CodeSandboxLost, "message": fmt.Sprintf("sandbox %s: %v (%s)", p.SandboxID, sandpit.ErrSandboxLost, p.Lost())}})
-		}
-	}
-	if !rt.root || r.Method != http.MethodDelete {
-		lost(w, r, p, false)
-		return
-	}
-	if err := c.rep.Delete(r.Context(), p.SandboxID); err != nil {
-		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
-			"code": apitypes.CodeNoLeader, "message": "delete lost sandbox: " + err.Error()}})
-		return
-	}
-	cfg.Logger.Info("cluster: deleted lost sandbox", "sandbox", p.SandboxID, "name", p.Name, "node", p.Node)
-	lost(w, r, p, true)
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// errNodeDown ends a forward whose target gossip has declared dead.
-var errNodeDown = errors.New("declared dead by gossip")
+// ErrNodeDown ends a forward whose target gossip has declared dead.
+var ErrNodeDown = errors.New("declared dead by gossip")
 
 // downConfirm is how long a node must stay dead in gossip before the
 // forwards to it end: a loaded node can be declared dead and refute it a
@@ -85,7 +85,7 @@ func (l *liveness) down(node string) {
 		delete(l.nodes, node)
 		l.dead[node] = true
 		l.mu.Unlock()
-		life.cancel(fmt.Errorf("node %s %w", node, errNodeDown))
+		life.cancel(fmt.Errorf("node %s %w", node, ErrNodeDown))
 	})
 	life.timer = t
 }
@@ -104,11 +104,11 @@ func (l *liveness) up(node string) {
 
 // untilDown returns ctx, ended as well once node is confirmed dead (at once
 // if it is already), with the reason as its cause.
-func (c *Cluster) untilDown(ctx context.Context, node string) (context.Context, context.CancelFunc) {
+func (c *Cluster) UntilDown(ctx context.Context, node string) (context.Context, context.CancelFunc) {
 	life, dead := c.lives.of(node)
 	ctx, cancel := context.WithCancelCause(ctx)
 	if dead {
-		cancel(fmt.Errorf("node %s %w", node, errNodeDown))
+		cancel(fmt.Errorf("node %s %w", node, ErrNodeDown))
 		return ctx, func() {}
 	}
 	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
@@ -118,10 +118,10 @@ func (c *Cluster) untilDown(ctx context.Context, node string) (context.Context, 
 	}
 }
 
-// downCause is the reason a forward failed: its target's death when that is
+// DownCause is the reason a forward failed: its target's death when that is
 // what ended it, err otherwise.
-func downCause(ctx context.Context, err error) error {
-	if cause := context.Cause(ctx); errors.Is(cause, errNodeDown) {
+func DownCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrNodeDown) {
 		return cause
 	}
 	return err

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 )
@@ -36,8 +35,8 @@ func TestLivenessEndsALifeOnlyOnceTheDeathIsConfirmed(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a confirmed death did not end the life")
 	}
-	if !errors.Is(context.Cause(n3), errNodeDown) {
-		t.Fatalf("cause %v, want %v", context.Cause(n3), errNodeDown)
+	if !errors.Is(context.Cause(n3), ErrNodeDown) {
+		t.Fatalf("cause %v, want %v", context.Cause(n3), ErrNodeDown)
 	}
 	if _, dead := l.of("n3"); !dead {
 		t.Fatal("after a confirmed death the node does not read as dead")
@@ -58,35 +57,11 @@ func TestLivenessEndsALifeOnlyOnceTheDeathIsConfirmed(t *testing.T) {
 func TestDownCauseNamesTheDeathOnlyWhenItEndedTheForward(t *testing.T) {
 	other := errors.New("connection refused")
 	ctx, cancel := context.WithCancelCause(context.Background())
-	if got := downCause(ctx, other); got != other {
+	if got := DownCause(ctx, other); got != other {
 		t.Fatalf("live: %v", got)
 	}
-	cancel(errNodeDown)
-	if got := downCause(ctx, context.Canceled); !errors.Is(got, errNodeDown) {
+	cancel(ErrNodeDown)
+	if got := DownCause(ctx, context.Canceled); !errors.Is(got, ErrNodeDown) {
 		t.Fatalf("after the death: %v", got)
-	}
-}
-
-func TestFallbackOnlyWhenNothingReachedTheOwner(t *testing.T) {
-	dead := fmt.Errorf("node n2 %w", errNodeDown)
-	for _, tc := range []struct {
-		name      string
-		err       error
-		connected bool
-		want      bool
-	}{
-		{"the dial failed", fmt.Errorf("%w: n2: refused", errDial), false, true},
-		{"dead before a connection was made", dead, false, true},
-		{"dead after the request went out", dead, true, false},
-		{"the owner answered badly", errors.New("unexpected EOF"), true, false},
-		{"the client went away", context.Canceled, false, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fb := &fallback{}
-			fb.connected.Store(tc.connected)
-			if got := fb.applies(tc.err); got != tc.want {
-				t.Fatalf("applies(%v) with connected=%v = %v, want %v", tc.err, tc.connected, got, tc.want)
-			}
-		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/apitypes"
 )
 
 // Config is what `sandpit serve --cluster` gives the cluster layer.
@@ -366,21 +367,8 @@ func (c *Cluster) RefreshCapacity() {
 	}
 }
 
-// MemberStatus is one member as `cluster members` shows it: gossip's view
-// joined with Raft's.
-type MemberStatus struct {
-	Member
-	Voter  bool `json:"voter"`
-	Leader bool `json:"leader"`
-	// Draining and MaxSandboxes are the index's: what placement obeys.
-	Draining     bool `json:"draining"`
-	MaxSandboxes int  `json:"max_sandboxes,omitempty"`
-	// Placements is how many sandboxes the index places on the member.
-	Placements int `json:"placements"`
-}
-
 // Members lists the members gossip knows, with their Raft role.
-func (c *Cluster) Members() []MemberStatus {
+func (c *Cluster) Members() []apitypes.ClusterMember {
 	voters := map[string]bool{}
 	if cf := c.rep.raft.GetConfiguration(); cf.Error() == nil {
 		for _, s := range cf.Configuration().Servers {
@@ -388,9 +376,9 @@ func (c *Cluster) Members() []MemberStatus {
 		}
 	}
 	_, leader := c.rep.Leader()
-	var out []MemberStatus
+	var out []apitypes.ClusterMember
 	for _, m := range c.gossip.Members() {
-		ms := MemberStatus{Member: m, Voter: voters[m.Name], Leader: string(leader) == m.Name, Placements: c.rep.fsm.CountOn(m.Name)}
+		ms := apitypes.ClusterMember{Name: m.Name, Gossip: m.Gossip, State: m.State, Meta: apitypes.ClusterMemberMeta(m.Meta), Voter: voters[m.Name], Leader: string(leader) == m.Name, Placements: c.rep.fsm.CountOn(m.Name)}
 		if n, ok := c.rep.fsm.Node(m.Name); ok {
 			ms.Draining, ms.MaxSandboxes = n.Draining, n.MaxSandboxes
 		}
@@ -399,24 +387,8 @@ func (c *Cluster) Members() []MemberStatus {
 	return out
 }
 
-// Status is this node's view of the cluster.
-type Status struct {
-	Node         string `json:"node"`
-	State        string `json:"state"` // Raft state: Leader, Follower, Candidate
-	Leader       string `json:"leader"`
-	Term         string `json:"term"`
-	AppliedIndex uint64 `json:"applied_index"`
-	Digest       string `json:"digest"`
-	Placements   int    `json:"placements"`
-	Names        int    `json:"names"`
-	Hostnames    int    `json:"hostnames"`
-	Claims       int    `json:"claims"`
-	// Draining names the drained nodes.
-	Draining []string `json:"draining,omitempty"`
-}
-
 // Status reports this node's Raft state and the digest of its index.
-func (c *Cluster) Status() Status {
+func (c *Cluster) Status() apitypes.ClusterNodeStatus {
 	_, leader := c.rep.Leader()
 	p, n, h, cl := c.rep.fsm.Counts()
 	var draining []string
@@ -425,7 +397,7 @@ func (c *Cluster) Status() Status {
 			draining = append(draining, node.ID)
 		}
 	}
-	return Status{
+	return apitypes.ClusterNodeStatus{
 		Draining:     draining,
 		Node:         c.cfg.NodeName,
 		State:        c.rep.raft.State().String(),
@@ -484,7 +456,7 @@ func (c *Cluster) candidates() []Member {
 	return out
 }
 
-func (c *Cluster) inflight(node string, d int) {
+func (c *Cluster) Inflight(node string, d int) {
 	c.pending.Lock()
 	defer c.pending.Unlock()
 	if c.pending.n == nil {

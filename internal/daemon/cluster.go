@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -131,35 +130,13 @@ func clusterNodeName(c *cluster.Cluster) string {
 	return c.NodeName()
 }
 
-// clusterAuth admits only an admin, to read the cluster's state as to change
-// it (make this node leave, drain or undrain a node): the members' addresses
-// and the Raft state are the operator's, not a tenant's.
-func clusterAuth(auth *api.Auth, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r, err := auth.Authorize(r, api.BearerToken(r))
-		if err == nil {
-			if p, _ := sandpit.PrincipalFrom(r.Context()); !p.Admin {
-				err = fmt.Errorf("%w: the cluster's endpoints need an admin token", service.ErrForbidden)
-			}
-		}
-		if err != nil {
-			api.WriteError(w, r, err)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 // clusterRouter sends each request about a sandbox to the node that owns it
 // and each create to the node placement picks. The credential is checked
 // here, with this node's tokens, before anything is forwarded.
 func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler, routes *gateway.Table) http.Handler {
-	return cl.Router(local, cluster.RouterConfig{
-		// Each surface's route table says which sandbox a request is about.
-		Locate: func(r *http.Request) (string, bool, bool) {
-			t, ok := routes.Locate(r)
-			return t.Sandbox, t.Root, ok
-		},
+	return gateway.New(cl).API(local, gateway.Config{
+		// Each surface's route table says where a request is served.
+		Routes: routes,
 		Authenticate: func(r *http.Request) (sandpit.Principal, error) {
 			presented := api.BearerToken(r)
 			if strings.HasPrefix(r.URL.Path, "/e2b/") {
@@ -176,37 +153,21 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, local http.Handler, rout
 		// a position that every node's store continues from.
 		ListToken:    store.PageTokenAfter,
 		ListPosition: store.PagePosition,
-		// So do the E2B and Daytona listings.
-		Lists: clusterLists(),
-		// A create no node has room for is refused in its surface's shape;
-		// so is any call on a sandbox lost with its node.
-		Refuse: writeSurfaceProblem,
-		Lost:   answerLost,
-		// Duplicates of one create must meet on one node, whose claim
-		// decides them: the Idempotency-Key names a create, and so does the
-		// E2B facade's fingerprint of an identical body.
-		AffinityKey: func(r *http.Request, body []byte) string {
-			if k := r.Header.Get("Idempotency-Key"); k != "" {
-				return k
-			}
-			if strings.HasPrefix(r.URL.Path, e2b.Prefix+"/") {
-				var b e2b.CreateBody
-				if json.Unmarshal(body, &b) != nil {
-					return ""
-				}
-				return e2b.Fingerprint(e2b.KeyIdentity(r.Header.Get("X-API-KEY")), b)
-			}
-			return ""
-		},
+		// What the gateway refuses itself (no room for a create, an owner
+		// that does not answer, a sandbox lost with its node) is answered in
+		// the request's surface's shape.
+		WriteError: writeSurfaceProblem,
+		Lost:       answerLost,
 	})
 }
 
 // routeTable is the surfaces' routes as the cluster's gateway reads them.
 func routeTable(native *v1.Handler, e *e2b.Handler, dt *daytona.Handler) *gateway.Table {
 	return gateway.NewTable(
-		gateway.Surface{Routes: native.Routes()},
-		gateway.Surface{Mount: e2b.Prefix, Routes: e.Routes()},
-		gateway.Surface{Mount: daytona.DefaultPrefix, Routes: dt.Routes()},
+		gateway.Surface{Routes: native.Forwarded()},
+		gateway.Surface{Mount: e2b.Prefix, Routes: e.Forwarded()},
+		gateway.Surface{Routes: e.RootRoutes()},
+		gateway.Surface{Mount: daytona.DefaultPrefix, Routes: dt.Forwarded()},
 	)
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/gateway"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
 )
 
@@ -15,7 +16,7 @@ func clusterPreview(cl *cluster.Cluster, cfg Config, local http.Handler) http.Ha
 	if cl == nil {
 		return local
 	}
-	return cl.PreviewRouter(local, cluster.PreviewConfig{Domain: cfg.Domain, SandboxIDs: previewSandboxIDs})
+	return gateway.New(cl).Preview(local, gateway.PreviewConfig{Domain: cfg.Domain, SandboxIDs: previewSandboxIDs})
 }
 
 // previewSandboxIDs reads a preview host label as an ordinary preview

@@ -23,6 +23,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
+	"github.com/sandpit-dev/sandpit/internal/gateway"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
@@ -549,8 +550,7 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 	d.handler = mux
 	if cl := d.cl; cl != nil {
 		// `cluster leave` ends serving from inside, once it is done.
-		mux.Handle("/v1/cluster/", clusterAuth(d.auth, cl.Handler(d.stopServing)))
-		mux.Handle("POST /v1/cluster/drain", clusterAuth(d.auth, cl.DrainHandler(func(w http.ResponseWriter, err error) { api.WriteError(w, nil, err) })))
+		mux.Handle("/v1/cluster/", v1.ClusterHandler(cl, d.auth, d.stopServing))
 		d.handler = clusterRouter(cl, d.auth, mux, routes)
 	}
 	if d.proxyLn != nil {
@@ -612,7 +612,7 @@ func (d *daemon) startLoops(context.Context) error {
 	if d.cl != nil {
 		// Other nodes' proxies hand this node the previews of its
 		// sandboxes on the same channel as forwarded API requests.
-		go d.cl.ServeForwarded(bg, cluster.ForwardedSplit(d.handler, d.previewLocal))
+		go d.cl.ServeForwarded(bg, gateway.ForwardedSplit(d.handler, d.previewLocal))
 		if !d.clusterReconciled {
 			go reconcileCluster(bg, d.cl, svc, d.started, cfg.IdempotencyRetention, d.log)
 		}

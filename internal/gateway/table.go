@@ -1,9 +1,12 @@
-// Package gateway holds the HTTP side of a cluster that belongs to the
-// surfaces: it reads the surfaces' own route tables to find, for a request,
-// the sandbox whose owner must serve it. The Raft index, placement and the
-// forwarding itself stay in internal/cluster; the surfaces (internal/api/...)
-// declare a route's locator next to the route. It may import api and
-// cluster; nothing below api imports it.
+// Package gateway is a cluster node's HTTP front: it forwards each request
+// to the node that must serve it, answers listings and event streams for the
+// whole cluster, and hands previews to the owner's proxy. It reads the
+// surfaces' own route tables (each surface declares, next to its routes, how
+// a request finds its sandbox and how its listings merge: api.Forwarding),
+// so a route added to a surface is forwarded without editing this package.
+// The Raft index, membership, placement and the cluster port stay in
+// internal/cluster. It may import api and cluster; nothing below the daemon
+// imports it.
 package gateway
 
 import (
@@ -30,12 +33,18 @@ type Table struct {
 
 // Target is what a request's route says about where it is served.
 type Target struct {
-	// Sandbox is the id (or name) the route names; "" for a route served
-	// where it arrives.
+	// Forwarding is the route's declaration; its Locate is the effective
+	// locator (never LocateDefault).
+	api.Forwarding
+	// Sandbox is the id (or name) the route names, from its path or its
+	// header; "" for a route that names none.
 	Sandbox string
 	// Root is true when the path names the sandbox itself (its GET, its
 	// delete), not something inside it.
 	Root bool
+	// Signed: a signed URL that names no sandbox (see api.Forwarding's
+	// Signature).
+	Signed bool
 
 	matched bool
 }
@@ -53,7 +62,8 @@ func NewTable(surfaces ...Surface) *Table {
 				continue
 			}
 			seen[pattern] = true
-			loc := rt.Locator()
+			fw := rt.Forwarding
+			fw.Locate = rt.Locator()
 			param := rt.SandboxParam()
 			root := param != "" && strings.HasSuffix(pattern, "/{"+param+"}")
 			mux.HandleFunc(pattern, func(_ http.ResponseWriter, r *http.Request) {
@@ -61,9 +71,13 @@ func NewTable(surfaces ...Surface) *Table {
 				if out == nil {
 					return
 				}
-				out.matched = true
-				if loc == api.LocateSandbox {
+				out.matched, out.Forwarding = true, fw
+				switch fw.Locate {
+				case api.LocateSandbox:
 					out.Sandbox, out.Root = r.PathValue(param), root
+				case api.LocateHeader:
+					out.Sandbox = r.Header.Get(fw.Header)
+					out.Signed = out.Sandbox == "" && fw.Signature != "" && r.URL.Query().Get(fw.Signature) != ""
 				}
 			})
 		}
@@ -82,10 +96,8 @@ func mounted(mount, pattern string) string {
 	return method + " " + mount + path
 }
 
-// Locate returns the sandbox r's route acts on (Sandbox "" for a route
-// served where it arrives), or ok false when r matches no route; the cluster
-// router then reads the sandbox from the path as before, so that a lost
-// sandbox's unknown paths are still answered as lost.
+// Locate returns what r's route says about where r is served, or ok false
+// when r matches no route (it is served where it arrives).
 func (t *Table) Locate(r *http.Request) (Target, bool) {
 	var out Target
 	probe := r.Clone(r.Context())

@@ -223,6 +223,7 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	route("POST /toolbox/{id}/git/credentials", sandpit.ActionExecute, h.toolbox.gitAuthenticate)
 	route("GET /snapshots", sandpit.ActionRead, h.sandboxes.listSnapshots)
 	route("GET /snapshots/{idOrName}", sandpit.ActionRead, h.sandboxes.getSnapshot)
+	h.forwarding()
 
 	h.mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, newProblem(http.StatusNotFound, "Cannot %s %s: Sandpit's Daytona facade does not implement this endpoint", r.Method, r.URL.Path))
@@ -233,6 +234,10 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 // Routes lists the facade's routes, relative to its prefix, and their
 // actions.
 func (h *Handler) Routes() []api.Route { return h.routes.List() }
+
+// Forwarded is every route as a cluster's gateway reads it (see
+// api.Forwarding).
+func (h *Handler) Forwarded() []api.Route { return h.routes.Forwarded() }
 
 // ServeHTTP authenticates and dispatches.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

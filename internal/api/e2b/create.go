@@ -23,7 +23,7 @@ import (
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	w, r = api.ServerTiming(w, r)
 	var b CreateBody
-	if err := api.DecodeJSON(r, &b, false); err != nil {
+	if err := decodeCreate(r, &b); err != nil {
 		fail(w, err, "")
 		return
 	}

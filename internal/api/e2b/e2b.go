@@ -114,6 +114,10 @@ type Handler struct {
 // authenticated by each sandbox's own access token.
 func (h *Handler) Routes() []api.Route { return h.routes.List() }
 
+// Forwarded is every route under Prefix as a cluster's gateway reads it
+// (see api.Forwarding); RootRoutes has the others.
+func (h *Handler) Forwarded() []api.Route { return h.routes.Forwarded() }
+
 // New builds the facade over the service (be), deduplicating creates through
 // the service's idempotency engine.
 func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
@@ -162,6 +166,7 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 	route("POST /sandboxes/{id}/resume", sandpit.ActionManage, h.resume)
 	route("POST /sandboxes/{id}/pause", sandpit.ActionManage, h.pause)
 	route("GET /sandboxes/{id}/metrics", sandpit.ActionRead, h.metrics)
+	h.forwarding()
 	m := h.mux
 	// Any other path is an E2B feature sandpit lacks (snapshots, forks,
 	// volumes, network updates, template builds, logs). It answers 501, not

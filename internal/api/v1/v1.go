@@ -32,12 +32,30 @@ type Handler struct {
 // Routes lists the native API's routes and their actions.
 func (h *Handler) Routes() []api.Route { return h.routes.List() }
 
+// Forwarded is every route as a cluster's gateway reads it (see
+// api.Forwarding).
+func (h *Handler) Forwarded() []api.Route { return h.routes.Forwarded() }
+
+// forwarding declares how a cluster forwards what is not about one sandbox
+// named in the path: creates are placed (a retry meets its first attempt by
+// its Idempotency-Key), the listing and the event stream cover every node,
+// and every other path under a sandbox goes to its owner too, so that a
+// sandbox lost with its node answers as lost whatever is asked of it.
+func (h *Handler) forwarding() {
+	h.routes.Forward("POST /v1/sandboxes", api.Forwarding{Locate: api.LocateCreate})
+	h.routes.Forward("GET /v1/sandboxes", api.Forwarding{Locate: api.LocateList})
+	h.routes.Forward("GET /v1/events", api.Forwarding{Locate: api.LocateEvents})
+	h.routes.Declare("/v1/sandboxes/{id}", api.Forwarding{Locate: api.LocateSandbox})
+	h.routes.Declare("/v1/sandboxes/{id}/", api.Forwarding{Locate: api.LocateSandbox})
+}
+
 // New builds the /v1 handler. Every route needs "Authorization: Bearer
 // <token>": the daemon's admin token or a personal access token, whose owner
 // scopes everything the request sees and makes.
 func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler) *Handler {
 	h := &Handler{svc: svc, auth: auth, mux: http.NewServeMux()}
-	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) }, wrap)
+	// Where a sandbox's id goes, its name does too.
+	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) }, wrap).NamesToo()
 	route := h.routes.Handle
 	route("POST /v1/sandboxes", sandpit.ActionManage, h.create)
 	route("GET /v1/sandboxes", sandpit.ActionRead, h.list)
@@ -58,6 +76,7 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 	route("GET /v1/sandboxes/{id}/custom-domains", sandpit.ActionRead, h.listDomains)
 	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", sandpit.ActionExpose, h.removeDomain)
 	route("GET /v1/events", sandpit.ActionRead, h.events)
+	h.forwarding()
 	route("GET /v1/debug/state", sandpit.ActionAdmin, h.debugState)
 	h.adminRoutes()
 	route("GET /v1/pool", sandpit.ActionAdmin, h.poolStatus)

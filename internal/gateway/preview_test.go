@@ -1,4 +1,4 @@
-package cluster
+package gateway
 
 import (
 	"bufio"
@@ -14,10 +14,11 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 )
 
 // TestPreviewRouterForwardsToTheOwner runs two real nodes: n2's cluster port
-// serves a stand-in preview proxy, and n1's PreviewRouter must hand it every
+// serves a stand-in preview proxy, and n1's gateway Preview must hand it every
 // preview of a sandbox placed on n2 (both label forms, custom domains), with
 // the Host, the client's address, streaming and WebSocket-style upgrades
 // intact, and serve everything else itself.
@@ -27,14 +28,14 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 	n2, _ := startNode(t, "n2", keys, 2, []string{g1})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for _, n := range []*Cluster{n1, n2} {
+	for _, n := range []*cluster.Cluster{n1, n2} {
 		if err := n.WaitLeader(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "n1 to know n2's cluster port", 20*time.Second, func() bool { return n1.addressOf("n2") != "" })
+	waitFor(t, "n1 to know n2's cluster port", 20*time.Second, func() bool { return knowsClusterPort(n1, "n2") })
 	rep := n1.Replica()
-	for _, r := range []Reservation{{SandboxID: "theirs", Node: "n2"}, {SandboxID: "mine", Node: "n1"}, {SandboxID: "pending"}} {
+	for _, r := range []cluster.Reservation{{SandboxID: "theirs", Node: "n2"}, {SandboxID: "mine", Node: "n1"}, {SandboxID: "pending"}} {
 		if err := rep.Reserve(ctx, r); err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +44,7 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "n1 to apply", 10*time.Second, func() bool {
-		_, ok := n1.rep.fsm.PlacementByHostname("app.example.test")
+		_, ok := n1.Replica().FSM().PlacementByHostname("app.example.test")
 		return ok
 	})
 
@@ -85,8 +86,8 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 	sctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, _ := Forwarded(r.Context())
-		if r.Header.Get(HeaderSignedProbe) != "" {
+		p, _ := cluster.Forwarded(r.Context())
+		if r.Header.Get(cluster.HeaderSignedProbe) != "" {
 			// n2 runs the sandbox that signed "theirs".
 			if r.URL.Query().Get("signature") == "theirs" {
 				w.WriteHeader(http.StatusNoContent)
@@ -100,7 +101,7 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 	go n2.ServeForwarded(sctx, ForwardedSplit(api, owner))
 
 	local := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "n1") })
-	front := httptest.NewServer(n1.PreviewRouter(local, PreviewConfig{Domain: "sandpit.test", SandboxIDs: func(label string) []string {
+	front := httptest.NewServer(New(n1).Preview(local, PreviewConfig{Domain: "sandpit.test", SandboxIDs: func(label string) []string {
 		if id, rest, ok := strings.Cut(label, "-"); ok && rest == "8080" {
 			return []string{id}
 		}
@@ -115,7 +116,7 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, front.URL+path, nil)
 		req.Host = host
-		req.Header.Set(HeaderPrincipal, `{"Admin":true}`) // a client's, dropped
+		req.Header.Set(cluster.HeaderPrincipal, `{"Admin":true}`) // a client's, dropped
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -163,14 +164,14 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 	// A request that arrived forwarded is served here, never forwarded again.
 	fw := httptest.NewRequest(http.MethodGet, "/", nil)
 	fw.Host = "theirs-8080.sandpit.test"
-	fw = fw.WithContext(context.WithValue(fw.Context(), forwardedKey{}, sandpit.Principal{}))
-	if got := n1.previewOwner(fw, ".sandpit.test", func(l string) []string { return []string{"theirs"} }); got != "" {
+	fw = fw.WithContext(cluster.WithForwarded(fw.Context(), sandpit.Principal{}))
+	if got := New(n1).previewOwner(fw, ".sandpit.test", func(l string) []string { return []string{"theirs"} }); got != "" {
 		t.Errorf("a forwarded request would go to %q", got)
 	}
 
 	// The E2B gateway takes no API credential: its calls go to the owner
 	// as the zero principal, with the sandbox's own token untouched.
-	router := httptest.NewServer(n1.Router(local, RouterConfig{Authenticate: func(*http.Request) (sandpit.Principal, error) {
+	router := httptest.NewServer(New(n1).API(local, Config{Routes: surfacesTable(), Authenticate: func(*http.Request) (sandpit.Principal, error) {
 		return sandpit.Principal{}, errors.New("no credential")
 	}}))
 	defer router.Close()
@@ -187,11 +188,11 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 		{"/v1/sandboxes/theirs", "", "n1"},
 	} {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, router.URL+tt.path, nil)
-		req.Header.Set(headerE2BSandboxID, tt.id)
+		req.Header.Set("E2b-Sandbox-Id", tt.id)
 		req.Header.Set("X-Access-Token", "tok")
 		// A client's copies of the cluster's own markers change nothing.
-		req.Header.Set(HeaderPreview, "1")
-		req.Header.Set(HeaderSignedProbe, "1")
+		req.Header.Set(cluster.HeaderPreview, "1")
+		req.Header.Set(cluster.HeaderSignedProbe, "1")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package cluster
+package gateway
 
 import (
 	"context"
@@ -7,12 +7,8 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 )
-
-// HeaderSignedProbe asks a node, on the cluster port only, whether one of its
-// sandboxes signed a file URL (E2B's /files?...&signature=...): it answers
-// 204 if so and 404 if not, and does nothing else.
-const HeaderSignedProbe = "Sandpit-Signed-Probe"
 
 // probeTimeout bounds the wait for one node's answer to a probe.
 const probeTimeout = 3 * time.Second
@@ -23,17 +19,17 @@ const probeTimeout = 3 * time.Second
 // is asked first (in process), then every other live node over the cluster
 // port, all at once; "" means no node claims it, and the request is served
 // here (its answer says so).
-func (c *Cluster) signedFilesOwner(r *http.Request, local http.Handler, client *http.Client) string {
+func (g *Gateway) signedFilesOwner(r *http.Request, local http.Handler, client *http.Client) string {
 	probe := func(ctx context.Context, node string) bool {
 		req, err := http.NewRequestWithContext(ctx, r.Method, r.URL.String(), http.NoBody)
 		if err != nil {
 			return false
 		}
-		req.Header.Set(HeaderSignedProbe, "1")
-		req.Header.Set(HeaderForwardedBy, c.cfg.NodeName)
-		req.Header.Set(HeaderPrincipal, anonymousPrincipal)
-		if node == c.cfg.NodeName {
-			req = req.WithContext(context.WithValue(ctx, forwardedKey{}, sandpit.Principal{}))
+		req.Header.Set(cluster.HeaderSignedProbe, "1")
+		req.Header.Set(cluster.HeaderForwardedBy, g.node)
+		req.Header.Set(cluster.HeaderPrincipal, cluster.AnonymousPrincipal)
+		if node == g.node {
+			req = req.WithContext(cluster.WithForwarded(ctx, sandpit.Principal{}))
 			rec := httptest.NewRecorder()
 			local.ServeHTTP(rec, req)
 			return rec.Code == http.StatusNoContent
@@ -46,15 +42,15 @@ func (c *Cluster) signedFilesOwner(r *http.Request, local http.Handler, client *
 		res.Body.Close()
 		return res.StatusCode == http.StatusNoContent
 	}
-	if probe(r.Context(), c.cfg.NodeName) {
-		return c.cfg.NodeName
+	if probe(r.Context(), g.node) {
+		return g.node
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 	defer cancel()
 	found := make(chan string)
 	asked := 0
-	for _, m := range c.gossip.Members() {
-		if m.Name == c.cfg.NodeName || m.State != "alive" {
+	for _, m := range g.cl.Peers() {
+		if m.Name == g.node || m.State != "alive" {
 			continue
 		}
 		asked++

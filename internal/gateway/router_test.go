@@ -1,4 +1,4 @@
-package cluster
+package gateway
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 )
 
 func TestRouterServesLocallyAndRefusesASecondHop(t *testing.T) {
@@ -18,17 +19,17 @@ func TestRouterServesLocallyAndRefusesASecondHop(t *testing.T) {
 	if err := n1.WaitCaughtUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := n1.Replica().Reserve(ctx, Reservation{SandboxID: "mine", Name: "m", Node: "n1"}); err != nil {
+	if err := n1.Replica().Reserve(ctx, cluster.Reservation{SandboxID: "mine", Name: "m", Node: "n1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := n1.Replica().Reserve(ctx, Reservation{SandboxID: "theirs", Name: "t", Node: "n2"}); err != nil {
+	if err := n1.Replica().Reserve(ctx, cluster.Reservation{SandboxID: "theirs", Name: "t", Node: "n2"}); err != nil {
 		t.Fatal(err)
 	}
 	local := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
-	h := n1.Router(local, RouterConfig{Authenticate: func(*http.Request) (sandpit.Principal, error) {
+	h := New(n1).API(local, Config{Routes: surfacesTable(), Authenticate: func(*http.Request) (sandpit.Principal, error) {
 		return sandpit.Principal{Owner: "admin", Admin: true}, nil
 	}})
-	forwarded := context.WithValue(context.Background(), forwardedKey{}, sandpit.Principal{Owner: "admin"})
+	forwarded := cluster.WithForwarded(context.Background(), sandpit.Principal{Owner: "admin"})
 	tests := []struct {
 		name      string
 		path      string

@@ -90,13 +90,10 @@ func TestNewSandboxRouteIsForwardedToTheOwner(t *testing.T) {
 
 	h1, routes := surface("n1")
 	table := gateway.NewTable(gateway.Surface{Routes: routes})
-	front := httptest.NewServer(n1.Router(h1, cluster.RouterConfig{
+	front := httptest.NewServer(gateway.New(n1).API(h1, gateway.Config{
+		Routes: table,
 		Authenticate: func(*http.Request) (sandpit.Principal, error) {
 			return sandpit.Principal{Owner: "admin", Admin: true}, nil
-		},
-		Locate: func(r *http.Request) (string, bool, bool) {
-			tg, ok := table.Locate(r)
-			return tg.Sandbox, tg.Root, ok
 		},
 	}))
 	defer front.Close()

@@ -1,4 +1,4 @@
-package daemon
+package api
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // TestMergePagesPagesThroughEveryRowOnce pages through rows spread over
@@ -17,34 +17,34 @@ func TestMergePagesPagesThroughEveryRowOnce(t *testing.T) {
 	base := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 	// Rows a few hundred microseconds apart, so several share a millisecond,
 	// dealt to three stores.
-	var stores [3][]rowPos
-	var all []rowPos
+	var stores [3][]RowPos
+	var all []RowPos
 	for i := range 40 {
-		p := rowPos{base.Add(time.Duration(i*337) * time.Microsecond), fmt.Sprintf("sb%03d", (i*7)%40)}
+		p := RowPos{base.Add(time.Duration(i*337) * time.Microsecond), fmt.Sprintf("sb%03d", (i*7)%40)}
 		stores[i%3] = append(stores[i%3], p)
 		all = append(all, p)
 	}
 	// page is one store's answer: rows after the token, in order, up to
 	// limit, and its next token when it has more.
-	page := func(rows []rowPos, token string, desc bool, limit int) ([]rowPos, string) {
-		var after *rowPos
+	page := func(rows []RowPos, token string, desc bool, limit int) ([]RowPos, string) {
+		var after *RowPos
 		if token != "" {
-			at, id, err := store.PagePosition(token)
+			at, id, err := service.PagePosition(token)
 			if err != nil {
 				t.Fatal(err)
 			}
-			after = &rowPos{at, id}
+			after = &RowPos{at, id}
 		}
 		sorted := slices.Clone(rows)
-		slices.SortFunc(sorted, comparePos)
+		slices.SortFunc(sorted, ComparePos)
 		if desc {
 			slices.Reverse(sorted)
 		}
-		var out []rowPos
+		var out []RowPos
 		for _, r := range sorted {
 			c := 0
 			if after != nil {
-				c = comparePos(r, *after)
+				c = ComparePos(r, *after)
 			}
 			if after == nil || (!desc && c > 0) || (desc && c < 0) {
 				out = append(out, r)
@@ -52,42 +52,42 @@ func TestMergePagesPagesThroughEveryRowOnce(t *testing.T) {
 		}
 		if len(out) > limit {
 			last := out[limit-1]
-			return out[:limit], store.PageTokenAfter(last.at, last.id)
+			return out[:limit], service.PageTokenAfter(last.At, last.ID)
 		}
 		return out, ""
 	}
-	exact := func(p rowPos) rowPos { return p }
+	exact := func(p RowPos) RowPos { return p }
 	for _, tc := range []struct {
 		name string
 		desc bool
-		pos  func(rowPos) rowPos
-		cut  func([]rowPos, int) ([]rowPos, string)
+		pos  func(RowPos) RowPos
+		cut  func([]RowPos, int) ([]RowPos, string)
 	}{
-		{"ascending", false, exact, cutExact(exact)},
-		{"descending", true, exact, cutExact(exact)},
+		{"ascending", false, exact, CutExact(exact)},
+		{"descending", true, exact, CutExact(exact)},
 	} {
 		for _, limit := range []int{1, 2, 3, 5, 7, 40, 100} {
 			t.Run(fmt.Sprintf("%s limit %d", tc.name, limit), func(t *testing.T) {
 				seen := map[string]bool{}
-				var got []rowPos
+				var got []RowPos
 				token := ""
 				for range 200 {
-					var pages [][]rowPos
+					var pages [][]RowPos
 					var nexts []string
 					for _, s := range stores {
 						p, next := page(s, token, tc.desc, limit)
 						pages = append(pages, p)
 						nexts = append(nexts, next)
 					}
-					out, next := mergePages(pages, nexts, tc.pos, tc.desc, limit, tc.cut)
+					out, next := MergePages(pages, nexts, tc.pos, tc.desc, limit, tc.cut)
 					if len(out) > limit {
 						t.Fatalf("page of %d rows, limit %d", len(out), limit)
 					}
 					for _, r := range out {
-						if seen[r.id] {
-							t.Fatalf("row %s seen twice", r.id)
+						if seen[r.ID] {
+							t.Fatalf("row %s seen twice", r.ID)
 						}
-						seen[r.id] = true
+						seen[r.ID] = true
 						got = append(got, r)
 					}
 					if next == "" {

@@ -1,4 +1,4 @@
-package cluster
+package gateway
 
 import (
 	"cmp"
@@ -17,6 +17,8 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/apitypes"
+	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 )
 
 // HeaderPartial names, on a cluster-wide listing, the nodes that did not
@@ -35,7 +37,7 @@ type result struct {
 	raw  *httptest.ResponseRecorder
 }
 
-func (c *Cluster) listAll(w http.ResponseWriter, r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client, tokenAfter func(time.Time, string) string, position func(string) (time.Time, string, error)) {
+func (g *Gateway) listAll(w http.ResponseWriter, r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client, tokenAfter func(time.Time, string) string, position func(string) (time.Time, string, error)) {
 	limit := 100
 	if l := r.URL.Query().Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
@@ -45,7 +47,7 @@ func (c *Cluster) listAll(w http.ResponseWriter, r *http.Request, local http.Han
 		}
 		limit = n
 	}
-	answers := c.fanOut(r, local, p, client)
+	answers := g.fanOut(r, local, p, client)
 	results := make([]result, 0, len(answers))
 	for _, a := range answers {
 		res := result{node: a.Node, raw: a.Local, err: a.Err}
@@ -61,7 +63,7 @@ func (c *Cluster) listAll(w http.ResponseWriter, r *http.Request, local http.Han
 	)
 	for _, res := range results {
 		if res.err != nil {
-			if res.node == c.cfg.NodeName && res.raw != nil {
+			if res.node == g.node && res.raw != nil {
 				// This node's own refusal (a bad token, a bad query) is
 				// the answer.
 				for k, v := range res.raw.Header() {
@@ -71,7 +73,7 @@ func (c *Cluster) listAll(w http.ResponseWriter, r *http.Request, local http.Han
 				_, _ = w.Write(res.raw.Body.Bytes())
 				return
 			}
-			c.log.Warn("cluster: list on a node failed", "node", res.node, "err", res.err)
+			g.log.Warn("cluster: list on a node failed", "node", res.node, "err", res.err)
 			missing = append(missing, res.node)
 			continue
 		}
@@ -84,7 +86,7 @@ func (c *Cluster) listAll(w http.ResponseWriter, r *http.Request, local http.Han
 	for _, sb := range all {
 		listed[sb.ID] = true
 	}
-	for _, sb := range c.lostRows(r.URL.Query(), p, position) {
+	for _, sb := range g.lostRows(r.URL.Query(), p, position) {
 		if !listed[sb.ID] {
 			all = append(all, sb)
 		}
@@ -110,7 +112,7 @@ func (c *Cluster) listAll(w http.ResponseWriter, r *http.Request, local http.Han
 		slices.Sort(missing)
 		w.Header().Set(HeaderPartial, strings.Join(missing, ","))
 	}
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 }
 
 // NodeAnswer is one node's answer to a request the router sent to every
@@ -131,14 +133,14 @@ type NodeAnswer struct {
 // the others over the cluster port as the principal p) and collects their
 // answers. The Host header is the client's, so that URLs a node writes into
 // its answer point where the client reached the cluster.
-func (c *Cluster) fanOut(r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client) []NodeAnswer {
+func (g *Gateway) fanOut(r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client) []NodeAnswer {
 	pj, _ := json.Marshal(p)
 	var (
 		mu  sync.Mutex
 		out []NodeAnswer
 		wg  sync.WaitGroup
 	)
-	for _, m := range c.gossip.Members() {
+	for _, m := range g.cl.Peers() {
 		if m.State == "left" || m.Meta.Raft == "" {
 			continue
 		}
@@ -156,15 +158,15 @@ func (c *Cluster) fanOut(r *http.Request, local http.Handler, p sandpit.Principa
 			a := NodeAnswer{Node: m.Name}
 			ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 			defer cancel()
-			if m.Name == c.cfg.NodeName {
+			if m.Name == g.node {
 				rec := httptest.NewRecorder()
-				local.ServeHTTP(rec, r.Clone(context.WithValue(ctx, forwardedKey{}, p)))
+				local.ServeHTTP(rec, r.Clone(cluster.WithForwarded(ctx, p)))
 				a.Local, a.Header, a.Body = rec, rec.Header(), rec.Body.Bytes()
 				if rec.Code != http.StatusOK {
 					a.Err = fmt.Errorf("status %d", rec.Code)
 				}
 			} else {
-				a.Header, a.Body, a.Err = c.fetchFrom(ctx, client, m.Name, r, pj)
+				a.Header, a.Body, a.Err = g.fetchFrom(ctx, client, m.Name, r, pj)
 			}
 			mu.Lock()
 			out = append(out, a)
@@ -175,7 +177,7 @@ func (c *Cluster) fanOut(r *http.Request, local http.Handler, p sandpit.Principa
 	return out
 }
 
-func (c *Cluster) fetchFrom(ctx context.Context, client *http.Client, node string, r *http.Request, principal []byte) (http.Header, []byte, error) {
+func (g *Gateway) fetchFrom(ctx context.Context, client *http.Client, node string, r *http.Request, principal []byte) (http.Header, []byte, error) {
 	out, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+node+r.URL.RequestURI(), nil)
 	if err != nil {
 		return nil, nil, err
@@ -184,12 +186,12 @@ func (c *Cluster) fetchFrom(ctx context.Context, client *http.Client, node strin
 	for k, v := range r.Header {
 		// What the client's request carries that shapes the answer; its
 		// credentials stay behind (the principal travels instead).
-		if k == "X-Forwarded-Proto" || k == "Accept" || strings.HasPrefix(k, "Sandpit-Row-") {
+		if k == "X-cluster.Forwarded-Proto" || k == "Accept" || strings.HasPrefix(k, "Sandpit-Row-") {
 			out.Header[k] = v
 		}
 	}
-	out.Header.Set(HeaderForwardedBy, c.cfg.NodeName)
-	out.Header.Set(HeaderPrincipal, string(principal))
+	out.Header.Set(cluster.HeaderForwardedBy, g.node)
+	out.Header.Set(cluster.HeaderPrincipal, string(principal))
 	resp, err := client.Do(out)
 	if err != nil {
 		return nil, nil, err
@@ -207,8 +209,8 @@ func (c *Cluster) fetchFrom(ctx context.Context, client *http.Client, node strin
 // them (which frees their names), so the listing shows them with state
 // "lost", following the query's label and state filters and page position.
 // A query the surface would refuse yields none; the local answer refuses it.
-func (c *Cluster) lostRows(q url.Values, p sandpit.Principal, position func(string) (time.Time, string, error)) []apitypes.Sandbox {
-	if st := q.Get("state"); st != "" && !slices.Contains(strings.Split(st, ","), PlacementLost) {
+func (g *Gateway) lostRows(q url.Values, p sandpit.Principal, position func(string) (time.Time, string, error)) []apitypes.Sandbox {
+	if st := q.Get("state"); st != "" && !slices.Contains(strings.Split(st, ","), cluster.PlacementLost) {
 		return nil
 	}
 	labels := map[string]string{}
@@ -234,8 +236,8 @@ func (c *Cluster) lostRows(q url.Values, p sandpit.Principal, position func(stri
 		after, afterID = at, id
 	}
 	var out []apitypes.Sandbox
-	for _, pl := range c.rep.fsm.Placements(labels) {
-		if pl.State != PlacementLost || !p.Admin && pl.Owner != p.Owner {
+	for _, pl := range g.idx.Placements(labels) {
+		if pl.State != cluster.PlacementLost || !p.Admin && pl.Owner != p.Owner {
 			continue
 		}
 		if afterID != "" && (pl.CreatedAt.Before(after) || pl.CreatedAt.Equal(after) && pl.SandboxID <= afterID) {
@@ -246,7 +248,7 @@ func (c *Cluster) lostRows(q url.Values, p sandpit.Principal, position func(stri
 			l = map[string]string{}
 		}
 		out = append(out, apitypes.Sandbox{
-			ID: pl.SandboxID, Name: pl.Name, Image: pl.Image, State: PlacementLost, Labels: l, Env: map[string]string{},
+			ID: pl.SandboxID, Name: pl.Name, Image: pl.Image, State: cluster.PlacementLost, Labels: l, Env: map[string]string{},
 			CreatedAt: pl.CreatedAt, UpdatedAt: pl.CreatedAt, Node: pl.Node,
 		})
 	}

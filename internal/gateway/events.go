@@ -1,4 +1,4 @@
-package cluster
+package gateway
 
 import (
 	"bufio"
@@ -11,11 +11,8 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/cluster"
 )
-
-// EventsPath is the native event stream, which a cluster node answers for
-// the whole cluster.
-const EventsPath = "/v1/events"
 
 const (
 	// eventsRejoin is how often the merged stream looks for members whose
@@ -40,18 +37,9 @@ type sseBlock struct {
 // serveEvents answers GET /v1/events for the whole cluster: this node's own
 // stream and every other live member's (fetched over the cluster port as
 // the principal this node authenticated, which each member scopes as it
-// does its own clients), merged one whole event at a time. It reports
-// whether it answered.
-func (c *Cluster) serveEvents(w http.ResponseWriter, r *http.Request, local http.Handler, cfg RouterConfig, transport http.RoundTripper) bool {
-	if r.Method != http.MethodGet || r.URL.Path != EventsPath || cfg.Authenticate == nil {
-		return false
-	}
-	p, err := cfg.Authenticate(r)
-	if err != nil {
-		return false // the surface refuses it
-	}
+// does its own clients), merged one whole event at a time.
+func (g *Gateway) serveEvents(w http.ResponseWriter, r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client) {
 	pj, _ := json.Marshal(p)
-	client := &http.Client{Transport: transport}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 
@@ -64,13 +52,13 @@ func (c *Cluster) serveEvents(w http.ResponseWriter, r *http.Request, local http
 		go func() {
 			defer stop()
 			var err error
-			if node == c.cfg.NodeName {
-				err = c.localEvents(sctx, r, local, p, node, blocks)
+			if node == g.node {
+				err = g.localEvents(sctx, r, local, p, node, blocks)
 			} else {
-				err = c.remoteEvents(sctx, client, r, node, pj, blocks)
+				err = g.remoteEvents(sctx, client, r, node, pj, blocks)
 			}
 			if err != nil && sctx.Err() == nil {
-				c.log.Debug("cluster: event stream of a member ended", "member", node, "err", err)
+				g.log.Debug("cluster: event stream of a member ended", "member", node, "err", err)
 			}
 			select {
 			case ended <- node:
@@ -79,7 +67,7 @@ func (c *Cluster) serveEvents(w http.ResponseWriter, r *http.Request, local http
 		}()
 	}
 	startMissing := func() {
-		for _, m := range c.gossip.Members() {
+		for _, m := range g.cl.Peers() {
 			if m.State != "alive" || m.Meta.Raft == "" {
 				continue
 			}
@@ -89,10 +77,10 @@ func (c *Cluster) serveEvents(w http.ResponseWriter, r *http.Request, local http
 		}
 	}
 	startMissing()
-	if _, ok := active[c.cfg.NodeName]; !ok {
+	if _, ok := active[g.node]; !ok {
 		// Gossip may not list this node yet; its own stream is never
 		// missing.
-		start(c.cfg.NodeName)
+		start(g.node)
 	}
 
 	rc := http.NewResponseController(w)
@@ -110,7 +98,7 @@ func (c *Cluster) serveEvents(w http.ResponseWriter, r *http.Request, local http
 	for waiting > 0 {
 		select {
 		case <-ctx.Done():
-			return true
+			return
 		case b := <-blocks:
 			if b.subscribed {
 				waiting--
@@ -125,15 +113,15 @@ func (c *Cluster) serveEvents(w http.ResponseWriter, r *http.Request, local http
 		}
 	}
 	if _, err := fmt.Fprint(w, ": subscribed\n\n"); err != nil || rc.Flush() != nil {
-		return true
+		return
 	}
 	for _, b := range held {
 		if _, err := w.Write(b); err != nil {
-			return true
+			return
 		}
 	}
 	if rc.Flush() != nil {
-		return true
+		return
 	}
 
 	rejoin := time.NewTicker(eventsRejoin)
@@ -143,27 +131,27 @@ func (c *Cluster) serveEvents(w http.ResponseWriter, r *http.Request, local http
 	for {
 		select {
 		case <-ctx.Done():
-			return true
+			return
 		case b := <-blocks:
 			if b.subscribed {
 				continue
 			}
 			if _, err := w.Write(b.data); err != nil || rc.Flush() != nil {
-				return true
+				return
 			}
 		case node := <-ended:
 			delete(active, node)
-			if node == c.cfg.NodeName {
+			if node == g.node {
 				// This node's own stream ends when it shuts down or
 				// drops the stream as too slow: end the client's, which
 				// reconnects, as on a single node.
-				return true
+				return
 			}
 		case <-rejoin.C:
 			startMissing()
 		case <-beat.C:
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
-				return true
+				return
 			}
 		}
 	}
@@ -171,10 +159,10 @@ func (c *Cluster) serveEvents(w http.ResponseWriter, r *http.Request, local http
 
 // localEvents runs this node's own event handler in process, as the
 // principal p, and relays its blocks.
-func (c *Cluster) localEvents(ctx context.Context, r *http.Request, local http.Handler, p sandpit.Principal, node string, out chan<- sseBlock) error {
+func (g *Gateway) localEvents(ctx context.Context, r *http.Request, local http.Handler, p sandpit.Principal, node string, out chan<- sseBlock) error {
 	pr, pw := io.Pipe()
 	go func() {
-		local.ServeHTTP(&pipeResponse{h: http.Header{}, w: pw}, r.Clone(context.WithValue(ctx, forwardedKey{}, p)))
+		local.ServeHTTP(&pipeResponse{h: http.Header{}, w: pw}, r.Clone(cluster.WithForwarded(ctx, p)))
 		_ = pw.Close()
 	}()
 	// Closing the reader makes a handler blocked on a write return.
@@ -183,15 +171,15 @@ func (c *Cluster) localEvents(ctx context.Context, r *http.Request, local http.H
 }
 
 // remoteEvents subscribes to a member's own stream over the cluster port.
-func (c *Cluster) remoteEvents(ctx context.Context, client *http.Client, r *http.Request, node string, principal []byte, out chan<- sseBlock) error {
+func (g *Gateway) remoteEvents(ctx context.Context, client *http.Client, r *http.Request, node string, principal []byte, out chan<- sseBlock) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+node+r.URL.RequestURI(), nil)
 	if err != nil {
 		return err
 	}
 	req.Host = r.Host
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set(HeaderForwardedBy, c.cfg.NodeName)
-	req.Header.Set(HeaderPrincipal, string(principal))
+	req.Header.Set(cluster.HeaderForwardedBy, g.node)
+	req.Header.Set(cluster.HeaderPrincipal, string(principal))
 	resp, err := client.Do(req)
 	if err != nil {
 		return err
