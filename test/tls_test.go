@@ -202,3 +202,52 @@ func TestTLSFlagsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestBuiltinTLSE2BDomain: with --tls internal and --domain, the official
+// E2B SDK configured by E2B_DOMAIN and E2B_API_KEY alone (no debug
+// variables) creates and lists sandboxes through https://api.<domain>, runs
+// a command and writes and reads a file through the agent at
+// https://49983-<id>.<domain>, and fetches https:// + getHost(8000) from a
+// server in the sandbox; a sandbox with allowPublicTraffic false answers
+// that URL 403 without its traffic token and 200 with it. The proxy
+// listener is on a free loopback port, which the create answer's domain
+// carries, so E2B_DOMAIN is "<domain>:<port>".
+func TestBuiltinTLSE2BDomain(t *testing.T) {
+	t.Parallel()
+	const domain = "sandpit.test"
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--tls", "internal", "--domain", domain}})
+	ctx := ctxFor(t, 4*time.Minute)
+	dir := harness.SDKDir(t, "e2b", "e2b")
+	e2bDomain := domain + ":" + proxyPort(t, d)
+	var res struct {
+		SandboxID, SandboxDomain, Stdout, File, Host string
+		ExitCode                                     int
+		Listed                                       bool
+		Public, PrivateWith, PrivateWithout          struct {
+			Status      int
+			Body, Error string
+		}
+		Resolved []string
+	}
+	harness.RunSDK(t, ctx, dir, "domain-sdk.mjs", []string{
+		"E2B_DOMAIN=" + e2bDomain, "E2B_API_KEY=" + d.Token, "NODE_EXTRA_CA_CERTS=" + filepath.Join(d.DataDir, "tls", "ca.crt"),
+	}, &res)
+	t.Logf("SDK run: %+v", res)
+	if res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "hello from ") || res.File != "written over https" || !res.Listed {
+		t.Fatalf("SDK run = %+v, want the command, the file and the list to work", res)
+	}
+	if res.SandboxDomain != e2bDomain || res.Host != "8000-"+res.SandboxID+"."+e2bDomain {
+		t.Fatalf("sandbox domain %q, host %q", res.SandboxDomain, res.Host)
+	}
+	if res.Public.Status != http.StatusOK || res.Public.Body != "public page" {
+		t.Fatalf("https getHost(8000) = %+v, want 200 'public page'", res.Public)
+	}
+	if res.PrivateWith.Status != http.StatusOK || res.PrivateWith.Body != "private page" || res.PrivateWithout.Status != http.StatusForbidden {
+		t.Fatalf("private sandbox: with token %+v, without %+v; want 200 and 403", res.PrivateWith, res.PrivateWithout)
+	}
+	for _, want := range []string{"api." + domain, "49983-" + res.SandboxID + "." + domain} {
+		if !contains(res.Resolved, want) {
+			t.Fatalf("the SDK never resolved %s (resolved %v): it did not use E2B_DOMAIN", want, res.Resolved)
+		}
+	}
+}

@@ -650,6 +650,9 @@ func (d *daemon) serveHTTP(context.Context) error {
 	d.apiSrv.RegisterOnShutdown(d.svc.CloseEvents)
 	if d.proxyLn != nil {
 		d.proxySrv = d.newServer(httpguard.Guard(d.proxyHandler, guard))
+		if d.tls != nil {
+			d.proxySrv.Handler = splitAPIHost(apiHost(cfg), d.apiSrv.Handler, d.proxySrv.Handler)
+		}
 	}
 	if d.forwardLn != nil && d.cl != nil {
 		d.forwardSrv = d.newServer(httpguard.Guard(caddyForwarder(d.cl, cfg), guard))

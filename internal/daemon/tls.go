@@ -5,10 +5,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 
+	"github.com/sandpit-dev/sandpit/internal/api/daytona"
+	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
+	"github.com/sandpit-dev/sandpit/internal/ui"
 )
 
 // TLS modes --tls accepts.
@@ -68,7 +73,7 @@ func validTLS(c Config) error {
 }
 
 // newTLS builds the proxy's certificates for --tls internal or auto. Only
-// hostnames the daemon serves get one: those the router has a route for
+// hostnames the daemon serves get one: api.<domain>, those the router has a route for
 // right now (previews, every port of an E2B sandbox, custom domains), and
 // those the service reports bound, the same answer the Caddy router's
 // on-demand "ask" gets.
@@ -81,6 +86,9 @@ func (d *daemon) newTLS(b *builtin.Builtin) (*builtin.TLS, error) {
 		ACMECA: cfg.ACMECA, ACMEEmail: cfg.ACMEEmail,
 		Logger: d.log,
 		Allow: func(ctx context.Context, host string) (bool, error) {
+			if host == apiHost(cfg) {
+				return true, nil
+			}
 			if _, ok := b.Resolve(host); ok {
 				return true, nil
 			}
@@ -90,4 +98,49 @@ func (d *daemon) newTLS(b *builtin.Builtin) (*builtin.TLS, error) {
 			return d.svc.HostnameBound(ctx, host)
 		},
 	})
+}
+
+// apiHost is the name under which the proxy listener also serves the API
+// when TLS is on: https://api.<domain> is where E2B's SDK, configured by
+// E2B_DOMAIN alone, finds its control plane, next to the sandboxes'
+// https://<port>-<id>.<domain> on the same listener.
+func apiHost(c Config) string { return "api." + c.Domain }
+
+// splitAPIHost routes the proxy listener's requests by Host: api.<domain>
+// to the API's handler, everything else to the preview proxy. The E2B
+// facade, which the SDK addresses at the origin's root, gets every path the
+// native API and the other facades do not own.
+func splitAPIHost(host string, apiHandler, preview http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Host
+		if hh, _, err := net.SplitHostPort(h); err == nil {
+			h = hh
+		}
+		if strings.TrimSuffix(strings.ToLower(h), ".") != host {
+			preview.ServeHTTP(w, r)
+			return
+		}
+		if !apiOwnPath(r.URL.Path) {
+			r = r.Clone(r.Context())
+			r.URL.Path = e2b.Prefix + r.URL.Path
+			r.URL.RawPath = ""
+		}
+		apiHandler.ServeHTTP(w, r)
+	})
+}
+
+// apiOwnPath reports whether a path on api.<domain> is the API's own rather
+// than an E2B control-plane path (E2B's are /sandboxes..., /v2/...,
+// /templates...).
+func apiOwnPath(p string) bool {
+	for _, pre := range []string{"/v1/", e2b.Prefix + "/", daytona.DefaultPrefix + "/", ui.Prefix} {
+		if strings.HasPrefix(p, pre) {
+			return true
+		}
+	}
+	switch p {
+	case "/health", "/metrics", "/files", "/ui", e2b.Prefix, daytona.DefaultPrefix:
+		return true
+	}
+	return false
 }
