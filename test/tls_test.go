@@ -251,3 +251,37 @@ func TestBuiltinTLSE2BDomain(t *testing.T) {
 		}
 	}
 }
+
+// TestBuiltinTLSDaytonaDomain: with --tls internal and --domain, the
+// official Daytona SDK pointed at https://api.<domain>/daytona creates a
+// sandbox and runs a command in it through the proxy's TLS listener, and
+// the URL getPreviewLink returns answers over https from Node.
+func TestBuiltinTLSDaytonaDomain(t *testing.T) {
+	t.Parallel()
+	const domain = "sandpit.test"
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--tls", "internal", "--domain", domain}})
+	ctx := ctxFor(t, 4*time.Minute)
+	dir := harness.SDKDir(t, "daytona", "@daytonaio/sdk")
+	var res struct {
+		Result, URL string
+		Preview     struct {
+			Status      int
+			Body, Error string
+		}
+		Resolved []string
+	}
+	harness.RunSDK(t, ctx, dir, "domain-sdk.mjs", []string{
+		"DAYTONA_API_URL=https://api." + domain + ":" + proxyPort(t, d) + "/daytona", "DAYTONA_API_KEY=" + d.Token,
+		"RESOLVE_DOMAIN=" + domain, "NODE_EXTRA_CA_CERTS=" + filepath.Join(d.DataDir, "tls", "ca.crt"),
+	}, &res)
+	t.Logf("SDK run: %+v", res)
+	if !strings.Contains(res.Result, "started") {
+		t.Fatalf("command through https://api.%s: %+v", domain, res)
+	}
+	if !strings.HasPrefix(res.URL, "https://") || res.Preview.Status != http.StatusOK || res.Preview.Body != "preview-over-https" {
+		t.Fatalf("getPreviewLink %q fetched over https: %+v, want 200 preview-over-https", res.URL, res.Preview)
+	}
+	if !contains(res.Resolved, "api."+domain) {
+		t.Fatalf("the SDK never resolved api.%s (resolved %v)", domain, res.Resolved)
+	}
+}
