@@ -64,6 +64,7 @@ type daemon struct {
 	netw              docker.Network
 	fw                *firewall.Firewall
 	edg               *edge
+	tls               *builtin.TLS // --tls internal or auto
 	mets              *metrics.Metrics
 	cl                *cluster.Cluster
 	svc               *service.Service
@@ -87,6 +88,9 @@ type daemon struct {
 func newDaemon(ctx context.Context, cfg Config) (*daemon, error) {
 	d := &daemon{cfg: cfg, log: cfg.Logger, started: time.Now().UTC(), mets: newMetrics()}
 	if err := validDomain(cfg.Domain); err != nil {
+		return nil, err
+	}
+	if err := validTLS(cfg); err != nil {
 		return nil, err
 	}
 	if err := validRouter(cfg); err != nil {
@@ -358,6 +362,14 @@ func (d *daemon) startRouter(ctx context.Context) error {
 	if cfg.Router != RouterCaddy {
 		b := newRouter(cfg, log, d.token)
 		d.edg = &edge{Router: b, proxy: d.mets.ProxyHandler(b.Handler()), close: b.Close}
+		if tlsOn(cfg) {
+			t, err := d.newTLS(b)
+			if err != nil {
+				return err
+			}
+			d.tls = t
+			d.edg.close = func() error { t.Close(); return b.Close() }
+		}
 		return nil
 	}
 	var fallback string
@@ -434,7 +446,7 @@ func (d *daemon) newService(context.Context) error {
 		PortRange:    cfg.PortRange,
 		ExtraLabels:  cfg.ExtraLabels,
 		Instance:     d.instance,
-		PreviewTLS:   cfg.PreviewTLS,
+		PreviewTLS:   cfg.PreviewTLS || tlsOn(cfg),
 		IntervalUnit: cfg.IntervalUnit,
 		Firewall:     d.fw,
 		Cluster:      clusterReplica(d.cl),
@@ -638,6 +650,9 @@ func (d *daemon) serveHTTP(context.Context) error {
 	d.apiSrv.RegisterOnShutdown(d.svc.CloseEvents)
 	if d.proxyLn != nil {
 		d.proxySrv = d.newServer(httpguard.Guard(d.proxyHandler, guard))
+		if d.tls != nil {
+			d.proxySrv.Handler = splitAPIHost(apiHost(cfg), d.apiSrv.Handler, d.proxySrv.Handler)
+		}
 	}
 	if d.forwardLn != nil && d.cl != nil {
 		d.forwardSrv = d.newServer(httpguard.Guard(caddyForwarder(d.cl, cfg), guard))
@@ -650,10 +665,22 @@ func (d *daemon) serveHTTP(context.Context) error {
 	}
 	proxyAddr := cfg.ProxyListen
 	if d.proxySrv != nil {
-		go func() { d.errc <- d.proxySrv.Serve(d.proxyLn) }()
+		if d.tls != nil {
+			d.proxySrv.TLSConfig = d.tls.Config()
+			go func() { d.errc <- d.proxySrv.ServeTLS(d.proxyLn, "", "") }()
+		} else {
+			go func() { d.errc <- d.proxySrv.Serve(d.proxyLn) }()
+		}
 		proxyAddr = d.proxyLn.Addr().String()
 	}
-	log.Info("sandpit serving", "api", d.apiLn.Addr().String(), "proxy", proxyAddr, "router", cfg.Router, "data_dir", cfg.DataDir)
+	tlsMode := cfg.TLS
+	if tlsMode == "" {
+		tlsMode = TLSOff
+	}
+	log.Info("sandpit serving", "api", d.apiLn.Addr().String(), "proxy", proxyAddr, "router", cfg.Router, "tls", tlsMode, "data_dir", cfg.DataDir)
+	if cfg.TLS == TLSInternal {
+		log.Info("tls: preview hosts use certificates of the internal CA; trust it from this file (sandpit ca prints it)", "ca_cert", CACertPath(cfg.DataDir))
+	}
 	if cfg.Ready != nil {
 		cfg.Ready(d.apiLn.Addr().String(), proxyAddr)
 	}

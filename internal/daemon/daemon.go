@@ -60,6 +60,17 @@ type Config struct {
 	PreviewTLS      bool
 	CaddyInternalCA bool
 
+	// TLS makes the builtin proxy listener speak HTTPS: "internal" issues
+	// certificates on demand from a CA kept in the data directory, "auto"
+	// obtains them through ACME (certmagic); "off" or "" is plain HTTP.
+	// TLSCert/TLSKey are a certificate the operator has, served for the
+	// names it covers. ACMECA and ACMEEmail configure "auto".
+	TLS       string
+	TLSCert   string
+	TLSKey    string
+	ACMECA    string
+	ACMEEmail string
+
 	// Custom hostnames: ReservedHostnames are names (or "*.suffix") no
 	// sandbox may bind, besides the daemon's own; CustomDomainSuffixes,
 	// when set, are the only suffixes non-admin owners may bind under;

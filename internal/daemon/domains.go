@@ -45,6 +45,10 @@ func domainPolicy(cfg Config, previewKey string) (service.DomainPolicy, error) {
 	if cfg.Cluster != nil && cfg.Cluster.Advertise != "" {
 		p.Reserved = append(p.Reserved, cfg.Cluster.Advertise)
 	}
+	if tlsOn(cfg) {
+		// The proxy listener serves the API under this name.
+		p.Reserved = append(p.Reserved, apiHost(cfg))
+	}
 	p.Reserved = append(p.Reserved, cfg.ReservedHostnames...)
 	// The challenge tokens are keyed by the preview secret (the cluster's
 	// on a cluster), so every node asks an owner for the same record.
