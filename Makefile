@@ -8,7 +8,7 @@ PROTOS := proto/process/process.proto proto/filesystem/filesystem.proto
 .PHONY: build proto proto-ts
 
 build:
-	CGO_ENABLED=0 go build -o bin/sandpit ./cmd/sandpit
+	bash scripts/build.sh -o bin/sandpit
 
 proto:
 	PATH="$(GOBIN_DIR):$$PATH" protoc -I proto \

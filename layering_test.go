@@ -47,6 +47,7 @@ var layers = []struct {
 	{"internal/filesig", nil, "signatures of E2B's signed file URLs"},
 	{"internal/httpguard", nil, "bounds on one HTTP request's cost"},
 	{"internal/ui", nil, "the embedded web dashboard"},
+	{"internal/agentbin", nil, "the small agent the daemon embeds"},
 
 	// The Go SDK and the agent stand apart from the daemon.
 	{"client", []string{"apitypes", "proto/..."}, "the Go SDK of /v1"},
@@ -85,17 +86,18 @@ var layers = []struct {
 	{"internal/daemon", []string{
 		".", "apitypes", "api/openapi", "internal/agentapi", "internal/crashpoint", "internal/filesig", "internal/httpguard", "internal/ui",
 		"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/metrics", "internal/cluster", "internal/idempotency",
-		"internal/service", "internal/api/...", "internal/gateway",
+		"internal/service", "internal/api/...", "internal/gateway", "internal/agentbin",
 	}, "the daemon's assembly"},
 	{"cmd/sandpit", []string{
 		".", "apitypes", "client", "internal/agent", "internal/agentapi", "internal/httpguard",
 		"internal/cluster", "internal/service", "internal/daemon",
 	}, "the binary's subcommands"},
+	{"cmd/sandpit-agent", []string{"internal/agent"}, "the small in-sandbox agent binary"},
 
 	// Test support: nothing but tests and other test support imports it.
 	{"internal/testenv", []string{".", "internal/driver/...", "internal/service", "internal/store", "internal/testenv/..."}, "test support"},
 	{"internal/testenv/...", nil, "test support"},
-	{"test/...", []string{".", "apitypes", "api/openapi", "client", "proto/...", "internal/filesig", "internal/driver/...", "internal/testenv/...", "test/harness"}, "black-box test support"},
+	{"test/...", []string{".", "apitypes", "api/openapi", "client", "proto/...", "internal/filesig", "internal/driver/...", "internal/testenv/...", "test/harness", "internal/agentbin"}, "black-box test support"},
 }
 
 // The rules the issue names, checked through the whole graph so that a

@@ -25,6 +25,9 @@ go vet ./...
 step "CGO_ENABLED=0 go build ./..."
 CGO_ENABLED=0 go build ./...
 
+step "scripts/build.sh (sandpit with the small agent embedded)"
+scripts/build.sh -o bin/sandpit
+
 step "Caddy with caddy-l4 (built once per tools/caddy-l4/go.sum, cached)"
 SANDPIT_CADDY_L4="$(scripts/build-caddy-l4.sh)"
 export SANDPIT_CADDY_L4

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/apitypes"
 
+	"github.com/sandpit-dev/sandpit/internal/agentbin"
 	"github.com/sandpit-dev/sandpit/internal/api"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
@@ -58,6 +59,7 @@ type daemon struct {
 	st                *store.Store
 	token, instance   string
 	previewKey, exe   string
+	agent             string // what sandboxes mount as their agent (internal/agentbin)
 	apiLn, proxyLn    net.Listener
 	forwardLn         net.Listener // in a cluster behind Caddy: the preview forwarder's
 	proxyPort         int
@@ -284,6 +286,24 @@ func (d *daemon) loadSecrets(context.Context) error {
 	if d.exe, err = filepath.EvalSymlinks(exe); err != nil {
 		return fmt.Errorf("locate own executable: %w", err)
 	}
+	return d.installAgent()
+}
+
+// installAgent writes the small agent this executable embeds into the data
+// directory for sandboxes to mount; a build without one (a plain go build
+// rather than scripts/build.sh) mounts this executable instead, which runs
+// the same agent through its agent subcommand, at several times the memory.
+func (d *daemon) installAgent() error {
+	path, ok, err := agentbin.Install(d.cfg.DataDir)
+	switch {
+	case err != nil:
+		return err
+	case ok:
+		d.agent = path
+	default:
+		d.agent = d.exe
+		d.log.Info("this build embeds no small agent, so sandboxes run the sandpit executable as agent; scripts/build.sh builds one that does")
+	}
 	return nil
 }
 
@@ -439,7 +459,7 @@ func (d *daemon) newService(context.Context) error {
 		DefaultImage: cfg.DefaultImage,
 		Templates:    cfg.Templates,
 		WarmPool:     d.pool,
-		AgentBinary:  d.exe,
+		AgentBinary:  d.agent,
 		Domain:       cfg.Domain,
 		ProxyPort:    d.proxyPort,
 		PublicHost:   cfg.PublicHost,

@@ -82,7 +82,8 @@ export async function startDaemon(extraArgs = []) {
   let bin = process.env.SANDPIT_BIN;
   if (!bin) {
     bin = join(dir, 'sandpit');
-    execFileSync('go', ['build', '-o', bin, './cmd/sandpit'], {
+    // scripts/build.sh embeds the small agent, as an installed daemon has.
+    execFileSync('bash', ['scripts/build.sh', '-o', bin], {
       cwd: repoRoot,
       stdio: 'inherit',
       env: { ...process.env, CGO_ENABLED: '0' },

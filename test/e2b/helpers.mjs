@@ -29,7 +29,8 @@ export async function setup() {
   binary = process.env.SANDPIT_BIN || join(workDir, 'sandpit')
   if (!process.env.SANDPIT_BIN) {
     // The crash-recovery tests need the test-only crash points compiled in.
-    await run('go', ['build', '-tags', 'sandpit_crashpoints', '-o', binary, './cmd/sandpit'], {
+    // scripts/build.sh embeds the small agent, as an installed daemon has.
+    await run('bash', ['scripts/build.sh', '-o', binary, '-tags', 'sandpit_crashpoints'], {
       cwd: repoRoot,
       env: { ...process.env, CGO_ENABLED: '0' },
       maxBuffer: 16 << 20,

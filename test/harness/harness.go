@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/agentbin"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 )
@@ -34,24 +36,60 @@ import (
 const CrashPointsTag = "sandpit_crashpoints"
 
 // Build compiles cmd/sandpit into dir, with the given build tags, and returns
-// the binary's path. Call it once from TestMain.
+// the binary's path. Call it once from TestMain. Like scripts/build.sh, it
+// embeds the small agent (cmd/sandpit-agent, built first into dir) through
+// an overlay, so the daemon under test mounts what an installed one does.
 func Build(dir string, tags ...string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
+	agent := filepath.Join(dir, agentbin.FileName)
+	if err := goBuild(root, "-ldflags=-s -w", tags, agent, "./cmd/sandpit-agent"); err != nil {
+		return "", err
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {
+		filepath.Join(root, "internal", "agentbin", filepath.FromSlash(agentbin.EmbedPath)): agent,
+	}})
+	if err != nil {
+		return "", err
+	}
+	ov := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, "sandpit")
-	args := []string{"build", "-o", bin}
+	return bin, goBuild(root, "-overlay="+ov, tags, bin, "./cmd/sandpit")
+}
+
+// BuildWithoutAgent compiles cmd/sandpit as a plain `go build` does, with
+// no agent embedded: its sandboxes run the whole executable as agent. The
+// agent memory benchmark compares the two.
+func BuildWithoutAgent(dir string, tags ...string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "sandpit")
+	return bin, goBuild(root, "", tags, bin, "./cmd/sandpit")
+}
+
+// goBuild runs go build of pkg in the module root, statically linked.
+func goBuild(root, flag string, tags []string, out, pkg string) error {
+	args := []string{"build", "-o", out}
+	if flag != "" {
+		args = append(args, flag)
+	}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
-	cmd := exec.Command("go", append(args, "./cmd/sandpit")...)
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 	}
-	return bin, nil
+	return nil
 }
 
 func moduleRoot() (string, error) {

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds the sandpit executable with the small in-sandbox agent embedded:
+# cmd/sandpit-agent is compiled to a temporary file first, then laid over
+# internal/agentbin/bin/sandpit-agent with `go build -overlay`, so the one
+# file to install carries it and nothing is written into the source tree.
+# (A plain `go build ./cmd/sandpit` works too; its sandboxes run the whole
+# sandpit executable as agent.)
+#
+# usage: scripts/build.sh [-o OUTPUT] [go build flags, e.g. -tags x]
+# OUTPUT defaults to bin/sandpit. CGO_ENABLED=0 unless set.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out=bin/sandpit
+if [[ "${1:-}" == "-o" ]]; then
+	out=$2
+	shift 2
+fi
+export CGO_ENABLED="${CGO_ENABLED:-0}"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# -s -w: the agent's symbol table and DWARF are never read in a sandbox
+# (panics still print symbolised stacks from the pclntab it keeps).
+go build -ldflags='-s -w' "$@" -o "$tmp/sandpit-agent" ./cmd/sandpit-agent
+printf '{"Replace":{"%s":"%s"}}\n' "$PWD/internal/agentbin/bin/sandpit-agent" "$tmp/sandpit-agent" >"$tmp/overlay.json"
+go build -overlay "$tmp/overlay.json" "$@" -o "$out" ./cmd/sandpit
