@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -27,6 +28,16 @@ type cliEnv struct {
 // client connects as the flags and environment say. A token is read from a
 // file (--token-file, SANDPIT_TOKEN_FILE) rather than taken on the command
 // line, where every user of the machine could read it in the process list.
+// tokenPath is the token file client commands read when SANDPIT_TOKEN is
+// not set: --token-file, else <data-dir>/token of the daemon's default (or
+// SANDPIT_DATA_DIR's) data directory, where serve writes it.
+func (e *cliEnv) tokenPath() string {
+	if e.tokenFile != "" {
+		return e.tokenFile
+	}
+	return filepath.Join(envOr("SANDPIT_DATA_DIR", daemon.DefaultDataDir()), "token")
+}
+
 func (e *cliEnv) client() (*client.Client, error) {
 	if e.addr != "" {
 		_ = os.Setenv("SANDPIT_ADDR", e.addr)

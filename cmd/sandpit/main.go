@@ -33,7 +33,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	var e cliEnv
-	root.AddCommand(serveCmd(), uninstallCmd(), agentCmd(), caCmd(), versionCmd(&e))
+	root.AddCommand(serveCmd(), uninstallCmd(), installCmd(), agentCmd(), caCmd(), versionCmd(&e))
 	root.PersistentFlags().StringVar(&e.addr, "addr", "", "daemon API address for client commands (env SANDPIT_ADDR; default 127.0.0.1:7420)")
 	root.PersistentFlags().StringVar(&e.tokenFile, "token-file", os.Getenv("SANDPIT_TOKEN_FILE"), "file holding the API token for client commands (env SANDPIT_TOKEN_FILE; else SANDPIT_TOKEN, else <data-dir>/token)")
 	root.PersistentFlags().StringVarP(&e.output, "output", "o", envOr("SANDPIT_OUTPUT", outputText), "output format of client commands: text or json (env SANDPIT_OUTPUT)")

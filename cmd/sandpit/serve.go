@@ -33,12 +33,20 @@ func serveCmd() *cobra.Command {
 		e2bPending, e2bReplay, idemWait, idemR time.Duration
 		clustered                              bool
 		cc                                     daemon.ClusterConfig
+		configFile                             string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the daemon: API, store, runtime, router and facades",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			path := configFile
+			if path == "" {
+				path = defaultConfigFile
+			}
+			if err := applyConfig(cmd.Flags(), path, configFile != ""); err != nil {
+				return err
+			}
 			if tokenFile != "" {
 				if cfg.Token != "" {
 					return fmt.Errorf("give --token-file or --token (SANDPIT_TOKEN), not both")
@@ -133,6 +141,7 @@ func serveCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&configFile, "config", os.Getenv("SANDPIT_CONFIG"), "YAML file whose keys are these flags' names (env SANDPIT_CONFIG; default "+defaultConfigFile+" when it exists); flags and their environment variables override it")
 	f.StringVar(&cfg.DataDir, "data-dir", envOr("SANDPIT_DATA_DIR", daemon.DefaultDataDir()), "data directory (env SANDPIT_DATA_DIR)")
 	f.StringVar(&cfg.Listen, "listen", envOr("SANDPIT_LISTEN", "127.0.0.1:7420"), "API listen address (env SANDPIT_LISTEN)")
 	f.StringVar(&cfg.ProxyListen, "proxy-listen", envOr("SANDPIT_PROXY_LISTEN", "127.0.0.1:7480"), "preview proxy listen address; TCP exposures bind on its host (env SANDPIT_PROXY_LISTEN)")

@@ -137,7 +137,19 @@ func tokenCmd(e *cliEnv) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(create, list, revoke)
+	path := &cobra.Command{
+		Use:   "path",
+		Short: "Print the path of the token file client commands read (never the token)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p := e.tokenPath()
+			return e.emit(cmd, map[string]string{"path": p}, func(w io.Writer) error {
+				_, err := fmt.Fprintln(w, p)
+				return err
+			})
+		},
+	}
+	cmd.AddCommand(create, list, revoke, path)
 	return cmd
 }
 

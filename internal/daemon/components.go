@@ -254,10 +254,14 @@ func (d *daemon) loadSecrets(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("token: %w", err)
 	}
-	if created {
-		// Never the token itself: logs are collected, shipped and read by
-		// more people than the operator. It is in a file only its owner reads.
+	// Never the token itself: logs are collected, shipped and read by more
+	// people than the operator. It is in a file only its owner reads, and
+	// the log says which (`sandpit token path` prints it too).
+	switch {
+	case created:
 		log.Info("generated the admin token", "stored_in", filepath.Join(cfg.DataDir, "token"))
+	case cfg.Token == "":
+		log.Info("admin token", "stored_in", filepath.Join(cfg.DataDir, "token"))
 	}
 	d.token = token
 
@@ -701,6 +705,7 @@ func (d *daemon) serveHTTP(context.Context) error {
 	if cfg.TLS == TLSInternal {
 		log.Info("tls: preview hosts use certificates of the internal CA; trust it from this file (sandpit ca prints it)", "ca_cert", CACertPath(cfg.DataDir))
 	}
+	go warnUnresolvable(d.bg, cfg.Domain, log)
 	if cfg.Ready != nil {
 		cfg.Ready(d.apiLn.Addr().String(), proxyAddr)
 	}
