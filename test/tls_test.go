@@ -268,7 +268,12 @@ func TestBuiltinTLSDaytonaDomain(t *testing.T) {
 			Status      int
 			Body, Error string
 		}
-		Resolved []string
+		Resolved  []string
+		SignedURL string
+		Signed    struct {
+			Status      int
+			Body, Error string
+		}
 	}
 	harness.RunSDK(t, ctx, dir, "domain-sdk.mjs", []string{
 		"DAYTONA_API_URL=https://api." + domain + ":" + proxyPort(t, d) + "/daytona", "DAYTONA_API_KEY=" + d.Token,
@@ -283,5 +288,8 @@ func TestBuiltinTLSDaytonaDomain(t *testing.T) {
 	}
 	if !contains(res.Resolved, "api."+domain) {
 		t.Fatalf("the SDK never resolved api.%s (resolved %v)", domain, res.Resolved)
+	}
+	if !strings.HasPrefix(res.SignedURL, "https://") || res.Signed.Status != http.StatusOK || res.Signed.Body != "preview-over-https" {
+		t.Fatalf("getSignedPreviewUrl %q fetched over https: %+v, want 200 preview-over-https", res.SignedURL, res.Signed)
 	}
 }

@@ -49,29 +49,33 @@ type daemon struct {
 	serving     context.Context
 	stopServing context.CancelFunc
 
-	dk                *docker.Docker
-	rt                driver.Driver // dk, every call under a time limit
-	pool              []service.PoolSpec
-	diskMB            int64
-	diskStatus        apitypes.DiskStatus
-	hostMemMB         int64
-	hostCPUs          float64
-	st                *store.Store
-	token, instance   string
-	previewKey, exe   string
-	agent             string // what sandboxes mount as their agent (internal/agentbin)
-	apiLn, proxyLn    net.Listener
-	forwardLn         net.Listener // in a cluster behind Caddy: the preview forwarder's
-	proxyPort         int
-	netw              docker.Network
-	fw                *firewall.Firewall
-	edg               *edge
-	tls               *builtin.TLS // --tls internal or auto
-	mets              *metrics.Metrics
-	cl                *cluster.Cluster
-	svc               *service.Service
-	auth              *api.Auth // the one authenticator of every surface
-	bg                context.Context
+	dk              *docker.Docker
+	rt              driver.Driver // dk, every call under a time limit
+	pool            []service.PoolSpec
+	diskMB          int64
+	diskStatus      apitypes.DiskStatus
+	hostMemMB       int64
+	hostCPUs        float64
+	st              *store.Store
+	token, instance string
+	previewKey, exe string
+	agent           string // what sandboxes mount as their agent (internal/agentbin)
+	apiLn, proxyLn  net.Listener
+	forwardLn       net.Listener // in a cluster behind Caddy: the preview forwarder's
+	proxyPort       int
+	netw            docker.Network
+	fw              *firewall.Firewall
+	edg             *edge
+	tls             *builtin.TLS // --tls internal or auto
+	mets            *metrics.Metrics
+	cl              *cluster.Cluster
+	svc             *service.Service
+	auth            *api.Auth // the one authenticator of every surface
+	bg              context.Context
+	// validSignedHost is the Daytona facade's check of a signed preview
+	// host, which the TLS of the builtin router asks before it issues a
+	// certificate (set before the listeners serve).
+	validSignedHost   func(host string) bool
 	stopBG            context.CancelFunc
 	caughtUp          bool
 	clusterReconciled bool
@@ -593,6 +597,7 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 		// The Daytona gate checks signed preview hosts and records preview
 		// traffic as sandbox activity before the router proxies a request.
 		d.previewLocal = dt.PreviewGate(d.edg.proxy, builtin.ParsePreviewLabel)
+		d.validSignedHost = dt.ValidSignedPreviewHost
 		d.proxyHandler = clusterPreview(d.cl, cfg, d.previewLocal)
 	}
 	if d.forwardLn != nil && d.cl != nil {

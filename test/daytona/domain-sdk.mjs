@@ -48,6 +48,16 @@ try {
     }
     await sleep(150);
   }
+  // A signed preview URL names no route of its own: its host is valid only
+  // with the daemon's signature, and gets a certificate then.
+  const signed = await sandbox.getSignedPreviewUrl(8080, 600);
+  out.signedUrl = signed.url;
+  try {
+    const r = await fetch(signed.url);
+    out.signed = { status: r.status, body: await r.text() };
+  } catch (err) {
+    out.signed = { error: `${err} ${err.cause ?? ''}` };
+  }
 } finally {
   await sandbox.delete();
 }

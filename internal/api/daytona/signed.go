@@ -103,6 +103,27 @@ func SignedPreviewSandbox(label string) (string, bool) {
 	return id, ok
 }
 
+// ValidSignedPreviewHost reports whether host is a signed preview host of
+// this daemon whose signature holds and has not expired (revocation aside):
+// the builtin router's TLS issues certificates for such hosts only, so a
+// forged label costs no certificate.
+func (h *Handler) ValidSignedPreviewHost(host string) bool {
+	label, ok := strings.CutSuffix(strings.TrimSuffix(strings.ToLower(host), "."), "."+h.svc.Config().Domain)
+	if !ok || strings.Contains(label, ".") {
+		return false
+	}
+	portS, token, found := strings.Cut(label, "-")
+	if !found {
+		return false
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil {
+		return false
+	}
+	_, outcome := h.sandboxes.verifySigned(port, token, time.Now())
+	return outcome == signedValid
+}
+
 // verifySigned checks the token part of a "<port>-<token>" label.
 func (h *sandboxAPI) verifySigned(port int, token string, now time.Time) (string, signedOutcome) {
 	id, exp, mac, ok := splitSigned(token)
