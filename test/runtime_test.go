@@ -54,7 +54,7 @@ func TestOCIRuntimes(t *testing.T) {
 			harness.RequireRuntime(t, rt)
 			d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--oci-runtime", rt}})
 			c := d.Client()
-			ctx := ctxFor(t, 3*time.Minute)
+			ctx := ctxFor(t, 5*time.Minute)
 			sb, err := c.Create(ctx, client.CreateRequest{})
 			if err != nil {
 				t.Fatal(err)
@@ -193,7 +193,7 @@ func TestOCIRuntimes(t *testing.T) {
 			// takes the sandbox, not one process. Either way the allocation
 			// fails promptly with an error, not a hang.
 			t.Run("memory limit", func(t *testing.T) {
-				res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "dd", Args: []string{"if=/dev/zero", "of=/dev/null", "bs=1100M", "count=1"}, TimeoutS: 60})
+				res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "dd", Args: []string{"if=/dev/zero", "of=/dev/null", "bs=1100M", "count=1"}, TimeoutS: 150})
 				if err == nil && res.ExitCode == 0 {
 					t.Fatalf("a 1100 MiB allocation succeeded under the 1024 MiB default: %+v", res)
 				}
