@@ -311,7 +311,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	// The id's lock is held for the whole create, so a delete, stop or
 	// expose of the same id waits for the create to finish or unwind rather
 	// than racing its steps.
-	unlock, err := s.locks.lock(ctx, id)
+	unlock, err := s.lock(ctx, id)
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}
