@@ -187,29 +187,35 @@ func TestCallsBeforeReconcileChecks(t *testing.T) {
 		return err
 	}
 
-	// Not checked yet, a running row is starting, whatever its container.
-	for _, id := range []string{live, gone, exited} {
-		if sb, err := c.Get(ctx, id); err != nil || sb.State != "starting" {
-			t.Fatalf("%s before its check: %v %v, want starting", id, sb.State, err)
+	// Not checked yet, a running row is listed as starting, whatever its
+	// container.
+	page, _, err := c.List(ctx, client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]string{}
+	for _, sb := range page {
+		listed[sb.ID] = sb.State
+	}
+	for id, want := range map[string]string{live: "starting", gone: "starting", exited: "starting", stopped: "stopped"} {
+		if listed[id] != want {
+			t.Fatalf("%s listed before its check as %q, want %s", id, listed[id], want)
 		}
 	}
-	if sb, err := c.Get(ctx, stopped); err != nil || sb.State != "stopped" {
-		t.Fatalf("stopped sandbox before its check: %v %v", sb.State, err)
-	}
 	// An exec checks its sandbox first: the live one answers and is
-	// running from then on; the one whose container is gone is not
-	// running, and is shown as the error it is.
+	// running from then on. A get checks it too: the one whose container
+	// is gone is the error it is, and not running.
 	if err := exec(live); err != nil {
 		t.Fatalf("exec in a live sandbox before its check: %v", err)
 	}
 	if sb, err := c.Get(ctx, live); err != nil || sb.State != "running" {
 		t.Fatalf("live sandbox after an exec: %v %v, want running", sb.State, err)
 	}
+	if sb, err := c.Get(ctx, gone); err != nil || sb.State != "error" || sb.StateReason != "removed" {
+		t.Fatalf("sandbox whose container is gone: %v %q %v, want error (removed)", sb.State, sb.StateReason, err)
+	}
 	if err := exec(gone); !isStatus(err, http.StatusConflict) {
 		t.Fatalf("exec in a sandbox whose container is gone: %v, want 409", err)
-	}
-	if sb, err := c.Get(ctx, gone); err != nil || sb.State != "error" || sb.StateReason != "removed" {
-		t.Fatalf("sandbox whose container is gone, after an exec: %v %q %v, want error (removed)", sb.State, sb.StateReason, err)
 	}
 	// The exited one is brought back (its exec may come before or after
 	// that) and then serves.

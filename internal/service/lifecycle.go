@@ -157,6 +157,15 @@ func (s *Service) present(sb sandpit.Sandbox) sandpit.Sandbox {
 // GetSandbox returns a sandbox by id.
 func (s *Service) GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
 	sb, err := s.sandbox(ctx, id)
+	if err == nil && s.isUnchecked(id) {
+		// One sandbox asked for by id is checked at once (an engine
+		// inspect) rather than shown as starting until the background
+		// checks reach it.
+		if err := s.ensureChecked(ctx, id); err != nil {
+			return sandpit.Sandbox{}, err
+		}
+		sb, err = s.sandbox(ctx, id)
+	}
 	return s.present(sb), err
 }
 
@@ -170,6 +179,12 @@ func (s *Service) GetSandboxByIDOrName(ctx context.Context, idOrName string) (sa
 		if err == nil && !visibleTo(principalOf(ctx), sb) {
 			return sandpit.Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", idOrName, sandpit.ErrNotFound)
 		}
+	}
+	if err == nil && s.isUnchecked(sb.ID) {
+		if err := s.ensureChecked(ctx, sb.ID); err != nil {
+			return sandpit.Sandbox{}, err
+		}
+		return s.GetSandbox(ctx, sb.ID)
 	}
 	return s.present(sb), err
 }

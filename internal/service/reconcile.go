@@ -254,6 +254,20 @@ func (s *Service) lock(ctx context.Context, id string) (func(), error) {
 	return unlock, nil
 }
 
+// ensureChecked checks a sandbox StartReconcile left unchecked, for a call
+// that is about to read or use it.
+func (s *Service) ensureChecked(ctx context.Context, id string) error {
+	if !s.isUnchecked(id) {
+		return nil
+	}
+	unlock, err := s.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	unlock()
+	return nil
+}
+
 func (s *Service) isUnchecked(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -457,6 +457,11 @@ func (s *Service) CreateOrAdopt(ctx context.Context, req CreateRequest) (sandpit
 	}
 	const rounds = 4
 	for range rounds {
+		// A row the previous process left says what it did, not what the
+		// engine holds: it is checked before the policy reads it.
+		if err := s.ensureChecked(ctx, req.ID); err != nil {
+			return sandpit.Sandbox{}, false, err
+		}
 		sb, err := s.store.GetSandbox(ctx, req.ID)
 		switch {
 		case errors.Is(err, sandpit.ErrNotFound):

@@ -385,11 +385,9 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 	if unchecked {
 		// A sandbox not yet checked since the restart may have lost its
 		// container or its firewall rules: its check comes first.
-		unlock, err := s.lock(ctx, id)
-		if err != nil {
+		if err := s.ensureChecked(ctx, id); err != nil {
 			return "", err
 		}
-		unlock()
 		return s.sandboxIP(ctx, id)
 	}
 	if leaving {
