@@ -184,7 +184,6 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 		return false, err
 	}
 	p.hits.Add(1)
-	p.wake()
 	sb.ContainerID = slot.ContainerID
 	p.mu.Lock()
 	ip := p.ips[slot.ID]

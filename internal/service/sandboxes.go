@@ -382,6 +382,11 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if adopted {
 		path = metrics.PathWarm
 		describe(ctx, "warm")
+		// The refill of the slot this create took starts once the create
+		// has answered: its store writes (the new slot's row first) share
+		// the one writer connection, and waking it at the adoption put
+		// them ahead of this create's own last write.
+		defer s.pool.wake()
 	} else {
 		describe(ctx, "cold")
 		if err := s.createCold(ctx, &sb, req); err != nil {
