@@ -55,6 +55,7 @@ func BenchmarkCreateServerTiming(b *testing.B) {
 			server := make([]time.Duration, 0, b.N)
 			client := make([]time.Duration, 0, b.N)
 			store := make([]time.Duration, 0, b.N)
+			agent := make([]time.Duration, 0, b.N)
 			var ids []string
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -74,6 +75,7 @@ func BenchmarkCreateServerTiming(b *testing.B) {
 				}
 				server = append(server, serverTotal(b, timing))
 				store = append(store, serverPhase(b, timing, "store"))
+				agent = append(agent, serverPhase(b, timing, "agent"))
 				ids = append(ids, sb.ID)
 				b.StopTimer()
 				if len(ids) >= 10 {
@@ -88,6 +90,7 @@ func BenchmarkCreateServerTiming(b *testing.B) {
 			harness.ReportPercentiles(b, "server", server)
 			harness.ReportPercentiles(b, "client", client)
 			harness.ReportPercentiles(b, "store", store)
+			harness.ReportPercentiles(b, "agent", agent)
 		})
 	}
 }
