@@ -48,7 +48,7 @@ type Options struct {
 type Builtin struct {
 	opts      Options
 	log       *slog.Logger
-	transport *http.Transport
+	transport *upstreamTransport
 
 	mu      sync.RWMutex
 	http    map[string]router.Route // "<id>:<port>"
@@ -72,11 +72,7 @@ func New(opts Options) *Builtin {
 	return &Builtin{
 		opts: opts,
 		log:  opts.Logger,
-		transport: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 32,
-			IdleConnTimeout:     90 * time.Second,
-		},
+		transport: newUpstreamTransport(),
 		http:    map[string]router.Route{},
 		any:     map[string]router.Route{},
 		domains: map[string]router.Route{},
