@@ -232,3 +232,24 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 }
 
 func (c *limitedConn) unlimit() { c.left = -1 }
+
+// bufferPool lends the reverse proxy its copy buffers, which it would
+// otherwise allocate, 32 KiB each, for every request.
+type bufferPool struct{ p sync.Pool }
+
+const copyBufferSize = 32 << 10
+
+func (bp *bufferPool) Get() []byte {
+	if b, ok := bp.p.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, copyBufferSize)
+}
+
+func (bp *bufferPool) Put(b []byte) {
+	if cap(b) != copyBufferSize {
+		return
+	}
+	b = b[:copyBufferSize]
+	bp.p.Put(&b)
+}
