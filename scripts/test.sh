@@ -47,37 +47,8 @@ for dir in test/e2b test/daytona test/ui; do
 	)
 done
 
-# test/ is one package of black-box tests that spend most of their time
-# waiting on the engine and on daemons they start; run alone it is the
-# longest step by far. Its tests run as two shards (alternate names, each
-# its own process with its own binary, daemons and labels) beside every
-# other package, so the three overlap on the two cores. Each writes its own
-# log, printed whole when it ends, so the output stays readable.
-step "go test -race -count=1 -timeout ${GO_TEST_TIMEOUT:-30m}: ./... except test/, and test/ in ${TEST_SHARDS:-2} shards, side by side"
-shards="${TEST_SHARDS:-2}"
-logs="$(mktemp -d)"
-mapfile -t black_box < <(grep -ho '^func Test[A-Za-z0-9_]*' test/*_test.go | cut -d' ' -f2 | grep -vx TestMain | sort -u)
-declare -a pids names
-go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-30m}" $(go list ./... | grep -vx 'github.com/sandpit-dev/sandpit/test') >"$logs/packages.log" 2>&1 &
-pids+=($!) names+=(packages)
-for ((s = 0; s < shards; s++)); do
-	sel=()
-	for ((i = s; i < ${#black_box[@]}; i += shards)); do sel+=("${black_box[i]}"); done
-	((${#sel[@]})) || continue
-	pattern="^($(IFS='|'; echo "${sel[*]}"))\$"
-	go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-30m}" -run "$pattern" ./test/ >"$logs/test-shard$s.log" 2>&1 &
-	pids+=($!) names+=("test-shard$s")
-done
-failed=0
-for i in "${!pids[@]}"; do
-	status=0
-	wait "${pids[i]}" || status=$?
-	step "go test: ${names[i]} (exit $status)"
-	cat "$logs/${names[i]}.log"
-	((status == 0)) || failed=1
-done
-rm -rf "$logs"
-((failed == 0)) || { echo "go test failed" >&2; exit 1; }
+step "go test -race -count=1 -timeout ${GO_TEST_TIMEOUT:-30m} ./..."
+go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-30m}" ./...
 
 # Every Go native fuzz target runs for a short fixed time beyond its seed
 # corpus (testdata/fuzz, which the plain test run above replays). A failure
