@@ -95,3 +95,59 @@ func BenchmarkDockerCreateStart(b *testing.B) {
 	b.StopTimer()
 	harness.ReportPercentiles(b, "", samples)
 }
+
+// BenchmarkColdCreateVsEngine puts the native cold create call (engine
+// create+start, store, agent readiness) beside the bare engine's
+// create+start of the same image, alternating the two in each iteration so
+// both see the same machine load; it reports both medians and their ratio
+// (ratio-p50, the figure issue 35 sets at 1.05 at most). Run with
+// -benchtime=30x for the figure over 30 sandboxes of each.
+func BenchmarkColdCreateVsEngine(b *testing.B) {
+	harness.RequireDocker(b)
+	d := harness.Start(b, sandpitBin, harness.Options{})
+	c := d.Client()
+	ctx := context.Background()
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	label := "bench-" + time.Now().Format("150405.000000")
+	b.Cleanup(func() { harness.RemoveLabelled(label) })
+	var engine, create []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		created, err := cli.ContainerCreate(ctx, &container.Config{
+			Image: "sandpit/base:test", Cmd: []string{"sleep", "3600"}, Labels: map[string]string{"sandpit.run": label},
+		}, nil, nil, nil, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		engine = append(engine, time.Since(start))
+		b.StopTimer()
+		if err := cli.ContainerRemove(ctx, created.ID, container.RemoveOptions{Force: true}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+
+		start = time.Now()
+		sb, err := c.Create(ctx, client.CreateRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		create = append(create, time.Since(start))
+		b.StopTimer()
+		if err := c.Delete(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	harness.ReportPercentiles(b, "engine", engine)
+	harness.ReportPercentiles(b, "create", create)
+	b.ReportMetric(float64(harness.Percentile(create, 0.5))/float64(harness.Percentile(engine, 0.5)), "ratio-p50")
+}

@@ -14,9 +14,14 @@ import (
 
 // serverTotal reads the "total" entry of a Server-Timing header.
 func serverTotal(b *testing.B, header string) time.Duration {
+	return serverPhase(b, header, "total")
+}
+
+// serverPhase is one named phase of a Server-Timing header.
+func serverPhase(b *testing.B, header, phase string) time.Duration {
 	for _, part := range strings.Split(header, ",") {
 		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if name != "total" {
+		if name != phase {
 			continue
 		}
 		ms, err := strconv.ParseFloat(strings.TrimPrefix(params, "dur="), 64)
@@ -25,7 +30,7 @@ func serverTotal(b *testing.B, header string) time.Duration {
 		}
 		return time.Duration(ms * float64(time.Millisecond))
 	}
-	b.Fatalf("Server-Timing %q has no total", header)
+	b.Fatalf("Server-Timing %q has no %s", header, phase)
 	return 0
 }
 
@@ -49,6 +54,8 @@ func BenchmarkCreateServerTiming(b *testing.B) {
 			}
 			server := make([]time.Duration, 0, b.N)
 			client := make([]time.Duration, 0, b.N)
+			store := make([]time.Duration, 0, b.N)
+			agent := make([]time.Duration, 0, b.N)
 			var ids []string
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -67,6 +74,8 @@ func BenchmarkCreateServerTiming(b *testing.B) {
 					b.Fatalf("create %d: Server-Timing %q, want warm=%v", i, timing, warm)
 				}
 				server = append(server, serverTotal(b, timing))
+				store = append(store, serverPhase(b, timing, "store"))
+				agent = append(agent, serverPhase(b, timing, "agent"))
 				ids = append(ids, sb.ID)
 				b.StopTimer()
 				if len(ids) >= 10 {
@@ -80,6 +89,8 @@ func BenchmarkCreateServerTiming(b *testing.B) {
 			b.StopTimer()
 			harness.ReportPercentiles(b, "server", server)
 			harness.ReportPercentiles(b, "client", client)
+			harness.ReportPercentiles(b, "store", store)
+			harness.ReportPercentiles(b, "agent", agent)
 		})
 	}
 }

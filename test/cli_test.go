@@ -180,7 +180,15 @@ func TestReconcileStopsContainerOfStoppedSandbox(t *testing.T) {
 		t.Fatalf("docker start: %v %s", err, out)
 	}
 	d.Restart(nil)
-	out, err := run(ctx, t, "docker", "inspect", "-f", "{{.State.Running}}", "sandpit-"+sb.ID)
+	// Reconcile checks sandboxes behind the API, so the container stops
+	// shortly after the daemon answers.
+	var out string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		out, err = run(ctx, t, "docker", "inspect", "-f", "{{.State.Running}}", "sandpit-"+sb.ID)
+		if err == nil && strings.TrimSpace(out) == "false" || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || strings.TrimSpace(out) != "false" {
 		t.Fatalf("container running = %q %v, want false", out, err)
 	}

@@ -151,3 +151,96 @@ func TestRestartManyCrashed(t *testing.T) {
 	t.Logf("%d crashed sandboxes: /health after %s, all running after %s", n, health.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 	d.CheckConsistent(t)
 }
+
+// TestCallsBeforeReconcileChecks: after a restart the daemon serves before
+// reconcile has checked each sandbox against the engine. Here the engine's
+// container listing, which the background checks start from, hangs, so no
+// sandbox is checked in the background while the calls below run; each call
+// that needs a sandbox must check it first, and no answer may contradict
+// what the engine holds.
+func TestCallsBeforeReconcileChecks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	proxy := harness.NewEngineProxy(t)
+	d := harness.Start(t, sandpitBin, harness.Options{
+		Env:  []string{"DOCKER_HOST=" + proxy.Host},
+		Args: []string{"--engine-timeout", "4m"},
+	})
+	c := d.Client()
+	live := newSandbox(t, ctx, c)
+	gone := newSandbox(t, ctx, c)
+	exited := newSandbox(t, ctx, c)
+	stopped := newSandbox(t, ctx, c)
+	if _, err := c.Stop(ctx, stopped); err != nil {
+		t.Fatal(err)
+	}
+	d.Kill()
+	docker(t, "rm", "-f", "sandpit-"+gone)
+	docker(t, "kill", "sandpit-"+exited)
+
+	proxy.Hold("/containers/json")
+	d.Restart(nil) // returns once /health answers
+	exec := func(id string) error {
+		res, err := c.Exec(ctx, id, client.ExecRequest{Cmd: "true"})
+		if err == nil && res.ExitCode != 0 {
+			t.Fatalf("exec in %s: exit %d", id, res.ExitCode)
+		}
+		return err
+	}
+
+	// Not checked yet, a running row is listed as starting, whatever its
+	// container.
+	page, _, err := c.List(ctx, client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]string{}
+	for _, sb := range page {
+		listed[sb.ID] = sb.State
+	}
+	for id, want := range map[string]string{live: "starting", gone: "starting", exited: "starting", stopped: "stopped"} {
+		if listed[id] != want {
+			t.Fatalf("%s listed before its check as %q, want %s", id, listed[id], want)
+		}
+	}
+	// An exec checks its sandbox first: the live one answers and is
+	// running from then on. A get checks it too: the one whose container
+	// is gone is the error it is, and not running.
+	if err := exec(live); err != nil {
+		t.Fatalf("exec in a live sandbox before its check: %v", err)
+	}
+	if sb, err := c.Get(ctx, live); err != nil || sb.State != "running" {
+		t.Fatalf("live sandbox after an exec: %v %v, want running", sb.State, err)
+	}
+	if sb, err := c.Get(ctx, gone); err != nil || sb.State != "error" || sb.StateReason != "removed" {
+		t.Fatalf("sandbox whose container is gone: %v %q %v, want error (removed)", sb.State, sb.StateReason, err)
+	}
+	if err := exec(gone); !isStatus(err, http.StatusConflict) {
+		t.Fatalf("exec in a sandbox whose container is gone: %v, want 409", err)
+	}
+	// The exited one is brought back (its exec may come before or after
+	// that) and then serves.
+	_ = exec(exited)
+	wantState(t, ctx, c, exited, "running", "")
+	if err := exec(exited); err != nil {
+		t.Fatalf("exec in a restarted sandbox: %v", err)
+	}
+	// A stopped sandbox starts as usual; a new sandbox is made as usual.
+	if _, err := c.Start(ctx, stopped); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec(stopped); err != nil {
+		t.Fatalf("exec in a started sandbox: %v", err)
+	}
+	if err := exec(newSandbox(t, ctx, c)); err != nil {
+		t.Fatalf("exec in a sandbox made before the checks ended: %v", err)
+	}
+	// The listing answers; the checks run and find nothing left to do.
+	proxy.Release()
+	d.CheckConsistent(t)
+	for id, want := range map[string]string{live: "running", gone: "error", exited: "running", stopped: "running"} {
+		if sb, err := c.Get(ctx, id); err != nil || sb.State != want {
+			t.Fatalf("%s after the checks: %v %v, want %s", id, sb.State, err, want)
+		}
+	}
+}

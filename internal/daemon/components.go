@@ -534,10 +534,17 @@ func (d *daemon) reconcile(ctx context.Context) error {
 		}
 		cancel()
 	}
-	// Reconcile fixes what it can at once and brings back stopped-by-crash
-	// sandboxes in the background, so the API serves meanwhile.
-	if err := svc.Reconcile(d.bg); err != nil {
+	// The per-sandbox checks run behind the API, which serves at once: a
+	// sandbox not checked yet shows as starting, and a call that needs it
+	// checks it first. Caddy's route sync and the cluster's reconcile work
+	// from the checked store, so with either the start waits for the checks.
+	if err := svc.StartReconcile(d.bg); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
+	}
+	if d.edg.caddy != nil || cl != nil {
+		if err := svc.WaitChecked(ctx); err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
 	}
 	if d.edg.caddy != nil {
 		// Routes the store no longer knows (removed while sandpit was

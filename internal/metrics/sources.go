@@ -91,8 +91,23 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 // StatusOf serves r with next and returns the status code it answered,
 // keeping the writer's optional interfaces (Flusher, Hijacker) so streams
 // and WebSocket upgrades pass through.
+//
+// Only the status is watched: CaptureMetrics would also time the request
+// and count its bytes, work the preview proxy does on every request for
+// figures no one reads.
 func StatusOf(next http.Handler, w http.ResponseWriter, r *http.Request) int {
-	return httpsnoop.CaptureMetrics(next, w, r).Code
+	code, written := http.StatusOK, false
+	next.ServeHTTP(httpsnoop.Wrap(w, httpsnoop.Hooks{
+		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
+			return func(c int) {
+				if !written {
+					code, written = c, true
+				}
+				next(c)
+			}
+		},
+	}), r)
+	return code
 }
 
 func codeLabel(code int) string { return strconv.Itoa(code) }

@@ -311,7 +311,7 @@ func (c *replicated) dropStale(ctx context.Context) error {
 // id, name and hostnames alone: they belong to the copy the index names, or
 // were freed already.
 func (s *Service) dropLocal(ctx context.Context, id string) error {
-	unlock, err := s.locks.lock(ctx, id)
+	unlock, err := s.lock(ctx, id)
 	if err != nil {
 		return err
 	}

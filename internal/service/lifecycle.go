@@ -139,13 +139,14 @@ func nonNil(m map[string]string) map[string]string {
 }
 
 // present overlays what only this process knows on a stored row: a running
-// sandbox still being brought back after a restart shows as starting.
+// sandbox still being brought back after a restart, or not yet checked
+// against its container since the restart, shows as starting.
 func (s *Service) present(sb sandpit.Sandbox) sandpit.Sandbox {
 	if sb.State != sandpit.StateRunning {
 		return sb
 	}
 	s.mu.Lock()
-	starting := s.starting[sb.ID]
+	starting := s.starting[sb.ID] || s.unchecked[sb.ID]
 	s.mu.Unlock()
 	if starting {
 		sb.State = sandpit.StateStarting
@@ -156,6 +157,15 @@ func (s *Service) present(sb sandpit.Sandbox) sandpit.Sandbox {
 // GetSandbox returns a sandbox by id.
 func (s *Service) GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
 	sb, err := s.sandbox(ctx, id)
+	if err == nil && s.isUnchecked(id) {
+		// One sandbox asked for by id is checked at once (an engine
+		// inspect) rather than shown as starting until the background
+		// checks reach it.
+		if err := s.ensureChecked(ctx, id); err != nil {
+			return sandpit.Sandbox{}, err
+		}
+		sb, err = s.sandbox(ctx, id)
+	}
 	return s.present(sb), err
 }
 
@@ -169,6 +179,12 @@ func (s *Service) GetSandboxByIDOrName(ctx context.Context, idOrName string) (sa
 		if err == nil && !visibleTo(principalOf(ctx), sb) {
 			return sandpit.Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", idOrName, sandpit.ErrNotFound)
 		}
+	}
+	if err == nil && s.isUnchecked(sb.ID) {
+		if err := s.ensureChecked(ctx, sb.ID); err != nil {
+			return sandpit.Sandbox{}, err
+		}
+		return s.GetSandbox(ctx, sb.ID)
 	}
 	return s.present(sb), err
 }
@@ -223,7 +239,7 @@ func (s *Service) deleteSandbox(ctx context.Context, id string, typ EventType) e
 	if _, err := s.sandbox(ctx, id); err != nil {
 		return err
 	}
-	unlock, err := s.locks.lock(ctx, id)
+	unlock, err := s.lock(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -268,7 +284,7 @@ func (s *Service) teardown(ctx context.Context, sb sandpit.Sandbox) error {
 // lockRow takes a sandbox's lock and reads its row under it; the caller
 // releases the lock with the returned function, and only on success.
 func (s *Service) lockRow(ctx context.Context, id string) (sandpit.Sandbox, func(), error) {
-	unlock, err := s.locks.lock(ctx, id)
+	unlock, err := s.lock(ctx, id)
 	if err != nil {
 		return sandpit.Sandbox{}, nil, err
 	}
@@ -288,6 +304,12 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (_ sandpit.Sandbox
 		return sb, err
 	}
 	defer unlock()
+	return s.stopLocked(ctx, sb)
+}
+
+// stopLocked is StopSandbox under the sandbox's lock.
+func (s *Service) stopLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit.Sandbox, error) {
+	id := sb.ID
 	switch sb.State {
 	case sandpit.StateStopped:
 		return sb, nil

@@ -164,7 +164,9 @@ func newSlotID() string {
 // with it).
 func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req CreateRequest) (bool, error) {
 	p := s.pool
-	if p == nil {
+	// Until reconcile's checks end, the slots the previous process left
+	// are not known to have containers: creates go cold meanwhile.
+	if p == nil || !s.checksDone() {
 		return false, nil
 	}
 	key := p.key(sb.Image, req.User)
@@ -182,7 +184,6 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 		return false, err
 	}
 	p.hits.Add(1)
-	p.wake()
 	sb.ContainerID = slot.ContainerID
 	p.mu.Lock()
 	ip := p.ips[slot.ID]
@@ -367,6 +368,12 @@ func (s *Service) poolStatus(ctx context.Context) (PoolStatus, error) {
 // hit and miss counts when they change, at most every 10 s.
 func (s *Service) RunPool(ctx context.Context) {
 	if s.pool == nil {
+		return
+	}
+	// Reconcile's checks keep or remove the slots the previous process
+	// left; refills start after them, or a new slot could be taken for a
+	// stale one.
+	if err := s.WaitChecked(ctx); err != nil {
 		return
 	}
 	var wg sync.WaitGroup

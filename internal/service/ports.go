@@ -242,7 +242,7 @@ func (s *Service) UnexposePort(ctx context.Context, id string, port int) (err er
 		return err
 	}
 	defer func() { s.audit(ctx, "port.unexpose", id+":"+strconv.Itoa(port), err) }()
-	unlock, err := s.locks.lock(ctx, id)
+	unlock, err := s.lock(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -420,7 +420,7 @@ func (s *Service) RemoveCustomDomain(ctx context.Context, id, hostname string) (
 		return err
 	}
 	defer func() { s.audit(ctx, "domain.remove", id+":"+h, err) }()
-	unlock, err := s.locks.lock(ctx, id)
+	unlock, err := s.lock(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -17,97 +17,330 @@ import (
 // make every one of them slower.
 const defaultRestartParallel = 8
 
-// Reconcile makes the store and the engine agree after a restart. It decides
-// what each sandbox needs from one engine listing and the store, does the
-// quick fixes itself and returns; sandboxes whose containers must be started
-// again come back in the background, RestartParallel at a time, and show as
-// starting meanwhile, so the API serves at once. One sandbox's failure is
-// logged and skipped: it never stops the others or the daemon.
+// Reconcile makes the store and the engine agree after a restart and
+// returns once every sandbox has been checked (StartReconcile, then
+// WaitChecked); sandboxes whose containers must be started again still come
+// back in the background.
+func (s *Service) Reconcile(ctx context.Context) error {
+	if err := s.StartReconcile(ctx); err != nil {
+		return err
+	}
+	return s.WaitChecked(ctx)
+}
+
+// StartReconcile begins making the store and the engine agree after a
+// restart and returns without waiting for the engine, so the API serves at
+// once whatever the number of sandboxes. Every row the previous process left
+// is unchecked until its check ran: in the background (checkParallel at a
+// time, from one engine listing), or first thing under the sandbox's lock
+// when a call needs it sooner (then from an inspect of its container). An
+// unchecked running sandbox shows as starting and no call acts on it before
+// its check, so nothing is answered from a row the engine may contradict.
+// One sandbox's failure is logged and skipped: it never stops the others or
+// the daemon.
+//
+// The check of one sandbox:
 //
 //   - a row left in creating (its create died with the previous process) is
 //     unwound; a row left in deleting is deleted;
-//   - a managed container the store does not know is removed;
 //   - a row whose container is gone is marked error;
 //   - stopped row, running container: the container is stopped;
 //   - running row, paused container: the row becomes paused;
 //   - paused row, exited container: the row becomes stopped (exited);
-//   - running row, exited container: the container is started again.
+//   - running row, exited container: the container is started again, in
+//     the background, RestartParallel at a time, showing as starting;
+//   - a sandbox whose container runs (or is frozen) gets its firewall rules
+//     asserted again, failing closed, and a running one its routes.
 //
-// Then every running sandbox's routes are installed again.
-func (s *Service) Reconcile(ctx context.Context) error {
-	containers, err := s.rt.List(ctx, s.ownLabels())
-	if err != nil {
-		return runtimeErr("list containers", err)
-	}
-	// Free pooled containers are kept or removed here; adopted ones come
-	// back under their sandbox's id.
-	if containers, err = s.reconcilePool(ctx, containers); err != nil {
-		return err
-	}
-	byID := map[string]driver.Container{}
-	for _, c := range containers {
-		byID[c.SandboxID] = c
-	}
+// After the checks a managed container the store does not know is removed.
+func (s *Service) StartReconcile(ctx context.Context) error {
 	all, err := s.allSandboxes(ctx, nil)
 	if err != nil {
 		return err
 	}
-	known := map[string]bool{}
-	var restart []sandpit.Sandbox
+	// Firewall rules are durable intent like routes. Those of sandboxes
+	// that cannot be running go now, before anything is served (so no
+	// create of this run can lose its rules to the prune); those of the
+	// others stay until their check decides.
+	keep := map[string]bool{}
+	done := make(chan struct{})
+	s.mu.Lock()
 	for _, sb := range all {
-		known[sb.ID] = true
-		c, exists := byID[sb.ID]
-		again, err := s.reconcileOne(ctx, sb, c, exists)
-		if err != nil {
-			s.log.Error("reconcile: skipping sandbox", "sandbox", sb.ID, "err", err)
-			continue
-		}
-		if again {
-			restart = append(restart, sb)
+		s.unchecked[sb.ID] = true
+		if sb.State == sandpit.StateRunning || sb.State == sandpit.StatePaused {
+			keep[sb.ID] = true
 		}
 	}
-	for id, c := range byID {
-		if !known[id] {
-			s.log.Warn("reconcile: removing orphan container", "container", c.ID, "sandbox", id)
-			if err := s.rt.Remove(ctx, c.ID); err != nil {
+	s.checked = done
+	s.reconcileCtx = ctx
+	s.mu.Unlock()
+	s.pruneFirewall(ctx, keep)
+	s.background(func() {
+		defer close(done)
+		s.checkAll(ctx, all)
+	})
+	return nil
+}
+
+// WaitChecked waits until every sandbox StartReconcile left unchecked has
+// been checked, or ctx ends.
+func (s *Service) WaitChecked(ctx context.Context) error {
+	s.mu.Lock()
+	done := s.checked
+	s.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// checksDone reports whether the checks StartReconcile began have ended.
+func (s *Service) checksDone() bool {
+	s.mu.Lock()
+	done := s.checked
+	s.mu.Unlock()
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// checkParallel bounds how many sandboxes the background checks handle at
+// once: each costs engine and firewall calls, which the engine serialises
+// anyway, and calls arriving meanwhile need their share.
+const checkParallel = 4
+
+// checkAll checks the given sandboxes from one engine listing, then removes
+// the containers no row knows, then restarts those whose containers must
+// run again.
+func (s *Service) checkAll(ctx context.Context, all []sandpit.Sandbox) {
+	lookup := s.inspectContainer
+	containers, err := s.rt.List(ctx, s.ownLabels())
+	if err == nil {
+		// Free pooled containers are kept or removed here; adopted ones
+		// come back under their sandbox's id.
+		containers, err = s.reconcilePool(ctx, containers)
+	}
+	if err != nil {
+		// Each sandbox is then inspected on its own.
+		s.log.Error("reconcile: list containers", "err", runtimeErr("list containers", err))
+		containers = nil
+	} else {
+		byID := map[string]driver.Container{}
+		for _, c := range containers {
+			byID[c.SandboxID] = c
+		}
+		lookup = func(_ context.Context, sb sandpit.Sandbox) (driver.Container, bool, error) {
+			c, ok := byID[sb.ID]
+			return c, ok, nil
+		}
+	}
+	var (
+		mu      sync.Mutex
+		restart []string
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, checkParallel)
+	)
+	for _, sb := range all {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			unlock, err := s.locks.lock(ctx, sb.ID)
+			if err != nil {
+				return
+			}
+			again, err := s.checkLocked(ctx, sb.ID, lookup)
+			unlock()
+			if err != nil {
+				s.log.Error("reconcile: check sandbox", "sandbox", sb.ID, "err", err)
+			}
+			if again {
+				mu.Lock()
+				restart = append(restart, sb.ID)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if containers != nil {
+		s.removeOrphans(ctx, containers)
+	}
+	s.restartAll(ctx, restart)
+}
+
+// removeOrphans removes the listed managed containers no row knows. The
+// rows are read after the listing: a create of this run inserts its row
+// before it makes its container, so a container it made is never taken for
+// an orphan.
+func (s *Service) removeOrphans(ctx context.Context, containers []driver.Container) {
+	rows, err := s.allSandboxes(ctx, nil)
+	if err != nil {
+		s.log.Error("reconcile: orphans", "err", err)
+		return
+	}
+	known := map[string]bool{}
+	for _, sb := range rows {
+		known[sb.ID] = true
+	}
+	for _, c := range containers {
+		if !known[c.SandboxID] {
+			s.log.Warn("reconcile: removing orphan container", "container", c.ID, "sandbox", c.SandboxID)
+			if err := s.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, driver.ErrNotFound) {
 				s.log.Error("reconcile: remove orphan container", "container", c.ID, "err", err)
 			}
 		}
 	}
+}
+
+// containerLookup finds a sandbox's container: found is false when the
+// engine has none.
+type containerLookup func(ctx context.Context, sb sandpit.Sandbox) (c driver.Container, found bool, err error)
+
+func (s *Service) inspectContainer(ctx context.Context, sb sandpit.Sandbox) (driver.Container, bool, error) {
+	c, err := s.rt.Inspect(ctx, sb.ContainerID)
+	if errors.Is(err, driver.ErrNotFound) {
+		return c, false, nil
+	}
+	if err != nil {
+		return c, false, runtimeErr("inspect "+sb.ID, err)
+	}
+	return c, true, nil
+}
+
+// lock takes a sandbox's lock for an operation, checking the sandbox first
+// if StartReconcile left it unchecked; when that check cannot be made (the
+// engine fails), the lock is released and the error returned, so no
+// operation acts on an unchecked sandbox.
+func (s *Service) lock(ctx context.Context, id string) (func(), error) {
+	unlock, err := s.locks.lock(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
-	for _, sb := range restart {
-		s.starting[sb.ID] = true
-	}
+	unchecked := s.unchecked[id]
 	s.mu.Unlock()
-	// Firewall rules are durable intent like routes: every sandbox whose
-	// container runs (or is frozen) gets its rules asserted again, failing
-	// closed, and the rules of every other sandbox go.
-	confined := map[string]bool{}
-	for _, sb := range all {
-		c, ok := byID[sb.ID]
-		if !ok || c.IP == "" || (c.State != "running" && c.State != "paused") {
-			continue
-		}
-		if err := s.applyFirewall(ctx, sb, c.IP); err != nil {
-			s.log.Error("reconcile: firewall; stopping the sandbox", "sandbox", sb.ID, "err", err)
-			if _, err := s.StopSandbox(ctx, sb.ID); err != nil {
-				s.log.Error("reconcile: stop unconfined sandbox", "sandbox", sb.ID, "err", err)
-			}
-			continue
-		}
-		confined[sb.ID] = true
-		if sb.State == sandpit.StateRunning && c.State == "running" {
-			if err := s.installRoutes(ctx, sb.ID, c.IP); err != nil {
-				s.log.Error("reconcile: install routes", "sandbox", sb.ID, "err", err)
-			}
-		}
+	if !unchecked {
+		return unlock, nil
 	}
-	for _, sb := range restart {
-		confined[sb.ID] = true // its start asserts the rules again
+	again, err := s.checkLocked(ctx, id, s.inspectContainer)
+	if err != nil && s.isUnchecked(id) {
+		unlock()
+		return nil, err
 	}
-	s.pruneFirewall(ctx, confined)
-	s.background(func() { s.restartAll(ctx, restart) })
+	if err != nil {
+		s.log.Error("reconcile: check sandbox", "sandbox", id, "err", err)
+	}
+	if again {
+		// The restart needs the lock this call holds: it runs behind it,
+		// as the background restarts do, and the sandbox shows as
+		// starting meanwhile.
+		s.mu.Lock()
+		rctx := s.reconcileCtx
+		s.mu.Unlock()
+		s.background(func() { s.restartAll(rctx, []string{id}) })
+	}
+	return unlock, nil
+}
+
+// ensureChecked checks a sandbox StartReconcile left unchecked, for a call
+// that is about to read or use it.
+func (s *Service) ensureChecked(ctx context.Context, id string) error {
+	if !s.isUnchecked(id) {
+		return nil
+	}
+	unlock, err := s.lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	unlock()
 	return nil
+}
+
+func (s *Service) isUnchecked(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unchecked[id]
+}
+
+// checkLocked checks one sandbox under its lock (see StartReconcile) and
+// reports whether its container must be started again; the sandbox is then
+// marked starting. A sandbox already checked is left alone. The sandbox
+// stays unchecked only when its container could not be looked up; any other
+// failure is logged by the caller and the sandbox counts as checked, as a
+// reconcile always skipped a sandbox it could not fix.
+func (s *Service) checkLocked(ctx context.Context, id string, lookup containerLookup) (restart bool, err error) {
+	if !s.isUnchecked(id) {
+		return false, nil
+	}
+	checked := func(starting bool) {
+		s.mu.Lock()
+		delete(s.unchecked, id)
+		if starting {
+			s.starting[id] = true
+		}
+		s.mu.Unlock()
+	}
+	sb, err := s.store.GetSandbox(ctx, id)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		checked(false)
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	c, exists, err := lookup(ctx, sb)
+	if err != nil {
+		return false, err
+	}
+	// Nothing changes an unchecked row but its check, so its state is the
+	// one StartReconcile saw: running or paused rows kept their rules.
+	kept := sb.State == sandpit.StateRunning || sb.State == sandpit.StatePaused
+	again, err := s.reconcileOne(ctx, sb, c, exists)
+	if again {
+		checked(true)
+		return true, nil
+	}
+	defer checked(false)
+	if err != nil {
+		return false, err
+	}
+	live := exists && c.IP != "" && (c.State == "running" || c.State == "paused") &&
+		(sb.State == sandpit.StateRunning || sb.State == sandpit.StatePaused)
+	if !live {
+		if kept {
+			s.removeFirewall(ctx, id)
+		}
+		return false, nil
+	}
+	if err := s.applyFirewall(ctx, sb, c.IP); err != nil {
+		s.log.Error("reconcile: firewall; stopping the sandbox", "sandbox", id, "err", err)
+		cur, gerr := s.store.GetSandbox(ctx, id)
+		if gerr != nil {
+			return false, gerr
+		}
+		if _, err := s.stopLocked(ctx, cur); err != nil && !errors.Is(err, ErrDeletedOnStop) {
+			return false, fmt.Errorf("stop unconfined sandbox: %w", err)
+		}
+		return false, nil
+	}
+	if c.State == "running" {
+		if err := s.installRoutes(ctx, id, c.IP); err != nil {
+			s.log.Error("reconcile: install routes", "sandbox", id, "err", err)
+		}
+	}
+	return false, nil
 }
 
 // background runs fn on its own goroutine, tracked by Wait.
@@ -124,14 +357,9 @@ func (s *Service) background(fn func()) {
 // and before it closes the store.
 func (s *Service) Wait() { s.bg.Wait() }
 
-// reconcileOne fixes one sandbox under its lock and reports whether its
+// reconcileOne fixes one sandbox (its lock held) and reports whether its
 // container needs starting again.
 func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver.Container, exists bool) (restart bool, err error) {
-	unlock, err := s.locks.lock(ctx, sb.ID)
-	if err != nil {
-		return false, err
-	}
-	defer unlock()
 	switch {
 	case sb.State == sandpit.StateCreating:
 		s.log.Warn("reconcile: unwinding interrupted create", "sandbox", sb.ID)
@@ -175,22 +403,22 @@ func (s *Service) reconciled(ctx context.Context, typ EventType, sb sandpit.Sand
 
 // restartAll starts the given sandboxes' containers again, a bounded number
 // at a time.
-func (s *Service) restartAll(ctx context.Context, list []sandpit.Sandbox) {
+func (s *Service) restartAll(ctx context.Context, list []string) {
 	n := s.cfg.RestartParallel
 	if n <= 0 {
 		n = defaultRestartParallel
 	}
 	sem := make(chan struct{}, n)
 	var wg sync.WaitGroup
-	for _, sb := range list {
+	for _, id := range list {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			s.restartOne(ctx, sb.ID)
+			s.restartOne(ctx, id)
 			s.mu.Lock()
-			delete(s.starting, sb.ID)
+			delete(s.starting, id)
 			s.mu.Unlock()
 		}()
 	}
@@ -263,6 +491,11 @@ func (s *Service) allSandboxes(ctx context.Context, states []sandpit.State) ([]s
 // engine call failed. A row whose lock is held belongs to an operation still
 // running and is left alone.
 func (s *Service) Janitor(ctx context.Context) int {
+	// Until reconcile's checks end, they do this work, and a container
+	// not listed yet may belong to a row they have not read.
+	if !s.checksDone() {
+		return 0
+	}
 	rows, err := s.allSandboxes(ctx, []sandpit.State{sandpit.StateCreating, sandpit.StateDeleting})
 	if err != nil {
 		s.log.Error("janitor: list", "err", err)

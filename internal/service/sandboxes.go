@@ -311,7 +311,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	// The id's lock is held for the whole create, so a delete, stop or
 	// expose of the same id waits for the create to finish or unwind rather
 	// than racing its steps.
-	unlock, err := s.locks.lock(ctx, id)
+	unlock, err := s.lock(ctx, id)
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}
@@ -382,6 +382,11 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if adopted {
 		path = metrics.PathWarm
 		describe(ctx, "warm")
+		// The refill of the slot this create took starts once the create
+		// has answered: its store writes (the new slot's row first) share
+		// the one writer connection, and waking it at the adoption put
+		// them ahead of this create's own last write.
+		defer s.pool.wake()
 	} else {
 		describe(ctx, "cold")
 		if err := s.createCold(ctx, &sb, req); err != nil {
@@ -457,6 +462,11 @@ func (s *Service) CreateOrAdopt(ctx context.Context, req CreateRequest) (sandpit
 	}
 	const rounds = 4
 	for range rounds {
+		// A row the previous process left says what it did, not what the
+		// engine holds: it is checked before the policy reads it.
+		if err := s.ensureChecked(ctx, req.ID); err != nil {
+			return sandpit.Sandbox{}, false, err
+		}
 		sb, err := s.store.GetSandbox(ctx, req.ID)
 		switch {
 		case errors.Is(err, sandpit.ErrNotFound):

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"net"
 	"path/filepath"
 	"sync"
@@ -20,6 +21,7 @@ type EngineProxy struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	paused bool
+	hold   []byte // requests whose bytes contain it wait (see Hold)
 	conns  map[net.Conn]struct{}
 }
 
@@ -54,6 +56,35 @@ func (p *EngineProxy) Resume() {
 	p.mu.Unlock()
 }
 
+// Hold makes the engine stop answering one kind of request: a request
+// whose bytes (request line, headers) contain substr, such as
+// "/containers/json" for the container listing, waits until Release; the
+// others pass. It stands for an engine whose listing hangs (thousands of
+// containers, a stuck container holding the engine's lock on them).
+func (p *EngineProxy) Hold(substr string) {
+	p.mu.Lock()
+	p.hold = []byte(substr)
+	p.mu.Unlock()
+}
+
+// Release lets the held requests through.
+func (p *EngineProxy) Release() {
+	p.mu.Lock()
+	p.hold = nil
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// gateRequest blocks while the proxy is paused, or while chunk (bytes
+// from the client) holds a request Hold names.
+func (p *EngineProxy) gateRequest(chunk []byte) {
+	p.mu.Lock()
+	for p.paused || (p.hold != nil && bytes.Contains(chunk, p.hold)) {
+		p.cond.Wait()
+	}
+	p.mu.Unlock()
+}
+
 // gate blocks while the proxy is paused.
 func (p *EngineProxy) gate() {
 	p.mu.Lock()
@@ -65,6 +96,7 @@ func (p *EngineProxy) gate() {
 
 func (p *EngineProxy) close() {
 	p.ln.Close()
+	p.Release()
 	p.Resume()
 	p.mu.Lock()
 	for c := range p.conns {
@@ -105,7 +137,11 @@ func (p *EngineProxy) splice(c net.Conn) {
 		for {
 			n, err := src.Read(buf)
 			if n > 0 {
-				p.gate()
+				if src == c {
+					p.gateRequest(buf[:n])
+				} else {
+					p.gate()
+				}
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					break
 				}

@@ -192,6 +192,10 @@ type Daemon struct {
 	Network string
 	// portArgs are the flags Options.PortArgs gave the last start attempt.
 	portArgs []string
+	// StartedIn is how long the last start took from the process's start
+	// to the first /health answer (within the few milliseconds the wait
+	// polls at).
+	StartedIn time.Duration
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -364,7 +368,9 @@ func (d *Daemon) start(env []string) error {
 	d.mu.Lock()
 	d.cmd, d.done = cmd, done
 	d.mu.Unlock()
+	began := time.Now()
 	err := waitHTTP("http://"+d.Addr+"/health", done, 60*time.Second)
+	d.StartedIn = time.Since(began)
 	switch {
 	case errors.Is(err, errExited) && strings.Contains(d.Logs(), "address already in use"):
 		return fmt.Errorf("%w:\n%s", errPortTaken, d.Logs())

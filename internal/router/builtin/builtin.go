@@ -48,7 +48,8 @@ type Options struct {
 type Builtin struct {
 	opts      Options
 	log       *slog.Logger
-	transport *http.Transport
+	transport *upstreamTransport
+	buffers   *bufferPool
 
 	mu      sync.RWMutex
 	http    map[string]router.Route // "<id>:<port>"
@@ -70,17 +71,14 @@ func New(opts Options) *Builtin {
 		opts.Logger = slog.Default()
 	}
 	return &Builtin{
-		opts: opts,
-		log:  opts.Logger,
-		transport: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 32,
-			IdleConnTimeout:     90 * time.Second,
-		},
-		http:    map[string]router.Route{},
-		any:     map[string]router.Route{},
-		domains: map[string]router.Route{},
-		tcp:     map[int]*forwarder{},
+		opts:      opts,
+		log:       opts.Logger,
+		transport: newUpstreamTransport(),
+		buffers:   &bufferPool{},
+		http:      map[string]router.Route{},
+		any:       map[string]router.Route{},
+		domains:   map[string]router.Route{},
+		tcp:       map[int]*forwarder{},
 	}
 }
 
@@ -304,6 +302,7 @@ func (b *Builtin) Handler() http.Handler {
 		_ = http.NewResponseController(w).EnableFullDuplex()
 		rp := &httputil.ReverseProxy{
 			Transport:     b.transport,
+			BufferPool:    b.buffers,
 			FlushInterval: -1,
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				pr.SetURL(&url.URL{Scheme: "http", Host: rt.Upstream})
