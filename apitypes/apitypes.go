@@ -30,7 +30,10 @@ type Sandbox struct {
 
 // CreateRequest is the body of POST /v1/sandboxes.
 type CreateRequest struct {
-	Image    string            `json:"image,omitempty"`
+	Image string `json:"image,omitempty"`
+	// Template names a template of the caller's (by name, name:tag or id)
+	// or one of the daemon's; image wins over it.
+	Template string            `json:"template,omitempty"`
 	Name     string            `json:"name,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`

@@ -500,6 +500,15 @@ func (d *daemon) newService(context.Context) error {
 		Metrics:              d.mets,
 
 		PoolRefillConcurrency: cfg.PoolRefillConcurrency,
+
+		Images:            d.dk,
+		TemplateDir:       filepath.Join(cfg.DataDir, "templates"),
+		Registry:          cfg.Registry,
+		BuildTimeout:      cfg.BuildTimeout,
+		MaxContextBytes:   cfg.MaxBuildContextMB << 20,
+		MaxBuilds:         cfg.MaxBuilds,
+		MaxBuildsPerOwner: cfg.MaxBuildsPerOwner,
+		ReadyTimeout:      cfg.ReadyTimeout,
 	}, d.st, d.mets.Driver(d.rt), d.edg.Router)
 	d.auth = api.NewAuth(d.svc, d.token)
 	watchSources(d.mets, d.st, d.edg.Router, d.svc)
@@ -538,6 +547,9 @@ func (d *daemon) reconcile(ctx context.Context) error {
 	// sandbox not checked yet shows as starting, and a call that needs it
 	// checks it first. Caddy's route sync and the cluster's reconcile work
 	// from the checked store, so with either the start waits for the checks.
+	if err := svc.RecoverBuilds(d.bg); err != nil {
+		return fmt.Errorf("reconcile template builds: %w", err)
+	}
 	if err := svc.StartReconcile(d.bg); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}

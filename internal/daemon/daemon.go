@@ -102,6 +102,14 @@ type Config struct {
 	DiskMB               int64 // writable-layer limit, where the engine enforces it
 	MaxSandboxes         int
 	MaxConcurrentCreates int
+	// Template builds (see service.Config): the registry images go
+	// through, and the limits of builds.
+	Registry          string
+	BuildTimeout      time.Duration
+	MaxBuildContextMB int64
+	MaxBuilds         int
+	MaxBuildsPerOwner int
+	ReadyTimeout      time.Duration
 	// AllowImages are glob patterns of images non-admin owners may run
 	// besides the templates' and the default image (--allow-image).
 	AllowImages []string

@@ -49,6 +49,9 @@ type Metrics struct {
 	proxy          *prometheus.CounterVec
 	engineSeconds  *prometheus.HistogramVec
 	engineErrors   *prometheus.CounterVec
+	builds         *prometheus.CounterVec
+	buildSeconds   *prometheus.HistogramVec
+	buildsRunning  prometheus.Gauge
 	createScopes   map[string]bool
 	scrapeDeadline time.Duration
 }
@@ -86,6 +89,19 @@ func New(createScopes ...string) *Metrics {
 			Name: "sandpit_engine_call_errors_total",
 			Help: "Container engine calls that failed, by operation (a missing container is an answer, not a failure).",
 		}, []string{"op"}),
+		builds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandpit_template_builds_total",
+			Help: "Template builds that ended, by state: ready or error.",
+		}, []string{"state"}),
+		buildSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sandpit_template_build_duration_seconds",
+			Help:    "Time from a template build's start to its end, by state.",
+			Buckets: []float64{.1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
+		}, []string{"state"}),
+		buildsRunning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandpit_template_builds_running",
+			Help: "Template builds running in this daemon now.",
+		}),
 		createScopes:   map[string]bool{},
 		scrapeDeadline: 5 * time.Second,
 	}
@@ -96,7 +112,12 @@ func New(createScopes ...string) *Metrics {
 		m.creates.WithLabelValues(p)
 		m.createSeconds.WithLabelValues(p)
 	}
+	for _, st := range []string{"ready", "error"} {
+		m.builds.WithLabelValues(st)
+		m.buildSeconds.WithLabelValues(st)
+	}
 	m.reg.MustRegister(m.creates, m.createSeconds, m.idem, m.proxy, m.engineSeconds, m.engineErrors,
+		m.builds, m.buildSeconds, m.buildsRunning,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -116,6 +137,24 @@ func (m *Metrics) CreateDone(path string, d time.Duration) {
 	}
 	m.creates.WithLabelValues(path).Inc()
 	m.createSeconds.WithLabelValues(path).Observe(d.Seconds())
+}
+
+// BuildStarted records a template build the engine starts.
+func (m *Metrics) BuildStarted() {
+	if m == nil {
+		return
+	}
+	m.buildsRunning.Inc()
+}
+
+// BuildDone records the end of a started template build.
+func (m *Metrics) BuildDone(state string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.buildsRunning.Dec()
+	m.builds.WithLabelValues(state).Inc()
+	m.buildSeconds.WithLabelValues(state).Observe(d.Seconds())
 }
 
 // IdemOutcome records one claim outcome on a base scope.

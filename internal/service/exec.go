@@ -63,6 +63,12 @@ func (s *Service) Exec(ctx context.Context, id string, req ExecRequest) (ExecRes
 	if err != nil {
 		return ExecResult{}, err
 	}
+	return execOn(ctx, agent, req)
+}
+
+// execOn runs req on an agent the caller has reached already (a create
+// runs its template's start command before the sandbox is running).
+func execOn(ctx context.Context, agent agentapi.Agent, req ExecRequest) (ExecResult, error) {
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)

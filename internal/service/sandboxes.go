@@ -231,6 +231,31 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err := s.validateCreate(&req); err != nil {
 		return sandpit.Sandbox{}, err
 	}
+	// An owner's own template (built through any surface) comes before the
+	// daemon's; it gives the create its image, its default limits and user,
+	// and the start command run below.
+	var owned *resolvedTemplate
+	if req.Image == "" && req.Template != "" {
+		if _, daemons := s.cfg.Templates[req.Template]; !daemons {
+			rt, found, err := s.resolveOwnedTemplate(ctx, req.Template)
+			if err != nil {
+				return sandpit.Sandbox{}, err
+			}
+			if found {
+				owned = &rt
+				req.Image = rt.image
+				if req.CPU == 0 {
+					req.CPU = rt.t.CPU
+				}
+				if req.MemoryMB == 0 {
+					req.MemoryMB = rt.t.MemoryMB
+				}
+				if req.User == "" {
+					req.User = rt.t.User
+				}
+			}
+		}
+	}
 	image, err := s.ResolveImage(req.Image, req.Template)
 	if err != nil {
 		return sandpit.Sandbox{}, err
@@ -251,8 +276,10 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}
-	if err := s.checkImage(principalOf(ctx), image); err != nil {
-		return sandpit.Sandbox{}, err
+	if owned == nil {
+		if err := s.checkImage(principalOf(ctx), image); err != nil {
+			return sandpit.Sandbox{}, err
+		}
 	}
 	if err := checkEgressGrant(principalOf(ctx), limits, req.Network); err != nil {
 		return sandpit.Sandbox{}, err
@@ -390,6 +417,11 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	} else {
 		describe(ctx, "cold")
 		if err := s.createCold(ctx, &sb, req); err != nil {
+			return fail(err)
+		}
+	}
+	if owned != nil && (owned.t.StartCmd != "" || owned.t.ReadyCmd != "") {
+		if err := s.startTemplate(ctx, sb, owned.t); err != nil {
 			return fail(err)
 		}
 	}

@@ -133,6 +133,26 @@ type Config struct {
 	Logger                *slog.Logger
 	Now                   func() time.Time
 
+	// Images builds templates' images; nil (unit tests) or an empty
+	// TemplateDir (where uploaded build files and build logs are kept)
+	// means no builds.
+	Images      driver.Images
+	TemplateDir string
+	// Registry, when set (HOST:PORT), is where built images are pushed and
+	// pulled from, so every cluster node can run every template.
+	Registry string
+	// Build limits: the time one build may take (default 30 minutes), the
+	// size of an uploaded context archive (default 512 MiB), and the builds
+	// running at once in the daemon (default 2; more wait for a slot) and
+	// per owner (default 2; more are refused).
+	BuildTimeout      time.Duration
+	MaxContextBytes   int64
+	MaxBuilds         int
+	MaxBuildsPerOwner int
+	// ReadyTimeout bounds how long a create waits for a template's ready
+	// command (default 2 minutes).
+	ReadyTimeout time.Duration
+
 	// MaxStreamsPerToken bounds the sessions (event streams, sockets,
 	// terminals, interpreter runs) one personal access token holds open at
 	// once; 0 means DefaultMaxStreamsPerToken, negative means no bound.
@@ -204,6 +224,9 @@ type Service struct {
 	// recreateFailing is, per sandbox this node fails to re-create, when
 	// its first failed attempt was; guarded by mu.
 	recreateFailing map[string]time.Time
+
+	// builds are the template builds running in this process.
+	builds *builds
 
 	// sessions are the long-lived sessions open per personal access token,
 	// ended when the token is revoked or expires.
@@ -278,6 +301,21 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		cfg.WarmPool = specs
 		pool = newWarmPool(specs, cfg.Runtime, cfg.PoolRefillConcurrency)
 	}
+	if cfg.BuildTimeout <= 0 {
+		cfg.BuildTimeout = DefaultBuildTimeout
+	}
+	if cfg.MaxContextBytes <= 0 {
+		cfg.MaxContextBytes = DefaultMaxContextBytes
+	}
+	if cfg.MaxBuilds <= 0 {
+		cfg.MaxBuilds = DefaultMaxBuilds
+	}
+	if cfg.MaxBuildsPerOwner == 0 {
+		cfg.MaxBuildsPerOwner = DefaultMaxBuildsPerOwner
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 2 * time.Minute
+	}
 	if cfg.MaxStreamsPerToken == 0 {
 		cfg.MaxStreamsPerToken = DefaultMaxStreamsPerToken
 	}
@@ -304,6 +342,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		reconcileCtx:    context.Background(),
 		recreateFailing: map[string]time.Time{},
 		idem:            idem,
+		builds:          newBuilds(cfg.MaxBuilds),
 		events:          newEvents(),
 		creates:         make(chan struct{}, cfg.MaxConcurrentCreates),
 	}

@@ -450,19 +450,21 @@ func (d *Daemon) Containers(t testing.TB, filters ...string) []string {
 	return strings.Fields(string(out))
 }
 
-// RemoveLabelled force-removes every container of one test run.
+// RemoveLabelled force-removes every container of one test run, and the
+// images its template builds made (they carry the run's label too).
 func RemoveLabelled(label string) {
-	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=sandpit.run="+label).Output()
-	if err != nil {
-		return
-	}
-	ids := strings.Fields(string(out))
-	if len(ids) == 0 {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	_ = exec.CommandContext(ctx, "docker", append([]string{"rm", "-f"}, ids...)...).Run()
+	if out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label=sandpit.run="+label).Output(); err == nil {
+		if ids := strings.Fields(string(out)); len(ids) > 0 {
+			_ = exec.CommandContext(ctx, "docker", append([]string{"rm", "-f"}, ids...)...).Run()
+		}
+	}
+	if out, err := exec.CommandContext(ctx, "docker", "images", "-q", "--no-trunc", "--filter", "label=sandpit.run="+label).Output(); err == nil {
+		if ids := strings.Fields(string(out)); len(ids) > 0 {
+			_ = exec.CommandContext(ctx, "docker", append([]string{"rmi", "-f"}, ids...)...).Run()
+		}
+	}
 }
 
 // RunWithBinary is a TestMain body: it builds the sandpit binary into a

@@ -2,6 +2,7 @@ package v1
 
 import (
 	"context"
+	"io"
 	"net/http"
 
 	"github.com/sandpit-dev/sandpit"
@@ -45,6 +46,19 @@ type Backend interface {
 	ListAudit(ctx context.Context, q sandpit.AuditQuery) ([]sandpit.AuditEntry, error)
 	OwnerLimits(ctx context.Context, owner string) (sandpit.OwnerLimits, service.OwnerUsage, error)
 	SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits) error
+
+	PutTemplateFiles(ctx context.Context, hash string, r io.Reader, verify bool) error
+	HasFiles(ctx context.Context, hash string) bool
+	EnsureTemplate(ctx context.Context, spec service.TemplateSpec) (sandpit.Template, sandpit.AddOutcome, error)
+	NewBuild(ctx context.Context, templateID string) (sandpit.TemplateBuild, error)
+	StartBuild(ctx context.Context, buildID string, def service.BuildDefinition) (sandpit.TemplateBuild, error)
+	Template(ctx context.Context, ref string) (sandpit.Template, error)
+	Templates(ctx context.Context) ([]sandpit.Template, error)
+	TemplateTags(ctx context.Context, templateID string) (map[string]string, error)
+	DeleteTemplate(ctx context.Context, id string) error
+	Build(ctx context.Context, buildID string) (sandpit.TemplateBuild, error)
+	BuildLog(ctx context.Context, buildID string, offset int) ([]service.BuildLogEntry, bool, error)
+	FollowBuildLog(ctx context.Context, buildID string, offset int, fn func(service.BuildLogEntry) error) error
 }
 
 var _ Backend = (*service.Service)(nil)

@@ -45,6 +45,16 @@ var keyedPatterns = map[string]bool{
 	"DELETE /v1/sandboxes/{id}/ports/{port}":              true,
 	"POST /v1/sandboxes/{id}/custom-domains":              true,
 	"DELETE /v1/sandboxes/{id}/custom-domains/{hostname}": true,
+	"POST /v1/templates":                                  true,
+	"DELETE /v1/templates/{name}":                         true,
+}
+
+// targetPrefix lists the keyed routes that make a resource whose id is
+// chosen and recorded in the claim before anything is made (with the id's
+// prefix), so the retry of a crashed attempt makes it under the same id.
+var targetPrefix = map[string]string{
+	"POST /v1/sandboxes": "",
+	"POST /v1/templates": service.TemplateIDPrefix,
 }
 
 // Idempotency implements the Idempotency-Key header on the service's
@@ -141,9 +151,9 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, h http.Handl
 		PendingTTL: m.cfg.PendingTTL, Wait: m.cfg.Wait, ReplayTTL: m.cfg.Retention,
 	}
 	resp, outcome, err := m.engine.Do(r.Context(), req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
-		if pattern == "POST /v1/sandboxes" {
+		if prefix, ok := targetPrefix[pattern]; ok {
 			if !a.Resumed() {
-				if err := a.SetTarget(ctx, service.NewSandboxID()); err != nil {
+				if err := a.SetTarget(ctx, prefix+service.NewSandboxID()); err != nil {
 					return idempotency.Response{}, err
 				}
 			}

@@ -76,6 +76,7 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 	route("GET /v1/sandboxes/{id}/custom-domains", sandpit.ActionRead, h.listDomains)
 	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", sandpit.ActionExpose, h.removeDomain)
 	route("GET /v1/events", sandpit.ActionRead, h.events)
+	h.templateRoutes()
 	h.forwarding()
 	route("GET /v1/debug/state", sandpit.ActionAdmin, h.debugState)
 	h.adminRoutes()
@@ -134,7 +135,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	creq := service.CreateRequest{
-		ID: IDFromContext(r.Context()), Name: req.Name, Image: req.Image, Env: req.Env, Labels: req.Labels,
+		ID: IDFromContext(r.Context()), Name: req.Name, Image: req.Image, Template: req.Template, Env: req.Env, Labels: req.Labels,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Timeout: time.Duration(req.TimeoutS) * time.Second,
 		Network: networkPolicy(req.Network),
 	}

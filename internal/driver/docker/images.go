@@ -1,0 +1,152 @@
+package docker
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/registry"
+	"github.com/docker/docker/errdefs"
+	"github.com/docker/docker/pkg/jsonmessage"
+
+	"github.com/sandpit-dev/sandpit/internal/driver"
+)
+
+var _ driver.Images = (*Docker)(nil)
+
+// Build runs a build with the engine's classic builder, which every engine
+// version offers without a BuildKit session: the context is streamed as
+// the request body. Intermediate containers are removed whether or not the
+// build succeeds, and the tag is applied by the engine only at the end of a
+// successful build.
+func (d *Docker) Build(ctx context.Context, spec driver.BuildSpec, logs io.Writer) (string, error) {
+	opts := build.ImageBuildOptions{
+		Dockerfile:  spec.Dockerfile,
+		Labels:      spec.Labels,
+		NoCache:     spec.NoCache,
+		Remove:      true,
+		ForceRemove: true,
+		Version:     build.BuilderV1,
+	}
+	if spec.Tag != "" {
+		opts.Tags = []string{spec.Tag}
+	}
+	resp, err := d.cli.ImageBuild(ctx, spec.Context, opts)
+	if err != nil {
+		return "", fmt.Errorf("build %s: %w", spec.Tag, err)
+	}
+	defer resp.Body.Close()
+	var id string
+	err = decodeStream(resp.Body, logs, func(m jsonmessage.JSONMessage) {
+		if m.Aux == nil {
+			return
+		}
+		var aux struct{ ID string }
+		if json.Unmarshal(*m.Aux, &aux) == nil && aux.ID != "" {
+			id = aux.ID
+		}
+	})
+	if err != nil {
+		return "", err
+	}
+	if id == "" && spec.Tag != "" {
+		// Old engines report the id only as a "Successfully built" line.
+		img, _, ierr := d.cli.ImageInspectWithRaw(ctx, spec.Tag)
+		if ierr != nil {
+			return "", fmt.Errorf("build %s: inspect result: %w", spec.Tag, ierr)
+		}
+		id = img.ID
+	}
+	return id, nil
+}
+
+// decodeStream copies an engine progress stream to logs and turns an error
+// message in it into an error wrapping ErrBuildFailed. A stream that breaks
+// off (the engine went away, the context ended) is a plain error.
+func decodeStream(r io.Reader, logs io.Writer, aux func(jsonmessage.JSONMessage)) error {
+	dec := json.NewDecoder(r)
+	for {
+		var m jsonmessage.JSONMessage
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read engine stream: %w", err)
+		}
+		if m.Error != nil {
+			msg := strings.TrimSpace(m.Error.Message)
+			if logs != nil {
+				fmt.Fprintln(logs, msg)
+			}
+			return fmt.Errorf("%w: %s", driver.ErrBuildFailed, msg)
+		}
+		if aux != nil {
+			aux(m)
+		}
+		if logs == nil {
+			continue
+		}
+		switch {
+		case m.Stream != "":
+			io.WriteString(logs, m.Stream)
+		case m.Status != "" && m.Progress == nil:
+			// Pull and push progress bars would flood the log; their
+			// status lines (one per layer and phase) are enough.
+			line := m.Status
+			if m.ID != "" {
+				line = m.ID + ": " + line
+			}
+			fmt.Fprintln(logs, line)
+		}
+	}
+}
+
+// RemoveImage removes ref; its layers go when no other tag holds them.
+func (d *Docker) RemoveImage(ctx context.Context, ref string) error {
+	_, err := d.cli.ImageRemove(ctx, ref, image.RemoveOptions{PruneChildren: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("remove image %s: %w", ref, err)
+	}
+	return nil
+}
+
+// Push sends ref to its registry. The registries templates use are the
+// operator's (--registry), reached without credentials.
+func (d *Docker) Push(ctx context.Context, ref string, logs io.Writer) error {
+	rc, err := d.cli.ImagePush(ctx, ref, image.PushOptions{RegistryAuth: emptyAuth()})
+	if err != nil {
+		return fmt.Errorf("push %s: %w", ref, err)
+	}
+	defer rc.Close()
+	if err := decodeStream(rc, logs, nil); err != nil {
+		return fmt.Errorf("push %s: %w", ref, err)
+	}
+	return nil
+}
+
+// Pull fetches ref from its registry.
+func (d *Docker) Pull(ctx context.Context, ref string, logs io.Writer) error {
+	rc, err := d.cli.ImagePull(ctx, ref, image.PullOptions{RegistryAuth: emptyAuth()})
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return fmt.Errorf("pull %s: %w", ref, driver.ErrImageNotFound)
+		}
+		return fmt.Errorf("pull %s: %w", ref, err)
+	}
+	defer rc.Close()
+	if err := decodeStream(rc, logs, nil); err != nil {
+		return fmt.Errorf("pull %s: %w", ref, err)
+	}
+	return nil
+}
+
+func emptyAuth() string {
+	b, _ := json.Marshal(registry.AuthConfig{})
+	return base64.URLEncoding.EncodeToString(b)
+}

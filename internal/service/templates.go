@@ -1,0 +1,1133 @@
+package service
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
+	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
+)
+
+// Errors of template builds.
+var (
+	// ErrBuildsUnavailable: the daemon was started without an image
+	// builder (unit tests) or without a directory for build files.
+	ErrBuildsUnavailable = errors.New("template builds are not available on this daemon")
+	// ErrTooLarge: an uploaded build context is over the daemon's limit.
+	ErrTooLarge = errors.New("build context too large")
+)
+
+// Defaults of the build limits (see Config).
+const (
+	DefaultBuildTimeout      = 30 * time.Minute
+	DefaultMaxContextBytes   = 512 << 20
+	DefaultMaxBuilds         = 2
+	DefaultMaxBuildsPerOwner = 2
+	// templateRepo is the repository templates' images are tagged in, under
+	// the registry when the daemon has one.
+	templateRepo = "sandpit-template"
+	// readyPoll is how often a create polls a template's ready command.
+	readyPoll = 200 * time.Millisecond
+)
+
+// TemplateIDPrefix starts every template id, so ids and names of templates
+// are told apart and a template id never looks like a sandbox's.
+const TemplateIDPrefix = "tpl"
+
+// TemplateSpec names a template to build into.
+type TemplateSpec struct {
+	// ID, when set, is the id to make the template under (a keyed /v1
+	// request records it before anything is made); "" picks one.
+	ID string
+	// Name is unique per owner; "" makes an anonymous template.
+	Name     string
+	CPU      float64
+	MemoryMB int64
+}
+
+// ContextFiles places one uploaded archive (see PutTemplateFiles) in a
+// build context under Prefix ("" = the context's root).
+type ContextFiles struct {
+	Prefix string
+	Hash   string
+}
+
+// BuildDefinition is what a build builds: a Dockerfile and the archives its
+// context is made of, with what its template's sandboxes start with. Every
+// surface turns its own builder (E2B's steps, Daytona's Image, a Dockerfile
+// sent to /v1) into one.
+type BuildDefinition struct {
+	Dockerfile string
+	Files      []ContextFiles
+	StartCmd   string
+	ReadyCmd   string
+	User       string
+	Workdir    string
+	CPU        float64
+	MemoryMB   int64
+	// Tags are set on the build once it is ready.
+	Tags []string
+	// NoCache forces a build of its own (E2B's skipCache/force): it neither
+	// joins nor replays another build, and the engine's layer cache is
+	// not used.
+	NoCache bool
+	// Source is the definition as the surface received it, kept for the
+	// user to see what a template was built from.
+	Source string
+}
+
+// contentHash identifies what a definition builds, so two builds of one
+// owner with one content make one image. Tags and the source text are not
+// part of it: they do not change the image.
+func (d BuildDefinition) contentHash() string {
+	files := append([]ContextFiles(nil), d.Files...)
+	sort.Slice(files, func(i, j int) bool {
+		if files[i].Prefix != files[j].Prefix {
+			return files[i].Prefix < files[j].Prefix
+		}
+		return files[i].Hash < files[j].Hash
+	})
+	b, _ := json.Marshal(struct {
+		Dockerfile, StartCmd, ReadyCmd, User, Workdir string
+		Files                                         []ContextFiles
+		CPU                                           float64
+		MemoryMB                                      int64
+	}{d.Dockerfile, d.StartCmd, d.ReadyCmd, d.User, d.Workdir, files, d.CPU, d.MemoryMB})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// BuildLogEntry is one line of a build's log.
+type BuildLogEntry struct {
+	Time    time.Time `json:"time"`
+	Level   string    `json:"level"`
+	Message string    `json:"message"`
+}
+
+// buildRun is one build the engine runs in this process, and every build
+// row that joined it (a duplicate request of the same content): they share
+// its log and its end.
+type buildRun struct {
+	owner, hash string
+	done        chan struct{}
+
+	mu      sync.Mutex
+	members []string
+	lines   []BuildLogEntry
+	files   []*os.File
+	changed chan struct{} // closed and replaced whenever a line is added
+	state   sandpit.BuildState
+	image   string
+	reason  string
+}
+
+func (r *buildRun) add(level, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := BuildLogEntry{Time: time.Now().UTC(), Level: level, Message: msg}
+	r.lines = append(r.lines, e)
+	line, _ := json.Marshal(e)
+	for _, f := range r.files {
+		_, _ = f.Write(append(line, '\n'))
+	}
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// Write makes the run an io.Writer of the engine's log stream: one entry
+// per line.
+func (r *buildRun) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		line = strings.TrimRight(line, "\r")
+		if strings.TrimSpace(line) != "" {
+			r.add("info", line)
+		}
+	}
+	return len(p), nil
+}
+
+// builds holds the runs of this process.
+type builds struct {
+	mu        sync.Mutex
+	byBuild   map[string]*buildRun
+	byContent map[string]*buildRun
+	slots     chan struct{}
+	ctx       context.Context
+}
+
+func newBuilds(n int) *builds {
+	return &builds{byBuild: map[string]*buildRun{}, byContent: map[string]*buildRun{}, slots: make(chan struct{}, n), ctx: context.Background()}
+}
+
+var tagRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+
+var templateNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidTemplateName reports why a template name is refused, or nil. Names
+// appear in image references and URLs, so they take the engine's repository
+// grammar: lower case, digits, '.', '_' and '-'.
+func ValidTemplateName(name string) error {
+	if !templateNameRE.MatchString(name) {
+		return invalidf("invalid template name %q: use 1-63 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+func (s *Service) buildsReady() error {
+	if s.cfg.Images == nil || s.cfg.TemplateDir == "" {
+		return ErrBuildsUnavailable
+	}
+	return nil
+}
+
+// EnsureTemplate returns the caller's template of spec.Name, making it when
+// there is none; a retry or a rebuild of a name lands on the same template.
+func (s *Service) EnsureTemplate(ctx context.Context, spec TemplateSpec) (sandpit.Template, sandpit.AddOutcome, error) {
+	if err := s.buildsReady(); err != nil {
+		return sandpit.Template{}, 0, err
+	}
+	if spec.Name != "" {
+		if err := ValidTemplateName(spec.Name); err != nil {
+			return sandpit.Template{}, 0, err
+		}
+		if _, ok := s.cfg.Templates[spec.Name]; ok {
+			return sandpit.Template{}, 0, fmt.Errorf("template %q is one of the daemon's own: %w", spec.Name, sandpit.ErrNameConflict)
+		}
+	}
+	if spec.CPU < 0 || spec.MemoryMB < 0 {
+		return sandpit.Template{}, 0, invalidf("cpu and memory must not be negative")
+	}
+	id := spec.ID
+	if id == "" {
+		id = TemplateIDPrefix + NewSandboxID()
+	}
+	t, outcome, err := s.store.EnsureTemplate(ctx, sandpit.Template{
+		ID: id, Owner: ownerOf(ctx), Name: spec.Name, CPU: spec.CPU, MemoryMB: spec.MemoryMB,
+	}, s.now())
+	if errors.Is(err, sandpit.ErrSandboxExists) {
+		// The retry of a keyed request that made this template already.
+		t, err = s.template(ctx, id)
+		if err == nil && t.Name != spec.Name {
+			return sandpit.Template{}, 0, fmt.Errorf("template %s exists under another name: %w", id, sandpit.ErrNameConflict)
+		}
+		return t, sandpit.AlreadyBound, err
+	}
+	if err == nil && outcome == sandpit.Added {
+		s.audit(ctx, "template.create", t.ID, nil)
+	}
+	return t, outcome, err
+}
+
+// NewBuild adds a waiting build to the caller's template: the id a surface
+// hands out before it has the definition (E2B uploads files in between).
+func (s *Service) NewBuild(ctx context.Context, templateID string) (sandpit.TemplateBuild, error) {
+	t, err := s.template(ctx, templateID)
+	if err != nil {
+		return sandpit.TemplateBuild{}, err
+	}
+	b := sandpit.TemplateBuild{ID: "bld" + NewSandboxID(), TemplateID: t.ID}
+	if err := s.store.CreateBuild(ctx, b, s.now()); err != nil {
+		return sandpit.TemplateBuild{}, err
+	}
+	return s.store.GetBuild(ctx, b.ID)
+}
+
+// template returns the template with the id if the caller may see it.
+func (s *Service) template(ctx context.Context, id string) (sandpit.Template, error) {
+	t, err := s.store.GetTemplate(ctx, id)
+	if err != nil {
+		return t, err
+	}
+	if p := principalOf(ctx); !p.Admin && p.Owner != t.Owner {
+		return sandpit.Template{}, fmt.Errorf("get template %s: %w", id, sandpit.ErrNotFound)
+	}
+	return t, nil
+}
+
+// Template finds one of the caller's templates by id or name (a "name:tag"
+// finds the template; see ResolveTemplate for the image of a tag).
+func (s *Service) Template(ctx context.Context, ref string) (sandpit.Template, error) {
+	name, _, _ := strings.Cut(ref, ":")
+	if t, err := s.store.GetTemplateByName(ctx, ownerOf(ctx), name); err == nil {
+		return t, nil
+	} else if !errors.Is(err, sandpit.ErrNotFound) {
+		return sandpit.Template{}, err
+	}
+	return s.template(ctx, ref)
+}
+
+// Templates lists the caller's templates (an admin's: everyone's).
+func (s *Service) Templates(ctx context.Context) ([]sandpit.Template, error) {
+	owner := ""
+	if p := principalOf(ctx); !p.Admin {
+		owner = p.Owner
+	}
+	return s.store.ListTemplates(ctx, owner)
+}
+
+// TemplateBuilds lists a template's builds, oldest first.
+func (s *Service) TemplateBuilds(ctx context.Context, templateID string) ([]sandpit.TemplateBuild, error) {
+	if _, err := s.template(ctx, templateID); err != nil {
+		return nil, err
+	}
+	bs, err := s.store.ListBuilds(ctx, templateID)
+	for i := range bs {
+		bs[i] = s.liveState(bs[i])
+	}
+	return bs, err
+}
+
+// TemplateTags lists a template's tags.
+func (s *Service) TemplateTags(ctx context.Context, templateID string) (map[string]string, error) {
+	if _, err := s.template(ctx, templateID); err != nil {
+		return nil, err
+	}
+	tags, err := s.store.ListTags(ctx, templateID)
+	out := map[string]string{}
+	for _, t := range tags {
+		out[t.Tag] = t.BuildID
+	}
+	return out, err
+}
+
+// TagBuild points tags of the build's template at the build, which must be
+// ready.
+func (s *Service) TagBuild(ctx context.Context, buildID string, tags []string) error {
+	b, err := s.Build(ctx, buildID)
+	if err != nil {
+		return err
+	}
+	if b.State != sandpit.BuildReady {
+		return invalidf("build %s is %s: only a ready build can be tagged", b.ID, b.State)
+	}
+	for _, tag := range tags {
+		if !tagRE.MatchString(tag) {
+			return invalidf("invalid tag %q", tag)
+		}
+	}
+	return s.store.SetTags(ctx, b.TemplateID, b.ID, tags, s.now())
+}
+
+// UntagTemplate removes tags from a template.
+func (s *Service) UntagTemplate(ctx context.Context, templateID string, tags []string) error {
+	if _, err := s.template(ctx, templateID); err != nil {
+		return err
+	}
+	return s.store.RemoveTags(ctx, templateID, tags)
+}
+
+// Build returns a build of one of the caller's templates; a build that
+// joined another's run reports the run's state.
+func (s *Service) Build(ctx context.Context, buildID string) (sandpit.TemplateBuild, error) {
+	b, err := s.store.GetBuild(ctx, buildID)
+	if err != nil {
+		return b, err
+	}
+	if _, err := s.template(ctx, b.TemplateID); err != nil {
+		return sandpit.TemplateBuild{}, fmt.Errorf("get build %s: %w", buildID, sandpit.ErrNotFound)
+	}
+	return s.liveState(b), nil
+}
+
+func (s *Service) liveState(b sandpit.TemplateBuild) sandpit.TemplateBuild {
+	if b.State != sandpit.BuildWaiting {
+		return b
+	}
+	s.builds.mu.Lock()
+	run := s.builds.byBuild[b.ID]
+	s.builds.mu.Unlock()
+	if run != nil {
+		b.State = sandpit.BuildBuilding
+	}
+	return b
+}
+
+// StartBuild gives a waiting build its definition and starts it in the
+// background; the build's state and log say how it goes. A duplicate of a
+// build of the same content that runs in this process joins it (one engine
+// build, one log, one end for both); one that already finished is replayed
+// from the idempotency engine without building again. Starting a build
+// that already started with the same content is a retry and changes
+// nothing; with another content it is a conflict.
+func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefinition) (sandpit.TemplateBuild, error) {
+	if err := s.buildsReady(); err != nil {
+		return sandpit.TemplateBuild{}, err
+	}
+	b, err := s.Build(ctx, buildID)
+	if err != nil {
+		return b, err
+	}
+	t, err := s.template(ctx, b.TemplateID)
+	if err != nil {
+		return sandpit.TemplateBuild{}, err
+	}
+	if err := s.validateDefinition(t.Owner, &def); err != nil {
+		return sandpit.TemplateBuild{}, err
+	}
+	hash := def.contentHash()
+	if def.NoCache {
+		// A forced build is its own content: nothing joins or replays it.
+		hash = hash + "-" + b.ID
+	}
+	if b.ContentHash != "" || b.State != sandpit.BuildWaiting {
+		if b.ContentHash == hash || (def.NoCache && b.State != sandpit.BuildWaiting) {
+			return b, nil
+		}
+		return sandpit.TemplateBuild{}, fmt.Errorf("build %s already started with another definition: %w", b.ID, sandpit.ErrBuildConflict)
+	}
+	b.ContentHash, b.Definition, b.Dockerfile = hash, def.Source, def.Dockerfile
+	b.StartCmd, b.ReadyCmd, b.User, b.Workdir, b.CPU, b.MemoryMB = def.StartCmd, def.ReadyCmd, def.User, def.Workdir, def.CPU, def.MemoryMB
+
+	key := t.Owner + "\x00" + hash
+	s.builds.mu.Lock()
+	run := s.builds.byContent[key]
+	if run != nil {
+		// Join: the row stays waiting (the running one holds the
+		// template's one running slot) and reports the run's state.
+		run.mu.Lock()
+		joinable := !run.state.Done()
+		if joinable {
+			run.members = append(run.members, b.ID)
+			if f := s.openBuildLog(b.ID); f != nil {
+				for _, e := range run.lines {
+					line, _ := json.Marshal(e)
+					_, _ = f.Write(append(line, '\n'))
+				}
+				run.files = append(run.files, f)
+			}
+		}
+		run.mu.Unlock()
+		if joinable {
+			s.builds.byBuild[b.ID] = run
+			s.builds.mu.Unlock()
+			if err := s.store.SetBuildDefinition(ctx, b, s.now()); err != nil {
+				return sandpit.TemplateBuild{}, err
+			}
+			s.log.Info("template build joined a running build of the same content", "build", b.ID, "template", t.ID)
+			return s.Build(ctx, b.ID)
+		}
+	}
+	s.builds.mu.Unlock()
+
+	running, err := s.store.CountRunningBuilds(ctx, t.Owner)
+	if err != nil {
+		return sandpit.TemplateBuild{}, err
+	}
+	if limit := s.cfg.MaxBuildsPerOwner; limit > 0 && running >= limit {
+		return sandpit.TemplateBuild{}, fmt.Errorf("%w: owner %q already runs %d builds (the limit is %d)", sandpit.ErrQuotaExceeded, t.Owner, running, limit)
+	}
+	if err := s.store.StartBuild(ctx, b, s.now()); err != nil {
+		return sandpit.TemplateBuild{}, err
+	}
+	run = &buildRun{owner: t.Owner, hash: hash, done: make(chan struct{}), members: []string{b.ID}, changed: make(chan struct{}), state: sandpit.BuildBuilding}
+	if f := s.openBuildLog(b.ID); f != nil {
+		run.files = []*os.File{f}
+	}
+	s.builds.mu.Lock()
+	s.builds.byContent[key] = run
+	s.builds.byBuild[b.ID] = run
+	bctx := s.builds.ctx
+	s.builds.mu.Unlock()
+	s.audit(ctx, "template.build", b.ID, nil)
+	s.cfg.Metrics.BuildStarted()
+	go s.runBuild(bctx, t, b, def, run, key)
+	return s.Build(ctx, b.ID)
+}
+
+func (s *Service) validateDefinition(owner string, def *BuildDefinition) error {
+	if strings.TrimSpace(def.Dockerfile) == "" {
+		return invalidf("a build needs a Dockerfile")
+	}
+	if def.CPU < 0 || def.MemoryMB < 0 {
+		return invalidf("cpu and memory must not be negative")
+	}
+	for _, tag := range def.Tags {
+		if !tagRE.MatchString(tag) {
+			return invalidf("invalid tag %q", tag)
+		}
+	}
+	for _, f := range def.Files {
+		if !fileHashRE.MatchString(f.Hash) {
+			return invalidf("invalid files hash %q", f.Hash)
+		}
+		if p := path.Clean("/" + f.Prefix); strings.Contains(f.Prefix, "..") || p == "" {
+			return invalidf("invalid context prefix %q", f.Prefix)
+		}
+		if !s.HasTemplateFiles(owner, f.Hash) {
+			return invalidf("the build's files %s were not uploaded", f.Hash)
+		}
+	}
+	return nil
+}
+
+// runBuild builds one run's image and ends every build that joined it.
+func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.TemplateBuild, def BuildDefinition, run *buildRun, key string) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.BuildTimeout)
+	defer cancel()
+	image, err := s.buildOnce(ctx, t, b, def, run)
+	state, reason := sandpit.BuildReady, ""
+	if err != nil {
+		state, reason = sandpit.BuildError, buildReason(ctx, err, s.cfg.BuildTimeout)
+		run.add("error", reason)
+	} else {
+		run.add("info", "built "+image)
+	}
+	s.builds.mu.Lock()
+	run.mu.Lock()
+	run.state, run.image, run.reason = state, image, reason
+	members := append([]string(nil), run.members...)
+	run.mu.Unlock()
+	if s.builds.byContent[key] == run {
+		delete(s.builds.byContent, key)
+	}
+	s.builds.mu.Unlock()
+
+	// The rows end after the run is no longer joinable, so nothing joins a
+	// run whose members were already ended.
+	sctx := context.WithoutCancel(ctx)
+	for _, id := range members {
+		if err := s.store.FinishBuild(sctx, id, state, image, reason, s.now()); err != nil {
+			s.log.Error("record the end of a template build", "build", id, "err", err)
+		}
+		if state == sandpit.BuildReady && len(def.Tags) > 0 {
+			if err := s.store.SetTags(sctx, t.ID, id, def.Tags, s.now()); err != nil {
+				s.log.Error("tag a template build", "build", id, "err", err)
+			}
+		}
+	}
+	s.cfg.Metrics.BuildDone(string(state), time.Since(start))
+	s.log.Info("template build ended", "template", t.ID, "build", b.ID, "state", state, "reason", reason, "took", time.Since(start).Round(time.Millisecond))
+
+	run.mu.Lock()
+	for _, f := range run.files {
+		_ = f.Close()
+	}
+	run.files = nil
+	close(run.changed)
+	run.changed = make(chan struct{})
+	run.mu.Unlock()
+	close(run.done)
+	s.builds.mu.Lock()
+	for _, id := range members {
+		delete(s.builds.byBuild, id)
+	}
+	s.builds.mu.Unlock()
+}
+
+func buildReason(ctx context.Context, err error, limit time.Duration) string {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Sprintf("the build took longer than the daemon's limit of %s", limit)
+	case errors.Is(ctx.Err(), context.Canceled):
+		return "the daemon stopped during the build; build again"
+	case errors.Is(err, driver.ErrBuildFailed):
+		return strings.TrimPrefix(err.Error(), driver.ErrBuildFailed.Error()+": ")
+	}
+	return err.Error()
+}
+
+// buildOnce runs the engine build under the idempotency engine, keyed by
+// the owner and the content hash: a build of a content this owner already
+// built is replayed (the image is reused), and one another process is
+// building is waited for.
+func (s *Service) buildOnce(ctx context.Context, t sandpit.Template, b sandpit.TemplateBuild, def BuildDefinition, run *buildRun) (string, error) {
+	image := s.templateImage(t.Owner, run.hash)
+	select {
+	case s.builds.slots <- struct{}{}:
+	default:
+		run.add("info", "waiting for a build slot (the daemon runs at most "+fmt.Sprint(cap(s.builds.slots))+" builds at once)")
+		select {
+		case s.builds.slots <- struct{}{}:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	defer func() { <-s.builds.slots }()
+
+	scope := idempotency.OwnerScope("template-build", t.Owner)
+	req := idempotency.Request{Scope: scope, Key: run.hash, PendingTTL: time.Minute, Wait: s.cfg.BuildTimeout, ReplayTTL: 30 * 24 * time.Hour}
+	for attempt := 0; ; attempt++ {
+		resp, outcome, err := s.idem.Do(ctx, req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
+			if err := a.SetTarget(ctx, b.ID); err != nil {
+				return idempotency.Response{}, err
+			}
+			if err := s.engineBuild(ctx, b, def, image, run); err != nil {
+				return idempotency.Response{}, err
+			}
+			return idempotency.Response{Status: 200, Body: []byte(image), TargetID: b.ID}, nil
+		})
+		if err != nil {
+			return "", err
+		}
+		if outcome != idempotency.Replayed {
+			return image, nil
+		}
+		replayed := string(resp.Body)
+		if ok, _ := s.ensureImage(ctx, replayed, run); ok {
+			run.add("info", "the same definition was built before: reusing its image")
+			return replayed, nil
+		}
+		if attempt > 0 {
+			return "", fmt.Errorf("the image of an earlier build of this definition is gone and could not be rebuilt")
+		}
+		// The image of the earlier build is gone (removed with its
+		// template): forget that build and run this one for real.
+		if err := s.store.DeleteIdempotentRequest(ctx, scope, run.hash); err != nil {
+			return "", err
+		}
+	}
+}
+
+// engineBuild streams the context to the engine, and with a registry,
+// pushes the result so every node can pull it.
+func (s *Service) engineBuild(ctx context.Context, b sandpit.TemplateBuild, def BuildDefinition, image string, run *buildRun) error {
+	run.add("info", "building")
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(s.writeContext(pw, s.ownerDir(run.owner), def)) }()
+	labels := s.containerLabels()
+	labels[driver.LabelTemplateBuild] = b.ID
+	_, err := s.cfg.Images.Build(ctx, driver.BuildSpec{
+		Context: pr, Dockerfile: buildDockerfile, Tag: image, Labels: labels, NoCache: def.NoCache,
+	}, run)
+	pr.Close()
+	if err != nil {
+		return err
+	}
+	if s.cfg.Registry != "" {
+		run.add("info", "pushing to "+s.cfg.Registry)
+		if err := s.cfg.Images.Push(ctx, image, run); err != nil {
+			// An image the other nodes cannot pull is not a usable
+			// template: the local tag goes too.
+			_ = s.cfg.Images.RemoveImage(context.WithoutCancel(ctx), image)
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureImage makes sure the engine has image, pulling it from the registry
+// when the daemon has one.
+func (s *Service) ensureImage(ctx context.Context, image string, logs io.Writer) (bool, error) {
+	ok, err := s.cfg.Images.HasImage(ctx, image)
+	if err != nil || ok || s.cfg.Registry == "" || !strings.HasPrefix(image, s.cfg.Registry+"/") {
+		return ok, err
+	}
+	if err := s.cfg.Images.Pull(ctx, image, logs); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// templateImage is the image reference a content builds to. It names the
+// owner (hashed: owner names need not be valid references) so that one
+// owner's builds are never another's.
+func (s *Service) templateImage(owner, hash string) string {
+	o := sha256.Sum256([]byte(owner))
+	ref := templateRepo + "/" + hex.EncodeToString(o[:6]) + ":" + strings.ReplaceAll(hash[:min(len(hash), 40)], "-", "")
+	if len(hash) > 64 {
+		// A forced build's hash carries its build id.
+		ref += "-" + hash[65:]
+	}
+	if s.cfg.Registry != "" {
+		ref = s.cfg.Registry + "/" + ref
+	}
+	return ref
+}
+
+// buildDockerfile is the Dockerfile's name in a build context. It is not
+// "Dockerfile", which the user's files may well contain.
+const buildDockerfile = ".sandpit.Dockerfile"
+
+var fileHashRE = regexp.MustCompile(`^[A-Za-z0-9_-]{8,128}$`)
+
+// writeContext writes the build context: the Dockerfile, then the entries
+// of every archive under its prefix. Names that would leave the context
+// (absolute, "..") are refused rather than trusted to the engine.
+func (s *Service) writeContext(w io.Writer, dir string, def BuildDefinition) error {
+	tw := tar.NewWriter(w)
+	if err := tw.WriteHeader(&tar.Header{Name: buildDockerfile, Mode: 0o644, Size: int64(len(def.Dockerfile)), ModTime: time.Unix(0, 0)}); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(tw, def.Dockerfile); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, f := range def.Files {
+		if err := copyArchive(tw, filepath.Join(dir, f.Hash), strings.Trim(path.Clean("/"+f.Prefix), "/"), seen); err != nil {
+			return fmt.Errorf("context files %s: %w", f.Hash, err)
+		}
+	}
+	return tw.Close()
+}
+
+func copyArchive(tw *tar.Writer, file, prefix string, seen map[string]bool) error {
+	fh, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	br := bufio.NewReader(fh)
+	var r io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return err
+		}
+		defer gz.Close()
+		r = gz
+	}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
+		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			return invalidf("archive entry %q leaves the context", h.Name)
+		}
+		if name == "." {
+			continue
+		}
+		h.Name = path.Join(prefix, name)
+		if h.Typeflag == tar.TypeDir {
+			h.Name += "/"
+		}
+		if seen[h.Name] {
+			// Two archives (two COPY steps of one directory) may hold
+			// the same entry; the first stands.
+			continue
+		}
+		seen[h.Name] = true
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Service) ownerDir(owner string) string {
+	o := sha256.Sum256([]byte(owner))
+	return filepath.Join(s.cfg.TemplateDir, "files", hex.EncodeToString(o[:8]))
+}
+
+// HasTemplateFiles reports whether the owner uploaded the archive.
+func (s *Service) HasTemplateFiles(owner, hash string) bool {
+	if !fileHashRE.MatchString(hash) || s.cfg.TemplateDir == "" {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(s.ownerDir(owner), hash))
+	return err == nil
+}
+
+// HasFiles reports whether the caller uploaded the archive.
+func (s *Service) HasFiles(ctx context.Context, hash string) bool {
+	return s.HasTemplateFiles(ownerOf(ctx), hash)
+}
+
+// PutTemplateFiles stores an archive (a tar, gzipped or not) of build
+// context files for the caller under hash. An upload is idempotent: the
+// same hash again replaces the file atomically. With verify, hash must be
+// the SHA-256 of the bytes (the /v1 upload); E2B's hash is the SDK's own
+// digest of the files and is taken as the name it is.
+func (s *Service) PutTemplateFiles(ctx context.Context, hash string, r io.Reader, verify bool) error {
+	if err := s.buildsReady(); err != nil {
+		return err
+	}
+	if !fileHashRE.MatchString(hash) {
+		return invalidf("invalid files hash %q", hash)
+	}
+	dir := s.ownerDir(ownerOf(ctx))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".upload-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	limit := s.cfg.MaxContextBytes
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, limit+1))
+	if err != nil {
+		return fmt.Errorf("upload build files: %w", err)
+	}
+	if n > limit {
+		return fmt.Errorf("%w: over the daemon's limit of %d bytes", ErrTooLarge, limit)
+	}
+	if verify && hex.EncodeToString(h.Sum(nil)) != hash {
+		return invalidf("the uploaded files do not hash to %s", hash)
+	}
+	if err := checkArchive(tmp); err != nil {
+		return invalidf("the uploaded files are not a tar archive: %v", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, hash))
+}
+
+// checkArchive reads the archive through, so a corrupt upload is refused
+// when it arrives rather than failing a build later.
+func checkArchive(f *os.File) error {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	br := bufio.NewReader(f)
+	var r io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return err
+		}
+		r = gz
+	}
+	tr := tar.NewReader(r)
+	for {
+		if _, err := tr.Next(); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if _, err := io.Copy(io.Discard, tr); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Service) openBuildLog(buildID string) *os.File {
+	dir := filepath.Join(s.cfg.TemplateDir, "logs")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		s.log.Warn("build log directory", "err", err)
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(dir, buildID+".jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		s.log.Warn("open build log", "build", buildID, "err", err)
+		return nil
+	}
+	return f
+}
+
+// BuildLog returns the build's log entries from offset on, and whether the
+// build has ended (so no entry will follow).
+func (s *Service) BuildLog(ctx context.Context, buildID string, offset int) ([]BuildLogEntry, bool, error) {
+	b, err := s.Build(ctx, buildID)
+	if err != nil {
+		return nil, false, err
+	}
+	s.builds.mu.Lock()
+	run := s.builds.byBuild[b.ID]
+	s.builds.mu.Unlock()
+	if run != nil {
+		run.mu.Lock()
+		defer run.mu.Unlock()
+		return tail(run.lines, offset), run.state.Done(), nil
+	}
+	lines, err := s.readBuildLog(b.ID)
+	return tail(lines, offset), b.State.Done(), err
+}
+
+func tail(lines []BuildLogEntry, offset int) []BuildLogEntry {
+	if offset < 0 {
+		offset = 0
+	}
+	if offset >= len(lines) {
+		return []BuildLogEntry{}
+	}
+	return append([]BuildLogEntry(nil), lines[offset:]...)
+}
+
+func (s *Service) readBuildLog(buildID string) ([]BuildLogEntry, error) {
+	data, err := os.ReadFile(filepath.Join(s.cfg.TemplateDir, "logs", buildID+".jsonl"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []BuildLogEntry
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var e BuildLogEntry
+		if len(line) > 0 && json.Unmarshal(line, &e) == nil {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// FollowBuildLog calls fn with each log entry of the build from offset on,
+// as they come, until the build ends or ctx does.
+func (s *Service) FollowBuildLog(ctx context.Context, buildID string, offset int, fn func(BuildLogEntry) error) error {
+	for {
+		s.builds.mu.Lock()
+		run := s.builds.byBuild[buildID]
+		s.builds.mu.Unlock()
+		var changed chan struct{}
+		if run != nil {
+			run.mu.Lock()
+			changed = run.changed
+			run.mu.Unlock()
+		}
+		lines, done, err := s.BuildLog(ctx, buildID, offset)
+		if err != nil {
+			return err
+		}
+		for _, e := range lines {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		offset += len(lines)
+		if done {
+			return nil
+		}
+		if changed == nil {
+			// Waiting for a definition, or in another process: poll.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// WaitBuild waits until the build ends and returns it.
+func (s *Service) WaitBuild(ctx context.Context, buildID string) (sandpit.TemplateBuild, error) {
+	for {
+		b, err := s.Build(ctx, buildID)
+		if err != nil || b.State.Done() {
+			return b, err
+		}
+		s.builds.mu.Lock()
+		run := s.builds.byBuild[buildID]
+		s.builds.mu.Unlock()
+		wait := time.After(250 * time.Millisecond)
+		if run != nil {
+			select {
+			case <-run.done:
+			case <-wait:
+			case <-ctx.Done():
+				return b, ctx.Err()
+			}
+			continue
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return b, ctx.Err()
+		}
+	}
+}
+
+// DeleteTemplate removes one of the caller's templates and the images only
+// it used. A template with a build running cannot be deleted: the build
+// would tag an image nobody owns.
+func (s *Service) DeleteTemplate(ctx context.Context, id string) (err error) {
+	defer func() { s.audit(ctx, "template.delete", id, err) }()
+	t, err := s.template(ctx, id)
+	if err != nil {
+		return err
+	}
+	bs, err := s.store.ListBuilds(ctx, t.ID)
+	if err != nil {
+		return err
+	}
+	for _, b := range bs {
+		if s.liveState(b).State == sandpit.BuildBuilding {
+			return fmt.Errorf("template %s has a build running: %w", t.ID, sandpit.ErrBuildConflict)
+		}
+	}
+	if err := s.store.DeleteTemplate(ctx, t.ID); err != nil {
+		return err
+	}
+	images := map[string]bool{}
+	for _, b := range bs {
+		if b.Image != "" {
+			images[b.Image] = true
+		}
+		_ = os.Remove(filepath.Join(s.cfg.TemplateDir, "logs", b.ID+".jsonl"))
+	}
+	for img := range images {
+		if used, err := s.store.ImageInUse(ctx, img); err != nil || used {
+			continue
+		}
+		// An image a sandbox still runs is kept by the engine (it refuses
+		// to remove it); it goes when that sandbox does not need it.
+		if err := s.cfg.Images.RemoveImage(ctx, img); err != nil {
+			s.log.Info("template image kept", "image", img, "err", err)
+		}
+	}
+	return nil
+}
+
+// RecoverBuilds ends the builds a previous process left unfinished: their
+// engine build died with that process, so each becomes error (nothing was
+// tagged: the engine tags only a finished build) and its claim is dropped,
+// so that a retry builds again instead of waiting out a dead claim. Builds
+// started later run under ctx.
+func (s *Service) RecoverBuilds(ctx context.Context) error {
+	s.builds.mu.Lock()
+	s.builds.ctx = ctx
+	s.builds.mu.Unlock()
+	if s.cfg.TemplateDir == "" {
+		return nil
+	}
+	bs, err := s.store.ListUnfinishedBuilds(ctx)
+	if err != nil {
+		return err
+	}
+	for _, b := range bs {
+		reason := "the daemon stopped during the build; build again"
+		if b.State == sandpit.BuildWaiting && b.ContentHash == "" {
+			reason = "the daemon restarted before the build was started; build again"
+		}
+		if err := s.store.FinishBuild(ctx, b.ID, sandpit.BuildError, "", reason, s.now()); err != nil {
+			return err
+		}
+		if t, err := s.store.GetTemplate(ctx, b.TemplateID); err == nil && b.ContentHash != "" {
+			_ = s.store.DeleteIdempotentRequest(ctx, idempotency.OwnerScope("template-build", t.Owner), b.ContentHash)
+		}
+		if f := s.openBuildLog(b.ID); f != nil {
+			line, _ := json.Marshal(BuildLogEntry{Time: s.now(), Level: "error", Message: reason})
+			_, _ = f.Write(append(line, '\n'))
+			_ = f.Close()
+		}
+		s.log.Warn("template build left unfinished by the previous process ended as error", "build", b.ID)
+	}
+	return nil
+}
+
+// resolvedTemplate is what a create from an owned template takes from it.
+type resolvedTemplate struct {
+	t     sandpit.Template
+	image string
+}
+
+// resolveOwnedTemplate finds the caller's template ref ("name", "name:tag"
+// or an id) with a ready image; found is false when the caller has no
+// template of that name, so the daemon's own templates are looked up next.
+func (s *Service) resolveOwnedTemplate(ctx context.Context, ref string) (resolvedTemplate, bool, error) {
+	if ref == "" || s.cfg.TemplateDir == "" {
+		return resolvedTemplate{}, false, nil
+	}
+	name, tag, tagged := strings.Cut(ref, ":")
+	t, err := s.store.GetTemplateByName(ctx, ownerOf(ctx), name)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		t, err = s.template(ctx, name)
+	}
+	if errors.Is(err, sandpit.ErrNotFound) {
+		return resolvedTemplate{}, false, nil
+	}
+	if err != nil {
+		return resolvedTemplate{}, false, err
+	}
+	image := t.Image
+	if tagged && tag != "" {
+		tags, err := s.store.ListTags(ctx, t.ID)
+		if err != nil {
+			return resolvedTemplate{}, true, err
+		}
+		image = ""
+		for _, tg := range tags {
+			if tg.Tag == tag {
+				b, err := s.store.GetBuild(ctx, tg.BuildID)
+				if err != nil {
+					return resolvedTemplate{}, true, err
+				}
+				image = b.Image
+			}
+		}
+		if image == "" && !(tag == "default" && t.Image != "") {
+			return resolvedTemplate{}, true, fmt.Errorf("%w: %q has no tag %q", ErrUnknownTemplate, name, tag)
+		}
+		if image == "" {
+			image = t.Image
+		}
+	}
+	if image == "" {
+		return resolvedTemplate{}, true, fmt.Errorf("%w: %q has no ready build yet", ErrUnknownTemplate, ref)
+	}
+	if ok, err := s.ensureImage(ctx, image, io.Discard); err != nil || !ok {
+		return resolvedTemplate{}, true, fmt.Errorf("%w: the image of template %q is not on this node: %v", ErrUnknownImage, ref, err)
+	}
+	return resolvedTemplate{t: t, image: image}, true, nil
+}
+
+// runStartCommand starts a template's start command detached and waits for
+// its ready command to succeed, as E2B's setStartCmd does: the create
+// answers once the sandbox is ready for its user.
+func (s *Service) startTemplate(ctx context.Context, sb sandpit.Sandbox, t sandpit.Template) error {
+	c, err := s.rt.Inspect(ctx, sb.ContainerID)
+	if err != nil {
+		return runtimeErr("inspect container", err)
+	}
+	c2 := agentapi.NewClients(s.agents.http, net.JoinHostPort(c.IP, strconv.Itoa(agentapi.Port)))
+	agent := agentapi.Agent{Addr: net.JoinHostPort(c.IP, strconv.Itoa(agentapi.Port)), Token: sb.AccessToken, Process: c2.Process, Filesystem: c2.Filesystem}
+	if t.StartCmd != "" {
+		// nohup and a background job: the agent's exec returns when the
+		// shell does, and the started process lives on in the sandbox.
+		launch := "nohup sh -c \"$0\" >/tmp/.sandpit-start.log 2>&1 </dev/null &"
+		res, err := execOn(ctx, agent, ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", launch, t.StartCmd}, Cwd: t.Workdir, Timeout: 30 * time.Second})
+		if err != nil {
+			return fmt.Errorf("start command: %w", err)
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("%w: the template's start command could not be launched (exit %d): %s", ErrAgentUnhealthy, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+		}
+	}
+	if t.ReadyCmd == "" {
+		return nil
+	}
+	deadline := time.Now().Add(s.cfg.ReadyTimeout)
+	for {
+		res, err := execOn(ctx, agent, ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", t.ReadyCmd}, Cwd: t.Workdir, Timeout: s.cfg.ReadyTimeout})
+		if err == nil && res.ExitCode == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: the template's ready command did not succeed within %s", ErrAgentUnhealthy, s.cfg.ReadyTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(readyPoll):
+		}
+	}
+}
