@@ -246,6 +246,14 @@ func TestTemplateConcurrentDuplicateBuilds(t *testing.T) {
 	if got := strings.Count(d.Logs(), "template build ended"); got != 1 {
 		t.Fatalf("%d engine builds ended for %d identical requests, want 1", got, n)
 	}
+	// The one build shows in /metrics, and none is left running.
+	_, fams := scrape(t, ctx, d, d.Token)
+	if got := value(fams, "sandpit_template_builds_total", map[string]string{"state": "ready"}); got != 1 {
+		t.Errorf("sandpit_template_builds_total{state=ready} = %v, want 1", got)
+	}
+	if got := value(fams, "sandpit_template_builds_running", nil); got != 0 {
+		t.Errorf("sandpit_template_builds_running = %v, want 0", got)
+	}
 }
 
 // TestTemplateFailedBuild: a step that fails leaves the build in error with
@@ -325,5 +333,96 @@ func TestTemplateBuildSurvivesKill(t *testing.T) {
 	nb := decodeBuild(t, mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, quick), fmt.Sprint("slow-2")))
 	if got := awaitBuild(t, ctx, d, "slow", nb.Build.ID); got.State != "ready" {
 		t.Fatalf("a build after the restart: %s %s", got.State, got.Error)
+	}
+}
+
+// TestTemplateOwners: templates are their owner's: another owner neither
+// sees nor creates from them and has a template of the same name of its
+// own; a non-admin owner may build only on images it may run (or its own
+// templates'), not on whatever else the engine holds; a read-only token
+// cannot build.
+func TestTemplateOwners(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 3*time.Minute)
+	admin := d.Client()
+	private := "sandpit-private/secret:" + d.Label
+	if out, err := exec.Command("docker", "tag", testBase, private).CombinedOutput(); err != nil {
+		t.Fatalf("docker tag: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", private).Run() })
+	tokens := map[string]string{}
+	for _, o := range []string{"alice", "bob"} {
+		tok, err := admin.CreateToken(ctx, client.TokenRequest{Name: o + "-rw", Owner: o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[o] = tok.Secret
+	}
+	ro, err := admin.CreateToken(ctx, client.TokenRequest{Name: "alice-ro", Owner: "alice", Scopes: []string{"sandboxes:read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(token, dockerfile string) harness.Answer {
+		t.Helper()
+		return raw(t, ctx, d, token, http.MethodPost, "/v1/templates", buildBody(t, apitypes.BuildTemplateRequest{Name: "shared", Dockerfile: dockerfile}))
+	}
+	if a := build(ro.Secret, "FROM "+testBase+"\n"); a.Status != http.StatusForbidden {
+		t.Fatalf("read-only token built: %d %s", a.Status, a.Body)
+	}
+	if a := build(tokens["bob"], "FROM "+private+"\nRUN cat /etc/hostname\n"); a.Status != http.StatusForbidden || !strings.Contains(string(a.Body), "may not start FROM") {
+		t.Fatalf("bob built on an image he may not run: %d %s", a.Status, a.Body)
+	}
+	ids := map[string]string{}
+	for _, o := range []string{"alice", "bob"} {
+		a := build(tokens[o], "FROM "+testBase+"\nRUN echo "+o+" > /whose\n")
+		if a.Status != http.StatusAccepted {
+			t.Fatalf("%s build: %d %s", o, a.Status, a.Body)
+		}
+		fb := decodeBuild(t, a)
+		ids[o] = fb.Template.ID
+		if fb.Template.Owner != o {
+			t.Fatalf("%s's template is owned by %q", o, fb.Template.Owner)
+		}
+	}
+	if ids["alice"] == ids["bob"] {
+		t.Fatal("two owners share one template")
+	}
+	// Each owner's template of one name is its own, and builds on it are
+	// allowed: an owner may start FROM its own template's image.
+	for _, o := range []string{"alice", "bob"} {
+		c := client.New(d.Addr, tokens[o])
+		var tp apitypes.Template
+		for tp.Image == "" {
+			a := raw(t, ctx, d, tokens[o], http.MethodGet, "/v1/templates/shared", "")
+			if err := json.Unmarshal(a.Body, &tp); err != nil || a.Status != http.StatusOK {
+				t.Fatalf("%s get: %d %s", o, a.Status, a.Body)
+			}
+			if tp.Build != nil && tp.Build.State == "error" {
+				t.Fatalf("%s build failed: %s", o, tp.Build.Error)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		sb, err := c.Create(ctx, client.CreateRequest{Template: "shared"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "cat", Args: []string{"/whose"}})
+		if err != nil || res.Stdout != o+"\n" {
+			t.Fatalf("%s's sandbox from its template: %q %v", o, res.Stdout, err)
+		}
+		if a := raw(t, ctx, d, tokens[o], http.MethodPost, "/v1/templates", buildBody(t, apitypes.BuildTemplateRequest{Name: "derived", Dockerfile: "FROM " + tp.Image + "\n"})); a.Status != http.StatusAccepted {
+			t.Fatalf("%s building on its own template: %d %s", o, a.Status, a.Body)
+		}
+	}
+	// Another owner's template id is not found.
+	if a := raw(t, ctx, d, tokens["bob"], http.MethodGet, "/v1/templates/"+ids["alice"], ""); a.Status != http.StatusNotFound {
+		t.Fatalf("bob reads alice's template: %d %s", a.Status, a.Body)
+	}
+	if a := raw(t, ctx, d, tokens["bob"], http.MethodDelete, "/v1/templates/"+ids["alice"], ""); a.Status != http.StatusNotFound {
+		t.Fatalf("bob deletes alice's template: %d %s", a.Status, a.Body)
+	}
+	if _, err := client.New(d.Addr, tokens["bob"]).Create(ctx, client.CreateRequest{Template: ids["alice"]}); err == nil {
+		t.Fatal("bob created a sandbox from alice's template")
 	}
 }

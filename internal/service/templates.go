@@ -386,6 +386,9 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	if err := s.validateDefinition(t.Owner, &def); err != nil {
 		return sandpit.TemplateBuild{}, err
 	}
+	if err := s.checkBuildBases(ctx, def.Dockerfile); err != nil {
+		return sandpit.TemplateBuild{}, err
+	}
 	hash := def.contentHash()
 	if def.NoCache {
 		// A forced build is its own content: nothing joins or replays it.
@@ -513,7 +516,54 @@ func (s *Service) CheckBuildDefinition(ctx context.Context, def BuildDefinition)
 	if err := s.buildsReady(); err != nil {
 		return err
 	}
-	return s.validateDefinition(ownerOf(ctx), &def)
+	if err := s.validateDefinition(ownerOf(ctx), &def); err != nil {
+		return err
+	}
+	return s.checkBuildBases(ctx, def.Dockerfile)
+}
+
+// checkBuildBases applies the image policy to the images a Dockerfile
+// starts FROM: a non-admin owner may build on what it may run (the
+// daemon's templates, its default image, --allow-image) and on its own
+// templates' images, never on whatever else the engine holds, which may be
+// an operator's private image.
+func (s *Service) checkBuildBases(ctx context.Context, dockerfile string) error {
+	p := principalOf(ctx)
+	if p.Admin {
+		return nil
+	}
+	stages := map[string]bool{"scratch": true}
+	for _, line := range strings.Split(dockerfile, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.EqualFold(f[0], "FROM") {
+			continue
+		}
+		args := f[1:]
+		for len(args) > 0 && strings.HasPrefix(args[0], "--") {
+			args = args[1:]
+		}
+		if len(args) == 0 {
+			continue
+		}
+		base := args[0]
+		allowed := stages[strings.ToLower(base)] || s.checkImage(p, base) == nil
+		if !allowed {
+			own, err := s.store.ImageOwnedBy(ctx, p.Owner, base)
+			if err != nil {
+				return err
+			}
+			allowed = own
+		}
+		// A later stage may start FROM this one by its name.
+		if len(args) >= 3 && strings.EqualFold(args[1], "AS") {
+			stages[strings.ToLower(args[2])] = true
+		}
+		if allowed {
+			continue
+		}
+		return policyf("a build may not start FROM %q: owner %q may build on the images it may run (the daemon's templates, its default image, --allow-image) and on its own templates", base, p.Owner)
+	}
+	return nil
 }
 
 func (s *Service) validateDefinition(owner string, def *BuildDefinition) error {

@@ -343,6 +343,18 @@ func (s *Store) ImageInUse(ctx context.Context, ref string) (bool, error) {
 	return n > 0, nil
 }
 
+// ImageOwnedBy reports whether ref is the image of one of the owner's
+// templates or of one of their ready builds.
+func (s *Store) ImageOwnedBy(ctx context.Context, owner, ref string) (bool, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM templates t WHERE t.owner = ? AND (t.image = ?
+		OR EXISTS (SELECT 1 FROM template_builds b WHERE b.template_id = t.id AND b.state = 'ready' AND b.image = ?))`, owner, ref, ref).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("image owned by %s: %w", owner, err)
+	}
+	return n > 0, nil
+}
+
 func (s *Store) queryBuilds(ctx context.Context, what, q string, args ...any) ([]sandpit.TemplateBuild, error) {
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
