@@ -426,3 +426,42 @@ func TestTemplateOwners(t *testing.T) {
 		t.Fatal("bob created a sandbox from alice's template")
 	}
 }
+
+// TestTemplateCrashAfterImageBuild kills the daemon after the engine tagged
+// a build's image and before the store recorded it: after the restart the
+// build is error, the orphan image is gone, and the same request builds
+// again to a ready template.
+func TestTemplateCrashAfterImageBuild(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 3*time.Minute)
+	d.Stop()
+	d.Restart([]string{"SANDPIT_TEST_CRASH_POINT=after-image-build"})
+	req := apitypes.BuildTemplateRequest{Name: "crashy", Dockerfile: "FROM " + testBase + "\nRUN echo crashy > /crashy\n"}
+	fb := decodeBuild(t, mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, req), "crash-1"))
+	if !d.Wait(60 * time.Second) {
+		t.Fatal("daemon did not exit at the crash point")
+	}
+	if imgs := taggedImages(t, fb.Build.ID); len(imgs) != 1 {
+		t.Fatalf("%d images tagged at the crash point, want the 1 the store does not know of", len(imgs))
+	}
+	d.Restart(nil)
+	b := awaitBuild(t, ctx, d, "crashy", fb.Build.ID)
+	if b.State != "error" {
+		t.Fatalf("the interrupted build is %s", b.State)
+	}
+	if imgs := taggedImages(t, fb.Build.ID); len(imgs) != 0 {
+		t.Fatalf("orphan images after the restart: %v", imgs)
+	}
+	again := decodeBuild(t, mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, req), "crash-2"))
+	if got := awaitBuild(t, ctx, d, "crashy", again.Build.ID); got.State != "ready" {
+		t.Fatalf("the build after the restart: %s %s", got.State, got.Error)
+	}
+	sb, err := d.Client().Create(ctx, client.CreateRequest{Template: "crashy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.Client().Exec(ctx, sb.ID, client.ExecRequest{Cmd: "cat", Args: []string{"/crashy"}}); err != nil || res.Stdout != "crashy\n" {
+		t.Fatalf("sandbox from the rebuilt template: %q %v", res.Stdout, err)
+	}
+}

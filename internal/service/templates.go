@@ -26,6 +26,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
+	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
 )
@@ -697,6 +698,7 @@ func (s *Service) engineBuild(ctx context.Context, b sandpit.TemplateBuild, def 
 	if err != nil {
 		return err
 	}
+	crashpoint.Hit(crashpoint.AfterImageBuild)
 	if s.cfg.Registry != "" {
 		run.add("info", "pushing to "+s.cfg.Registry)
 		if err := s.cfg.Images.Push(ctx, image, run); err != nil {
@@ -1104,6 +1106,17 @@ func (s *Service) RecoverBuilds(ctx context.Context) error {
 		}
 		if t, err := s.store.GetTemplate(ctx, b.TemplateID); err == nil && b.ContentHash != "" {
 			_ = s.store.DeleteIdempotentRequest(ctx, idempotency.OwnerScope("template-build", t.Owner), b.ContentHash)
+			// The engine may have finished and tagged the image just
+			// before the process died: an image no template records is
+			// an orphan, and goes (a retry builds it again from the
+			// engine's layer cache).
+			if ref := s.templateImage(t.Owner, b.ContentHash); s.cfg.Images != nil {
+				if used, err := s.store.ImageInUse(ctx, ref); err == nil && !used {
+					if err := s.cfg.Images.RemoveImage(ctx, ref); err != nil {
+						s.log.Warn("remove the image of an unfinished build", "image", ref, "err", err)
+					}
+				}
+			}
 		}
 		if f := s.openBuildLog(b.ID); f != nil {
 			line, _ := json.Marshal(BuildLogEntry{Time: s.now(), Level: "error", Message: reason})
