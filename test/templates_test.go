@@ -305,10 +305,19 @@ func TestTemplateFailedBuild(t *testing.T) {
 // and the same request builds again.
 func TestTemplateBuildSurvivesKill(t *testing.T) {
 	t.Parallel()
-	d := harness.Start(t, sandpitBin, harness.Options{})
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--max-builds-per-owner", "1"}})
 	ctx := ctxFor(t, 3*time.Minute)
 	req := apitypes.BuildTemplateRequest{Name: "slow", Dockerfile: "FROM " + testBase + "\nRUN echo slow-step-started && sleep 30\n"}
 	fb := decodeBuild(t, mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, req), "slow-1"))
+	// The owner runs its one build: another of another template is 429,
+	// and makes nothing.
+	over := mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, apitypes.BuildTemplateRequest{Name: "second", Dockerfile: "FROM " + testBase + "\n"}), "second-1")
+	if over.Status != http.StatusTooManyRequests || over.Code() != "quota_exceeded" {
+		t.Fatalf("a build over the owner's limit: %d %s", over.Status, over.Body)
+	}
+	if a := mustKeyed(t, ctx, d, http.MethodGet, "/v1/templates/second", ""); a.Status != http.StatusNotFound {
+		t.Fatalf("the refused build left a template: %d %s", a.Status, a.Body)
+	}
 	for !strings.Contains(string(mustKeyed(t, ctx, d, http.MethodGet, "/v1/templates/slow/builds/"+fb.Build.ID+"/logs", "").Body), "slow-step-started") {
 		if ctx.Err() != nil {
 			t.Fatal("the build never reached its slow step")

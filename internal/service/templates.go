@@ -416,12 +416,8 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 		return s.Build(ctx, b.ID)
 	}
 	start := func() error {
-		running, err := s.store.CountRunningBuilds(ctx, t.Owner)
-		if err != nil {
+		if err := s.checkBuildQuota(ctx, t.Owner); err != nil {
 			return err
-		}
-		if limit := s.cfg.MaxBuildsPerOwner; limit > 0 && running >= limit {
-			return fmt.Errorf("%w: owner %q already runs %d builds (the limit is %d)", sandpit.ErrQuotaExceeded, t.Owner, running, limit)
 		}
 		return s.store.StartBuild(ctx, b, s.now())
 	}
@@ -520,7 +516,22 @@ func (s *Service) CheckBuildDefinition(ctx context.Context, def BuildDefinition)
 	if err := s.validateDefinition(ownerOf(ctx), &def); err != nil {
 		return err
 	}
+	if err := s.checkBuildQuota(ctx, ownerOf(ctx)); err != nil {
+		return err
+	}
 	return s.checkBuildBases(ctx, def.Dockerfile)
+}
+
+// checkBuildQuota refuses a build beyond the owner's running builds.
+func (s *Service) checkBuildQuota(ctx context.Context, owner string) error {
+	running, err := s.store.CountRunningBuilds(ctx, owner)
+	if err != nil {
+		return err
+	}
+	if limit := s.cfg.MaxBuildsPerOwner; limit > 0 && running >= limit {
+		return fmt.Errorf("%w: owner %q already runs %d builds (the limit is %d)", sandpit.ErrQuotaExceeded, owner, running, limit)
+	}
+	return nil
 }
 
 // checkBuildBases applies the image policy to the images a Dockerfile
