@@ -294,6 +294,21 @@ func TestTemplateFailedBuild(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400", body, a.Status, a.Body)
 		}
 	}
+	// An archive whose entries leave the context is refused on upload.
+	for _, name := range []string{"../escape", "/etc/passwd", "a/../../b"} {
+		evil := contextTar(t, map[string]string{name: "x"})
+		sum := sha256.Sum256(evil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, d.URL()+"/v1/templates/files/"+hex.EncodeToString(sum[:]), bytes.NewReader(evil))
+		req.Header.Set("Authorization", "Bearer "+d.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("upload of an entry %q: %d, want 400", name, resp.StatusCode)
+		}
+	}
 	list := mustKeyed(t, ctx, d, http.MethodGet, "/v1/templates", "")
 	if strings.Contains(string(list.Body), `"ok"`) {
 		t.Fatalf("a refused build left a template: %s", list.Body)

@@ -803,7 +803,7 @@ func copyArchive(tw *tar.Writer, file, prefix string, seen map[string]bool) erro
 			return err
 		}
 		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
-		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+		if !insideContext(h.Name) {
 			return invalidf("archive entry %q leaves the context", h.Name)
 		}
 		if name == "." {
@@ -907,15 +907,27 @@ func checkArchive(f *os.File) error {
 	}
 	tr := tar.NewReader(r)
 	for {
-		if _, err := tr.Next(); errors.Is(err, io.EOF) {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
 			return nil
-		} else if err != nil {
+		}
+		if err != nil {
 			return err
+		}
+		if !insideContext(h.Name) {
+			return fmt.Errorf("entry %q leaves the build context", h.Name)
 		}
 		if _, err := io.Copy(io.Discard, tr); err != nil {
 			return err
 		}
 	}
+}
+
+// insideContext reports whether an archive entry's name stays inside the
+// directory it is unpacked in.
+func insideContext(name string) bool {
+	n := path.Clean(strings.TrimPrefix(name, "./"))
+	return !path.IsAbs(n) && n != ".." && !strings.HasPrefix(n, "../")
 }
 
 func (s *Service) openBuildLog(buildID string) *os.File {
