@@ -783,31 +783,13 @@ func copyArchive(tw *tar.Writer, file, prefix string, seen map[string]bool) erro
 		return err
 	}
 	defer fh.Close()
-	br := bufio.NewReader(fh)
-	var r io.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		gz, err := gzip.NewReader(br)
-		if err != nil {
-			return err
-		}
-		defer gz.Close()
-		r = gz
-	}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
+	return eachEntry(fh, func(h *tar.Header, body io.Reader) error {
 		if !insideContext(h.Name) {
 			return invalidf("archive entry %q leaves the context", h.Name)
 		}
+		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
 		if name == "." {
-			continue
+			return nil
 		}
 		h.Name = path.Join(prefix, name)
 		if h.Typeflag == tar.TypeDir {
@@ -816,13 +798,39 @@ func copyArchive(tw *tar.Writer, file, prefix string, seen map[string]bool) erro
 		if seen[h.Name] {
 			// Two archives (two COPY steps of one directory) may hold
 			// the same entry; the first stands.
-			continue
+			return nil
 		}
 		seen[h.Name] = true
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
-		if _, err := io.Copy(tw, tr); err != nil {
+		_, err := io.Copy(tw, body)
+		return err
+	})
+}
+
+// eachEntry calls fn with every entry of a tar archive, gzipped or not.
+func eachEntry(r io.Reader, fn func(*tar.Header, io.Reader) error) error {
+	br := bufio.NewReader(r)
+	var in io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return err
+		}
+		defer gz.Close()
+		in = gz
+	}
+	tr := tar.NewReader(in)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(h, tr); err != nil {
 			return err
 		}
 	}
@@ -896,31 +904,13 @@ func checkArchive(f *os.File) error {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	br := bufio.NewReader(f)
-	var r io.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		gz, err := gzip.NewReader(br)
-		if err != nil {
-			return err
-		}
-		r = gz
-	}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return eachEntry(f, func(h *tar.Header, body io.Reader) error {
 		if !insideContext(h.Name) {
 			return fmt.Errorf("entry %q leaves the build context", h.Name)
 		}
-		if _, err := io.Copy(io.Discard, tr); err != nil {
-			return err
-		}
-	}
+		_, err := io.Copy(io.Discard, body)
+		return err
+	})
 }
 
 // insideContext reports whether an archive entry's name stays inside the
