@@ -95,6 +95,12 @@ func lookupError(err error, idOrName string) error {
 	return err
 }
 
+// isNotFound reports whether err is a decided 404 (lookupError's).
+func isNotFound(err error) bool {
+	var p *problem
+	return errors.As(err, &p) && p.status == http.StatusNotFound
+}
+
 // nameConflict is Daytona's 409 for a duplicate name.
 func nameConflict(name string) error {
 	return &problem{status: http.StatusConflict, message: fmt.Sprintf("Sandbox with name %s already exists", name)}
