@@ -185,3 +185,61 @@ test('object storage takes only the session token it handed out', async () => {
   });
   assert.equal(put.status, 400);
 });
+
+async function tokenFor(name, owner) {
+  const res = await fetch(`${d.base}/v1/tokens`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${d.token}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ name, owner }),
+  });
+  const body = await res.json();
+  assert.equal(res.status, 201, JSON.stringify(body));
+  return body.token;
+}
+
+test("owners: a snapshot and a building sandbox are their owner's; one name is a snapshot per owner", async () => {
+  const aKey = await tokenFor('alice-images', 'alice');
+  const bKey = await tokenFor('bob-images', 'bob');
+  const A = new Daytona({ apiUrl: d.apiUrl, apiKey: aKey });
+  const B = new Daytona({ apiUrl: d.apiUrl, apiKey: bKey });
+  const name = `own-${suite}`;
+  try {
+    const a = await A.snapshot.create({ name, image: Image.base(testImage).runCommands('echo alice > /who') }, { timeout: 120 });
+    await assert.rejects(B.snapshot.get(name), DaytonaNotFoundError);
+    await assert.rejects(B.snapshot.get(a.id), DaytonaNotFoundError);
+    assert.ok(!(await B.snapshot.list()).items.some((s) => s.id === a.id));
+    const logs = await fetch(`${d.apiUrl}/snapshots/${a.id}/build-logs-url`, { headers: { authorization: `Bearer ${bKey}` } });
+    assert.equal(logs.status, 404);
+    await assert.rejects(B.snapshot.delete(a), DaytonaNotFoundError);
+    // Bob's snapshot of the same name is his own.
+    const b = await B.snapshot.create({ name, image: Image.base(testImage).runCommands('echo bob > /who') }, { timeout: 120 });
+    assert.notEqual(b.id, a.id);
+    for (const [client, who] of [[A, 'alice'], [B, 'bob']]) {
+      const sb = await client.create({ snapshot: name, labels: { suite } });
+      try {
+        assert.equal(await run(sb, 'cat /who'), who);
+      } finally {
+        await sb.delete();
+      }
+    }
+    // A sandbox still building its image is not Bob's to see.
+    const res = await fetch(`${d.apiUrl}/sandbox`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${aKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ buildInfo: { dockerfileContent: `FROM ${testImage}\nRUN sleep 2\n` }, labels: { suite } }),
+    });
+    const pending = await res.json();
+    assert.equal(pending.state, 'pending_build', JSON.stringify(pending));
+    await assert.rejects(B.get(pending.id), DaytonaNotFoundError);
+    const blogs = await fetch(`${d.apiUrl}/sandbox/${pending.id}/build-logs-url`, { headers: { authorization: `Bearer ${bKey}` } });
+    assert.equal(blogs.status, 404);
+    const mine = await A.get(pending.id);
+    assert.ok(['pending_build', 'building_snapshot', 'creating', 'started'].includes(mine.state), mine.state);
+    await mine.waitUntilStarted(120);
+    await mine.delete();
+    await A.snapshot.delete(name);
+    await B.snapshot.delete(name);
+  } finally {
+    for (const c of [A, B]) if (Symbol.asyncDispose) await c[Symbol.asyncDispose]();
+  }
+});
