@@ -8,7 +8,7 @@ import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { Daytona, Image, DaytonaError, DaytonaNotFoundError } from '@daytonaio/sdk';
+import { Daytona, Image, DaytonaError, DaytonaNotFoundError, DaytonaConflictError } from '@daytonaio/sdk';
 import { startDaemon, testImage } from './daemon.mjs';
 
 let d; // the daemon
@@ -135,6 +135,24 @@ test('an Image given to create is built on the fly, its log reaches onSnapshotCr
     assert.equal(await run(again, 'cat /fly.txt'), `fly-${m}`);
   } finally {
     await again.delete();
+  }
+});
+
+test('concurrent create({name, image: Image}) with one name make exactly one sandbox', async () => {
+  const name = `race-${suite}`;
+  const image = Image.base(testImage).runCommands(`echo race-${suite} > /race.txt`);
+  const results = await Promise.allSettled([1, 2, 3].map(() => daytona.create({ name, image, labels: { suite } }, { timeout: 120 })));
+  const won = results.filter((r) => r.status === 'fulfilled').map((r) => r.value);
+  const lost = results.filter((r) => r.status === 'rejected').map((r) => r.reason);
+  try {
+    assert.equal(won.length, 1, JSON.stringify(lost.map((e) => e.message)));
+    for (const e of lost) assert.ok(e instanceof DaytonaConflictError, e.message);
+    assert.equal(await run(won[0], 'cat /race.txt'), `race-${suite}`);
+    const named = [];
+    for await (const sb of daytona.list({ labels: { suite } })) if (sb.name === name) named.push(sb);
+    assert.equal(named.length, 1);
+  } finally {
+    for (const sb of won) await sb.delete();
   }
 });
 
