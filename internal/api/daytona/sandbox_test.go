@@ -252,7 +252,8 @@ func TestCreateInput(t *testing.T) {
 		msg  string
 	}{
 		{map[string]any{"name": "bad name!"}, 400, "invalid name"},
-		{map[string]any{"buildInfo": map[string]any{"dockerfileContent": "FROM a\nRUN b\n"}}, 400, "single FROM line"},
+		// This service builds no images (no image builder).
+		{map[string]any{"buildInfo": map[string]any{"dockerfileContent": "FROM a\nRUN b\n"}}, 501, "builds are not available"},
 		{map[string]any{"snapshot": "nope"}, 400, "nope"},
 		{map[string]any{"buildInfo": map[string]any{"dockerfileContent": "FROM missing:image\n"}}, 400, "missing:image"},
 		{`{"name": `, 400, "malformed"},
