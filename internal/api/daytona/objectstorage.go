@@ -1,7 +1,6 @@
 package daytona
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/md5"
@@ -471,7 +470,7 @@ func (o *objectStore) completeUpload(ctx context.Context, w http.ResponseWriter,
 		etags = append(etags, p.ETag)
 	}
 	sort.Strings(etags)
-	sum := md5.Sum(bytes.NewBufferString(strings.Join(etags, "")).Bytes())
+	sum := md5.Sum([]byte(strings.Join(etags, "")))
 	writeXML(w, CompleteMultipartUploadResult{Bucket: storageBucket, Key: key, ETag: fmt.Sprintf(`"%s-%d"`, hex.EncodeToString(sum[:]), len(req.Parts))})
 }
 
