@@ -251,7 +251,9 @@ func ImageFromDockerfile(content string) (string, error) {
 		}
 		instr = append(instr, line)
 	}
-	const hint = `Sandpit runs existing images and builds none: pass image as a plain reference (create({image: "debian:12"})), which the SDK sends as the single line "FROM debian:12"`
+	// The error only tells the caller why the Dockerfile is built rather
+	// than run as an image.
+	const hint = `a plain image reference (create({image: "debian:12"})) arrives as the single line "FROM debian:12"`
 	switch {
 	case len(instr) == 0:
 		return "", badRequest("buildInfo.dockerfileContent is empty. %s", hint)
