@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -82,8 +81,6 @@ type sandboxAPI struct {
 	tpl TemplateBackend
 	// pending holds the creates that build their image first.
 	pending *pendingCreates
-	// startMu serialises build starts (see startBuild).
-	startMu sync.Mutex
 	// signKey signs preview URLs (see signed.go).
 	signKey []byte
 	// started is when the facade was made, the creation time reported for

@@ -369,15 +369,10 @@ func (h *sandboxAPI) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, h.snapshotOf(ctx, t))
 }
 
-// startBuild adds a build of def to the template and starts it. Starts are
-// one at a time: the service joins a build to a running one of the same
-// content only once that one is registered, and two starts of one content
-// racing past that check would otherwise meet as a conflict on the
-// template's one running build (concurrent creates of one Image do just
-// that). A start does no engine work, so this serialises little.
+// startBuild adds a build of def to the template and starts it. Two starts
+// of one content at once (concurrent creates of one Image) join one build:
+// the service reserves the run before either starts it.
 func (h *sandboxAPI) startBuild(ctx context.Context, t sandpit.Template, def service.BuildDefinition) (sandpit.TemplateBuild, error) {
-	h.startMu.Lock()
-	defer h.startMu.Unlock()
 	b, err := h.tpl.NewBuild(ctx, t.ID)
 	if err != nil {
 		return b, err
