@@ -439,6 +439,12 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 		return sandpit.TemplateBuild{}, fmt.Errorf("%w: owner %q already runs %d builds (the limit is %d)", sandpit.ErrQuotaExceeded, t.Owner, running, limit)
 	}
 	if err := s.store.StartBuild(ctx, b, s.now()); err != nil {
+		// The same start sent twice at once (E2B's two identical builds
+		// share a build id) both found the build waiting; the one that lost
+		// the update is a retry of the winner's.
+		if nb, gerr := s.Build(ctx, b.ID); gerr == nil && errors.Is(err, sandpit.ErrBuildConflict) && nb.ContentHash == hash {
+			return nb, nil
+		}
 		return sandpit.TemplateBuild{}, err
 	}
 	run = &buildRun{owner: t.Owner, hash: hash, done: make(chan struct{}), members: []string{b.ID}, changed: make(chan struct{}), state: sandpit.BuildBuilding}
@@ -1101,9 +1107,10 @@ func (s *Service) startTemplate(ctx context.Context, sb sandpit.Sandbox, t sandp
 	c2 := agentapi.NewClients(s.agents.http, net.JoinHostPort(c.IP, strconv.Itoa(agentapi.Port)))
 	agent := agentapi.Agent{Addr: net.JoinHostPort(c.IP, strconv.Itoa(agentapi.Port)), Token: sb.AccessToken, Process: c2.Process, Filesystem: c2.Filesystem}
 	if t.StartCmd != "" {
-		// nohup and a background job: the agent's exec returns when the
-		// shell does, and the started process lives on in the sandbox.
-		launch := "nohup sh -c \"$0\" >/tmp/.sandpit-start.log 2>&1 </dev/null &"
+		// nohup (where the image has it) and a background job: the agent's
+		// exec returns when the shell does, and the started process lives
+		// on in the sandbox. Small images (busybox) have no nohup.
+		launch := "n=; command -v nohup >/dev/null 2>&1 && n=nohup; $n sh -c \"$0\" >/tmp/.sandpit-start.log 2>&1 </dev/null &"
 		res, err := execOn(ctx, agent, ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", launch, t.StartCmd}, Cwd: t.Workdir, Timeout: 30 * time.Second})
 		if err != nil {
 			return fmt.Errorf("start command: %w", err)
