@@ -93,6 +93,16 @@ describe('templates', { timeout: T }, () => {
       }
     }
     await assert.rejects(Sandbox.create(`${name}:nosuchtag`, d.opts), /nosuchtag/)
+
+    // A template built from this one has its files and its own step.
+    const child = uniq('child')
+    await Template.build(Template().fromTemplate(`${name}:v1`).runCmd('echo child > /opt/child.txt'), child, d.opts)
+    const sbx = await Sandbox.create(child, d.opts)
+    try {
+      assert.equal(await sh(sbx, 'cat /opt/app/hello.txt /opt/child.txt'), 'hello\nchild')
+    } finally {
+      await sbx.kill()
+    }
   })
 
   test('two identical Template.build calls at once make one engine build and the same template', async () => {

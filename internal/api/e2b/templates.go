@@ -649,7 +649,7 @@ func (h *Handler) buildStatus(w http.ResponseWriter, r *http.Request) {
 		// The tags are set just after the build is recorded ready; until
 		// then a create of name:tag would not find it, so it is not ready
 		// yet for the caller.
-		if tags, err := tb.TemplateTags(ctx, t.ID); err == nil && !tagged(tags, b.ID, h.buildTags(b.ID)) {
+		if tags, err := tb.TemplateTags(ctx, t.ID); err == nil && !tagged(ctx, tb, tags, b, h.buildTags(b.ID)) {
 			out.Status = string(sandpit.BuildBuilding)
 		}
 	}
@@ -667,9 +667,20 @@ func (h *Handler) buildTags(buildID string) []string {
 	return nil
 }
 
-func tagged(tags map[string]string, buildID string, want []string) bool {
+// tagged reports whether every tag in want is at the build's image: at
+// the build itself, or at another build of the same content (builds that
+// joined one engine build are tagged one after the other, and the tag
+// ends at the last of them).
+func tagged(ctx context.Context, tb TemplateBackend, tags map[string]string, b sandpit.TemplateBuild, want []string) bool {
 	for _, t := range want {
-		if tags[t] != buildID {
+		id, ok := tags[t]
+		if !ok {
+			return false
+		}
+		if id == b.ID {
+			continue
+		}
+		if o, err := tb.Build(ctx, id); err != nil || o.Image != b.Image {
 			return false
 		}
 	}
