@@ -135,6 +135,10 @@ type buildRun struct {
 
 	mu      sync.Mutex
 	members []string
+	// joined is, for each member that joined, its template and the tags
+	// its own request asked for (another template, or other tags, may
+	// have the same content).
+	joined  map[string]joinedBuild
 	lines   []BuildLogEntry
 	files   []*os.File
 	changed chan struct{} // closed and replaced whenever a line is added
@@ -168,8 +172,15 @@ func (r *buildRun) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+type joinedBuild struct {
+	templateID string
+	tags       []string
+}
+
 // builds holds the runs of this process.
 type builds struct {
+	// start serialises StartBuild (see there).
+	start     sync.Mutex
 	mu        sync.Mutex
 	byBuild   map[string]*buildRun
 	byContent map[string]*buildRun
@@ -375,6 +386,12 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	if err := s.buildsReady(); err != nil {
 		return sandpit.TemplateBuild{}, err
 	}
+	// Starts are serialised: two at once of one content (E2B's identical
+	// builds, or one content under two tags) must see each other, the
+	// later joining the earlier, rather than both finding nothing to join
+	// and racing for the template's one running build.
+	s.builds.start.Lock()
+	defer s.builds.start.Unlock()
 	b, err := s.Build(ctx, buildID)
 	if err != nil {
 		return b, err
@@ -410,6 +427,10 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 		joinable := !run.state.Done()
 		if joinable {
 			run.members = append(run.members, b.ID)
+			if run.joined == nil {
+				run.joined = map[string]joinedBuild{}
+			}
+			run.joined[b.ID] = joinedBuild{templateID: t.ID, tags: def.Tags}
 			if f := s.openBuildLog(b.ID); f != nil {
 				for _, e := range run.lines {
 					line, _ := json.Marshal(e)
@@ -439,12 +460,6 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 		return sandpit.TemplateBuild{}, fmt.Errorf("%w: owner %q already runs %d builds (the limit is %d)", sandpit.ErrQuotaExceeded, t.Owner, running, limit)
 	}
 	if err := s.store.StartBuild(ctx, b, s.now()); err != nil {
-		// The same start sent twice at once (E2B's two identical builds
-		// share a build id) both found the build waiting; the one that lost
-		// the update is a retry of the winner's.
-		if nb, gerr := s.Build(ctx, b.ID); gerr == nil && errors.Is(err, sandpit.ErrBuildConflict) && nb.ContentHash == hash {
-			return nb, nil
-		}
 		return sandpit.TemplateBuild{}, err
 	}
 	run = &buildRun{owner: t.Owner, hash: hash, done: make(chan struct{}), members: []string{b.ID}, changed: make(chan struct{}), state: sandpit.BuildBuilding}
@@ -505,6 +520,7 @@ func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.Te
 	run.mu.Lock()
 	run.state, run.image, run.reason = state, image, reason
 	members := append([]string(nil), run.members...)
+	joined := run.joined
 	run.mu.Unlock()
 	if s.builds.byContent[key] == run {
 		delete(s.builds.byContent, key)
@@ -518,8 +534,12 @@ func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.Te
 		if err := s.store.FinishBuild(sctx, id, state, image, reason, s.now()); err != nil {
 			s.log.Error("record the end of a template build", "build", id, "err", err)
 		}
-		if state == sandpit.BuildReady && len(def.Tags) > 0 {
-			if err := s.store.SetTags(sctx, t.ID, id, def.Tags, s.now()); err != nil {
+		templateID, tags := t.ID, def.Tags
+		if j, ok := joined[id]; ok {
+			templateID, tags = j.templateID, j.tags
+		}
+		if state == sandpit.BuildReady && len(tags) > 0 {
+			if err := s.store.SetTags(sctx, templateID, id, tags, s.now()); err != nil {
 				s.log.Error("tag a template build", "build", id, "err", err)
 			}
 		}

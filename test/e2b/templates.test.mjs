@@ -123,6 +123,34 @@ describe('templates', { timeout: T }, () => {
     }
   })
 
+  test('two builds of one content under two tags at once: one engine build, both tags', async (t) => {
+    const name = uniq('tags')
+    const mk = () => Template({ fileContextPath: ctxDir })
+      .fromImage(localTag)
+      .runCmd(`sleep 2; echo ${name} > /srv-id`)
+    const logs = [[], []]
+    const [a, b] = await Promise.all([1, 2].map((v, i) =>
+      Template.build(mk(), `${name}:v${v}`, { ...d.opts, onBuildLogs: (e) => logs[i].push(e.message) })))
+    assert.equal(a.templateId, b.templateId)
+    assert.notEqual(a.buildId, b.buildId)
+    // A build that did not join the other's either replayed its finished
+    // image: no engine build of its own.
+    const ended = d.log.split('\n').filter((l) => l.includes('template build ended') && l.includes(a.templateId)).length
+    const replays = logs.filter((l) => l.some((m) => m.includes('reusing its image'))).length
+    assert.equal(ended - replays, 1, `one engine build (${ended} ended, ${replays} replayed)`)
+    t.diagnostic(d.log.includes('joined a running build') ? 'the second build joined the first' : 'the second build replayed the first')
+    const tags = (await Template.getTags(name, d.opts)).map((t) => t.tag).sort()
+    assert.deepEqual(tags, ['v1', 'v2'])
+    for (const ref of [`${name}:v1`, `${name}:v2`]) {
+      const sbx = await Sandbox.create(ref, d.opts)
+      try {
+        assert.equal(await sh(sbx, 'cat /srv-id'), name)
+      } finally {
+        await sbx.kill()
+      }
+    }
+  })
+
   test('a runCmd as a user that does not exist fails the build with E2B\'s message', async () => {
     const tpl = Template().fromBaseImage().runCmd('true').runCmd('whoami', { user: 'nosuch' })
     await assert.rejects(Template.build(tpl, uniq('baduser'), d.opts), (err) => {
