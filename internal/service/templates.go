@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path"
@@ -136,6 +137,10 @@ type buildRun struct {
 
 	mu      sync.Mutex
 	members []string
+	// tags is, for each member, its template and the tags its own request
+	// asked for: one content may be built for two templates, or under two
+	// tags at once, and each member keeps its own.
+	tags    map[string]memberTags
 	lines   []BuildLogEntry
 	files   []*os.File
 	changed chan struct{} // closed and replaced whenever a line is added
@@ -167,6 +172,11 @@ func (r *buildRun) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+type memberTags struct {
+	templateID string
+	tags       []string
 }
 
 // builds holds the runs of this process.
@@ -405,7 +415,7 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	b.StartCmd, b.ReadyCmd, b.User, b.Workdir, b.CPU, b.MemoryMB = def.StartCmd, def.ReadyCmd, def.User, def.Workdir, def.CPU, def.MemoryMB
 
 	key := t.Owner + "\x00" + hash
-	run, joined := s.joinOrReserve(key, b.ID, t.Owner, hash)
+	run, joined := s.joinOrReserve(key, b.ID, t.Owner, hash, memberTags{templateID: t.ID, tags: def.Tags})
 	if joined {
 		// The row stays waiting (the running one holds the template's one
 		// running slot) and reports the run's state.
@@ -439,7 +449,7 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 // joinOrReserve joins the running build of key, or, when there is none,
 // reserves a run for build id that later duplicates join: the check and the
 // reservation are one step, so two identical requests never both start.
-func (s *Service) joinOrReserve(key, id, owner, hash string) (*buildRun, bool) {
+func (s *Service) joinOrReserve(key, id, owner, hash string, tags memberTags) (*buildRun, bool) {
 	s.builds.mu.Lock()
 	defer s.builds.mu.Unlock()
 	if run := s.builds.byContent[key]; run != nil {
@@ -447,6 +457,7 @@ func (s *Service) joinOrReserve(key, id, owner, hash string) (*buildRun, bool) {
 		joinable := !run.state.Done()
 		if joinable {
 			run.members = append(run.members, id)
+			run.tags[id] = tags
 			if f := s.openBuildLog(id); f != nil {
 				for _, e := range run.lines {
 					line, _ := json.Marshal(e)
@@ -461,7 +472,8 @@ func (s *Service) joinOrReserve(key, id, owner, hash string) (*buildRun, bool) {
 			return run, true
 		}
 	}
-	run := &buildRun{owner: owner, hash: hash, done: make(chan struct{}), members: []string{id}, changed: make(chan struct{}), state: sandpit.BuildBuilding}
+	run := &buildRun{owner: owner, hash: hash, done: make(chan struct{}), members: []string{id}, tags: map[string]memberTags{id: tags},
+		changed: make(chan struct{}), state: sandpit.BuildBuilding}
 	if f := s.openBuildLog(id); f != nil {
 		run.files = []*os.File{f}
 	}
@@ -618,14 +630,22 @@ func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.Te
 		run.add("info", "built "+image)
 	}
 	sctx := context.WithoutCancel(ctx)
-	members := s.endRun(sctx, run, key, state, image, reason, "")
-	if state == sandpit.BuildReady && len(def.Tags) > 0 {
-		for _, id := range members {
-			if err := s.store.SetTags(sctx, t.ID, id, def.Tags, s.now()); err != nil {
+	run.mu.Lock()
+	tags := maps.Clone(run.tags)
+	run.mu.Unlock()
+	if state == sandpit.BuildReady {
+		// Tags go on before the builds end, so a build reported ready
+		// already has its tags pointing at its image.
+		for id, mt := range tags {
+			if len(mt.tags) == 0 {
+				continue
+			}
+			if err := s.store.SetTags(sctx, mt.templateID, id, mt.tags, s.now()); err != nil {
 				s.log.Error("tag a template build", "build", id, "err", err)
 			}
 		}
 	}
+	s.endRun(sctx, run, key, state, image, reason, "")
 	s.cfg.Metrics.BuildDone(string(state), time.Since(start))
 	s.log.Info("template build ended", "template", t.ID, "build", b.ID, "state", state, "reason", reason, "took", time.Since(start).Round(time.Millisecond))
 }
