@@ -73,7 +73,7 @@ func printJSON(w io.Writer, v any) error {
 
 func clientCmds(e *cliEnv) []*cobra.Command {
 	return []*cobra.Command{createCmd(e), lsCmd(e), execCmd(e), cpCmd(e), rmCmd(e), exposeCmd(e), portsCmd(e), unexposeCmd(e), domainCmd(e),
-		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e), statusCmd(e), clusterCmd(e)}
+		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e), statusCmd(e), clusterCmd(e), templateCmd(e)}
 }
 
 func createCmd(e *cliEnv) *cobra.Command {
@@ -115,6 +115,7 @@ func createCmd(e *cliEnv) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&req.Name, "name", "", "unique name")
 	f.StringVar(&req.Image, "image", "", "image (default: the daemon's default image)")
+	f.StringVar(&req.Template, "template", "", "template to create from: NAME, NAME:TAG or id (sandpit template ls)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringArrayVarP(&labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
 	f.Float64Var(&req.CPU, "cpu", 0, "CPU cores")

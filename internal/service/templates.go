@@ -1101,9 +1101,11 @@ func (s *Service) startTemplate(ctx context.Context, sb sandpit.Sandbox, t sandp
 	c2 := agentapi.NewClients(s.agents.http, net.JoinHostPort(c.IP, strconv.Itoa(agentapi.Port)))
 	agent := agentapi.Agent{Addr: net.JoinHostPort(c.IP, strconv.Itoa(agentapi.Port)), Token: sb.AccessToken, Process: c2.Process, Filesystem: c2.Filesystem}
 	if t.StartCmd != "" {
-		// nohup and a background job: the agent's exec returns when the
-		// shell does, and the started process lives on in the sandbox.
-		launch := "nohup sh -c \"$0\" >/tmp/.sandpit-start.log 2>&1 </dev/null &"
+		// A background job: the agent's exec returns when the shell does,
+		// and the started process lives on in the sandbox. No nohup: the
+		// exec has no terminal, so no hangup comes, and minimal images
+		// (busybox builds without the applet) have none.
+		launch := "sh -c \"$0\" >/tmp/.sandpit-start.log 2>&1 </dev/null &"
 		res, err := execOn(ctx, agent, ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", launch, t.StartCmd}, Cwd: t.Workdir, Timeout: 30 * time.Second})
 		if err != nil {
 			return fmt.Errorf("start command: %w", err)
