@@ -25,7 +25,9 @@ type buildFailed struct {
 	name, reason string
 }
 
-func (b *buildFailed) Error() string { return fmt.Sprintf("build of template %s failed: %s", b.name, b.reason) }
+func (b *buildFailed) Error() string {
+	return fmt.Sprintf("build of template %s failed: %s", b.name, b.reason)
+}
 
 func templateBuildCmd(e *cliEnv) *cobra.Command {
 	var req client.BuildTemplateRequest
