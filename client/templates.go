@@ -57,7 +57,7 @@ func (c *Client) UploadTemplateFiles(ctx context.Context, archive []byte) (strin
 		return "", err
 	}
 	_, err = c.do(ctx, request{method: http.MethodPut, path: p, raw: archive, idempotent: true,
-		header: http.Header{"Content-Type": {"application/x-tar"}}}, nil)
+		header: http.Header{"Content-Type": {"application/octet-stream"}}}, nil)
 	return hash, err
 }
 

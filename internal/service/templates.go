@@ -417,6 +417,11 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 				}
 				run.files = append(run.files, f)
 			}
+			// Announced under the run's lock, so before the run's end
+			// (announced for every member) can be.
+			joined := b
+			joined.State = sandpit.BuildBuilding
+			s.publishBuild(EventBuildStarted, t, joined)
 		}
 		run.mu.Unlock()
 		if joinable {
@@ -452,6 +457,9 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	s.builds.mu.Unlock()
 	s.audit(ctx, "template.build", b.ID, nil)
 	s.cfg.Metrics.BuildStarted()
+	started := b
+	started.State = sandpit.BuildBuilding
+	s.publishBuild(EventBuildStarted, t, started)
 	go s.runBuild(bctx, t, b, def, run, key)
 	return s.Build(ctx, b.ID)
 }
@@ -518,6 +526,7 @@ func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.Te
 			}
 		}
 	}
+	s.announceBuildEnd(sctx, t, members, state)
 	s.cfg.Metrics.BuildDone(string(state), time.Since(start))
 	s.log.Info("template build ended", "template", t.ID, "build", b.ID, "state", state, "reason", reason, "took", time.Since(start).Round(time.Millisecond))
 
@@ -1131,5 +1140,24 @@ func (s *Service) startTemplate(ctx context.Context, sb sandpit.Sandbox, t sandp
 			return ctx.Err()
 		case <-time.After(readyPoll):
 		}
+	}
+}
+
+// announceBuildEnd publishes the end of every build of one run, each with
+// its template as the end left it (the image of a ready build set).
+func (s *Service) announceBuildEnd(ctx context.Context, t sandpit.Template, members []string, state sandpit.BuildState) {
+	typ := EventBuildReady
+	if state == sandpit.BuildError {
+		typ = EventBuildError
+	}
+	if nt, err := s.store.GetTemplate(ctx, t.ID); err == nil {
+		t = nt
+	}
+	for _, id := range members {
+		b, err := s.store.GetBuild(ctx, id)
+		if err != nil {
+			continue
+		}
+		s.publishBuild(typ, t, b)
 	}
 }
