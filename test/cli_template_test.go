@@ -14,7 +14,7 @@ import (
 
 // writeTree writes files (name -> content; content "-> target" makes a
 // symlink) under a new directory and returns it.
-func writeTree(t *testing.T, files map[string]string) string {
+func writeTree(t testing.TB, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, body := range files {
