@@ -533,7 +533,7 @@ func eventsCmd(env *cliEnv) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "events",
-		Short: "Follow sandbox state changes as they happen",
+		Short: "Follow sandbox state changes and template builds as they happen",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.client()
@@ -548,6 +548,15 @@ func eventsCmd(env *cliEnv) *cobra.Command {
 						return err
 					}
 					_, err = fmt.Fprintf(out, "%s\n", b)
+					return err
+				}
+				if e.BuildID != "" {
+					// A template build's change: no sandbox, the build's state.
+					line := fmt.Sprintf("%s  %-8s %s %s  %s", e.Time.Format("2006-01-02 15:04:05.000"), e.Type, e.Template, e.BuildID, e.State)
+					if e.Error != "" {
+						line += ": " + e.Error
+					}
+					_, err := fmt.Fprintln(out, line)
 					return err
 				}
 				state := e.State
