@@ -121,6 +121,13 @@ type Event struct {
 	Time      time.Time `json:"time"`
 	// Node is the cluster node that runs the sandbox; "" on a single daemon.
 	Node string `json:"node,omitempty"`
+	// A template build's change (types template.building, template.ready,
+	// template.error) names no sandbox: it names the template and the
+	// build, State is the build's state and Error a failed build's reason.
+	TemplateID string `json:"template_id,omitempty"`
+	Template   string `json:"template,omitempty"` // the template's name
+	BuildID    string `json:"build_id,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // ErrorBody is the shape of every non-2xx answer.

@@ -88,6 +88,17 @@ func TestRetries(t *testing.T) {
 		{name: "delete is retried with its key", call: func(ctx context.Context, c *Client) error {
 			return c.Delete(ctx, "sb1")
 		}, statuses: []int{502, 204}, attempts: 2, keyed: true},
+		{name: "a template build is retried with its key", call: func(ctx context.Context, c *Client) error {
+			_, err := c.BuildTemplate(ctx, BuildTemplateRequest{Name: "t", Dockerfile: "FROM scratch"})
+			return err
+		}, statuses: []int{503, 502, 202}, attempts: 3, keyed: true},
+		{name: "a template delete is retried with its key", call: func(ctx context.Context, c *Client) error {
+			return c.DeleteTemplate(ctx, "t")
+		}, statuses: []int{504, 204}, attempts: 2, keyed: true},
+		{name: "a template build conflict is not retried", call: func(ctx context.Context, c *Client) error {
+			_, err := c.BuildTemplate(ctx, BuildTemplateRequest{Name: "t", Dockerfile: "FROM scratch"})
+			return err
+		}, statuses: []int{409, 202}, attempts: 1, keyed: true, wantErr: 409},
 		{name: "exec is never retried", call: func(ctx context.Context, c *Client) error {
 			_, err := c.Exec(ctx, "sb1", ExecRequest{Cmd: "true"})
 			return err

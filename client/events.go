@@ -14,7 +14,8 @@ import (
 // maxEventLine bounds one line of the event stream.
 const maxEventLine = 1 << 20
 
-// Events follows the daemon's stream of sandbox state changes (GET
+// Events follows the daemon's stream of sandbox state changes and template
+// build changes (type template.building, template.ready, template.error; GET
 // /v1/events), calling fn with each, in order, until ctx ends (nil), the
 // daemon ends the stream (io.EOF), or fn returns an error (that error). It
 // does not reconnect: a caller that needs every change lists the sandboxes

@@ -73,7 +73,7 @@ func printJSON(w io.Writer, v any) error {
 
 func clientCmds(e *cliEnv) []*cobra.Command {
 	return []*cobra.Command{createCmd(e), lsCmd(e), execCmd(e), cpCmd(e), rmCmd(e), exposeCmd(e), portsCmd(e), unexposeCmd(e), domainCmd(e),
-		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e), statusCmd(e), clusterCmd(e)}
+		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e), statusCmd(e), clusterCmd(e), templateCmd(e)}
 }
 
 func createCmd(e *cliEnv) *cobra.Command {
@@ -115,6 +115,7 @@ func createCmd(e *cliEnv) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&req.Name, "name", "", "unique name")
 	f.StringVar(&req.Image, "image", "", "image (default: the daemon's default image)")
+	f.StringVar(&req.Template, "template", "", "template to create from: NAME, NAME:TAG or id (sandpit template ls)")
 	f.StringArrayVarP(&envs, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringArrayVarP(&labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
 	f.Float64Var(&req.CPU, "cpu", 0, "CPU cores")
@@ -532,7 +533,7 @@ func eventsCmd(env *cliEnv) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "events",
-		Short: "Follow sandbox state changes as they happen",
+		Short: "Follow sandbox state changes and template builds as they happen",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.client()
@@ -547,6 +548,15 @@ func eventsCmd(env *cliEnv) *cobra.Command {
 						return err
 					}
 					_, err = fmt.Fprintf(out, "%s\n", b)
+					return err
+				}
+				if e.BuildID != "" {
+					// A template build's change: no sandbox, the build's state.
+					line := fmt.Sprintf("%s  %-8s %s %s  %s", e.Time.Format("2006-01-02 15:04:05.000"), e.Type, e.Template, e.BuildID, e.State)
+					if e.Error != "" {
+						line += ": " + e.Error
+					}
+					_, err := fmt.Fprintln(out, line)
 					return err
 				}
 				state := e.State

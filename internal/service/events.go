@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -28,6 +29,15 @@ const (
 	EventDropped EventType = "dropped"
 )
 
+// The template build changes the service announces. They are not sandbox
+// changes: such an event carries Template and Build and a zero Sandbox, and
+// relays of sandbox state (the Daytona socket) skip them by IsBuild.
+const (
+	EventBuildStarted EventType = "template.building"
+	EventBuildReady   EventType = "template.ready"
+	EventBuildError   EventType = "template.error"
+)
+
 // Event is one sandbox state change. Sandbox is the sandbox after the change
 // (for deleted and expired, as it was just before its row went); OldState is
 // its state before.
@@ -39,10 +49,28 @@ type Event struct {
 	// Node is the cluster node whose service published the change: the
 	// sandbox's owner; "" on a single daemon.
 	Node string
+	// Template and Build are set on a build event (IsBuild): the template
+	// and its build after the change.
+	Template sandpit.Template
+	Build    sandpit.TemplateBuild
 }
 
 // Gone reports whether the change removed the sandbox.
 func (e Event) Gone() bool { return e.Type == EventDeleted || e.Type == EventExpired }
+
+// IsBuild reports whether the event is a template build's change rather
+// than a sandbox's.
+func (e Event) IsBuild() bool { return e.Build.ID != "" }
+
+// CanSeeEvent reports whether the caller in ctx may see the event: its
+// sandbox's, or its template's, owner (or an admin).
+func CanSeeEvent(ctx context.Context, e Event) bool {
+	if e.IsBuild() {
+		p := principalOf(ctx)
+		return p.Admin || p.Owner == e.Template.Owner
+	}
+	return CanSee(ctx, e.Sandbox)
+}
 
 // Subscription receives every event published after it was made, in order.
 // A subscriber that falls more than its buffer behind is dropped: its channel
@@ -121,4 +149,9 @@ func (s *Service) CloseEvents() {
 // publish announces one state change of sb.
 func (s *Service) publish(typ EventType, sb sandpit.Sandbox, old sandpit.State) {
 	s.events.publish(Event{Type: typ, Sandbox: sb, OldState: old, Time: s.now(), Node: s.cfg.NodeName})
+}
+
+// publishBuild announces a change of a template build.
+func (s *Service) publishBuild(typ EventType, t sandpit.Template, b sandpit.TemplateBuild) {
+	s.events.publish(Event{Type: typ, Template: t, Build: b, Time: s.now(), Node: s.cfg.NodeName})
 }

@@ -415,7 +415,12 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	b.StartCmd, b.ReadyCmd, b.User, b.Workdir, b.CPU, b.MemoryMB = def.StartCmd, def.ReadyCmd, def.User, def.Workdir, def.CPU, def.MemoryMB
 
 	key := t.Owner + "\x00" + hash
-	run, joined := s.joinOrReserve(key, b.ID, t.Owner, hash, memberTags{templateID: t.ID, tags: def.Tags})
+	started := b
+	started.State = sandpit.BuildBuilding
+	// A joining build is announced under the run's lock, so before the
+	// run's end (announced for every member) can be.
+	run, joined := s.joinOrReserve(key, b.ID, t.Owner, hash, memberTags{templateID: t.ID, tags: def.Tags},
+		func() { s.publishBuild(EventBuildStarted, t, started) })
 	if joined {
 		// The row stays waiting (the running one holds the template's one
 		// running slot) and reports the run's state.
@@ -442,6 +447,7 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	s.builds.mu.Unlock()
 	s.audit(ctx, "template.build", b.ID, nil)
 	s.cfg.Metrics.BuildStarted()
+	s.publishBuild(EventBuildStarted, t, started)
 	go s.runBuild(bctx, t, b, def, run, key)
 	return s.Build(ctx, b.ID)
 }
@@ -449,7 +455,7 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 // joinOrReserve joins the running build of key, or, when there is none,
 // reserves a run for build id that later duplicates join: the check and the
 // reservation are one step, so two identical requests never both start.
-func (s *Service) joinOrReserve(key, id, owner, hash string, tags memberTags) (*buildRun, bool) {
+func (s *Service) joinOrReserve(key, id, owner, hash string, tags memberTags, onJoin func()) (*buildRun, bool) {
 	s.builds.mu.Lock()
 	defer s.builds.mu.Unlock()
 	if run := s.builds.byContent[key]; run != nil {
@@ -465,6 +471,7 @@ func (s *Service) joinOrReserve(key, id, owner, hash string, tags memberTags) (*
 				}
 				run.files = append(run.files, f)
 			}
+			onJoin()
 		}
 		run.mu.Unlock()
 		if joinable {
@@ -645,7 +652,8 @@ func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.Te
 			}
 		}
 	}
-	s.endRun(sctx, run, key, state, image, reason, "")
+	members := s.endRun(sctx, run, key, state, image, reason, "")
+	s.announceBuildEnd(sctx, tags, members, state)
 	s.cfg.Metrics.BuildDone(string(state), time.Since(start))
 	s.log.Info("template build ended", "template", t.ID, "build", b.ID, "state", state, "reason", reason, "took", time.Since(start).Round(time.Millisecond))
 }
@@ -1258,5 +1266,29 @@ func (s *Service) startTemplate(ctx context.Context, sb sandpit.Sandbox, t sandp
 			return ctx.Err()
 		case <-time.After(readyPoll):
 		}
+	}
+}
+
+// announceBuildEnd publishes the end of every build of one run, each with
+// its own template as the end left it (the image of a ready build set).
+func (s *Service) announceBuildEnd(ctx context.Context, tags map[string]memberTags, members []string, state sandpit.BuildState) {
+	typ := EventBuildReady
+	if state == sandpit.BuildError {
+		typ = EventBuildError
+	}
+	for _, id := range members {
+		b, err := s.store.GetBuild(ctx, id)
+		if err != nil {
+			continue
+		}
+		templateID := b.TemplateID
+		if mt, ok := tags[id]; ok {
+			templateID = mt.templateID
+		}
+		t, err := s.store.GetTemplate(ctx, templateID)
+		if err != nil {
+			continue
+		}
+		s.publishBuild(typ, t, b)
 	}
 }

@@ -145,3 +145,35 @@ test('dashboard: sign in, live list, exec, figures, delete', { timeout: 180_000 
 
   assert.deepEqual(problems, []);
 });
+
+test('dashboard: templates with their state and newest build, live', { timeout: 180_000 }, async () => {
+  const page = await browser.newPage();
+  const problems = [];
+  page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+  page.on('console', (msg) => { if (msg.type() === 'error') problems.push(`console: ${msg.text()}`); });
+  await page.goto(`${daemon.base}/ui`, { waitUntil: 'networkidle0' });
+  await page.type('#token', daemon.token);
+  await page.click('#signin button[type=submit]');
+  await page.waitForFunction(() => document.querySelector('#live').textContent === 'live');
+  assert.equal(await page.$eval('#tpl-empty', (e) => e.hidden), false);
+
+  // Builds started through the API show up without a reload, and end as
+  // ready or error (with the engine's reason) through the event stream.
+  const good = await api('POST', '/v1/templates', { name: 'ui-good', dockerfile: 'FROM sandpit/base:test\nRUN echo ok > /ok\n' });
+  assert.equal(good.status, 202, JSON.stringify(good.body));
+  const bad = await api('POST', '/v1/templates', { name: 'ui-bad', dockerfile: 'FROM sandpit/base:test\nRUN exit 5\n' });
+  assert.equal(bad.status, 202, JSON.stringify(bad.body));
+  const row = (name) => `tr[data-template="${name}"]`;
+  await page.waitForFunction((sel) => document.querySelector(sel)?.textContent.includes('ready'), { timeout: 120_000 }, row('ui-good'));
+  await page.waitForFunction((sel) => document.querySelector(sel)?.textContent.includes('error'), { timeout: 120_000 }, row('ui-bad'));
+  const goodText = await page.$eval(row('ui-good'), (tr) => tr.textContent);
+  assert.match(goodText, new RegExp(good.body.build.id));
+  assert.match(await page.$eval(row('ui-bad'), (tr) => tr.textContent), /5/);
+  mkdirSync(artifacts, { recursive: true });
+  await page.screenshot({ path: join(artifacts, 'dashboard-templates.png'), fullPage: true });
+
+  for (const name of ['ui-good', 'ui-bad']) {
+    assert.equal((await api('DELETE', `/v1/templates/${name}`)).status, 204);
+  }
+  assert.deepEqual(problems, []);
+});

@@ -410,6 +410,9 @@ func (h *eventAPI) relayEvents(ctx context.Context, sub *service.Subscription) {
 				sub = h.svc.Subscribe(eventBuffer)
 				continue
 			}
+			if e.IsBuild() {
+				continue // Daytona's socket speaks of sandboxes only
+			}
 			h.announce(ctx, e)
 		}
 	}

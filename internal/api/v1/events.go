@@ -20,6 +20,10 @@ const heartbeat = 15 * time.Second
 
 // toEvent renders a service event in the wire shape.
 func toEvent(e service.Event) apitypes.Event {
+	if e.IsBuild() {
+		return apitypes.Event{Type: string(e.Type), State: string(e.Build.State), Time: e.Time, Node: e.Node,
+			TemplateID: e.Template.ID, Template: e.Template.Name, BuildID: e.Build.ID, Error: e.Build.Error}
+	}
 	out := apitypes.Event{Type: string(e.Type), SandboxID: e.Sandbox.ID, State: string(e.Sandbox.State),
 		OldState: string(e.OldState), Time: e.Time, Node: e.Node}
 	if e.Gone() {
@@ -28,9 +32,9 @@ func toEvent(e service.Event) apitypes.Event {
 	return out
 }
 
-// events serves GET /v1/events: every sandbox state change as Server-Sent
-// Events, one event per change named by its type, until the client leaves or
-// the daemon shuts down.
+// events serves GET /v1/events: every sandbox state change and template
+// build change as Server-Sent Events, one event per change named by its type,
+// until the client leaves or the daemon shuts down.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	// The stream is a session of the token: it ends when the token is
 	// revoked or expires, and counts against the token's cap.
@@ -71,7 +75,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 				// token's stream gets nothing more.
 				return
 			}
-			if !service.CanSee(r.Context(), e.Sandbox) {
+			if !service.CanSeeEvent(r.Context(), e) {
 				continue
 			}
 			b, err := json.Marshal(toEvent(e))

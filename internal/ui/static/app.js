@@ -10,6 +10,7 @@ const TOKEN_KEY = 'sandpit.token';
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || '',
   sandboxes: new Map(), // id -> {sb, ports, domains}
+  templates: [], // as GET /v1/templates lists them
   events: null, // AbortController of the event stream
   figuresTimer: 0,
 };
@@ -107,6 +108,36 @@ async function refreshAll() {
   state.sandboxes.clear();
   await Promise.all(all.map((sb) => loadDetails(sb)));
   render();
+  await refreshTemplates();
+}
+
+// --- templates -----------------------------------------------------------------
+
+// refreshTemplates lists the templates with their newest build; a daemon
+// without template builds answers an error, and the section stays empty.
+async function refreshTemplates() {
+  try {
+    state.templates = (await api('GET', '/v1/templates')).templates || [];
+  } catch {
+    state.templates = [];
+  }
+  renderTemplates();
+}
+
+function renderTemplates() {
+  const rows = [...state.templates].sort((a, b) => (a.name || a.id).localeCompare(b.name || b.id));
+  $('#templates tbody').replaceChildren(...rows.map((t) => {
+    const b = t.build || {};
+    const st = b.state || '-';
+    return el('tr', { dataset: { template: t.name || t.id } },
+      el('td', {}, t.name || el('code', {}, t.id)),
+      el('td', {}, el('span', { class: `state ${st}` }, st)),
+      el('td', {}, b.id ? el('code', {}, b.id) : '', b.created_at ? ` ${b.created_at.replace('T', ' ').slice(0, 19)}` : ''),
+      el('td', {}, t.image ? el('code', {}, t.image) : ''),
+      el('td', { class: 'error' }, b.error || ''));
+  }));
+  $('#tpl-empty').hidden = rows.length > 0;
+  $('#tpl-count').textContent = rows.length ? `(${rows.length})` : '';
 }
 
 // loadDetails fetches a sandbox's ports and custom domains.
@@ -280,6 +311,10 @@ async function followEvents() {
 }
 
 function onEvent(ev) {
+  if (ev.type && ev.type.startsWith('template.')) {
+    refreshTemplates();
+    return;
+  }
   if (ev.type === 'deleted' || ev.type === 'expired') {
     state.sandboxes.delete(ev.sandbox_id);
     render();

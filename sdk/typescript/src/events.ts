@@ -10,7 +10,8 @@ export interface EventsOptions {
  * One Server-Sent Event of /v1/events. A sandbox state change is named by
  * its type (created, started, stopped, paused, resumed, expired, deleted,
  * died) and its data carries `sandbox_id`, `state` (empty once the sandbox is
- * gone), `old_state` and `time`, lifted into the typed fields below.
+ * gone), `old_state` and `time`, lifted into the typed fields below; a
+ * template build's change carries the template and the build instead.
  */
 export interface SandpitEvent {
   /** The SSE event name, else the `type` field of the data, else `message`. */
@@ -21,6 +22,15 @@ export interface SandpitEvent {
   state?: string;
   oldState?: string;
   time?: Date;
+  /**
+   * Set on a template build's change (type `template.building`,
+   * `template.ready` or `template.error`), which names no sandbox; `state` is
+   * the build's state and `error` a failed build's reason.
+   */
+  templateId?: string;
+  template?: string;
+  buildId?: string;
+  error?: string;
   /** The event's JSON `data:` payload, parsed (the raw text when it is not JSON). */
   data: any;
 }
@@ -135,5 +145,11 @@ function toEvent(name: string, id: string | undefined, raw: string): SandpitEven
   if (str('state') !== undefined) ev.state = str('state');
   if (str('old_state') !== undefined) ev.oldState = str('old_state');
   if (str('time') !== undefined) ev.time = new Date(str('time')!);
+  if (str('build_id')) {
+    ev.templateId = str('template_id');
+    ev.template = str('template');
+    ev.buildId = str('build_id');
+    if (str('error')) ev.error = str('error');
+  }
   return ev;
 }

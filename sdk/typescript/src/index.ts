@@ -19,6 +19,15 @@ export {
   type FileKind,
 } from './sandbox.js';
 export type { EventsOptions, SandpitEvent } from './events.js';
+export {
+  Templates,
+  TemplateBuildError,
+  type BuildOptions,
+  type BuildLogEntry,
+  type BuildState,
+  type Template,
+  type TemplateBuild,
+} from './templates.js';
 export type { MutationOptions, RetryOptions } from './http.js';
 export type { CustomDomain, ExposedPort, PortProtocol, SandboxInfo, SandboxState } from './types.js';
 export {

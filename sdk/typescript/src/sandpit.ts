@@ -1,6 +1,7 @@
 import { events, type EventsOptions, type SandpitEvent } from './events.js';
 import { HttpClient, retryPolicy, type MutationOptions, type RetryOptions } from './http.js';
 import { Sandbox } from './sandbox.js';
+import { Templates } from './templates.js';
 import type { SandboxState, WireSandbox } from './types.js';
 
 export interface SandpitOptions {
@@ -15,6 +16,8 @@ export interface SandpitOptions {
 export interface CreateOptions extends MutationOptions {
   /** Image to run; the daemon's default image when left out. */
   image?: string;
+  /** A template to create from (name, name:tag or id): its image, defaults and start command. */
+  template?: string;
   /** A unique name: a second sandbox with the same name is a NameConflictError. */
   name?: string;
   env?: Record<string, string>;
@@ -43,6 +46,8 @@ export interface ListOptions {
  */
 export class Sandpit {
   readonly #http: HttpClient;
+  /** The caller's templates: build, get, list, delete and build logs. */
+  readonly templates: Templates;
 
   constructor(opts: SandpitOptions = {}) {
     let apiUrl = opts.apiUrl || process.env.SANDPIT_ADDR || '127.0.0.1:7420';
@@ -52,6 +57,7 @@ export class Sandpit {
       throw new Error('sandpit: no token: pass { token } or set SANDPIT_TOKEN');
     }
     this.#http = new HttpClient(apiUrl.replace(/\/+$/, ''), token, retryPolicy(opts.retry));
+    this.templates = new Templates(this.#http);
   }
 
   /** The daemon's base URL. */
@@ -61,9 +67,10 @@ export class Sandpit {
 
   /** Creates a sandbox and resolves once it is running. */
   async create(opts: CreateOptions = {}): Promise<Sandbox> {
-    const { idempotencyKey, signal, image, name, env, labels, cpu, memoryMB, timeoutMs } = opts;
+    const { idempotencyKey, signal, image, template, name, env, labels, cpu, memoryMB, timeoutMs } = opts;
     const json: Record<string, unknown> = {};
     if (image) json.image = image;
+    if (template) json.template = template;
     if (name) json.name = name;
     if (env) json.env = env;
     if (labels) json.labels = labels;

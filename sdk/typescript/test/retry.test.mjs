@@ -130,6 +130,23 @@ test('events: parses the stream, reconnects after a cut with Last-Event-ID', asy
   assert.equal(requests[1].headers['last-event-id'], '2')
 })
 
+test('events: a template build event carries the template and the build, no sandbox', async (t) => {
+  const { sandpit } = await scripted(t, [
+    (req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.end('event: template.error\ndata: {"type":"template.error","sandbox_id":"","state":"error","old_state":"",' +
+        '"time":"2026-01-02T03:04:05Z","template_id":"tpl1","template":"py","build_id":"bld1","error":"exit code 3"}\n\n')
+    },
+  ])
+  for await (const ev of sandpit.events()) {
+    assert.equal(ev.type, 'template.error')
+    assert.equal(ev.sandboxId, '')
+    assert.equal(ev.state, 'error')
+    assert.deepEqual([ev.templateId, ev.template, ev.buildId, ev.error], ['tpl1', 'py', 'bld1', 'exit code 3'])
+    break
+  }
+})
+
 test('events: a daemon without /v1/events is a NotFoundError', async (t) => {
   const { sandpit } = await scripted(t, [[404, 'not_found']])
   await assert.rejects(sandpit.events().next(), NotFoundError)

@@ -310,3 +310,42 @@ test('events: /v1/events streams sandbox changes, or is a NotFoundError where mi
   assert.equal(ev.oldState, 'running')
   assert.ok(seen.some((e) => e.sandboxId === made.id && e.type === 'created'), 'the creation was announced too')
 })
+
+test('templates: build with a context and logs, create from it, replay of one key, a failed build, list and delete', async () => {
+  const { mkdtempSync, writeFileSync } = await import('node:fs')
+  const { tmpdir } = await import('node:os')
+  const { join } = await import('node:path')
+  const { execFileSync } = await import('node:child_process')
+  const { TemplateBuildError } = await import('../dist/index.js')
+  const dir = mkdtempSync(join(tmpdir(), 'sdk-tpl-'))
+  writeFileSync(join(dir, 'greeting.txt'), 'hello from the sdk context\n')
+  const context = new Uint8Array(execFileSync('tar', ['-C', dir, '-cf', '-', 'greeting.txt']))
+  const name = unique('sdk-tpl')
+  const lines = []
+  const key = `tpl-${randomBytes(8).toString('hex')}`
+  const opts = {
+    name, context, idempotencyKey: key, onLogs: (l) => lines.push(l.message),
+    dockerfile: 'FROM sandpit/base:test\nCOPY greeting.txt /greeting.txt\nRUN echo built >> /greeting.txt\n',
+  }
+  const { template, build } = await sandpit.templates.build(opts)
+  assert.equal(build.state, 'ready')
+  assert.equal(template.name, name)
+  assert.ok(lines.some((l) => l.startsWith('built ')), `log lines: ${JSON.stringify(lines)}`)
+  // The same key again is the same call: the first answer, no second build.
+  const again = await sandpit.templates.build(opts)
+  assert.equal(again.build.id, build.id)
+
+  const sb = await sandpit.create({ template: name })
+  const res = await sb.exec('cat /greeting.txt')
+  assert.equal(res.stdout, 'hello from the sdk context\nbuilt\n')
+  await sb.delete()
+
+  assert.ok((await sandpit.templates.list()).some((t) => t.name === name && t.build?.state === 'ready'))
+  const bad = unique('sdk-bad')
+  await assert.rejects(sandpit.templates.build({ name: bad, dockerfile: 'FROM sandpit/base:test\nRUN exit 9\n' }),
+    (err) => err instanceof TemplateBuildError && /9/.test(err.build.error))
+  assert.equal((await sandpit.templates.get(bad)).build.state, 'error')
+
+  for (const n of [name, bad]) await sandpit.templates.delete(n)
+  await assert.rejects(sandpit.templates.get(name), NotFoundError)
+})
