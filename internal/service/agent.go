@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"io"
 	"mime"
 	"net"
 	"net/http"
@@ -110,8 +111,31 @@ func (s *Service) ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, p
 	// Agent calls stream their bodies (uploads, process input) for as long
 	// as they last; the body-size bound still applies.
 	httpguard.LiftReadDeadline(w)
-	f := &forward{addr: addr, path: path, token: token, onError: onError}
+	f := &forward{addr: addr, path: path, token: token, onError: func(w http.ResponseWriter, err error) {
+		finishUnsentBody(w, r)
+		onError(w, err)
+	}}
 	s.agents.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
+}
+
+// finishUnsentBody reads what is left of a request body the agent never
+// got (it could not be reached), before the error answer is written. With
+// full duplex on, net/http leaves the body to the server's own close after
+// the handler, and that close, reaching the end of a short body, starts
+// the connection's background read after it was stopped: two readers of
+// one connection, which net/http answers with a panic ("invalid concurrent
+// Body.Read call"). Read here, the end comes while the handler runs, as it
+// does for a body the agent read. A body too long to read is not read: the
+// connection is closed after the answer instead.
+func finishUnsentBody(w http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	const most = 1 << 20
+	n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, most+1))
+	if n > most {
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // DaemonOnlyAgentPath reports whether a request for p on a sandbox's port
