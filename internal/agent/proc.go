@@ -407,8 +407,10 @@ func (p *proc) wait(t *procTable, outputs []*os.File, readers *sync.WaitGroup) {
 		end.Exited = st.Exited()
 		end.Status = st.String()
 	}
-	var exitErr *exec.ExitError
-	if waitErr != nil && !errors.As(waitErr, &exitErr) {
+	// Like envd, a process that did not end well says how in the end
+	// event ("exit status 3", "signal: killed"): the E2B SDK makes it the
+	// message of its CommandExitError.
+	if waitErr != nil {
 		msg := waitErr.Error()
 		end.Error = &msg
 	}

@@ -67,6 +67,10 @@ describe('commands', { timeout: T }, () => {
       assert.ok(err instanceof CommandExitError, `got ${err}`)
       assert.equal(err.exitCode, 3)
       assert.equal(err.stderr, 'oops\n')
+      // envd names the exit in the end event's error, which the SDK makes
+      // the message of the error.
+      assert.equal(err.error, 'exit status 3')
+      assert.match(err.message, /exit status 3/)
       return true
     })
   })
