@@ -223,12 +223,25 @@ func (s *Service) EnsureTemplate(ctx context.Context, spec TemplateSpec) (sandpi
 	if id == "" {
 		id = TemplateIDPrefix + NewSandboxID()
 	}
+	claimed := id
+	if spec.Name != "" {
+		// In a cluster the name is decided by the replicated index first:
+		// a template of this name made on another node gives its id here.
+		var err error
+		if claimed, err = s.cluster.claimTemplate(ctx, sandpit.Template{ID: id, Owner: ownerOf(ctx), Name: spec.Name, CPU: spec.CPU, MemoryMB: spec.MemoryMB}); err != nil {
+			return sandpit.Template{}, 0, err
+		}
+	}
 	t, outcome, err := s.store.EnsureTemplate(ctx, sandpit.Template{
-		ID: id, Owner: ownerOf(ctx), Name: spec.Name, CPU: spec.CPU, MemoryMB: spec.MemoryMB,
+		ID: claimed, Owner: ownerOf(ctx), Name: spec.Name, CPU: spec.CPU, MemoryMB: spec.MemoryMB,
 	}, s.now())
+	if err == nil && claimed != id {
+		// Another node's claim made this template: this request made none.
+		outcome = sandpit.AlreadyBound
+	}
 	if errors.Is(err, sandpit.ErrSandboxExists) {
 		// The retry of a keyed request that made this template already.
-		t, err = s.template(ctx, id)
+		t, err = s.template(ctx, claimed)
 		if err == nil && t.Name != spec.Name {
 			return sandpit.Template{}, 0, fmt.Errorf("template %s exists under another name: %w", id, sandpit.ErrNameConflict)
 		}
@@ -249,6 +262,11 @@ func (s *Service) NewBuild(ctx context.Context, templateID string) (sandpit.Temp
 	}
 	b := sandpit.TemplateBuild{ID: "bld" + NewSandboxID(), TemplateID: t.ID}
 	if err := s.store.CreateBuild(ctx, b, s.now()); err != nil {
+		return sandpit.TemplateBuild{}, err
+	}
+	// In a cluster the build's status and log are served by this node,
+	// whichever node is asked.
+	if err := s.cluster.recordBuild(ctx, b.ID, t.ID); err != nil {
 		return sandpit.TemplateBuild{}, err
 	}
 	return s.store.GetBuild(ctx, b.ID)
@@ -275,7 +293,14 @@ func (s *Service) Template(ctx context.Context, ref string) (sandpit.Template, e
 	} else if !errors.Is(err, sandpit.ErrNotFound) {
 		return sandpit.Template{}, err
 	}
-	return s.template(ctx, ref)
+	t, err := s.template(ctx, ref)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		// Built on another node of the cluster.
+		if rec, ok := s.sharedTemplate(ctx, name); ok {
+			return recordTemplate(rec), nil
+		}
+	}
+	return t, err
 }
 
 // Templates lists the caller's templates (an admin's: everyone's).
@@ -284,7 +309,21 @@ func (s *Service) Templates(ctx context.Context) ([]sandpit.Template, error) {
 	if p := principalOf(ctx); !p.Admin {
 		owner = p.Owner
 	}
-	return s.store.ListTemplates(ctx, owner)
+	ts, err := s.store.ListTemplates(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	// In a cluster, the named templates built on other nodes too.
+	have := map[string]bool{}
+	for _, t := range ts {
+		have[t.ID] = true
+	}
+	for _, rec := range s.cluster.sharedTemplates(owner) {
+		if !have[rec.ID] {
+			ts = append(ts, recordTemplate(rec))
+		}
+	}
+	return ts, nil
 }
 
 // TemplateBuilds lists a template's builds, oldest first.
@@ -327,7 +366,11 @@ func (s *Service) TagBuild(ctx context.Context, buildID string, tags []string) e
 			return invalidf("invalid tag %q", tag)
 		}
 	}
-	return s.store.SetTags(ctx, b.TemplateID, b.ID, tags, s.now())
+	if err := s.store.SetTags(ctx, b.TemplateID, b.ID, tags, s.now()); err != nil {
+		return err
+	}
+	s.cluster.publishTemplate(ctx, b.TemplateID)
+	return nil
 }
 
 // UntagTemplate removes tags from a template.
@@ -335,7 +378,11 @@ func (s *Service) UntagTemplate(ctx context.Context, templateID string, tags []s
 	if _, err := s.template(ctx, templateID); err != nil {
 		return err
 	}
-	return s.store.RemoveTags(ctx, templateID, tags)
+	if err := s.store.RemoveTags(ctx, templateID, tags); err != nil {
+		return err
+	}
+	s.cluster.publishTemplate(ctx, templateID)
+	return nil
 }
 
 // Build returns a build of one of the caller's templates; a build that
@@ -518,6 +565,10 @@ func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.Te
 			}
 		}
 	}
+	if state == sandpit.BuildReady {
+		// Every node of a cluster finds the template's new image now.
+		s.cluster.publishTemplate(sctx, t.ID)
+	}
 	s.cfg.Metrics.BuildDone(string(state), time.Since(start))
 	s.log.Info("template build ended", "template", t.ID, "build", b.ID, "state", state, "reason", reason, "took", time.Since(start).Round(time.Millisecond))
 
@@ -595,7 +646,7 @@ func (s *Service) buildOnce(ctx context.Context, t sandpit.Template, b sandpit.T
 		}
 		// The image of the earlier build is gone (removed with its
 		// template): forget that build and run this one for real.
-		if err := s.store.DeleteIdempotentRequest(ctx, scope, run.hash); err != nil {
+		if err := claimStore(s.cfg, s.store).DeleteIdempotentRequest(ctx, scope, run.hash); err != nil {
 			return "", err
 		}
 	}
@@ -962,6 +1013,13 @@ func (s *Service) WaitBuild(ctx context.Context, buildID string) (sandpit.Templa
 func (s *Service) DeleteTemplate(ctx context.Context, id string) (err error) {
 	defer func() { s.audit(ctx, "template.delete", id, err) }()
 	t, err := s.template(ctx, id)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		// Made on another node of the cluster: freeing its name there
+		// deletes it for every node (its image stays in the registry).
+		if rec, ok := s.sharedTemplate(ctx, id); ok {
+			return s.cluster.forgetTemplate(ctx, recordTemplate(rec))
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -975,6 +1033,9 @@ func (s *Service) DeleteTemplate(ctx context.Context, id string) (err error) {
 		}
 	}
 	if err := s.store.DeleteTemplate(ctx, t.ID); err != nil {
+		return err
+	}
+	if err := s.cluster.forgetTemplate(ctx, t); err != nil {
 		return err
 	}
 	images := map[string]bool{}
@@ -1022,7 +1083,7 @@ func (s *Service) RecoverBuilds(ctx context.Context) error {
 			return err
 		}
 		if t, err := s.store.GetTemplate(ctx, b.TemplateID); err == nil && b.ContentHash != "" {
-			_ = s.store.DeleteIdempotentRequest(ctx, idempotency.OwnerScope("template-build", t.Owner), b.ContentHash)
+			_ = claimStore(s.cfg, s.store).DeleteIdempotentRequest(ctx, idempotency.OwnerScope("template-build", t.Owner), b.ContentHash)
 		}
 		if f := s.openBuildLog(b.ID); f != nil {
 			line, _ := json.Marshal(BuildLogEntry{Time: s.now(), Level: "error", Message: reason})
@@ -1048,6 +1109,12 @@ func (s *Service) resolveOwnedTemplate(ctx context.Context, ref string) (resolve
 		return resolvedTemplate{}, false, nil
 	}
 	name, tag, tagged := strings.Cut(ref, ":")
+	if rec, ok := s.sharedTemplate(ctx, name); ok {
+		// In a cluster the index is where a template's newest image is,
+		// whichever node built it; the image is pulled from the registry
+		// below when this node lacks it.
+		return s.resolveShared(ctx, rec, ref, tag, tagged)
+	}
 	t, err := s.store.GetTemplateByName(ctx, ownerOf(ctx), name)
 	if errors.Is(err, sandpit.ErrNotFound) {
 		t, err = s.template(ctx, name)
