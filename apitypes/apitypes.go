@@ -161,6 +161,9 @@ const (
 	CodeQuotaExceeded      = "quota_exceeded"
 	CodePortForbidden      = "port_forbidden"
 	CodeTokenNameConflict  = "token_name_conflict"
+	// CodeBuildConflict: another build of the template, with another
+	// definition, is running.
+	CodeBuildConflict = "build_conflict"
 	// CodeNoLeader (503, with Retry-After): a cluster write found no Raft
 	// leader; retry with the same key.
 	CodeNoLeader = "no_leader"

@@ -448,16 +448,53 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	b.StartCmd, b.ReadyCmd, b.User, b.Workdir, b.CPU, b.MemoryMB = def.StartCmd, def.ReadyCmd, def.User, def.Workdir, def.CPU, def.MemoryMB
 
 	key := t.Owner + "\x00" + hash
+	run, joined := s.joinOrReserve(key, b.ID, t.Owner, hash)
+	if joined {
+		// The row stays waiting (the running one holds the template's one
+		// running slot) and reports the run's state.
+		if err := s.store.SetBuildDefinition(ctx, b, s.now()); err != nil {
+			return sandpit.TemplateBuild{}, err
+		}
+		s.log.Info("template build joined a running build of the same content", "build", b.ID, "template", t.ID)
+		return s.Build(ctx, b.ID)
+	}
+	start := func() error {
+		running, err := s.store.CountRunningBuilds(ctx, t.Owner)
+		if err != nil {
+			return err
+		}
+		if limit := s.cfg.MaxBuildsPerOwner; limit > 0 && running >= limit {
+			return fmt.Errorf("%w: owner %q already runs %d builds (the limit is %d)", sandpit.ErrQuotaExceeded, t.Owner, running, limit)
+		}
+		return s.store.StartBuild(ctx, b, s.now())
+	}
+	if err := start(); err != nil {
+		// The build and whoever joined its reserved run end with the
+		// refusal, so none is left waiting for a run that never starts.
+		s.endRun(context.WithoutCancel(ctx), run, key, sandpit.BuildError, "", err.Error(), "")
+		return sandpit.TemplateBuild{}, err
+	}
 	s.builds.mu.Lock()
-	run := s.builds.byContent[key]
-	if run != nil {
-		// Join: the row stays waiting (the running one holds the
-		// template's one running slot) and reports the run's state.
+	bctx := s.builds.ctx
+	s.builds.mu.Unlock()
+	s.audit(ctx, "template.build", b.ID, nil)
+	s.cfg.Metrics.BuildStarted()
+	go s.runBuild(bctx, t, b, def, run, key)
+	return s.Build(ctx, b.ID)
+}
+
+// joinOrReserve joins the running build of key, or, when there is none,
+// reserves a run for build id that later duplicates join: the check and the
+// reservation are one step, so two identical requests never both start.
+func (s *Service) joinOrReserve(key, id, owner, hash string) (*buildRun, bool) {
+	s.builds.mu.Lock()
+	defer s.builds.mu.Unlock()
+	if run := s.builds.byContent[key]; run != nil {
 		run.mu.Lock()
 		joinable := !run.state.Done()
 		if joinable {
-			run.members = append(run.members, b.ID)
-			if f := s.openBuildLog(b.ID); f != nil {
+			run.members = append(run.members, id)
+			if f := s.openBuildLog(id); f != nil {
 				for _, e := range run.lines {
 					line, _ := json.Marshal(e)
 					_, _ = f.Write(append(line, '\n'))
@@ -467,40 +504,63 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 		}
 		run.mu.Unlock()
 		if joinable {
-			s.builds.byBuild[b.ID] = run
-			s.builds.mu.Unlock()
-			if err := s.store.SetBuildDefinition(ctx, b, s.now()); err != nil {
-				return sandpit.TemplateBuild{}, err
-			}
-			s.log.Info("template build joined a running build of the same content", "build", b.ID, "template", t.ID)
-			return s.Build(ctx, b.ID)
+			s.builds.byBuild[id] = run
+			return run, true
 		}
 	}
-	s.builds.mu.Unlock()
-
-	running, err := s.store.CountRunningBuilds(ctx, t.Owner)
-	if err != nil {
-		return sandpit.TemplateBuild{}, err
-	}
-	if limit := s.cfg.MaxBuildsPerOwner; limit > 0 && running >= limit {
-		return sandpit.TemplateBuild{}, fmt.Errorf("%w: owner %q already runs %d builds (the limit is %d)", sandpit.ErrQuotaExceeded, t.Owner, running, limit)
-	}
-	if err := s.store.StartBuild(ctx, b, s.now()); err != nil {
-		return sandpit.TemplateBuild{}, err
-	}
-	run = &buildRun{owner: t.Owner, hash: hash, done: make(chan struct{}), members: []string{b.ID}, changed: make(chan struct{}), state: sandpit.BuildBuilding}
-	if f := s.openBuildLog(b.ID); f != nil {
+	run := &buildRun{owner: owner, hash: hash, done: make(chan struct{}), members: []string{id}, changed: make(chan struct{}), state: sandpit.BuildBuilding}
+	if f := s.openBuildLog(id); f != nil {
 		run.files = []*os.File{f}
 	}
-	s.builds.mu.Lock()
 	s.builds.byContent[key] = run
-	s.builds.byBuild[b.ID] = run
-	bctx := s.builds.ctx
+	s.builds.byBuild[id] = run
+	return run, false
+}
+
+// endRun ends a run and the build rows that joined it (except skip, whose
+// row the caller keeps), so nothing joins a run whose members were ended.
+func (s *Service) endRun(ctx context.Context, run *buildRun, key string, state sandpit.BuildState, image, reason, skip string) []string {
+	s.builds.mu.Lock()
+	run.mu.Lock()
+	run.state, run.image, run.reason = state, image, reason
+	members := append([]string(nil), run.members...)
+	run.mu.Unlock()
+	if s.builds.byContent[key] == run {
+		delete(s.builds.byContent, key)
+	}
 	s.builds.mu.Unlock()
-	s.audit(ctx, "template.build", b.ID, nil)
-	s.cfg.Metrics.BuildStarted()
-	go s.runBuild(bctx, t, b, def, run, key)
-	return s.Build(ctx, b.ID)
+	for _, id := range members {
+		if id == skip {
+			continue
+		}
+		if err := s.store.FinishBuild(ctx, id, state, image, reason, s.now()); err != nil {
+			s.log.Error("record the end of a template build", "build", id, "err", err)
+		}
+	}
+	run.mu.Lock()
+	for _, f := range run.files {
+		_ = f.Close()
+	}
+	run.files = nil
+	close(run.changed)
+	run.changed = make(chan struct{})
+	run.mu.Unlock()
+	close(run.done)
+	s.builds.mu.Lock()
+	for _, id := range members {
+		delete(s.builds.byBuild, id)
+	}
+	s.builds.mu.Unlock()
+	return members
+}
+
+// CheckBuildDefinition refuses a definition StartBuild would refuse, so a
+// surface can check it before it makes a template or a build.
+func (s *Service) CheckBuildDefinition(ctx context.Context, def BuildDefinition) error {
+	if err := s.buildsReady(); err != nil {
+		return err
+	}
+	return s.validateDefinition(ownerOf(ctx), &def)
 }
 
 func (s *Service) validateDefinition(owner string, def *BuildDefinition) error {
@@ -542,24 +602,10 @@ func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.Te
 	} else {
 		run.add("info", "built "+image)
 	}
-	s.builds.mu.Lock()
-	run.mu.Lock()
-	run.state, run.image, run.reason = state, image, reason
-	members := append([]string(nil), run.members...)
-	run.mu.Unlock()
-	if s.builds.byContent[key] == run {
-		delete(s.builds.byContent, key)
-	}
-	s.builds.mu.Unlock()
-
-	// The rows end after the run is no longer joinable, so nothing joins a
-	// run whose members were already ended.
 	sctx := context.WithoutCancel(ctx)
-	for _, id := range members {
-		if err := s.store.FinishBuild(sctx, id, state, image, reason, s.now()); err != nil {
-			s.log.Error("record the end of a template build", "build", id, "err", err)
-		}
-		if state == sandpit.BuildReady && len(def.Tags) > 0 {
+	members := s.endRun(sctx, run, key, state, image, reason, "")
+	if state == sandpit.BuildReady && len(def.Tags) > 0 {
+		for _, id := range members {
 			if err := s.store.SetTags(sctx, t.ID, id, def.Tags, s.now()); err != nil {
 				s.log.Error("tag a template build", "build", id, "err", err)
 			}
@@ -571,21 +617,6 @@ func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.Te
 	}
 	s.cfg.Metrics.BuildDone(string(state), time.Since(start))
 	s.log.Info("template build ended", "template", t.ID, "build", b.ID, "state", state, "reason", reason, "took", time.Since(start).Round(time.Millisecond))
-
-	run.mu.Lock()
-	for _, f := range run.files {
-		_ = f.Close()
-	}
-	run.files = nil
-	close(run.changed)
-	run.changed = make(chan struct{})
-	run.mu.Unlock()
-	close(run.done)
-	s.builds.mu.Lock()
-	for _, id := range members {
-		delete(s.builds.byBuild, id)
-	}
-	s.builds.mu.Unlock()
 }
 
 func buildReason(ctx context.Context, err error, limit time.Duration) string {
@@ -1168,9 +1199,11 @@ func (s *Service) startTemplate(ctx context.Context, sb sandpit.Sandbox, t sandp
 	c2 := agentapi.NewClients(s.agents.http, net.JoinHostPort(c.IP, strconv.Itoa(agentapi.Port)))
 	agent := agentapi.Agent{Addr: net.JoinHostPort(c.IP, strconv.Itoa(agentapi.Port)), Token: sb.AccessToken, Process: c2.Process, Filesystem: c2.Filesystem}
 	if t.StartCmd != "" {
-		// nohup and a background job: the agent's exec returns when the
-		// shell does, and the started process lives on in the sandbox.
-		launch := "nohup sh -c \"$0\" >/tmp/.sandpit-start.log 2>&1 </dev/null &"
+		// A background job with every stream redirected: the agent's exec
+		// returns when the launching shell does, and the started process
+		// lives on in the sandbox. (Not nohup: minimal images lack it, and
+		// nothing sends the job a hangup.)
+		launch := "sh -c \"$0\" >/tmp/.sandpit-start.log 2>&1 </dev/null &"
 		res, err := execOn(ctx, agent, ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", launch, t.StartCmd}, Cwd: t.Workdir, Timeout: 30 * time.Second})
 		if err != nil {
 			return fmt.Errorf("start command: %w", err)

@@ -52,6 +52,7 @@ type Backend interface {
 	EnsureTemplate(ctx context.Context, spec service.TemplateSpec) (sandpit.Template, sandpit.AddOutcome, error)
 	NewBuild(ctx context.Context, templateID string) (sandpit.TemplateBuild, error)
 	StartBuild(ctx context.Context, buildID string, def service.BuildDefinition) (sandpit.TemplateBuild, error)
+	CheckBuildDefinition(ctx context.Context, def service.BuildDefinition) error
 	Template(ctx context.Context, ref string) (sandpit.Template, error)
 	Templates(ctx context.Context) ([]sandpit.Template, error)
 	TemplateTags(ctx context.Context, templateID string) (map[string]string, error)

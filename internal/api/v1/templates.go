@@ -73,11 +73,6 @@ func (h *Handler) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	t, _, err := h.svc.EnsureTemplate(ctx, service.TemplateSpec{ID: IDFromContext(ctx), Name: req.Name, CPU: req.CPU, MemoryMB: req.MemoryMB})
-	if err != nil {
-		fail(w, err)
-		return
-	}
 	def := service.BuildDefinition{
 		Dockerfile: req.Dockerfile, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, User: req.User, Workdir: req.Workdir,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Tags: req.Tags, NoCache: req.NoCache,
@@ -90,6 +85,16 @@ func (h *Handler) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	src, _ := json.Marshal(req)
 	def.Source = string(src)
+	// A definition that cannot build is refused before anything is made.
+	if err := h.svc.CheckBuildDefinition(ctx, def); err != nil {
+		fail(w, err)
+		return
+	}
+	t, _, err := h.svc.EnsureTemplate(ctx, service.TemplateSpec{ID: IDFromContext(ctx), Name: req.Name, CPU: req.CPU, MemoryMB: req.MemoryMB})
+	if err != nil {
+		fail(w, err)
+		return
+	}
 	b, err := h.svc.NewBuild(ctx, t.ID)
 	if err != nil {
 		fail(w, err)
