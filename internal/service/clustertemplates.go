@@ -41,7 +41,10 @@ type templateCluster interface {
 	// everyone's).
 	sharedTemplates(owner string) []cluster.TemplateRecord
 	// buildNode is the node that runs a build ("" = unknown, or this one).
-	buildNode(buildID string) string
+	buildNode(ctx context.Context, buildID string) string
+	// catchUp waits until this node's copy of the index holds everything
+	// committed before it was called (a read barrier).
+	catchUp(ctx context.Context) error
 }
 
 func (singleNode) claimTemplate(_ context.Context, t sandpit.Template) (string, error) {
@@ -54,7 +57,8 @@ func (singleNode) sharedTemplate(string, string) (cluster.TemplateRecord, bool) 
 	return cluster.TemplateRecord{}, false
 }
 func (singleNode) sharedTemplates(string) []cluster.TemplateRecord { return nil }
-func (singleNode) buildNode(string) string                         { return "" }
+func (singleNode) buildNode(context.Context, string) string        { return "" }
+func (singleNode) catchUp(context.Context) error                   { return nil }
 
 func (c *replicated) claimTemplate(ctx context.Context, t sandpit.Template) (string, error) {
 	rec, err := c.r.ClaimTemplate(ctx, cluster.TemplateRecord{ID: t.ID, Owner: t.Owner, Name: t.Name, CPU: t.CPU, MemoryMB: t.MemoryMB})
@@ -123,12 +127,28 @@ func (c *replicated) sharedTemplates(owner string) []cluster.TemplateRecord {
 	return c.r.FSM().Templates(owner)
 }
 
-func (c *replicated) buildNode(buildID string) string {
+func (c *replicated) buildNode(ctx context.Context, buildID string) string {
 	n, ok := c.r.FSM().BuildNode(buildID)
+	if !ok {
+		if _, err := c.s.store.GetBuild(ctx, buildID); err == nil {
+			return ""
+		}
+		// A build another node started a moment ago may not have reached
+		// this node's copy of the index yet.
+		if c.catchUp(ctx) == nil {
+			n, ok = c.r.FSM().BuildNode(buildID)
+		}
+	}
 	if !ok || n == c.s.cfg.NodeName {
 		return ""
 	}
 	return n
+}
+
+func (c *replicated) catchUp(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.r.CatchUp(ctx)
 }
 
 // sharedTemplate finds a template the caller may see in the cluster's
@@ -154,7 +174,9 @@ func recordTemplate(r cluster.TemplateRecord) sandpit.Template {
 
 // BuildNode names the node that runs a build, when it is another node of
 // the cluster: the build's state and log are there. "" means this node.
-func (s *Service) BuildNode(buildID string) string { return s.cluster.buildNode(buildID) }
+func (s *Service) BuildNode(ctx context.Context, buildID string) string {
+	return s.cluster.buildNode(ctx, buildID)
+}
 
 // TemplateNodes returns, for a create from the caller's template ref, the
 // nodes that have its image when only they can run it: a cluster without a

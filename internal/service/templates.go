@@ -295,9 +295,15 @@ func (s *Service) Template(ctx context.Context, ref string) (sandpit.Template, e
 	}
 	t, err := s.template(ctx, ref)
 	if errors.Is(err, sandpit.ErrNotFound) {
-		// Built on another node of the cluster.
+		// Made on another node of the cluster (a moment ago, maybe: then
+		// after this node's copy of the index caught up).
 		if rec, ok := s.sharedTemplate(ctx, name); ok {
 			return recordTemplate(rec), nil
+		}
+		if s.cluster.clustered() && s.cluster.catchUp(ctx) == nil {
+			if rec, ok := s.sharedTemplate(ctx, name); ok {
+				return recordTemplate(rec), nil
+			}
 		}
 	}
 	return t, err
@@ -1149,6 +1155,15 @@ func (s *Service) resolveOwnedTemplate(ctx context.Context, ref string) (resolve
 	t, err := s.store.GetTemplateByName(ctx, ownerOf(ctx), name)
 	if errors.Is(err, sandpit.ErrNotFound) {
 		t, err = s.template(ctx, name)
+	}
+	if errors.Is(err, sandpit.ErrNotFound) && s.cluster.clustered() {
+		// A template made on another node a moment ago may not have
+		// reached this node's copy of the index yet.
+		if s.cluster.catchUp(ctx) == nil {
+			if rec, ok := s.sharedTemplate(ctx, name); ok {
+				return s.resolveShared(ctx, rec, ref, tag, tagged)
+			}
+		}
 	}
 	if errors.Is(err, sandpit.ErrNotFound) {
 		return resolvedTemplate{}, false, nil

@@ -61,7 +61,7 @@ type Backend interface {
 	BuildLog(ctx context.Context, buildID string, offset int) ([]service.BuildLogEntry, bool, error)
 	FollowBuildLog(ctx context.Context, buildID string, offset int, fn func(service.BuildLogEntry) error) error
 	// BuildNode names the cluster node that runs a build ("" = this one).
-	BuildNode(buildID string) string
+	BuildNode(ctx context.Context, buildID string) string
 }
 
 var _ Backend = (*service.Service)(nil)

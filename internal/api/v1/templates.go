@@ -30,7 +30,7 @@ func (h *Handler) templateRoutes() {
 	// index has every named one), a build runs on the node its request
 	// reached, and a build's status and log are served by the node that
 	// runs it, which holds them.
-	buildNode := func(r *http.Request) string { return h.svc.BuildNode(r.PathValue("build")) }
+	buildNode := func(r *http.Request) string { return h.svc.BuildNode(r.Context(), r.PathValue("build")) }
 	h.routes.Forward("GET /v1/templates/{name}/builds/{build}", api.Forwarding{Locate: api.LocateNode, Node: buildNode})
 	h.routes.Forward("GET /v1/templates/{name}/builds/{build}/logs", api.Forwarding{Locate: api.LocateNode, Node: buildNode})
 }
