@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -67,6 +68,24 @@ type Forwarding struct {
 	// body asks for ("" = none), so that placement can send it to the
 	// nodes that have its image.
 	Template func(body []byte) string
+}
+
+// TemplateField returns a Forwarding.Template that reads the template a
+// create's JSON body names in its top-level string field; a body that
+// also names an image names no template.
+func TemplateField(field string) func(body []byte) string {
+	return func(body []byte) string {
+		var req map[string]json.RawMessage
+		if json.Unmarshal(body, &req) != nil {
+			return ""
+		}
+		var ref, image string
+		_ = json.Unmarshal(req["image"], &image)
+		if json.Unmarshal(req[field], &ref) != nil || image != "" {
+			return ""
+		}
+		return ref
+	}
 }
 
 // NodePage is one node's 200 answer to a listing the gateway asked every

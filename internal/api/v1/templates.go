@@ -35,18 +35,6 @@ func (h *Handler) templateRoutes() {
 	h.routes.Forward("GET /v1/templates/{name}/builds/{build}/logs", api.Forwarding{Locate: api.LocateNode, Node: buildNode})
 }
 
-// createTemplate names the template a native create's body asks for.
-func createTemplate(body []byte) string {
-	var req struct {
-		Image    string `json:"image"`
-		Template string `json:"template"`
-	}
-	if json.Unmarshal(body, &req) != nil || req.Image != "" {
-		return ""
-	}
-	return req.Template
-}
-
 // putTemplateFiles stores a context archive under its SHA-256, which the
 // daemon checks. Uploads are idempotent by content: the same bytes again
 // change nothing.
