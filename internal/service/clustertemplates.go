@@ -28,8 +28,11 @@ type templateCluster interface {
 	// claimTemplate takes t's name for its owner cluster-wide and returns
 	// the id the name holds (t.ID when the claim is the first).
 	claimTemplate(ctx context.Context, t sandpit.Template) (string, error)
-	// publishTemplate writes the template's ready state to the index.
-	publishTemplate(ctx context.Context, templateID string)
+	// publishTemplate writes the template's ready state to the index;
+	// ready, when set, is a build about to be recorded ready with its new
+	// tags (published first, so that no node sees the build ready before
+	// the index has its image).
+	publishTemplate(ctx context.Context, templateID string, ready *readyBuild)
 	// forgetTemplate frees a deleted template's name.
 	forgetTemplate(ctx context.Context, t sandpit.Template) error
 	// recordBuild records that this node runs a build.
@@ -50,7 +53,7 @@ type templateCluster interface {
 func (singleNode) claimTemplate(_ context.Context, t sandpit.Template) (string, error) {
 	return t.ID, nil
 }
-func (singleNode) publishTemplate(context.Context, string)                {}
+func (singleNode) publishTemplate(context.Context, string, *readyBuild)   {}
 func (singleNode) forgetTemplate(context.Context, sandpit.Template) error { return nil }
 func (singleNode) recordBuild(context.Context, string, string) error      { return nil }
 func (singleNode) sharedTemplate(string, string) (cluster.TemplateRecord, bool) {
@@ -76,12 +79,27 @@ func (c *replicated) claimTemplate(ctx context.Context, t sandpit.Template) (str
 	return rec.ID, nil
 }
 
-func (c *replicated) publishTemplate(ctx context.Context, templateID string) {
+// readyBuild is a build that ends ready: its image, what it sets on its
+// template and the tags it takes.
+type readyBuild struct {
+	image string
+	def   BuildDefinition
+}
+
+func (c *replicated) publishTemplate(ctx context.Context, templateID string, ready *readyBuild) {
 	s := c.s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	t, err := s.store.GetTemplate(ctx, templateID)
-	if err != nil || t.Name == "" || t.Image == "" {
+	if err != nil || t.Name == "" {
+		return
+	}
+	if ready != nil {
+		// What FinishBuild is about to set on the row.
+		d := ready.def
+		t.Image, t.StartCmd, t.ReadyCmd, t.User, t.Workdir, t.CPU, t.MemoryMB = ready.image, d.StartCmd, d.ReadyCmd, d.User, d.Workdir, d.CPU, d.MemoryMB
+	}
+	if t.Image == "" {
 		return
 	}
 	rec := cluster.TemplateRecord{ID: t.ID, Owner: t.Owner, Name: t.Name, Image: t.Image, CPU: t.CPU, MemoryMB: t.MemoryMB,
@@ -95,6 +113,11 @@ func (c *replicated) publishTemplate(ctx context.Context, templateID string) {
 		if b, err := s.store.GetBuild(ctx, tg.BuildID); err == nil && b.Image != "" {
 			rec.Tags[tg.Tag] = b.Image
 			rec.ImageNodes[b.Image] = s.cfg.NodeName
+		}
+	}
+	if ready != nil {
+		for _, tag := range ready.def.Tags {
+			rec.Tags[tag] = ready.image
 		}
 	}
 	if err := c.r.PublishTemplate(ctx, rec); err != nil {
@@ -194,11 +217,13 @@ func (s *Service) TemplateNodes(ctx context.Context, ref string) []string {
 	if !ok {
 		return nil
 	}
-	image := rec.Image
-	if tagged && tag != "" {
-		if img, ok := rec.Tags[tag]; ok {
-			image = img
+	image := (sharedRecord{rec}).imageOf(tag, tagged)
+	if image == "" && s.cluster.catchUp(ctx) == nil {
+		// A build that ended on another node a moment ago.
+		if rec, ok = s.sharedTemplate(ctx, name); !ok {
+			return nil
 		}
+		image = (sharedRecord{rec}).imageOf(tag, tagged)
 	}
 	if n := rec.ImageNodes[image]; n != "" {
 		return []string{n}
@@ -212,6 +237,12 @@ func (s *Service) TemplateNodes(ctx context.Context, ref string) []string {
 // resolveShared is resolveOwnedTemplate for a template found in the
 // cluster's index.
 func (s *Service) resolveShared(ctx context.Context, rec cluster.TemplateRecord, ref, tag string, tagged bool) (resolvedTemplate, bool, error) {
+	if (sharedRecord{rec}).imageOf(tag, tagged) == "" && s.cluster.catchUp(ctx) == nil {
+		// A build that ended on another node a moment ago.
+		if again, ok := s.sharedTemplate(ctx, rec.Name); ok && again.ID == rec.ID {
+			rec = again
+		}
+	}
 	image := rec.Image
 	if tagged && tag != "" {
 		if img, ok := rec.Tags[tag]; ok {
@@ -227,4 +258,21 @@ func (s *Service) resolveShared(ctx context.Context, rec cluster.TemplateRecord,
 		return resolvedTemplate{}, true, fmt.Errorf("%w: the image of template %q is not on this node (it was built on %s; without --registry only that node runs it): %v", ErrUnknownImage, ref, rec.ImageNodes[image], err)
 	}
 	return resolvedTemplate{t: recordTemplate(rec), image: image}, true, nil
+}
+
+// sharedRecord reads a template record's image for a tag.
+type sharedRecord struct{ cluster.TemplateRecord }
+
+// imageOf is the image a create of the template (with tag, when tagged)
+// runs; "" when there is none yet.
+func (r sharedRecord) imageOf(tag string, tagged bool) string {
+	if tagged && tag != "" {
+		if img, ok := r.Tags[tag]; ok {
+			return img
+		}
+		if tag != "default" {
+			return ""
+		}
+	}
+	return r.Image
 }

@@ -375,7 +375,7 @@ func (s *Service) TagBuild(ctx context.Context, buildID string, tags []string) e
 	if err := s.store.SetTags(ctx, b.TemplateID, b.ID, tags, s.now()); err != nil {
 		return err
 	}
-	s.cluster.publishTemplate(ctx, b.TemplateID)
+	s.cluster.publishTemplate(ctx, b.TemplateID, nil)
 	return nil
 }
 
@@ -387,7 +387,7 @@ func (s *Service) UntagTemplate(ctx context.Context, templateID string, tags []s
 	if err := s.store.RemoveTags(ctx, templateID, tags); err != nil {
 		return err
 	}
-	s.cluster.publishTemplate(ctx, templateID)
+	s.cluster.publishTemplate(ctx, templateID, nil)
 	return nil
 }
 
@@ -609,6 +609,11 @@ func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.Te
 		run.add("info", "built "+image)
 	}
 	sctx := context.WithoutCancel(ctx)
+	if state == sandpit.BuildReady {
+		// Every node of a cluster finds the template's new image, before
+		// any node can see the build ready.
+		s.cluster.publishTemplate(sctx, t.ID, &readyBuild{image: image, def: def})
+	}
 	members := s.endRun(sctx, run, key, state, image, reason, "")
 	if state == sandpit.BuildReady && len(def.Tags) > 0 {
 		for _, id := range members {
@@ -616,10 +621,6 @@ func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.Te
 				s.log.Error("tag a template build", "build", id, "err", err)
 			}
 		}
-	}
-	if state == sandpit.BuildReady {
-		// Every node of a cluster finds the template's new image now.
-		s.cluster.publishTemplate(sctx, t.ID)
 	}
 	s.cfg.Metrics.BuildDone(string(state), time.Since(start))
 	s.log.Info("template build ended", "template", t.ID, "build", b.ID, "state", state, "reason", reason, "took", time.Since(start).Round(time.Millisecond))
