@@ -190,6 +190,18 @@ func (s *Service) sharedTemplate(ctx context.Context, ref string) (cluster.Templ
 	return cluster.TemplateRecord{}, false
 }
 
+// freshSharedTemplate is sharedTemplate after this node's copy of the
+// index caught up with the log, when it lacks the template or the
+// template's image: a template made, or a build ended, on another node a
+// moment ago, whose entry this node may not have applied yet, is found.
+func (s *Service) freshSharedTemplate(ctx context.Context, ref string) (cluster.TemplateRecord, bool) {
+	rec, ok := s.sharedTemplate(ctx, ref)
+	if (!ok || rec.Image == "") && s.cluster.clustered() && s.cluster.catchUp(ctx) == nil {
+		return s.sharedTemplate(ctx, ref)
+	}
+	return rec, ok
+}
+
 func recordTemplate(r cluster.TemplateRecord) sandpit.Template {
 	return sandpit.Template{ID: r.ID, Owner: r.Owner, Name: r.Name, Image: r.Image, CPU: r.CPU, MemoryMB: r.MemoryMB,
 		StartCmd: r.StartCmd, ReadyCmd: r.ReadyCmd, User: r.User, Workdir: r.Workdir, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}

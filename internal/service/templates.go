@@ -295,15 +295,9 @@ func (s *Service) Template(ctx context.Context, ref string) (sandpit.Template, e
 	}
 	t, err := s.template(ctx, ref)
 	if errors.Is(err, sandpit.ErrNotFound) {
-		// Made on another node of the cluster (a moment ago, maybe: then
-		// after this node's copy of the index caught up).
-		if rec, ok := s.sharedTemplate(ctx, name); ok {
+		// Made on another node of the cluster.
+		if rec, ok := s.freshSharedTemplate(ctx, name); ok {
 			return recordTemplate(rec), nil
-		}
-		if s.cluster.clustered() && s.cluster.catchUp(ctx) == nil {
-			if rec, ok := s.sharedTemplate(ctx, name); ok {
-				return recordTemplate(rec), nil
-			}
 		}
 	}
 	return t, err
