@@ -50,6 +50,22 @@ done
 step "go test -race -count=1 -timeout ${GO_TEST_TIMEOUT:-30m} ./..."
 go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-30m}" ./...
 
+# What follows the Go tests (the fuzz targets, the Node suites, the
+# TypeScript SDK) shares no state: each suite starts daemons of its own on
+# ports of its own. The suites run at once, each with its output in a log
+# that is printed when it ends, which takes minutes off a run whose steps
+# mostly wait on the engine.
+parallel_logs="$(mktemp -d)"
+parallel_pids=()
+parallel_names=()
+in_background() {
+	local name="$1"
+	shift
+	("$@") >"$parallel_logs/$name.log" 2>&1 &
+	parallel_pids+=("$!")
+	parallel_names+=("$name")
+}
+
 # Every Go native fuzz target runs for a short fixed time beyond its seed
 # corpus (testdata/fuzz, which the plain test run above replays). A failure
 # leaves the crashing input in testdata/fuzz/<target>/ to commit as a seed.
@@ -57,46 +73,67 @@ go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-30m}" ./...
 # -fuzztime, Go 1.26's fuzz coordinator can report "context deadline
 # exceeded" at the deadline and fail a target that found nothing
 # (go.dev/issue/75804, fixed in Go 1.27), which a loaded 2-core machine hits.
-fuzz_time="${FUZZ_TIME:-5000x}"
-while read -r pkg target; do
-	step "fuzz $target ($pkg, $fuzz_time)"
-	go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzz_time" "$pkg"
-done < <(grep -rlE --include='*_test.go' '^func Fuzz' internal cmd test 2>/dev/null |
-	while read -r f; do
-		for t in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$f" | cut -d' ' -f2); do
-			echo "./$(dirname "$f") $t"
-		done
-	done | sort)
+fuzz_all() {
+	local fuzz_time="${FUZZ_TIME:-5000x}" pkg target
+	while read -r pkg target; do
+		step "fuzz $target ($pkg, $fuzz_time)"
+		go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzz_time" "$pkg"
+	done < <(grep -rlE --include='*_test.go' '^func Fuzz' internal cmd test 2>/dev/null |
+		while read -r f; do
+			for t in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$f" | cut -d' ' -f2); do
+				echo "./$(dirname "$f") $t"
+			done
+		done | sort)
+}
+in_background fuzz fuzz_all
 
 # test/ui drives the dashboard in Debian's headless Chromium and keeps its
 # screenshots under test/ui/artifacts (SANDPIT_ARTIFACTS overrides).
+node_suite() {
+	cd "$1"
+	step "node tests in $1"
+	# The package's own test script when it has one, else node's runner.
+	if node -e 'process.exit(require("./package.json").scripts?.test ? 0 : 1)'; then
+		npm test
+	else
+		node --test
+	fi
+}
 for dir in test/e2b test/daytona test/ui; do
 	[[ -f "$dir/package.json" ]] || continue
-	step "node tests in $dir"
-	(
-		cd "$dir"
-		# The package's own test script when it has one, else node's runner.
-		if node -e 'process.exit(require("./package.json").scripts?.test ? 0 : 1)'; then
-			npm test
-		else
-			node --test
-		fi
-	)
+	in_background "node-${dir#test/}" node_suite "$dir"
 done
 
 # The TypeScript SDK: a clean install from its lockfile, a check that the
 # committed code generated from proto/ is current, the compile, then its
 # tests against a real daemon. An existing node_modules is kept, so a local
 # run works without a registry.
-if [[ -f sdk/typescript/package.json ]]; then
+ts_sdk() {
+	cd sdk/typescript
 	step "TypeScript SDK (sdk/typescript)"
-	(
-		cd sdk/typescript
-		[[ -d node_modules ]] || npm ci --no-audit --no-fund
-		npm run --silent check-generated
-		npm run --silent build
-		npm test
-	)
+	[[ -d node_modules ]] || npm ci --no-audit --no-fund
+	npm run --silent check-generated
+	npm run --silent build
+	npm test
+}
+[[ -f sdk/typescript/package.json ]] && in_background ts-sdk ts_sdk
+
+failed=()
+for i in "${!parallel_pids[@]}"; do
+	name="${parallel_names[$i]}"
+	if wait "${parallel_pids[$i]}"; then
+		status=passed
+	else
+		status=FAILED
+		failed+=("$name")
+	fi
+	step "$name: $status"
+	cat "$parallel_logs/$name.log"
+done
+rm -rf "$parallel_logs"
+if ((${#failed[@]})); then
+	step "failed: ${failed[*]}"
+	exit 1
 fi
 
 step "all tests passed"

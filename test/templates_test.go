@@ -246,6 +246,14 @@ func TestTemplateConcurrentDuplicateBuilds(t *testing.T) {
 	if got := strings.Count(d.Logs(), "template build ended"); got != 1 {
 		t.Fatalf("%d engine builds ended for %d identical requests, want 1", got, n)
 	}
+	// The one build shows in /metrics, and none is left running.
+	_, fams := scrape(t, ctx, d, d.Token)
+	if got := value(fams, "sandpit_template_builds_total", map[string]string{"state": "ready"}); got != 1 {
+		t.Errorf("sandpit_template_builds_total{state=ready} = %v, want 1", got)
+	}
+	if got := value(fams, "sandpit_template_builds_running", nil); got != 0 {
+		t.Errorf("sandpit_template_builds_running = %v, want 0", got)
+	}
 }
 
 // TestTemplateFailedBuild: a step that fails leaves the build in error with
@@ -286,6 +294,21 @@ func TestTemplateFailedBuild(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400", body, a.Status, a.Body)
 		}
 	}
+	// An archive whose entries leave the context is refused on upload.
+	for _, name := range []string{"../escape", "/etc/passwd", "a/../../b"} {
+		evil := contextTar(t, map[string]string{name: "x"})
+		sum := sha256.Sum256(evil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, d.URL()+"/v1/templates/files/"+hex.EncodeToString(sum[:]), bytes.NewReader(evil))
+		req.Header.Set("Authorization", "Bearer "+d.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("upload of an entry %q: %d, want 400", name, resp.StatusCode)
+		}
+	}
 	list := mustKeyed(t, ctx, d, http.MethodGet, "/v1/templates", "")
 	if strings.Contains(string(list.Body), `"ok"`) {
 		t.Fatalf("a refused build left a template: %s", list.Body)
@@ -297,10 +320,19 @@ func TestTemplateFailedBuild(t *testing.T) {
 // and the same request builds again.
 func TestTemplateBuildSurvivesKill(t *testing.T) {
 	t.Parallel()
-	d := harness.Start(t, sandpitBin, harness.Options{})
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--max-builds-per-owner", "1"}})
 	ctx := ctxFor(t, 3*time.Minute)
 	req := apitypes.BuildTemplateRequest{Name: "slow", Dockerfile: "FROM " + testBase + "\nRUN echo slow-step-started && sleep 30\n"}
 	fb := decodeBuild(t, mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, req), "slow-1"))
+	// The owner runs its one build: another of another template is 429,
+	// and makes nothing.
+	over := mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, apitypes.BuildTemplateRequest{Name: "second", Dockerfile: "FROM " + testBase + "\n"}), "second-1")
+	if over.Status != http.StatusTooManyRequests || over.Code() != "quota_exceeded" {
+		t.Fatalf("a build over the owner's limit: %d %s", over.Status, over.Body)
+	}
+	if a := mustKeyed(t, ctx, d, http.MethodGet, "/v1/templates/second", ""); a.Status != http.StatusNotFound {
+		t.Fatalf("the refused build left a template: %d %s", a.Status, a.Body)
+	}
 	for !strings.Contains(string(mustKeyed(t, ctx, d, http.MethodGet, "/v1/templates/slow/builds/"+fb.Build.ID+"/logs", "").Body), "slow-step-started") {
 		if ctx.Err() != nil {
 			t.Fatal("the build never reached its slow step")
@@ -325,5 +357,135 @@ func TestTemplateBuildSurvivesKill(t *testing.T) {
 	nb := decodeBuild(t, mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, quick), fmt.Sprint("slow-2")))
 	if got := awaitBuild(t, ctx, d, "slow", nb.Build.ID); got.State != "ready" {
 		t.Fatalf("a build after the restart: %s %s", got.State, got.Error)
+	}
+}
+
+// TestTemplateOwners: templates are their owner's: another owner neither
+// sees nor creates from them and has a template of the same name of its
+// own; a non-admin owner may build only on images it may run (or its own
+// templates'), not on whatever else the engine holds; a read-only token
+// cannot build.
+func TestTemplateOwners(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 3*time.Minute)
+	admin := d.Client()
+	private := "sandpit-private/secret:" + d.Label
+	if out, err := exec.Command("docker", "tag", testBase, private).CombinedOutput(); err != nil {
+		t.Fatalf("docker tag: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", private).Run() })
+	tokens := map[string]string{}
+	for _, o := range []string{"alice", "bob"} {
+		tok, err := admin.CreateToken(ctx, client.TokenRequest{Name: o + "-rw", Owner: o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[o] = tok.Secret
+	}
+	ro, err := admin.CreateToken(ctx, client.TokenRequest{Name: "alice-ro", Owner: "alice", Scopes: []string{"sandboxes:read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(token, dockerfile string) harness.Answer {
+		t.Helper()
+		return raw(t, ctx, d, token, http.MethodPost, "/v1/templates", buildBody(t, apitypes.BuildTemplateRequest{Name: "shared", Dockerfile: dockerfile}))
+	}
+	if a := build(ro.Secret, "FROM "+testBase+"\n"); a.Status != http.StatusForbidden {
+		t.Fatalf("read-only token built: %d %s", a.Status, a.Body)
+	}
+	if a := build(tokens["bob"], "FROM "+private+"\nRUN cat /etc/hostname\n"); a.Status != http.StatusForbidden || !strings.Contains(string(a.Body), "may not start FROM") {
+		t.Fatalf("bob built on an image he may not run: %d %s", a.Status, a.Body)
+	}
+	ids := map[string]string{}
+	for _, o := range []string{"alice", "bob"} {
+		a := build(tokens[o], "FROM "+testBase+"\nRUN echo "+o+" > /whose\n")
+		if a.Status != http.StatusAccepted {
+			t.Fatalf("%s build: %d %s", o, a.Status, a.Body)
+		}
+		fb := decodeBuild(t, a)
+		ids[o] = fb.Template.ID
+		if fb.Template.Owner != o {
+			t.Fatalf("%s's template is owned by %q", o, fb.Template.Owner)
+		}
+	}
+	if ids["alice"] == ids["bob"] {
+		t.Fatal("two owners share one template")
+	}
+	// Each owner's template of one name is its own, and builds on it are
+	// allowed: an owner may start FROM its own template's image.
+	for _, o := range []string{"alice", "bob"} {
+		c := client.New(d.Addr, tokens[o])
+		var tp apitypes.Template
+		for tp.Image == "" {
+			a := raw(t, ctx, d, tokens[o], http.MethodGet, "/v1/templates/shared", "")
+			if err := json.Unmarshal(a.Body, &tp); err != nil || a.Status != http.StatusOK {
+				t.Fatalf("%s get: %d %s", o, a.Status, a.Body)
+			}
+			if tp.Build != nil && tp.Build.State == "error" {
+				t.Fatalf("%s build failed: %s", o, tp.Build.Error)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		sb, err := c.Create(ctx, client.CreateRequest{Template: "shared"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "cat", Args: []string{"/whose"}})
+		if err != nil || res.Stdout != o+"\n" {
+			t.Fatalf("%s's sandbox from its template: %q %v", o, res.Stdout, err)
+		}
+		if a := raw(t, ctx, d, tokens[o], http.MethodPost, "/v1/templates", buildBody(t, apitypes.BuildTemplateRequest{Name: "derived", Dockerfile: "FROM " + tp.Image + "\n"})); a.Status != http.StatusAccepted {
+			t.Fatalf("%s building on its own template: %d %s", o, a.Status, a.Body)
+		}
+	}
+	// Another owner's template id is not found.
+	if a := raw(t, ctx, d, tokens["bob"], http.MethodGet, "/v1/templates/"+ids["alice"], ""); a.Status != http.StatusNotFound {
+		t.Fatalf("bob reads alice's template: %d %s", a.Status, a.Body)
+	}
+	if a := raw(t, ctx, d, tokens["bob"], http.MethodDelete, "/v1/templates/"+ids["alice"], ""); a.Status != http.StatusNotFound {
+		t.Fatalf("bob deletes alice's template: %d %s", a.Status, a.Body)
+	}
+	if _, err := client.New(d.Addr, tokens["bob"]).Create(ctx, client.CreateRequest{Template: ids["alice"]}); err == nil {
+		t.Fatal("bob created a sandbox from alice's template")
+	}
+}
+
+// TestTemplateCrashAfterImageBuild kills the daemon after the engine tagged
+// a build's image and before the store recorded it: after the restart the
+// build is error, the orphan image is gone, and the same request builds
+// again to a ready template.
+func TestTemplateCrashAfterImageBuild(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 3*time.Minute)
+	d.Stop()
+	d.Restart([]string{"SANDPIT_TEST_CRASH_POINT=after-image-build"})
+	req := apitypes.BuildTemplateRequest{Name: "crashy", Dockerfile: "FROM " + testBase + "\nRUN echo crashy > /crashy\n"}
+	fb := decodeBuild(t, mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, req), "crash-1"))
+	if !d.Wait(60 * time.Second) {
+		t.Fatal("daemon did not exit at the crash point")
+	}
+	if imgs := taggedImages(t, fb.Build.ID); len(imgs) != 1 {
+		t.Fatalf("%d images tagged at the crash point, want the 1 the store does not know of", len(imgs))
+	}
+	d.Restart(nil)
+	b := awaitBuild(t, ctx, d, "crashy", fb.Build.ID)
+	if b.State != "error" {
+		t.Fatalf("the interrupted build is %s", b.State)
+	}
+	if imgs := taggedImages(t, fb.Build.ID); len(imgs) != 0 {
+		t.Fatalf("orphan images after the restart: %v", imgs)
+	}
+	again := decodeBuild(t, mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, req), "crash-2"))
+	if got := awaitBuild(t, ctx, d, "crashy", again.Build.ID); got.State != "ready" {
+		t.Fatalf("the build after the restart: %s %s", got.State, got.Error)
+	}
+	sb, err := d.Client().Create(ctx, client.CreateRequest{Template: "crashy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.Client().Exec(ctx, sb.ID, client.ExecRequest{Cmd: "cat", Args: []string{"/crashy"}}); err != nil || res.Stdout != "crashy\n" {
+		t.Fatalf("sandbox from the rebuilt template: %q %v", res.Stdout, err)
 	}
 }

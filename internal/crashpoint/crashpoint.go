@@ -12,4 +12,7 @@ const Env = "SANDPIT_TEST_CRASH_POINT"
 const (
 	AfterContainerCreate = "after-container-create"
 	BeforeResponse       = "before-response"
+	// AfterImageBuild: the engine built and tagged a template's image, and
+	// the store does not know yet.
+	AfterImageBuild = "after-image-build"
 )

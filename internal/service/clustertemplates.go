@@ -29,9 +29,9 @@ type templateCluster interface {
 	// the id the name holds (t.ID when the claim is the first).
 	claimTemplate(ctx context.Context, t sandpit.Template) (string, error)
 	// publishTemplate writes the template's ready state to the index;
-	// ready, when set, is a build about to be recorded ready with its new
-	// tags (published first, so that no node sees the build ready before
-	// the index has its image).
+	// ready, when set, is a build about to be recorded ready, whose tags
+	// are already stored (published first, so that no node sees the build
+	// ready before the index has its image).
 	publishTemplate(ctx context.Context, templateID string, ready *readyBuild)
 	// forgetTemplate frees a deleted template's name.
 	forgetTemplate(ctx context.Context, t sandpit.Template) error
@@ -79,8 +79,8 @@ func (c *replicated) claimTemplate(ctx context.Context, t sandpit.Template) (str
 	return rec.ID, nil
 }
 
-// readyBuild is a build that ends ready: its image, what it sets on its
-// template and the tags it takes.
+// readyBuild is a build that ends ready: its image and the definition
+// whose defaults and commands it sets on its template.
 type readyBuild struct {
 	image string
 	def   BuildDefinition
@@ -115,11 +115,7 @@ func (c *replicated) publishTemplate(ctx context.Context, templateID string, rea
 			rec.ImageNodes[b.Image] = s.cfg.NodeName
 		}
 	}
-	if ready != nil {
-		for _, tag := range ready.def.Tags {
-			rec.Tags[tag] = ready.image
-		}
-	}
+
 	if err := c.r.PublishTemplate(ctx, rec); err != nil {
 		s.log.Error("cluster: publish template", "template", t.ID, "err", err)
 	}
@@ -287,4 +283,29 @@ func (r sharedRecord) imageOf(tag string, tagged bool) string {
 		}
 	}
 	return r.Image
+}
+
+// imageShared reports whether a template of the cluster's index runs image
+// (one built on another node, on an engine or registry this node shares).
+func (s *Service) imageShared(image string) bool {
+	for _, rec := range s.cluster.sharedTemplates("") {
+		if rec.Image == image {
+			return true
+		}
+		for _, img := range rec.Tags {
+			if img == image {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tagTemplates lists the templates a run's members tag.
+func tagTemplates(tags map[string]memberTags) []string {
+	var out []string
+	for _, mt := range tags {
+		out = append(out, mt.templateID)
+	}
+	return out
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path"
@@ -26,6 +27,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
+	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
 )
@@ -135,6 +137,10 @@ type buildRun struct {
 
 	mu      sync.Mutex
 	members []string
+	// tags is, for each member, its template and the tags its own request
+	// asked for: one content may be built for two templates, or under two
+	// tags at once, and each member keeps its own.
+	tags    map[string]memberTags
 	lines   []BuildLogEntry
 	files   []*os.File
 	changed chan struct{} // closed and replaced whenever a line is added
@@ -166,6 +172,11 @@ func (r *buildRun) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+type memberTags struct {
+	templateID string
+	tags       []string
 }
 
 // builds holds the runs of this process.
@@ -433,6 +444,9 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	if err := s.validateDefinition(t.Owner, &def); err != nil {
 		return sandpit.TemplateBuild{}, err
 	}
+	if err := s.checkBuildBases(ctx, def.Dockerfile); err != nil {
+		return sandpit.TemplateBuild{}, err
+	}
 	hash := def.contentHash()
 	if def.NoCache {
 		// A forced build is its own content: nothing joins or replays it.
@@ -448,7 +462,7 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	b.StartCmd, b.ReadyCmd, b.User, b.Workdir, b.CPU, b.MemoryMB = def.StartCmd, def.ReadyCmd, def.User, def.Workdir, def.CPU, def.MemoryMB
 
 	key := t.Owner + "\x00" + hash
-	run, joined := s.joinOrReserve(key, b.ID, t.Owner, hash)
+	run, joined := s.joinOrReserve(key, b.ID, t.Owner, hash, memberTags{templateID: t.ID, tags: def.Tags})
 	if joined {
 		// The row stays waiting (the running one holds the template's one
 		// running slot) and reports the run's state.
@@ -459,12 +473,8 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 		return s.Build(ctx, b.ID)
 	}
 	start := func() error {
-		running, err := s.store.CountRunningBuilds(ctx, t.Owner)
-		if err != nil {
+		if err := s.checkBuildQuota(ctx, t.Owner); err != nil {
 			return err
-		}
-		if limit := s.cfg.MaxBuildsPerOwner; limit > 0 && running >= limit {
-			return fmt.Errorf("%w: owner %q already runs %d builds (the limit is %d)", sandpit.ErrQuotaExceeded, t.Owner, running, limit)
 		}
 		return s.store.StartBuild(ctx, b, s.now())
 	}
@@ -486,7 +496,7 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 // joinOrReserve joins the running build of key, or, when there is none,
 // reserves a run for build id that later duplicates join: the check and the
 // reservation are one step, so two identical requests never both start.
-func (s *Service) joinOrReserve(key, id, owner, hash string) (*buildRun, bool) {
+func (s *Service) joinOrReserve(key, id, owner, hash string, tags memberTags) (*buildRun, bool) {
 	s.builds.mu.Lock()
 	defer s.builds.mu.Unlock()
 	if run := s.builds.byContent[key]; run != nil {
@@ -494,6 +504,7 @@ func (s *Service) joinOrReserve(key, id, owner, hash string) (*buildRun, bool) {
 		joinable := !run.state.Done()
 		if joinable {
 			run.members = append(run.members, id)
+			run.tags[id] = tags
 			if f := s.openBuildLog(id); f != nil {
 				for _, e := range run.lines {
 					line, _ := json.Marshal(e)
@@ -508,7 +519,8 @@ func (s *Service) joinOrReserve(key, id, owner, hash string) (*buildRun, bool) {
 			return run, true
 		}
 	}
-	run := &buildRun{owner: owner, hash: hash, done: make(chan struct{}), members: []string{id}, changed: make(chan struct{}), state: sandpit.BuildBuilding}
+	run := &buildRun{owner: owner, hash: hash, done: make(chan struct{}), members: []string{id}, tags: map[string]memberTags{id: tags},
+		changed: make(chan struct{}), state: sandpit.BuildBuilding}
 	if f := s.openBuildLog(id); f != nil {
 		run.files = []*os.File{f}
 	}
@@ -560,7 +572,69 @@ func (s *Service) CheckBuildDefinition(ctx context.Context, def BuildDefinition)
 	if err := s.buildsReady(); err != nil {
 		return err
 	}
-	return s.validateDefinition(ownerOf(ctx), &def)
+	if err := s.validateDefinition(ownerOf(ctx), &def); err != nil {
+		return err
+	}
+	if err := s.checkBuildQuota(ctx, ownerOf(ctx)); err != nil {
+		return err
+	}
+	return s.checkBuildBases(ctx, def.Dockerfile)
+}
+
+// checkBuildQuota refuses a build beyond the owner's running builds.
+func (s *Service) checkBuildQuota(ctx context.Context, owner string) error {
+	running, err := s.store.CountRunningBuilds(ctx, owner)
+	if err != nil {
+		return err
+	}
+	if limit := s.cfg.MaxBuildsPerOwner; limit > 0 && running >= limit {
+		return fmt.Errorf("%w: owner %q already runs %d builds (the limit is %d)", sandpit.ErrQuotaExceeded, owner, running, limit)
+	}
+	return nil
+}
+
+// checkBuildBases applies the image policy to the images a Dockerfile
+// starts FROM: a non-admin owner may build on what it may run (the
+// daemon's templates, its default image, --allow-image) and on its own
+// templates' images, never on whatever else the engine holds, which may be
+// an operator's private image.
+func (s *Service) checkBuildBases(ctx context.Context, dockerfile string) error {
+	p := principalOf(ctx)
+	if p.Admin {
+		return nil
+	}
+	stages := map[string]bool{"scratch": true}
+	for _, line := range strings.Split(dockerfile, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.EqualFold(f[0], "FROM") {
+			continue
+		}
+		args := f[1:]
+		for len(args) > 0 && strings.HasPrefix(args[0], "--") {
+			args = args[1:]
+		}
+		if len(args) == 0 {
+			continue
+		}
+		base := args[0]
+		allowed := stages[strings.ToLower(base)] || s.checkImage(p, base) == nil
+		if !allowed {
+			own, err := s.store.ImageOwnedBy(ctx, p.Owner, base)
+			if err != nil {
+				return err
+			}
+			allowed = own
+		}
+		// A later stage may start FROM this one by its name.
+		if len(args) >= 3 && strings.EqualFold(args[1], "AS") {
+			stages[strings.ToLower(args[2])] = true
+		}
+		if allowed {
+			continue
+		}
+		return policyf("a build may not start FROM %q: owner %q may build on the images it may run (the daemon's templates, its default image, --allow-image) and on its own templates", base, p.Owner)
+	}
+	return nil
 }
 
 func (s *Service) validateDefinition(owner string, def *BuildDefinition) error {
@@ -603,19 +677,31 @@ func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.Te
 		run.add("info", "built "+image)
 	}
 	sctx := context.WithoutCancel(ctx)
+	run.mu.Lock()
+	tags := maps.Clone(run.tags)
+	run.mu.Unlock()
 	if state == sandpit.BuildReady {
-		// Every node of a cluster finds the template's new image, before
-		// any node can see the build ready.
-		s.cluster.publishTemplate(sctx, t.ID, &readyBuild{image: image, def: def})
-	}
-	members := s.endRun(sctx, run, key, state, image, reason, "")
-	if state == sandpit.BuildReady && len(def.Tags) > 0 {
-		for _, id := range members {
-			if err := s.store.SetTags(sctx, t.ID, id, def.Tags, s.now()); err != nil {
+		// Tags go on before the builds end, so a build reported ready
+		// already has its tags pointing at its image.
+		for id, mt := range tags {
+			if len(mt.tags) == 0 {
+				continue
+			}
+			if err := s.store.SetTags(sctx, mt.templateID, id, mt.tags, s.now()); err != nil {
 				s.log.Error("tag a template build", "build", id, "err", err)
 			}
 		}
+		// Every node of a cluster finds the new image of each template
+		// the run built for, before any node can see its build ready.
+		published := map[string]bool{}
+		for _, tid := range append([]string{t.ID}, tagTemplates(tags)...) {
+			if !published[tid] {
+				published[tid] = true
+				s.cluster.publishTemplate(sctx, tid, &readyBuild{image: image, def: def})
+			}
+		}
 	}
+	s.endRun(sctx, run, key, state, image, reason, "")
 	s.cfg.Metrics.BuildDone(string(state), time.Since(start))
 	s.log.Info("template build ended", "template", t.ID, "build", b.ID, "state", state, "reason", reason, "took", time.Since(start).Round(time.Millisecond))
 }
@@ -699,6 +785,7 @@ func (s *Service) engineBuild(ctx context.Context, b sandpit.TemplateBuild, def 
 	if err != nil {
 		return err
 	}
+	crashpoint.Hit(crashpoint.AfterImageBuild)
 	if s.cfg.Registry != "" {
 		run.add("info", "pushing to "+s.cfg.Registry)
 		if err := s.cfg.Images.Push(ctx, image, run); err != nil {
@@ -772,31 +859,13 @@ func copyArchive(tw *tar.Writer, file, prefix string, seen map[string]bool) erro
 		return err
 	}
 	defer fh.Close()
-	br := bufio.NewReader(fh)
-	var r io.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		gz, err := gzip.NewReader(br)
-		if err != nil {
-			return err
-		}
-		defer gz.Close()
-		r = gz
-	}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
-		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+	return eachEntry(fh, func(h *tar.Header, body io.Reader) error {
+		if !insideContext(h.Name) {
 			return invalidf("archive entry %q leaves the context", h.Name)
 		}
+		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
 		if name == "." {
-			continue
+			return nil
 		}
 		h.Name = path.Join(prefix, name)
 		if h.Typeflag == tar.TypeDir {
@@ -805,13 +874,39 @@ func copyArchive(tw *tar.Writer, file, prefix string, seen map[string]bool) erro
 		if seen[h.Name] {
 			// Two archives (two COPY steps of one directory) may hold
 			// the same entry; the first stands.
-			continue
+			return nil
 		}
 		seen[h.Name] = true
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
-		if _, err := io.Copy(tw, tr); err != nil {
+		_, err := io.Copy(tw, body)
+		return err
+	})
+}
+
+// eachEntry calls fn with every entry of a tar archive, gzipped or not.
+func eachEntry(r io.Reader, fn func(*tar.Header, io.Reader) error) error {
+	br := bufio.NewReader(r)
+	var in io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return err
+		}
+		defer gz.Close()
+		in = gz
+	}
+	tr := tar.NewReader(in)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(h, tr); err != nil {
 			return err
 		}
 	}
@@ -885,26 +980,20 @@ func checkArchive(f *os.File) error {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	br := bufio.NewReader(f)
-	var r io.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		gz, err := gzip.NewReader(br)
-		if err != nil {
-			return err
+	return eachEntry(f, func(h *tar.Header, body io.Reader) error {
+		if !insideContext(h.Name) {
+			return fmt.Errorf("entry %q leaves the build context", h.Name)
 		}
-		r = gz
-	}
-	tr := tar.NewReader(r)
-	for {
-		if _, err := tr.Next(); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		if _, err := io.Copy(io.Discard, tr); err != nil {
-			return err
-		}
-	}
+		_, err := io.Copy(io.Discard, body)
+		return err
+	})
+}
+
+// insideContext reports whether an archive entry's name stays inside the
+// directory it is unpacked in.
+func insideContext(name string) bool {
+	n := path.Clean(strings.TrimPrefix(name, "./"))
+	return !path.IsAbs(n) && n != ".." && !strings.HasPrefix(n, "../")
 }
 
 func (s *Service) openBuildLog(buildID string) *os.File {
@@ -1116,6 +1205,17 @@ func (s *Service) RecoverBuilds(ctx context.Context) error {
 		}
 		if t, err := s.store.GetTemplate(ctx, b.TemplateID); err == nil && b.ContentHash != "" {
 			_ = claimStore(s.cfg, s.store).DeleteIdempotentRequest(ctx, idempotency.OwnerScope("template-build", t.Owner), b.ContentHash)
+			// The engine may have finished and tagged the image just
+			// before the process died: an image no template records is
+			// an orphan, and goes (a retry builds it again from the
+			// engine's layer cache).
+			if ref := s.templateImage(t.Owner, b.ContentHash); s.cfg.Images != nil {
+				if used, err := s.store.ImageInUse(ctx, ref); err == nil && !used && !s.imageShared(ref) {
+					if err := s.cfg.Images.RemoveImage(ctx, ref); err != nil {
+						s.log.Warn("remove the image of an unfinished build", "image", ref, "err", err)
+					}
+				}
+			}
 		}
 		if f := s.openBuildLog(b.ID); f != nil {
 			line, _ := json.Marshal(BuildLogEntry{Time: s.now(), Level: "error", Message: reason})

@@ -75,23 +75,7 @@ func (s *Store) ListTemplates(ctx context.Context, owner string) ([]sandpit.Temp
 		q += ` WHERE owner = ?`
 		args = append(args, owner)
 	}
-	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created_at, id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list templates: %w", err)
-	}
-	defer rows.Close()
-	var out []sandpit.Template
-	for rows.Next() {
-		t, err := scanTemplate(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list templates: %w", err)
-		}
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list templates: %w", err)
-	}
-	return out, nil
+	return queryAll(ctx, s.db, "list templates", scanTemplate, q+` ORDER BY created_at, id`, args...)
 }
 
 // SetTags points each tag of the template at the build, moving tags that
@@ -343,19 +327,36 @@ func (s *Store) ImageInUse(ctx context.Context, ref string) (bool, error) {
 	return n > 0, nil
 }
 
+// ImageOwnedBy reports whether ref is the image of one of the owner's
+// templates or of one of their ready builds.
+func (s *Store) ImageOwnedBy(ctx context.Context, owner, ref string) (bool, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM templates t WHERE t.owner = ? AND (t.image = ?
+		OR EXISTS (SELECT 1 FROM template_builds b WHERE b.template_id = t.id AND b.state = 'ready' AND b.image = ?))`, owner, ref, ref).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("image owned by %s: %w", owner, err)
+	}
+	return n > 0, nil
+}
+
 func (s *Store) queryBuilds(ctx context.Context, what, q string, args ...any) ([]sandpit.TemplateBuild, error) {
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	return queryAll(ctx, s.db, what, scanBuild, q, args...)
+}
+
+// queryAll runs q and scans every row with scan.
+func queryAll[T any](ctx context.Context, db *sql.DB, what string, scan func(rowScanner) (T, error), q string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []sandpit.TemplateBuild
+	var out []T
 	for rows.Next() {
-		b, err := scanBuild(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		out = append(out, b)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)

@@ -161,6 +161,15 @@ export async function startDaemon(extraArgs = []) {
           // Already gone.
         }
       }
+      // Images the daemon built (snapshots, Images) carry the run's label.
+      const images = docker('images', '-q', '--filter', `label=${runLabel}`);
+      for (const id of new Set(images === '' ? [] : images.split('\n'))) {
+        try {
+          docker('rmi', '-f', id);
+        } catch {
+          // Already gone, or still used by another image of the run.
+        }
+      }
       // The daemon keeps its network and firewall rules while sandboxes
       // run; with the containers gone, uninstall removes both.
       execFileSync(bin, ['uninstall', '--network-name', `sandpit-${run}`], { stdio: 'inherit' });

@@ -2,6 +2,7 @@ package daytona
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"time"
 
@@ -68,9 +69,29 @@ type EventBackend interface {
 	OpenSession(ctx context.Context) (context.Context, func(), error)
 }
 
+// TemplateBackend is the snapshots' and image builds': the caller's
+// templates, their builds and logs, and the uploaded build contexts.
+type TemplateBackend interface {
+	Config() service.Config
+	EnsureTemplate(ctx context.Context, spec service.TemplateSpec) (sandpit.Template, sandpit.AddOutcome, error)
+	NewBuild(ctx context.Context, templateID string) (sandpit.TemplateBuild, error)
+	StartBuild(ctx context.Context, buildID string, def service.BuildDefinition) (sandpit.TemplateBuild, error)
+	Build(ctx context.Context, buildID string) (sandpit.TemplateBuild, error)
+	BuildLog(ctx context.Context, buildID string, offset int) ([]service.BuildLogEntry, bool, error)
+	FollowBuildLog(ctx context.Context, buildID string, offset int, fn func(service.BuildLogEntry) error) error
+	WaitBuild(ctx context.Context, buildID string) (sandpit.TemplateBuild, error)
+	Template(ctx context.Context, ref string) (sandpit.Template, error)
+	Templates(ctx context.Context) ([]sandpit.Template, error)
+	TemplateBuilds(ctx context.Context, templateID string) ([]sandpit.TemplateBuild, error)
+	DeleteTemplate(ctx context.Context, id string) error
+	PutTemplateFiles(ctx context.Context, hash string, r io.Reader, verify bool) error
+	HasFiles(ctx context.Context, hash string) bool
+}
+
 // Backend is everything the facade takes: what New is given.
 type Backend interface {
 	SandboxBackend
+	TemplateBackend
 	ToolboxBackend
 	ProcessBackend
 	EventBackend

@@ -52,6 +52,7 @@ type Handler struct {
 	toolbox   *toolboxAPI
 	processes *processAPI
 	events    *eventAPI
+	storage   *objectStore
 }
 
 // core is what every area shares: the daemon's lifetime, the agent access
@@ -76,6 +77,10 @@ type core struct {
 type sandboxAPI struct {
 	*core
 	svc SandboxBackend
+	// tpl is the caller's templates: the snapshots it builds.
+	tpl TemplateBackend
+	// pending holds the creates that build their image first.
+	pending *pendingCreates
 	// signKey signs preview URLs (see signed.go).
 	signKey []byte
 	// started is when the facade was made, the creation time reported for
@@ -135,10 +140,11 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 		core:      c,
 		auth:      auth,
 		mux:       http.NewServeMux(),
-		sandboxes: &sandboxAPI{core: c, svc: svc, signKey: signingKey(opts.PreviewKey), started: time.Now()},
+		sandboxes: &sandboxAPI{core: c, svc: svc, tpl: svc, pending: newPendingCreates(), signKey: signingKey(opts.PreviewKey), started: time.Now()},
 		toolbox:   &toolboxAPI{core: c, svc: svc},
 		processes: &processAPI{core: c, svc: svc},
 	}
+	h.storage = newObjectStore(h.sandboxes.signKey, svc, opts.Prefix)
 	h.events = &eventAPI{core: c, svc: svc, auth: auth, sandboxes: h.sandboxes, hub: newHub(), authTimeout: opts.AuthTimeout}
 	go h.events.relayEvents(ctx, svc.Subscribe(eventBuffer))
 	p := h.prefix
@@ -223,6 +229,16 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	route("POST /toolbox/{id}/git/credentials", sandpit.ActionExecute, h.toolbox.gitAuthenticate)
 	route("GET /snapshots", sandpit.ActionRead, h.sandboxes.listSnapshots)
 	route("GET /snapshots/{idOrName}", sandpit.ActionRead, h.sandboxes.getSnapshot)
+	// A build runs the caller's commands on the engine, so it takes the
+	// execute action, as the native API's builds do.
+	route("POST /snapshots", sandpit.ActionExecute, h.sandboxes.createSnapshot)
+	route("DELETE /snapshots/{idOrName}", sandpit.ActionManage, h.sandboxes.deleteSnapshot)
+	route("POST /snapshots/{idOrName}/activate", sandpit.ActionManage, h.sandboxes.activateSnapshot)
+	route("GET /snapshots/{idOrName}/build-logs-url", sandpit.ActionRead, h.sandboxes.snapshotBuildLogsURL)
+	route("GET /snapshots/{idOrName}/build-logs", sandpit.ActionRead, h.sandboxes.snapshotBuildLogs)
+	route("GET /sandbox/{idOrName}/build-logs-url", sandpit.ActionRead, h.sandboxes.sandboxBuildLogsURL)
+	route("GET /sandbox/{idOrName}/build-logs", sandpit.ActionRead, h.sandboxes.sandboxBuildLogs)
+	route("GET /object-storage/push-access", sandpit.ActionExecute, h.storage.pushAccess)
 	h.forwarding()
 
 	h.mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
@@ -243,6 +259,12 @@ func (h *Handler) Forwarded() []api.Route { return h.routes.Forwarded() }
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == h.prefix+"/socket.io/" || r.URL.Path == h.prefix+"/socket.io" {
 		h.events.serveSocket(w, r)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, h.prefix+storagePath+"/") {
+		// The SDK's S3 client sends no bearer token: the object store
+		// authenticates its session token itself.
+		h.storage.ServeHTTP(w, r)
 		return
 	}
 	// Toolbox answers carry what a sandbox wrote (files, command output)

@@ -69,7 +69,11 @@ func badRequest(format string, args ...any) error {
 // into the sentences Daytona's own server uses, which users may match on.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	var p *problem
-	if !errors.As(err, &p) {
+	if errors.Is(err, service.ErrBuildsUnavailable) {
+		// A daemon without an image builder cannot build an Image.
+		p = &problem{status: http.StatusNotImplemented, message: err.Error(), code: codeNotImplemented}
+	}
+	if p == nil && !errors.As(err, &p) {
 		c := api.Classify(err)
 		p = &problem{status: c.Status, message: c.Message}
 		if ra := c.RetryAfter(); ra != "" {
@@ -93,6 +97,12 @@ func lookupError(err error, idOrName string) error {
 		return &problem{status: http.StatusNotFound, message: fmt.Sprintf("Sandbox with ID or name %s not found", idOrName)}
 	}
 	return err
+}
+
+// isNotFound reports whether err is a decided 404 (lookupError's).
+func isNotFound(err error) bool {
+	var p *problem
+	return errors.As(err, &p) && p.status == http.StatusNotFound
 }
 
 // nameConflict is Daytona's 409 for a duplicate name.

@@ -239,9 +239,9 @@ type CreateRequest struct {
 }
 
 // ImageFromDockerfile extracts the image of a Dockerfile that is a single
-// "FROM <image>" line, which is what the SDK sends for create({image: "X"}).
-// Sandpit runs images as they are and builds nothing, so anything more is
-// refused. Blank lines and comments are allowed around the FROM line.
+// "FROM <image>" line, which is what the SDK sends for create({image: "X"}):
+// that image runs as it is, while anything more is built first (see
+// build.go). Blank lines and comments are allowed around the FROM line.
 func ImageFromDockerfile(content string) (string, error) {
 	var instr []string
 	for _, line := range strings.Split(content, "\n") {
@@ -251,7 +251,9 @@ func ImageFromDockerfile(content string) (string, error) {
 		}
 		instr = append(instr, line)
 	}
-	const hint = `Sandpit runs existing images and builds none: pass image as a plain reference (create({image: "debian:12"})), which the SDK sends as the single line "FROM debian:12"`
+	// The error only tells the caller why the Dockerfile is built rather
+	// than run as an image.
+	const hint = `a plain image reference (create({image: "debian:12"})) arrives as the single line "FROM debian:12"`
 	switch {
 	case len(instr) == 0:
 		return "", badRequest("buildInfo.dockerfileContent is empty. %s", hint)
@@ -268,22 +270,32 @@ func ImageFromDockerfile(content string) (string, error) {
 	return f[1], nil
 }
 
-// serviceRequest validates a Daytona create and translates it.
-func serviceRequest(req CreateRequest) (service.CreateRequest, error) {
-	var out service.CreateRequest
-	if req.BuildInfo != nil {
-		if len(req.BuildInfo.ContextHashes) > 0 {
-			return out, badRequest("images with build context (Image.addLocalFile and the like) are not supported: Sandpit builds no images")
-		}
-		if req.Snapshot != "" {
-			return out, badRequest("give either snapshot or image, not both")
-		}
-		img, err := ImageFromDockerfile(req.BuildInfo.DockerfileContent)
-		if err != nil {
-			return out, err
-		}
-		out.Image = img
+// serviceRequest validates a Daytona create and translates it. build is
+// the Image to build first: a Dockerfile of more than one FROM line, or one
+// with a build context; a single FROM line runs its image as it is.
+func serviceRequest(req CreateRequest) (out service.CreateRequest, build *BuildInfo, err error) {
+	out, err = serviceRequestOf(req)
+	if err != nil || req.BuildInfo == nil {
+		return out, nil, err
 	}
+	if req.Snapshot != "" {
+		return out, nil, badRequest("give either snapshot or image, not both")
+	}
+	if len(req.BuildInfo.ContextHashes) == 0 {
+		if img, err := ImageFromDockerfile(req.BuildInfo.DockerfileContent); err == nil {
+			out.Image = img
+			return out, nil, nil
+		}
+	}
+	if strings.TrimSpace(req.BuildInfo.DockerfileContent) == "" {
+		return out, nil, badRequest("buildInfo.dockerfileContent is empty")
+	}
+	return out, req.BuildInfo, nil
+}
+
+// serviceRequestOf translates everything of a create but its image.
+func serviceRequestOf(req CreateRequest) (service.CreateRequest, error) {
+	var out service.CreateRequest
 	out.Template = req.Snapshot
 	switch {
 	case req.GPU != nil && *req.GPU > 0, len(req.GPUType) > 0:
@@ -373,9 +385,13 @@ func (h *sandboxAPI) create(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err)
 		return
 	}
-	sreq, err := serviceRequest(req)
+	sreq, build, err := serviceRequest(req)
 	if err != nil {
 		WriteError(w, r, err)
+		return
+	}
+	if build != nil {
+		h.createBuilt(w, r, *build, sreq)
 		return
 	}
 	generated := sreq.Name == ""
@@ -553,6 +569,9 @@ func (h *sandboxAPI) lookup(r *http.Request) (sandpit.Sandbox, error) {
 
 func (h *sandboxAPI) get(w http.ResponseWriter, r *http.Request) {
 	sb, err := h.lookup(r)
+	if err != nil && isNotFound(err) && h.getPending(w, r) {
+		return
+	}
 	if err != nil {
 		WriteError(w, r, err)
 		return
@@ -562,6 +581,9 @@ func (h *sandboxAPI) get(w http.ResponseWriter, r *http.Request) {
 
 func (h *sandboxAPI) delete(w http.ResponseWriter, r *http.Request) {
 	sb, err := h.lookup(r)
+	if err != nil && isNotFound(err) && h.deletePending(w, r) {
+		return
+	}
 	if err != nil {
 		WriteError(w, r, err)
 		return

@@ -56,7 +56,7 @@ func TestServiceRequestMapsNetworkRestrictions(t *testing.T) {
 		"block all":  {CreateRequest{NetworkBlockAll: &yes}, sandpit.NetworkPolicy{Egress: sandpit.EgressNone}},
 		"allow list": {CreateRequest{NetworkAllowList: "10.1.0.0/16, 1.1.1.1"}, sandpit.NetworkPolicy{Egress: sandpit.EgressNone, Allow: []string{"10.1.0.0/16", "1.1.1.1"}}},
 	} {
-		got, err := serviceRequest(tc.req)
+		got, _, err := serviceRequest(tc.req)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -66,25 +66,44 @@ func TestServiceRequestMapsNetworkRestrictions(t *testing.T) {
 	}
 }
 
+// TestServiceRequestBuildsImages: a single FROM line runs its image, while
+// anything more, or a build context, is an Image to build first.
+func TestServiceRequestBuildsImages(t *testing.T) {
+	for in, build := range map[string]bool{
+		"FROM alpine:3.19\n":              false,
+		"FROM a\nRUN echo hi\n":           true,
+		"FROM --platform=linux/amd64 a\n": true,
+	} {
+		got, bi, err := serviceRequest(CreateRequest{BuildInfo: &BuildInfo{DockerfileContent: in}})
+		if err != nil || (bi != nil) != build || (!build && got.Image != "alpine:3.19") {
+			t.Errorf("%q: image %q, build %v, err %v", in, got.Image, bi, err)
+		}
+	}
+	_, bi, err := serviceRequest(CreateRequest{BuildInfo: &BuildInfo{DockerfileContent: "FROM a\nCOPY /x /x\n", ContextHashes: []string{"0123456789abcdef"}}})
+	if err != nil || bi == nil || bi.ContextHashes[0] != "0123456789abcdef" {
+		t.Errorf("with context: build %v, err %v", bi, err)
+	}
+}
+
 func TestServiceRequestRefusesWhatItCannotHonour(t *testing.T) {
 	one := 1.0
 	cases := map[string]CreateRequest{
-		"GPUs":                     {GPU: &one},
-		"domainAllowList":          {DomainAllowList: "example.com"},
-		"volumes":                  {Volumes: []json.RawMessage{[]byte(`{}`)}},
-		"secrets":                  {Secrets: []json.RawMessage{[]byte(`{}`)}},
-		"build context":            {BuildInfo: &BuildInfo{DockerfileContent: "FROM a\n", ContextHashes: []string{"x"}}},
-		"either snapshot or image": {Snapshot: "base", BuildInfo: &BuildInfo{DockerfileContent: "FROM a\n"}},
+		"GPUs":                       {GPU: &one},
+		"domainAllowList":            {DomainAllowList: "example.com"},
+		"volumes":                    {Volumes: []json.RawMessage{[]byte(`{}`)}},
+		"secrets":                    {Secrets: []json.RawMessage{[]byte(`{}`)}},
+		"dockerfileContent is empty": {BuildInfo: &BuildInfo{DockerfileContent: " \n", ContextHashes: []string{"x"}}},
+		"either snapshot or image":   {Snapshot: "base", BuildInfo: &BuildInfo{DockerfileContent: "FROM a\n"}},
 	}
 	for want, req := range cases {
-		_, err := serviceRequest(req)
+		_, _, err := serviceRequest(req)
 		if err == nil || !errors.Is(err, service.ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error = %v", want, err)
 		}
 	}
 	mem := 2.0
 	ttl := 5
-	got, err := serviceRequest(CreateRequest{Name: "n", Snapshot: "base", Memory: &mem, CPU: &one, TTLMinutes: &ttl})
+	got, _, err := serviceRequest(CreateRequest{Name: "n", Snapshot: "base", Memory: &mem, CPU: &one, TTLMinutes: &ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +252,8 @@ func TestCreateInput(t *testing.T) {
 		msg  string
 	}{
 		{map[string]any{"name": "bad name!"}, 400, "invalid name"},
-		{map[string]any{"buildInfo": map[string]any{"dockerfileContent": "FROM a\nRUN b\n"}}, 400, "single FROM line"},
+		// This service builds no images (no image builder).
+		{map[string]any{"buildInfo": map[string]any{"dockerfileContent": "FROM a\nRUN b\n"}}, 501, "builds are not available"},
 		{map[string]any{"snapshot": "nope"}, 400, "nope"},
 		{map[string]any{"buildInfo": map[string]any{"dockerfileContent": "FROM missing:image\n"}}, 400, "missing:image"},
 		{`{"name": `, 400, "malformed"},

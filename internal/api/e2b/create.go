@@ -31,7 +31,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		fail(w, err, "")
 		return
 	}
-	if _, err := h.be.ResolveImage("", b.template()); err != nil {
+	if _, err := h.be.ResolveImage("", b.template()); err != nil && !(errors.Is(err, service.ErrUnknownTemplate) && h.ownsTemplate(r.Context(), b.template())) {
 		fail(w, err, "")
 		return
 	}
@@ -218,4 +218,15 @@ func (h *Handler) freshID(ctx context.Context, fp string, generation int64) (str
 		}
 	}
 	return "", fmt.Errorf("no free sandbox id for fingerprint %s after %d probes", fp, maxIDProbes)
+}
+
+// ownsTemplate reports whether ref ("name", "name:tag" or an id) names one
+// of the caller's templates, which the service resolves on create (the
+// daemon's own templates, which ResolveImage knows, come first).
+func (h *Handler) ownsTemplate(ctx context.Context, ref string) bool {
+	if h.tpl == nil {
+		return false
+	}
+	_, err := h.tpl.Template(ctx, ref)
+	return err == nil
 }

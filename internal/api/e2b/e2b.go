@@ -86,6 +86,10 @@ type Config struct {
 	// NodeName is this daemon's cluster node name, reported as clientID;
 	// "" outside a cluster.
 	NodeName string
+	// UploadKey is the daemon's secret the Template API's upload URLs are
+	// signed with (a key derived from it); nil makes a key for this
+	// process only.
+	UploadKey []byte
 }
 
 // DomainFor returns the domain to report for a proxy listening on proxyPort:
@@ -107,6 +111,12 @@ type Handler struct {
 	mux  *http.ServeMux
 	// routes declares what each control-plane route does; see api.Routes.
 	routes *api.Routes
+	// tpl is the template core the Template API builds through (nil when
+	// the backend has none); tplState remembers requested builds and
+	// uploadKey signs their upload URLs.
+	tpl       TemplateBackend
+	tplState  *templatesState
+	uploadKey []byte
 }
 
 // Routes lists the control plane's routes, relative to /e2b, and their
@@ -140,12 +150,15 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 		cfg.Auth = api.NewAuth(nil, cfg.Token)
 	}
 	h := &Handler{
-		be:   be,
-		idem: idem,
-		cfg:  cfg,
-		log:  cfg.Logger.With("surface", "e2b"),
-		mux:  http.NewServeMux(),
+		be:        be,
+		idem:      idem,
+		cfg:       cfg,
+		log:       cfg.Logger.With("surface", "e2b"),
+		mux:       http.NewServeMux(),
+		tplState:  &templatesState{byBuild: map[string]*pendingBuild{}, byFP: map[string]*pendingBuild{}},
+		uploadKey: uploadKeyFrom(cfg.UploadKey),
 	}
+	h.tpl, _ = be.(TemplateBackend)
 	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err, "") }, nil)
 	route := h.routes.Handle
 	// The v2 routes are what SDK 2.x calls; the unversioned ones are what
@@ -166,10 +179,11 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 	route("POST /sandboxes/{id}/resume", sandpit.ActionManage, h.resume)
 	route("POST /sandboxes/{id}/pause", sandpit.ActionManage, h.pause)
 	route("GET /sandboxes/{id}/metrics", sandpit.ActionRead, h.metrics)
+	h.templateRoutes()
 	h.forwarding()
 	m := h.mux
 	// Any other path is an E2B feature sandpit lacks (snapshots, forks,
-	// volumes, network updates, template builds, logs). It answers 501, not
+	// volumes, network updates, logs). It answers 501, not
 	// 404: the SDK reads a 404 on a sandbox path as "sandbox not found",
 	// which would misreport a missing feature as a missing sandbox.
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -191,7 +205,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.gateway(w, r, strings.TrimPrefix(rest, "/envd"))
 		return
 	}
-	r, err := h.cfg.Auth.Authorize(r, r.Header.Get("X-API-KEY"))
+	var err error
+	if r.Method == http.MethodPut && r.URL.Query().Has(paramUploadSig) {
+		// A Template API upload URL: the SDK sends no API key with it,
+		// and its signature says which owner it acts for.
+		r, err = h.signedUpload(r, rest)
+	} else {
+		r, err = h.cfg.Auth.Authorize(r, r.Header.Get("X-API-KEY"))
+	}
 	if err != nil {
 		WriteError(w, r, err)
 		return
