@@ -110,7 +110,16 @@ func (c *replicated) publishTemplate(ctx context.Context, templateID string, rea
 		return
 	}
 	for _, tg := range tags {
-		if b, err := s.store.GetBuild(ctx, tg.BuildID); err == nil && b.Image != "" {
+		b, err := s.store.GetBuild(ctx, tg.BuildID)
+		if err != nil {
+			continue
+		}
+		if b.Image == "" && ready != nil && !b.State.Done() {
+			// A member of the run that is ending: tagged just now, its
+			// row ends after this publish.
+			b.Image = ready.image
+		}
+		if b.Image != "" {
 			rec.Tags[tg.Tag] = b.Image
 			rec.ImageNodes[b.Image] = s.cfg.NodeName
 		}

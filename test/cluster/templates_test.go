@@ -123,7 +123,7 @@ func TestClusterTemplateBuiltOnOneNodeRunsOnAnother(t *testing.T) {
 	defer cancel()
 
 	marker := fmt.Sprintf("built-on-n1-%d", time.Now().UnixNano())
-	req := apitypes.BuildTemplateRequest{Name: "clustered", Dockerfile: templateDockerfile(marker)}
+	req := apitypes.BuildTemplateRequest{Name: "clustered", Dockerfile: templateDockerfile(marker), Tags: []string{"v1"}}
 	// The build's status is served from any node: n3 asks n1, which runs it.
 	built := buildTemplate(t, ctx, n1, n3, req)
 	if !strings.HasPrefix(built.Build.Image, reg+"/sandpit-template/") {
@@ -174,7 +174,8 @@ func TestClusterTemplateBuiltOnOneNodeRunsOnAnother(t *testing.T) {
 			t.Fatalf("drain %s: %d %s", n, a.Status, a.Body)
 		}
 	}
-	sb, err := n1.Client().Create(ctx, client.CreateRequest{Template: "clustered"})
+	// By its tag, which the index carries too.
+	sb, err := n1.Client().Create(ctx, client.CreateRequest{Template: "clustered:v1"})
 	if err != nil {
 		t.Fatal(err)
 	}
