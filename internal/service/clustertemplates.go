@@ -207,6 +207,25 @@ func (s *Service) freshSharedTemplate(ctx context.Context, ref string) (cluster.
 	return rec, ok
 }
 
+// inCluster reports whether a template of this node's store is still the
+// cluster's: every named template of a cluster node is in the index, so one
+// that is not there (after this node caught up) was deleted through
+// another node, and its row here is what a build on this node left.
+func (s *Service) inCluster(ctx context.Context, t sandpit.Template) bool {
+	if !s.cluster.clustered() || t.Name == "" {
+		return true
+	}
+	rec, ok := s.cluster.sharedTemplate(t.Owner, t.Name)
+	if !ok || rec.ID != t.ID {
+		if s.cluster.catchUp(ctx) != nil {
+			// No leader to ask: the row stands.
+			return true
+		}
+		rec, ok = s.cluster.sharedTemplate(t.Owner, t.Name)
+	}
+	return ok && rec.ID == t.ID
+}
+
 func recordTemplate(r cluster.TemplateRecord) sandpit.Template {
 	return sandpit.Template{ID: r.ID, Owner: r.Owner, Name: r.Name, Image: r.Image, CPU: r.CPU, MemoryMB: r.MemoryMB,
 		StartCmd: r.StartCmd, ReadyCmd: r.ReadyCmd, User: r.User, Workdir: r.Workdir, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}

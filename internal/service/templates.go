@@ -292,6 +292,9 @@ func (s *Service) template(ctx context.Context, id string) (sandpit.Template, er
 	if p := principalOf(ctx); !p.Admin && p.Owner != t.Owner {
 		return sandpit.Template{}, fmt.Errorf("get template %s: %w", id, sandpit.ErrNotFound)
 	}
+	if !s.inCluster(ctx, t) {
+		return sandpit.Template{}, fmt.Errorf("get template %s: deleted through another node: %w", id, sandpit.ErrNotFound)
+	}
 	return t, nil
 }
 
@@ -299,8 +302,10 @@ func (s *Service) template(ctx context.Context, id string) (sandpit.Template, er
 // finds the template; see ResolveTemplate for the image of a tag).
 func (s *Service) Template(ctx context.Context, ref string) (sandpit.Template, error) {
 	name, _, _ := strings.Cut(ref, ":")
-	if t, err := s.store.GetTemplateByName(ctx, ownerOf(ctx), name); err == nil {
+	if t, err := s.store.GetTemplateByName(ctx, ownerOf(ctx), name); err == nil && s.inCluster(ctx, t) {
 		return t, nil
+	} else if err == nil {
+		return sandpit.Template{}, fmt.Errorf("get template %q: deleted through another node: %w", name, sandpit.ErrNotFound)
 	} else if !errors.Is(err, sandpit.ErrNotFound) {
 		return sandpit.Template{}, err
 	}
@@ -324,11 +329,17 @@ func (s *Service) Templates(ctx context.Context) ([]sandpit.Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	// In a cluster, the named templates built on other nodes too.
+	// In a cluster, the named templates built on other nodes too, and
+	// not those deleted through another node.
 	have := map[string]bool{}
+	kept := ts[:0]
 	for _, t := range ts {
-		have[t.ID] = true
+		if s.inCluster(ctx, t) {
+			have[t.ID] = true
+			kept = append(kept, t)
+		}
 	}
+	ts = kept
 	for _, rec := range s.cluster.sharedTemplates(owner) {
 		if !have[rec.ID] {
 			ts = append(ts, recordTemplate(rec))
@@ -1265,6 +1276,16 @@ func (s *Service) resolveOwnedTemplate(ctx context.Context, ref string) (resolve
 	}
 	if err != nil {
 		return resolvedTemplate{}, false, err
+	}
+	if s.cluster.clustered() && t.Name != "" {
+		// Every named template of a cluster node is in the index; one
+		// that is not (after this node caught up) was deleted through
+		// another node, and this row is what its build here left.
+		rec, ok := s.freshSharedTemplate(ctx, t.Name)
+		if !ok || rec.ID != t.ID {
+			return resolvedTemplate{}, false, nil
+		}
+		return s.resolveShared(ctx, rec, ref, tag, tagged)
 	}
 	image := t.Image
 	if tagged && tag != "" {

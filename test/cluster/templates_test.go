@@ -190,6 +190,35 @@ func TestClusterTemplateBuiltOnOneNodeRunsOnAnother(t *testing.T) {
 	if err := exec.Command("docker", "image", "inspect", built.Build.Image).Run(); err != nil {
 		t.Fatalf("n3 did not pull %s: %v", built.Build.Image, err)
 	}
+
+	// A delete through n3, which never had the template's rows, deletes it
+	// for the cluster: n2, whose build left rows, no longer creates from it.
+	for _, n := range []string{"n1", "n2"} {
+		if a := call(ctx, n1, http.MethodPost, "/v1/cluster/drain", `{"node":"`+n+`","drain":false}`, nil); a.Status >= 300 {
+			t.Fatalf("undrain %s: %d %s", n, a.Status, a.Body)
+		}
+	}
+	if a := call(ctx, n3, http.MethodDelete, "/v1/templates/clustered", "", nil); a.Status != http.StatusNoContent {
+		t.Fatalf("delete through n3: %d %s", a.Status, a.Body)
+	}
+	// Each node reads its own copy of the index, which applies the delete
+	// within the replication delay.
+	for _, n := range c.nodes {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			a := call(ctx, n, http.MethodGet, "/v1/templates/clustered", "", nil)
+			if a.Status == http.StatusNotFound {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET the deleted template on %s: %d %s", n.name, a.Status, a.Body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if a := call(ctx, n2, http.MethodPost, "/v1/sandboxes", `{"template":"clustered"}`, map[string]string{"Idempotency-Key": "after-delete-" + marker}); a.Status < 400 {
+		t.Fatalf("a create from the deleted template through n2: %d %s", a.Status, a.Body)
+	}
 }
 
 // Without a registry an image stays on the node that built it, so creates
