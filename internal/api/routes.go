@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -60,6 +61,31 @@ type Forwarding struct {
 	// Ask is added to the request each node answers for Merge (what it
 	// needs beyond the public answer).
 	Ask http.Header
+	// Node, on a LocateNode route, names the node that serves the request
+	// ("" = the node it reached).
+	Node func(r *http.Request) string
+	// Template, on a LocateCreate route, names the template the create's
+	// body asks for ("" = none), so that placement can send it to the
+	// nodes that have its image.
+	Template func(body []byte) string
+}
+
+// TemplateField returns a Forwarding.Template that reads the template a
+// create's JSON body names in its top-level string field; a body that
+// also names an image names no template.
+func TemplateField(field string) func(body []byte) string {
+	return func(body []byte) string {
+		var req map[string]json.RawMessage
+		if json.Unmarshal(body, &req) != nil {
+			return ""
+		}
+		var ref, image string
+		_ = json.Unmarshal(req["image"], &image)
+		if json.Unmarshal(req[field], &ref) != nil || image != "" {
+			return ""
+		}
+		return ref
+	}
 }
 
 // NodePage is one node's 200 answer to a listing the gateway asked every
@@ -99,6 +125,9 @@ const (
 	// URL's signature authenticates it), so it is forwarded as the zero
 	// principal.
 	LocateHeader
+	// LocateNode serves the route on the node its Node function names
+	// (a template build's status and log, on the node that runs it).
+	LocateNode
 )
 
 // Locator is the route's effective locator: the declared one, or the

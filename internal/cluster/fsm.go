@@ -138,6 +138,10 @@ type Index struct {
 	// Marks holds each node's last barrier, an entry whose only purpose is
 	// to tell its proposer when it has applied everything before it.
 	Marks map[string]string `json:"marks"`
+	// Templates holds the named templates (owner+name -> record) and
+	// Builds the node of each build (templates.go).
+	Templates map[string]*TemplateRecord `json:"templates,omitempty"`
+	Builds    map[string]*BuildRecord    `json:"builds,omitempty"`
 }
 
 func newIndex() *Index {
@@ -148,6 +152,8 @@ func newIndex() *Index {
 		Hostnames:  map[string]string{},
 		Claims:     map[string]*ClaimRecord{},
 		Marks:      map[string]string{},
+		Templates:  map[string]*TemplateRecord{},
+		Builds:     map[string]*BuildRecord{},
 	}
 }
 
@@ -217,13 +223,17 @@ type command struct {
 	Targets map[string]string `json:"targets,omitempty"`
 	// Failed is the dead node whose sandboxes fail_node re-places.
 	Failed string `json:"failed,omitempty"`
+	// Template is the template a template operation is about.
+	Template *TemplateRecord `json:"template,omitempty"`
 }
 
 // Result is what applying one command returns: an error sentinel from
 // package sandpit, or the claim for claim operations.
 type Result struct {
 	Claim sandpit.Claim
-	Err   error
+	// Template is the record a claim_template lands on.
+	Template *TemplateRecord
+	Err      error
 }
 
 // Error codes carry a Result's error across a forwarded apply; they decode to
@@ -377,6 +387,8 @@ func (x *Index) apply(c command) Result {
 	case opMark:
 		x.Marks[c.Node] = c.Attempt
 		return Result{}
+	case opClaimTemplate, opPublishTemplate, opDeleteTemplate, opRecordBuild:
+		return x.applyTemplate(c)
 	case opSetSpec, opFailNode, opRecreated, opRecreateFailed, opReclaim, opRelease:
 		return x.applyFailover(c)
 	case opReap:
@@ -580,6 +592,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	if idx.Marks == nil {
 		idx.Marks = fresh.Marks
+	}
+	if idx.Templates == nil {
+		idx.Templates = fresh.Templates
+	}
+	if idx.Builds == nil {
+		idx.Builds = fresh.Builds
 	}
 	f.mu.Lock()
 	f.idx = idx

@@ -334,10 +334,11 @@ func (q *connQueue) accept() (net.Conn, error) {
 
 // forwardReply is the wire form of a forwarded entry's Result.
 type forwardReply struct {
-	Claim    sandpit.Claim `json:"claim"`
-	ErrCode  string        `json:"err_code,omitempty"`
-	ErrText  string        `json:"err_text,omitempty"`
-	NotApply string        `json:"not_applied,omitempty"` // the entry was not committed here
+	Claim    sandpit.Claim   `json:"claim"`
+	Template *TemplateRecord `json:"template,omitempty"`
+	ErrCode  string          `json:"err_code,omitempty"`
+	ErrText  string          `json:"err_text,omitempty"`
+	NotApply string          `json:"not_applied,omitempty"` // the entry was not committed here
 }
 
 const maxFrame = 16 << 20
@@ -385,7 +386,7 @@ func (m *Mux) serveForward(c net.Conn) {
 		} else if res, err := apply(data); err != nil {
 			rep.NotApply = err.Error()
 		} else {
-			rep.Claim = res.Claim
+			rep.Claim, rep.Template = res.Claim, res.Template
 			if res.Err != nil {
 				rep.ErrCode, rep.ErrText = errCode(res.Err), res.Err.Error()
 			}
@@ -460,7 +461,7 @@ func (f *forwarder) forward(ctx context.Context, addr raft.ServerAddress, data [
 		// is shutting down), the proposal is tried again after the election.
 		return Result{}, fmt.Errorf("%w: leader %s: %s", raft.ErrNotLeader, addr, rep.NotApply)
 	}
-	res := Result{Claim: rep.Claim}
+	res := Result{Claim: rep.Claim, Template: rep.Template}
 	if rep.ErrCode != "" {
 		res.Err = fmt.Errorf("%w (on the leader: %s)", errCodes[rep.ErrCode], rep.ErrText)
 	}

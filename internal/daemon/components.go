@@ -610,7 +610,7 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 	if cl := d.cl; cl != nil {
 		// `cluster leave` ends serving from inside, once it is done.
 		mux.Handle("/v1/cluster/", v1.ClusterHandler(cl, d.auth, d.stopServing))
-		d.handler = clusterRouter(cl, d.auth, mux, routes)
+		d.handler = clusterRouter(cl, d.auth, svc, mux, routes)
 	}
 	if d.proxyLn != nil {
 		// The Daytona gate checks signed preview hosts and records preview

@@ -63,8 +63,11 @@ type Config struct {
 	// 410 sandbox_lost, or, when deleted is true, the surface's answer to a
 	// delete that succeeded (the placement is gone by then). Nil answers in
 	// the native shape.
-	Lost   func(w http.ResponseWriter, r *http.Request, p cluster.Placement, deleted bool)
-	Logger *slog.Logger
+	Lost func(w http.ResponseWriter, r *http.Request, p cluster.Placement, deleted bool)
+	// TemplateNodes names, for a create from the template ref by the
+	// principal of ctx, the only nodes that can run it (nil = any).
+	TemplateNodes func(ctx context.Context, ref string) []string
+	Logger        *slog.Logger
 }
 
 // API wraps the daemon's API: a request about a sandbox another node owns
@@ -120,6 +123,11 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 			local.ServeHTTP(w, r)
 			return
 		case api.LocateSandbox, api.LocateCreate:
+		case api.LocateNode:
+			if forwarded || rt.Node == "" || rt.Node == g.node {
+				local.ServeHTTP(w, r)
+				return
+			}
 		case api.LocateHeader:
 			if rt.Sandbox == "" && !rt.Signed {
 				local.ServeHTTP(w, r)
@@ -136,6 +144,8 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 		anonymous := rt.Locate == api.LocateHeader
 		var target string
 		switch {
+		case rt.Locate == api.LocateNode:
+			target = rt.Node
 		case rt.Signed:
 			if forwarded {
 				local.ServeHTTP(w, r)
@@ -166,12 +176,27 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 			if rt.Affinity != nil {
 				r, key = rt.Affinity(r, body)
 			}
-			if key != "" {
+			// A create from a template whose image only some nodes have
+			// (no registry) goes to one of them.
+			var only []string
+			if rt.Template != nil && cfg.TemplateNodes != nil && cfg.Authenticate != nil {
+				if ref := rt.Template(body); ref != "" {
+					if p, aerr := cfg.Authenticate(r); aerr == nil {
+						only = cfg.TemplateNodes(sandpit.WithPrincipal(r.Context(), p), ref)
+					}
+				}
+			}
+			switch {
+			case key != "" && len(only) > 0:
+				m, err = g.cl.OwnerForKeyAmong(key, only)
+			case key != "":
 				// Every retry of a keyed create goes to the same owner,
 				// whichever node it reaches, so that the owner's claim
 				// decides them all; while that owner is down they wait.
 				m, err = g.cl.OwnerForKey(key)
-			} else {
+			case len(only) > 0:
+				m, err = g.cl.PickOwnerAmong(only)
+			default:
 				m, err = g.cl.PickOwner()
 			}
 			if err != nil {

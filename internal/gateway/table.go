@@ -45,6 +45,8 @@ type Target struct {
 	// Signed: a signed URL that names no sandbox (see api.Forwarding's
 	// Signature).
 	Signed bool
+	// Node is the node a LocateNode route names ("" = here).
+	Node string
 
 	matched bool
 }
@@ -78,6 +80,10 @@ func NewTable(surfaces ...Surface) *Table {
 				case api.LocateHeader:
 					out.Sandbox = r.Header.Get(fw.Header)
 					out.Signed = out.Sandbox == "" && fw.Signature != "" && r.URL.Query().Get(fw.Signature) != ""
+				case api.LocateNode:
+					if fw.Node != nil {
+						out.Node = fw.Node(r)
+					}
 				}
 			})
 		}

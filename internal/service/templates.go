@@ -234,12 +234,25 @@ func (s *Service) EnsureTemplate(ctx context.Context, spec TemplateSpec) (sandpi
 	if id == "" {
 		id = TemplateIDPrefix + NewSandboxID()
 	}
+	claimed := id
+	if spec.Name != "" {
+		// In a cluster the name is decided by the replicated index first:
+		// a template of this name made on another node gives its id here.
+		var err error
+		if claimed, err = s.cluster.claimTemplate(ctx, sandpit.Template{ID: id, Owner: ownerOf(ctx), Name: spec.Name, CPU: spec.CPU, MemoryMB: spec.MemoryMB}); err != nil {
+			return sandpit.Template{}, 0, err
+		}
+	}
 	t, outcome, err := s.store.EnsureTemplate(ctx, sandpit.Template{
-		ID: id, Owner: ownerOf(ctx), Name: spec.Name, CPU: spec.CPU, MemoryMB: spec.MemoryMB,
+		ID: claimed, Owner: ownerOf(ctx), Name: spec.Name, CPU: spec.CPU, MemoryMB: spec.MemoryMB,
 	}, s.now())
+	if err == nil && claimed != id {
+		// Another node's claim made this template: this request made none.
+		outcome = sandpit.AlreadyBound
+	}
 	if errors.Is(err, sandpit.ErrSandboxExists) {
 		// The retry of a keyed request that made this template already.
-		t, err = s.template(ctx, id)
+		t, err = s.template(ctx, claimed)
 		if err == nil && t.Name != spec.Name {
 			return sandpit.Template{}, 0, fmt.Errorf("template %s exists under another name: %w", id, sandpit.ErrNameConflict)
 		}
@@ -262,6 +275,11 @@ func (s *Service) NewBuild(ctx context.Context, templateID string) (sandpit.Temp
 	if err := s.store.CreateBuild(ctx, b, s.now()); err != nil {
 		return sandpit.TemplateBuild{}, err
 	}
+	// In a cluster the build's status and log are served by this node,
+	// whichever node is asked.
+	if err := s.cluster.recordBuild(ctx, b.ID, t.ID); err != nil {
+		return sandpit.TemplateBuild{}, err
+	}
 	return s.store.GetBuild(ctx, b.ID)
 }
 
@@ -274,6 +292,9 @@ func (s *Service) template(ctx context.Context, id string) (sandpit.Template, er
 	if p := principalOf(ctx); !p.Admin && p.Owner != t.Owner {
 		return sandpit.Template{}, fmt.Errorf("get template %s: %w", id, sandpit.ErrNotFound)
 	}
+	if !s.inCluster(ctx, t) {
+		return sandpit.Template{}, fmt.Errorf("get template %s: deleted through another node: %w", id, sandpit.ErrNotFound)
+	}
 	return t, nil
 }
 
@@ -281,12 +302,21 @@ func (s *Service) template(ctx context.Context, id string) (sandpit.Template, er
 // finds the template; see ResolveTemplate for the image of a tag).
 func (s *Service) Template(ctx context.Context, ref string) (sandpit.Template, error) {
 	name, _, _ := strings.Cut(ref, ":")
-	if t, err := s.store.GetTemplateByName(ctx, ownerOf(ctx), name); err == nil {
+	if t, err := s.store.GetTemplateByName(ctx, ownerOf(ctx), name); err == nil && s.inCluster(ctx, t) {
 		return t, nil
+	} else if err == nil {
+		return sandpit.Template{}, fmt.Errorf("get template %q: deleted through another node: %w", name, sandpit.ErrNotFound)
 	} else if !errors.Is(err, sandpit.ErrNotFound) {
 		return sandpit.Template{}, err
 	}
-	return s.template(ctx, ref)
+	t, err := s.template(ctx, ref)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		// Made on another node of the cluster.
+		if rec, ok := s.freshSharedTemplate(ctx, name); ok {
+			return recordTemplate(rec), nil
+		}
+	}
+	return t, err
 }
 
 // Templates lists the caller's templates (an admin's: everyone's).
@@ -295,7 +325,27 @@ func (s *Service) Templates(ctx context.Context) ([]sandpit.Template, error) {
 	if p := principalOf(ctx); !p.Admin {
 		owner = p.Owner
 	}
-	return s.store.ListTemplates(ctx, owner)
+	ts, err := s.store.ListTemplates(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	// In a cluster, the named templates built on other nodes too, and
+	// not those deleted through another node.
+	have := map[string]bool{}
+	kept := ts[:0]
+	for _, t := range ts {
+		if s.inCluster(ctx, t) {
+			have[t.ID] = true
+			kept = append(kept, t)
+		}
+	}
+	ts = kept
+	for _, rec := range s.cluster.sharedTemplates(owner) {
+		if !have[rec.ID] {
+			ts = append(ts, recordTemplate(rec))
+		}
+	}
+	return ts, nil
 }
 
 // TemplateBuilds lists a template's builds, oldest first.
@@ -338,7 +388,11 @@ func (s *Service) TagBuild(ctx context.Context, buildID string, tags []string) e
 			return invalidf("invalid tag %q", tag)
 		}
 	}
-	return s.store.SetTags(ctx, b.TemplateID, b.ID, tags, s.now())
+	if err := s.store.SetTags(ctx, b.TemplateID, b.ID, tags, s.now()); err != nil {
+		return err
+	}
+	s.cluster.publishTemplate(ctx, b.TemplateID, nil)
+	return nil
 }
 
 // UntagTemplate removes tags from a template.
@@ -346,7 +400,11 @@ func (s *Service) UntagTemplate(ctx context.Context, templateID string, tags []s
 	if _, err := s.template(ctx, templateID); err != nil {
 		return err
 	}
-	return s.store.RemoveTags(ctx, templateID, tags)
+	if err := s.store.RemoveTags(ctx, templateID, tags); err != nil {
+		return err
+	}
+	s.cluster.publishTemplate(ctx, templateID, nil)
+	return nil
 }
 
 // Build returns a build of one of the caller's templates; a build that
@@ -651,6 +709,15 @@ func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.Te
 				s.log.Error("tag a template build", "build", id, "err", err)
 			}
 		}
+		// Every node of a cluster finds the new image of each template
+		// the run built for, before any node can see its build ready.
+		published := map[string]bool{}
+		for _, tid := range append([]string{t.ID}, tagTemplates(tags)...) {
+			if !published[tid] {
+				published[tid] = true
+				s.cluster.publishTemplate(sctx, tid, &readyBuild{image: image, def: def})
+			}
+		}
 	}
 	members := s.endRun(sctx, run, key, state, image, reason, "")
 	s.announceBuildEnd(sctx, tags, members, state)
@@ -716,7 +783,7 @@ func (s *Service) buildOnce(ctx context.Context, t sandpit.Template, b sandpit.T
 		}
 		// The image of the earlier build is gone (removed with its
 		// template): forget that build and run this one for real.
-		if err := s.store.DeleteIdempotentRequest(ctx, scope, run.hash); err != nil {
+		if err := claimStore(s.cfg, s.store).DeleteIdempotentRequest(ctx, scope, run.hash); err != nil {
 			return "", err
 		}
 	}
@@ -1086,6 +1153,13 @@ func (s *Service) WaitBuild(ctx context.Context, buildID string) (sandpit.Templa
 func (s *Service) DeleteTemplate(ctx context.Context, id string) (err error) {
 	defer func() { s.audit(ctx, "template.delete", id, err) }()
 	t, err := s.template(ctx, id)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		// Made on another node of the cluster: freeing its name there
+		// deletes it for every node (its image stays in the registry).
+		if rec, ok := s.sharedTemplate(ctx, id); ok {
+			return s.cluster.forgetTemplate(ctx, recordTemplate(rec))
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -1099,6 +1173,9 @@ func (s *Service) DeleteTemplate(ctx context.Context, id string) (err error) {
 		}
 	}
 	if err := s.store.DeleteTemplate(ctx, t.ID); err != nil {
+		return err
+	}
+	if err := s.cluster.forgetTemplate(ctx, t); err != nil {
 		return err
 	}
 	images := map[string]bool{}
@@ -1146,13 +1223,13 @@ func (s *Service) RecoverBuilds(ctx context.Context) error {
 			return err
 		}
 		if t, err := s.store.GetTemplate(ctx, b.TemplateID); err == nil && b.ContentHash != "" {
-			_ = s.store.DeleteIdempotentRequest(ctx, idempotency.OwnerScope("template-build", t.Owner), b.ContentHash)
+			_ = claimStore(s.cfg, s.store).DeleteIdempotentRequest(ctx, idempotency.OwnerScope("template-build", t.Owner), b.ContentHash)
 			// The engine may have finished and tagged the image just
 			// before the process died: an image no template records is
 			// an orphan, and goes (a retry builds it again from the
 			// engine's layer cache).
 			if ref := s.templateImage(t.Owner, b.ContentHash); s.cfg.Images != nil {
-				if used, err := s.store.ImageInUse(ctx, ref); err == nil && !used {
+				if used, err := s.store.ImageInUse(ctx, ref); err == nil && !used && !s.imageShared(ref) {
 					if err := s.cfg.Images.RemoveImage(ctx, ref); err != nil {
 						s.log.Warn("remove the image of an unfinished build", "image", ref, "err", err)
 					}
@@ -1183,15 +1260,40 @@ func (s *Service) resolveOwnedTemplate(ctx context.Context, ref string) (resolve
 		return resolvedTemplate{}, false, nil
 	}
 	name, tag, tagged := strings.Cut(ref, ":")
+	if rec, ok := s.sharedTemplate(ctx, name); ok {
+		// In a cluster the index is where a template's newest image is,
+		// whichever node built it; the image is pulled from the registry
+		// below when this node lacks it.
+		return s.resolveShared(ctx, rec, ref, tag, tagged)
+	}
 	t, err := s.store.GetTemplateByName(ctx, ownerOf(ctx), name)
 	if errors.Is(err, sandpit.ErrNotFound) {
 		t, err = s.template(ctx, name)
+	}
+	if errors.Is(err, sandpit.ErrNotFound) && s.cluster.clustered() {
+		// A template made on another node a moment ago may not have
+		// reached this node's copy of the index yet.
+		if s.cluster.catchUp(ctx) == nil {
+			if rec, ok := s.sharedTemplate(ctx, name); ok {
+				return s.resolveShared(ctx, rec, ref, tag, tagged)
+			}
+		}
 	}
 	if errors.Is(err, sandpit.ErrNotFound) {
 		return resolvedTemplate{}, false, nil
 	}
 	if err != nil {
 		return resolvedTemplate{}, false, err
+	}
+	if s.cluster.clustered() && t.Name != "" {
+		// Every named template of a cluster node is in the index; one
+		// that is not (after this node caught up) was deleted through
+		// another node, and this row is what its build here left.
+		rec, ok := s.freshSharedTemplate(ctx, t.Name)
+		if !ok || rec.ID != t.ID {
+			return resolvedTemplate{}, false, nil
+		}
+		return s.resolveShared(ctx, rec, ref, tag, tagged)
 	}
 	image := t.Image
 	if tagged && tag != "" {

@@ -60,6 +60,8 @@ type Backend interface {
 	Build(ctx context.Context, buildID string) (sandpit.TemplateBuild, error)
 	BuildLog(ctx context.Context, buildID string, offset int) ([]service.BuildLogEntry, bool, error)
 	FollowBuildLog(ctx context.Context, buildID string, offset int, fn func(service.BuildLogEntry) error) error
+	// BuildNode names the cluster node that runs a build ("" = this one).
+	BuildNode(ctx context.Context, buildID string) string
 }
 
 var _ Backend = (*service.Service)(nil)

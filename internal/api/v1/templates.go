@@ -26,6 +26,13 @@ func (h *Handler) templateRoutes() {
 	route("DELETE /v1/templates/{name}", sandpit.ActionManage, h.deleteTemplate)
 	route("GET /v1/templates/{name}/builds/{build}", sandpit.ActionRead, h.getBuild)
 	route("GET /v1/templates/{name}/builds/{build}/logs", sandpit.ActionRead, h.buildLogs)
+	// In a cluster the templates are found from any node (the replicated
+	// index has every named one), a build runs on the node its request
+	// reached, and a build's status and log are served by the node that
+	// runs it, which holds them.
+	buildNode := func(r *http.Request) string { return h.svc.BuildNode(r.Context(), r.PathValue("build")) }
+	h.routes.Forward("GET /v1/templates/{name}/builds/{build}", api.Forwarding{Locate: api.LocateNode, Node: buildNode})
+	h.routes.Forward("GET /v1/templates/{name}/builds/{build}/logs", api.Forwarding{Locate: api.LocateNode, Node: buildNode})
 }
 
 // putTemplateFiles stores a context archive under its SHA-256, which the
