@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -339,36 +340,7 @@ func rmCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			type removed struct {
-				ID      string `json:"id"`
-				Removed bool   `json:"removed"`
-				Error   string `json:"error,omitempty"`
-			}
-			var failed bool
-			results := make([]removed, 0, len(args))
-			for _, id := range args {
-				if err := c.Delete(cmd.Context(), id); err != nil {
-					results = append(results, removed{ID: id, Error: err.Error()})
-					if !e.jsonOut(false) {
-						fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", err)
-					}
-					failed = true
-					continue
-				}
-				results = append(results, removed{ID: id, Removed: true})
-				if !e.jsonOut(false) {
-					fmt.Fprintln(cmd.OutOrStdout(), id)
-				}
-			}
-			if e.jsonOut(false) {
-				if err := printJSON(cmd.OutOrStdout(), results); err != nil {
-					return err
-				}
-			}
-			if failed {
-				return &exitError{1}
-			}
-			return nil
+			return removeEach(cmd, e, args, "id", c.Delete)
 		},
 	}
 }
@@ -574,4 +546,34 @@ func eventsCmd(env *cliEnv) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per line")
 	return cmd
+}
+
+// removeEach removes every ref with del, printing each one removed (or, with
+// --output json, a row per ref under key) and each failure; one failure
+// makes the command exit 1 after the others were tried.
+func removeEach(cmd *cobra.Command, e *cliEnv, refs []string, key string, del func(context.Context, string) error) error {
+	results := make([]map[string]any, 0, len(refs))
+	failed := false
+	for _, ref := range refs {
+		row := map[string]any{key: ref, "removed": true}
+		if err := del(cmd.Context(), ref); err != nil {
+			row["removed"], row["error"] = false, err.Error()
+			if !e.jsonOut(false) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", err)
+			}
+			failed = true
+		} else if !e.jsonOut(false) {
+			fmt.Fprintln(cmd.OutOrStdout(), ref)
+		}
+		results = append(results, row)
+	}
+	if e.jsonOut(false) {
+		if err := printJSON(cmd.OutOrStdout(), results); err != nil {
+			return err
+		}
+	}
+	if failed {
+		return &exitError{1}
+	}
+	return nil
 }

@@ -168,36 +168,7 @@ func templateRmCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			type removed struct {
-				Template string `json:"template"`
-				Removed  bool   `json:"removed"`
-				Error    string `json:"error,omitempty"`
-			}
-			failed := false
-			results := make([]removed, 0, len(args))
-			for _, ref := range args {
-				if err := c.DeleteTemplate(cmd.Context(), ref); err != nil {
-					results = append(results, removed{Template: ref, Error: err.Error()})
-					if !e.jsonOut(false) {
-						fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", err)
-					}
-					failed = true
-					continue
-				}
-				results = append(results, removed{Template: ref, Removed: true})
-				if !e.jsonOut(false) {
-					fmt.Fprintln(cmd.OutOrStdout(), ref)
-				}
-			}
-			if e.jsonOut(false) {
-				if err := printJSON(cmd.OutOrStdout(), results); err != nil {
-					return err
-				}
-			}
-			if failed {
-				return &exitError{1}
-			}
-			return nil
+			return removeEach(cmd, e, args, "template", c.DeleteTemplate)
 		},
 	}
 }
