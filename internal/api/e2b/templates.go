@@ -863,10 +863,7 @@ func (h *Handler) assignTags(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	t, err := tb.Template(ctx, body.Target)
-	if errors.Is(err, sandpit.ErrNotFound) {
-		err = notFound("template " + body.Target + " not found")
-	}
+	t, err := findTemplate(ctx, tb, body.Target)
 	if err != nil {
 		failTemplate(w, err)
 		return
@@ -893,6 +890,16 @@ func (h *Handler) assignTags(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	api.WriteJSON(w, http.StatusCreated, AssignTagsResponse{BuildID: buildID, Tags: body.Tags})
+}
+
+// findTemplate finds the caller's template ref, answering a missing one in
+// E2B's not-found wording.
+func findTemplate(ctx context.Context, tb TemplateBackend, ref string) (sandpit.Template, error) {
+	t, err := tb.Template(ctx, ref)
+	if errors.Is(err, sandpit.ErrNotFound) {
+		err = notFound("template " + ref + " not found")
+	}
+	return t, err
 }
 
 func newestReady(ctx context.Context, tb TemplateBackend, templateID string) (string, bool) {
@@ -924,10 +931,7 @@ func (h *Handler) removeTags(w http.ResponseWriter, r *http.Request) {
 		failTemplate(w, err)
 		return
 	}
-	t, err := tb.Template(r.Context(), body.Name)
-	if errors.Is(err, sandpit.ErrNotFound) {
-		err = notFound("template " + body.Name + " not found")
-	}
+	t, err := findTemplate(r.Context(), tb, body.Name)
 	if err == nil {
 		err = tb.UntagTemplate(r.Context(), t.ID, body.Tags)
 	}
