@@ -29,6 +29,31 @@ const (
 // Done reports whether the build has ended, one way or the other.
 func (s BuildState) Done() bool { return s == BuildReady || s == BuildError }
 
+// ErrSnapshotInUse: a sandbox still runs from the snapshot's image, so the
+// snapshot cannot be deleted out from under it.
+var ErrSnapshotInUse = errors.New("snapshot in use by a sandbox")
+
+// TemplateKind says where a template's image comes from.
+type TemplateKind string
+
+const (
+	// KindBuild: built by the engine from a definition (the default).
+	KindBuild TemplateKind = "build"
+	// KindSnapshot: committed from a sandbox's filesystem.
+	KindSnapshot TemplateKind = "snapshot"
+	// KindFork: the snapshot a fork boots its copies from; it is listed
+	// nowhere and goes when no sandbox runs its image any more.
+	KindFork TemplateKind = "fork"
+)
+
+// Or is the kind, with "" read as KindBuild.
+func (k TemplateKind) Or() TemplateKind {
+	if k == "" {
+		return KindBuild
+	}
+	return k
+}
+
 // Template is one row of the templates table: a named environment an owner
 // builds and creates sandboxes from. Its image is the one its newest ready
 // build made.
@@ -53,10 +78,14 @@ type Template struct {
 	ReadyCmd string
 	// User is the account the template's sandboxes act as by default ("" =
 	// the image's or the surface's default).
-	User      string
-	Workdir   string
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	User    string
+	Workdir string
+	// Kind is where the image comes from; SourceSandbox is the sandbox a
+	// snapshot or fork base was committed from ("" for a built template).
+	Kind          TemplateKind
+	SourceSandbox string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
 
 // TemplateBuild is one row of the template_builds table.

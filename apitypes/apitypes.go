@@ -143,10 +143,13 @@ type ErrorDetail struct {
 
 // Error codes of the native API.
 const (
-	CodeBadRequest         = "bad_request"
-	CodeUnauthorized       = "unauthorized"
-	CodeNotFound           = "not_found"
-	CodeNameConflict       = "name_conflict"
+	CodeBadRequest   = "bad_request"
+	CodeUnauthorized = "unauthorized"
+	CodeNotFound     = "not_found"
+	CodeNameConflict = "name_conflict"
+	// CodeInUse: the resource is used by a sandbox (a snapshot it runs
+	// from, a volume it mounts) and cannot be deleted.
+	CodeInUse              = "in_use"
 	CodeHostnameConflict   = "hostname_conflict"
 	CodeProtocolConflict   = "port_protocol_conflict"
 	CodeConflict           = "conflict"

@@ -33,20 +33,56 @@ type BuildTemplateRequest struct {
 
 // Template is a template as /v1 reports it.
 type Template struct {
-	ID        string            `json:"id"`
-	Name      string            `json:"name,omitempty"`
-	Owner     string            `json:"owner"`
-	Image     string            `json:"image,omitempty"`
-	Tags      map[string]string `json:"tags,omitempty"` // tag -> build id
-	CPU       float64           `json:"cpu,omitempty"`
-	MemoryMB  int64             `json:"memory_mb,omitempty"`
-	StartCmd  string            `json:"start_cmd,omitempty"`
-	ReadyCmd  string            `json:"ready_cmd,omitempty"`
-	User      string            `json:"user,omitempty"`
-	Workdir   string            `json:"workdir,omitempty"`
-	Build     *TemplateBuild    `json:"build,omitempty"` // the newest build
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
+	ID       string            `json:"id"`
+	Name     string            `json:"name,omitempty"`
+	Owner    string            `json:"owner"`
+	Image    string            `json:"image,omitempty"`
+	Tags     map[string]string `json:"tags,omitempty"` // tag -> build id
+	CPU      float64           `json:"cpu,omitempty"`
+	MemoryMB int64             `json:"memory_mb,omitempty"`
+	StartCmd string            `json:"start_cmd,omitempty"`
+	ReadyCmd string            `json:"ready_cmd,omitempty"`
+	User     string            `json:"user,omitempty"`
+	Workdir  string            `json:"workdir,omitempty"`
+	Build    *TemplateBuild    `json:"build,omitempty"` // the newest build
+	// Kind is "build", or "snapshot" for a snapshot of SourceSandbox.
+	Kind          string    `json:"kind,omitempty"`
+	SourceSandbox string    `json:"source_sandbox,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
+}
+
+// SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
+type SnapshotRequest struct {
+	// Name makes a named snapshot (a new build of it when it exists); ""
+	// makes an anonymous one, reached by its id.
+	Name string `json:"name,omitempty"`
+}
+
+// ListSnapshotsResponse is the body of GET /v1/snapshots.
+type ListSnapshotsResponse struct {
+	Snapshots []Template `json:"snapshots"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
+type ForkRequest struct {
+	Count int `json:"count,omitempty"` // 0 = 1
+	// TimeoutS is each copy's time to live; 0 keeps the parent's remaining
+	// time (none when the parent has no deadline).
+	TimeoutS int    `json:"timeout_s,omitempty"`
+	Name     string `json:"name,omitempty"` // only with a count of 1
+}
+
+// ForkResponse is the body of a fork's answer: one entry per copy, each
+// with the copy or why it failed.
+type ForkResponse struct {
+	Forks []ForkResult `json:"forks"`
+}
+
+// ForkResult is one copy of a fork.
+type ForkResult struct {
+	Sandbox *Sandbox     `json:"sandbox,omitempty"`
+	Error   *ErrorDetail `json:"error,omitempty"`
 }
 
 // TemplateBuild is one build of a template.

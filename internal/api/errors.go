@@ -96,6 +96,8 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, apitypes.CodeConflict, msg}
 	case errors.Is(err, sandpit.ErrBuildConflict):
 		return Problem{http.StatusConflict, apitypes.CodeBuildConflict, msg}
+	case errors.Is(err, sandpit.ErrSnapshotInUse):
+		return Problem{http.StatusConflict, apitypes.CodeInUse, msg}
 	case errors.Is(err, service.ErrTooLarge):
 		return Problem{http.StatusRequestEntityTooLarge, apitypes.CodeBodyTooLarge, msg}
 	case errors.Is(err, service.ErrBuildsUnavailable):

@@ -15,4 +15,7 @@ const (
 	// AfterImageBuild: the engine built and tagged a template's image, and
 	// the store does not know yet.
 	AfterImageBuild = "after-image-build"
+	// AfterSnapshotCommit: the engine committed a snapshot's image, and the
+	// store does not know yet.
+	AfterSnapshotCommit = "after-snapshot-commit"
 )

@@ -38,6 +38,10 @@ type Images interface {
 	HasImage(ctx context.Context, ref string) (bool, error)
 	// RemoveImage untags and removes ref; a missing image is not an error.
 	RemoveImage(ctx context.Context, ref string) error
+	// Commit makes an image of the container's filesystem, tagged ref and
+	// carrying labels, and returns its id. A running container is frozen
+	// for the commit, so what is written mid-commit is not half in it.
+	Commit(ctx context.Context, containerID, ref string, labels map[string]string) (string, error)
 	// Push sends ref to the registry its name points at; Pull fetches it.
 	Push(ctx context.Context, ref string, logs io.Writer) error
 	Pull(ctx context.Context, ref string, logs io.Writer) error

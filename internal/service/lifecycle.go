@@ -515,6 +515,7 @@ func (s *Service) RunSweeper(ctx context.Context, interval time.Duration) {
 		if _, err := s.SweepLifecycle(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("sweep lifecycle", "err", err)
 		}
+		s.collectForkBases(ctx)
 	})
 }
 

@@ -600,7 +600,7 @@ func (s *Service) reconcilePool(ctx context.Context, containers []driver.Contain
 	seen := map[string]bool{}
 	var out []driver.Container
 	for _, c := range containers {
-		if _, pooled := c.Labels[driver.LabelPool]; !pooled {
+		if c.Labels[driver.LabelPool] == "" {
 			out = append(out, c)
 			continue
 		}

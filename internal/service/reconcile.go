@@ -542,7 +542,7 @@ func (s *Service) janitorContainers(ctx context.Context) {
 			continue
 		}
 		id := c.SandboxID
-		if _, pooled := c.Labels[driver.LabelPool]; pooled {
+		if c.Labels[driver.LabelPool] != "" {
 			if id = s.janitorPooled(ctx, c); id == "" {
 				continue
 			}

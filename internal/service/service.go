@@ -227,6 +227,8 @@ type Service struct {
 
 	// builds are the template builds running in this process.
 	builds *builds
+	// snapshots serialises the commits of each sandbox (snapshots.go).
+	snapshots snapshotState
 
 	// sessions are the long-lived sessions open per personal access token,
 	// ended when the token is revoked or expires.

@@ -67,6 +67,10 @@ type TemplateSpec struct {
 	Name     string
 	CPU      float64
 	MemoryMB int64
+	// Kind and SourceSandbox are a snapshot's (see CreateSnapshot); a
+	// zero Kind is a built template.
+	Kind          sandpit.TemplateKind
+	SourceSandbox string
 }
 
 // ContextFiles places one uploaded archive (see PutTemplateFiles) in a
@@ -245,6 +249,7 @@ func (s *Service) EnsureTemplate(ctx context.Context, spec TemplateSpec) (sandpi
 	}
 	t, outcome, err := s.store.EnsureTemplate(ctx, sandpit.Template{
 		ID: claimed, Owner: ownerOf(ctx), Name: spec.Name, CPU: spec.CPU, MemoryMB: spec.MemoryMB,
+		Kind: spec.Kind.Or(), SourceSandbox: spec.SourceSandbox,
 	}, s.now())
 	if err == nil && claimed != id {
 		// Another node's claim made this template: this request made none.
@@ -336,6 +341,15 @@ func (s *Service) Templates(ctx context.Context) ([]sandpit.Template, error) {
 	for _, t := range ts {
 		if s.inCluster(ctx, t) {
 			have[t.ID] = true
+			kept = append(kept, t)
+		}
+	}
+	ts = kept
+	kept = ts[:0]
+	for _, t := range ts {
+		// A fork's base snapshot is the daemon's, made and removed with
+		// the fork; it is no template of the owner's.
+		if t.Kind != sandpit.KindFork {
 			kept = append(kept, t)
 		}
 	}
@@ -1163,6 +1177,9 @@ func (s *Service) DeleteTemplate(ctx context.Context, id string) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := s.snapshotInUse(ctx, t); err != nil {
+		return err
+	}
 	bs, err := s.store.ListBuilds(ctx, t.ID)
 	if err != nil {
 		return err
@@ -1222,7 +1239,9 @@ func (s *Service) RecoverBuilds(ctx context.Context) error {
 		if err := s.store.FinishBuild(ctx, b.ID, sandpit.BuildError, "", reason, s.now()); err != nil {
 			return err
 		}
-		if t, err := s.store.GetTemplate(ctx, b.TemplateID); err == nil && b.ContentHash != "" {
+		if t, err := s.store.GetTemplate(ctx, b.TemplateID); err == nil && t.Kind.Or() != sandpit.KindBuild {
+			s.recoverSnapshot(ctx, t, b)
+		} else if err == nil && b.ContentHash != "" {
 			_ = claimStore(s.cfg, s.store).DeleteIdempotentRequest(ctx, idempotency.OwnerScope("template-build", t.Owner), b.ContentHash)
 			// The engine may have finished and tagged the image just
 			// before the process died: an image no template records is

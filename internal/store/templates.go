@@ -10,7 +10,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 )
 
-const templateColumns = `id, owner, name, image, build_id, cpu, memory_mb, start_cmd, ready_cmd, user, workdir, created_at, updated_at`
+const templateColumns = `id, owner, name, image, build_id, cpu, memory_mb, start_cmd, ready_cmd, user, workdir, created_at, updated_at, kind, source_sandbox`
 
 const buildColumns = `id, template_id, state, content_hash, definition, dockerfile, image, error, start_cmd, ready_cmd, user, workdir, cpu, memory_mb, created_at, started_at, ended_at`
 
@@ -24,8 +24,8 @@ func (s *Store) EnsureTemplate(ctx context.Context, t sandpit.Template, now time
 		return sandpit.Template{}, 0, errors.New("ensure template: id and owner must not be empty")
 	}
 	at := toNanos(clock(now))
-	_, err := s.db.ExecContext(ctx, `INSERT INTO templates (`+templateColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
-		t.ID, t.Owner, t.Name, t.Image, t.BuildID, t.CPU, t.MemoryMB, t.StartCmd, t.ReadyCmd, t.User, t.Workdir, at, at)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO templates (`+templateColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		t.ID, t.Owner, t.Name, t.Image, t.BuildID, t.CPU, t.MemoryMB, t.StartCmd, t.ReadyCmd, t.User, t.Workdir, at, at, t.Kind.Or(), t.SourceSandbox)
 	switch {
 	case err == nil:
 		got, err := s.GetTemplate(ctx, t.ID)
@@ -368,11 +368,13 @@ func scanTemplate(r rowScanner) (sandpit.Template, error) {
 	var (
 		t                sandpit.Template
 		created, updated int64
+		kind             string
 	)
 	if err := r.Scan(&t.ID, &t.Owner, &t.Name, &t.Image, &t.BuildID, &t.CPU, &t.MemoryMB,
-		&t.StartCmd, &t.ReadyCmd, &t.User, &t.Workdir, &created, &updated); err != nil {
+		&t.StartCmd, &t.ReadyCmd, &t.User, &t.Workdir, &created, &updated, &kind, &t.SourceSandbox); err != nil {
 		return sandpit.Template{}, err
 	}
+	t.Kind = sandpit.TemplateKind(kind)
 	t.CreatedAt, t.UpdatedAt = fromNanos(created), fromNanos(updated)
 	return t, nil
 }
@@ -391,4 +393,34 @@ func scanBuild(r rowScanner) (sandpit.TemplateBuild, error) {
 	b.State = sandpit.BuildState(state)
 	b.CreatedAt, b.StartedAt, b.EndedAt = fromNanos(created), fromNullNanos(started), fromNullNanos(ended)
 	return b, nil
+}
+
+// ListSnapshots returns the owner's snapshots ("" = every owner's), by
+// creation, narrowed to those of one source sandbox and one name when they
+// are given.
+func (s *Store) ListSnapshots(ctx context.Context, owner, source, name string) ([]sandpit.Template, error) {
+	q := `SELECT ` + templateColumns + ` FROM templates WHERE kind = 'snapshot'`
+	var args []any
+	for _, f := range []struct{ col, v string }{{"owner", owner}, {"source_sandbox", source}, {"name", name}} {
+		if f.v != "" {
+			q += ` AND ` + f.col + ` = ?`
+			args = append(args, f.v)
+		}
+	}
+	return queryAll(ctx, s.db, "list snapshots", scanTemplate, q+` ORDER BY created_at, id`, args...)
+}
+
+// ListForkBases returns every fork's base snapshot, oldest first.
+func (s *Store) ListForkBases(ctx context.Context) ([]sandpit.Template, error) {
+	return queryAll(ctx, s.db, "list fork bases", scanTemplate, `SELECT `+templateColumns+` FROM templates WHERE kind = 'fork' ORDER BY created_at, id`)
+}
+
+// SandboxesRunning returns the ids of the sandboxes whose image is ref,
+// whatever their state: a stopped or paused sandbox needs its image to run
+// again.
+func (s *Store) SandboxesRunning(ctx context.Context, ref string) ([]string, error) {
+	return queryAll(ctx, s.db, "sandboxes of image "+ref, func(r rowScanner) (string, error) {
+		var id string
+		return id, r.Scan(&id)
+	}, `SELECT id FROM sandboxes WHERE image = ? ORDER BY created_at, id`, ref)
 }

@@ -57,6 +57,10 @@ type Backend interface {
 	Templates(ctx context.Context) ([]sandpit.Template, error)
 	TemplateTags(ctx context.Context, templateID string) (map[string]string, error)
 	DeleteTemplate(ctx context.Context, id string) error
+	CreateSnapshot(ctx context.Context, sandboxID string, req service.SnapshotRequest) (sandpit.Template, error)
+	Snapshots(ctx context.Context, source, name string) ([]sandpit.Template, error)
+	DeleteSnapshot(ctx context.Context, id string) error
+	Fork(ctx context.Context, parentID string, req service.ForkRequest) ([]service.ForkResult, error)
 	Build(ctx context.Context, buildID string) (sandpit.TemplateBuild, error)
 	BuildLog(ctx context.Context, buildID string, offset int) ([]service.BuildLogEntry, bool, error)
 	FollowBuildLog(ctx context.Context, buildID string, offset int, fn func(service.BuildLogEntry) error) error

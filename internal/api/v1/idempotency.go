@@ -47,6 +47,9 @@ var keyedPatterns = map[string]bool{
 	"DELETE /v1/sandboxes/{id}/custom-domains/{hostname}": true,
 	"POST /v1/templates":                                  true,
 	"DELETE /v1/templates/{name}":                         true,
+	"POST /v1/sandboxes/{id}/snapshots":                   true,
+	"POST /v1/sandboxes/{id}/fork":                        true,
+	"DELETE /v1/snapshots/{name}":                         true,
 }
 
 // targetPrefix lists the keyed routes that make a resource whose id is
@@ -55,6 +58,10 @@ var keyedPatterns = map[string]bool{
 var targetPrefix = map[string]string{
 	"POST /v1/sandboxes": "",
 	"POST /v1/templates": service.TemplateIDPrefix,
+	// A snapshot is made under the recorded id; a fork's copies and its
+	// base snapshot are derived from it.
+	"POST /v1/sandboxes/{id}/snapshots": service.TemplateIDPrefix,
+	"POST /v1/sandboxes/{id}/fork":      "",
 }
 
 // Idempotency implements the Idempotency-Key header on the service's

@@ -206,7 +206,8 @@ func (h *Handler) buildLogs(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) toTemplate(r *http.Request, t sandpit.Template) apitypes.Template {
 	out := apitypes.Template{ID: t.ID, Name: t.Name, Owner: t.Owner, Image: t.Image, CPU: t.CPU, MemoryMB: t.MemoryMB,
-		StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd, User: t.User, Workdir: t.Workdir, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+		StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd, User: t.User, Workdir: t.Workdir, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+		Kind: string(t.Kind.Or()), SourceSandbox: t.SourceSandbox}
 	if tags, err := h.svc.TemplateTags(r.Context(), t.ID); err == nil && len(tags) > 0 {
 		out.Tags = tags
 	}

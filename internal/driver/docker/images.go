@@ -10,11 +10,13 @@ import (
 	"strings"
 
 	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/registry"
 	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/jsonmessage"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 )
 
@@ -149,4 +151,41 @@ func (d *Docker) Pull(ctx context.Context, ref string, logs io.Writer) error {
 func emptyAuth() string {
 	b, _ := json.Marshal(registry.AuthConfig{})
 	return base64.URLEncoding.EncodeToString(b)
+}
+
+// Commit commits the container's filesystem as ref. The engine would copy
+// the container's labels and environment into the image, and so into every
+// container made from it: sandpit's own labels (its sandbox id, pool slot,
+// run) are blanked, and the agent's token is emptied, so a sandbox made from
+// the snapshot is labelled and authenticated as itself alone.
+func (d *Docker) Commit(ctx context.Context, containerID, ref string, labels map[string]string) (string, error) {
+	c, err := d.cli.ContainerInspect(ctx, containerID)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return "", fmt.Errorf("commit %s: %w", containerID, driver.ErrNotFound)
+		}
+		return "", fmt.Errorf("commit %s: %w", containerID, err)
+	}
+	cfg := &container.Config{Labels: map[string]string{}}
+	if c.Config != nil {
+		for k := range c.Config.Labels {
+			if strings.HasPrefix(k, "sandpit.") {
+				cfg.Labels[k] = ""
+			}
+		}
+		for _, kv := range c.Config.Env {
+			if k, _, _ := strings.Cut(kv, "="); k == agentapi.TokenEnv {
+				kv = k + "="
+			}
+			cfg.Env = append(cfg.Env, kv)
+		}
+	}
+	for k, v := range labels {
+		cfg.Labels[k] = v
+	}
+	resp, err := d.cli.ContainerCommit(ctx, containerID, container.CommitOptions{Reference: ref, Pause: true, Config: cfg})
+	if err != nil {
+		return "", fmt.Errorf("commit %s as %s: %w", containerID, ref, err)
+	}
+	return resp.ID, nil
 }
