@@ -71,6 +71,8 @@ type Container struct {
 	// not running; Inspect fills them, List does not.
 	ExitCode  int
 	OOMKilled bool
+	// AgentUser is the Spec's AgentUser ("" = root); Inspect fills it.
+	AgentUser string
 }
 
 // EventKind names the engine events the daemon acts on.

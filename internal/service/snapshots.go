@@ -133,7 +133,12 @@ func (s *Service) snapshot(ctx context.Context, sb sandpit.Sandbox, spec Templat
 	if src, found, err := s.resolveOwnedTemplate(ctx, sb.Template); err == nil && found {
 		// A copy of a sandbox made from a template starts the way its
 		// template starts it.
-		b.StartCmd, b.ReadyCmd, b.User, b.Workdir = src.t.StartCmd, src.t.ReadyCmd, src.t.User, src.t.Workdir
+		b.StartCmd, b.ReadyCmd, b.Workdir = src.t.StartCmd, src.t.ReadyCmd, src.t.Workdir
+	}
+	// Its copies act as the account the sandbox acts as, which the row
+	// does not record: the container does.
+	if c, err := s.rt.Inspect(ctx, sb.ContainerID); err == nil {
+		b.User = c.AgentUser
 	}
 	if err := s.store.StartBuild(ctx, b, s.now()); err != nil {
 		_ = s.store.FinishBuild(context.WithoutCancel(ctx), b.ID, sandpit.BuildError, "", "another snapshot of this name was being taken", s.now())

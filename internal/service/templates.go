@@ -314,7 +314,7 @@ func (s *Service) Template(ctx context.Context, ref string) (sandpit.Template, e
 	} else if !errors.Is(err, sandpit.ErrNotFound) {
 		return sandpit.Template{}, err
 	}
-	t, err := s.template(ctx, ref)
+	t, err := s.template(ctx, name)
 	if errors.Is(err, sandpit.ErrNotFound) {
 		// Made on another node of the cluster.
 		if rec, ok := s.freshSharedTemplate(ctx, name); ok {

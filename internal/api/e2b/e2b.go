@@ -180,10 +180,11 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 	route("POST /sandboxes/{id}/pause", sandpit.ActionManage, h.pause)
 	route("GET /sandboxes/{id}/metrics", sandpit.ActionRead, h.metrics)
 	h.templateRoutes()
+	h.snapshotRoutes()
 	h.forwarding()
 	m := h.mux
-	// Any other path is an E2B feature sandpit lacks (snapshots, forks,
-	// volumes, network updates, logs). It answers 501, not
+	// Any other path is an E2B feature sandpit lacks (network updates,
+	// logs). It answers 501, not
 	// 404: the SDK reads a 404 on a sandbox path as "sandbox not found",
 	// which would misreport a missing feature as a missing sandbox.
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

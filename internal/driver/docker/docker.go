@@ -398,6 +398,11 @@ func (d *Docker) Inspect(ctx context.Context, containerID string) (driver.Contai
 		c.Image = info.Config.Image
 		c.Labels = info.Config.Labels
 		c.SandboxID = info.Config.Labels[driver.LabelSandboxID]
+		for _, kv := range info.Config.Env {
+			if v, ok := strings.CutPrefix(kv, agentapi.UserEnv+"="); ok {
+				c.AgentUser = v
+			}
+		}
 	}
 	if info.State != nil {
 		c.State = string(info.State.Status)
