@@ -43,6 +43,8 @@ type SandboxBackend interface {
 	SetInterval(ctx context.Context, id string, which sandpit.Interval, value int) (sandpit.Sandbox, error)
 	SetLabels(ctx context.Context, id string, labels map[string]string) (sandpit.Sandbox, error)
 	RefreshActivity(ctx context.Context, id string) error
+	CreateSnapshot(ctx context.Context, sandboxID string, req service.SnapshotRequest) (sandpit.Template, error)
+	Fork(ctx context.Context, parentID string, req service.ForkRequest) ([]service.ForkResult, error)
 	Touch(ctx context.Context, id string, force bool)
 	ExposePort(ctx context.Context, id string, port int, protocol string) (service.ExposeResult, error)
 	ExposePrivatePort(ctx context.Context, id string, port int) (service.ExposeResult, string, error)

@@ -157,6 +157,8 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	route("POST /sandbox/{idOrName}/start", sandpit.ActionManage, h.sandboxes.start)
 	route("POST /sandbox/{idOrName}/stop", sandpit.ActionManage, h.sandboxes.stop)
 	route("PUT /sandbox/{idOrName}/labels", sandpit.ActionManage, h.sandboxes.setLabels)
+	route("POST /sandbox/{idOrName}/fork", sandpit.ActionManage, h.sandboxes.fork)
+	route("POST /sandbox/{idOrName}/snapshot", sandpit.ActionManage, h.sandboxes.snapshot)
 	route("GET /sandbox/{idOrName}/toolbox-proxy-url", sandpit.ActionRead, h.sandboxes.toolboxProxyURL)
 	route("GET /sandbox/{idOrName}/ports/{port}/preview-url", sandpit.ActionExpose, h.sandboxes.previewURL)
 	route("POST /sandbox/{idOrName}/autostop/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoStop))
