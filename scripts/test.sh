@@ -47,14 +47,13 @@ for dir in test/e2b test/daytona test/ui; do
 	)
 done
 
-step "go test -race -count=1 -timeout ${GO_TEST_TIMEOUT:-30m} ./..."
-go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-30m}" ./...
-
-# What follows the Go tests (the fuzz targets, the Node suites, the
-# TypeScript SDK) shares no state: each suite starts daemons of its own on
-# ports of its own. The suites run at once, each with its output in a log
-# that is printed when it ends, which takes minutes off a run whose steps
-# mostly wait on the engine.
+# The suites (the Go tests, the fuzz targets, the Node suites, the
+# TypeScript SDK) share no state: each starts daemons of its own on ports
+# of its own and labels what it makes with its own run id. They run at once,
+# the Node suites and the rest in the background while the Go tests run in
+# the foreground, each background suite with its output in a log printed
+# when it ends: the steps mostly wait on the engine, so running them side by
+# side takes minutes off the run.
 parallel_logs="$(mktemp -d)"
 parallel_pids=()
 parallel_names=()
@@ -118,7 +117,12 @@ ts_sdk() {
 }
 [[ -f sdk/typescript/package.json ]] && in_background ts-sdk ts_sdk
 
+go_status=passed
+step "go test -race -count=1 -timeout ${GO_TEST_TIMEOUT:-45m} ./..."
+go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-45m}" ./... || go_status=FAILED
+
 failed=()
+[[ $go_status == passed ]] || failed+=("go test")
 for i in "${!parallel_pids[@]}"; do
 	name="${parallel_names[$i]}"
 	if wait "${parallel_pids[$i]}"; then
@@ -135,5 +139,10 @@ if ((${#failed[@]})); then
 	step "failed: ${failed[*]}"
 	exit 1
 fi
+
+# Last and alone: the tests that restart the Docker engine, which stops
+# every container on the machine (see test/engine_restart_test.go).
+step "engine restart tests"
+SANDPIT_ENGINE_RESTART_TEST=1 go test -count=1 -timeout 10m -run '^TestEngineRestart' ./test/
 
 step "all tests passed"

@@ -1,0 +1,88 @@
+package sandpit_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/test/harness"
+)
+
+// engineRestartEnv enables the tests that restart the Docker engine. They
+// stop every container on the machine, so they run alone: scripts/test.sh
+// runs them after every other suite has ended.
+const engineRestartEnv = "SANDPIT_ENGINE_RESTART_TEST"
+
+// restartEngine stops dockerd (SIGTERM, as a service manager would), waits
+// for it to exit, and starts it again with scripts/ensure-docker.sh.
+func restartEngine(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("pidof", "dockerd").Output()
+	if err != nil {
+		t.Fatalf("pidof dockerd: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.Fields(string(out))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatalf("stop dockerd %d: %v", pid, err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("dockerd %d did not exit", pid)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cmd := exec.Command(filepath.Join("..", "scripts", "ensure-docker.sh"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("start dockerd: %v %s", err, out)
+	}
+}
+
+// TestEngineRestartKeepsState: what outlives a container outlives a SIGKILL
+// of the daemon followed by a restart of the engine: a snapshot (created
+// from afterwards), a filesystem-paused sandbox (resumed with its files),
+// and a volume (its files read by a new sandbox).
+func TestEngineRestartKeepsState(t *testing.T) {
+	if os.Getenv(engineRestartEnv) == "" {
+		t.Skipf("restarts the Docker engine; run alone with %s=1 (scripts/test.sh does)", engineRestartEnv)
+	}
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 5*time.Minute)
+	c := d.Client()
+
+	src, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, ctx, c, src.ID, "/root/snap.txt", "snapshotted")
+	snap, err := c.Snapshot(ctx, src.ID, client.SnapshotRequest{Name: "engine-restart"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	d.Kill()
+	d.Wait(30 * time.Second)
+	restartEngine(t)
+	d.Restart(nil)
+	c = d.Client()
+
+	if got, err := c.ListSnapshots(ctx, "", "engine-restart"); err != nil || len(got) != 1 || got[0].ID != snap.ID {
+		t.Fatalf("snapshots after the engine restart: %+v %v", got, err)
+	}
+	sb, err := c.Create(ctx, client.CreateRequest{Template: "engine-restart"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := catFile(t, ctx, c, sb.ID, "/root/snap.txt"); got != "snapshotted" {
+		t.Fatalf("a sandbox from the snapshot after the engine restart reads %q", got)
+	}
+}
