@@ -396,3 +396,65 @@ func TestSnapshotSurvivesDaemonKill(t *testing.T) {
 		t.Fatalf("after SIGKILL the snapshot gives %q", got)
 	}
 }
+
+// TestSnapshotOwners: another owner neither sees, creates from, deletes nor
+// forks what one owner has; each owner's names are its own; a read-only
+// token may list snapshots but not take or fork.
+func TestSnapshotOwners(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 3*time.Minute)
+	admin := d.Client()
+	tokens := map[string]string{}
+	for _, o := range []string{"alice", "bob"} {
+		tok, err := admin.CreateToken(ctx, client.TokenRequest{Name: o + "-rw", Owner: o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[o] = tok.Secret
+	}
+	ro, err := admin.CreateToken(ctx, client.TokenRequest{Name: "alice-ro", Owner: "alice", Scopes: []string{"sandboxes:read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, bob := client.New(d.Addr, tokens["alice"]), client.New(d.Addr, tokens["bob"])
+	sb, err := alice.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := alice.Snapshot(ctx, sb.ID, client.SnapshotRequest{Name: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		token, method, path, body string
+		status                    int
+	}{
+		{tokens["bob"], http.MethodGet, "/v1/snapshots/" + snap.ID, "", http.StatusNotFound},
+		{tokens["bob"], http.MethodDelete, "/v1/snapshots/" + snap.ID, "", http.StatusNotFound},
+		{tokens["bob"], http.MethodPost, "/v1/sandboxes/" + sb.ID + "/snapshots", "{}", http.StatusNotFound},
+		{tokens["bob"], http.MethodPost, "/v1/sandboxes/" + sb.ID + "/fork", "{}", http.StatusNotFound},
+		{tokens["bob"], http.MethodPost, "/v1/sandboxes", `{"template":"` + snap.ID + `"}`, http.StatusBadRequest},
+		{ro.Secret, http.MethodPost, "/v1/sandboxes/" + sb.ID + "/snapshots", "{}", http.StatusForbidden},
+		{ro.Secret, http.MethodPost, "/v1/sandboxes/" + sb.ID + "/fork", "{}", http.StatusForbidden},
+		{ro.Secret, http.MethodGet, "/v1/snapshots", "", http.StatusOK},
+	} {
+		if a := raw(t, ctx, d, tc.token, tc.method, tc.path, tc.body); a.Status != tc.status {
+			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, a.Status, a.Body, tc.status)
+		}
+	}
+	if ss, err := bob.ListSnapshots(ctx, "", ""); err != nil || len(ss) != 0 {
+		t.Fatalf("bob sees snapshots: %+v %v", ss, err)
+	}
+	// Bob's own snapshot of the same name is his, not a build of alice's.
+	bsb, err := bob.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bs, err := bob.Snapshot(ctx, bsb.ID, client.SnapshotRequest{Name: "mine"}); err != nil || bs.ID == snap.ID {
+		t.Fatalf("bob's snapshot named mine: %+v %v", bs, err)
+	}
+	if ss, err := alice.ListSnapshots(ctx, "", "mine"); err != nil || len(ss) != 1 || ss[0].ID != snap.ID {
+		t.Fatalf("alice's snapshots after bob's: %+v %v", ss, err)
+	}
+}
