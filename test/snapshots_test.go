@@ -405,18 +405,7 @@ func TestSnapshotOwners(t *testing.T) {
 	d := harness.Start(t, sandpitBin, harness.Options{})
 	ctx := ctxFor(t, 3*time.Minute)
 	admin := d.Client()
-	tokens := map[string]string{}
-	for _, o := range []string{"alice", "bob"} {
-		tok, err := admin.CreateToken(ctx, client.TokenRequest{Name: o + "-rw", Owner: o})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tokens[o] = tok.Secret
-	}
-	ro, err := admin.CreateToken(ctx, client.TokenRequest{Name: "alice-ro", Owner: "alice", Scopes: []string{"sandboxes:read"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens, ro := ownerTokens(t, ctx, admin, "alice", "bob")
 	alice, bob := client.New(d.Addr, tokens["alice"]), client.New(d.Addr, tokens["bob"])
 	sb, err := alice.Create(ctx, client.CreateRequest{})
 	if err != nil {
@@ -457,4 +446,23 @@ func TestSnapshotOwners(t *testing.T) {
 	if ss, err := alice.ListSnapshots(ctx, "", "mine"); err != nil || len(ss) != 1 || ss[0].ID != snap.ID {
 		t.Fatalf("alice's snapshots after bob's: %+v %v", ss, err)
 	}
+}
+
+// ownerTokens makes a read-write token for each owner, and a read-only one
+// for the first.
+func ownerTokens(t *testing.T, ctx context.Context, admin *client.Client, owners ...string) (map[string]string, client.Token) {
+	t.Helper()
+	tokens := map[string]string{}
+	for _, o := range owners {
+		tok, err := admin.CreateToken(ctx, client.TokenRequest{Name: o + "-rw", Owner: o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[o] = tok.Secret
+	}
+	ro, err := admin.CreateToken(ctx, client.TokenRequest{Name: owners[0] + "-ro", Owner: owners[0], Scopes: []string{"sandboxes:read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tokens, ro
 }

@@ -375,18 +375,7 @@ func TestTemplateOwners(t *testing.T) {
 		t.Fatalf("docker tag: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("docker", "rmi", private).Run() })
-	tokens := map[string]string{}
-	for _, o := range []string{"alice", "bob"} {
-		tok, err := admin.CreateToken(ctx, client.TokenRequest{Name: o + "-rw", Owner: o})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tokens[o] = tok.Secret
-	}
-	ro, err := admin.CreateToken(ctx, client.TokenRequest{Name: "alice-ro", Owner: "alice", Scopes: []string{"sandboxes:read"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens, ro := ownerTokens(t, ctx, admin, "alice", "bob")
 	build := func(token, dockerfile string) harness.Answer {
 		t.Helper()
 		return raw(t, ctx, d, token, http.MethodPost, "/v1/templates", buildBody(t, apitypes.BuildTemplateRequest{Name: "shared", Dockerfile: dockerfile}))
