@@ -20,6 +20,7 @@ export {
 } from './sandbox.js';
 export type { EventsOptions, SandpitEvent } from './events.js';
 export {
+  Snapshots,
   Templates,
   TemplateBuildError,
   type BuildOptions,

@@ -5,6 +5,7 @@ import { agentClients, fromConnect, type AgentClients } from './agent.js';
 import { SandpitError } from './errors.js';
 import { FileType, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
 import { sleep, type HttpClient, type MutationOptions } from './http.js';
+import type { Template } from './templates.js';
 import {
   customDomain,
   exposedPort,
@@ -124,6 +125,39 @@ export class Sandbox implements SandboxInfo {
 
   async stop(opts: MutationOptions = {}): Promise<this> {
     return this.#lifecycle('/stop', opts);
+  }
+
+  /**
+   * Commits the sandbox's filesystem as a snapshot (a template of kind
+   * snapshot): `sandpit.create({ template: snapshot.id })`, or its name,
+   * makes sandboxes with its files. The sandbox keeps running. Retried with
+   * one Idempotency-Key, so a retry makes no second snapshot.
+   */
+  async snapshot(opts: MutationOptions & { name?: string } = {}): Promise<Template> {
+    const { name, ...rest } = opts;
+    const { data } = await this.#http.sendJSON<Template>({
+      method: 'POST', path: this.#path('/snapshots'), json: name ? { name } : {}, retry: true, keyed: true, ...rest,
+    });
+    return data;
+  }
+
+  /**
+   * Copies the sandbox: one snapshot of it, then `count` sandboxes (default
+   * 1) from that snapshot, each with its files, limits, env and labels. Each
+   * entry is a running Sandbox or the SandpitError of the copy that failed.
+   * A retry (one Idempotency-Key) answers with the same copies.
+   */
+  async fork(opts: MutationOptions & { count?: number; timeoutMs?: number; name?: string } = {}): Promise<Array<Sandbox | SandpitError>> {
+    const { count, timeoutMs, name, ...rest } = opts;
+    const json: Record<string, unknown> = {};
+    if (count !== undefined) json.count = count;
+    if (timeoutMs) json.timeout_s = Math.ceil(timeoutMs / 1000);
+    if (name) json.name = name;
+    const { data } = await this.#http.sendJSON<{ forks: Array<{ sandbox?: WireSandbox; error?: { code: string; message: string } }> }>({
+      method: 'POST', path: this.#path('/fork'), json, retry: true, keyed: true, ...rest,
+    });
+    return data.forks.map((f) =>
+      f.sandbox ? new Sandbox(this.#http, f.sandbox) : new SandpitError(f.error?.message ?? 'the copy failed', { status: 500, code: f.error?.code ?? 'internal' }));
   }
 
   async #lifecycle(suffix: string, opts: MutationOptions): Promise<this> {

@@ -1,7 +1,7 @@
 import { events, type EventsOptions, type SandpitEvent } from './events.js';
 import { HttpClient, retryPolicy, type MutationOptions, type RetryOptions } from './http.js';
 import { Sandbox } from './sandbox.js';
-import { Templates } from './templates.js';
+import { Snapshots, Templates } from './templates.js';
 import type { SandboxState, WireSandbox } from './types.js';
 
 export interface SandpitOptions {
@@ -48,6 +48,8 @@ export class Sandpit {
   readonly #http: HttpClient;
   /** The caller's templates: build, get, list, delete and build logs. */
   readonly templates: Templates;
+  /** The caller's snapshots: list and delete (Sandbox.snapshot takes them). */
+  readonly snapshots: Snapshots;
 
   constructor(opts: SandpitOptions = {}) {
     let apiUrl = opts.apiUrl || process.env.SANDPIT_ADDR || '127.0.0.1:7420';
@@ -58,6 +60,7 @@ export class Sandpit {
     }
     this.#http = new HttpClient(apiUrl.replace(/\/+$/, ''), token, retryPolicy(opts.retry));
     this.templates = new Templates(this.#http);
+    this.snapshots = new Snapshots(this.#http);
   }
 
   /** The daemon's base URL. */

@@ -37,6 +37,9 @@ export interface Template {
   workdir?: string;
   /** The newest build, whatever its state. */
   build?: TemplateBuild;
+  /** `build`, or `snapshot` for a snapshot of `source_sandbox`. */
+  kind?: 'build' | 'snapshot';
+  source_sandbox?: string;
   created_at: string;
   updated_at: string;
 }
@@ -199,5 +202,33 @@ export class Templates {
       if (done) break;
     }
     if (buf.trim()) yield JSON.parse(buf) as BuildLogEntry;
+  }
+}
+
+/** Snapshots lists and deletes the caller's snapshots (Sandbox.snapshot makes them). */
+export class Snapshots {
+  readonly #http: HttpClient;
+
+  /** @internal */
+  constructor(http: HttpClient) {
+    this.#http = http;
+  }
+
+  /** Lists the caller's snapshots, of one sandbox and of one name when given. */
+  async list(opts: { sandbox?: string; name?: string; signal?: AbortSignal } = {}): Promise<Template[]> {
+    const q = new URLSearchParams();
+    if (opts.sandbox) q.set('sandbox', opts.sandbox);
+    if (opts.name) q.set('name', opts.name);
+    const { data } = await this.#http.sendJSON<{ snapshots: Template[] }>({
+      method: 'GET', path: '/v1/snapshots', query: q, retry: true, signal: opts.signal,
+    });
+    return data.snapshots;
+  }
+
+  /** Deletes a snapshot; a sandbox running from it makes this a 409 `in_use`. */
+  async delete(ref: string, opts: MutationOptions = {}): Promise<void> {
+    await this.#http.send({
+      method: 'DELETE', path: `/v1/snapshots/${encodeURIComponent(ref)}`, retry: true, keyed: true, idempotencyKey: opts.idempotencyKey, signal: opts.signal,
+    });
   }
 }

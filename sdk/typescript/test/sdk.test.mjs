@@ -349,3 +349,29 @@ test('templates: build with a context and logs, create from it, replay of one ke
   for (const n of [name, bad]) await sandpit.templates.delete(n)
   await assert.rejects(sandpit.templates.get(name), NotFoundError)
 })
+
+test('snapshots and forks: snapshot, create from it, list, delete refused while in use; fork of 2 with one key answers twice the same', async () => {
+  const src = await sandpit.create()
+  await src.files.write('/root/snap.txt', 'kept')
+  const name = unique('snap')
+  const snap = await src.snapshot({ name })
+  assert.equal(snap.kind, 'snapshot')
+  assert.equal(snap.source_sandbox, src.id)
+  const copy = await sandpit.create({ template: name })
+  assert.equal(await copy.files.read('/root/snap.txt'), 'kept')
+  assert.deepEqual((await sandpit.snapshots.list({ sandbox: src.id })).map((s) => s.id), [snap.id])
+  await assert.rejects(sandpit.snapshots.delete(name), (e) => e.status === 409 && e.code === 'in_use')
+  await copy.delete()
+  await sandpit.snapshots.delete(name)
+  assert.deepEqual(await sandpit.snapshots.list({ name }), [])
+
+  const key = unique('fork-key')
+  const forks = await src.fork({ count: 2, idempotencyKey: key })
+  const again = await src.fork({ count: 2, idempotencyKey: key })
+  assert.deepEqual(again.map((f) => f.id), forks.map((f) => f.id))
+  for (const f of forks) {
+    assert.equal(await f.files.read('/root/snap.txt'), 'kept')
+    await f.delete()
+  }
+  await src.delete()
+})
