@@ -466,3 +466,42 @@ func ownerTokens(t *testing.T, ctx context.Context, admin *client.Client, owners
 	}
 	return tokens, ro
 }
+
+// TestForkCrashMidway: a daemon killed while a keyed fork makes its copies
+// (after the engine created the first copy's container) leaves, after its
+// restart, no half-made copy; the retry of the request makes the copies
+// under the ids the first attempt chose, so there is one set, not two.
+func TestForkCrashMidway(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 3*time.Minute)
+	parent, err := d.Client().Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, ctx, d.Client(), parent.ID, "/root/p.txt", "p")
+	d.Stop()
+	d.Restart([]string{"SANDPIT_TEST_CRASH_POINT=after-container-create"})
+	path := "/v1/sandboxes/" + parent.ID + "/fork"
+	if _, err := keyed(ctx, d, http.MethodPost, path, `{"count":3}`, "fork-crash"); err == nil {
+		t.Log("the crashing fork answered")
+	}
+	if !d.Wait(60 * time.Second) {
+		t.Fatal("daemon did not exit at the crash point")
+	}
+	d.Restart(nil)
+	ids := forkIDs(t, mustKeyed(t, ctx, d, http.MethodPost, path, `{"count":3}`, "fork-crash"))
+	if len(ids) != 3 {
+		t.Fatalf("the retried fork made %d copies", len(ids))
+	}
+	list, _, err := d.Client().List(ctx, client.ListOptions{})
+	if err != nil || len(list) != 4 {
+		t.Fatalf("%d sandboxes after the retried fork, want the parent and 3 copies: %v", len(list), err)
+	}
+	for _, id := range ids {
+		if got := catFile(t, ctx, d.Client(), id, "/root/p.txt"); got != "p" {
+			t.Fatalf("copy %s reads %q", id, got)
+		}
+	}
+	d.CheckConsistent(t)
+}
