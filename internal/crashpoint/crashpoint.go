@@ -15,4 +15,13 @@ const (
 	// AfterImageBuild: the engine built and tagged a template's image, and
 	// the store does not know yet.
 	AfterImageBuild = "after-image-build"
+	// AfterPauseStop: a filesystem pause stopped the container, and the
+	// store still says running.
+	AfterPauseStop = "after-pause-stop"
+	// AfterResumeStart: the resume of a filesystem pause started the
+	// container, and the store still says paused.
+	AfterResumeStart = "after-resume-start"
+	// AfterArchiveCommit: an archive committed the container's filesystem
+	// to an image, and the store does not know it yet.
+	AfterArchiveCommit = "after-archive-commit"
 )
