@@ -45,7 +45,7 @@ const (
 		WHERE (SELECT COUNT(*) FROM sandboxes WHERE ` + countedForCap + `) < ?`
 	// countedForCap selects the rows --max-sandboxes counts.
 	countedForCap = `state <> 'paused'`
-	qSandboxByID = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
+	qSandboxByID  = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
 )
 
 // CreateSandbox inserts a new sandbox row. A duplicate non-empty name fails

@@ -131,6 +131,10 @@ func (d *Daemon) Inconsistencies(ctx context.Context) ([]string, error) {
 		if sb.State == "stopped" && c.State == "created" {
 			engineState = "created"
 		}
+		if sb.State == "paused" && sb.PauseMode == "filesystem" {
+			// A filesystem pause keeps its container stopped.
+			engineState = "exited"
+		}
 		if sb.State != "error" && c.State != engineState {
 			badf("sandbox %s is %s but its container is %s", sb.ID, sb.State, c.State)
 		}
