@@ -312,7 +312,8 @@ func TestPauseCrashPoints(t *testing.T) {
 
 	d.Stop()
 	d.Restart([]string{"SANDPIT_TEST_CRASH_POINT=after-pause-stop"})
-	mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes/"+id+"/pause", `{"mode":"filesystem"}`, "pause-1")
+	// The daemon dies in the middle: the request gets no answer.
+	_, _ = keyed(ctx, d, http.MethodPost, "/v1/sandboxes/"+id+"/pause", `{"mode":"filesystem"}`, "pause-1")
 	if !d.Wait(60 * time.Second) {
 		t.Fatal("daemon did not exit at the crash point")
 	}
@@ -332,7 +333,7 @@ func TestPauseCrashPoints(t *testing.T) {
 
 	d.Stop()
 	d.Restart([]string{"SANDPIT_TEST_CRASH_POINT=after-resume-start"})
-	mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes/"+id+"/resume", ``, "resume-1")
+	_, _ = keyed(ctx, d, http.MethodPost, "/v1/sandboxes/"+id+"/resume", ``, "resume-1")
 	if !d.Wait(60 * time.Second) {
 		t.Fatal("daemon did not exit at the crash point")
 	}

@@ -41,4 +41,7 @@ type Images interface {
 	// Push sends ref to the registry its name points at; Pull fetches it.
 	Push(ctx context.Context, ref string, logs io.Writer) error
 	Pull(ctx context.Context, ref string, logs io.Writer) error
+	// Commit writes a container's filesystem to an image tagged ref with
+	// the given labels, and returns the image id.
+	Commit(ctx context.Context, containerID, ref string, labels map[string]string) (string, error)
 }

@@ -279,6 +279,7 @@ func (s *Service) teardown(ctx context.Context, sb sandpit.Sandbox) error {
 		return runtimeErr("remove container", err)
 	}
 	s.removeFirewall(ctx, sb.ID)
+	s.removeArchiveImage(ctx, sb.ArchiveImage)
 	return nil
 }
 
@@ -374,6 +375,11 @@ func (s *Service) StartSandbox(ctx context.Context, id string) (_ sandpit.Sandbo
 		return s.resumeLocked(ctx, sb)
 	case sandpit.StateCreating, sandpit.StateDeleting:
 		return sb, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
+	}
+	if archived(sb) {
+		if err := s.restoreArchived(ctx, sb); err != nil {
+			return sb, err
+		}
 	}
 	if err := s.startAndAwait(ctx, &sb); err != nil {
 		return sb, err

@@ -372,6 +372,15 @@ func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver
 	case sb.State == sandpit.StateDeleting:
 		s.log.Warn("reconcile: finishing interrupted delete", "sandbox", sb.ID)
 		return false, s.deleteLocked(ctx, sb.ID, EventDeleted)
+	case archived(sb) && exists:
+		// The archive was recorded and its container not yet removed, or
+		// a restore died before its state change: the image holds the
+		// files, and the container goes.
+		s.log.Warn("reconcile: removing the container of an archived sandbox", "sandbox", sb.ID)
+		if err := s.rt.Remove(ctx, c.ID); err != nil {
+			return false, runtimeErr("remove container", err)
+		}
+	case archived(sb):
 	case !exists:
 		if sb.State != sandpit.StateError {
 			s.log.Warn("reconcile: container gone", "sandbox", sb.ID)

@@ -340,7 +340,8 @@ func (s *Store) TouchSandbox(ctx context.Context, id string, at time.Time) error
 // ListLifecycleDue returns the sandboxes whose lifecycle interval has run
 // out at now, with intervals counted in unit: running sandboxes idle for
 // their auto-stop interval, and stopped sandboxes stopped for their
-// auto-delete interval. The caller tells the two apart by state.
+// auto-delete or (not yet archived) auto-archive interval. The caller tells
+// them apart by state and interval.
 func (s *Store) ListLifecycleDue(ctx context.Context, now time.Time, unit time.Duration) ([]sandpit.Sandbox, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT `+sandboxColumns+` FROM sandboxes
@@ -348,6 +349,8 @@ func (s *Store) ListLifecycleDue(ctx context.Context, now time.Time, unit time.D
 		       AND MAX(COALESCE(last_activity_at, 0), created_at) + auto_stop_minutes * ?2 <= ?1)
 		   OR (auto_delete_minutes >= 0 AND state = 'stopped' AND stopped_at IS NOT NULL
 		       AND stopped_at + auto_delete_minutes * ?2 <= ?1)
+		   OR (auto_archive_minutes > 0 AND state = 'stopped' AND state_reason <> 'archived' AND stopped_at IS NOT NULL
+		       AND stopped_at + auto_archive_minutes * ?2 <= ?1)
 		ORDER BY created_at, id`, toNanos(clock(now)), int64(unit))
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes due for their lifecycle: %w", err)

@@ -156,6 +156,7 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	route("DELETE /sandbox/{idOrName}", sandpit.ActionManage, h.sandboxes.delete)
 	route("POST /sandbox/{idOrName}/start", sandpit.ActionManage, h.sandboxes.start)
 	route("POST /sandbox/{idOrName}/stop", sandpit.ActionManage, h.sandboxes.stop)
+	route("POST /sandbox/{idOrName}/archive", sandpit.ActionManage, h.sandboxes.archive)
 	route("PUT /sandbox/{idOrName}/labels", sandpit.ActionManage, h.sandboxes.setLabels)
 	route("GET /sandbox/{idOrName}/toolbox-proxy-url", sandpit.ActionRead, h.sandboxes.toolboxProxyURL)
 	route("GET /sandbox/{idOrName}/ports/{port}/preview-url", sandpit.ActionExpose, h.sandboxes.previewURL)

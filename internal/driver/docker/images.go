@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/registry"
 	"github.com/docker/docker/errdefs"
@@ -114,6 +117,24 @@ func (d *Docker) RemoveImage(ctx context.Context, ref string) error {
 		return fmt.Errorf("remove image %s: %w", ref, err)
 	}
 	return nil
+}
+
+// Commit writes containerID's filesystem to an image tagged ref. The
+// container is not paused for it: the callers commit stopped containers.
+func (d *Docker) Commit(ctx context.Context, containerID, ref string, labels map[string]string) (string, error) {
+	changes := make([]string, 0, len(labels))
+	for k, v := range labels {
+		changes = append(changes, "LABEL "+strconv.Quote(k)+"="+strconv.Quote(v))
+	}
+	sort.Strings(changes)
+	res, err := d.cli.ContainerCommit(ctx, containerID, container.CommitOptions{Reference: ref, Changes: changes, Pause: false})
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return "", fmt.Errorf("commit %s: %w", containerID, driver.ErrNotFound)
+		}
+		return "", fmt.Errorf("commit %s: %w", containerID, err)
+	}
+	return res.ID, nil
 }
 
 // Push sends ref to its registry. The registries templates use are the
