@@ -165,6 +165,9 @@ type Sandbox struct {
 	// AutoResume wakes a paused sandbox on the first request through the
 	// E2B gateway or its preview URL.
 	AutoResume bool
+	// Timeout is the create's timeout (whole seconds), which a sandbox
+	// paused at its deadline gets again when it resumes; 0 = none.
+	Timeout time.Duration
 	// ArchiveImage is the image an archived sandbox's filesystem was
 	// committed to (Daytona's archive); "" when not archived.
 	ArchiveImage string

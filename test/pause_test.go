@@ -333,9 +333,9 @@ func TestPauseCrashPoints(t *testing.T) {
 
 	d.Stop()
 	d.Restart([]string{"SANDPIT_TEST_CRASH_POINT=after-resume-start"})
-	_, _ = keyed(ctx, d, http.MethodPost, "/v1/sandboxes/"+id+"/resume", ``, "resume-1")
+	a, err := keyed(ctx, d, http.MethodPost, "/v1/sandboxes/"+id+"/resume", ``, "resume-1")
 	if !d.Wait(60 * time.Second) {
-		t.Fatal("daemon did not exit at the crash point")
+		t.Fatalf("daemon did not exit at the crash point: resume answered %d %s %v\n%s", a.Status, a.Body, err, d.Logs())
 	}
 	d.Restart(nil)
 	// The row said paused over a running container: it is running.

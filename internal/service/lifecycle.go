@@ -471,6 +471,15 @@ func (s *Service) ResumeSandbox(ctx context.Context, id string) (_ sandpit.Sandb
 }
 
 func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit.Sandbox, error) {
+	// A sandbox paused at its deadline runs for its timeout again once
+	// resumed, as when it was made, and is then paused again; without this
+	// it would run out the paused retention. A caller that sets its own
+	// timeout after the resume (E2B's connect) wins.
+	if sb.StateReason == ReasonTimeout && sb.Timeout > 0 {
+		if err := s.store.SetSandboxEndAt(ctx, sb.ID, s.now().Add(sb.Timeout), s.now()); err != nil {
+			return sb, err
+		}
+	}
 	if sb.PauseMode == sandpit.PauseFilesystem {
 		if err := s.startAndAwait(ctx, &sb); err != nil {
 			return sb, err

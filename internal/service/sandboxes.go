@@ -341,6 +341,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		OnTimeout:    req.OnTimeout,
 		KeepMemory:   req.KeepMemory,
 		AutoResume:   req.AutoResume,
+		Timeout:      req.Timeout.Truncate(time.Second),
 	}
 	if req.AutoStop != nil {
 		sb.AutoStop = *req.AutoStop

@@ -30,18 +30,18 @@ const (
 const sandboxColumns = `id, name, image, template, state, labels, env, cpu, memory_mb,
 	container_id, access_token, end_at, created_at, updated_at, owner, state_reason, port_access, traffic_token, network,
 	disk_gb, auto_stop_minutes, auto_archive_minutes, auto_delete_minutes, last_activity_at, stopped_at,
-	pause_mode, on_timeout, pause_keep_memory, auto_resume, archive_image`
+	pause_mode, on_timeout, pause_keep_memory, auto_resume, archive_image, timeout_seconds`
 
 const (
 	qSandboxInsert = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	// qSandboxInsertCapped inserts only while the table holds fewer
 	// counted rows than the last argument. The count and the insert are one
 	// statement on the single writer connection, so concurrent creates
 	// cannot both take the last slot. Paused sandboxes are not counted: they
 	// run nothing until resumed.
 	qSandboxInsertCapped = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+		SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
 		WHERE (SELECT COUNT(*) FROM sandboxes WHERE ` + countedForCap + `) < ?`
 	// countedForCap selects the rows --max-sandboxes counts.
 	countedForCap = `state <> 'paused'`
@@ -96,7 +96,7 @@ func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbo
 		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated), owner, sb.StateReason,
 		string(access), sb.TrafficToken, netPolicy,
 		sb.DiskGB, sb.AutoStop, sb.AutoArchive, sb.AutoDelete, nullableNanos(sb.LastActivityAt), nullableNanos(sb.StoppedAt),
-		string(sb.PauseMode), string(sb.TimeoutAction()), sb.KeepMemory, sb.AutoResume, sb.ArchiveImage}
+		string(sb.PauseMode), string(sb.TimeoutAction()), sb.KeepMemory, sb.AutoResume, sb.ArchiveImage, int64(sb.Timeout / time.Second)}
 	var res sql.Result
 	switch {
 	case !limits.Unlimited():
@@ -479,12 +479,13 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 		endAt              sql.NullInt64
 		createdAt, updated int64
 		activity, stopped  sql.NullInt64
+		timeoutS           int64
 	)
 	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
 		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated, &sb.Owner, &sb.StateReason,
 		&sb.PortAccess, &sb.TrafficToken, &netw,
 		&sb.DiskGB, &sb.AutoStop, &sb.AutoArchive, &sb.AutoDelete, &activity, &stopped,
-		&sb.PauseMode, &sb.OnTimeout, &sb.KeepMemory, &sb.AutoResume, &sb.ArchiveImage); err != nil {
+		&sb.PauseMode, &sb.OnTimeout, &sb.KeepMemory, &sb.AutoResume, &sb.ArchiveImage, &timeoutS); err != nil {
 		return sandpit.Sandbox{}, err
 	}
 	var err error
@@ -504,6 +505,7 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 	sb.UpdatedAt = fromNanos(updated)
 	sb.LastActivityAt = fromNullNanos(activity)
 	sb.StoppedAt = fromNullNanos(stopped)
+	sb.Timeout = time.Duration(timeoutS) * time.Second
 	return sb, nil
 }
 

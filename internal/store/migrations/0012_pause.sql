@@ -10,6 +10,9 @@
 -- auto_resume wakes a paused sandbox on the first request through the E2B
 -- gateway or a preview URL.
 --
+-- timeout_seconds is the create's timeout, which a sandbox paused at its
+-- deadline gets again when it resumes (0 = none).
+--
 -- archive_image is the image an archived sandbox's filesystem was committed
 -- to; '' when not archived.
 ALTER TABLE sandboxes ADD COLUMN pause_mode TEXT NOT NULL DEFAULT ''
@@ -20,6 +23,8 @@ ALTER TABLE sandboxes ADD COLUMN pause_keep_memory INTEGER NOT NULL DEFAULT 1
   CHECK (pause_keep_memory IN (0, 1));
 ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0
   CHECK (auto_resume IN (0, 1));
+ALTER TABLE sandboxes ADD COLUMN timeout_seconds INTEGER NOT NULL DEFAULT 0
+  CHECK (timeout_seconds >= 0);
 ALTER TABLE sandboxes ADD COLUMN archive_image TEXT NOT NULL DEFAULT '';
 
 UPDATE sandboxes SET pause_mode = 'memory' WHERE state = 'paused';
