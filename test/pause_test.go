@@ -348,3 +348,74 @@ func TestPauseCrashPoints(t *testing.T) {
 	}
 	d.CheckConsistent(t)
 }
+
+// TestPauseRetriesAndScopes: twenty concurrent pauses with one
+// Idempotency-Key make one pause and all answer it; the same for resume. A
+// read-only token is refused every pause, resume and archive, on every
+// facade, and changes nothing.
+func TestPauseRetriesAndScopes(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	c := d.Client()
+	ctx := ctxFor(t, 3*time.Minute)
+	id := newSandbox(t, ctx, c)
+
+	concurrently := func(path, body, key string) {
+		t.Helper()
+		var wg sync.WaitGroup
+		answers := make(chan harness.Answer, 20)
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a, err := keyed(ctx, d, http.MethodPost, path, body, key)
+				if err != nil {
+					a.Err = err
+				}
+				answers <- a
+			}()
+		}
+		wg.Wait()
+		close(answers)
+		for a := range answers {
+			// A duplicate that arrives while the first runs waits for it
+			// and replays its answer.
+			if a.Err != nil || a.Status != http.StatusOK {
+				t.Fatalf("%s: %d %s %v", path, a.Status, a.Body, a.Err)
+			}
+		}
+	}
+	concurrently("/v1/sandboxes/"+id+"/pause", `{"mode":"filesystem"}`, "pause-once")
+	wantPaused(t, ctx, c, id, "filesystem", "")
+	concurrently("/v1/sandboxes/"+id+"/resume", ``, "resume-once")
+	wantState(t, ctx, c, id, "running", "")
+
+	mint := func(name string, scopes ...string) string {
+		tok, err := c.CreateToken(ctx, client.TokenRequest{Name: name, Owner: "alice", Scopes: scopes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.Secret
+	}
+	ro, rw := mint("alice-ro", "sandboxes:read"), mint("alice-rw")
+	sb, err := client.New(d.Addr, rw).Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = sb.ID
+	for _, a := range []struct{ what, path string }{
+		{"v1 pause", "/v1/sandboxes/" + id + "/pause"},
+		{"v1 resume", "/v1/sandboxes/" + id + "/resume"},
+		{"E2B pause", "/e2b/sandboxes/" + id + "/pause"},
+		{"Daytona archive", "/daytona/sandbox/" + id + "/archive"},
+	} {
+		var hdr []string
+		if strings.HasPrefix(a.path, "/e2b/") {
+			hdr = []string{"X-API-KEY", ro}
+		}
+		if got := raw(t, ctx, d, ro, http.MethodPost, a.path, `{}`, hdr...); got.Status != http.StatusForbidden {
+			t.Errorf("read token, %s: %d %s, want 403", a.what, got.Status, got.Body)
+		}
+	}
+	wantState(t, ctx, c, id, "running", "")
+}
