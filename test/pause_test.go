@@ -419,3 +419,67 @@ func TestPauseRetriesAndScopes(t *testing.T) {
 	}
 	wantState(t, ctx, c, id, "running", "")
 }
+
+// archiveImages lists the archive images of a sandbox.
+func archiveImages(t *testing.T, id string) []string {
+	t.Helper()
+	out, err := exec.Command("docker", "images", "-q", "--filter", "label=sandpit.archive="+id).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker images: %v: %s", err, out)
+	}
+	return strings.Fields(string(out))
+}
+
+// TestArchiveCrashPoint kills the daemon between the commit of a Daytona
+// archive and its record: after the restart the sandbox is stopped with its
+// container (no half archive), the retried archive finishes without leaving
+// a second image, start restores the files, and a delete removes the image.
+func TestArchiveCrashPoint(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	c := d.Client()
+	ctx := ctxFor(t, 4*time.Minute)
+	id := newSandbox(t, ctx, c)
+	sh(t, ctx, c, id, "echo kept > /root/kept")
+	archive := func() harness.Answer {
+		return raw(t, ctx, d, d.Token, http.MethodPost, "/daytona/sandbox/"+id+"/archive", ``)
+	}
+
+	d.Stop()
+	d.Restart([]string{"SANDPIT_TEST_CRASH_POINT=after-archive-commit"})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.URL()+"/daytona/sandbox/"+id+"/archive", nil)
+	req.Header.Set("Authorization", "Bearer "+d.Token)
+	if res, err := http.DefaultClient.Do(req); err == nil {
+		res.Body.Close()
+	}
+	if !d.Wait(60 * time.Second) {
+		t.Fatal("daemon did not exit at the crash point")
+	}
+	d.Restart(nil)
+	wantState(t, ctx, c, id, "stopped", "")
+	d.CheckConsistent(t)
+
+	if a := archive(); a.Status != http.StatusOK {
+		t.Fatalf("retried archive: %d %s", a.Status, a.Body)
+	}
+	wantState(t, ctx, c, id, "stopped", "archived")
+	if cs, err := d.SandboxContainers(ctx, id); err != nil || len(cs) != 0 {
+		t.Fatalf("containers of the archived sandbox: %v %v", cs, err)
+	}
+	if imgs := archiveImages(t, id); len(imgs) != 1 {
+		t.Fatalf("archive images: %v, want 1", imgs)
+	}
+	if _, err := c.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFileIn(t, ctx, c, id, "/root/kept"); got != "kept\n" {
+		t.Fatalf("file after the restore: %q", got)
+	}
+	d.CheckConsistent(t)
+	if err := c.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if imgs := archiveImages(t, id); len(imgs) != 0 {
+		t.Fatalf("archive images after delete: %v", imgs)
+	}
+}

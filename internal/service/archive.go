@@ -82,6 +82,11 @@ func (s *Service) ArchiveSandbox(ctx context.Context, id string) (_ sandpit.Sand
 	}
 	previous := sb.ArchiveImage
 	ref := archiveRef(id, previous)
+	// An image already under ref is no container's (the current one is
+	// built on previous, the other tag): an archive that died after its
+	// commit left it. It goes first, so that the commit does not leave it
+	// behind untagged.
+	s.removeArchiveImage(ctx, ref)
 	labels := map[string]string{labelArchive: id}
 	for k, v := range s.ownLabels() {
 		labels[k] = v
@@ -138,6 +143,19 @@ func (s *Service) restoreArchived(ctx context.Context, sb sandpit.Sandbox) error
 		return runtimeErr("create container from archive", err)
 	}
 	return nil
+}
+
+// removeArchiveImages removes both archive tags of a deleted sandbox: the
+// current one and any an interrupted archive left.
+func (s *Service) removeArchiveImages(ctx context.Context, id string) {
+	if s.cfg.Images == nil {
+		return
+	}
+	for _, ref := range []string{archiveRef(id, ":b"), archiveRef(id, ":a")} {
+		if ok, err := s.cfg.Images.HasImage(ctx, ref); err == nil && ok {
+			s.removeArchiveImage(ctx, ref)
+		}
+	}
 }
 
 // removeArchiveImage removes an archive image no container is built on;

@@ -279,7 +279,9 @@ func (s *Service) teardown(ctx context.Context, sb sandpit.Sandbox) error {
 		return runtimeErr("remove container", err)
 	}
 	s.removeFirewall(ctx, sb.ID)
-	s.removeArchiveImage(ctx, sb.ArchiveImage)
+	if sb.ArchiveImage != "" {
+		s.removeArchiveImages(ctx, sb.ID)
+	}
 	return nil
 }
 
