@@ -101,6 +101,22 @@ describe('pause modes', { timeout: T }, () => {
   })
 })
 
+describe('connect onResume', { timeout: T }, () => {
+  test("connect({ onResume: 'reboot' }) cold-starts a memory-paused sandbox", async () => {
+    const sbx = await Sandbox.create({ ...main.opts, metadata: uniq('reboot') })
+    try {
+      await sbx.files.write('/home/user/kept.txt', 'through a reboot')
+      const before = await bootMarker(sbx)
+      await sbx.pause()
+      const back = await Sandbox.connect(sbx.sandboxId, { ...main.opts, onResume: 'reboot' })
+      assert.notEqual(await bootMarker(back), before)
+      assert.equal(await back.files.read('/home/user/kept.txt'), 'through a reboot')
+    } finally {
+      await sbx.kill()
+    }
+  })
+})
+
 describe('lifecycle', { timeout: T }, () => {
   test("onTimeout 'pause' with autoResume: traffic through getHost wakes the sandbox", async () => {
     const sbx = await Sandbox.create({
