@@ -137,6 +137,23 @@ describe('lifecycle', { timeout: T }, () => {
     }
   })
 
+  test('autoResume: an SDK call through the gateway wakes the sandbox', async () => {
+    const sbx = await Sandbox.create({
+      ...main.opts, metadata: uniq('gatewaywake'), timeoutMs: 4_000,
+      lifecycle: { onTimeout: 'pause', autoResume: true },
+    })
+    try {
+      await sbx.files.write('/home/user/kept.txt', 'via the gateway')
+      await waitPaused(sbx.sandboxId)
+      // The SDK object made before the pause calls the agent through
+      // E2B_SANDBOX_URL (the daemon's /e2b/envd gateway).
+      assert.equal(await sbx.files.read('/home/user/kept.txt'), 'via the gateway')
+      assert.equal((await Sandbox.getInfo(sbx.sandboxId, main.opts)).state, 'running')
+    } finally {
+      await sbx.kill()
+    }
+  })
+
   test("onTimeout 'pause' without autoResume: only connect() wakes it", async () => {
     const sbx = await Sandbox.create({
       ...main.opts, metadata: uniq('noautoresume'), timeoutMs: 4_000,
