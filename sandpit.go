@@ -81,6 +81,37 @@ const (
 	ReasonOOM     = "oom"     // the kernel killed it for memory
 	ReasonKilled  = "killed"  // a signal from outside the daemon ended it
 	ReasonRemoved = "removed" // its container was removed behind the daemon's back
+	// ReasonMemoryLost: a memory pause whose frozen processes did not
+	// outlive the engine (a dockerd or host restart); the sandbox is kept
+	// as a filesystem pause and boots anew on resume.
+	ReasonMemoryLost = "memory lost: the engine restarted"
+)
+
+// PauseMode says what a paused sandbox keeps.
+type PauseMode string
+
+// Pause modes.
+const (
+	// PauseNone is the mode of a sandbox that is not paused.
+	PauseNone PauseMode = ""
+	// PauseMemory freezes the sandbox's processes (the cgroup freezer):
+	// resume continues them where they were. The memory lives as long as
+	// the engine keeps the frozen container.
+	PauseMemory PauseMode = "memory"
+	// PauseFilesystem stops the sandbox's container and keeps its
+	// filesystem: resume boots it anew, with its files.
+	PauseFilesystem PauseMode = "filesystem"
+)
+
+// OnTimeout is what the sweeper does to a sandbox at its deadline.
+type OnTimeout string
+
+// Deadline actions.
+const (
+	// OnTimeoutKill deletes the sandbox (the default).
+	OnTimeoutKill OnTimeout = "kill"
+	// OnTimeoutPause pauses it, in the mode its KeepMemory says.
+	OnTimeoutPause OnTimeout = "pause"
 )
 
 // Sandbox is one row of the sandboxes table.
@@ -124,6 +155,38 @@ type Sandbox struct {
 	LastActivityAt time.Time
 	// StoppedAt is when the sandbox last stopped; zero while it runs.
 	StoppedAt time.Time
+
+	// PauseMode is what a paused sandbox keeps; PauseNone unless paused.
+	PauseMode PauseMode
+	// OnTimeout is what happens at EndAt; "" reads as OnTimeoutKill.
+	// KeepMemory picks the mode of that pause (memory or filesystem).
+	OnTimeout  OnTimeout
+	KeepMemory bool
+	// AutoResume wakes a paused sandbox on the first request through the
+	// E2B gateway or its preview URL.
+	AutoResume bool
+	// Timeout is the create's timeout (whole seconds), which a sandbox
+	// paused at its deadline gets again when it resumes; 0 = none.
+	Timeout time.Duration
+	// ArchiveImage is the image an archived sandbox's filesystem was
+	// committed to (Daytona's archive); "" when not archived.
+	ArchiveImage string
+}
+
+// TimeoutAction is the sandbox's deadline action, with the default filled in.
+func (sb Sandbox) TimeoutAction() OnTimeout {
+	if sb.OnTimeout == "" {
+		return OnTimeoutKill
+	}
+	return sb.OnTimeout
+}
+
+// TimeoutPauseMode is the mode a pause at the deadline takes.
+func (sb Sandbox) TimeoutPauseMode() PauseMode {
+	if sb.KeepMemory {
+		return PauseMemory
+	}
+	return PauseFilesystem
 }
 
 // AutoDeleteNever is the AutoDelete of a sandbox that is never deleted

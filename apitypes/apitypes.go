@@ -26,6 +26,27 @@ type Sandbox struct {
 	// Node is the cluster node that runs the sandbox; empty on a daemon
 	// without --cluster.
 	Node string `json:"node,omitempty"`
+	// PauseMode is what a paused sandbox keeps: "memory" or "filesystem".
+	PauseMode string `json:"pause_mode,omitempty"`
+	// Lifecycle is what the deadline does and whether traffic wakes a
+	// paused sandbox.
+	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
+}
+
+// Lifecycle is a sandbox's deadline action: on_timeout "kill" (the
+// default) or "pause" (keeping memory when keep_memory, else the
+// filesystem), and auto_resume, which wakes a paused sandbox on the first
+// request through the E2B gateway or its preview URL.
+type Lifecycle struct {
+	OnTimeout  string `json:"on_timeout,omitempty"`
+	KeepMemory bool   `json:"keep_memory,omitempty"`
+	AutoResume bool   `json:"auto_resume,omitempty"`
+}
+
+// PauseRequest is the body of POST /v1/sandboxes/{id}/pause.
+type PauseRequest struct {
+	// Mode is "memory" (the default) or "filesystem".
+	Mode string `json:"mode,omitempty"`
 }
 
 // CreateRequest is the body of POST /v1/sandboxes.
@@ -41,6 +62,8 @@ type CreateRequest struct {
 	MemoryMB int64             `json:"memory_mb,omitempty"`
 	TimeoutS int64             `json:"timeout_s,omitempty"`
 	Network  *Network          `json:"network,omitempty"`
+	// Lifecycle sets what the deadline does; nil kills.
+	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
 }
 
 // ListResponse is the body of GET /v1/sandboxes.

@@ -31,6 +31,9 @@ type DebugSandbox struct {
 	Name        string `json:"name,omitempty"`
 	State       string `json:"state"`
 	StateReason string `json:"state_reason,omitempty"`
+	// PauseMode is "memory" or "filesystem" for a paused sandbox: a
+	// filesystem pause's container is stopped.
+	PauseMode   string `json:"pause_mode,omitempty"`
 	ContainerID string `json:"container_id"`
 }
 

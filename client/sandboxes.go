@@ -34,6 +34,8 @@ type (
 	Event = apitypes.Event
 	// Network is a sandbox's own egress policy.
 	Network = apitypes.Network
+	// Lifecycle is what a sandbox's deadline does.
+	Lifecycle = apitypes.Lifecycle
 )
 
 // Create makes a sandbox. It is safe to retry: the call carries an
@@ -92,6 +94,21 @@ func (c *Client) Start(ctx context.Context, id string) (Sandbox, error) {
 func (c *Client) Stop(ctx context.Context, id string) (Sandbox, error) {
 	var sb Sandbox
 	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes/" + url.PathEscape(id) + "/stop", idempotent: true, keyed: true}, &sb)
+	return sb, err
+}
+
+// Pause pauses a running sandbox: mode "memory" (the default, "") freezes
+// its processes, "filesystem" stops its container and keeps its files.
+func (c *Client) Pause(ctx context.Context, id, mode string) (Sandbox, error) {
+	var sb Sandbox
+	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes/" + url.PathEscape(id) + "/pause", body: apitypes.PauseRequest{Mode: mode}, idempotent: true, keyed: true}, &sb)
+	return sb, err
+}
+
+// Resume resumes a paused sandbox (a filesystem pause boots anew).
+func (c *Client) Resume(ctx context.Context, id string) (Sandbox, error) {
+	var sb Sandbox
+	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes/" + url.PathEscape(id) + "/resume", idempotent: true, keyed: true}, &sb)
 	return sb, err
 }
 

@@ -73,11 +73,14 @@ func TestRestartScenarios(t *testing.T) {
 	docker(t, "kill", "sandpit-"+runningExited)
 	d.Restart(nil)
 
-	wantState(t, ctx, c, pausedExited, "stopped", "exited")
+	// A paused row over an exited container is what an engine restart
+	// leaves of a memory pause: the sandbox stays paused, as a
+	// filesystem pause that says its memory was lost.
+	wantState(t, ctx, c, pausedExited, "paused", "memory lost: the engine restarted")
 	wantState(t, ctx, c, runningPaused, "paused", "")
 	wantState(t, ctx, c, runningExited, "running", "")
 	d.CheckConsistent(t)
-	// The stopped one starts again with all its routes.
+	// The degraded pause resumes (a cold start) with all its routes.
 	if _, err := c.Start(ctx, pausedExited); err != nil {
 		t.Fatal(err)
 	}

@@ -181,7 +181,7 @@ func serveCmd() *cobra.Command {
 	f.Int64Var(&cfg.PidsLimit, "pids-limit", 1024, "most processes and threads in one sandbox")
 	f.Int64Var(&cfg.DiskMB, "disk-mb", 0, "writable-layer size limit (MiB) of every sandbox; enforced only where the storage driver can (the log says); 0 means none")
 	f.StringArrayVar(&cfg.AllowImages, "allow-image", nil, "glob pattern (path.Match) of images non-admin owners may run besides the templates' images and the default image (repeatable; default: only those)")
-	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes (any state) the daemon holds; a create beyond it gets 429 quota_exceeded; 0 means no cap")
+	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes the daemon holds, in any state but paused; a create beyond it gets 429 quota_exceeded; 0 means no cap")
 	f.IntVar(&cfg.MaxConcurrentCreates, "max-concurrent-creates", 8, "creates in progress at once; more wait their turn")
 	f.StringVar(&cfg.Registry, "registry", os.Getenv("SANDPIT_REGISTRY"), "image registry HOST:PORT templates' images are pushed to and pulled from, so every cluster node runs every template (default: images stay on the node that built them)")
 	f.DurationVar(&cfg.BuildTimeout, "build-timeout", service.DefaultBuildTimeout, "longest a template build may take before it fails")

@@ -18,4 +18,13 @@ const (
 	// AfterSnapshotCommit: the engine committed a snapshot's image, and the
 	// store does not know yet.
 	AfterSnapshotCommit = "after-snapshot-commit"
+	// AfterPauseStop: a filesystem pause stopped the container, and the
+	// store still says running.
+	AfterPauseStop = "after-pause-stop"
+	// AfterResumeStart: the resume of a filesystem pause started the
+	// container, and the store still says paused.
+	AfterResumeStart = "after-resume-start"
+	// AfterArchiveCommit: an archive committed the container's filesystem
+	// to an image, and the store does not know it yet.
+	AfterArchiveCommit = "after-archive-commit"
 )

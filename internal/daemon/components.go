@@ -550,6 +550,9 @@ func (d *daemon) reconcile(ctx context.Context) error {
 	if err := svc.RecoverBuilds(d.bg); err != nil {
 		return fmt.Errorf("reconcile template builds: %w", err)
 	}
+	// The checkpoint probe runs a program that may take a moment; the
+	// start does not wait for its log line.
+	go probeCheckpoints(d.bg, d.log)
 	if err := svc.StartReconcile(d.bg); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
@@ -615,7 +618,7 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 	if d.proxyLn != nil {
 		// The Daytona gate checks signed preview hosts and records preview
 		// traffic as sandbox activity before the router proxies a request.
-		d.previewLocal = dt.PreviewGate(d.edg.proxy, builtin.ParsePreviewLabel)
+		d.previewLocal = dt.PreviewGate(wakeOnPreview(svc, d.log, d.edg.proxy, builtin.ParsePreviewLabel), builtin.ParsePreviewLabel)
 		d.validSignedHost = dt.ValidSignedPreviewHost
 		d.proxyHandler = clusterPreview(d.cl, cfg, d.previewLocal)
 	}

@@ -114,14 +114,26 @@ func (s *Service) checkContainer(ctx context.Context, id string) error {
 	}
 	c, err := s.rt.Inspect(ctx, sb.ContainerID)
 	switch {
+	case errors.Is(err, driver.ErrNotFound) && archived(sb):
+		return nil // an archive has no container: its image holds its files
 	case errors.Is(err, driver.ErrNotFound):
 		return s.sandboxDied(ctx, id, sandpit.ReasonRemoved)
 	case err != nil:
 		return runtimeErr("inspect", err)
 	case sb.State == sandpit.StateStopped:
 		return nil // its container is there: it can start again
+	case sb.State == sandpit.StatePaused && sb.PauseMode == sandpit.PauseFilesystem:
+		return nil // its container is stopped on purpose
 	case c.State == "running" || c.State == "paused" || c.State == "restarting":
 		return nil
+	case sb.State == sandpit.StatePaused:
+		// A memory pause whose frozen processes went (the engine
+		// restarted under a running daemon): the files are left, and the
+		// sandbox stays paused as a filesystem pause that says so.
+		s.log.Warn("memory pause lost with the engine; kept as a filesystem pause", "sandbox", id)
+		_, err := s.transition(ctx, change{typ: EventPaused, from: sb, state: sandpit.StatePaused,
+			mode: sandpit.PauseFilesystem, reason: sandpit.ReasonMemoryLost, reread: true})
+		return err
 	}
 	return s.sandboxDied(ctx, id, deathReason(c))
 }

@@ -18,6 +18,9 @@ const (
 	EventStopped EventType = "stopped"
 	EventPaused  EventType = "paused"
 	EventResumed EventType = "resumed"
+	// EventArchived: a stopped sandbox's filesystem went into its archive
+	// image and its container was removed.
+	EventArchived EventType = "archived"
 	// EventExpired: the sweeper deleted a sandbox whose end time passed.
 	EventExpired EventType = "expired"
 	EventDeleted EventType = "deleted"

@@ -43,8 +43,14 @@ type recreateSpec struct {
 	// revoked token would work again on the sandbox's new owner.
 	Revoked []specRevocation `json:"revoked,omitempty"`
 	// State is "stopped" or "paused" for a sandbox its user stopped or
-	// paused, which comes back so; empty for a running one.
-	State sandpit.State `json:"state,omitempty"`
+	// paused, which comes back so; empty for a running one. A paused one
+	// comes back in PauseMode (memory: frozen anew after a cold start).
+	State     sandpit.State     `json:"state,omitempty"`
+	PauseMode sandpit.PauseMode `json:"pause_mode,omitempty"`
+	// The deadline action and auto-resume of the create.
+	OnTimeout  sandpit.OnTimeout `json:"on_timeout,omitempty"`
+	KeepMemory bool              `json:"keep_memory,omitempty"`
+	AutoResume bool              `json:"auto_resume,omitempty"`
 }
 
 type specRevocation struct {
@@ -88,9 +94,11 @@ func (c *replicated) writeSpec(ctx context.Context, id string, user *string) err
 		Image: sb.Image, Template: sb.Template, Env: sb.Env, Labels: sb.Labels, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
 		DiskGB: sb.DiskGB, EndAt: sb.EndAt, AutoStop: sb.AutoStop, AutoArchive: sb.AutoArchive, AutoDelete: sb.AutoDelete,
 		PortAccess: sb.PortAccess, Network: sb.Network,
+		OnTimeout: sb.OnTimeout, KeepMemory: sb.KeepMemory, AutoResume: sb.AutoResume,
 	}
 	if sb.State == sandpit.StateStopped || sb.State == sandpit.StatePaused {
 		spec.State = sb.State
+		spec.PauseMode = sb.PauseMode
 	}
 	if user != nil {
 		spec.User = *user
@@ -366,6 +374,7 @@ func (c *replicated) recreate(ctx context.Context, p cluster.Placement) error {
 			ID: p.SandboxID, Name: p.Name, Image: spec.Image, Template: spec.Template, Env: spec.Env, Labels: spec.Labels,
 			CPU: spec.CPU, MemoryMB: spec.MemoryMB, DiskGB: spec.DiskGB, User: spec.User, PortAccess: spec.PortAccess,
 			Network: spec.Network, AutoStop: &spec.AutoStop, AutoArchive: &spec.AutoArchive, AutoDelete: &spec.AutoDelete,
+			OnTimeout: spec.OnTimeout, KeepMemory: spec.KeepMemory, AutoResume: spec.AutoResume,
 			recreate: true,
 		}
 		if !spec.EndAt.IsZero() {
@@ -420,7 +429,7 @@ func (c *replicated) recreate(ctx context.Context, p cluster.Placement) error {
 			return fmt.Errorf("stop: %w", err)
 		}
 	case sandpit.StatePaused:
-		if _, err := s.PauseSandbox(ctx, p.SandboxID); err != nil {
+		if _, err := s.PauseSandbox(ctx, p.SandboxID, spec.PauseMode); err != nil {
 			return fmt.Errorf("pause: %w", err)
 		}
 	}

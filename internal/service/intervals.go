@@ -70,8 +70,10 @@ func (s *Service) RefreshActivity(ctx context.Context, id string) error {
 	return nil
 }
 
-// SweepLifecycle stops sandboxes idle past their auto-stop interval and
-// deletes those stopped past their auto-delete interval. It returns how many
+// SweepLifecycle stops sandboxes idle past their auto-stop interval,
+// archives those stopped past their auto-archive interval (their
+// filesystem goes into an image, their container is removed) and deletes
+// those stopped past their auto-delete interval. It returns how many
 // it acted on. Both go through the same locked paths as a caller's stop and
 // delete, so they take turns with other operations on the sandbox and are
 // announced on the event stream.
@@ -90,6 +92,15 @@ func (s *Service) SweepLifecycle(ctx context.Context) (int, error) {
 			}
 			s.log.Info("sandbox auto-stopped", "sandbox", sb.ID, "idle_since", sb.IdleSince())
 		case sandpit.StateStopped:
+			if !s.due(sb, sb.AutoDelete, sandpit.AutoDeleteNever) {
+				// Due for its auto-archive only.
+				if _, err := s.ArchiveSandbox(ctx, sb.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+					s.log.Error("sweep: auto-archive", "sandbox", sb.ID, "err", err)
+					continue
+				}
+				s.log.Info("sandbox auto-archived", "sandbox", sb.ID, "stopped_at", sb.StoppedAt)
+				break
+			}
 			if err := s.deleteSandbox(ctx, sb.ID, EventDeleted); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 				s.log.Error("sweep: auto-delete", "sandbox", sb.ID, "err", err)
 				continue
@@ -110,11 +121,9 @@ func (s *Service) forgetTouch(id string) {
 	s.mu.Unlock()
 }
 
-// Archived reports whether a stopped sandbox has been stopped for its
-// auto-archive interval, which Daytona reports as the state archived. The
-// filesystem of a stopped sandbox is kept either way; archiving changes
-// nothing but the name of the state.
-func (s *Service) Archived(sb sandpit.Sandbox) bool {
-	return sb.State == sandpit.StateStopped && sb.AutoArchive > 0 && !sb.StoppedAt.IsZero() &&
-		!s.now().Before(sb.StoppedAt.Add(time.Duration(sb.AutoArchive)*s.cfg.IntervalUnit))
+// due reports whether a stopped sandbox has been stopped for interval
+// (in the interval unit); never is the interval's "never" value.
+func (s *Service) due(sb sandpit.Sandbox, interval, never int) bool {
+	return interval != never && !sb.StoppedAt.IsZero() &&
+		!s.now().Before(sb.StoppedAt.Add(time.Duration(interval)*s.cfg.IntervalUnit))
 }

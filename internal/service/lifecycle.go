@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 )
 
@@ -278,6 +279,9 @@ func (s *Service) teardown(ctx context.Context, sb sandpit.Sandbox) error {
 		return runtimeErr("remove container", err)
 	}
 	s.removeFirewall(ctx, sb.ID)
+	if sb.ArchiveImage != "" {
+		s.removeArchiveImages(ctx, sb.ID)
+	}
 	return nil
 }
 
@@ -321,7 +325,7 @@ func (s *Service) stopLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit.S
 	// that one under this sandbox's URL.
 	s.removeRoutes(ctx, id)
 	s.forgetIP(id)
-	if sb.State == sandpit.StatePaused {
+	if sb.State == sandpit.StatePaused && sb.PauseMode != sandpit.PauseFilesystem {
 		if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
 			return sb, runtimeErr("unpause", err)
 		}
@@ -374,6 +378,11 @@ func (s *Service) StartSandbox(ctx context.Context, id string) (_ sandpit.Sandbo
 	case sandpit.StateCreating, sandpit.StateDeleting:
 		return sb, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
 	}
+	if archived(sb) {
+		if err := s.restoreArchived(ctx, sb); err != nil {
+			return sb, err
+		}
+	}
 	if err := s.startAndAwait(ctx, &sb); err != nil {
 		return sb, err
 	}
@@ -389,27 +398,67 @@ func (s *Service) StartSandbox(ctx context.Context, id string) (_ sandpit.Sandbo
 	return after, err
 }
 
-// PauseSandbox freezes a running sandbox's processes. Its routes go while it
-// is paused: a frozen upstream would hold every connection open forever.
-func (s *Service) PauseSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
+// PauseSandbox pauses a running sandbox in the given mode (PauseNone is a
+// memory pause). Its routes go while it is paused: a frozen upstream would
+// hold every connection open forever, and a stopped one's address can be
+// handed to another container.
+//
+// A memory pause freezes the processes (the cgroup freezer). The frozen
+// container outlives a restart of the daemon, not of the engine: reconcile
+// then finds it exited and keeps the sandbox as a filesystem pause whose
+// reason says the memory was lost. A filesystem pause stops the container
+// and keeps it, files and all; its resume boots it anew.
+func (s *Service) PauseSandbox(ctx context.Context, id string, mode sandpit.PauseMode) (_ sandpit.Sandbox, err error) {
 	defer s.cluster.specChanged(ctx, id, &err)
+	switch mode {
+	case sandpit.PauseNone:
+		mode = sandpit.PauseMemory
+	case sandpit.PauseMemory, sandpit.PauseFilesystem:
+	default:
+		return sandpit.Sandbox{}, invalidf("pause mode must be %q or %q, got %q", sandpit.PauseMemory, sandpit.PauseFilesystem, mode)
+	}
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return sb, err
 	}
 	defer unlock()
+	return s.pauseLocked(ctx, sb, mode, "")
+}
+
+// pauseLocked is PauseSandbox under the sandbox's lock; reason is recorded
+// with the paused state ("" for a pause on request).
+func (s *Service) pauseLocked(ctx context.Context, sb sandpit.Sandbox, mode sandpit.PauseMode, reason string) (sandpit.Sandbox, error) {
+	id := sb.ID
 	if sb.State != sandpit.StateRunning {
 		return sb, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
 	}
 	s.removeRoutes(ctx, id)
-	if err := s.rt.Pause(ctx, sb.ContainerID); err != nil {
-		s.restoreRoutes(ctx, id)
-		return sb, runtimeErr("pause", err)
+	if mode == sandpit.PauseMemory {
+		if err := s.rt.Pause(ctx, sb.ContainerID); err != nil {
+			s.restoreRoutes(ctx, id)
+			return sb, runtimeErr("pause", err)
+		}
+		return s.transition(ctx, change{typ: EventPaused, from: sb, state: sandpit.StatePaused, mode: mode, reason: reason, reread: true})
 	}
-	return s.transition(ctx, change{typ: EventPaused, from: sb, state: sandpit.StatePaused})
+	s.forgetIP(id)
+	leave := s.leave(id)
+	defer leave()
+	if err := s.rt.Stop(ctx, sb.ContainerID, stopGrace); err != nil {
+		s.restoreRoutes(ctx, id)
+		return sb, runtimeErr("stop container", err)
+	}
+	s.removeFirewall(ctx, id)
+	// Dying here leaves a running row over a stopped container, which
+	// reconcile starts again: the sandbox runs, and a retried pause pauses
+	// it.
+	crashpoint.Hit(crashpoint.AfterPauseStop)
+	return s.transition(ctx, change{typ: EventPaused, from: sb, state: sandpit.StatePaused, mode: mode, reason: reason, reread: true})
 }
 
-// ResumeSandbox unfreezes a paused sandbox.
+// ResumeSandbox resumes a paused sandbox: a memory pause is unfrozen, a
+// filesystem pause is booted again. Resuming a sandbox that is not paused
+// is a no-op, so a retry, a connect and the auto-resume of traffic share
+// one path.
 func (s *Service) ResumeSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
 	defer s.cluster.specChanged(ctx, id, &err)
 	sb, unlock, err := s.lockRow(ctx, id)
@@ -424,10 +473,33 @@ func (s *Service) ResumeSandbox(ctx context.Context, id string) (_ sandpit.Sandb
 }
 
 func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit.Sandbox, error) {
+	// A sandbox paused at its deadline runs for its timeout again once
+	// resumed, as when it was made, and is then paused again; without this
+	// it would run out the paused retention. A caller that sets its own
+	// timeout after the resume (E2B's connect) wins.
+	if sb.StateReason == ReasonTimeout && sb.Timeout > 0 {
+		if err := s.store.SetSandboxEndAt(ctx, sb.ID, s.now().Add(sb.Timeout), s.now()); err != nil {
+			return sb, err
+		}
+	}
+	if sb.PauseMode == sandpit.PauseFilesystem {
+		if err := s.startAndAwait(ctx, &sb); err != nil {
+			return sb, err
+		}
+		// Dying here leaves a paused row over a running container, which
+		// reconcile records as resumed.
+		crashpoint.Hit(crashpoint.AfterResumeStart)
+		after, err := s.transition(ctx, change{typ: EventResumed, from: sb, state: sandpit.StateRunning, reread: true})
+		if err != nil && !errors.Is(err, errReread) {
+			s.undoStart(ctx, &sb)
+			return sb, err
+		}
+		return after, err
+	}
 	if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
 		return sb, runtimeErr("unpause", err)
 	}
-	sb, err := s.transition(ctx, change{typ: EventResumed, from: sb, state: sandpit.StateRunning})
+	sb, err := s.transition(ctx, change{typ: EventResumed, from: sb, state: sandpit.StateRunning, reread: true})
 	if err != nil {
 		return sb, err
 	}
@@ -435,6 +507,60 @@ func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit
 	// meanwhile were only recorded; all of them are installed now.
 	s.restoreRoutes(ctx, sb.ID)
 	return sb, nil
+}
+
+// Wake outcomes of traffic for a sandbox.
+type WakeOutcome int
+
+const (
+	// WakeNotPaused: the sandbox was not paused; the request goes on.
+	WakeNotPaused WakeOutcome = iota + 1
+	// WakeResumed: the sandbox was paused with auto-resume and now runs.
+	WakeResumed
+	// WakeStaysPaused: the sandbox is paused without auto-resume; only an
+	// explicit resume (connect) wakes it.
+	WakeStaysPaused
+)
+
+// WakeOnTraffic resumes a paused sandbox made with auto-resume, for a
+// request that reached it through the E2B gateway or its preview URL; the
+// request waits for the resume and is then served. It is asked on every
+// such request, so a sandbox that is not paused is answered from memory.
+// Concurrent requests take turns on the sandbox's lock, and the first one's
+// resume makes the others' no-ops. The caller needs no credential: waking a
+// sandbox that asked to be woken by traffic is what the traffic is for.
+func (s *Service) WakeOnTraffic(ctx context.Context, id string) (WakeOutcome, error) {
+	if !s.store.SandboxPaused(id) {
+		return WakeNotPaused, nil
+	}
+	sb, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if sb.State != sandpit.StatePaused {
+		return WakeNotPaused, nil
+	}
+	if !sb.AutoResume {
+		return WakeStaysPaused, nil
+	}
+	defer s.cluster.specChanged(ctx, id, &err)
+	unlock, err := s.lock(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	if sb, err = s.store.GetSandbox(ctx, id); err != nil {
+		return 0, err
+	}
+	if sb.State != sandpit.StatePaused {
+		return WakeNotPaused, nil
+	}
+	t0 := time.Now()
+	if _, err = s.resumeLocked(ctx, sb); err != nil {
+		return 0, err
+	}
+	s.log.Info("sandbox auto-resumed by traffic", "sandbox", id, "mode", sb.PauseMode, "took", time.Since(t0))
+	return WakeResumed, nil
 }
 
 // SetTimeout moves a sandbox's end time to now+timeout.
@@ -481,9 +607,10 @@ func (s *Service) Stats(ctx context.Context, id string) (driver.Stats, error) {
 	return st, nil
 }
 
-// SweepExpired kills every sandbox whose end time has passed. One sandbox's
-// failure (an engine that does not answer) is logged and the sweep goes on
-// to the next.
+// SweepExpired acts on every sandbox whose end time has passed: one made
+// with on_timeout pause is paused (in its KeepMemory's mode) and kept for
+// the paused retention, any other is killed. One sandbox's failure (an
+// engine that does not answer) is logged and the sweep goes on to the next.
 func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 	expired, err := s.store.ListExpiredSandboxes(ctx, s.now())
 	if err != nil {
@@ -494,6 +621,14 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 		if sb.State == sandpit.StateCreating {
 			continue
 		}
+		if sb.TimeoutAction() == sandpit.OnTimeoutPause && sb.State != sandpit.StateDeleting {
+			if err := s.autoPause(ctx, sb); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+				s.log.Error("sweep: pause expired sandbox", "sandbox", sb.ID, "err", err)
+				continue
+			}
+			n++
+			continue
+		}
 		if err := s.deleteSandbox(ctx, sb.ID, EventExpired); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Error("sweep: delete expired sandbox", "sandbox", sb.ID, "err", err)
 			continue
@@ -502,6 +637,55 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// PausedRetention is how long a sandbox paused at its deadline is kept
+// before the sweeper kills it, as E2B keeps paused sandboxes (up to 30
+// days); the E2B facade gives a paused-on-request sandbox the same.
+const PausedRetention = maxTimeout
+
+// ReasonTimeout is the state reason of a sandbox paused at its deadline.
+const ReasonTimeout = "timeout"
+
+// autoPause pauses a running sandbox at its deadline and moves the deadline
+// out by the paused retention. A sandbox that is not running at its deadline
+// (paused, with its retention run out; stopped; failed) is killed as any
+// expired sandbox is: its pause, if any, already had its retention.
+func (s *Service) autoPause(ctx context.Context, sb sandpit.Sandbox) error {
+	unlock, err := s.lock(ctx, sb.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cur, err := s.store.GetSandbox(ctx, sb.ID)
+	if err != nil {
+		return err
+	}
+	if cur.EndAt.IsZero() || cur.EndAt.After(s.now()) {
+		return nil // moved meanwhile (a connect, a set-timeout)
+	}
+	pausedByThisDeadline := cur.State == sandpit.StatePaused && cur.StateReason == ReasonTimeout && !cur.UpdatedAt.Before(cur.EndAt)
+	if cur.State != sandpit.StateRunning && !pausedByThisDeadline {
+		if err := s.deleteLocked(ctx, sb.ID, EventExpired); err != nil {
+			return err
+		}
+		s.log.Info("sandbox expired", "sandbox", sb.ID)
+		return nil
+	}
+	if cur.State == sandpit.StateRunning {
+		if _, err := s.pauseLocked(ctx, cur, cur.TimeoutPauseMode(), ReasonTimeout); err != nil {
+			return err
+		}
+	}
+	// The retention is set after the pause: a daemon that dies between the
+	// two leaves a sandbox paused by this deadline (its reason and its
+	// change time say so), whose next sweep sets it, rather than a running
+	// sandbox with a month to live.
+	if err := s.store.SetSandboxEndAt(ctx, sb.ID, s.now().Add(PausedRetention), s.now()); err != nil {
+		return err
+	}
+	s.log.Info("sandbox paused at its deadline", "sandbox", sb.ID, "mode", cur.TimeoutPauseMode())
+	return nil
 }
 
 // RunSweeper sweeps expired sandboxes, and those due for their lifecycle

@@ -497,7 +497,7 @@ func TestExposeWhilePausedServesAfterResume(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	id := r.sandbox(t, ctx)
-	if _, err := r.svc.PauseSandbox(ctx, id); err != nil {
+	if _, err := r.svc.PauseSandbox(ctx, id, sandpit.PauseMemory); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {

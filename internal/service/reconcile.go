@@ -46,7 +46,12 @@ func (s *Service) Reconcile(ctx context.Context) error {
 //   - a row whose container is gone is marked error;
 //   - stopped row, running container: the container is stopped;
 //   - running row, paused container: the row becomes paused;
-//   - paused row, exited container: the row becomes stopped (exited);
+//   - memory-paused row, exited container (the engine restarted, and the
+//     frozen processes with it): the row stays paused, as a filesystem
+//     pause with the reason memory lost;
+//   - filesystem-paused row, exited container: nothing to do;
+//   - filesystem-paused row, running container (a resume died after its
+//     start): the row becomes running and the agent is awaited;
 //   - running row, exited container: the container is started again, in
 //     the background, RestartParallel at a time, showing as starting;
 //   - a sandbox whose container runs (or is frozen) gets its firewall rules
@@ -367,6 +372,15 @@ func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver
 	case sb.State == sandpit.StateDeleting:
 		s.log.Warn("reconcile: finishing interrupted delete", "sandbox", sb.ID)
 		return false, s.deleteLocked(ctx, sb.ID, EventDeleted)
+	case archived(sb) && exists:
+		// The archive was recorded and its container not yet removed, or
+		// a restore died before its state change: the image holds the
+		// files, and the container goes.
+		s.log.Warn("reconcile: removing the container of an archived sandbox", "sandbox", sb.ID)
+		if err := s.rt.Remove(ctx, c.ID); err != nil {
+			return false, runtimeErr("remove container", err)
+		}
+	case archived(sb):
 	case !exists:
 		if sb.State != sandpit.StateError {
 			s.log.Warn("reconcile: container gone", "sandbox", sb.ID)
@@ -386,9 +400,31 @@ func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver
 	case sb.State == sandpit.StateRunning && c.State != "running":
 		return true, nil
 	case sb.State == sandpit.StatePaused && c.State == "running":
+		if sb.PauseMode == sandpit.PauseFilesystem {
+			// A resume died after its start: the sandbox runs, and its
+			// agent is checked like any running sandbox's.
+			return true, s.reconciled(ctx, EventResumed, sb, sandpit.StateRunning, "")
+		}
 		return false, s.reconciled(ctx, EventResumed, sb, sandpit.StateRunning, "")
+	case sb.State == sandpit.StatePaused && sb.PauseMode == sandpit.PauseFilesystem && c.State == "paused":
+		// Frozen by someone else while it was a filesystem pause: it is
+		// stopped again, as its mode says.
+		if err := s.rt.Unpause(ctx, c.ID); err != nil {
+			return false, runtimeErr("unpause", err)
+		}
+		if err := s.rt.Stop(ctx, c.ID, stopGrace); err != nil {
+			return false, runtimeErr("stop", err)
+		}
+	case sb.State == sandpit.StatePaused && sb.PauseMode == sandpit.PauseFilesystem:
+		// A filesystem pause's container is stopped: nothing to do.
 	case sb.State == sandpit.StatePaused && c.State != "paused":
-		return false, s.reconciled(ctx, EventDied, sb, sandpit.StateStopped, sandpit.ReasonExited)
+		// The frozen processes did not outlive the engine (a dockerd or
+		// host restart kills them): the filesystem is all that is left,
+		// and the sandbox stays paused as a filesystem pause that says so.
+		s.log.Warn("reconcile: memory pause lost with the engine; kept as a filesystem pause", "sandbox", sb.ID)
+		_, err := s.transition(ctx, change{typ: EventPaused, from: sb, state: sandpit.StatePaused,
+			mode: sandpit.PauseFilesystem, reason: sandpit.ReasonMemoryLost, reread: true})
+		return false, err
 	}
 	return false, nil
 }

@@ -50,6 +50,13 @@ type CreateRequest struct {
 	PortAccess sandpit.PortAccess
 	// Network is the sandbox's own egress policy; zero follows the daemon.
 	Network sandpit.NetworkPolicy
+	// OnTimeout is what happens at the deadline ("" = kill); a pause keeps
+	// memory when KeepMemory is set, else the filesystem. AutoResume wakes
+	// a paused sandbox on the first request through the gateway or its
+	// preview URL.
+	OnTimeout  sandpit.OnTimeout
+	KeepMemory bool
+	AutoResume bool
 
 	// recreate makes, under the placement the cluster already holds, a
 	// sandbox of a dead node again (failover.go): nothing is reserved, and
@@ -131,6 +138,15 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 	}
 	if req.Name != "" && !nameRE.MatchString(req.Name) {
 		return invalidf("invalid name %q: use 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit", req.Name)
+	}
+	switch req.OnTimeout {
+	case "", sandpit.OnTimeoutKill:
+		if req.AutoResume {
+			return invalidf("auto-resume needs on_timeout %q", sandpit.OnTimeoutPause)
+		}
+	case sandpit.OnTimeoutPause:
+	default:
+		return invalidf("on_timeout must be %q or %q, got %q", sandpit.OnTimeoutKill, sandpit.OnTimeoutPause, req.OnTimeout)
 	}
 	if req.CPU < 0 || req.CPU > s.cfg.MaxCPU || math.IsNaN(req.CPU) {
 		return invalidf("cpu must be between 0 and %g", s.cfg.MaxCPU)
@@ -322,6 +338,10 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		UpdatedAt:    now,
 		DiskGB:       req.DiskGB,
 		AutoDelete:   sandpit.AutoDeleteNever,
+		OnTimeout:    req.OnTimeout,
+		KeepMemory:   req.KeepMemory,
+		AutoResume:   req.AutoResume,
+		Timeout:      req.Timeout.Truncate(time.Second),
 	}
 	if req.AutoStop != nil {
 		sb.AutoStop = *req.AutoStop

@@ -100,6 +100,9 @@ func (s *Service) snapshotSource(ctx context.Context, id string) (sandpit.Sandbo
 	if err != nil {
 		return sb, err
 	}
+	if s.Archived(sb) {
+		return sb, fmt.Errorf("%w: sandbox %s is archived: start it first", ErrNotRunning, id)
+	}
 	switch sb.State {
 	case sandpit.StateRunning, sandpit.StatePaused, sandpit.StateStopped:
 		return sb, nil

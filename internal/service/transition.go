@@ -15,6 +15,9 @@ type change struct {
 	from   sandpit.Sandbox
 	state  sandpit.State
 	reason string
+	// mode is the pause mode of a change to paused (PauseNone reads as a
+	// memory pause); every other state clears the mode.
+	mode sandpit.PauseMode
 	// reread makes the event carry the row as the store has it after the
 	// write (stopped_at, activity, ...) rather than from with its state
 	// replaced; the changes that announced a fresh read before keep doing so.
@@ -54,14 +57,21 @@ func (s *Service) transition(ctx context.Context, c change) (sandpit.Sandbox, er
 		}
 		return c.from, nil
 	}
-	if err := s.store.SetSandboxState(ctx, c.from.ID, c.state, c.reason, s.now()); err != nil {
+	mode := sandpit.PauseNone
+	if c.state == sandpit.StatePaused {
+		mode = c.mode
+		if mode == sandpit.PauseNone {
+			mode = sandpit.PauseMemory
+		}
+	}
+	if err := s.store.SetSandboxStateMode(ctx, c.from.ID, c.state, mode, c.reason, s.now()); err != nil {
 		return c.from, err
 	}
 	if c.then != nil {
 		c.then()
 	}
 	after := c.from
-	after.State, after.StateReason = c.state, c.reason
+	after.State, after.StateReason, after.PauseMode = c.state, c.reason, mode
 	if c.reread {
 		var err error
 		if after, err = s.store.GetSandbox(ctx, c.from.ID); err != nil {

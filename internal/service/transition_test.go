@@ -48,7 +48,7 @@ func TestEveryTransitionPublishesOneEvent(t *testing.T) {
 		}, service.EventCreated, sandpit.StateCreating, sandpit.StateRunning},
 		{"stop", func() error { _, err := r.svc.StopSandbox(ctx, id); return err }, service.EventStopped, sandpit.StateRunning, sandpit.StateStopped},
 		{"start", func() error { _, err := r.svc.StartSandbox(ctx, id); return err }, service.EventStarted, sandpit.StateStopped, sandpit.StateRunning},
-		{"pause", func() error { _, err := r.svc.PauseSandbox(ctx, id); return err }, service.EventPaused, sandpit.StateRunning, sandpit.StatePaused},
+		{"pause", func() error { _, err := r.svc.PauseSandbox(ctx, id, sandpit.PauseMemory); return err }, service.EventPaused, sandpit.StateRunning, sandpit.StatePaused},
 		{"resume", func() error { _, err := r.svc.ResumeSandbox(ctx, id); return err }, service.EventResumed, sandpit.StatePaused, sandpit.StateRunning},
 		{"reconcile: container gone", func() error {
 			sb, err := r.st.GetSandbox(ctx, id)

@@ -27,6 +27,7 @@ type sandboxIndex struct {
 type indexedSandbox struct {
 	token   string
 	running bool
+	paused  bool
 }
 
 func (x *sandboxIndex) load(ctx context.Context, s *Store) error {
@@ -41,7 +42,7 @@ func (x *sandboxIndex) load(ctx context.Context, s *Store) error {
 		if err := rows.Scan(&id, &token, &state); err != nil {
 			return fmt.Errorf("load sandbox index: %w", err)
 		}
-		m[id] = indexedSandbox{token: token, running: state == string(sandpit.StateRunning)}
+		m[id] = indexedSandbox{token: token, running: state == string(sandpit.StateRunning), paused: state == string(sandpit.StatePaused)}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("load sandbox index: %w", err)
@@ -57,7 +58,7 @@ func (x *sandboxIndex) put(id, token string, state sandpit.State) {
 	if x.rows == nil {
 		x.rows = map[string]indexedSandbox{}
 	}
-	x.rows[id] = indexedSandbox{token: token, running: state == sandpit.StateRunning}
+	x.rows[id] = indexedSandbox{token: token, running: state == sandpit.StateRunning, paused: state == sandpit.StatePaused}
 	x.mu.Unlock()
 }
 
@@ -65,6 +66,7 @@ func (x *sandboxIndex) setState(id string, state sandpit.State) {
 	x.mu.Lock()
 	if e, ok := x.rows[id]; ok {
 		e.running = state == sandpit.StateRunning
+		e.paused = state == sandpit.StatePaused
 		x.rows[id] = e
 	}
 	x.mu.Unlock()
@@ -83,6 +85,14 @@ func (s *Store) SandboxKnown(id string) bool {
 	defer s.index.mu.RUnlock()
 	_, ok := s.index.rows[id]
 	return ok
+}
+
+// SandboxPaused reports whether a sandbox row with this id is paused, from
+// memory: traffic for a sandbox that may auto-resume asks on every request.
+func (s *Store) SandboxPaused(id string) bool {
+	s.index.mu.RLock()
+	defer s.index.mu.RUnlock()
+	return s.index.rows[id].paused
 }
 
 // FindRunningByToken returns the id of a running sandbox whose access token

@@ -29,19 +29,23 @@ const (
 
 const sandboxColumns = `id, name, image, template, state, labels, env, cpu, memory_mb,
 	container_id, access_token, end_at, created_at, updated_at, owner, state_reason, port_access, traffic_token, network,
-	disk_gb, auto_stop_minutes, auto_archive_minutes, auto_delete_minutes, last_activity_at, stopped_at`
+	disk_gb, auto_stop_minutes, auto_archive_minutes, auto_delete_minutes, last_activity_at, stopped_at,
+	pause_mode, on_timeout, pause_keep_memory, auto_resume, archive_image, timeout_seconds`
 
 const (
 	qSandboxInsert = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	// qSandboxInsertCapped inserts only while the table holds fewer rows than
-	// the last argument. The count and the insert are one statement on the
-	// single writer connection, so concurrent creates cannot both take the
-	// last slot.
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	// qSandboxInsertCapped inserts only while the table holds fewer
+	// counted rows than the last argument. The count and the insert are one
+	// statement on the single writer connection, so concurrent creates
+	// cannot both take the last slot. Paused sandboxes are not counted: they
+	// run nothing until resumed.
 	qSandboxInsertCapped = `INSERT INTO sandboxes (` + sandboxColumns + `)
-		SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
-		WHERE (SELECT COUNT(*) FROM sandboxes) < ?`
-	qSandboxByID = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
+		SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+		WHERE (SELECT COUNT(*) FROM sandboxes WHERE ` + countedForCap + `) < ?`
+	// countedForCap selects the rows --max-sandboxes counts.
+	countedForCap = `state <> 'paused'`
+	qSandboxByID  = `SELECT ` + sandboxColumns + ` FROM sandboxes WHERE id = ?`
 )
 
 // CreateSandbox inserts a new sandbox row. A duplicate non-empty name fails
@@ -91,7 +95,8 @@ func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbo
 	args := []any{sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
 		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated), owner, sb.StateReason,
 		string(access), sb.TrafficToken, netPolicy,
-		sb.DiskGB, sb.AutoStop, sb.AutoArchive, sb.AutoDelete, nullableNanos(sb.LastActivityAt), nullableNanos(sb.StoppedAt)}
+		sb.DiskGB, sb.AutoStop, sb.AutoArchive, sb.AutoDelete, nullableNanos(sb.LastActivityAt), nullableNanos(sb.StoppedAt),
+		string(sb.PauseMode), string(sb.TimeoutAction()), sb.KeepMemory, sb.AutoResume, sb.ArchiveImage, int64(sb.Timeout / time.Second)}
 	var res sql.Result
 	switch {
 	case !limits.Unlimited():
@@ -254,19 +259,41 @@ func (s *Store) UpdateSandboxState(ctx context.Context, id string, state sandpit
 // ("" for none), or returns ErrNotFound. Stopping records when (auto-delete
 // and auto-archive count from then); starting clears that and counts as
 // activity, so that auto-stop measures idleness from the start rather than
-// from before the stop.
-func (s *Store) SetSandboxState(ctx context.Context, id string, state sandpit.State, reason string, now time.Time) (err error) {
+// from before the stop. A paused state is a memory pause; SetSandboxPaused
+// names another mode.
+func (s *Store) SetSandboxState(ctx context.Context, id string, state sandpit.State, reason string, now time.Time) error {
+	return s.SetSandboxStateMode(ctx, id, state, sandpit.PauseMemory, reason, now)
+}
+
+// SetSandboxStateMode is SetSandboxState with the pause mode a paused state
+// has; any other state clears the mode. State and mode are one write, so no
+// reader sees a paused row without its mode.
+func (s *Store) SetSandboxStateMode(ctx context.Context, id string, state sandpit.State, mode sandpit.PauseMode, reason string, now time.Time) (err error) {
 	defer func() {
 		if err == nil {
 			s.index.setState(id, state)
 		}
 	}()
+	if state != sandpit.StatePaused {
+		mode = sandpit.PauseNone
+	} else if mode == sandpit.PauseNone {
+		mode = sandpit.PauseMemory
+	}
 	return s.updateSandbox(ctx, "update state of sandbox", id,
 		`UPDATE sandboxes SET state = ?1, state_reason = ?2, updated_at = ?3,
 			stopped_at = CASE WHEN ?1 = 'stopped' THEN COALESCE(stopped_at, ?3) ELSE NULL END,
-			last_activity_at = CASE WHEN ?1 = 'running' AND state <> 'running' THEN ?3 ELSE last_activity_at END
+			last_activity_at = CASE WHEN ?1 = 'running' AND state <> 'running' THEN ?3 ELSE last_activity_at END,
+			pause_mode = ?5
 		WHERE id = ?4`,
-		string(state), reason, toNanos(clock(now)), id)
+		string(state), reason, toNanos(clock(now)), id, string(mode))
+}
+
+// SetSandboxArchiveImage records (or, with "", clears) the image an
+// archived sandbox's filesystem was committed to.
+func (s *Store) SetSandboxArchiveImage(ctx context.Context, id, image string, now time.Time) error {
+	return s.updateSandbox(ctx, "set archive image of sandbox", id,
+		`UPDATE sandboxes SET archive_image = ?, updated_at = ? WHERE id = ?`,
+		image, toNanos(clock(now)), id)
 }
 
 // SetSandboxInterval sets one lifecycle interval of a sandbox. The caller
@@ -313,7 +340,8 @@ func (s *Store) TouchSandbox(ctx context.Context, id string, at time.Time) error
 // ListLifecycleDue returns the sandboxes whose lifecycle interval has run
 // out at now, with intervals counted in unit: running sandboxes idle for
 // their auto-stop interval, and stopped sandboxes stopped for their
-// auto-delete interval. The caller tells the two apart by state.
+// auto-delete or (not yet archived) auto-archive interval. The caller tells
+// them apart by state and interval.
 func (s *Store) ListLifecycleDue(ctx context.Context, now time.Time, unit time.Duration) ([]sandpit.Sandbox, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT `+sandboxColumns+` FROM sandboxes
@@ -321,6 +349,8 @@ func (s *Store) ListLifecycleDue(ctx context.Context, now time.Time, unit time.D
 		       AND MAX(COALESCE(last_activity_at, 0), created_at) + auto_stop_minutes * ?2 <= ?1)
 		   OR (auto_delete_minutes >= 0 AND state = 'stopped' AND stopped_at IS NOT NULL
 		       AND stopped_at + auto_delete_minutes * ?2 <= ?1)
+		   OR (auto_archive_minutes > 0 AND state = 'stopped' AND state_reason <> 'archived' AND stopped_at IS NOT NULL
+		       AND stopped_at + auto_archive_minutes * ?2 <= ?1)
 		ORDER BY created_at, id`, toNanos(clock(now)), int64(unit))
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes due for their lifecycle: %w", err)
@@ -449,11 +479,13 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 		endAt              sql.NullInt64
 		createdAt, updated int64
 		activity, stopped  sql.NullInt64
+		timeoutS           int64
 	)
 	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
 		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated, &sb.Owner, &sb.StateReason,
 		&sb.PortAccess, &sb.TrafficToken, &netw,
-		&sb.DiskGB, &sb.AutoStop, &sb.AutoArchive, &sb.AutoDelete, &activity, &stopped); err != nil {
+		&sb.DiskGB, &sb.AutoStop, &sb.AutoArchive, &sb.AutoDelete, &activity, &stopped,
+		&sb.PauseMode, &sb.OnTimeout, &sb.KeepMemory, &sb.AutoResume, &sb.ArchiveImage, &timeoutS); err != nil {
 		return sandpit.Sandbox{}, err
 	}
 	var err error
@@ -473,6 +505,7 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 	sb.UpdatedAt = fromNanos(updated)
 	sb.LastActivityAt = fromNullNanos(activity)
 	sb.StoppedAt = fromNullNanos(stopped)
+	sb.Timeout = time.Duration(timeoutS) * time.Second
 	return sb, nil
 }
 
@@ -562,7 +595,7 @@ func (s *Store) insertWithinLimits(ctx context.Context, owner string, sb sandpit
 	}
 	if maxRows > 0 {
 		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes`).Scan(&n); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE `+countedForCap).Scan(&n); err != nil {
 			return err
 		}
 		if n >= maxRows {

@@ -91,6 +91,8 @@ func TestSandboxRoundTrip(t *testing.T) {
 		CPU: 1.5, MemoryMB: 512, ContainerID: "c0ffee", AccessToken: "tok",
 		PortAccess: sandpit.PortAccessToken, TrafficToken: "traffic",
 		EndAt: t0.Add(time.Hour), CreatedAt: t0, UpdatedAt: t0.Add(time.Second), Owner: "team-infra",
+		PauseMode: sandpit.PauseFilesystem, OnTimeout: sandpit.OnTimeoutPause, KeepMemory: true, AutoResume: true,
+		Timeout: 90 * time.Second, ArchiveImage: "sandpit-archive/sb-full:a",
 	}
 	bare := sandpit.Sandbox{ID: "sb-bare", CreatedAt: t0}
 	for _, sb := range []sandpit.Sandbox{full, bare} {
@@ -335,4 +337,35 @@ func reversed(s []string) []string {
 	out := slices.Clone(s)
 	slices.Reverse(out)
 	return out
+}
+
+// TestPauseModeAndCap: a paused state carries its mode in the same write,
+// any other state clears it, and paused rows do not count against the
+// daemon's cap.
+func TestPauseModeAndCap(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	for _, id := range []string{"sb-a", "sb-b"} {
+		if err := s.CreateSandboxWithinLimits(ctx, sandpit.Sandbox{ID: id, State: sandpit.StateRunning, CreatedAt: t0}, sandpit.OwnerLimits{}, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateSandboxWithinLimits(ctx, sandpit.Sandbox{ID: "sb-c", CreatedAt: t0}, sandpit.OwnerLimits{}, 2); !errors.Is(err, sandpit.ErrQuotaExceeded) {
+		t.Fatalf("create at the cap: %v", err)
+	}
+	if err := s.SetSandboxStateMode(ctx, "sb-a", sandpit.StatePaused, sandpit.PauseFilesystem, "", t0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetSandbox(ctx, "sb-a"); got.PauseMode != sandpit.PauseFilesystem || !s.SandboxPaused("sb-a") {
+		t.Fatalf("paused row: mode %q, paused in memory %v", got.PauseMode, s.SandboxPaused("sb-a"))
+	}
+	if err := s.CreateSandboxWithinLimits(ctx, sandpit.Sandbox{ID: "sb-c", CreatedAt: t0}, sandpit.OwnerLimits{}, 2); err != nil {
+		t.Fatalf("a paused sandbox counted against the cap: %v", err)
+	}
+	if err := s.SetSandboxState(ctx, "sb-a", sandpit.StateRunning, "", t0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetSandbox(ctx, "sb-a"); got.PauseMode != sandpit.PauseNone || s.SandboxPaused("sb-a") {
+		t.Fatalf("running row keeps mode %q", got.PauseMode)
+	}
 }

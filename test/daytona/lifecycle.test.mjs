@@ -158,3 +158,29 @@ test('bad intervals are a 400 with no change', async () => {
     await sb.delete();
   }
 });
+
+test('archive() commits the filesystem and removes the container; start() restores it with its files, also after a restart', async () => {
+  const sb = await daytona.create({ labels: { suite }, autoStopInterval: 0 });
+  try {
+    await sb.fs.uploadFile(Buffer.from('archived and back\n'), 'kept.txt');
+    await sb.stop();
+    await sb.archive();
+    assert.equal(sb.state, 'archived');
+    assert.equal((await daytona.get(sb.id)).state, 'archived');
+    // Archiving again is a no-op.
+    await sb.archive();
+    assert.equal(sb.state, 'archived');
+    await d.restart();
+    assert.equal((await daytona.get(sb.id)).state, 'archived');
+    await sb.start();
+    assert.equal(sb.state, 'started');
+    assert.equal((await sb.fs.downloadFile('kept.txt')).toString(), 'archived and back\n');
+    // A started sandbox archives straight away: it is stopped first.
+    await sb.archive();
+    assert.equal(sb.state, 'archived');
+    await sb.start();
+    assert.equal((await sb.fs.downloadFile('kept.txt')).toString(), 'archived and back\n');
+  } finally {
+    await sb.delete();
+  }
+});

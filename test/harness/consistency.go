@@ -118,7 +118,9 @@ func (d *Daemon) Inconsistencies(ctx context.Context) ([]string, error) {
 			badf("sandbox %s has %d containers", sb.ID, len(cs))
 			continue
 		case len(cs) == 0:
-			if sb.State != "error" {
+			// An archived sandbox's files are in its image, and its
+			// container is gone on purpose.
+			if sb.State != "error" && !(sb.State == "stopped" && sb.StateReason == "archived") {
 				badf("sandbox %s is %s but has no container", sb.ID, sb.State)
 			}
 			continue
@@ -130,6 +132,10 @@ func (d *Daemon) Inconsistencies(ctx context.Context) ([]string, error) {
 		engineState := map[string]string{"running": "running", "paused": "paused", "stopped": "exited", "starting": "running"}[sb.State]
 		if sb.State == "stopped" && c.State == "created" {
 			engineState = "created"
+		}
+		if sb.State == "paused" && sb.PauseMode == "filesystem" {
+			// A filesystem pause keeps its container stopped.
+			engineState = "exited"
 		}
 		if sb.State != "error" && c.State != engineState {
 			badf("sandbox %s is %s but its container is %s", sb.ID, sb.State, c.State)

@@ -39,6 +39,7 @@ type SandboxBackend interface {
 	DeleteSandbox(ctx context.Context, id string) error
 	StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	ArchiveSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	Archived(sb sandpit.Sandbox) bool
 	SetInterval(ctx context.Context, id string, which sandpit.Interval, value int) (sandpit.Sandbox, error)
 	SetLabels(ctx context.Context, id string, labels map[string]string) (sandpit.Sandbox, error)

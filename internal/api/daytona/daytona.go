@@ -156,6 +156,7 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	route("DELETE /sandbox/{idOrName}", sandpit.ActionManage, h.sandboxes.delete)
 	route("POST /sandbox/{idOrName}/start", sandpit.ActionManage, h.sandboxes.start)
 	route("POST /sandbox/{idOrName}/stop", sandpit.ActionManage, h.sandboxes.stop)
+	route("POST /sandbox/{idOrName}/archive", sandpit.ActionManage, h.sandboxes.archive)
 	route("PUT /sandbox/{idOrName}/labels", sandpit.ActionManage, h.sandboxes.setLabels)
 	route("POST /sandbox/{idOrName}/fork", sandpit.ActionManage, h.sandboxes.fork)
 	route("POST /sandbox/{idOrName}/snapshot", sandpit.ActionManage, h.sandboxes.snapshot)

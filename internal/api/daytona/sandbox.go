@@ -608,6 +608,13 @@ func (h *sandboxAPI) stop(w http.ResponseWriter, r *http.Request) {
 	h.transition(w, r, h.svc.StopSandbox)
 }
 
+// archive answers POST /sandbox/{idOrName}/archive: the sandbox's
+// filesystem goes into an image and its container is removed; start
+// restores it with its files.
+func (h *sandboxAPI) archive(w http.ResponseWriter, r *http.Request) {
+	h.transition(w, r, h.svc.ArchiveSandbox)
+}
+
 // setInterval answers POST /sandbox/{idOrName}/{autostop,autoarchive,
 // autodelete}/{interval} with the updated sandbox, as Daytona does.
 func (h *sandboxAPI) setInterval(which sandpit.Interval) http.HandlerFunc {

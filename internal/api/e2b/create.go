@@ -86,6 +86,9 @@ func (b CreateBody) request(id string) service.CreateRequest {
 		// asks for its traffic token to be required.
 		PortAccess: b.portAccess(),
 		Network:    b.network(),
+		OnTimeout:  b.onTimeout(),
+		KeepMemory: b.keepMemory(),
+		AutoResume: b.autoResume(),
 	}
 }
 

@@ -99,8 +99,16 @@ func (f *fakeBackend) setState(ctx context.Context, id string, want, state sandp
 	return f.st.GetSandbox(ctx, id)
 }
 
-func (f *fakeBackend) PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+func (f *fakeBackend) PauseSandbox(ctx context.Context, id string, _ sandpit.PauseMode) (sandpit.Sandbox, error) {
 	return f.setState(ctx, id, sandpit.StateRunning, sandpit.StatePaused)
+}
+
+func (f *fakeBackend) StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
+	return f.setState(ctx, id, "", sandpit.StateStopped)
+}
+
+func (f *fakeBackend) WakeOnTraffic(context.Context, string) (service.WakeOutcome, error) {
+	return service.WakeNotPaused, nil
 }
 
 func (f *fakeBackend) StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error) {
@@ -491,7 +499,7 @@ func TestCreateRefusals(t *testing.T) {
 		"domain allowOut":  {`{"templateID":"base","network":{"allowOut":["example.com"],"denyOut":["0.0.0.0/0"]}}`, nil, 400},
 		"ipv6 denyOut":     {`{"templateID":"base","network":{"denyOut":["::/0"]}}`, nil, 400},
 		"bad cidr":         {`{"templateID":"base","network":{"denyOut":["10.0.0.0/33"]}}`, nil, 400},
-		"pause on timeout": {`{"templateID":"base","autoPause":true}`, nil, 400},
+		"resume, no pause": {`{"templateID":"base","autoResume":{"enabled":true}}`, nil, 400},
 		"bad json":         {`{"templateID":`, nil, 400},
 		"wrong key":        {body1, []string{"X-API-KEY", "wrong"}, 401},
 	} {

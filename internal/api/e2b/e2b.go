@@ -36,8 +36,12 @@ type Backend interface {
 	GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error)
 	DeleteSandbox(ctx context.Context, id string) error
-	PauseSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	PauseSandbox(ctx context.Context, id string, mode sandpit.PauseMode) (sandpit.Sandbox, error)
 	StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	// WakeOnTraffic resumes a paused sandbox made with auto-resume for a
+	// request through the gateway.
+	WakeOnTraffic(ctx context.Context, id string) (service.WakeOutcome, error)
 	SetTimeout(ctx context.Context, id string, timeout time.Duration) (sandpit.Sandbox, error)
 	Stats(ctx context.Context, id string) (driver.Stats, error)
 	AgentAddr(ctx context.Context, id string) (string, error)

@@ -41,8 +41,11 @@ type fingerprintInput struct {
 	Timeout    int64             `json:"timeout"`
 	AutoPause  bool              `json:"autoPause"`
 	AutoResume bool              `json:"autoResume"`
-	Secure     bool              `json:"secure"`
-	Network    networkPosture    `json:"network"`
+	// KeepMemory false (a filesystem pause at the deadline) is kept apart;
+	// omitted when true so earlier creates' fingerprints are unchanged.
+	FilesystemPause bool           `json:"filesystemPause,omitempty"`
+	Secure          bool           `json:"secure"`
+	Network         networkPosture `json:"network"`
 }
 
 // networkPosture is the allow/deny part of a create's network settings.
@@ -62,14 +65,15 @@ type networkPosture struct {
 // like their explicit defaults, since the SDK omits what the user did not set.
 func Fingerprint(keyIdentity string, b CreateBody) string {
 	in := fingerprintInput{
-		Key:        keyIdentity,
-		TemplateID: b.template(),
-		EnvVars:    nonNil(b.EnvVars),
-		Metadata:   nonNil(b.Metadata),
-		Timeout:    b.timeoutSeconds(),
-		AutoPause:  b.AutoPause != nil && *b.AutoPause,
-		AutoResume: b.AutoResume != nil && b.AutoResume.Enabled,
-		Secure:     b.Secure != nil && *b.Secure,
+		Key:             keyIdentity,
+		TemplateID:      b.template(),
+		EnvVars:         nonNil(b.EnvVars),
+		Metadata:        nonNil(b.Metadata),
+		Timeout:         b.timeoutSeconds(),
+		AutoPause:       b.AutoPause != nil && *b.AutoPause,
+		AutoResume:      b.AutoResume != nil && b.AutoResume.Enabled,
+		FilesystemPause: b.autoPause() && !b.keepMemory(),
+		Secure:          b.Secure != nil && *b.Secure,
 		Network: networkPosture{
 			AllowInternetAccess: b.AllowInternetAccess == nil || *b.AllowInternetAccess,
 			AllowOut:            []string{},

@@ -32,7 +32,8 @@ const (
 // port with the traffic token) allows it; otherwise 403.
 //
 // A sandbox that is unknown, paused or otherwise not running answers 502,
-// as E2B's edge does: the SDK reads 502 as "the sandbox is not running".
+// as E2B's edge does: the SDK reads 502 as "the sandbox is not running". A
+// paused one made with autoResume is resumed first and then served.
 func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 	id := r.Header.Get(headerSandboxID)
 	if id == "" {
@@ -53,6 +54,13 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 	// without a query on the store's one connection.
 	if !h.be.SandboxKnown(id) {
 		writeError(w, http.StatusBadGateway, "sandbox "+id+" not found")
+		return
+	}
+	// A paused sandbox made with autoResume wakes on this request, which
+	// waits for it; one without stays paused and is answered as today.
+	if _, err := h.be.WakeOnTraffic(r.Context(), id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+		writeError(w, http.StatusBadGateway, "sandbox "+id+" could not be resumed")
+		h.log.Warn("auto-resume", "sandbox", id, "err", err)
 		return
 	}
 	sb, err := h.be.GetSandbox(r.Context(), id)

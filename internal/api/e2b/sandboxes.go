@@ -221,8 +221,11 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 }
 
 // timeoutBody is the body of POST /sandboxes/{id}/timeout and of connect.
+// Connect's memory false (the SDK's onResume 'reboot') asks for a cold
+// boot: a memory-paused sandbox is resumed as a filesystem pause is.
 type timeoutBody struct {
 	Timeout *int64 `json:"timeout"`
+	Memory  *bool  `json:"memory"`
 }
 
 func checkSeconds(name string, s int64) error {
@@ -324,6 +327,14 @@ func (h *Handler) connectOrResume(w http.ResponseWriter, r *http.Request, mustBe
 	switch {
 	case state == statePaused:
 		status = http.StatusCreated
+		if b.Memory != nil && !*b.Memory && sb.State == sandpit.StatePaused && sb.PauseMode == sandpit.PauseMemory {
+			// A reboot of a frozen sandbox: it is stopped and booted
+			// again, the same cold start a filesystem pause resumes with.
+			if _, err := h.be.StopSandbox(ctx, id); err != nil && !errors.Is(err, service.ErrDeletedOnStop) {
+				fail(w, err, id)
+				return
+			}
+		}
 		if sb, err = h.be.StartSandbox(ctx, id); err != nil {
 			// A concurrent connect may have resumed it first; that is
 			// success for this one too.
@@ -357,17 +368,33 @@ func (h *Handler) connectOrResume(w http.ResponseWriter, r *http.Request, mustBe
 	api.WriteJSON(w, status, h.created(sb))
 }
 
-// pause freezes a running sandbox; a sandbox that is not running answers 409,
+// pauseBody is the body of POST /sandboxes/{id}/pause: memory false (the
+// SDK's pause({ keepMemory: false })) is a filesystem pause; absent or true
+// keeps the memory.
+type pauseBody struct {
+	Memory *bool `json:"memory"`
+}
+
+// pause pauses a running sandbox; a sandbox that is not running answers 409,
 // which the SDK reports as "already paused". A paused sandbox is kept until
 // it is resumed or killed, up to the longest lifetime the service allows.
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.PathValue("id")
+	var b pauseBody
+	if err := api.DecodeJSON(r, &b, false); err != nil {
+		fail(w, err, id)
+		return
+	}
+	mode := sandpit.PauseMemory
+	if b.Memory != nil && !*b.Memory {
+		mode = sandpit.PauseFilesystem
+	}
 	if _, _, err := h.visible(r, id); err != nil {
 		fail(w, err, id)
 		return
 	}
-	if _, err := h.be.PauseSandbox(ctx, id); err != nil {
+	if _, err := h.be.PauseSandbox(ctx, id, mode); err != nil {
 		if errors.Is(err, service.ErrNotRunning) {
 			writeError(w, http.StatusConflict, "sandbox "+id+" is already paused")
 			return

@@ -44,8 +44,9 @@ const maxTimeoutSeconds = 30 * 24 * 3600
 // pausedRetention is how long a paused sandbox is kept: E2B keeps paused
 // sandboxes until they are resumed or killed (for up to 30 days), while the
 // service's sweeper deletes any sandbox whose end time has passed, so pausing
-// moves the end time out by the longest lifetime the service allows.
-const pausedRetention = maxTimeoutSeconds * time.Second
+// moves the end time out by the longest lifetime the service allows, as the
+// sweeper's own pause at a deadline does.
+const pausedRetention = service.PausedRetention
 
 // neverEnds is the endAt of a sandbox without a deadline (one made through
 // the native API): E2B has no such sandbox, and the SDK parses whatever
@@ -65,6 +66,7 @@ type CreateBody struct {
 	EnvVars             map[string]string `json:"envVars"`
 	Timeout             *int64            `json:"timeout"`
 	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
 	AutoResume          *AutoResume       `json:"autoResume"`
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
@@ -116,10 +118,8 @@ func (b CreateBody) validate() error {
 		return fmt.Errorf("%w: %s is %w", service.ErrInvalid, what, errUnsupported)
 	}
 	switch {
-	case b.AutoPause != nil && *b.AutoPause:
-		return unsupported("pausing on timeout (lifecycle.onTimeout 'pause')")
-	case b.AutoResume != nil && b.AutoResume.Enabled:
-		return unsupported("autoResume")
+	case b.autoResume() && !b.autoPause():
+		return fmt.Errorf("%w: autoResume can only be true when onTimeout is 'pause'", service.ErrInvalid)
 	case len(b.VolumeMounts) > 0:
 		return unsupported("volumeMounts")
 	case present(b.IAM):
@@ -137,6 +137,21 @@ func (b CreateBody) validate() error {
 		}
 	}
 	return nil
+}
+
+func (b CreateBody) autoPause() bool  { return b.AutoPause != nil && *b.AutoPause }
+func (b CreateBody) autoResume() bool { return b.AutoResume != nil && b.AutoResume.Enabled }
+
+// keepMemory is the pause kind at the deadline: memory unless the create
+// said autoPauseMemory false, as in E2B.
+func (b CreateBody) keepMemory() bool { return b.AutoPauseMemory == nil || *b.AutoPauseMemory }
+
+// onTimeout is the service's deadline action of the create.
+func (b CreateBody) onTimeout() sandpit.OnTimeout {
+	if b.autoPause() {
+		return sandpit.OnTimeoutPause
+	}
+	return sandpit.OnTimeoutKill
 }
 
 // network maps E2B's egress settings to a sandbox policy:
@@ -191,6 +206,21 @@ type ListedSandbox struct {
 	EnvdVersion string            `json:"envdVersion"`
 	Metadata    map[string]string `json:"metadata"`
 	State       string            `json:"state"`
+	// Lifecycle is E2B's SandboxLifecycle: what the deadline does and
+	// whether traffic wakes the sandbox.
+	Lifecycle Lifecycle `json:"lifecycle"`
+	// PauseMode says what a paused sandbox kept ("memory" or "filesystem"),
+	// and PauseReason why it is in that mode when sandpit chose it (a memory
+	// pause lost with the engine); sandpit's additions, which the SDK
+	// ignores.
+	PauseMode   string `json:"pauseMode,omitempty"`
+	PauseReason string `json:"pauseReason,omitempty"`
+}
+
+// Lifecycle is E2B's SandboxLifecycle.
+type Lifecycle struct {
+	AutoResume bool   `json:"autoResume"`
+	OnTimeout  string `json:"onTimeout"`
 }
 
 // SandboxMetric is one sample of GET /sandboxes/{id}/metrics.
@@ -281,7 +311,19 @@ func (h *Handler) listed(sb sandpit.Sandbox, state string) ListedSandbox {
 		EnvdVersion: EnvdVersion,
 		Metadata:    md,
 		State:       state,
+		Lifecycle:   Lifecycle{AutoResume: sb.AutoResume, OnTimeout: string(sb.TimeoutAction())},
+		PauseMode:   string(sb.PauseMode),
+		PauseReason: pauseReason(sb),
 	}
+}
+
+// pauseReason is the reason a paused sandbox's state has, when the daemon
+// gave it one.
+func pauseReason(sb sandpit.Sandbox) string {
+	if sb.State != sandpit.StatePaused {
+		return ""
+	}
+	return sb.StateReason
 }
 
 // detail renders GET /sandboxes/{id}. The envd access token runs code in

@@ -24,6 +24,8 @@ type Backend interface {
 	DeleteSandbox(ctx context.Context, id string) error
 	StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
+	PauseSandbox(ctx context.Context, id string, mode sandpit.PauseMode) (sandpit.Sandbox, error)
+	ResumeSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	Exec(ctx context.Context, id string, req service.ExecRequest) (service.ExecResult, error)
 	AgentTarget(ctx context.Context, id string) (addr, token string, err error)
 	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))

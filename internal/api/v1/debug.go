@@ -18,7 +18,7 @@ func (h *Handler) debugState(w http.ResponseWriter, r *http.Request) {
 		out.Listeners = []int{}
 	}
 	for _, sb := range st.Sandboxes {
-		out.Sandboxes = append(out.Sandboxes, apitypes.DebugSandbox{ID: sb.ID, Name: sb.Name, State: string(sb.State), StateReason: sb.StateReason, ContainerID: sb.ContainerID})
+		out.Sandboxes = append(out.Sandboxes, apitypes.DebugSandbox{ID: sb.ID, Name: sb.Name, State: string(sb.State), StateReason: sb.StateReason, PauseMode: string(sb.PauseMode), ContainerID: sb.ContainerID})
 	}
 	for _, p := range st.Ports {
 		q := toPort(p, false)

@@ -41,6 +41,8 @@ var keyedPatterns = map[string]bool{
 	"DELETE /v1/sandboxes/{id}":                           true,
 	"POST /v1/sandboxes/{id}/start":                       true,
 	"POST /v1/sandboxes/{id}/stop":                        true,
+	"POST /v1/sandboxes/{id}/pause":                       true,
+	"POST /v1/sandboxes/{id}/resume":                      true,
 	"POST /v1/sandboxes/{id}/ports":                       true,
 	"DELETE /v1/sandboxes/{id}/ports/{port}":              true,
 	"POST /v1/sandboxes/{id}/custom-domains":              true,

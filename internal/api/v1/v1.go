@@ -63,6 +63,8 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 	route("DELETE /v1/sandboxes/{id}", sandpit.ActionManage, h.delete)
 	route("POST /v1/sandboxes/{id}/start", sandpit.ActionManage, h.start)
 	route("POST /v1/sandboxes/{id}/stop", sandpit.ActionManage, h.stop)
+	route("POST /v1/sandboxes/{id}/pause", sandpit.ActionManage, h.pause)
+	route("POST /v1/sandboxes/{id}/resume", sandpit.ActionManage, h.resume)
 	route("POST /v1/sandboxes/{id}/exec", sandpit.ActionExecute, h.exec)
 	route("GET /v1/sandboxes/{id}/files", sandpit.ActionReadFiles, h.files)
 	route("PUT /v1/sandboxes/{id}/files", sandpit.ActionWriteFiles, h.files)
@@ -121,6 +123,10 @@ func (h *Handler) toSandbox(ctx context.Context, sb sandpit.Sandbox) apitypes.Sa
 	if !sb.Network.IsZero() {
 		out.Network = &apitypes.Network{Egress: sb.Network.Egress, Allow: sb.Network.Allow, Deny: sb.Network.Deny}
 	}
+	out.PauseMode = string(sb.PauseMode)
+	if sb.TimeoutAction() != sandpit.OnTimeoutKill || sb.AutoResume {
+		out.Lifecycle = &apitypes.Lifecycle{OnTimeout: string(sb.TimeoutAction()), KeepMemory: sb.KeepMemory, AutoResume: sb.AutoResume}
+	}
 	return out
 }
 
@@ -139,6 +145,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		ID: IDFromContext(r.Context()), Name: req.Name, Image: req.Image, Template: req.Template, Env: req.Env, Labels: req.Labels,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Timeout: time.Duration(req.TimeoutS) * time.Second,
 		Network: networkPolicy(req.Network),
+	}
+	if l := req.Lifecycle; l != nil {
+		creq.OnTimeout, creq.KeepMemory, creq.AutoResume = sandpit.OnTimeout(l.OnTimeout), l.KeepMemory, l.AutoResume
 	}
 	var (
 		sb  sandpit.Sandbox
@@ -228,6 +237,49 @@ func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
 		// stop itself succeeded.
 		err = nil
 	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r.Context(), sb))
+}
+
+// pause pauses a running sandbox in the body's mode (memory by default); a
+// sandbox already paused in that mode answers as it is, so a retry without
+// a key succeeds too.
+func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
+	var req apitypes.PauseRequest
+	if err := api.DecodeJSON(r, &req, true); err != nil {
+		fail(w, err)
+		return
+	}
+	mode := sandpit.PauseMode(req.Mode)
+	switch mode {
+	case sandpit.PauseNone:
+		mode = sandpit.PauseMemory
+	case sandpit.PauseMemory, sandpit.PauseFilesystem:
+	default:
+		fail(w, errors.Join(service.ErrInvalid, errors.New(`mode must be "memory" or "filesystem"`)))
+		return
+	}
+	id := r.PathValue("id")
+	sb, err := h.svc.PauseSandbox(r.Context(), id, mode)
+	if errors.Is(err, service.ErrNotRunning) {
+		if cur, gerr := h.svc.GetSandbox(r.Context(), id); gerr == nil && cur.State == sandpit.StatePaused && cur.PauseMode == mode {
+			sb, err = cur, nil
+		}
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r.Context(), sb))
+}
+
+// resume resumes a paused sandbox; one that is not paused is answered as it
+// is.
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
+	sb, err := h.svc.ResumeSandbox(r.Context(), r.PathValue("id"))
 	if err != nil {
 		fail(w, err)
 		return

@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/errdefs"
 
@@ -228,6 +230,16 @@ func (d *Docker) RemoveNetwork(ctx context.Context, name string) error {
 	}
 	if info.Labels[driver.LabelManaged] != "true" {
 		return nil // not ours to remove
+	}
+	// The network's own list holds running containers only. A stopped one
+	// (a stopped or filesystem-paused sandbox) names the network by id and
+	// could never start again once it went, so it keeps the network too.
+	stopped, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("network", info.ID))})
+	if err != nil {
+		return fmt.Errorf("list containers of network %s: %w", name, err)
+	}
+	if len(stopped) > 0 {
+		return fmt.Errorf("network %s: %d stopped containers: %w", name, len(stopped), ErrNetworkInUse)
 	}
 	err = d.cli.NetworkRemove(ctx, info.ID)
 	switch {
