@@ -128,6 +128,9 @@ func (c *chaosClient) do(ctx context.Context, kind, key, id, method, path, body,
 // final state unless that client deleted the sandbox later; and no container
 // or host port is orphaned.
 func TestChaos(t *testing.T) {
+	// Its own daemon and labels: it runs beside the other parallel tests
+	// rather than before them, which took minutes off the suite.
+	t.Parallel()
 	duration := chaosDuration()
 	d := harness.Start(t, sandpitBin, harness.Options{PortRange: harness.FreeRange(t, 80)})
 	deadline := time.Now().Add(duration)

@@ -210,6 +210,9 @@ func TestPoolAdoptionAppliesTheCreate(t *testing.T) {
 // creates still go cold, and the cold ones are what made a storm of 100 the
 // suite's slowest test.
 func TestPoolStorm(t *testing.T) {
+	// Its own daemon and labels: it runs beside the other parallel tests
+	// rather than before them, which took minutes off the suite.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("40 concurrent creates against a pool of 10: left out of -short runs")
 	}

@@ -60,6 +60,9 @@ func okStatus(t *testing.T, what string, status int, code string, err error, all
 // consistency checker: whichever call wins, the store, the router, the TCP
 // listeners and the engine must agree and nothing may leak.
 func TestRaces(t *testing.T) {
+	// Its own daemon and labels: it runs beside the other parallel tests
+	// rather than before them, which took minutes off the suite.
+	t.Parallel()
 	rounds := raceRounds()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
