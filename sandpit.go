@@ -124,6 +124,10 @@ type Sandbox struct {
 	LastActivityAt time.Time
 	// StoppedAt is when the sandbox last stopped; zero while it runs.
 	StoppedAt time.Time
+	// Volumes are the volumes mounted into the sandbox. A create writes
+	// them with the row; reads of the row leave them empty (the service
+	// fills them where a surface shows them).
+	Volumes []VolumeMount
 }
 
 // AutoDeleteNever is the AutoDelete of a sandbox that is never deleted

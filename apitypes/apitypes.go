@@ -26,6 +26,8 @@ type Sandbox struct {
 	// Node is the cluster node that runs the sandbox; empty on a daemon
 	// without --cluster.
 	Node string `json:"node,omitempty"`
+	// Volumes are the volumes mounted into the sandbox.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // CreateRequest is the body of POST /v1/sandboxes.
@@ -41,6 +43,9 @@ type CreateRequest struct {
 	MemoryMB int64             `json:"memory_mb,omitempty"`
 	TimeoutS int64             `json:"timeout_s,omitempty"`
 	Network  *Network          `json:"network,omitempty"`
+	// Volumes are mounted into the sandbox, each one of the caller's
+	// volumes by name or id.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // ListResponse is the body of GET /v1/sandboxes.
@@ -171,6 +176,9 @@ const (
 	// CodeBuildConflict: another build of the template, with another
 	// definition, is running.
 	CodeBuildConflict = "build_conflict"
+	// CodeVolumeInUse: the volume is mounted by a sandbox; delete the
+	// sandbox first.
+	CodeVolumeInUse = "volume_in_use"
 	// CodeNoLeader (503, with Retry-After): a cluster write found no Raft
 	// leader; retry with the same key.
 	CodeNoLeader = "no_leader"

@@ -15,4 +15,10 @@ const (
 	// AfterImageBuild: the engine built and tagged a template's image, and
 	// the store does not know yet.
 	AfterImageBuild = "after-image-build"
+	// AfterVolumeRow: a volume's row is written (creating) and the engine
+	// volume is not made yet.
+	AfterVolumeRow = "after-volume-row"
+	// AfterVolumeCreate: the engine volume is made and its row still says
+	// creating.
+	AfterVolumeCreate = "after-volume-create"
 )

@@ -502,6 +502,7 @@ func (d *daemon) newService(context.Context) error {
 		PoolRefillConcurrency: cfg.PoolRefillConcurrency,
 
 		Images:            d.dk,
+		Volumes:           d.dk,
 		TemplateDir:       filepath.Join(cfg.DataDir, "templates"),
 		Registry:          cfg.Registry,
 		BuildTimeout:      cfg.BuildTimeout,
@@ -549,6 +550,12 @@ func (d *daemon) reconcile(ctx context.Context) error {
 	// from the checked store, so with either the start waits for the checks.
 	if err := svc.RecoverBuilds(d.bg); err != nil {
 		return fmt.Errorf("reconcile template builds: %w", err)
+	}
+	// Volumes half made or half deleted by the previous process are
+	// settled before the API serves, so a retry of their create finds
+	// nothing half made.
+	if err := svc.ReconcileVolumes(ctx); err != nil {
+		log.Warn("reconcile volumes", "err", err)
 	}
 	if err := svc.StartReconcile(d.bg); err != nil {
 		return fmt.Errorf("reconcile: %w", err)

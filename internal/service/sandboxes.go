@@ -50,6 +50,9 @@ type CreateRequest struct {
 	PortAccess sandpit.PortAccess
 	// Network is the sandbox's own egress policy; zero follows the daemon.
 	Network sandpit.NetworkPolicy
+	// Volumes are mounted into the sandbox; each names one of the owner's
+	// volumes by name or id.
+	Volumes []MountRequest
 
 	// recreate makes, under the placement the cluster already holds, a
 	// sandbox of a dead node again (failover.go): nothing is reserved, and
@@ -284,6 +287,10 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err := checkEgressGrant(principalOf(ctx), limits, req.Network); err != nil {
 		return sandpit.Sandbox{}, err
 	}
+	mounts, err := s.resolveMounts(ctx, req.Volumes)
+	if err != nil {
+		return sandpit.Sandbox{}, err
+	}
 	release, err := s.acquireCreateSlot(ctx)
 	if err != nil {
 		return sandpit.Sandbox{}, err
@@ -322,6 +329,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		UpdatedAt:    now,
 		DiskGB:       req.DiskGB,
 		AutoDelete:   sandpit.AutoDeleteNever,
+		Volumes:      mounts,
 	}
 	if req.AutoStop != nil {
 		sb.AutoStop = *req.AutoStop
@@ -437,6 +445,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err != nil {
 		return fail(err)
 	}
+	after.Volumes = mounts
 	return after, nil
 }
 
@@ -456,6 +465,7 @@ func (s *Service) createCold(ctx context.Context, sb *sandpit.Sandbox, req Creat
 		AgentBinary: s.cfg.AgentBinary,
 		AgentToken:  sb.AccessToken,
 		AgentUser:   req.User,
+		Mounts:      driverMounts(sb.Volumes),
 	}
 	t0 := time.Now()
 	if _, err := s.rt.Create(ctx, spec); err != nil {

@@ -47,6 +47,8 @@ var keyedPatterns = map[string]bool{
 	"DELETE /v1/sandboxes/{id}/custom-domains/{hostname}": true,
 	"POST /v1/templates":                                  true,
 	"DELETE /v1/templates/{name}":                         true,
+	"POST /v1/volumes":                                    true,
+	"DELETE /v1/volumes/{name}":                           true,
 }
 
 // targetPrefix lists the keyed routes that make a resource whose id is

@@ -77,6 +77,7 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", sandpit.ActionExpose, h.removeDomain)
 	route("GET /v1/events", sandpit.ActionRead, h.events)
 	h.templateRoutes()
+	h.volumeRoutes()
 	h.forwarding()
 	route("GET /v1/debug/state", sandpit.ActionAdmin, h.debugState)
 	h.adminRoutes()
@@ -120,6 +121,7 @@ func (h *Handler) toSandbox(ctx context.Context, sb sandpit.Sandbox) apitypes.Sa
 	if !sb.Network.IsZero() {
 		out.Network = &apitypes.Network{Egress: sb.Network.Egress, Allow: sb.Network.Allow, Deny: sb.Network.Deny}
 	}
+	out.Volumes = toMounts(sb.Volumes)
 	return out
 }
 
@@ -139,6 +141,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Timeout: time.Duration(req.TimeoutS) * time.Second,
 		Network: networkPolicy(req.Network),
 	}
+	for _, m := range req.Volumes {
+		creq.Volumes = append(creq.Volumes, service.MountRequest{Volume: m.Volume, Path: m.Path, ReadOnly: m.ReadOnly})
+	}
 	var (
 		sb  sandpit.Sandbox
 		err error
@@ -153,6 +158,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		fail(w, err)
 		return
+	}
+	if len(sb.Volumes) == 0 && len(creq.Volumes) > 0 {
+		// An adopted sandbox is read back from its row, which does not
+		// carry its mounts.
+		if ms, err := h.svc.SandboxMounts(r.Context(), sb.ID); err == nil {
+			sb.Volumes = ms
+		}
 	}
 	crashpoint.Hit(crashpoint.BeforeResponse)
 	api.WriteJSON(w, http.StatusCreated, h.toSandbox(r.Context(), sb))
