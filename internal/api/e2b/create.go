@@ -86,6 +86,7 @@ func (b CreateBody) request(id string) service.CreateRequest {
 		// asks for its traffic token to be required.
 		PortAccess: b.portAccess(),
 		Network:    b.network(),
+		Volumes:    b.mounts(),
 	}
 }
 

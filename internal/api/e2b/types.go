@@ -69,7 +69,7 @@ type CreateBody struct {
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Network             *Network          `json:"network"`
-	VolumeMounts        []json.RawMessage `json:"volumeMounts"`
+	VolumeMounts        []VolumeMount     `json:"volumeMounts"`
 	IAM                 json.RawMessage   `json:"iam"`
 }
 
@@ -120,8 +120,6 @@ func (b CreateBody) validate() error {
 		return unsupported("pausing on timeout (lifecycle.onTimeout 'pause')")
 	case b.AutoResume != nil && b.AutoResume.Enabled:
 		return unsupported("autoResume")
-	case len(b.VolumeMounts) > 0:
-		return unsupported("volumeMounts")
 	case present(b.IAM):
 		return unsupported("iam")
 	}
@@ -191,6 +189,8 @@ type ListedSandbox struct {
 	EnvdVersion string            `json:"envdVersion"`
 	Metadata    map[string]string `json:"metadata"`
 	State       string            `json:"state"`
+	// VolumeMounts are the volumes mounted into the sandbox.
+	VolumeMounts []VolumeMount `json:"volumeMounts"`
 }
 
 // SandboxMetric is one sample of GET /sandboxes/{id}/metrics.
@@ -281,6 +281,7 @@ func (h *Handler) listed(sb sandpit.Sandbox, state string) ListedSandbox {
 		EnvdVersion: EnvdVersion,
 		Metadata:    md,
 		State:       state,
+		VolumeMounts: mountsOf(sb),
 	}
 }
 
