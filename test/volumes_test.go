@@ -294,3 +294,32 @@ func TestVolumeCrashAndRestart(t *testing.T) {
 		t.Fatalf("file after restart: %+v", res)
 	}
 }
+
+// TestCLIVolumes drives `sandpit volume create|ls|rm` and `sandpit create
+// --volume NAME:/path[:ro]`.
+func TestCLIVolumes(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 3*time.Minute)
+	id := strings.TrimSpace(cli(t, ctx, d, "volume", "create", "clivol"))
+	if !strings.HasPrefix(id, "vol") {
+		t.Fatalf("volume create printed %q", id)
+	}
+	if again := strings.TrimSpace(cli(t, ctx, d, "volume", "create", "clivol")); again != id {
+		t.Fatalf("a second create printed %q, not %q", again, id)
+	}
+	if ls := cli(t, ctx, d, "volume", "ls"); !strings.Contains(ls, "clivol") || !strings.Contains(ls, id) || !strings.Contains(ls, "ready") {
+		t.Fatalf("volume ls:\n%s", ls)
+	}
+	sb := strings.TrimSpace(cli(t, ctx, d, "create", "--volume", "clivol:/work"))
+	shell(t, ctx, d.Client(), sb, "echo cli > /work/f")
+	ro := strings.TrimSpace(cli(t, ctx, d, "create", "--volume", "clivol:/ro:ro"))
+	if res := shell(t, ctx, d.Client(), ro, "cat /ro/f && ! touch /ro/g"); res.ExitCode != 0 || res.Stdout != "cli\n" {
+		t.Fatalf("read-only mount from the CLI: %+v", res)
+	}
+	cli(t, ctx, d, "rm", sb, ro)
+	cli(t, ctx, d, "volume", "rm", "clivol")
+	if n := volumeCount(t, ctx, d, d.Token); n != 0 {
+		t.Fatalf("%d volumes after volume rm", n)
+	}
+}

@@ -647,7 +647,7 @@ func (f *fakeBackend) GetVolume(context.Context, string) (sandpit.Volume, error)
 	return sandpit.Volume{}, sandpit.ErrNotFound
 }
 func (f *fakeBackend) ListVolumes(context.Context) ([]sandpit.Volume, error) { return nil, nil }
-func (f *fakeBackend) DeleteVolume(context.Context, string) error          { return sandpit.ErrNotFound }
+func (f *fakeBackend) DeleteVolume(context.Context, string) error            { return sandpit.ErrNotFound }
 func (f *fakeBackend) SandboxMounts(context.Context, string) ([]sandpit.VolumeMount, error) {
 	return nil, nil
 }

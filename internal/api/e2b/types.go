@@ -269,18 +269,18 @@ func (h *Handler) listed(sb sandpit.Sandbox, state string) ListedSandbox {
 		md = map[string]string{}
 	}
 	return ListedSandbox{
-		SandboxID:   sb.ID,
-		TemplateID:  templateOf(sb),
-		Alias:       sb.Template,
-		ClientID:    h.clientID(),
-		StartedAt:   sb.CreatedAt.UTC(),
-		EndAt:       end.UTC(),
-		CPUCount:    cpus,
-		MemoryMB:    sb.MemoryMB,
-		DiskSizeMB:  h.cfg.DiskSizeMB,
-		EnvdVersion: EnvdVersion,
-		Metadata:    md,
-		State:       state,
+		SandboxID:    sb.ID,
+		TemplateID:   templateOf(sb),
+		Alias:        sb.Template,
+		ClientID:     h.clientID(),
+		StartedAt:    sb.CreatedAt.UTC(),
+		EndAt:        end.UTC(),
+		CPUCount:     cpus,
+		MemoryMB:     sb.MemoryMB,
+		DiskSizeMB:   h.cfg.DiskSizeMB,
+		EnvdVersion:  EnvdVersion,
+		Metadata:     md,
+		State:        state,
 		VolumeMounts: mountsOf(sb),
 	}
 }
