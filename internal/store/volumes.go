@@ -134,8 +134,12 @@ func (s *Store) MarkVolumeDeleting(ctx context.Context, id string, now time.Time
 // A mount the schema still sees refuses it with ErrVolumeInUse.
 func (s *Store) DeleteVolumeRow(ctx context.Context, id string) error {
 	err := s.updateOne(ctx, "delete volume "+id, `DELETE FROM volumes WHERE id = ?`, id)
-	if err != nil && isForeignKeyViolation(err) {
-		return fmt.Errorf("delete volume %s: %w", id, sandpit.ErrVolumeInUse)
+	if err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+		// RESTRICT reports itself with a code of its own (not the
+		// foreign key's), so the mounts are asked directly.
+		if ms, merr := s.VolumeMounts(ctx, id); merr == nil && len(ms) > 0 {
+			return fmt.Errorf("delete volume %s: %w", id, sandpit.ErrVolumeInUse)
+		}
 	}
 	return err
 }
