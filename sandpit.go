@@ -171,6 +171,10 @@ type Sandbox struct {
 	// ArchiveImage is the image an archived sandbox's filesystem was
 	// committed to (Daytona's archive); "" when not archived.
 	ArchiveImage string
+	// Volumes are the volumes mounted into the sandbox. A create writes
+	// them with the row; reads of the row leave them empty (the service
+	// fills them where a surface shows them).
+	Volumes []VolumeMount
 }
 
 // TimeoutAction is the sandbox's deadline action, with the default filled in.

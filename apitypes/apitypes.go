@@ -31,6 +31,8 @@ type Sandbox struct {
 	// Lifecycle is what the deadline does and whether traffic wakes a
 	// paused sandbox.
 	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
+	// Volumes are the volumes mounted into the sandbox.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // Lifecycle is a sandbox's deadline action: on_timeout "kill" (the
@@ -64,6 +66,9 @@ type CreateRequest struct {
 	Network  *Network          `json:"network,omitempty"`
 	// Lifecycle sets what the deadline does; nil kills.
 	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
+	// Volumes are mounted into the sandbox, each one of the caller's
+	// volumes by name or id.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // ListResponse is the body of GET /v1/sandboxes.
@@ -197,6 +202,9 @@ const (
 	// CodeBuildConflict: another build of the template, with another
 	// definition, is running.
 	CodeBuildConflict = "build_conflict"
+	// CodeVolumeInUse: the volume is mounted by a sandbox; delete the
+	// sandbox first.
+	CodeVolumeInUse = "volume_in_use"
 	// CodeNoLeader (503, with Retry-After): a cluster write found no Raft
 	// leader; retry with the same key.
 	CodeNoLeader = "no_leader"

@@ -49,8 +49,9 @@ func restartEngine(t *testing.T) {
 
 // TestEngineRestartKeepsState: what outlives a container outlives a SIGKILL
 // of the daemon followed by a restart of the engine: a snapshot (created
-// from afterwards), a filesystem-paused sandbox (resumed with its files),
-// and a volume (its files read by a new sandbox).
+// from afterwards), a filesystem-paused sandbox (resumed with its files), a
+// memory-paused one (degraded to a filesystem pause that says so, resumed
+// with its files), and a volume (its files read by a new sandbox).
 func TestEngineRestartKeepsState(t *testing.T) {
 	if os.Getenv(engineRestartEnv) == "" {
 		t.Skipf("restarts the Docker engine; run alone with %s=1 (scripts/test.sh does)", engineRestartEnv)
@@ -66,6 +67,22 @@ func TestEngineRestartKeepsState(t *testing.T) {
 	writeFile(t, ctx, c, src.ID, "/root/snap.txt", "snapshotted")
 	snap, err := c.Snapshot(ctx, src.ID, client.SnapshotRequest{Name: "engine-restart"})
 	if err != nil {
+		t.Fatal(err)
+	}
+	fsPaused, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, ctx, c, fsPaused.ID, "/root/fs.txt", "paused on disk")
+	if _, err := c.Pause(ctx, fsPaused.ID, "filesystem"); err != nil {
+		t.Fatal(err)
+	}
+	memPaused, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, ctx, c, memPaused.ID, "/root/mem.txt", "paused in memory")
+	if _, err := c.Pause(ctx, memPaused.ID, "memory"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -84,5 +101,26 @@ func TestEngineRestartKeepsState(t *testing.T) {
 	}
 	if got := catFile(t, ctx, c, sb.ID, "/root/snap.txt"); got != "snapshotted" {
 		t.Fatalf("a sandbox from the snapshot after the engine restart reads %q", got)
+	}
+
+	// The filesystem pause is kept as it was; the memory pause lost its
+	// memory with the engine (no checkpoints here) and says so, its files
+	// kept. Both resume with their files.
+	for _, tc := range []struct {
+		id, file, content, reason string
+	}{
+		{fsPaused.ID, "/root/fs.txt", "paused on disk", ""},
+		{memPaused.ID, "/root/mem.txt", "paused in memory", "memory lost"},
+	} {
+		got, err := c.Get(ctx, tc.id)
+		if err != nil || got.State != "paused" || got.PauseMode != "filesystem" || !strings.Contains(got.StateReason, tc.reason) {
+			t.Fatalf("paused sandbox %s after the engine restart: %+v %v", tc.id, got, err)
+		}
+		if _, err := c.Resume(ctx, tc.id); err != nil {
+			t.Fatalf("resume %s: %v", tc.id, err)
+		}
+		if got := catFile(t, ctx, c, tc.id, tc.file); got != tc.content {
+			t.Fatalf("resumed %s reads %q", tc.id, got)
+		}
 	}
 }

@@ -74,12 +74,12 @@ func printJSON(w io.Writer, v any) error {
 
 func clientCmds(e *cliEnv) []*cobra.Command {
 	return []*cobra.Command{createCmd(e), lsCmd(e), execCmd(e), cpCmd(e), rmCmd(e), exposeCmd(e), portsCmd(e), unexposeCmd(e), domainCmd(e),
-		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e), statusCmd(e), clusterCmd(e), templateCmd(e), snapshotCmd(e), forkCmd(e)}
+		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e), statusCmd(e), clusterCmd(e), templateCmd(e), snapshotCmd(e), forkCmd(e), volumeCmd(e)}
 }
 
 func createCmd(e *cliEnv) *cobra.Command {
 	var req client.CreateRequest
-	var envs, labels []string
+	var envs, labels, volumes []string
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its id",
@@ -90,6 +90,9 @@ func createCmd(e *cliEnv) *cobra.Command {
 				return err
 			}
 			if req.Labels, err = kvFlags(labels, "--label"); err != nil {
+				return err
+			}
+			if req.Volumes, err = volumeFlags(volumes); err != nil {
 				return err
 			}
 			c, err := e.client()
@@ -122,6 +125,7 @@ func createCmd(e *cliEnv) *cobra.Command {
 	f.Float64Var(&req.CPU, "cpu", 0, "CPU cores")
 	f.Int64Var(&req.MemoryMB, "memory", 0, "memory limit in MiB")
 	f.Int64Var(&req.TimeoutS, "timeout", 0, "seconds until the sandbox is removed (0: never)")
+	f.StringArrayVar(&volumes, "volume", nil, "mount a volume: NAME:/path or NAME:/path:ro (repeatable; sandpit volume create)")
 	return cmd
 }
 

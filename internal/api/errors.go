@@ -94,6 +94,12 @@ func Classify(err error) Problem {
 		// A retry racing its own first attempt: the request is being done,
 		// by another attempt. Never a server fault.
 		return Problem{http.StatusConflict, apitypes.CodeConflict, msg}
+	case errors.Is(err, sandpit.ErrVolumeInUse):
+		return Problem{http.StatusConflict, apitypes.CodeVolumeInUse, msg}
+	case errors.Is(err, sandpit.ErrVolumeNotReady):
+		return Problem{http.StatusConflict, apitypes.CodeConflict, msg}
+	case errors.Is(err, service.ErrVolumesUnavailable):
+		return Problem{http.StatusNotImplemented, apitypes.CodeServiceUnavailable, msg}
 	case errors.Is(err, sandpit.ErrBuildConflict):
 		return Problem{http.StatusConflict, apitypes.CodeBuildConflict, msg}
 	case errors.Is(err, sandpit.ErrSnapshotInUse):

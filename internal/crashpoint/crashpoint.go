@@ -27,4 +27,10 @@ const (
 	// AfterArchiveCommit: an archive committed the container's filesystem
 	// to an image, and the store does not know it yet.
 	AfterArchiveCommit = "after-archive-commit"
+	// AfterVolumeRow: a volume's row is written (creating) and the engine
+	// volume is not made yet.
+	AfterVolumeRow = "after-volume-row"
+	// AfterVolumeCreate: the engine volume is made and its row still says
+	// creating.
+	AfterVolumeCreate = "after-volume-create"
 )

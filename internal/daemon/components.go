@@ -502,6 +502,7 @@ func (d *daemon) newService(context.Context) error {
 		PoolRefillConcurrency: cfg.PoolRefillConcurrency,
 
 		Images:            d.dk,
+		Volumes:           d.dk,
 		TemplateDir:       filepath.Join(cfg.DataDir, "templates"),
 		Registry:          cfg.Registry,
 		BuildTimeout:      cfg.BuildTimeout,
@@ -553,6 +554,12 @@ func (d *daemon) reconcile(ctx context.Context) error {
 	// The checkpoint probe runs a program that may take a moment; the
 	// start does not wait for its log line.
 	go probeCheckpoints(d.bg, d.log)
+	// Volumes half made or half deleted by the previous process are
+	// settled before the API serves, so a retry of their create finds
+	// nothing half made.
+	if err := svc.ReconcileVolumes(ctx); err != nil {
+		log.Warn("reconcile volumes", "err", err)
+	}
 	if err := svc.StartReconcile(d.bg); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}

@@ -55,6 +55,8 @@ type Spec struct {
 	// AgentUser is the account the agent acts as when a request names none;
 	// empty (or a name the image lacks) means root.
 	AgentUser string
+	// Mounts are the engine volumes mounted into the container.
+	Mounts []Mount
 }
 
 // Container is the engine's view of one sandbox.

@@ -123,6 +123,12 @@ func (s *Service) restoreArchived(ctx context.Context, sb sandpit.Sandbox) error
 	if err := s.rt.Remove(ctx, sb.ContainerID); err != nil {
 		return runtimeErr("remove container", err)
 	}
+	// The volumes the sandbox mounts are not in the archive: the new
+	// container mounts them again.
+	mounts, err := s.store.SandboxMounts(ctx, sb.ID)
+	if err != nil {
+		return err
+	}
 	spec := driver.Spec{
 		SandboxID:   sb.ID,
 		Name:        sb.ContainerID,
@@ -136,6 +142,7 @@ func (s *Service) restoreArchived(ctx context.Context, sb sandpit.Sandbox) error
 		PidsLimit:   s.cfg.PidsLimit,
 		AgentBinary: s.cfg.AgentBinary,
 		AgentToken:  sb.AccessToken,
+		Mounts:      driverMounts(mounts),
 		// The agent's user is in the image's environment: the commit kept
 		// the container's.
 	}

@@ -167,7 +167,10 @@ func (s *Service) GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, e
 		}
 		sb, err = s.sandbox(ctx, id)
 	}
-	return s.present(sb), err
+	if err != nil {
+		return s.present(sb), err
+	}
+	return s.withMounts(ctx, s.present(sb)), nil
 }
 
 // GetSandboxByIDOrName resolves an id first, then a name, as Daytona does.
@@ -187,7 +190,10 @@ func (s *Service) GetSandboxByIDOrName(ctx context.Context, idOrName string) (sa
 		}
 		return s.GetSandbox(ctx, sb.ID)
 	}
-	return s.present(sb), err
+	if err != nil {
+		return s.present(sb), err
+	}
+	return s.withMounts(ctx, s.present(sb)), nil
 }
 
 // Filter limits: a listing is a read, and a request must not be able to turn

@@ -169,6 +169,11 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 	if p == nil || !s.checksDone() {
 		return false, nil
 	}
+	// A pooled container was made without mounts, and the engine cannot
+	// add one to a container that exists.
+	if len(sb.Volumes) > 0 {
+		return false, nil
+	}
 	key := p.key(sb.Image, req.User)
 	if _, ok := p.spec(key); !ok {
 		return false, nil

@@ -57,6 +57,9 @@ type CreateRequest struct {
 	OnTimeout  sandpit.OnTimeout
 	KeepMemory bool
 	AutoResume bool
+	// Volumes are mounted into the sandbox; each names one of the owner's
+	// volumes by name or id.
+	Volumes []MountRequest
 
 	// recreate makes, under the placement the cluster already holds, a
 	// sandbox of a dead node again (failover.go): nothing is reserved, and
@@ -300,6 +303,10 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err := checkEgressGrant(principalOf(ctx), limits, req.Network); err != nil {
 		return sandpit.Sandbox{}, err
 	}
+	mounts, err := s.resolveMounts(ctx, req.Volumes)
+	if err != nil {
+		return sandpit.Sandbox{}, err
+	}
 	release, err := s.acquireCreateSlot(ctx)
 	if err != nil {
 		return sandpit.Sandbox{}, err
@@ -342,6 +349,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		KeepMemory:   req.KeepMemory,
 		AutoResume:   req.AutoResume,
 		Timeout:      req.Timeout.Truncate(time.Second),
+		Volumes:      mounts,
 	}
 	if req.AutoStop != nil {
 		sb.AutoStop = *req.AutoStop
@@ -457,6 +465,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err != nil {
 		return fail(err)
 	}
+	after.Volumes = mounts
 	return after, nil
 }
 
@@ -476,6 +485,7 @@ func (s *Service) createCold(ctx context.Context, sb *sandpit.Sandbox, req Creat
 		AgentBinary: s.cfg.AgentBinary,
 		AgentToken:  sb.AccessToken,
 		AgentUser:   req.User,
+		Mounts:      driverMounts(sb.Volumes),
 	}
 	t0 := time.Now()
 	if _, err := s.rt.Create(ctx, spec); err != nil {

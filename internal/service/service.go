@@ -138,6 +138,8 @@ type Config struct {
 	// means no builds.
 	Images      driver.Images
 	TemplateDir string
+	// Volumes makes the engine's named volumes; nil means no volumes.
+	Volumes driver.Volumes
 	// Registry, when set (HOST:PORT), is where built images are pushed and
 	// pulled from, so every cluster node can run every template.
 	Registry string

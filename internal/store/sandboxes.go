@@ -99,7 +99,9 @@ func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbo
 		string(sb.PauseMode), string(sb.TimeoutAction()), sb.KeepMemory, sb.AutoResume, sb.ArchiveImage, int64(sb.Timeout / time.Second)}
 	var res sql.Result
 	switch {
-	case !limits.Unlimited():
+	case !limits.Unlimited() || len(sb.Volumes) > 0:
+		// Mounts are written in the sandbox row's transaction, so a
+		// sandbox never exists without them.
 		err = s.insertWithinLimits(ctx, owner, sb, limits, maxRows, args)
 	case maxRows > 0:
 		res, err = s.exec(ctx, nil, qSandboxInsertCapped, append(args, maxRows)...)
@@ -107,7 +109,7 @@ func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbo
 		res, err = s.exec(ctx, nil, qSandboxInsert, args...)
 	}
 	switch {
-	case errors.Is(err, sandpit.ErrQuotaExceeded):
+	case errors.Is(err, sandpit.ErrQuotaExceeded), errors.Is(err, sandpit.ErrNotFound), errors.Is(err, sandpit.ErrVolumeNotReady):
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	case err == nil:
 		if res != nil {
@@ -603,6 +605,9 @@ func (s *Store) insertWithinLimits(ctx context.Context, owner string, sb sandpit
 		}
 	}
 	if _, err := s.exec(ctx, tx, qSandboxInsert, args...); err != nil {
+		return err
+	}
+	if err := insertMounts(ctx, tx, owner, sb); err != nil {
 		return err
 	}
 	return tx.Commit()

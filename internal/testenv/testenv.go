@@ -23,6 +23,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs" // same checks as containerd/errdefs, which go.mod only has as indirect
 
@@ -191,6 +192,17 @@ func CleanupRun(t testing.TB, label string) {
 		err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		if err != nil && !errdefs.IsNotFound(err) && !strings.Contains(err.Error(), "already in progress") {
 			t.Errorf("cleanup %s: remove %.12s: %v", filter, c.ID, err)
+		}
+	}
+	// Volumes go after the containers that mounted them.
+	vols, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", filter))})
+	if err != nil {
+		t.Errorf("cleanup %s: list volumes: %v", filter, err)
+		return
+	}
+	for _, v := range vols.Volumes {
+		if err := cli.VolumeRemove(ctx, v.Name, true); err != nil && !errdefs.IsNotFound(err) {
+			t.Errorf("cleanup %s: remove volume %s: %v", filter, v.Name, err)
 		}
 	}
 }

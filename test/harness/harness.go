@@ -465,6 +465,27 @@ func RemoveLabelled(label string) {
 			_ = exec.CommandContext(ctx, "docker", append([]string{"rmi", "-f"}, ids...)...).Run()
 		}
 	}
+	// Volumes go after the containers that mounted them.
+	if out, err := exec.CommandContext(ctx, "docker", "volume", "ls", "-q", "--filter", "label=sandpit.run="+label).Output(); err == nil {
+		if names := strings.Fields(string(out)); len(names) > 0 {
+			_ = exec.CommandContext(ctx, "docker", append([]string{"volume", "rm", "-f"}, names...)...).Run()
+		}
+	}
+}
+
+// Volumes lists the names of this daemon's engine volumes carrying extra
+// label filters ("sandpit.volume-id=...").
+func (d *Daemon) Volumes(t testing.TB, filters ...string) []string {
+	t.Helper()
+	args := []string{"volume", "ls", "-q", "--filter", "label=sandpit.run=" + d.Label}
+	for _, f := range filters {
+		args = append(args, "--filter", "label="+f)
+	}
+	out, err := exec.Command("docker", args...).Output()
+	if err != nil {
+		t.Fatalf("docker volume ls: %v", err)
+	}
+	return strings.Fields(string(out))
 }
 
 // RunWithBinary is a TestMain body: it builds the sandpit binary into a

@@ -98,6 +98,15 @@ type Backend interface {
 	ToolboxBackend
 	ProcessBackend
 	EventBackend
+	VolumeBackend
+}
+
+// VolumeBackend is the volumes'.
+type VolumeBackend interface {
+	CreateVolume(ctx context.Context, name string) (sandpit.Volume, sandpit.AddOutcome, error)
+	GetVolume(ctx context.Context, ref string) (sandpit.Volume, error)
+	ListVolumes(ctx context.Context) ([]sandpit.Volume, error)
+	DeleteVolume(ctx context.Context, ref string) error
 }
 
 var _ Backend = (*service.Service)(nil)

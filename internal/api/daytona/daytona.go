@@ -150,6 +150,12 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	p := h.prefix
 	h.routes = api.NewRoutes(h.mux, WriteError, nil).Mount(p)
 	route := h.routes.Handle
+	vols := &volumeAPI{svc: svc}
+	route("POST /volumes", sandpit.ActionManage, vols.create)
+	route("GET /volumes", sandpit.ActionRead, vols.list)
+	route("GET /volumes/by-name/{name}", sandpit.ActionRead, vols.getByName)
+	route("GET /volumes/{volumeId}", sandpit.ActionRead, vols.get)
+	route("DELETE /volumes/{volumeId}", sandpit.ActionManage, vols.delete)
 	route("POST /sandbox", sandpit.ActionManage, h.sandboxes.create)
 	route("GET /sandbox", sandpit.ActionRead, h.sandboxes.list)
 	route("GET /sandbox/{idOrName}", sandpit.ActionRead, h.sandboxes.get)

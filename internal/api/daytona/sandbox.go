@@ -130,6 +130,8 @@ type Sandbox struct {
 	UpdatedAt           string  `json:"updatedAt"`
 	SandboxClass        string  `json:"sandboxClass"`
 	ToolboxProxyURL     string  `json:"toolboxProxyUrl"`
+	// Volumes are the volumes mounted into the sandbox.
+	Volumes []SandboxVolume `json:"volumes,omitempty"`
 }
 
 // BuildInfo is how the SDK sends an image: a Dockerfile.
@@ -181,6 +183,9 @@ func (h *sandboxAPI) renderSandbox(toolboxBase string, sb sandpit.Sandbox, withE
 	if out.Snapshot == "" {
 		out.Snapshot = sb.Image
 	}
+	for _, m := range sb.Volumes {
+		out.Volumes = append(out.Volumes, SandboxVolume{VolumeID: m.VolumeID, MountPath: m.Path})
+	}
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
 	}
@@ -231,7 +236,7 @@ type CreateRequest struct {
 	NetworkBlockAll     *bool             `json:"networkBlockAll"`
 	NetworkAllowList    string            `json:"networkAllowList"`
 	DomainAllowList     string            `json:"domainAllowList"`
-	Volumes             []json.RawMessage `json:"volumes"`
+	Volumes             []SandboxVolume   `json:"volumes"`
 	Secrets             []json.RawMessage `json:"secrets"`
 	LinkedSandbox       string            `json:"linkedSandbox"`
 	KVM                 *bool             `json:"kvm"`
@@ -302,14 +307,18 @@ func serviceRequestOf(req CreateRequest) (service.CreateRequest, error) {
 		return out, badRequest("GPUs are not supported")
 	case req.DomainAllowList != "":
 		return out, badRequest("domainAllowList is not supported: network restrictions are by address (networkAllowList)")
-	case len(req.Volumes) > 0:
-		return out, badRequest("volumes are not supported")
 	case len(req.Secrets) > 0:
 		return out, badRequest("secrets are not supported; pass envVars instead")
 	case req.LinkedSandbox != "":
 		return out, badRequest("linked sandboxes are not supported")
 	case req.KVM != nil && *req.KVM:
 		return out, badRequest("KVM sandboxes are not supported")
+	}
+	for _, v := range req.Volumes {
+		if v.Subpath != "" {
+			return out, badRequest("volumes: subpath is not supported; mount the whole volume")
+		}
+		out.Volumes = append(out.Volumes, service.MountRequest{Volume: v.VolumeID, Path: v.MountPath})
 	}
 	if req.CPU != nil {
 		if *req.CPU < 0 {

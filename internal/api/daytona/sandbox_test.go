@@ -90,7 +90,7 @@ func TestServiceRequestRefusesWhatItCannotHonour(t *testing.T) {
 	cases := map[string]CreateRequest{
 		"GPUs":                       {GPU: &one},
 		"domainAllowList":            {DomainAllowList: "example.com"},
-		"volumes":                    {Volumes: []json.RawMessage{[]byte(`{}`)}},
+		"subpath":                    {Volumes: []SandboxVolume{{VolumeID: "v", MountPath: "/data", Subpath: "x"}}},
 		"secrets":                    {Secrets: []json.RawMessage{[]byte(`{}`)}},
 		"dockerfileContent is empty": {BuildInfo: &BuildInfo{DockerfileContent: " \n", ContextHashes: []string{"x"}}},
 		"either snapshot or image":   {Snapshot: "base", BuildInfo: &BuildInfo{DockerfileContent: "FROM a\n"}},

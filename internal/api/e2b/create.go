@@ -89,6 +89,7 @@ func (b CreateBody) request(id string) service.CreateRequest {
 		OnTimeout:  b.onTimeout(),
 		KeepMemory: b.keepMemory(),
 		AutoResume: b.autoResume(),
+		Volumes:    b.mounts(),
 	}
 }
 

@@ -646,3 +646,16 @@ func TestUnimplementedEndpointIsNotANotFound(t *testing.T) {
 		t.Fatalf("unauthenticated: %d, want 401 before anything else", res.status)
 	}
 }
+
+// The fake has no volumes.
+func (f *fakeBackend) CreateVolume(context.Context, string) (sandpit.Volume, sandpit.AddOutcome, error) {
+	return sandpit.Volume{}, 0, service.ErrVolumesUnavailable
+}
+func (f *fakeBackend) GetVolume(context.Context, string) (sandpit.Volume, error) {
+	return sandpit.Volume{}, sandpit.ErrNotFound
+}
+func (f *fakeBackend) ListVolumes(context.Context) ([]sandpit.Volume, error) { return nil, nil }
+func (f *fakeBackend) DeleteVolume(context.Context, string) error            { return sandpit.ErrNotFound }
+func (f *fakeBackend) SandboxMounts(context.Context, string) ([]sandpit.VolumeMount, error) {
+	return nil, nil
+}

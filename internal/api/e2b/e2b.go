@@ -36,6 +36,11 @@ type Backend interface {
 	GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error)
 	DeleteSandbox(ctx context.Context, id string) error
+	CreateVolume(ctx context.Context, name string) (sandpit.Volume, sandpit.AddOutcome, error)
+	GetVolume(ctx context.Context, ref string) (sandpit.Volume, error)
+	ListVolumes(ctx context.Context) ([]sandpit.Volume, error)
+	DeleteVolume(ctx context.Context, ref string) error
+	SandboxMounts(ctx context.Context, id string) ([]sandpit.VolumeMount, error)
 	PauseSandbox(ctx context.Context, id string, mode sandpit.PauseMode) (sandpit.Sandbox, error)
 	StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
@@ -167,6 +172,10 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 	route := h.routes.Handle
 	// The v2 routes are what SDK 2.x calls; the unversioned ones are what
 	// older SDKs (and E2B's own v1 API) call for the same operations.
+	route("POST /volumes", sandpit.ActionManage, h.createVolume)
+	route("GET /volumes", sandpit.ActionRead, h.listVolumes)
+	route("GET /volumes/{volumeID}", sandpit.ActionRead, h.getVolume)
+	route("DELETE /volumes/{volumeID}", sandpit.ActionManage, h.deleteVolume)
 	route("POST /v2/sandboxes", sandpit.ActionManage, h.create)
 	route("POST /sandboxes", sandpit.ActionManage, h.create)
 	route("GET /v2/sandboxes", sandpit.ActionRead, h.list)
@@ -204,6 +213,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rest, ok := strings.CutPrefix(r.URL.Path, Prefix)
 	if !ok || (rest != "" && rest[0] != '/') {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+		return
+	}
+	if strings.HasPrefix(rest, "/volumecontent/") {
+		// The volume content API (Volume.list/read/write) is not served, and
+		// its calls carry a volume token rather than an API key: they are
+		// answered before authentication. A volume's files are reached
+		// through a sandbox that mounts it.
+		writeError(w, http.StatusNotImplemented, "the volume content API is not implemented by sandpit: mount the volume in a sandbox and use its filesystem ("+r.Method+" "+r.URL.Path+")")
 		return
 	}
 	if rest == "/envd" || strings.HasPrefix(rest, "/envd/") {

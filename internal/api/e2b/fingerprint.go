@@ -46,6 +46,9 @@ type fingerprintInput struct {
 	FilesystemPause bool           `json:"filesystemPause,omitempty"`
 	Secure          bool           `json:"secure"`
 	Network         networkPosture `json:"network"`
+	// VolumeMounts is omitted when empty so that the fingerprints of
+	// creates without mounts are unchanged.
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
 }
 
 // networkPosture is the allow/deny part of a create's network settings.
@@ -85,6 +88,7 @@ func Fingerprint(keyIdentity string, b CreateBody) string {
 		in.Network.DenyOut = sortedSet(b.Network.DenyOut)
 	}
 	in.Network.PrivateTraffic = b.portAccess() == sandpit.PortAccessToken
+	in.VolumeMounts = sortedMounts(b.VolumeMounts)
 	return hashJSON(in)
 }
 

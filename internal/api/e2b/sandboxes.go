@@ -147,7 +147,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	out := make([]ListedSandbox, 0, len(page))
 	for _, sb := range page {
 		if state, ok := e2bState(sb.State); ok && lq.keep(sb, state) {
-			out = append(out, h.listed(sb, state))
+			out = append(out, h.listed(h.withMounts(r, sb), state))
 		}
 	}
 	if next != "" {
@@ -174,7 +174,7 @@ func (h *Handler) listV1(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, sb := range page {
 			if state, ok := e2bState(sb.State); ok && lq.keep(sb, state) {
-				out = append(out, h.listed(sb, state))
+				out = append(out, h.listed(h.withMounts(r, sb), state))
 			}
 		}
 		if next == "" {

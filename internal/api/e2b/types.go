@@ -71,7 +71,7 @@ type CreateBody struct {
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Network             *Network          `json:"network"`
-	VolumeMounts        []json.RawMessage `json:"volumeMounts"`
+	VolumeMounts        []VolumeMount     `json:"volumeMounts"`
 	IAM                 json.RawMessage   `json:"iam"`
 }
 
@@ -120,8 +120,6 @@ func (b CreateBody) validate() error {
 	switch {
 	case b.autoResume() && !b.autoPause():
 		return fmt.Errorf("%w: autoResume can only be true when onTimeout is 'pause'", service.ErrInvalid)
-	case len(b.VolumeMounts) > 0:
-		return unsupported("volumeMounts")
 	case present(b.IAM):
 		return unsupported("iam")
 	}
@@ -215,6 +213,8 @@ type ListedSandbox struct {
 	// ignores.
 	PauseMode   string `json:"pauseMode,omitempty"`
 	PauseReason string `json:"pauseReason,omitempty"`
+	// VolumeMounts are the volumes mounted into the sandbox.
+	VolumeMounts []VolumeMount `json:"volumeMounts"`
 }
 
 // Lifecycle is E2B's SandboxLifecycle.
@@ -299,21 +299,22 @@ func (h *Handler) listed(sb sandpit.Sandbox, state string) ListedSandbox {
 		md = map[string]string{}
 	}
 	return ListedSandbox{
-		SandboxID:   sb.ID,
-		TemplateID:  templateOf(sb),
-		Alias:       sb.Template,
-		ClientID:    h.clientID(),
-		StartedAt:   sb.CreatedAt.UTC(),
-		EndAt:       end.UTC(),
-		CPUCount:    cpus,
-		MemoryMB:    sb.MemoryMB,
-		DiskSizeMB:  h.cfg.DiskSizeMB,
-		EnvdVersion: EnvdVersion,
-		Metadata:    md,
-		State:       state,
-		Lifecycle:   Lifecycle{AutoResume: sb.AutoResume, OnTimeout: string(sb.TimeoutAction())},
-		PauseMode:   string(sb.PauseMode),
-		PauseReason: pauseReason(sb),
+		SandboxID:    sb.ID,
+		TemplateID:   templateOf(sb),
+		Alias:        sb.Template,
+		ClientID:     h.clientID(),
+		StartedAt:    sb.CreatedAt.UTC(),
+		EndAt:        end.UTC(),
+		CPUCount:     cpus,
+		MemoryMB:     sb.MemoryMB,
+		DiskSizeMB:   h.cfg.DiskSizeMB,
+		EnvdVersion:  EnvdVersion,
+		Metadata:     md,
+		State:        state,
+		Lifecycle:    Lifecycle{AutoResume: sb.AutoResume, OnTimeout: string(sb.TimeoutAction())},
+		PauseMode:    string(sb.PauseMode),
+		PauseReason:  pauseReason(sb),
+		VolumeMounts: mountsOf(sb),
 	}
 }
 

@@ -63,6 +63,12 @@ type Backend interface {
 	Snapshots(ctx context.Context, source, name string) ([]sandpit.Template, error)
 	DeleteSnapshot(ctx context.Context, id string) error
 	Fork(ctx context.Context, parentID string, req service.ForkRequest) ([]service.ForkResult, error)
+
+	CreateVolume(ctx context.Context, name string) (sandpit.Volume, sandpit.AddOutcome, error)
+	GetVolume(ctx context.Context, ref string) (sandpit.Volume, error)
+	ListVolumes(ctx context.Context) ([]sandpit.Volume, error)
+	DeleteVolume(ctx context.Context, ref string) error
+	SandboxMounts(ctx context.Context, id string) ([]sandpit.VolumeMount, error)
 	Build(ctx context.Context, buildID string) (sandpit.TemplateBuild, error)
 	BuildLog(ctx context.Context, buildID string, offset int) ([]service.BuildLogEntry, bool, error)
 	FollowBuildLog(ctx context.Context, buildID string, offset int, fn func(service.BuildLogEntry) error) error

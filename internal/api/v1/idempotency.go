@@ -52,6 +52,8 @@ var keyedPatterns = map[string]bool{
 	"POST /v1/sandboxes/{id}/snapshots":                   true,
 	"POST /v1/sandboxes/{id}/fork":                        true,
 	"DELETE /v1/snapshots/{name}":                         true,
+	"POST /v1/volumes":                                    true,
+	"DELETE /v1/volumes/{name}":                           true,
 }
 
 // targetPrefix lists the keyed routes that make a resource whose id is

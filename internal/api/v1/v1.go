@@ -80,6 +80,7 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 	route("GET /v1/events", sandpit.ActionRead, h.events)
 	h.templateRoutes()
 	h.snapshotRoutes()
+	h.volumeRoutes()
 	h.forwarding()
 	route("GET /v1/debug/state", sandpit.ActionAdmin, h.debugState)
 	h.adminRoutes()
@@ -127,6 +128,7 @@ func (h *Handler) toSandbox(ctx context.Context, sb sandpit.Sandbox) apitypes.Sa
 	if sb.TimeoutAction() != sandpit.OnTimeoutKill || sb.AutoResume {
 		out.Lifecycle = &apitypes.Lifecycle{OnTimeout: string(sb.TimeoutAction()), KeepMemory: sb.KeepMemory, AutoResume: sb.AutoResume}
 	}
+	out.Volumes = toMounts(sb.Volumes)
 	return out
 }
 
@@ -149,6 +151,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	if l := req.Lifecycle; l != nil {
 		creq.OnTimeout, creq.KeepMemory, creq.AutoResume = sandpit.OnTimeout(l.OnTimeout), l.KeepMemory, l.AutoResume
 	}
+	for _, m := range req.Volumes {
+		creq.Volumes = append(creq.Volumes, service.MountRequest{Volume: m.Volume, Path: m.Path, ReadOnly: m.ReadOnly})
+	}
 	var (
 		sb  sandpit.Sandbox
 		err error
@@ -163,6 +168,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		fail(w, err)
 		return
+	}
+	if len(sb.Volumes) == 0 && len(creq.Volumes) > 0 {
+		// An adopted sandbox is read back from its row, which does not
+		// carry its mounts.
+		if ms, err := h.svc.SandboxMounts(r.Context(), sb.ID); err == nil {
+			sb.Volumes = ms
+		}
 	}
 	crashpoint.Hit(crashpoint.BeforeResponse)
 	api.WriteJSON(w, http.StatusCreated, h.toSandbox(r.Context(), sb))

@@ -232,6 +232,14 @@ func (d *Docker) configs(spec driver.Spec) (*container.Config, *container.HostCo
 			PidsLimit: &pids,
 		},
 	}
+	for _, m := range spec.Mounts {
+		if m.Source == "" || !filepath.IsAbs(m.Target) {
+			return nil, nil, fmt.Errorf("spec: mount %q at %q: need a volume name and an absolute path", m.Source, m.Target)
+		}
+		// A volume mount (not a bind) names an engine volume, so a
+		// sandbox can never reach a host path through it.
+		hostCfg.Mounts = append(hostCfg.Mounts, mount.Mount{Type: mount.TypeVolume, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
 	if spec.AgentUser == "" {
 		// A sandbox whose processes run as an unprivileged user by default
 		// goes without no-new-privileges: sudo, which E2B's images offer for

@@ -1,0 +1,87 @@
+package v1
+
+import (
+	"net/http"
+
+	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/apitypes"
+
+	"github.com/sandpit-dev/sandpit/internal/api"
+)
+
+// volumeRoutes are the native volume API. A create is idempotent by name
+// (and by Idempotency-Key); a delete of a mounted volume is refused.
+func (h *Handler) volumeRoutes() {
+	route := h.routes.Handle
+	route("POST /v1/volumes", sandpit.ActionManage, h.createVolume)
+	route("GET /v1/volumes", sandpit.ActionRead, h.listVolumes)
+	route("GET /v1/volumes/{name}", sandpit.ActionRead, h.getVolume)
+	route("DELETE /v1/volumes/{name}", sandpit.ActionManage, h.deleteVolume)
+}
+
+func (h *Handler) createVolume(w http.ResponseWriter, r *http.Request) {
+	var req apitypes.CreateVolumeRequest
+	if err := api.DecodeJSON(r, &req, true); err != nil {
+		fail(w, err)
+		return
+	}
+	v, outcome, err := h.svc.CreateVolume(r.Context(), req.Name)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	status := http.StatusCreated
+	if outcome == sandpit.AlreadyBound {
+		status = http.StatusOK
+	}
+	api.WriteJSON(w, status, toVolume(v))
+}
+
+func (h *Handler) listVolumes(w http.ResponseWriter, r *http.Request) {
+	vs, err := h.svc.ListVolumes(r.Context())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := apitypes.ListVolumesResponse{Volumes: make([]apitypes.Volume, 0, len(vs))}
+	for _, v := range vs {
+		out.Volumes = append(out.Volumes, toVolume(v))
+	}
+	api.WriteJSON(w, http.StatusOK, out)
+}
+
+func (h *Handler) getVolume(w http.ResponseWriter, r *http.Request) {
+	v, err := h.svc.GetVolume(r.Context(), r.PathValue("name"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, toVolume(v))
+}
+
+func (h *Handler) deleteVolume(w http.ResponseWriter, r *http.Request) {
+	if err := h.svc.DeleteVolume(r.Context(), r.PathValue("name")); err != nil {
+		fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func toVolume(v sandpit.Volume) apitypes.Volume {
+	return apitypes.Volume{ID: v.ID, Name: v.Name, State: string(v.State), CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt}
+}
+
+func toMounts(ms []sandpit.VolumeMount) []apitypes.VolumeMount {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]apitypes.VolumeMount, 0, len(ms))
+	for _, m := range ms {
+		name := m.VolumeName
+		if name == "" {
+			name = m.VolumeID
+		}
+		out = append(out, apitypes.VolumeMount{Volume: name, VolumeID: m.VolumeID, Path: m.Path, ReadOnly: m.ReadOnly})
+	}
+	return out
+}
