@@ -86,6 +86,18 @@ func TestEngineRestartKeepsState(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if _, err := c.CreateVolume(ctx, "engine-restart"); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := c.Create(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Volume: "engine-restart", Path: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, ctx, c, writer.ID, "/data/v.txt", "on the volume")
+	if err := c.Delete(ctx, writer.ID); err != nil {
+		t.Fatal(err)
+	}
+
 	d.Kill()
 	d.Wait(30 * time.Second)
 	restartEngine(t)
@@ -101,6 +113,14 @@ func TestEngineRestartKeepsState(t *testing.T) {
 	}
 	if got := catFile(t, ctx, c, sb.ID, "/root/snap.txt"); got != "snapshotted" {
 		t.Fatalf("a sandbox from the snapshot after the engine restart reads %q", got)
+	}
+
+	reader, err := c.Create(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Volume: "engine-restart", Path: "/data", ReadOnly: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := catFile(t, ctx, c, reader.ID, "/data/v.txt"); got != "on the volume" {
+		t.Fatalf("the volume after the engine restart gives %q", got)
 	}
 
 	// The filesystem pause is kept as it was; the memory pause lost its
