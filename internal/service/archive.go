@@ -9,7 +9,6 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
-	"github.com/sandpit-dev/sandpit/internal/driver"
 )
 
 // ReasonArchived is the state reason of a stopped sandbox whose container
@@ -129,23 +128,9 @@ func (s *Service) restoreArchived(ctx context.Context, sb sandpit.Sandbox) error
 	if err != nil {
 		return err
 	}
-	spec := driver.Spec{
-		SandboxID:   sb.ID,
-		Name:        sb.ContainerID,
-		Image:       sb.ArchiveImage,
-		Env:         sb.Env,
-		Labels:      s.containerLabels(),
-		CPU:         sb.CPU,
-		MemoryMB:    sb.MemoryMB,
-		DiskMB:      s.cfg.DiskMB,
-		Runtime:     s.cfg.Runtime,
-		PidsLimit:   s.cfg.PidsLimit,
-		AgentBinary: s.cfg.AgentBinary,
-		AgentToken:  sb.AccessToken,
-		Mounts:      driverMounts(mounts),
-		// The agent's user is in the image's environment: the commit kept
-		// the container's.
-	}
+	// The agent's user is in the image's environment: the commit kept
+	// the container's.
+	spec := s.containerSpec(sb, sb.ArchiveImage, mounts)
 	if _, err := s.rt.Create(ctx, spec); err != nil {
 		return runtimeErr("create container from archive", err)
 	}

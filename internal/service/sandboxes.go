@@ -469,12 +469,13 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	return after, nil
 }
 
-// createCold makes and starts a new container for sb.
-func (s *Service) createCold(ctx context.Context, sb *sandpit.Sandbox, req CreateRequest) error {
-	spec := driver.Spec{
+// containerSpec is the container of sb running image, with the daemon's
+// runtime, limits and agent, mounting mounts.
+func (s *Service) containerSpec(sb sandpit.Sandbox, image string, mounts []sandpit.VolumeMount) driver.Spec {
+	return driver.Spec{
 		SandboxID:   sb.ID,
 		Name:        sb.ContainerID,
-		Image:       sb.Image,
+		Image:       image,
 		Env:         sb.Env,
 		Labels:      s.containerLabels(),
 		CPU:         sb.CPU,
@@ -484,9 +485,14 @@ func (s *Service) createCold(ctx context.Context, sb *sandpit.Sandbox, req Creat
 		PidsLimit:   s.cfg.PidsLimit,
 		AgentBinary: s.cfg.AgentBinary,
 		AgentToken:  sb.AccessToken,
-		AgentUser:   req.User,
-		Mounts:      driverMounts(sb.Volumes),
+		Mounts:      driverMounts(mounts),
 	}
+}
+
+// createCold makes and starts a new container for sb.
+func (s *Service) createCold(ctx context.Context, sb *sandpit.Sandbox, req CreateRequest) error {
+	spec := s.containerSpec(*sb, sb.Image, sb.Volumes)
+	spec.AgentUser = req.User
 	t0 := time.Now()
 	if _, err := s.rt.Create(ctx, spec); err != nil {
 		if errors.Is(err, driver.ErrImageNotFound) {
