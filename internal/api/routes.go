@@ -68,6 +68,34 @@ type Forwarding struct {
 	// body asks for ("" = none), so that placement can send it to the
 	// nodes that have its image.
 	Template func(body []byte) string
+	// Volumes, on a LocateCreate route, names the volumes the create's body
+	// mounts (by name or id), so that placement can send it to the node
+	// that holds them: a volume lives on one node.
+	Volumes func(body []byte) []string
+}
+
+// VolumeRefs returns a Forwarding.Volumes that reads the volumes a create's
+// JSON body mounts: the string key of each object of its top-level array
+// field.
+func VolumeRefs(field, key string) func(body []byte) []string {
+	return func(body []byte) []string {
+		var req map[string]json.RawMessage
+		if json.Unmarshal(body, &req) != nil {
+			return nil
+		}
+		var mounts []map[string]json.RawMessage
+		if json.Unmarshal(req[field], &mounts) != nil {
+			return nil
+		}
+		var refs []string
+		for _, m := range mounts {
+			var ref string
+			if json.Unmarshal(m[key], &ref) == nil && ref != "" {
+				refs = append(refs, ref)
+			}
+		}
+		return refs
+	}
 }
 
 // TemplateField returns a Forwarding.Template that reads the template a

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
+	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -186,6 +187,17 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 					}
 				}
 			}
+			// A create that mounts volumes goes to the node that holds
+			// them; a volume no node holds is refused by this one.
+			if rt.Volumes != nil && cfg.Authenticate != nil {
+				if refs := rt.Volumes(body); len(refs) > 0 {
+					if p, aerr := cfg.Authenticate(r); aerr == nil {
+						if nodes := g.volumeNodes(r, local, p, transport, refs[0]); len(nodes) > 0 {
+							only = nodes
+						}
+					}
+				}
+			}
 			switch {
 			case key != "" && len(only) > 0:
 				m, err = g.cl.OwnerForKeyAmong(key, only)
@@ -273,4 +285,21 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 		defer done()
 		proxy.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// volumeNodes asks every live node whether it holds the caller's volume ref
+// (GET /v1/volumes/{ref} as the caller) and returns those that do.
+func (g *Gateway) volumeNodes(r *http.Request, local http.Handler, p sandpit.Principal, transport http.RoundTripper, ref string) []string {
+	q, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "/v1/volumes/"+url.PathEscape(ref), nil)
+	if err != nil {
+		return nil
+	}
+	q.Host = r.Host
+	var nodes []string
+	for _, a := range g.fanOut(q, local, p, &http.Client{Transport: transport}) {
+		if a.Err == nil {
+			nodes = append(nodes, a.Node)
+		}
+	}
+	return nodes
 }

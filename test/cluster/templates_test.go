@@ -241,3 +241,41 @@ func TestClusterTemplateWithoutRegistryIsPlacedOnItsBuilder(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterVolumeCreatesArePlacedOnItsNode: a volume lives on the node it
+// was made on, and creates that mount it, sent to another node, run on
+// that node with its files; a create mounting a volume no node holds is
+// refused.
+func TestClusterVolumeCreatesArePlacedOnItsNode(t *testing.T) {
+	c := startCluster(t)
+	n1, n3 := c.nodes[0], c.nodes[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := n1.Client().CreateVolume(ctx, "shared"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n1.Client().DeleteVolume(context.Background(), "shared") })
+	mount := []client.VolumeMount{{Volume: "shared", Path: "/data"}}
+	var ids []string
+	for i := range 3 {
+		sb, err := n3.Client().Create(ctx, client.CreateRequest{Volumes: mount, Labels: map[string]string{"i": fmt.Sprint(i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+		t.Cleanup(func() { _ = n3.Client().Delete(context.Background(), sb.ID) })
+		if sb.Node != "n1" {
+			t.Fatalf("create %d mounting the volume runs on %q, not on n1 where the volume is", i, sb.Node)
+		}
+	}
+	if res, err := n3.Client().Exec(ctx, ids[0], client.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo shared > /data/f"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("write on the volume: %+v %v", res, err)
+	}
+	if res, err := n3.Client().Exec(ctx, ids[1], client.ExecRequest{Cmd: "cat", Args: []string{"/data/f"}}); err != nil || res.Stdout != "shared\n" {
+		t.Fatalf("read on the volume from another sandbox: %q %v", res.Stdout, err)
+	}
+	_, err := n3.Client().Create(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Volume: "nowhere", Path: "/data"}}})
+	if !client.IsCode(err, apitypes.CodeNotFound) {
+		t.Fatalf("a create mounting a volume no node holds: %v", err)
+	}
+}

@@ -14,7 +14,7 @@ import (
 // under a sandbox or its toolbox goes to its owner (so that a sandbox lost
 // with its node answers as lost whatever is asked of it).
 func (h *Handler) forwarding() {
-	h.routes.Forward("POST /sandbox", api.Forwarding{Locate: api.LocateCreate, Template: api.TemplateField("snapshot")})
+	h.routes.Forward("POST /sandbox", api.Forwarding{Locate: api.LocateCreate, Template: api.TemplateField("snapshot"), Volumes: api.VolumeRefs("volumes", "volumeId")})
 	h.routes.Forward("GET /sandbox", api.Forwarding{Locate: api.LocateList, Merge: mergeList, Ask: http.Header{HeaderRowPositions: {"1"}}})
 	// A snapshot's {idOrName} names an image, not a sandbox.
 	h.routes.Forward("GET /snapshots/{idOrName}", api.Forwarding{Locate: api.LocateLocal})

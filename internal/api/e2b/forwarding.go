@@ -17,7 +17,7 @@ import (
 // goes to its owner (so that a sandbox lost with its node answers as lost).
 func (h *Handler) forwarding() {
 	for _, p := range []string{"POST /v2/sandboxes", "POST /sandboxes"} {
-		h.routes.Forward(p, api.Forwarding{Locate: api.LocateCreate, Affinity: createAffinity, Template: api.TemplateField("templateID")})
+		h.routes.Forward(p, api.Forwarding{Locate: api.LocateCreate, Affinity: createAffinity, Template: api.TemplateField("templateID"), Volumes: api.VolumeRefs("volumeMounts", "name")})
 	}
 	h.routes.Forward("GET /v2/sandboxes", api.Forwarding{Locate: api.LocateList, Merge: mergeList(true)})
 	h.routes.Forward("GET /sandboxes", api.Forwarding{Locate: api.LocateList, Merge: mergeList(false)})

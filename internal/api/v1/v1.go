@@ -42,7 +42,7 @@ func (h *Handler) Forwarded() []api.Route { return h.routes.Forwarded() }
 // and every other path under a sandbox goes to its owner too, so that a
 // sandbox lost with its node answers as lost whatever is asked of it.
 func (h *Handler) forwarding() {
-	h.routes.Forward("POST /v1/sandboxes", api.Forwarding{Locate: api.LocateCreate, Template: api.TemplateField("template")})
+	h.routes.Forward("POST /v1/sandboxes", api.Forwarding{Locate: api.LocateCreate, Template: api.TemplateField("template"), Volumes: api.VolumeRefs("volumes", "volume")})
 	h.routes.Forward("GET /v1/sandboxes", api.Forwarding{Locate: api.LocateList})
 	h.routes.Forward("GET /v1/events", api.Forwarding{Locate: api.LocateEvents})
 	h.routes.Declare("/v1/sandboxes/{id}", api.Forwarding{Locate: api.LocateSandbox})
