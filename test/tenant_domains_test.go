@@ -3,6 +3,7 @@ package sandpit_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,7 +34,14 @@ func hostGet(t *testing.T, ctx context.Context, proxyAddr, host string, hdr ...s
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
+	// Caddy swaps its servers when its configuration changes, and a
+	// connection that meets the old listener closing is reset: that one is
+	// sent again, as a browser would, a few times.
 	resp, err := noKeepAlive.Do(req)
+	for i := 0; err != nil && errors.Is(err, syscall.ECONNRESET) && i < 20; i++ {
+		time.Sleep(100 * time.Millisecond)
+		resp, err = noKeepAlive.Do(req)
+	}
 	if err != nil {
 		t.Fatalf("GET %s: %v", host, err)
 	}
