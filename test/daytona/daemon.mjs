@@ -89,13 +89,13 @@ export async function startDaemon(extraArgs = []) {
       env: { ...process.env, CGO_ENABLED: '0' },
     });
   }
-  const apiPort = await freePort();
-  const proxyPort = await freePort();
+  let apiPort = await freePort();
+  let proxyPort = await freePort();
   const token = 'daytona-test-' + randomBytes(12).toString('hex');
   const run = 'daytona-' + randomBytes(6).toString('hex');
   const runLabel = `sandpit.run=${run}`;
   const logs = [];
-  const args = [
+  const args = () => [
     'serve',
     '--data-dir', join(dir, 'data'),
     '--listen', `127.0.0.1:${apiPort}`,
@@ -107,10 +107,10 @@ export async function startDaemon(extraArgs = []) {
     '--network-pool', '10.200.0.0/14',
     ...extraArgs,
   ];
-  const base = `http://127.0.0.1:${apiPort}`;
+  let base = `http://127.0.0.1:${apiPort}`;
   // spawnServe starts the daemon and waits until it is healthy.
   const spawnServe = async () => {
-    const c = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const c = spawn(bin, args(), { stdio: ['ignore', 'pipe', 'pipe'] });
     for (const s of [c.stdout, c.stderr]) {
       s.setEncoding('utf8');
       s.on('data', (d) => {
@@ -136,7 +136,22 @@ export async function startDaemon(extraArgs = []) {
       clearTimeout(timer);
     }
   };
-  let child = await spawnServe();
+  // freePort releases the port before the daemon binds it, so a suite
+  // running beside this one can take it in between. The first start then
+  // tries fresh ports; a restart keeps its ports, since callers hold the URLs.
+  let child;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      child = await spawnServe();
+      break;
+    } catch (err) {
+      if (attempt >= 5 || !String(err.message).includes('address already in use')) throw err;
+      logs.push('--- port taken, retrying with other ports ---\n');
+      apiPort = await freePort();
+      proxyPort = await freePort();
+      base = `http://127.0.0.1:${apiPort}`;
+    }
+  }
   return {
     apiUrl: `${base}/daytona`,
     base,

@@ -106,10 +106,14 @@ export async function startDaemon({ name, args = [], env = {} } = {}) {
     network: `sandpit-${runId}-${name}`,
   }
   networks.add(d.network)
-  d.apiUrl = `http://127.0.0.1:${d.apiPort}/e2b`
-  d.sandboxUrl = `http://127.0.0.1:${d.apiPort}/e2b/envd`
-  // opts are the SDK connection options that point it at this daemon.
-  d.opts = { apiKey: d.token, apiUrl: d.apiUrl, sandboxUrl: d.sandboxUrl }
+  // setPorts points the daemon's URLs and the SDK options at its ports.
+  const setPorts = () => {
+    d.apiUrl = `http://127.0.0.1:${d.apiPort}/e2b`
+    d.sandboxUrl = `http://127.0.0.1:${d.apiPort}/e2b/envd`
+    // opts are the SDK connection options that point it at this daemon.
+    d.opts = { apiKey: d.token, apiUrl: d.apiUrl, sandboxUrl: d.sandboxUrl }
+  }
+  setPorts()
   d.launch = async (extraEnv = env) => {
     const proc = spawn(binary, [
       'serve',
@@ -152,6 +156,20 @@ export async function startDaemon({ name, args = [], env = {} } = {}) {
     await d.stop()
     await d.launch(extraEnv)
   }
-  await d.launch()
+  // freePort releases the port before the daemon binds it, so a suite
+  // running beside this one can take it in between. The first start then
+  // tries fresh ports; a restart keeps its ports, since callers hold the URLs.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await d.launch()
+      break
+    } catch (err) {
+      if (attempt >= 5 || !String(err.message).includes('address already in use')) throw err
+      d.log += '--- port taken, retrying with other ports ---\n'
+      d.apiPort = await freePort()
+      d.proxyPort = await freePort()
+      setPorts()
+    }
+  }
   return d
 }
