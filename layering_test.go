@@ -48,6 +48,7 @@ var layers = []struct {
 	{"internal/httpguard", nil, "bounds on one HTTP request's cost"},
 	{"internal/ui", nil, "the embedded web dashboard"},
 	{"internal/agentbin", nil, "the small agent the daemon embeds"},
+	{"internal/interpreter", nil, "the client of the in-sandbox code interpreter"},
 
 	// The Go SDK and the agent stand apart from the daemon.
 	{"client", []string{"apitypes", "proto/..."}, "the Go SDK of /v1"},
@@ -68,7 +69,7 @@ var layers = []struct {
 	{"internal/service", []string{
 		".", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/store", "internal/driver", "internal/router/...", "internal/cluster", "internal/idempotency",
-		"internal/metrics", "internal/firewall",
+		"internal/metrics", "internal/firewall", "internal/interpreter",
 	}, "the domain operations"},
 
 	// The HTTP surfaces: through the service, never the store or a runtime
@@ -76,6 +77,7 @@ var layers = []struct {
 	{"internal/api/...", []string{
 		".", "apitypes", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/api", "internal/service", "internal/cluster", "internal/idempotency", "internal/driver", "internal/router", "internal/metrics",
+		"internal/interpreter",
 	}, "an HTTP surface"},
 	{"internal/gateway", []string{
 		".", "apitypes", "internal/httpguard", "internal/crashpoint",

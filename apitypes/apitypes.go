@@ -4,7 +4,10 @@
 // server and its SDK cannot drift apart.
 package apitypes
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Sandbox is the native representation of a sandbox.
 type Sandbox struct {
@@ -84,6 +87,50 @@ type ExecRequest struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Cwd      string            `json:"cwd,omitempty"`
 	TimeoutS int64             `json:"timeout_s,omitempty"`
+}
+
+// CodeRequest runs code on a sandbox's code interpreter (POST
+// /v1/sandboxes/{id}/code). The answer streams one CodeEvent per line
+// (application/x-ndjson) until the execution ends.
+type CodeRequest struct {
+	Code     string `json:"code"`
+	Language string `json:"language,omitempty"` // python when empty
+	// Context names a context of the caller's choosing; code run in one
+	// context shares its variables. It is made on first use. Empty is the
+	// language's default context.
+	Context  string            `json:"context,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	TimeoutS int64             `json:"timeout_s,omitempty"`
+}
+
+// CodeEvent is one line of an execution's stream, in the code
+// interpreter's own shape: type stdout and stderr carry text; result
+// carries the MIME forms of a value or a display call (text, html, png and
+// svg in base64, json, markdown, latex, chart); error carries name, value and
+// traceback; number_of_executions carries execution_count. Fields of other
+// types are kept in Extra by the Go client.
+type CodeEvent struct {
+	Type           string          `json:"type"`
+	Text           string          `json:"text,omitempty"`
+	Name           string          `json:"name,omitempty"`
+	Value          string          `json:"value,omitempty"`
+	Traceback      json.RawMessage `json:"traceback,omitempty"`
+	IsMainResult   bool            `json:"is_main_result,omitempty"`
+	HTML           string          `json:"html,omitempty"`
+	Markdown       string          `json:"markdown,omitempty"`
+	PNG            string          `json:"png,omitempty"`
+	JPEG           string          `json:"jpeg,omitempty"`
+	SVG            string          `json:"svg,omitempty"`
+	LaTeX          string          `json:"latex,omitempty"`
+	JSON           json.RawMessage `json:"json,omitempty"`
+	Chart          json.RawMessage `json:"chart,omitempty"`
+	ExecutionCount int             `json:"execution_count,omitempty"`
+}
+
+// CodeContext is a named context of a sandbox's code interpreter.
+type CodeContext struct {
+	Name     string `json:"name"`
+	Language string `json:"language"`
 }
 
 // ExecResult is the answer of a finished command.
@@ -198,7 +245,10 @@ const (
 	CodeForbidden          = "forbidden"
 	CodeQuotaExceeded      = "quota_exceeded"
 	CodePortForbidden      = "port_forbidden"
-	CodeTokenNameConflict  = "token_name_conflict"
+	// CodeNoInterpreter: the sandbox has no code interpreter (it was not
+	// made from an interpreter template).
+	CodeNoInterpreter     = "no_interpreter"
+	CodeTokenNameConflict = "token_name_conflict"
 	// CodeBuildConflict: another build of the template, with another
 	// definition, is running.
 	CodeBuildConflict = "build_conflict"

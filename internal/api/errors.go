@@ -116,6 +116,8 @@ func Classify(err error) Problem {
 		return Problem{http.StatusForbidden, apitypes.CodePortForbidden, msg}
 	case errors.Is(err, sandpit.ErrPortPoolExhausted):
 		return Problem{http.StatusServiceUnavailable, apitypes.CodePortPoolExhausted, msg}
+	case errors.Is(err, service.ErrNoInterpreter):
+		return Problem{http.StatusConflict, apitypes.CodeNoInterpreter, msg}
 	case errors.Is(err, service.ErrNotRunning):
 		return Problem{http.StatusConflict, apitypes.CodeNotRunning, msg}
 	case errors.Is(err, service.ErrEngineTimeout), errors.Is(err, context.DeadlineExceeded):

@@ -213,6 +213,8 @@ type Service struct {
 	exposing keyedExposures
 	// locks serialise the lifecycle operations of each sandbox.
 	locks keyedLocks
+	// codeCtx names the code interpreter contexts of each sandbox.
+	codeCtx codeContexts
 	// bg tracks background work: reconcile's restarts, event handling.
 	bg sync.WaitGroup
 
@@ -470,6 +472,8 @@ func (s *Service) forgetIP(id string) {
 	}
 	delete(s.ips, id)
 	s.mu.Unlock()
+	// The container's kernels went with it.
+	s.codeCtx.forget(id)
 	// A kept-alive connection to a container that went away is never reset
 	// (its network namespace is gone), and the engine hands its address to
 	// the next container: reusing it would reach that one, or get a reset.

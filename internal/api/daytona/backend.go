@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -64,6 +65,7 @@ type ToolboxBackend interface {
 // ProcessBackend is the sessions', PTYs' and interpreters'.
 type ProcessBackend interface {
 	AgentBackend
+	RunCode(ctx context.Context, id string, req service.CodeRequest, fn func(interpreter.Event) error) error
 }
 
 // EventBackend is the event socket's.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -63,6 +64,10 @@ type Backend interface {
 	Snapshots(ctx context.Context, source, name string) ([]sandpit.Template, error)
 	DeleteSnapshot(ctx context.Context, id string) error
 	Fork(ctx context.Context, parentID string, req service.ForkRequest) ([]service.ForkResult, error)
+
+	RunCode(ctx context.Context, id string, req service.CodeRequest, fn func(interpreter.Event) error) error
+	CodeContexts(ctx context.Context, id string) ([]service.CodeContext, error)
+	DeleteCodeContext(ctx context.Context, id, name string) error
 
 	CreateVolume(ctx context.Context, name string) (sandpit.Volume, sandpit.AddOutcome, error)
 	GetVolume(ctx context.Context, ref string) (sandpit.Volume, error)

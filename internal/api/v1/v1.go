@@ -81,6 +81,7 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 	h.templateRoutes()
 	h.snapshotRoutes()
 	h.volumeRoutes()
+	h.codeRoutes()
 	h.forwarding()
 	route("GET /v1/debug/state", sandpit.ActionAdmin, h.debugState)
 	h.adminRoutes()

@@ -2,9 +2,9 @@ import { Code, ConnectError } from '@connectrpc/connect';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 
 import { agentClients, fromConnect, type AgentClients } from './agent.js';
-import { SandpitError } from './errors.js';
+import { NetworkError, SandpitError } from './errors.js';
 import { FileType, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
-import { sleep, type HttpClient, type MutationOptions } from './http.js';
+import { parseError, sleep, type HttpClient, type MutationOptions } from './http.js';
 import type { Template } from './templates.js';
 import {
   customDomain,
@@ -36,6 +36,59 @@ export interface ExecResult {
   exitCode: number;
   stdout: string;
   stderr: string;
+}
+
+export interface RunCodeOptions {
+  /** `python` (the default). */
+  language?: string;
+  /**
+   * A context of your choosing: code run in one context shares its
+   * variables, and the context is made on first use. Omitted, the code runs
+   * in the language's default context.
+   */
+  context?: string;
+  /** Environment variables for this run only. */
+  env?: Record<string, string>;
+  /** Interrupts the code after this long (rounded up to seconds); the context stays usable. */
+  timeoutMs?: number;
+  onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
+  onResult?: (result: CodeResult) => void;
+  signal?: AbortSignal;
+}
+
+/**
+ * One result of a run: the cell's value (`isMainResult`) or a display call
+ * such as a chart, in every MIME form the kernel gave (`png` and `jpeg` are
+ * base64).
+ */
+export interface CodeResult {
+  isMainResult: boolean;
+  text?: string;
+  html?: string;
+  markdown?: string;
+  png?: string;
+  jpeg?: string;
+  svg?: string;
+  latex?: string;
+  json?: unknown;
+  chart?: unknown;
+}
+
+/** The code's uncaught exception. */
+export interface CodeError {
+  name: string;
+  value: string;
+  traceback: string;
+}
+
+export interface Execution {
+  results: CodeResult[];
+  logs: { stdout: string[]; stderr: string[] };
+  error?: CodeError;
+  executionCount?: number;
+  /** The plain text of the cell's value. */
+  text?: string;
 }
 
 export interface ExposeOptions extends MutationOptions {
@@ -204,6 +257,84 @@ export class Sandbox implements SandboxInfo {
       throw new SandpitError('exec: the stream ended without an exit status', { status: 0, code: 'exec_failed' });
     }
     return { exitCode, stdout: out.end(), stderr: err.end() };
+  }
+
+  /**
+   * Runs code on the sandbox's code interpreter (a sandbox made from the
+   * `code-interpreter-v1` template): state persists between runs of one
+   * context, output streams to the callbacks, and results come back in their
+   * MIME forms. The code's own exception is `execution.error`, not a
+   * rejection. Never retried: running code twice is not running it once.
+   */
+  async runCode(code: string, opts: RunCodeOptions = {}): Promise<Execution> {
+    const json: Record<string, unknown> = { code };
+    if (opts.language) json.language = opts.language;
+    if (opts.context) json.context = opts.context;
+    if (opts.env) json.env = opts.env;
+    if (opts.timeoutMs) json.timeout_s = Math.ceil(opts.timeoutMs / 1000);
+    let res: Response;
+    try {
+      res = await fetch(this.#http.baseUrl + this.#path('/code'), {
+        method: 'POST',
+        headers: this.#http.headers({ 'content-type': 'application/json' }),
+        body: JSON.stringify(json),
+        signal: opts.signal,
+      });
+    } catch (err) {
+      if (opts.signal?.aborted) throw err;
+      throw new NetworkError(`runCode: ${(err as Error).message}`, { status: 0, code: 'network', cause: err });
+    }
+    if (!res.ok) throw parseError(res.status, new Uint8Array(await res.arrayBuffer()));
+    const ex: Execution = { results: [], logs: { stdout: [], stderr: [] } };
+    const handle = (line: string) => {
+      const ev = JSON.parse(line) as Record<string, unknown> & { type: string };
+      switch (ev.type) {
+        case 'stdout':
+          ex.logs.stdout.push(String(ev.text ?? ''));
+          opts.onStdout?.(String(ev.text ?? ''));
+          break;
+        case 'stderr':
+          ex.logs.stderr.push(String(ev.text ?? ''));
+          opts.onStderr?.(String(ev.text ?? ''));
+          break;
+        case 'result': {
+          const { type: _t, is_main_result: main, ...forms } = ev;
+          const r = { ...forms, isMainResult: Boolean(main) } as CodeResult;
+          ex.results.push(r);
+          if (r.isMainResult) ex.text = r.text;
+          opts.onResult?.(r);
+          break;
+        }
+        case 'error': {
+          const tb = ev.traceback;
+          ex.error = { name: String(ev.name ?? ''), value: String(ev.value ?? ''), traceback: Array.isArray(tb) ? tb.join('\n') : String(tb ?? '') };
+          break;
+        }
+        case 'number_of_executions':
+          ex.executionCount = Number(ev.execution_count);
+          break;
+      }
+    };
+    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (value) buf += value;
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i).trim();
+        buf = buf.slice(i + 1);
+        if (line) handle(line);
+      }
+      if (done) break;
+    }
+    if (buf.trim()) handle(buf.trim());
+    return ex;
+  }
+
+  /** Removes a named code context and its state; removing one that is gone succeeds. */
+  async deleteCodeContext(name: string, opts: MutationOptions = {}): Promise<void> {
+    await this.#http.send({ method: 'DELETE', path: this.#path(`/code/contexts/${encodeURIComponent(name)}`), retry: true, ...opts });
   }
 
   /**
