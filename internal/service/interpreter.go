@@ -142,7 +142,7 @@ func (s *Service) RunCode(ctx context.Context, id string, req CodeRequest, fn fu
 	ic := s.interpreterClient()
 	ctxID := ""
 	if req.Context != "" {
-		if ctxID, err = s.codeContext(ctx, id, addr, req.Context, req.Language); err != nil {
+		if ctxID, err = s.codeContext(ctx, id, addr, req.Context, req.Language, ""); err != nil {
 			return err
 		}
 	}
@@ -165,7 +165,7 @@ func (s *Service) RunCode(ctx context.Context, id string, req CodeRequest, fn fu
 		// The sandbox restarted and its kernels with it: the name gets a
 		// new context, once.
 		s.codeCtx.set(id, req.Context, "")
-		if ctxID, err = s.codeContext(ctx, id, addr, req.Context, req.Language); err != nil {
+		if ctxID, err = s.codeContext(ctx, id, addr, req.Context, req.Language, ""); err != nil {
 			return err
 		}
 		err = run(ctxID)
@@ -181,7 +181,7 @@ func (s *Service) RunCode(ctx context.Context, id string, req CodeRequest, fn fu
 
 // codeContext returns the server's id of the sandbox's context name, making
 // the context on first use.
-func (s *Service) codeContext(ctx context.Context, id, addr, name, language string) (string, error) {
+func (s *Service) codeContext(ctx context.Context, id, addr, name, language, cwd string) (string, error) {
 	if ctxID := s.codeCtx.get(id, name); ctxID != "" {
 		return ctxID, nil
 	}
@@ -193,7 +193,7 @@ func (s *Service) codeContext(ctx context.Context, id, addr, name, language stri
 	if ctxID := s.codeCtx.get(id, name); ctxID != "" {
 		return ctxID, nil
 	}
-	c, err := s.interpreterClient().CreateContext(ctx, addr, language, "")
+	c, err := s.interpreterClient().CreateContext(ctx, addr, language, cwd)
 	if err != nil {
 		return "", interpreterErr(id, err)
 	}
@@ -207,6 +207,24 @@ type CodeContext struct {
 	ID       string // the server's id
 	Language string
 }
+
+// CreateCodeContext makes the named context in cwd (the server's default
+// when empty) unless the sandbox has it already: the name is the key, so a
+// retry makes no second context.
+func (s *Service) CreateCodeContext(ctx context.Context, id, name, language, cwd string) error {
+	if !codeContextName.MatchString(name) {
+		return invalidf("context %q is not a context name", name)
+	}
+	addr, _, err := s.interpreterTarget(ctx, id)
+	if err != nil {
+		return err
+	}
+	_, err = s.codeContext(ctx, id, addr, name, language, cwd)
+	return err
+}
+
+// HasCodeContext reports whether the sandbox has the named context.
+func (s *Service) HasCodeContext(id, name string) bool { return s.codeCtx.get(id, name) != "" }
 
 // CodeContexts lists the sandbox's named contexts that its server still has.
 func (s *Service) CodeContexts(ctx context.Context, id string) ([]CodeContext, error) {

@@ -66,6 +66,10 @@ type ToolboxBackend interface {
 type ProcessBackend interface {
 	AgentBackend
 	RunCode(ctx context.Context, id string, req service.CodeRequest, fn func(interpreter.Event) error) error
+	CreateCodeContext(ctx context.Context, id, name, language, cwd string) error
+	CodeContexts(ctx context.Context, id string) ([]service.CodeContext, error)
+	DeleteCodeContext(ctx context.Context, id, name string) error
+	HasCodeContext(id, name string) bool
 }
 
 // EventBackend is the event socket's.

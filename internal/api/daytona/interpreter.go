@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sort"
 	"strconv"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
+	"github.com/sandpit-dev/sandpit/internal/interpreter"
+	"github.com/sandpit-dev/sandpit/internal/service"
 	fspb "github.com/sandpit-dev/sandpit/proto/filesystem"
 	"github.com/sandpit-dev/sandpit/proto/process"
 )
@@ -267,7 +270,18 @@ func (h *processAPI) createInterpreterContext(w http.ResponseWriter, r *http.Req
 		WriteError(w, r, err)
 		return
 	}
-	ic, err := h.startContext(r.Context(), c, newCommandID(), dir)
+	// A sandbox with a code interpreter gets a kernel context, the kind
+	// codeRun and the other surfaces use; any other runs python3 itself.
+	id := newCommandID()
+	switch err := h.svc.CreateCodeContext(r.Context(), c.id, id, "python", dir); {
+	case err == nil:
+		api.WriteJSON(w, http.StatusOK, InterpreterContext{ID: id, Cwd: dir, CreatedAt: time.Now().UTC().Format(isoMillis), Language: "python", Active: true})
+		return
+	case !errors.Is(err, service.ErrNoInterpreter):
+		WriteError(w, r, err)
+		return
+	}
+	ic, err := h.startContext(r.Context(), c, id, dir)
 	if err != nil {
 		WriteError(w, r, err)
 		return
@@ -287,6 +301,11 @@ func (h *processAPI) listInterpreterContexts(w http.ResponseWriter, r *http.Requ
 		return
 	}
 	out := ListContextsResponse{Contexts: []InterpreterContext{}}
+	if kernels, err := h.svc.CodeContexts(r.Context(), c.id); err == nil {
+		for _, k := range kernels {
+			out.Contexts = append(out.Contexts, InterpreterContext{ID: k.Name, Language: k.Language, Active: true})
+		}
+	}
 	for _, p := range procs {
 		if ic, ok := contextOf(p); ok && ic.ID != defaultContextID {
 			out.Contexts = append(out.Contexts, ic)
@@ -305,6 +324,14 @@ func (h *processAPI) deleteInterpreterContext(w http.ResponseWriter, r *http.Req
 	c, err := h.conn(r)
 	if err != nil {
 		WriteError(w, r, err)
+		return
+	}
+	if h.svc.HasCodeContext(c.id, id) {
+		if err := h.svc.DeleteCodeContext(r.Context(), c.id, id); err != nil {
+			WriteError(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	tag := interpTagPrefix + id
@@ -384,6 +411,11 @@ func (h *processAPI) executeInterpreter(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	defer unlock()
+	if id == defaultContextID || h.svc.HasCodeContext(c.id, id) {
+		if h.relayKernel(ctx, ws, c.id, id, req) {
+			return
+		}
+	}
 	tag := interpTagPrefix + id
 	p, err := c.byTag(ctx, tag)
 	if err != nil {
@@ -502,6 +534,56 @@ func (h *processAPI) relayExecution(ctx context.Context, ws *websocket.Conn, c *
 	if ctx.Err() == nil {
 		_ = ws.Close(websocket.StatusInternalError, "the interpreter context's stream ended")
 	}
+}
+
+// relayKernel runs the request on the sandbox's code interpreter, the
+// kernels codeRun and the other surfaces share: the default context is the
+// kernel's default one, a named context the kernel context made for it. It
+// relays the chunks in the driver's shape and reports false, having written
+// nothing, when the sandbox has no interpreter.
+func (h *processAPI) relayKernel(ctx context.Context, ws *websocket.Conn, sandboxID, id string, req InterpreterExecuteRequest) bool {
+	name := id
+	if id == defaultContextID {
+		name = ""
+	}
+	var timeout time.Duration
+	if req.Timeout != nil && *req.Timeout > 0 {
+		timeout = time.Duration(*req.Timeout * float64(time.Second))
+	}
+	err := h.svc.RunCode(ctx, sandboxID, service.CodeRequest{Code: req.Code, Language: "python", Context: name, Env: req.Envs, Timeout: timeout}, func(ev interpreter.Event) error {
+		var chunk any
+		switch ev.Type {
+		case interpreter.EventStdout, interpreter.EventStderr:
+			chunk = map[string]string{"type": ev.Type, "text": ev.Text}
+		case interpreter.EventError:
+			chunk = map[string]string{"type": "error", "name": ev.Name, "value": ev.Value, "traceback": ev.TracebackText()}
+		case interpreter.EventResult:
+			// A cell's value is what a REPL would print; display data
+			// (figures) has no chunk in this protocol.
+			if !ev.IsMainResult || ev.Text == "" {
+				return nil
+			}
+			chunk = map[string]string{"type": "stdout", "text": ev.Text + "\n"}
+		default:
+			return nil
+		}
+		b, _ := json.Marshal(chunk)
+		return ws.Write(ctx, websocket.MessageText, b)
+	})
+	switch {
+	case errors.Is(err, service.ErrNoInterpreter):
+		return false
+	case errors.Is(err, context.DeadlineExceeded) && timeout > 0:
+		_ = ws.Close(wsCloseTimeout, "execution timed out")
+	case err != nil:
+		_ = ws.Close(websocket.StatusInternalError, truncateReason(err.Error()))
+	default:
+		b, _ := json.Marshal(map[string]string{"type": "control", "text": "completed"})
+		if ws.Write(ctx, websocket.MessageText, b) == nil {
+			_ = ws.Close(websocket.StatusNormalClosure, "")
+		}
+	}
+	return true
 }
 
 func isClosed(ch chan struct{}) bool {
