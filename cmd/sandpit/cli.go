@@ -561,6 +561,11 @@ func removeEach(cmd *cobra.Command, e *cliEnv, refs []string, key string, del fu
 	for _, ref := range refs {
 		row := map[string]any{key: ref, "removed": true}
 		if err := del(cmd.Context(), ref); err != nil {
+			if isDialError(err) {
+				// Every other ref would fail the same way: report the daemon
+				// once, with its hint and exit code.
+				return err
+			}
 			row["removed"], row["error"] = false, err.Error()
 			if !e.jsonOut(false) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", err)
