@@ -410,7 +410,13 @@ func portsCmd(e *cliEnv) *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "PORT\tPROTOCOL\tHOST PORT\tURL")
 			for _, p := range ports {
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", p.Port, p.Protocol, p.HostPort, p.PublicURL)
+				// An HTTP exposure goes through the router and has no host
+				// port of its own: show a dash, not 0; the URL says where it is.
+				host := "-"
+				if p.HostPort != 0 {
+					host = strconv.Itoa(p.HostPort)
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", p.Port, p.Protocol, host, p.PublicURL)
 			}
 			return tw.Flush()
 		},
