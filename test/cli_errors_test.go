@@ -7,7 +7,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/test/harness"
 )
 
 // TestCLIDaemonDown checks that every client command, when no daemon
@@ -35,5 +39,31 @@ func TestCLIDaemonDown(t *testing.T) {
 				t.Fatalf("sandpit %v: stderr %q, want %q", args, stderr.String(), want)
 			}
 		})
+	}
+}
+
+// TestCLIMemoryMessages checks that a memory below the floor and a negative
+// one get the same message naming both bounds, and no sandbox.
+func TestCLIMemoryMessages(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, time.Minute)
+	for _, mem := range []string{"-5", "4"} {
+		t.Run(mem, func(t *testing.T) {
+			_, errOut, code := runCLI(t, ctx, d, nil, "create", "--memory", mem)
+			if code != 1 || !strings.Contains(errOut, "memory must be 0 (no limit) or between 16 and ") || !strings.HasSuffix(errOut, "MiB, got "+mem+"\n") && !strings.HasSuffix(errOut, "all the host has), got "+mem+"\n") {
+				t.Fatalf("create --memory %s: exit %d, stderr %q", mem, code, errOut)
+			}
+			if strings.Count(errOut, "sandpit:") != 1 {
+				t.Fatalf("create --memory %s: stderr %q has not exactly one prefix", mem, errOut)
+			}
+		})
+	}
+	out, errOut, code := runCLI(t, ctx, d, nil, "-o", "json", "ls")
+	if code != 0 {
+		t.Fatalf("ls exited %d: %s", code, errOut)
+	}
+	if strings.TrimSpace(out) != "[]" {
+		t.Fatalf("a refused create left sandboxes: %q", out)
 	}
 }
