@@ -124,7 +124,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("sandpit: %d %s: %s", e.Status, e.Code, e.Message)
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
 }
 
 // IsCode reports whether err is an API error with the given code.
@@ -257,7 +257,7 @@ func (c *Client) once(ctx context.Context, rq request, payload []byte, key strin
 
 type transportError struct{ err error }
 
-func (e *transportError) Error() string { return "sandpit: transport: " + e.err.Error() }
+func (e *transportError) Error() string { return "transport: " + e.err.Error() }
 func (e *transportError) Unwrap() error { return e.err }
 
 // retryAfterError is an API error whose answer named a Retry-After delay.

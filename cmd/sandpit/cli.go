@@ -410,7 +410,13 @@ func portsCmd(e *cliEnv) *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "PORT\tPROTOCOL\tHOST PORT\tURL")
 			for _, p := range ports {
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", p.Port, p.Protocol, p.HostPort, p.PublicURL)
+				// An HTTP exposure goes through the router and has no host
+				// port of its own: show a dash, not 0; the URL says where it is.
+				host := "-"
+				if p.HostPort != 0 {
+					host = strconv.Itoa(p.HostPort)
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", p.Port, p.Protocol, host, p.PublicURL)
 			}
 			return tw.Flush()
 		},
@@ -561,6 +567,11 @@ func removeEach(cmd *cobra.Command, e *cliEnv, refs []string, key string, del fu
 	for _, ref := range refs {
 		row := map[string]any{key: ref, "removed": true}
 		if err := del(cmd.Context(), ref); err != nil {
+			if isDialError(err) {
+				// Every other ref would fail the same way: report the daemon
+				// once, with its hint and exit code.
+				return err
+			}
 			row["removed"], row["error"] = false, err.Error()
 			if !e.jsonOut(false) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -44,10 +45,27 @@ func main() {
 	switch {
 	case errors.As(err, &ee):
 		os.Exit(ee.code)
+	case isDialError(err):
+		// A daemon that is not running is the most common first failure; say
+		// what to do, and exit with a code no sandboxed command can confuse.
+		var op *net.OpError
+		errors.As(err, &op)
+		fmt.Fprintf(os.Stderr, "sandpit: cannot reach the daemon at %s: is 'sandpit serve' running? (%v)\n", op.Addr, op.Err)
+		os.Exit(exitDaemonDown)
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "sandpit:", err)
 		os.Exit(1)
 	}
+}
+
+// exitDaemonDown is the exit code when the daemon cannot be reached, the way
+// docker exits 125 when its own machinery fails rather than the command.
+const exitDaemonDown = 125
+
+// isDialError reports whether err is a failure to connect to the daemon.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && op.Addr != nil
 }
 
 func versionCmd(e *cliEnv) *cobra.Command {

@@ -154,19 +154,18 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 	if req.CPU < 0 || req.CPU > s.cfg.MaxCPU || math.IsNaN(req.CPU) {
 		return invalidf("cpu must be between 0 and %g", s.cfg.MaxCPU)
 	}
-	if req.MemoryMB < 0 || req.MemoryMB > s.cfg.MaxMemoryMB {
+	// One message for every out-of-range memory, low or high, so that -5 and
+	// 4 are not told different, contradicting bounds.
+	if req.MemoryMB < 0 || req.MemoryMB > s.cfg.MaxMemoryMB || (req.MemoryMB != 0 && req.MemoryMB < 16) {
 		if s.cfg.HostMemoryMB > 0 && s.cfg.MaxMemoryMB == s.cfg.HostMemoryMB {
-			return invalidf("memory must be between 0 and %d MiB (all the host has)", s.cfg.MaxMemoryMB)
+			return invalidf("memory must be 0 (no limit) or between 16 and %d MiB (all the host has), got %d", s.cfg.MaxMemoryMB, req.MemoryMB)
 		}
-		return invalidf("memory must be between 0 and %d MiB", s.cfg.MaxMemoryMB)
+		return invalidf("memory must be 0 (no limit) or between 16 and %d MiB, got %d", s.cfg.MaxMemoryMB, req.MemoryMB)
 	}
 	switch req.PortAccess {
 	case "", sandpit.PortAccessExposed, sandpit.PortAccessPublic, sandpit.PortAccessToken:
 	default:
 		return invalidf("invalid port access %q", req.PortAccess)
-	}
-	if req.MemoryMB != 0 && req.MemoryMB < 16 {
-		return invalidf("memory must be at least 16 MiB")
 	}
 	if req.DiskGB < 0 || req.DiskGB > maxDiskGB {
 		return invalidf("disk must be between 0 and %d GiB", maxDiskGB)
