@@ -223,7 +223,9 @@ func TestIdempotencyRunningAttemptKeepsItsClaim(t *testing.T) {
 	st := openClaimStore(t)
 	e := idempotency.New(st, nil, quietLog(), nil)
 	req := idemReq("k")
-	req.PendingTTL = 100 * time.Millisecond
+	// A lock long enough that a loaded machine (the suites run side by
+	// side) renews it in time: renewals come every third of it.
+	req.PendingTTL = time.Second
 	var runs atomic.Int64
 	started := make(chan struct{})
 	done := make(chan struct{})
