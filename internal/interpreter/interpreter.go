@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -250,7 +249,4 @@ func (c Client) do(req *http.Request) (*http.Response, error) {
 }
 
 // refused reports a connection the sandbox refused: nothing listens there.
-func refused(err error) bool {
-	var op *net.OpError
-	return errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &op) && op.Op == "dial" && errors.Is(op.Err, syscall.ECONNREFUSED))
-}
+func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }

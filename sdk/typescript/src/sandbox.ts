@@ -4,7 +4,7 @@ import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { agentClients, fromConnect, type AgentClients } from './agent.js';
 import { NetworkError, SandpitError } from './errors.js';
 import { FileType, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
-import { parseError, sleep, type HttpClient, type MutationOptions } from './http.js';
+import { ndjsonLines, parseError, sleep, type HttpClient, type MutationOptions } from './http.js';
 import type { Template } from './templates.js';
 import {
   customDomain,
@@ -315,20 +315,7 @@ export class Sandbox implements SandboxInfo {
           break;
       }
     };
-    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-    let buf = '';
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (value) buf += value;
-      let i;
-      while ((i = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, i).trim();
-        buf = buf.slice(i + 1);
-        if (line) handle(line);
-      }
-      if (done) break;
-    }
-    if (buf.trim()) handle(buf.trim());
+    for await (const line of ndjsonLines(res.body!)) handle(line);
     return ex;
   }
 

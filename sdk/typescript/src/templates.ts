@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 
 import { NetworkError, SandpitError } from './errors.js';
-import { parseError, type HttpClient, type MutationOptions } from './http.js';
+import { ndjsonLines, parseError, type HttpClient, type MutationOptions } from './http.js';
 
 /** A build's state: waiting, building, ready or error. */
 export type BuildState = 'waiting' | 'building' | 'ready' | 'error';
@@ -188,20 +188,7 @@ export class Templates {
       throw new NetworkError(`GET build logs: ${(err as Error).message}`, { status: 0, code: 'network', cause: err });
     }
     if (!res.ok) throw parseError(res.status, new Uint8Array(await res.arrayBuffer()));
-    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-    let buf = '';
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (value) buf += value;
-      let i;
-      while ((i = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, i).trim();
-        buf = buf.slice(i + 1);
-        if (line) yield JSON.parse(line) as BuildLogEntry;
-      }
-      if (done) break;
-    }
-    if (buf.trim()) yield JSON.parse(buf) as BuildLogEntry;
+    for await (const line of ndjsonLines(res.body!)) yield JSON.parse(line) as BuildLogEntry;
   }
 }
 
