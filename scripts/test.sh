@@ -19,6 +19,12 @@ scripts/build-test-image.sh
 step "base image"
 scripts/build-base-image.sh
 
+# The code-interpreter template's image (base image plus Debian's Jupyter
+# and data packages): cached by its recipe's hash, so only a run after a
+# recipe change builds it.
+step "code-interpreter image"
+scripts/build-code-interpreter-image.sh
+
 step "go vet ./..."
 go vet ./...
 

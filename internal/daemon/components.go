@@ -199,6 +199,10 @@ func (d *daemon) sandboxDefaults(ctx context.Context) error {
 		}
 		cfg.Templates["base"] = cfg.DefaultImage
 	}
+	if cfg.Templates[InterpreterTemplate] == "" {
+		cfg.Templates = maps.Clone(cfg.Templates)
+		registerInterpreter(ctx, dk, cfg.Templates, log)
+	}
 	var err error
 	if d.pool, err = resolvePool(*cfg); err != nil {
 		return err

@@ -382,6 +382,31 @@ const (
 	TestImage = "sandpit/base:test"
 )
 
+// The code-interpreter template: the image
+// scripts/build-code-interpreter-image.sh builds, registered under E2B's
+// template name, which @e2b/code-interpreter's Sandbox.create() asks for.
+const (
+	InterpreterImage    = "sandpit/code-interpreter:latest"
+	InterpreterTemplate = "code-interpreter-v1"
+)
+
+// registerInterpreter adds the code-interpreter template when its image is
+// built and the operator has not named the template otherwise.
+func registerInterpreter(ctx context.Context, rt *docker.Docker, templates map[string]string, log *slog.Logger) {
+	if templates[InterpreterTemplate] != "" {
+		return
+	}
+	ok, err := rt.HasImage(ctx, InterpreterImage)
+	if err != nil {
+		log.Warn("look up the code-interpreter image", "image", InterpreterImage, "err", err)
+	}
+	if !ok {
+		log.Info("code-interpreter image not built: template "+InterpreterTemplate+" is unavailable (scripts/build-code-interpreter-image.sh builds it)", "image", InterpreterImage)
+		return
+	}
+	templates[InterpreterTemplate] = InterpreterImage
+}
+
 // pickDefaultImage returns BaseImage when the engine has it, else TestImage.
 func pickDefaultImage(ctx context.Context, rt *docker.Docker, log *slog.Logger) string {
 	ok, err := rt.HasImage(ctx, BaseImage)

@@ -15,6 +15,18 @@ var ErrBuildFailed = errors.New("image build failed")
 // so the janitor can match images with the store after a crash.
 const LabelTemplateBuild = "sandpit.template-build"
 
+// Labels an image carries to say what runs when a sandbox of it starts, the
+// way E2B's templates have a start and a ready command: the daemon launches
+// the start command in the background after the container starts (again
+// after every restart) and answers the create once the ready command
+// succeeds. The code-interpreter image uses them for its server; any image
+// may, and images committed from such a container (snapshots, forks) keep
+// them.
+const (
+	LabelStartCmd = "org.sandpit.start-cmd"
+	LabelReadyCmd = "org.sandpit.ready-cmd"
+)
+
 // BuildSpec is one image build.
 type BuildSpec struct {
 	// Context is a tar stream of the build context; Dockerfile is the path
@@ -36,6 +48,9 @@ type Images interface {
 	// image id. A failing build's error wraps ErrBuildFailed.
 	Build(ctx context.Context, spec BuildSpec, logs io.Writer) (string, error)
 	HasImage(ctx context.Context, ref string) (bool, error)
+	// ImageLabels are the labels of ref's configuration (LabelStartCmd and
+	// the like); a missing image wraps ErrImageNotFound.
+	ImageLabels(ctx context.Context, ref string) (map[string]string, error)
 	// RemoveImage untags and removes ref; a missing image is not an error.
 	RemoveImage(ctx context.Context, ref string) error
 	// Commit makes an image of the container's filesystem, tagged ref and

@@ -250,3 +250,11 @@ func (c Client) do(req *http.Request) (*http.Response, error) {
 
 // refused reports a connection the sandbox refused: nothing listens there.
 func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// Refused reports whether err is a refused connection: nothing listens on
+// the port, which on Port means the sandbox has no interpreter.
+func Refused(err error) bool { return refused(err) }
+
+// ExecutePath is the server's execution route, the one that runs code and
+// so takes the sandbox's access token.
+const ExecutePath = "/execute"

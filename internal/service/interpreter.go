@@ -18,6 +18,10 @@ import (
 // server is not running.
 var ErrNoInterpreter = errors.New("the sandbox has no code interpreter")
 
+// interpreterTemplate is the template sandboxes with an interpreter are
+// made from (E2B's name for it).
+const interpreterTemplate = "code-interpreter-v1"
+
 // CodeRequest runs code on a sandbox's code interpreter.
 type CodeRequest struct {
 	Code     string
@@ -103,7 +107,7 @@ func (s *Service) interpreterClient() interpreter.Client {
 
 // noInterpreter explains ErrUnavailable in the terms of what to do.
 func noInterpreter(id string) error {
-	return fmt.Errorf("%w: nothing listens on port %d in sandbox %s; create the sandbox from the code-interpreter-v1 template to run code", ErrNoInterpreter, interpreter.Port, id)
+	return fmt.Errorf("%w: nothing listens on port %d in sandbox %s; create the sandbox from the %s template to run code", ErrNoInterpreter, interpreter.Port, id, interpreterTemplate)
 }
 
 func interpreterErr(id string, err error) error {

@@ -77,6 +77,10 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 		if err := s.reinitAdopted(ctx, *sb, c.IP); err != nil {
 			return err
 		}
+		// What the image runs at start runs again: a stop ended it.
+		if err := s.startImage(ctx, *sb, false); err != nil {
+			return err
+		}
 		phase(ctx, "agent", t0)
 		s.mu.Lock()
 		s.ips[sb.ID] = c.IP

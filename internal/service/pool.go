@@ -178,6 +178,14 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 	if _, ok := p.spec(key); !ok {
 		return false, nil
 	}
+	// What a pooled image started at fill time started without the
+	// sandbox's environment (a kernel would not see the create's
+	// variables), so a create with variables goes cold for such an image.
+	if len(sb.Env) > 0 {
+		if _, starts, err := s.imageStart(ctx, sb.Image); err != nil || starts {
+			return false, nil
+		}
+	}
 	t0 := time.Now()
 	slot, err := s.store.AdoptPoolSlot(ctx, key, sb.ID, s.now())
 	phase(ctx, "store", t0)
@@ -500,6 +508,12 @@ func (s *Service) fillSlot(ctx context.Context, slot store.PoolSlot) error {
 		return err
 	}
 	if err := s.waitHealthy(ctx, c.IP); err != nil {
+		return err
+	}
+	// What the image runs at start (the code interpreter's server) runs
+	// in the slot, so that an adopted slot is ready as soon as it is
+	// taken; the slot is ready only once that is.
+	if err := s.startImage(ctx, sandpit.Sandbox{ID: slot.ID, ContainerID: slot.ContainerID, Image: slot.Image, AccessToken: slot.Token}, false); err != nil {
 		return err
 	}
 	s.pool.mu.Lock()

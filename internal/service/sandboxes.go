@@ -128,6 +128,11 @@ func (s *Service) ResolveImage(image, template string) (string, error) {
 		if img, ok := s.cfg.Templates[template]; ok {
 			return img, nil
 		}
+		if template == interpreterTemplate {
+			// The one template a new user asks for by name without making
+			// it (the code interpreter SDK's default): say how to get it.
+			return "", fmt.Errorf("%w: %q: its image is not built on this machine (run scripts/build-code-interpreter-image.sh, then restart the daemon)", ErrUnknownTemplate, template)
+		}
 		return "", fmt.Errorf("%w: %q", ErrUnknownTemplate, template)
 	case s.cfg.DefaultImage != "":
 		return s.cfg.DefaultImage, nil
@@ -449,6 +454,13 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	}
 	if owned != nil && (owned.t.StartCmd != "" || owned.t.ReadyCmd != "") {
 		if err := s.startTemplate(ctx, sb, owned.t); err != nil {
+			return fail(err)
+		}
+	} else if adopted {
+		// An image may declare its own start (the code interpreter's
+		// server): a cold container ran it as it started, a pooled one
+		// when its slot was filled, so here it is only awaited.
+		if err := s.startImage(ctx, sb, true); err != nil {
 			return fail(err)
 		}
 	}

@@ -173,3 +173,20 @@ export async function startDaemon({ name, args = [], env = {} } = {}) {
   }
   return d
 }
+
+// poolStatus reads the daemon's GET /v1/pool with its admin token.
+export async function poolStatus(daemon) {
+  const res = await fetch(`http://127.0.0.1:${daemon.apiPort}/v1/pool`, { headers: { Authorization: `Bearer ${daemon.token}` } })
+  if (res.status !== 200) throw new Error(`GET /v1/pool: ${res.status} ${await res.text()}`)
+  return res.json()
+}
+
+export async function awaitPool(daemon, ready, budgetMs = 60_000) {
+  const deadline = Date.now() + budgetMs
+  for (;;) {
+    const st = await poolStatus(daemon)
+    if (st.pools[0].ready >= ready && st.pools[0].starting === 0) return st
+    if (Date.now() > deadline) throw new Error(`pool not at ${ready}: ${JSON.stringify(st)}\n${daemon.log}`)
+    await sleep(50)
+  }
+}

@@ -4,26 +4,9 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from 'e2b'
-import { setup, teardown, startDaemon, sleep, runId } from './helpers.mjs'
+import { setup, teardown, startDaemon, runId, poolStatus, awaitPool } from './helpers.mjs'
 
 let d
-
-// poolStatus reads the daemon's GET /v1/pool with its admin token.
-export async function poolStatus(daemon) {
-  const res = await fetch(`http://127.0.0.1:${daemon.apiPort}/v1/pool`, { headers: { Authorization: `Bearer ${daemon.token}` } })
-  assert.equal(res.status, 200)
-  return res.json()
-}
-
-export async function awaitPool(daemon, ready, budgetMs = 60_000) {
-  const deadline = Date.now() + budgetMs
-  for (;;) {
-    const st = await poolStatus(daemon)
-    if (st.pools[0].ready >= ready && st.pools[0].starting === 0) return st
-    if (Date.now() > deadline) throw new Error(`pool not at ${ready}: ${JSON.stringify(st)}\n${daemon.log}`)
-    await sleep(50)
-  }
-}
 
 before(async () => {
   await setup()

@@ -1,14 +1,17 @@
 package e2b
 
 import (
+	"crypto/subtle"
 	"errors"
 	"net"
 	"net/http"
+	stdpath "path"
 	"strconv"
 
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
+	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/router"
 )
 
@@ -105,7 +108,20 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 	if path == "" {
 		path = "/"
 	}
+	if port == interpreter.Port && stdpath.Clean("/"+path) == interpreter.ExecutePath && sb.AccessToken != "" &&
+		subtle.ConstantTimeCompare([]byte(r.Header.Get(interpreter.AccessTokenHeader)), []byte(sb.AccessToken)) != 1 {
+		// Running code takes the sandbox's access token, as the agent's
+		// routes do; the server itself checks none (see images/code-interpreter).
+		writeError(w, http.StatusUnauthorized, "running code needs the sandbox's access token in the "+interpreter.AccessTokenHeader+" header")
+		return
+	}
 	h.be.ForwardToAgent(w, r, addr, path, "", func(w http.ResponseWriter, err error) {
+		if port == interpreter.Port && interpreter.Refused(err) {
+			// 404, not 502: the SDK reads 502 as "the sandbox timed out"
+			// and says so, which sends the user looking in the wrong place.
+			writeError(w, http.StatusNotFound, "sandbox "+id+" has no code interpreter (nothing listens on port 49999): create it from the code-interpreter-v1 template to run code")
+			return
+		}
 		writeError(w, http.StatusBadGateway, "sandbox agent unreachable: "+err.Error())
 	})
 }

@@ -121,6 +121,20 @@ func (d *Docker) HasImage(ctx context.Context, ref string) (bool, error) {
 	}
 }
 
+// ImageLabels returns the labels of ref's image configuration.
+func (d *Docker) ImageLabels(ctx context.Context, ref string) (map[string]string, error) {
+	img, _, err := d.cli.ImageInspectWithRaw(ctx, ref)
+	switch {
+	case errdefs.IsNotFound(err):
+		return nil, fmt.Errorf("%w: %s", driver.ErrImageNotFound, ref)
+	case err != nil:
+		return nil, fmt.Errorf("inspect image %s: %w", ref, err)
+	case img.Config == nil:
+		return map[string]string{}, nil
+	}
+	return img.Config.Labels, nil
+}
+
 // ContainerName is the name of the container of a sandbox.
 func ContainerName(sandboxID string) string { return NamePrefix + sandboxID }
 
