@@ -223,6 +223,13 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass
 
+    def setup(self):
+        super().setup()
+        # An execution is many small writes (the headers, then a chunk per
+        # line); with Nagle's algorithm each waits for the client's delayed
+        # ACK, about 40 ms a call.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     # --- plumbing -------------------------------------------------------
 
     def body(self):
