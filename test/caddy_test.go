@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,13 +136,28 @@ func TestCaddyPreviewTLS(t *testing.T) {
 				SandboxID, SandboxDomain, Stdout string
 				ExitCode                         int
 				Resolved                         []string
+				// The code interpreter SDK's run, when its image is built.
+				Code, CodeHost string
+				NoToken        int
 			}
-			harness.RunSDK(t, ctx, dir, "tls-sdk.mjs", []string{
+			// The code interpreter SDK too, when its template is there
+			// (scripts/test.sh builds it before the Go tests).
+			withCode := exec.Command("docker", "image", "inspect", "sandpit/code-interpreter:latest").Run() == nil
+			env := []string{
 				"E2B_DOMAIN=" + domain, "E2B_API_URL=" + d.URL() + "/e2b", "E2B_API_KEY=" + d.Token, "NODE_EXTRA_CA_CERTS=" + cd.RootCA(),
-			}, &res)
+			}
+			if withCode {
+				env = append(env, "SANDPIT_TLS_CODE=1")
+			} else if os.Getenv("CI") == "true" {
+				t.Fatal("sandpit/code-interpreter:latest is not built (scripts/test.sh builds it)")
+			}
+			harness.RunSDK(t, ctx, dir, "tls-sdk.mjs", env, &res)
 			wantHost := "49983-" + res.SandboxID + "." + domain
 			if res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "hello from ") || res.SandboxDomain != domain+":"+proxyPort(t, d) || !contains(res.Resolved, wantHost) {
 				t.Fatalf("SDK run = %+v, want exit 0, stdout 'hello from ...', and the SDK resolving %s", res, wantHost)
+			}
+			if withCode && (res.Code != "42" || !strings.HasPrefix(res.CodeHost, "49999-") || !contains(res.Resolved, strings.Split(res.CodeHost, ":")[0]) || res.NoToken != http.StatusUnauthorized) {
+				t.Fatalf("code interpreter over https = %+v, want result 42 through %s and 401 without the access token", res, "49999-<id>."+domain)
 			}
 		})
 	}

@@ -254,7 +254,3 @@ func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 // Refused reports whether err is a refused connection: nothing listens on
 // the port, which on Port means the sandbox has no interpreter.
 func Refused(err error) bool { return refused(err) }
-
-// ExecutePath is the server's execution route, the one that runs code and
-// so takes the sandbox's access token.
-const ExecutePath = "/execute"

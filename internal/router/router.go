@@ -6,6 +6,7 @@ package router
 import (
 	"context"
 	"errors"
+	"path"
 	"strconv"
 )
 
@@ -34,6 +35,23 @@ const TrafficTokenHeader = "E2b-Traffic-Access-Token"
 // route (Daytona's header name).
 const PreviewTokenHeader = "X-Daytona-Preview-Token"
 
+// AccessTokenHeader carries a sandbox's access token, as E2B's SDKs send it.
+const AccessTokenHeader = "X-Access-Token"
+
+// The code interpreter's server port inside a sandbox, and its route that
+// runs code (E2B's): running code takes the sandbox's access token on
+// every way in, the gateway and the preview hosts alike.
+const (
+	InterpreterPort        = 49999
+	InterpreterExecutePath = "/execute"
+)
+
+// NeedsAccessToken reports whether a request for p on a sandbox's port
+// must carry the sandbox's access token.
+func NeedsAccessToken(port int, p string) bool {
+	return port == InterpreterPort && path.Clean("/"+p) == InterpreterExecutePath
+}
+
 // Route is one installed route. Upstream is "ip:port" inside the sandbox.
 type Route struct {
 	Kind      Kind
@@ -48,6 +66,10 @@ type Route struct {
 	// Empty means the route is public.
 	TrafficToken string
 	TokenHeader  string
+	// AccessToken, on a KindAnyPort route, is the sandbox's access token,
+	// which requests NeedsAccessToken names must present in
+	// AccessTokenHeader; empty means the sandbox has none.
+	AccessToken string
 }
 
 // Header is the header a route's TrafficToken is presented in.

@@ -652,9 +652,9 @@ func (s *Service) sandboxRoutes(ctx context.Context, id, ip string) ([]router.Ro
 	}
 	switch sb.PortAccess {
 	case sandpit.PortAccessPublic:
-		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0)})
+		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0), AccessToken: sb.AccessToken})
 	case sandpit.PortAccessToken:
-		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0), TrafficToken: sb.TrafficToken})
+		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0), TrafficToken: sb.TrafficToken, AccessToken: sb.AccessToken})
 	}
 	ports, err := s.store.ListPorts(ctx, id)
 	if err != nil {
@@ -711,14 +711,17 @@ func (s *Service) DesiredRoutes(ctx context.Context) ([]router.Route, error) {
 
 // HostnameBound reports whether a hostname routes to a sandbox right now: a
 // custom domain of a running sandbox, or a preview host of a running
-// sandbox's agent or exposed HTTP port. It is what Caddy's on-demand TLS asks
+// sandbox's agent, exposed HTTP port or, when all its ports are served
+// (E2B creates), any port. It is what Caddy's on-demand TLS asks
 // before issuing a certificate. A custom domain must also still pass the
 // hostname policy (a name reserved, or taken by an operator's route, after
 // it was bound gets no certificate).
 func (s *Service) HostnameBound(ctx context.Context, host string) (bool, error) {
 	host = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(host)), ".")
+	var sb sandpit.Sandbox
 	running := func(id string) (bool, error) {
-		sb, err := s.store.GetSandbox(ctx, id)
+		var err error
+		sb, err = s.store.GetSandbox(ctx, id)
 		if errors.Is(err, sandpit.ErrNotFound) {
 			return false, nil
 		}
@@ -747,7 +750,10 @@ func (s *Service) HostnameBound(ctx context.Context, host string) (bool, error) 
 	if up, err := running(id); err != nil || !up {
 		return false, err
 	}
-	if port == agentapi.Port {
+	// The agent's port always has a route; so has every port of a sandbox
+	// whose ports are all served (E2B's model: getHost(port) for any port,
+	// such as the code interpreter's 49999).
+	if port == agentapi.Port || sb.PortAccess == sandpit.PortAccessPublic || sb.PortAccess == sandpit.PortAccessToken {
 		return true, nil
 	}
 	p, err := s.store.GetPort(ctx, id, port)

@@ -198,3 +198,24 @@ test('a create with variables skips the pool, and its kernel sees them', { timeo
     await p.kill()
   }
 })
+
+test('the server starts again when the sandbox is stopped and started', { timeout: 120_000 }, async () => {
+  const s = await Sandbox.create({ ...d.opts, metadata: meta('restart') })
+  try {
+    await s.runCode('before = 1')
+    for (const action of ['stop', 'start']) {
+      const res = await fetch(`http://127.0.0.1:${d.apiPort}/v1/sandboxes/${s.sandboxId}/${action}`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${d.token}` },
+      })
+      assert.equal(res.status, 200, `${action}: ${await res.text()}`)
+    }
+    // A new kernel: the container restarted, so the old variables are gone,
+    // and the server answers as soon as start has.
+    const exec = await s.runCode('before')
+    assert.equal(exec.error?.name, 'NameError')
+    assert.equal((await s.runCode('2 + 2')).text, '4')
+  } finally {
+    await s.kill()
+  }
+})

@@ -36,16 +36,37 @@ dns.lookup = function (hostname, options, callback) {
   return lookup.call(dns, hostname, options, callback)
 }
 
+// With SANDPIT_TLS_CODE=1 the code interpreter SDK is run the same way: it
+// reaches https://49999-<id>.<domain> (getHost(49999)) by itself, and a
+// request there without the sandbox's access token is refused.
+async function runCode() {
+  const { Sandbox } = await import('@e2b/code-interpreter')
+  const sbx = await Sandbox.create({ metadata: { t: 'tls-code' } })
+  try {
+    const exec = await sbx.runCode('6 * 7')
+    const res = await fetch(`https://${sbx.getHost(49999)}/execute`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ code: 'print(1)' }),
+    })
+    return { code: exec.text, codeHost: sbx.getHost(49999), noToken: res.status }
+  } finally {
+    await sbx.kill()
+  }
+}
+
 const { Sandbox } = await import('e2b')
 const sbx = await Sandbox.create()
 try {
   const res = await sbx.commands.run('echo hello from $(hostname)')
+  const code = process.env.SANDPIT_TLS_CODE === '1' ? await runCode() : {}
   console.log(JSON.stringify({
     sandboxId: sbx.sandboxId,
     sandboxDomain: sbx.sandboxDomain,
     stdout: res.stdout,
     exitCode: res.exitCode,
     resolved: [...new Set(resolved)],
+    ...code,
   }))
 } finally {
   await sbx.kill()

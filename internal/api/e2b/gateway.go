@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	stdpath "path"
 	"strconv"
 
 	"github.com/sandpit-dev/sandpit"
@@ -108,11 +107,11 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 	if path == "" {
 		path = "/"
 	}
-	if port == interpreter.Port && stdpath.Clean("/"+path) == interpreter.ExecutePath && sb.AccessToken != "" &&
-		subtle.ConstantTimeCompare([]byte(r.Header.Get(interpreter.AccessTokenHeader)), []byte(sb.AccessToken)) != 1 {
+	if sb.AccessToken != "" && router.NeedsAccessToken(port, path) &&
+		subtle.ConstantTimeCompare([]byte(r.Header.Get(router.AccessTokenHeader)), []byte(sb.AccessToken)) != 1 {
 		// Running code takes the sandbox's access token, as the agent's
 		// routes do; the server itself checks none (see images/code-interpreter).
-		writeError(w, http.StatusUnauthorized, "running code needs the sandbox's access token in the "+interpreter.AccessTokenHeader+" header")
+		writeError(w, http.StatusUnauthorized, "running code needs the sandbox's access token in the "+router.AccessTokenHeader+" header")
 		return
 	}
 	h.be.ForwardToAgent(w, r, addr, path, "", func(w http.ResponseWriter, err error) {

@@ -287,6 +287,11 @@ func (b *Builtin) Handler() http.Handler {
 				return
 			}
 		}
+		if rt.AccessToken != "" && router.NeedsAccessToken(rt.Port, r.URL.Path) &&
+			subtle.ConstantTimeCompare([]byte(r.Header.Get(router.AccessTokenHeader)), []byte(rt.AccessToken)) != 1 {
+			http.Error(w, "sandpit: running code needs the sandbox's access token in the "+router.AccessTokenHeader+" header", http.StatusUnauthorized)
+			return
+		}
 		// Credentials meant for the proxy stay here.
 		r.Header.Del(router.TrafficTokenHeader)
 		r.Header.Del(router.PreviewTokenHeader)

@@ -295,8 +295,26 @@ func (c *Caddy) httpRoute(r router.Route) map[string]any {
 		}}
 	}
 	// The deletions run first, as middleware of one subroute, whatever
-	// the token check then decides.
-	routes := append(stripDaemonCredentials(), map[string]any{"handle": handle})
+	// the token checks then decide.
+	routes := stripDaemonCredentials()
+	if r.Kind == router.KindAnyPort && r.AccessToken != "" {
+		// Running code on the interpreter's port takes the sandbox's
+		// access token, as through the gateway (router.NeedsAccessToken).
+		routes = append(routes, map[string]any{
+			"match": []any{map[string]any{
+				"vars": map[string]any{"{http.regexp." + anyPortCapture + ".1}": []any{strconv.Itoa(router.InterpreterPort)}},
+				"path": []any{router.InterpreterExecutePath, router.InterpreterExecutePath + "/"},
+				"not":  []any{map[string]any{"header": map[string]any{router.AccessTokenHeader: []any{r.AccessToken}}}},
+			}},
+			"handle": []any{map[string]any{
+				"handler":     "static_response",
+				"status_code": http.StatusUnauthorized,
+				"body":        "sandpit: running code needs the sandbox's access token in the " + router.AccessTokenHeader + " header\n",
+			}},
+			"terminal": true,
+		})
+	}
+	routes = append(routes, map[string]any{"handle": handle})
 	return map[string]any{
 		"@id":      c.objectID(r),
 		"match":    match,
