@@ -375,3 +375,39 @@ test('snapshots and forks: snapshot, create from it, list, delete refused while 
   }
   await src.delete()
 })
+
+// runCode on the code-interpreter template (scripts/test.sh builds its image
+// before the suites run): state in a named context, streamed output, a
+// figure as a PNG, and an exception as the execution's error.
+test('runCode: named contexts, streamed stdout, a chart, an exception', { timeout: 120_000 }, async () => {
+  const sandbox = await sandpit.create({ template: 'code-interpreter-v1', labels: { test: 'code' } })
+  try {
+    await sandbox.runCode('total = 40', { context: 'work' })
+    const sum = await sandbox.runCode('total + 2', { context: 'work' })
+    assert.equal(sum.text, '42')
+    const other = await sandbox.runCode('total', { context: 'elsewhere' })
+    assert.equal(other.error?.name, 'NameError')
+
+    const lines = []
+    const printed = await sandbox.runCode('print("a"); print("b")', { onStdout: (t) => lines.push(t) })
+    assert.equal(lines.join(''), 'a\nb\n')
+    assert.deepEqual(printed.logs.stdout, lines)
+
+    const plot = await sandbox.runCode('import matplotlib.pyplot as plt\nplt.bar(["x", "y"], [1, 2])\nplt.show()')
+    const fig = plot.results.find((r) => r.png)
+    assert.ok(fig, JSON.stringify(plot))
+    assert.equal(Buffer.from(fig.png, 'base64').subarray(1, 4).toString(), 'PNG')
+    assert.equal(fig.chart.type, 'bar')
+
+    const failed = await sandbox.runCode('raise ValueError("nope")')
+    assert.equal(failed.error?.name, 'ValueError')
+    assert.equal(failed.error?.value, 'nope')
+
+    await sandbox.deleteCodeContext('work')
+    await sandbox.deleteCodeContext('work') // gone already: still fine
+    const fresh = await sandbox.runCode('total', { context: 'work' })
+    assert.equal(fresh.error?.name, 'NameError', 'a deleted context is made anew')
+  } finally {
+    await sandbox.delete()
+  }
+})
