@@ -41,7 +41,7 @@ HOME = os.path.expanduser("~") if os.path.isdir(os.path.expanduser("~")) else "/
 STARTUP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup.py")
 # The languages this template has kernels for. E2B's names for the others
 # get a clear error rather than a silent fallback to Python.
-KERNELS = {"python": "python3"}
+KERNELS = {"python": "python3", "r": "ir"}
 KNOWN_LANGUAGES = {"python", "javascript", "typescript", "r", "java", "bash", "deno"}
 # After a client disconnects mid-execution the kernel is interrupted; if it
 # is still busy this long after, it is restarted.
@@ -61,6 +61,39 @@ MIME_FIELDS = {
     "application/javascript": "javascript",
     "application/vnd.sandpit.chart+json": "chart",
     "application/vnd.e2b.data+json": "data",
+}
+
+
+def r_string(s):
+    """An R string literal of s."""
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# Per-language code that sets a call's variables (remembering what they
+# were) and puts them back after it.
+ENV_SET = {
+    "python": lambda env: (
+        "import os as __o, json as __j\n"
+        "__sandpit_env_saved = {k: __o.environ.get(k) for k in %r}\n"
+        "__o.environ.update(__j.loads(%r))" % (list(env), json.dumps(env))
+    ),
+    "r": lambda env: (
+        ".sandpit_env <- jsonlite::fromJSON(%s)\n"
+        ".sandpit_env_saved <- Sys.getenv(names(.sandpit_env), unset = NA, names = TRUE)\n"
+        "do.call(Sys.setenv, .sandpit_env)" % r_string(json.dumps(env))
+    ),
+}
+ENV_RESTORE = {
+    "python": (
+        "for __k, __v in __sandpit_env_saved.items():\n"
+        "    __o.environ.pop(__k, None) if __v is None else __o.environ.__setitem__(__k, __v)\n"
+        "del __sandpit_env_saved"
+    ),
+    "r": (
+        "for (.k in names(.sandpit_env_saved)) { .v <- .sandpit_env_saved[[.k]]; "
+        "if (is.na(.v)) Sys.unsetenv(.k) else do.call(Sys.setenv, setNames(list(.v), .k)) }\n"
+        "rm(.sandpit_env, .sandpit_env_saved, .k, .v)"
+    ),
 }
 
 
@@ -95,7 +128,7 @@ class Context:
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
         self.km, self.kc = km, kc
-        if os.path.exists(STARTUP):
+        if self.language == "python" and os.path.exists(STARTUP):
             self.run_silent("exec(compile(open(%r).read(), %r, 'exec'))" % (STARTUP, STARTUP))
 
     def stop(self):
@@ -385,16 +418,11 @@ class Handler(BaseHTTPRequestHandler):
             return True
 
     def run(self, ctx, code, env):
-        saved = None
         try:
             if env:
                 # Per-call variables: set for this execution, the previous
                 # values put back after it, as E2B's server does.
-                saved = ctx.run_silent(
-                    "import os as __o, json as __j\n"
-                    "__sandpit_env_saved = {k: __o.environ.get(k) for k in %r}\n"
-                    "__o.environ.update(__j.loads(%r))" % (list(env), json.dumps(env))
-                )
+                ctx.run_silent(ENV_SET[ctx.language](env))
             self.relay(ctx, code)
         except ContextGone:
             self.kernel_died(ctx)
@@ -403,11 +431,7 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             if env and ctx.km.is_alive():
                 try:
-                    ctx.run_silent(
-                        "for __k, __v in __sandpit_env_saved.items():\n"
-                        "    __o.environ.pop(__k, None) if __v is None else __o.environ.__setitem__(__k, __v)\n"
-                        "del __sandpit_env_saved"
-                    )
+                    ctx.run_silent(ENV_RESTORE[ctx.language])
                 except Exception:
                     pass
 
@@ -457,6 +481,11 @@ class Handler(BaseHTTPRequestHandler):
         kc = ctx.kc
         msg_id = kc.execute(code, store_history=True, allow_stdin=False)
         count = None
+        # IRkernel sends a cell's value as display_data, not execute_result:
+        # there the last display of a cell is taken for its value, held back
+        # until the next output shows whether it was the last.
+        held = None
+        last_display_is_value = ctx.language != "python"
         while True:
             try:
                 msg = kc.get_iopub_msg(timeout=0.25)
@@ -469,7 +498,12 @@ class Handler(BaseHTTPRequestHandler):
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream":
+            if held is not None and kind in ("stream", "execute_result", "display_data", "error"):
+                self.line(held)
+                held = None
+            if kind == "display_data" and last_display_is_value:
+                held = result_of(content, False)
+            elif kind == "stream":
                 self.line({"type": content["name"], "text": content["text"], "timestamp": now()})
             elif kind == "execute_result":
                 count = content.get("execution_count", count)
@@ -487,6 +521,9 @@ class Handler(BaseHTTPRequestHandler):
                 count = content.get("execution_count", count)
             elif kind == "status" and content.get("execution_state") == "idle":
                 break
+        if held is not None:
+            held["is_main_result"] = True
+            self.line(held)
         # The shell reply of this execution (its count); others queued from
         # silent calls are skipped.
         deadline = time.monotonic() + 5

@@ -142,6 +142,20 @@ test('env vars per call are visible to that call only', { timeout: 60_000 }, asy
   assert.equal(later.text, undefined, 'None has no text result')
 })
 
+test('R runs on its own kernel: values, per-call variables, errors, contexts', { timeout: 90_000 }, async () => {
+  const value = await sbx.runCode('r_total <- 40; r_total + 2', { language: 'r' })
+  assert.equal(value.text, '[1] 42')
+  const env = await sbx.runCode('Sys.getenv("R_CALL_VAR")', { language: 'r', envs: { R_CALL_VAR: "it's here" } })
+  assert.equal(env.text, '[1] "it\'s here"')
+  assert.equal((await sbx.runCode('Sys.getenv("R_CALL_VAR")', { language: 'r' })).text, '[1] ""')
+  const failed = await sbx.runCode('stop("boom")', { language: 'r' })
+  assert.match(failed.error.value, /boom/)
+  const ctx = await sbx.createCodeContext({ language: 'r' })
+  assert.equal(ctx.language, 'r')
+  assert.equal((await sbx.runCode('exists("r_total")', { context: ctx })).text, '[1] FALSE')
+  await sbx.removeCodeContext(ctx)
+})
+
 test('a language without a kernel answers a clear error', { timeout: 60_000 }, async () => {
   const exec = await sbx.runCode('console.log(1)', { language: 'javascript' })
   assert.equal(exec.error.name, 'UnsupportedLanguage')
