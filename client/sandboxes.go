@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/proto/process"
@@ -123,36 +124,84 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 // ExecStream runs a command and streams its output as it comes, through the
 // agent protocol the daemon proxies. It returns the exit code.
 func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, stdout, stderr io.Writer) (int, error) {
+	return c.ExecIO(ctx, id, req, ExecStreams{Stdout: stdout, Stderr: stderr})
+}
+
+// TTYSize is a terminal's size in characters.
+type TTYSize struct{ Cols, Rows uint16 }
+
+// ExecStreams are what ExecIO connects a command to.
+type ExecStreams struct {
+	// Stdin, when set, feeds the command's stdin (its terminal under a
+	// TTY); the end of Stdin closes the command's stdin. Nil gives the
+	// command an empty stdin, so that a command reading it never waits.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// TTY, when set, runs the command under a pseudo-terminal of that
+	// size; its output then all comes on Stdout, as from a terminal.
+	TTY *TTYSize
+	// Resize carries the terminal's new sizes while the command runs.
+	Resize <-chan TTYSize
+}
+
+// ExecIO runs a command with its streams connected to s, through the agent
+// protocol the daemon proxies, and returns its exit code. It is never
+// retried: running a command twice is not the same as once.
+func (c *Client) ExecIO(ctx context.Context, id string, req ExecRequest, s ExecStreams) (int, error) {
 	if req.TimeoutS > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutS)*time.Second)
 		defer cancel()
 	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	pc := processconnect.NewProcessClient(c.http, c.base+"/v1/sandboxes/"+url.PathEscape(id)+"/agent", connect.WithProtoJSON())
 	cfg := &process.ProcessConfig{Cmd: req.Cmd, Args: req.Args, Envs: req.Env}
 	if req.Cwd != "" {
 		cfg.Cwd = &req.Cwd
 	}
-	creq := connect.NewRequest(&process.StartRequest{Process: cfg})
-	creq.Header().Set("Authorization", "Bearer "+c.token)
-	stream, err := pc.Start(ctx, creq)
+	start := &process.StartRequest{Process: cfg}
+	if s.Stdin != nil {
+		start.Stdin = proto.Bool(true)
+	}
+	if s.TTY != nil {
+		start.Pty = &process.PTY{Size: &process.PTY_Size{Cols: uint32(s.TTY.Cols), Rows: uint32(s.TTY.Rows)}}
+	}
+	sreq := connect.NewRequest(start)
+	c.authed(sreq)
+	stream, err := pc.Start(ctx, sreq)
 	if err != nil {
 		return -1, err
 	}
 	defer stream.Close()
 	code := -1
+	write := func(w io.Writer, b []byte) error {
+		if len(b) == 0 || w == nil {
+			return nil
+		}
+		_, err := w.Write(b)
+		return err
+	}
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
-		if d := ev.GetData(); d != nil {
-			if len(d.GetStdout()) > 0 && stdout != nil {
-				if _, err := stdout.Write(d.GetStdout()); err != nil {
-					return -1, err
-				}
+		if st := ev.GetStart(); st != nil {
+			sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: st.GetPid()}}
+			if s.Stdin != nil {
+				go c.feedInput(ctx, pc, sel, s.Stdin, s.TTY != nil)
 			}
-			if len(d.GetStderr()) > 0 && stderr != nil {
-				if _, err := stderr.Write(d.GetStderr()); err != nil {
-					return -1, err
-				}
+			if s.Resize != nil {
+				go c.followResize(ctx, pc, sel, s.Resize)
+			}
+		}
+		if d := ev.GetData(); d != nil {
+			if err := write(s.Stdout, d.GetStdout()); err != nil {
+				return -1, err
+			}
+			if err := write(s.Stderr, d.GetStderr()); err != nil {
+				return -1, err
+			}
+			if err := write(s.Stdout, d.GetPty()); err != nil {
+				return -1, err
 			}
 		}
 		if e := ev.GetEnd(); e != nil {
@@ -163,6 +212,56 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, std
 		return -1, err
 	}
 	return code, nil
+}
+
+// authed puts the client's token on an agent-protocol request.
+func (c *Client) authed(r interface{ Header() http.Header }) {
+	r.Header().Set("Authorization", "Bearer "+c.token)
+}
+
+// feedInput sends in to the process in chunks as they are read, then closes
+// its stdin (a terminal has no stdin to close: the user's exit ends it).
+func (c *Client) feedInput(ctx context.Context, pc processconnect.ProcessClient, sel *process.ProcessSelector, in io.Reader, tty bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := in.Read(buf)
+		if n > 0 {
+			input := &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: append([]byte(nil), buf[:n]...)}}
+			if tty {
+				input.Input = &process.ProcessInput_Pty{Pty: append([]byte(nil), buf[:n]...)}
+			}
+			req := connect.NewRequest(&process.SendInputRequest{Process: sel, Input: input})
+			c.authed(req)
+			if _, serr := pc.SendInput(ctx, req); serr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if !tty {
+				req := connect.NewRequest(&process.CloseStdinRequest{Process: sel})
+				c.authed(req)
+				_, _ = pc.CloseStdin(ctx, req)
+			}
+			return
+		}
+	}
+}
+
+// followResize passes the terminal's new sizes on to the process's PTY.
+func (c *Client) followResize(ctx context.Context, pc processconnect.ProcessClient, sel *process.ProcessSelector, sizes <-chan TTYSize) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sz, ok := <-sizes:
+			if !ok {
+				return
+			}
+			req := connect.NewRequest(&process.UpdateRequest{Process: sel, Pty: &process.PTY{Size: &process.PTY_Size{Cols: uint32(sz.Cols), Rows: uint32(sz.Rows)}}})
+			c.authed(req)
+			_, _ = pc.Update(ctx, req)
+		}
+	}
 }
 
 // WriteFile writes r to path inside the sandbox.

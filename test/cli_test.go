@@ -85,7 +85,7 @@ func TestCLICreateExecCopyRemove(t *testing.T) {
 	if out, _, code := runCLI(t, ctx, d, nil, "rm", id); code != 0 || strings.TrimSpace(out) != id {
 		t.Fatalf("rm = %q %d", out, code)
 	}
-	if _, errOut, code := runCLI(t, ctx, d, nil, "rm", id); code == 0 || !strings.Contains(errOut, "not_found") {
+	if _, errOut, code := runCLI(t, ctx, d, nil, "rm", id); code == 0 || !strings.Contains(errOut, "no such sandbox: \""+id+"\"") {
 		t.Fatalf("rm again = %d %s", code, errOut)
 	}
 	if got := d.Containers(t); len(got) != 0 {

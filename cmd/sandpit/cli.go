@@ -73,8 +73,9 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func clientCmds(e *cliEnv) []*cobra.Command {
-	return []*cobra.Command{createCmd(e), lsCmd(e), execCmd(e), cpCmd(e), rmCmd(e), exposeCmd(e), portsCmd(e), unexposeCmd(e), domainCmd(e),
+	cmds := []*cobra.Command{createCmd(e), lsCmd(e), execCmd(e), cpCmd(e), rmCmd(e), exposeCmd(e), portsCmd(e), unexposeCmd(e), domainCmd(e),
 		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e), statusCmd(e), clusterCmd(e), templateCmd(e), snapshotCmd(e), forkCmd(e), volumeCmd(e)}
+	return append(cmds, lifecycleCmds(e)...)
 }
 
 func createCmd(e *cliEnv) *cobra.Command {
@@ -181,8 +182,9 @@ func execCmd(e *cliEnv) *cobra.Command {
 	var envs []string
 	var cwd string
 	var timeout int64
+	var interactive, tty bool
 	cmd := &cobra.Command{
-		Use:   "exec ID -- CMD [ARGS...]",
+		Use:   "exec SANDBOX -- CMD [ARGS...]",
 		Short: "Run a command in a sandbox, streaming its output; exits with its code",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -192,6 +194,9 @@ func execCmd(e *cliEnv) *cobra.Command {
 			}
 			c, err := e.client()
 			if err != nil {
+				return err
+			}
+			if err := resolveArg(cmd.Context(), c, args, 0); err != nil {
 				return err
 			}
 			req := client.ExecRequest{Cmd: args[1], Args: args[2:], Env: env, Cwd: cwd, TimeoutS: timeout}
@@ -209,7 +214,12 @@ func execCmd(e *cliEnv) *cobra.Command {
 				}
 				return nil
 			}
-			code, err := c.ExecStream(cmd.Context(), args[0], req, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			streams, restore, err := execStreams(cmd, interactive, tty)
+			if err != nil {
+				return err
+			}
+			code, err := c.ExecIO(cmd.Context(), args[0], req, streams)
+			restore()
 			if err != nil {
 				return err
 			}
@@ -219,6 +229,8 @@ func execCmd(e *cliEnv) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "pass stdin to the command even when it is a terminal (piped input always passes)")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command under a terminal (with -i: an interactive shell)")
 	cmd.Flags().StringArrayVarP(&envs, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	cmd.Flags().StringVarP(&cwd, "workdir", "w", "", "working directory")
 	cmd.Flags().Int64Var(&timeout, "timeout", 0, "seconds before the command is killed (0: none)")
@@ -280,6 +292,13 @@ func cpCmd(e *cliEnv) *cobra.Command {
 			}
 			c, err := e.client()
 			if err != nil {
+				return err
+			}
+			ref := &sid
+			if dremote {
+				ref = &did
+			}
+			if *ref, err = resolveSandbox(cmd.Context(), c, *ref); err != nil {
 				return err
 			}
 			if dremote {
@@ -344,7 +363,13 @@ func rmCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return removeEach(cmd, e, args, "id", c.Delete)
+			return removeEach(cmd, e, args, "id", func(ctx context.Context, ref string) error {
+				id, err := resolveSandbox(ctx, c, ref)
+				if err != nil {
+					return err
+				}
+				return c.Delete(ctx, id)
+			})
 		},
 	}
 }
@@ -376,6 +401,9 @@ func exposeCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := resolveArg(cmd.Context(), c, args, 0); err != nil {
+				return err
+			}
 			p, err := c.ExposePort(cmd.Context(), args[0], port, proto)
 			if err != nil {
 				return err
@@ -398,6 +426,9 @@ func portsCmd(e *cliEnv) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.client()
 			if err != nil {
+				return err
+			}
+			if err := resolveArg(cmd.Context(), c, args, 0); err != nil {
 				return err
 			}
 			ports, err := c.ListPorts(cmd.Context(), args[0])
@@ -437,6 +468,9 @@ func unexposeCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := resolveArg(cmd.Context(), c, args, 0); err != nil {
+				return err
+			}
 			if err := c.UnexposePort(cmd.Context(), args[0], port); err != nil {
 				return err
 			}
@@ -460,6 +494,9 @@ func domainCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := resolveArg(cmd.Context(), c, args, 0); err != nil {
+				return err
+			}
 			d, err := c.AddDomain(cmd.Context(), args[0], args[1], port)
 			if err != nil {
 				return err
@@ -478,6 +515,9 @@ func domainCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := resolveArg(cmd.Context(), c, args, 0); err != nil {
+				return err
+			}
 			if err := c.RemoveDomain(cmd.Context(), args[0], args[1]); err != nil {
 				return err
 			}
@@ -490,6 +530,9 @@ func domainCmd(e *cliEnv) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.client()
 			if err != nil {
+				return err
+			}
+			if err := resolveArg(cmd.Context(), c, args, 0); err != nil {
 				return err
 			}
 			ds, err := c.ListDomains(cmd.Context(), args[0])

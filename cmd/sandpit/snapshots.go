@@ -26,6 +26,9 @@ func snapshotCreateCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := resolveArg(cmd.Context(), c, args, 0); err != nil {
+				return err
+			}
 			t, err := c.Snapshot(cmd.Context(), args[0], client.SnapshotRequest{Name: name})
 			if err != nil {
 				return err
@@ -106,6 +109,9 @@ func forkCmd(e *cliEnv) *cobra.Command {
 			}
 			c, err := e.client()
 			if err != nil {
+				return err
+			}
+			if err := resolveArg(cmd.Context(), c, args, 0); err != nil {
 				return err
 			}
 			forks, err := c.Fork(cmd.Context(), args[0], client.ForkRequest{Count: count, TimeoutS: timeout, Name: name})

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/client"
+)
+
+// lifecycleCmds are start, stop, pause, resume and inspect: each takes
+// sandboxes by id, name or id prefix, as docker's commands take containers.
+func lifecycleCmds(e *cliEnv) []*cobra.Command {
+	var pauseMode string
+	change := func(use, short string, do func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error)) *cobra.Command {
+		return &cobra.Command{
+			Use:   use + " SANDBOX...",
+			Short: short,
+			Args:  cobra.MinimumNArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := e.client()
+				if err != nil {
+					return err
+				}
+				return eachSandbox(cmd, e, c, args, do)
+			},
+		}
+	}
+	pause := change("pause", "Pause sandboxes (--mode memory freezes them, filesystem stops them and keeps their files)",
+		func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) { return c.Pause(ctx, id, pauseMode) })
+	pause.Flags().StringVar(&pauseMode, "mode", "", "memory (default) or filesystem")
+	inspect := &cobra.Command{
+		Use:   "inspect SANDBOX",
+		Short: "Print a sandbox as JSON",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			id, err := resolveSandbox(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			sb, err := c.Get(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), sb)
+		},
+	}
+	return []*cobra.Command{
+		change("start", "Start stopped sandboxes", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) { return c.Start(ctx, id) }),
+		change("stop", "Stop sandboxes (their files are kept; start brings them back)", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) { return c.Stop(ctx, id) }),
+		pause,
+		change("resume", "Resume paused sandboxes", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) { return c.Resume(ctx, id) }),
+		inspect,
+	}
+}
+
+// eachSandbox applies do to every sandbox named in refs, printing each id
+// (or, with --output json, the sandboxes) and reporting every failure;
+// exit 1 when any failed, as docker's commands of several containers do.
+func eachSandbox(cmd *cobra.Command, e *cliEnv, c *client.Client, refs []string, do func(context.Context, *client.Client, string) (client.Sandbox, error)) error {
+	var out []client.Sandbox
+	failed := false
+	for _, ref := range refs {
+		id, err := resolveSandbox(cmd.Context(), c, ref)
+		var sb client.Sandbox
+		if err == nil {
+			sb, err = do(cmd.Context(), c, id)
+		}
+		if err != nil {
+			if isDialError(err) {
+				return err
+			}
+			fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", err)
+			failed = true
+			continue
+		}
+		out = append(out, sb)
+		if !e.jsonOut(false) {
+			fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+		}
+	}
+	if e.jsonOut(false) {
+		if out == nil {
+			out = []client.Sandbox{}
+		}
+		if err := printJSON(cmd.OutOrStdout(), out); err != nil {
+			return err
+		}
+	}
+	if failed {
+		return &exitError{1}
+	}
+	return nil
+}
