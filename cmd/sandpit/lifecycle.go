@@ -28,7 +28,9 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 		}
 	}
 	pause := change("pause", "Pause sandboxes (--mode memory freezes them, filesystem stops them and keeps their files)",
-		func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) { return c.Pause(ctx, id, pauseMode) })
+		func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) {
+			return c.Pause(ctx, id, pauseMode)
+		})
 	pause.Flags().StringVar(&pauseMode, "mode", "", "memory (default) or filesystem")
 	inspect := &cobra.Command{
 		Use:   "inspect SANDBOX",
@@ -51,10 +53,14 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 		},
 	}
 	return []*cobra.Command{
-		change("start", "Start stopped sandboxes", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) { return c.Start(ctx, id) }),
+		change("start", "Start stopped sandboxes", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) {
+			return c.Start(ctx, id)
+		}),
 		change("stop", "Stop sandboxes (their files are kept; start brings them back)", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) { return c.Stop(ctx, id) }),
 		pause,
-		change("resume", "Resume paused sandboxes", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) { return c.Resume(ctx, id) }),
+		change("resume", "Resume paused sandboxes", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) {
+			return c.Resume(ctx, id)
+		}),
 		inspect,
 	}
 }

@@ -96,4 +96,3 @@ func isDevNull(f *os.File) bool {
 	b, err := os.Stat(os.DevNull)
 	return err == nil && os.SameFile(a, b)
 }
-
