@@ -44,9 +44,11 @@ func decodeTemplate(t *testing.T, a harness.Answer) apitypes.Template {
 	return out
 }
 
-func snapshotImages(t *testing.T) []string {
+// snapshotImages lists the snapshot images of one test daemon: other tests
+// beside it take snapshots of their own at the same time.
+func snapshotImages(t *testing.T, d *harness.Daemon) []string {
 	t.Helper()
-	out, err := exec.Command("docker", "images", "--format", "{{.Repository}}:{{.Tag}}").Output()
+	out, err := exec.Command("docker", "images", "--filter", "label=sandpit.run="+d.Label, "--format", "{{.Repository}}:{{.Tag}}").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +207,7 @@ func TestSnapshotNative(t *testing.T) {
 	if _, err := c.GetTemplate(ctx, snap.ID); !client.IsCode(err, apitypes.CodeNotFound) {
 		t.Fatalf("deleted snapshot: %v", err)
 	}
-	for _, img := range snapshotImages(t) {
+	for _, img := range snapshotImages(t, d) {
 		if img == image {
 			t.Fatalf("the deleted snapshot's image %s is still there", image)
 		}
@@ -335,7 +337,7 @@ func TestSnapshotCrashAfterCommit(t *testing.T) {
 	writeFile(t, ctx, d.Client(), src.ID, "/root/crash.txt", "survives")
 	d.Stop()
 	d.Restart([]string{"SANDPIT_TEST_CRASH_POINT=after-snapshot-commit"})
-	before := len(snapshotImages(t))
+	before := len(snapshotImages(t, d))
 	body := `{"name":"crashy"}`
 	if _, err := keyed(ctx, d, http.MethodPost, "/v1/sandboxes/"+src.ID+"/snapshots", body, "crash-snap"); err == nil {
 		t.Log("the crashing request answered")
@@ -347,7 +349,7 @@ func TestSnapshotCrashAfterCommit(t *testing.T) {
 	if ss, err := d.Client().ListSnapshots(ctx, "", ""); err != nil || len(ss) != 0 {
 		t.Fatalf("snapshots after the crash: %+v %v", ss, err)
 	}
-	if n := len(snapshotImages(t)); n > before {
+	if n := len(snapshotImages(t, d)); n > before {
 		t.Fatalf("%d snapshot images after the restart, %d before the crash", n, before)
 	}
 	a := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes/"+src.ID+"/snapshots", body, "crash-snap")
