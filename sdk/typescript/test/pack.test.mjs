@@ -1,14 +1,18 @@
 // `npm pack` makes a package that a fresh project installs from the tarball
-// and uses from plain ESM and from TypeScript.
+// and uses from plain ESM and from TypeScript; installing the folder, as the
+// README says, builds the package, and the README's example then runs as
+// written against a real daemon on the default image.
 
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
-import { mkdtemp, rm, writeFile, readdir, readFile } from 'node:fs/promises'
+import { mkdtemp, rm, writeFile, readdir, readFile, cp } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, resolve, dirname } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
+
+import { setup, teardown, startDaemon, freeRange } from './helpers.mjs'
 
 const run = promisify(execFile)
 const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '..')
@@ -76,4 +80,41 @@ console.log('ok')
   await run(process.execPath, [tsc, '--noEmit', '-p', 'tsconfig.json'], { cwd: project }).catch((err) => {
     assert.fail(`tsc --noEmit failed:\n${err.stdout}${err.stderr}`)
   })
+})
+
+// readmeExample is the README's example: the first js block after its
+// "## The example" heading, run as the file the README tells users to save.
+async function readmeExample() {
+  const readme = await readFile(join(pkgDir, 'README.md'), 'utf8')
+  const section = readme.slice(readme.indexOf('## The example'))
+  const m = section.match(/```js\n([\s\S]*?)```/)
+  assert.ok(m, 'README.md has a js block under "## The example"')
+  return m[1]
+}
+
+test('npm install of the folder builds the package; the README example runs as written on the default image', { timeout: 600_000 }, async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'sandpit-sdk-folder-'))
+  await setup()
+  t.after(async () => {
+    await teardown()
+    await rm(dir, { recursive: true, force: true })
+  })
+  // A checkout as a user has it: no node_modules, no dist.
+  const copy = join(dir, 'sdk')
+  await cp(pkgDir, copy, { recursive: true, filter: (src) => !/[/\\](node_modules|dist)$/.test(src) })
+  const project = join(dir, 'project')
+  await run('mkdir', [project])
+  await writeFile(join(project, 'package.json'), JSON.stringify({ name: 'folder-consumer', private: true }))
+  const npmEnv = { ...process.env, npm_config_audit: 'false', npm_config_fund: 'false' }
+  await run('npm', ['install', '--prefer-offline', copy], { cwd: project, env: npmEnv, maxBuffer: 16 << 20 }).catch((err) => {
+    assert.fail(`npm install ${copy} failed:\n${err.stdout}${err.stderr}`)
+  })
+  await writeFile(join(project, 'quickstart.mjs'), await readmeExample())
+
+  const d = await startDaemon({ name: 'readme', args: ['--default-image', 'sandpit/base:latest', '--port-range', await freeRange(2)] })
+  const env = { ...process.env, SANDPIT_ADDR: `127.0.0.1:${d.apiPort}`, SANDPIT_TOKEN: d.token }
+  const { stdout } = await run(process.execPath, ['quickstart.mjs'], { cwd: project, env }).catch((err) => {
+    assert.fail(`node quickstart.mjs failed:\n${err.stdout}${err.stderr}`)
+  })
+  assert.deepEqual(stdout.trim().split('\n'), ['true false true', '42'])
 })
