@@ -127,6 +127,18 @@ type CodeEvent struct {
 	ExecutionCount int             `json:"execution_count,omitempty"`
 }
 
+// Stats is one sample of a running sandbox's resource use. A limit of 0
+// means the engine set none (the host's is then the bound).
+type Stats struct {
+	CPUCount         int       `json:"cpu_count"`
+	CPUUsedPercent   float64   `json:"cpu_used_percent"`
+	MemoryUsedBytes  int64     `json:"memory_used_bytes"`
+	MemoryLimitBytes int64     `json:"memory_limit_bytes"`
+	DiskUsedBytes    int64     `json:"disk_used_bytes"`
+	DiskLimitBytes   int64     `json:"disk_limit_bytes"`
+	Time             time.Time `json:"time"`
+}
+
 // CodeContext is a named context of a sandbox's code interpreter.
 type CodeContext struct {
 	Name     string `json:"name"`

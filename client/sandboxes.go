@@ -29,6 +29,8 @@ type (
 	ExecResult = apitypes.ExecResult
 	// Port is an exposure of a sandbox port.
 	Port = apitypes.Port
+	// Stats is one sample of a sandbox's resource use.
+	Stats = apitypes.Stats
 	// Domain is a custom hostname bound to a sandbox port.
 	Domain = apitypes.Domain
 	// Event is one sandbox state change.
@@ -52,6 +54,13 @@ func (c *Client) Get(ctx context.Context, id string) (Sandbox, error) {
 	var sb Sandbox
 	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/" + url.PathEscape(id), idempotent: true}, &sb)
 	return sb, err
+}
+
+// Stats samples a running sandbox's resource use.
+func (c *Client) Stats(ctx context.Context, id string) (Stats, error) {
+	var st Stats
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/" + url.PathEscape(id) + "/stats", idempotent: true}, &st)
+	return st, err
 }
 
 // ListOptions filters a listing.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -219,5 +220,36 @@ func TestCLIExecTTY(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 5 {
 		t.Fatalf("exec -it exited with %v, want status 5\n%s", err, screen.String())
+	}
+}
+
+// TestCLIStats: `sandpit stats` prints a running sandbox's use with units
+// and its limits, as JSON with --output json, and refuses a stopped one
+// (whose engine sample would read as an idle sandbox) with exit 1.
+func TestCLIStats(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 2*time.Minute)
+	if _, errOut, code := runCLI(t, ctx, d, nil, "create", "--name", "st", "--cpu", "1", "--memory", "256"); code != 0 {
+		t.Fatalf("create: %s", errOut)
+	}
+	out, errOut, code := runCLI(t, ctx, d, nil, "stats", "st")
+	text := regexp.MustCompile(`^CPU +[0-9.]+% of 1 CPU\nMEMORY +[0-9.]+ [KMG]?i?B of 256\.0 MiB \([0-9]+%\)\nDISK +[0-9.]+ [KMG]?i?B`)
+	if code != 0 || !text.MatchString(out) {
+		t.Fatalf("stats st: %d %q %q", code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, ctx, d, nil, "--output", "json", "stats", "st")
+	var st client.Stats
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+		t.Fatalf("stats -o json: %d %q %q", code, out, errOut)
+	}
+	if st.CPUCount != 1 || st.MemoryLimitBytes != 256<<20 || st.MemoryUsedBytes <= 0 || st.Time.IsZero() {
+		t.Fatalf("stats: %+v", st)
+	}
+	if _, errOut, code := runCLI(t, ctx, d, nil, "stop", "st"); code != 0 {
+		t.Fatalf("stop: %s", errOut)
+	}
+	if _, errOut, code := runCLI(t, ctx, d, nil, "stats", "st"); code != 1 || !strings.Contains(errOut, "is stopped") {
+		t.Fatalf("stats of a stopped sandbox: exit %d, %q", code, errOut)
 	}
 }

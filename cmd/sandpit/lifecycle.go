@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/client"
 )
 
-// lifecycleCmds are start, stop, pause, resume and inspect: each takes
+// lifecycleCmds are start, stop, pause, resume, inspect and stats: each takes
 // sandboxes by id, name or id prefix, as docker's commands take containers.
 func lifecycleCmds(e *cliEnv) []*cobra.Command {
 	var pauseMode string
@@ -52,6 +53,26 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 			return printJSON(cmd.OutOrStdout(), sb)
 		},
 	}
+	stats := &cobra.Command{
+		Use:   "stats SANDBOX",
+		Short: "Print one sample of a running sandbox's CPU, memory and disk use",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			id, err := resolveSandbox(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			st, err := c.Stats(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			return e.emit(cmd, st, func(w io.Writer) error { return printStats(w, st) })
+		},
+	}
 	return []*cobra.Command{
 		change("start", "Start stopped sandboxes", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) {
 			return c.Start(ctx, id)
@@ -62,7 +83,26 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 			return c.Resume(ctx, id)
 		}),
 		inspect,
+		stats,
 	}
+}
+
+// printStats prints a sample with its units: a limit of 0 is the engine's
+// "none", which says more as words than as "0 B".
+func printStats(w io.Writer, st client.Stats) error {
+	limit := func(used, total int64) string {
+		if total <= 0 {
+			return humanBytes(used) + " (no limit)"
+		}
+		return fmt.Sprintf("%s of %s (%.0f%%)", humanBytes(used), humanBytes(total), 100*float64(used)/float64(total))
+	}
+	cpus := "CPUs"
+	if st.CPUCount == 1 {
+		cpus = "CPU"
+	}
+	_, err := fmt.Fprintf(w, "CPU     %.1f%% of %d %s\nMEMORY  %s\nDISK    %s\n",
+		st.CPUUsedPercent, st.CPUCount, cpus, limit(st.MemoryUsedBytes, st.MemoryLimitBytes), limit(st.DiskUsedBytes, st.DiskLimitBytes))
+	return err
 }
 
 // eachSandbox applies do to every sandbox named in refs, printing each id

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
@@ -33,6 +34,7 @@ type Backend interface {
 
 	ExposePort(ctx context.Context, id string, port int, protocol string) (service.ExposeResult, error)
 	ListPorts(ctx context.Context, id string) ([]sandpit.ExposedPort, error)
+	Stats(ctx context.Context, id string) (driver.Stats, error)
 	UnexposePort(ctx context.Context, id string, port int) error
 	AddCustomDomain(ctx context.Context, id, hostname string, port int) (sandpit.CustomDomain, bool, error)
 	ListCustomDomains(ctx context.Context, id string) ([]sandpit.CustomDomain, error)

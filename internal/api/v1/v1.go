@@ -73,6 +73,7 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 		agentAction, h.agent)
 	route("POST /v1/sandboxes/{id}/ports", sandpit.ActionExpose, h.expose)
 	route("GET /v1/sandboxes/{id}/ports", sandpit.ActionRead, h.listPorts)
+	route("GET /v1/sandboxes/{id}/stats", sandpit.ActionRead, h.stats)
 	route("DELETE /v1/sandboxes/{id}/ports/{port}", sandpit.ActionExpose, h.unexpose)
 	route("POST /v1/sandboxes/{id}/custom-domains", sandpit.ActionExpose, h.addDomain)
 	route("GET /v1/sandboxes/{id}/custom-domains", sandpit.ActionRead, h.listDomains)
@@ -409,6 +410,19 @@ func (h *Handler) listPorts(w http.ResponseWriter, r *http.Request) {
 		out.Ports = append(out.Ports, toPort(p, false))
 	}
 	api.WriteJSON(w, http.StatusOK, out)
+}
+
+func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
+	st, err := h.svc.Stats(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, apitypes.Stats{
+		CPUCount: st.CPUCount, CPUUsedPercent: st.CPUUsedPct,
+		MemoryUsedBytes: st.MemUsed, MemoryLimitBytes: st.MemTotal,
+		DiskUsedBytes: st.DiskUsed, DiskLimitBytes: st.DiskTotal, Time: st.Timestamp,
+	})
 }
 
 func (h *Handler) unexpose(w http.ResponseWriter, r *http.Request) {
