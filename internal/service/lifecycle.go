@@ -610,11 +610,6 @@ func (s *Service) Stats(ctx context.Context, id string) (driver.Stats, error) {
 	if err != nil {
 		return driver.Stats{}, err
 	}
-	if sb.State != sandpit.StateRunning {
-		// The engine answers zeros for a stopped container: that would
-		// read as an idle sandbox.
-		return driver.Stats{}, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
-	}
 	st, err := s.rt.Stats(ctx, sb.ContainerID)
 	if err != nil {
 		return st, runtimeErr("stats", err)

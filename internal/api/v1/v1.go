@@ -4,6 +4,7 @@ package v1
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -413,7 +414,19 @@ func (h *Handler) listPorts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
-	st, err := h.svc.Stats(r.Context(), r.PathValue("id"))
+	id := r.PathValue("id")
+	sb, err := h.svc.GetSandbox(r.Context(), id)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	if sb.State != sandpit.StateRunning {
+		// The engine answers zeros for a container that is not running:
+		// that would read as an idle sandbox.
+		fail(w, fmt.Errorf("%w: sandbox %s is %s", service.ErrNotRunning, id, sb.State))
+		return
+	}
+	st, err := h.svc.Stats(r.Context(), id)
 	if err != nil {
 		fail(w, err)
 		return
