@@ -1,10 +1,13 @@
 package sandpit_test
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/client"
 	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 	"github.com/sandpit-dev/sandpit/test/harness"
@@ -251,5 +255,71 @@ func TestCLIStats(t *testing.T) {
 	}
 	if _, errOut, code := runCLI(t, ctx, d, nil, "stats", "st"); code != 1 || !strings.Contains(errOut, "is stopped") {
 		t.Fatalf("stats of a stopped sandbox: exit %d, %q", code, errOut)
+	}
+}
+
+// TestCLILogs: `sandpit logs` prints what a template's start command wrote,
+// and with -f keeps printing what it writes next; a sandbox without a start
+// command says it has none, exit 1.
+func TestCLILogs(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 3*time.Minute)
+	req := apitypes.BuildTemplateRequest{
+		Name:       "ticker",
+		Dockerfile: "FROM " + testBase + "\n",
+		// It prints one line, then a line each time a file appears, so the
+		// test decides when the next line comes.
+		StartCmd: `echo started; while :; do if [ -e /tmp/next ]; then rm /tmp/next; echo next-line; fi; sleep 0.1; done`,
+		ReadyCmd: "true",
+	}
+	b := decodeBuild(t, mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, req), "ticker-1"))
+	if got := awaitBuild(t, ctx, d, "ticker", b.Build.ID); got.State != "ready" {
+		t.Fatalf("build: %s %s", got.State, got.Error)
+	}
+	if _, errOut, code := runCLI(t, ctx, d, nil, "create", "--name", "tick", "--template", "ticker"); code != 0 {
+		t.Fatalf("create: %s", errOut)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, errOut, code := runCLI(t, ctx, d, nil, "logs", "tick")
+		if code == 0 && out == "started\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("logs tick: %d %q %q", code, out, errOut)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	follow := exec.CommandContext(fctx, sandpitBin, "logs", "-f", "tick")
+	follow.Env = append(os.Environ(), "SANDPIT_ADDR="+d.Addr, "SANDPIT_TOKEN="+d.Token)
+	pipe, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = follow.Wait() }()
+	lines := bufio.NewScanner(pipe)
+	if !lines.Scan() || lines.Text() != "started" {
+		t.Fatalf("logs -f first line: %q %v", lines.Text(), lines.Err())
+	}
+	if _, errOut, code := runCLI(t, ctx, d, nil, "exec", "tick", "--", "touch", "/tmp/next"); code != 0 {
+		t.Fatalf("exec: %s", errOut)
+	}
+	if !lines.Scan() || lines.Text() != "next-line" {
+		t.Fatalf("logs -f did not follow: %q %v", lines.Text(), lines.Err())
+	}
+	cancel()
+
+	if _, errOut, code := runCLI(t, ctx, d, nil, "create", "--name", "plain"); code != 0 {
+		t.Fatalf("create plain: %s", errOut)
+	}
+	if _, errOut, code := runCLI(t, ctx, d, nil, "logs", "plain"); code != 1 || !strings.Contains(errOut, "has no start command") {
+		t.Fatalf("logs of a sandbox without a start command: %d %q", code, errOut)
 	}
 }

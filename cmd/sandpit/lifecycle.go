@@ -8,9 +8,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 )
 
-// lifecycleCmds are start, stop, pause, resume, inspect and stats: each takes
+// lifecycleCmds are start, stop, pause, resume, inspect, stats and logs: each takes
 // sandboxes by id, name or id prefix, as docker's commands take containers.
 func lifecycleCmds(e *cliEnv) []*cobra.Command {
 	var pauseMode string
@@ -73,6 +74,39 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 			return e.emit(cmd, st, func(w io.Writer) error { return printStats(w, st) })
 		},
 	}
+	var follow bool
+	logs := &cobra.Command{
+		Use:   "logs SANDBOX",
+		Short: "Print the output of the sandbox's start command (-f: and follow it)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			id, err := resolveSandbox(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			tail := "tail -n +1"
+			if follow {
+				tail += " -f"
+			}
+			// The start command's output goes to one file in the sandbox
+			// (service.startTemplate); a sandbox without one has no log.
+			script := `[ -e "$0" ] || { echo "sandbox has no start command, so nothing logs: logs shows the output of a template's start command" >&2; exit 3; }; exec ` + tail + ` "$0"`
+			code, err := c.ExecIO(cmd.Context(), id, client.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", script, agentapi.StartLogPath}},
+				client.ExecStreams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return &exitError{1}
+			}
+			return nil
+		},
+	}
+	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the start command writes, until interrupted")
 	return []*cobra.Command{
 		change("start", "Start stopped sandboxes", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) {
 			return c.Start(ctx, id)
@@ -84,6 +118,7 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 		}),
 		inspect,
 		stats,
+		logs,
 	}
 }
 

@@ -77,6 +77,11 @@ type InitRequest struct {
 // agent could make the daemon allocate without limit.
 const ReadMaxBytes = 32 << 20
 
+// StartLogPath is the file inside a sandbox that holds the output of its
+// template's (or image's) start command, the process the sandbox exists to
+// run; `sandpit logs` reads it.
+const StartLogPath = "/tmp/.sandpit-start.log"
+
 // Clients are the Connect clients of one agent address. They hold no
 // token, so one set serves every request to that address.
 type Clients struct {

@@ -1361,7 +1361,7 @@ func (s *Service) startTemplate(ctx context.Context, sb sandpit.Sandbox, t sandp
 		// returns when the launching shell does, and the started process
 		// lives on in the sandbox. (Not nohup: minimal images lack it, and
 		// nothing sends the job a hangup.)
-		launch := "sh -c \"$0\" >/tmp/.sandpit-start.log 2>&1 </dev/null &"
+		launch := "sh -c \"$0\" >" + agentapi.StartLogPath + " 2>&1 </dev/null &"
 		res, err := execOn(ctx, agent, ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", launch, t.StartCmd}, Cwd: t.Workdir, Timeout: 30 * time.Second})
 		if err != nil {
 			return fmt.Errorf("start command: %w", err)
