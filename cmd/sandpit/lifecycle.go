@@ -34,78 +34,58 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 			return c.Pause(ctx, id, pauseMode)
 		})
 	pause.Flags().StringVar(&pauseMode, "mode", "", "memory (default) or filesystem")
-	inspect := &cobra.Command{
-		Use:   "inspect SANDBOX",
-		Short: "Print a sandbox as JSON",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
-			id, err := resolveSandbox(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			sb, err := c.Get(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return printJSON(cmd.OutOrStdout(), sb)
-		},
+	// one is a command of one sandbox: it resolves the reference and runs do.
+	one := func(use, short string, do func(cmd *cobra.Command, c *client.Client, id string) error) *cobra.Command {
+		return &cobra.Command{
+			Use:   use + " SANDBOX",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := e.client()
+				if err != nil {
+					return err
+				}
+				id, err := resolveSandbox(cmd.Context(), c, args[0])
+				if err != nil {
+					return err
+				}
+				return do(cmd, c, id)
+			},
+		}
 	}
-	stats := &cobra.Command{
-		Use:   "stats SANDBOX",
-		Short: "Print one sample of a running sandbox's CPU, memory and disk use",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
-			id, err := resolveSandbox(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			st, err := c.Stats(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return e.emit(cmd, st, func(w io.Writer) error { return printStats(w, st) })
-		},
-	}
+	inspect := one("inspect", "Print a sandbox as JSON", func(cmd *cobra.Command, c *client.Client, id string) error {
+		sb, err := c.Get(cmd.Context(), id)
+		if err != nil {
+			return err
+		}
+		return printJSON(cmd.OutOrStdout(), sb)
+	})
+	stats := one("stats", "Print one sample of a running sandbox's CPU, memory and disk use", func(cmd *cobra.Command, c *client.Client, id string) error {
+		st, err := c.Stats(cmd.Context(), id)
+		if err != nil {
+			return err
+		}
+		return e.emit(cmd, st, func(w io.Writer) error { return printStats(w, st) })
+	})
 	var follow bool
-	logs := &cobra.Command{
-		Use:   "logs SANDBOX",
-		Short: "Print the output of the sandbox's start command (-f: and follow it)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
-			id, err := resolveSandbox(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			tail := "tail -n +1"
-			if follow {
-				tail += " -f"
-			}
-			// The start command's output goes to one file in the sandbox
-			// (service.startTemplate); a sandbox without one has no log.
-			script := `[ -e "$0" ] || { echo "sandbox has no start command, so nothing logs: logs shows the output of a template's start command" >&2; exit 3; }; exec ` + tail + ` "$0"`
-			code, err := c.ExecIO(cmd.Context(), id, client.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", script, agentapi.StartLogPath}},
-				client.ExecStreams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
-			if err != nil {
-				return err
-			}
-			if code != 0 {
-				return &exitError{1}
-			}
-			return nil
-		},
-	}
+	logs := one("logs", "Print the output of the sandbox's start command (-f: and follow it)", func(cmd *cobra.Command, c *client.Client, id string) error {
+		tail := "tail -n +1"
+		if follow {
+			tail += " -f"
+		}
+		// The start command's output goes to one file in the sandbox
+		// (service.startTemplate); a sandbox without one has no log.
+		script := `[ -e "$0" ] || { echo "sandbox has no start command, so nothing logs: logs shows the output of a template's start command" >&2; exit 3; }; exec ` + tail + ` "$0"`
+		code, err := c.ExecIO(cmd.Context(), id, client.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", script, agentapi.StartLogPath}},
+			client.ExecStreams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
+		if err != nil {
+			return err
+		}
+		if code != 0 {
+			return &exitError{1}
+		}
+		return nil
+	})
 	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the start command writes, until interrupted")
 	return []*cobra.Command{
 		change("start", "Start stopped sandboxes", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) {
