@@ -229,13 +229,25 @@ func TestCLIExecTTY(t *testing.T) {
 
 // TestCLIStats: `sandpit stats` prints a running sandbox's use with units
 // and its limits, as JSON with --output json, and refuses a stopped one
-// (whose engine sample would read as an idle sandbox) with exit 1.
+// (whose engine sample would read as an idle sandbox) with exit 1; another
+// owner's token and an unknown id get 404.
 func TestCLIStats(t *testing.T) {
 	t.Parallel()
 	d := harness.Start(t, sandpitBin, harness.Options{})
 	ctx := ctxFor(t, 2*time.Minute)
-	if _, errOut, code := runCLI(t, ctx, d, nil, "create", "--name", "st", "--cpu", "1", "--memory", "256"); code != 0 {
+	created, errOut, code := runCLI(t, ctx, d, nil, "create", "--name", "st", "--cpu", "1", "--memory", "256")
+	if code != 0 {
 		t.Fatalf("create: %s", errOut)
+	}
+	id := strings.TrimSpace(created)
+	// Another owner's token, even one that may read, does not see it; an
+	// unknown id is 404 too.
+	others, _ := ownerTokens(t, ctx, d.Client(), "stranger")
+	if _, err := client.New(d.URL(), others["stranger"]).Stats(ctx, id); !client.IsCode(err, apitypes.CodeNotFound) {
+		t.Fatalf("stats with another owner's token: %v, want not_found", err)
+	}
+	if _, err := d.Client().Stats(ctx, "sbnosuch"); !client.IsCode(err, apitypes.CodeNotFound) {
+		t.Fatalf("stats of an unknown sandbox: %v, want not_found", err)
 	}
 	out, errOut, code := runCLI(t, ctx, d, nil, "stats", "st")
 	text := regexp.MustCompile(`^CPU +[0-9.]+% of 1 CPU\nMEMORY +[0-9.]+ [KMG]?i?B of 256\.0 MiB \([0-9]+%\)\nDISK +[0-9.]+ [KMG]?i?B`)
