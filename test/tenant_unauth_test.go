@@ -83,7 +83,12 @@ func TestTenantUnauthMadeUpPreviewHostWritesNothing(t *testing.T) {
 // sandbox named in it).
 func TestTenantUnauthRateLimits(t *testing.T) {
 	t.Parallel()
-	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--unauth-rate-limit", "5", "--auth-failure-rate-limit", "2"}})
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--unauth-rate-limit", "5", "--auth-failure-rate-limit", "2",
+		// Each refusal is otherwise held about 100 ms, in which the budgets
+		// refill by half a request (5/s) and a fifth (2/s): on a loaded
+		// machine the bursts below would then never run dry. The hold has
+		// tests of its own; this one is about the budgets.
+		"--auth-failure-delay", "0"}})
 	ctx := ctxFor(t, 2*time.Minute)
 	c := d.Client(client.WithRetry(client.RetryPolicy{MaxAttempts: 1}))
 	// A secured E2B sandbox: its envdAccessToken is what the SDK signs

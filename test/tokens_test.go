@@ -259,7 +259,12 @@ func TestOwnersTokensQuotasAudit(t *testing.T) {
 			continue
 		}
 		for _, tok := range []string{tokA, tokB, ro.Secret, short.Secret} {
-			secret := tok[strings.LastIndex(tok, "_")+1:]
+			// spt_<hex prefix>_<base64url secret>: the secret's own
+			// alphabet has '_', so it is what follows the second one.
+			secret := strings.SplitN(tok, "_", 3)[2]
+			if len(secret) < 40 {
+				t.Fatalf("token %q: secret %q is not the whole secret", tok, secret)
+			}
 			if bytes.Contains(data, []byte(secret)) {
 				t.Errorf("%s holds a token secret in clear", f)
 			}

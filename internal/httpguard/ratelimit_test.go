@@ -67,3 +67,39 @@ func TestLimiter(t *testing.T) {
 		}
 	}
 }
+
+// TestLimiterFailureDelay: a refusal (401, and the limiter's own 429) is
+// held at least half the delay before its answer, which is what slows a
+// flood that waits for its answers.
+func TestLimiterFailureDelay(t *testing.T) {
+	const delay = 200 * time.Millisecond
+	l := NewLimiter(ClientLimits{FailureRate: 1000, FailureDelay: delay})
+	h := l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/bad" {
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	}), func(*http.Request) bool { return false })
+	for _, c := range []struct {
+		path string
+		code int
+		held bool
+	}{
+		{"/bad", http.StatusUnauthorized, true},
+		{"/good", http.StatusOK, false},
+	} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, c.path, nil)
+		req.RemoteAddr = "192.0.2.7:1000"
+		start := time.Now()
+		h.ServeHTTP(rec, req)
+		took := time.Since(start)
+		if rec.Code != c.code {
+			t.Fatalf("%s: %d, want %d", c.path, rec.Code, c.code)
+		}
+		// Only the lower bound is certain: a refusal is held at least
+		// delay/2 (the jitter's floor).
+		if c.held && took < delay/2 {
+			t.Errorf("%s answered after %v, want at least %v", c.path, took, delay/2)
+		}
+	}
+}

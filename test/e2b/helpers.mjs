@@ -52,12 +52,17 @@ const daemons = new Set()
 const networks = new Set()
 export const networkPool = '10.200.0.0/14'
 
-// teardown stops every daemon still running and removes this run's containers
-// and files.
+// teardown stops every daemon still running and removes this run's
+// containers, images and files.
 export async function teardown() {
   await Promise.all([...daemons].map((d) => d.stop()))
   const ids = await containers()
   if (ids.length > 0) await run('docker', ['rm', '-f', '-v', ...ids])
+  // Template builds and snapshots made images that carry the run's label
+  // too; they go once no container of the run uses them.
+  const { stdout: imgs } = await run('docker', ['images', '-q', '--no-trunc', '--filter', `label=sandpit.run=${runId}`])
+  const imageIds = [...new Set(imgs.split('\n').filter(Boolean))]
+  if (imageIds.length > 0) await run('docker', ['rmi', '-f', ...imageIds])
   for (const n of networks) {
     await run(binary, ['uninstall', '--network-name', n])
     networks.delete(n)
