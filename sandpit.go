@@ -226,15 +226,37 @@ const (
 // destination not allowed; Allow CIDRs are reachable even when private or
 // denied (allow wins, as on E2B); Deny CIDRs are refused. The zero value
 // follows the daemon's defaults.
+//
+// AllowDomains and DenyDomains judge the connections to ports 80 and 443 by
+// the name they present (TLS SNI, HTTP Host) and the DNS answers the
+// sandbox gets; "*.example.com" matches every name below example.com. A
+// domain allow list with egress "none" is "these names and nothing else".
+// Mode "learn" refuses nothing by name and records the names used.
 type NetworkPolicy struct {
-	Egress string   `json:"egress,omitempty"` // "", "public" or "none"
-	Allow  []string `json:"allow,omitempty"`
-	Deny   []string `json:"deny,omitempty"`
+	Egress       string   `json:"egress,omitempty"` // "", "public" or "none"
+	Allow        []string `json:"allow,omitempty"`
+	Deny         []string `json:"deny,omitempty"`
+	AllowDomains []string `json:"allow_domains,omitempty"`
+	DenyDomains  []string `json:"deny_domains,omitempty"`
+	Mode         string   `json:"mode,omitempty"` // "" or "learn"
+	// Profiles name operator-defined domain lists; the service adds their
+	// domains to AllowDomains when it admits the policy, so a stored
+	// policy never holds them.
+	Profiles []string `json:"profiles,omitempty"`
 }
+
+// NetworkModeLearn allows every name and records those a sandbox used.
+const NetworkModeLearn = "learn"
 
 // IsZero reports a policy that adds nothing to the daemon's defaults.
 func (p NetworkPolicy) IsZero() bool {
-	return (p.Egress == "" || p.Egress == EgressPublic) && len(p.Allow) == 0 && len(p.Deny) == 0
+	return (p.Egress == "" || p.Egress == EgressPublic) && len(p.Allow) == 0 && len(p.Deny) == 0 && !p.ByName()
+}
+
+// ByName reports a policy with rules on names, which the daemon's egress
+// proxy and DNS server enforce.
+func (p NetworkPolicy) ByName() bool {
+	return len(p.AllowDomains) > 0 || len(p.DenyDomains) > 0 || len(p.Profiles) > 0 || p.Mode == NetworkModeLearn
 }
 
 // ListOptions filters and pages a sandbox listing. Paging is stable: rows are

@@ -215,6 +215,32 @@ type Event struct {
 	Template   string `json:"template,omitempty"` // the template's name
 	BuildID    string `json:"build_id,omitempty"`
 	Error      string `json:"error,omitempty"`
+	// Network is set on a network.denied event: what the egress proxy
+	// refused the sandbox (its state did not change).
+	Network *Denial `json:"network,omitempty"`
+}
+
+// Denial is one connection or DNS answer the egress proxy refused a
+// sandbox.
+type Denial struct {
+	Time   time.Time `json:"time"`
+	Kind   string    `json:"kind"`           // tcp or dns
+	Name   string    `json:"name,omitempty"` // the name asked for or presented (SNI, Host)
+	Addr   string    `json:"addr,omitempty"` // the destination address (tcp)
+	Port   int       `json:"port,omitempty"`
+	Reason string    `json:"reason"` // "not in allow list", "in deny list", ...
+	// Message is the line to show a user: "blocked pypi.org:443 (not in allow list)".
+	Message string `json:"message"`
+}
+
+// NetworkDenied is GET /v1/sandboxes/{id}/network/denied.
+type NetworkDenied struct {
+	// Denied are the most recent refusals, oldest first (at most 100).
+	Denied []Denial `json:"denied"`
+	// Total counts every refusal since the daemon started.
+	Total uint64 `json:"total"`
+	// Learned are the names the sandbox used in learn mode, sorted.
+	Learned []string `json:"learned"`
 }
 
 // ErrorBody is the shape of every non-2xx answer.
@@ -291,8 +317,20 @@ const (
 // leaves the daemon's policy (public addresses only); "none" refuses every
 // destination not in Allow. Allow and Deny hold IPv4 CIDRs or addresses;
 // an address in both is allowed.
+//
+// AllowDomains and DenyDomains judge connections to ports 80 and 443 by the
+// name they present (TLS SNI or HTTP Host) and the sandbox's DNS answers;
+// "*.example.com" matches every name below example.com. With egress "none"
+// an allow list of domains means "these names and nothing else". Mode
+// "learn" refuses nothing by name and records the names used (see GET
+// /v1/sandboxes/{id}/network/denied). Profiles name domain lists the
+// operator defined (--egress-profile); they are added to AllowDomains.
 type Network struct {
-	Egress string   `json:"egress,omitempty"`
-	Allow  []string `json:"allow,omitempty"`
-	Deny   []string `json:"deny,omitempty"`
+	Egress       string   `json:"egress,omitempty"`
+	Allow        []string `json:"allow,omitempty"`
+	Deny         []string `json:"deny,omitempty"`
+	AllowDomains []string `json:"allow_domains,omitempty"`
+	DenyDomains  []string `json:"deny_domains,omitempty"`
+	Mode         string   `json:"mode,omitempty"`
+	Profiles     []string `json:"profiles,omitempty"`
 }

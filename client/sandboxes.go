@@ -296,3 +296,23 @@ func (c *Client) ReadFile(ctx context.Context, id, path string, w io.Writer) err
 		query: url.Values{"path": {path}}}, w)
 	return err
 }
+
+// UpdateNetwork replaces a sandbox's egress policy (a field left out is
+// cleared) for the connections that start after it returns. Sending the
+// same policy again changes nothing, so it is retried like a read.
+func (c *Client) UpdateNetwork(ctx context.Context, id string, n Network) (Sandbox, error) {
+	var sb Sandbox
+	_, err := c.do(ctx, request{method: http.MethodPut, path: "/v1/sandboxes/" + url.PathEscape(id) + "/network", body: n, idempotent: true}, &sb)
+	return sb, err
+}
+
+// NetworkDenied is a sandbox's recent refused connections and DNS answers,
+// and the names it used in learn mode.
+type NetworkDenied = apitypes.NetworkDenied
+
+// NetworkDenials reads what the egress proxy refused a sandbox lately.
+func (c *Client) NetworkDenials(ctx context.Context, id string) (NetworkDenied, error) {
+	var out NetworkDenied
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/" + url.PathEscape(id) + "/network/denied", idempotent: true}, &out)
+	return out, err
+}

@@ -25,6 +25,9 @@ import (
 type fakeNet struct {
 	ns                        string
 	internet, lan, linkLocal  string // addresses
+	// internet2 is a second "internet" address (from TEST-NET-2), for
+	// tests that need two public hosts.
+	internet2 string
 	lanCIDR                   string // the LAN's /24
 	port                      int
 	hostVeth, nsVeth, linkNet string
@@ -61,7 +64,7 @@ func newFakeNet(t *testing.T) *fakeNet {
 		_, _ = rand.Read(b[:])
 		tag := hex.EncodeToString(b[:3])
 		r := 1 + int(b[3])%250
-		if taken["203.0.113."+fmt.Sprint(r)] {
+		if taken["203.0.113."+fmt.Sprint(r)] || taken["198.51.100."+fmt.Sprint(r)] {
 			continue
 		}
 		fn := &fakeNet{
@@ -70,6 +73,7 @@ func newFakeNet(t *testing.T) *fakeNet {
 			nsVeth:    "sptn" + tag,
 			linkNet:   fmt.Sprintf("10.252.%d.", r),
 			internet:  fmt.Sprintf("203.0.113.%d", r),
+			internet2: fmt.Sprintf("198.51.100.%d", r),
 			lan:       fmt.Sprintf("10.253.%d.10", r),
 			lanCIDR:   fmt.Sprintf("10.253.%d.0/24", r),
 			linkLocal: fmt.Sprintf("169.254.%d.10", r),
@@ -108,11 +112,13 @@ func (fn *fakeNet) up() error {
 		{"link", "set", fn.hostVeth, "up"},
 		{"-n", fn.ns, "addr", "add", fn.linkNet + "2/30", "dev", fn.nsVeth},
 		{"-n", fn.ns, "addr", "add", fn.internet + "/32", "dev", fn.nsVeth},
+		{"-n", fn.ns, "addr", "add", fn.internet2 + "/32", "dev", fn.nsVeth},
 		{"-n", fn.ns, "addr", "add", fn.lan + "/32", "dev", fn.nsVeth},
 		{"-n", fn.ns, "addr", "add", fn.linkLocal + "/32", "dev", fn.nsVeth},
 		{"-n", fn.ns, "link", "set", fn.nsVeth, "up"},
 		{"-n", fn.ns, "link", "set", "lo", "up"},
 		{"route", "add", fn.internet + "/32", "via", fn.linkNet + "2", "dev", fn.hostVeth},
+		{"route", "add", fn.internet2 + "/32", "via", fn.linkNet + "2", "dev", fn.hostVeth},
 		{"route", "add", fn.lan + "/32", "via", fn.linkNet + "2", "dev", fn.hostVeth},
 		{"route", "add", fn.linkLocal + "/32", "via", fn.linkNet + "2", "dev", fn.hostVeth},
 	}
@@ -131,11 +137,26 @@ func (fn *fakeNet) down() {
 	_ = ipCmd("netns", "del", fn.ns)
 }
 
-// listen opens one listener per address inside the namespace. The sockets
-// are made on a thread moved into the namespace; a socket keeps its
-// namespace for life, so accepting on it from any thread works. The thread
-// is never unlocked, so the runtime discards it instead of reusing it.
+// listen opens the greeting listeners: one port shared by the three
+// addresses, and port 53 of the LAN and link-local ones, the DNS stand-ins
+// for the daemon's resolver exception.
 func (fn *fakeNet) listen(t *testing.T) {
+	t.Helper()
+	first := fn.listenTCP(t, fn.internet+":0")
+	fn.port = first[0].Addr().(*net.TCPAddr).Port
+	p := fmt.Sprint(fn.port)
+	rest := fn.listenTCP(t, fn.lan+":"+p, fn.linkLocal+":"+p, fn.lan+":53", fn.linkLocal+":53")
+	for _, ln := range append(first, rest...) {
+		go serveGreeting(ln)
+	}
+}
+
+// listenTCP opens TCP listeners inside the namespace, closed when the test
+// ends. The sockets are made on a thread moved into the namespace; a socket
+// keeps its namespace for life, so accepting on it from any thread works.
+// The thread is never unlocked, so the runtime discards it instead of
+// reusing it.
+func (fn *fakeNet) listenTCP(t *testing.T, addrs ...string) []net.Listener {
 	t.Helper()
 	type result struct {
 		lns []net.Listener
@@ -155,23 +176,8 @@ func (fn *fakeNet) listen(t *testing.T) {
 			return
 		}
 		var lns []net.Listener
-		port := 0
-		for _, a := range []string{fn.internet, fn.lan, fn.linkLocal} {
-			ln, err := net.Listen("tcp4", net.JoinHostPort(a, fmt.Sprint(port)))
-			if err != nil {
-				for _, l := range lns {
-					l.Close()
-				}
-				ch <- result{err: err}
-				return
-			}
-			port = ln.Addr().(*net.TCPAddr).Port
-			lns = append(lns, ln)
-		}
-		// DNS stand-ins: the LAN and link-local addresses also listen on
-		// port 53, for the daemon's resolver exception.
-		for _, a := range []string{fn.lan, fn.linkLocal} {
-			ln, err := net.Listen("tcp4", net.JoinHostPort(a, "53"))
+		for _, a := range addrs {
+			ln, err := net.Listen("tcp4", a)
 			if err != nil {
 				for _, l := range lns {
 					l.Close()
@@ -187,11 +193,10 @@ func (fn *fakeNet) listen(t *testing.T) {
 	if res.err != nil {
 		t.Fatalf("listen in %s: %v", fn.ns, res.err)
 	}
-	fn.port = res.lns[0].Addr().(*net.TCPAddr).Port
 	for _, ln := range res.lns {
 		t.Cleanup(func() { ln.Close() })
-		go serveGreeting(ln)
 	}
+	return res.lns
 }
 
 // serveGreeting answers every connection with the listener's greeting.

@@ -198,6 +198,8 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.Network.Pool, "network-pool", os.Getenv("SANDPIT_NETWORK_POOL"), "without --network-subnet, take a free /24 from this IPv4 range (many daemons on one engine)")
 	f.StringVar(&cfg.Network.Egress, "sandbox-egress", envOr("SANDPIT_SANDBOX_EGRESS", "public"), "default outbound policy of sandboxes: public (public addresses only) or none")
 	f.StringArrayVar(&cfg.Network.Allow, "allow-cidr", nil, "IPv4 CIDR every sandbox may reach although it is private (repeatable); never link-local")
+	f.StringArrayVar(&cfg.Network.EgressResolvers, "egress-resolver", nil, "resolver (address[:port]) the daemon asks for the names of sandboxes with domain rules (repeatable; default: the host's from /etc/resolv.conf)")
+	f.StringArrayVar(&cfg.Network.EgressProfiles, "egress-profile", nil, "a named domain list sandboxes' network policies may name, as name=domain,domain,... (repeatable; built in: pypi, npm, github, debian, golang)")
 	f.StringArrayVar(&cfg.Network.DNS, "sandbox-dns", nil, "resolver whose port 53 sandboxes may reach although it is private or link-local (repeatable; default: the host's from /etc/resolv.conf, where Docker's DNS forwards)")
 	f.Float64Var(&cfg.UnauthRateLimit, "unauth-rate-limit", httpguard.DefaultUnauthRate, "requests per second (bursts of twice that) one client address may make that present no credential (signed /files URLs); beyond it 429 with Retry-After; 0 means no limit")
 	f.Float64Var(&cfg.AuthFailureRateLimit, "auth-failure-rate-limit", httpguard.DefaultFailureRate, "refused credentials (401s) per second (bursts of five times that) one client address may cause; past it every request from it gets 429 until the budget refills; 0 means no limit")

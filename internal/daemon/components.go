@@ -23,6 +23,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
 	"github.com/sandpit-dev/sandpit/internal/gateway"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
@@ -65,6 +66,7 @@ type daemon struct {
 	proxyPort       int
 	netw            docker.Network
 	fw              *firewall.Firewall
+	egress          *egress.Server
 	edg             *edge
 	tls             *builtin.TLS // --tls internal or auto
 	mets            *metrics.Metrics
@@ -372,10 +374,20 @@ func (d *daemon) closeListeners(context.Context) {
 // TCP-forward pool, which is how anyone, another sandbox included, reaches
 // an exposed port.
 func (d *daemon) setupNetwork(ctx context.Context) error {
+	// The egress server reports refusals to the service, which is built
+	// after the network; no refusal can come before, since only the
+	// service gives the server sandboxes to apply rules to.
+	d.egress = egress.New(egress.Config{Upstream: d.pn.egressResolvers, Operator: d.pn.allow, Logger: d.log,
+		OnDenied: func(den egress.Denial) {
+			if d.svc != nil {
+				d.svc.EgressDenied(den)
+			}
+		}})
 	netw, fw, err := setupNetwork(ctx, d.dk, d.pn, d.instance, []firewall.PortRange{
 		{Lo: d.proxyPort, Hi: d.proxyPort}, {Lo: d.cfg.PortRange.Lo, Hi: d.cfg.PortRange.Hi},
-	}, tcpBindHost(d.cfg), d.log)
+	}, tcpBindHost(d.cfg), d.egress, d.log)
 	if err != nil {
+		d.egress.Close()
 		return fmt.Errorf("sandbox network: %w", err)
 	}
 	d.netw, d.fw = netw, fw
@@ -383,6 +395,9 @@ func (d *daemon) setupNetwork(ctx context.Context) error {
 }
 
 func (d *daemon) teardownNetwork(ctx context.Context) {
+	if d.egress != nil {
+		d.egress.Close()
+	}
 	teardownNetwork(ctx, d.dk, d.netw, d.fw, d.instance, d.log)
 }
 
@@ -467,23 +482,25 @@ func (d *daemon) newService(context.Context) error {
 		domains.HostTaken = d.edg.caddy.HostTaken
 	}
 	d.svc = service.New(service.Config{
-		Domains:      domains,
-		DefaultImage: cfg.DefaultImage,
-		Templates:    cfg.Templates,
-		WarmPool:     d.pool,
-		AgentBinary:  d.agent,
-		Domain:       cfg.Domain,
-		ProxyPort:    d.proxyPort,
-		PublicHost:   cfg.PublicHost,
-		PortRange:    cfg.PortRange,
-		ExtraLabels:  cfg.ExtraLabels,
-		Instance:     d.instance,
-		PreviewTLS:   cfg.PreviewTLS || tlsOn(cfg),
-		IntervalUnit: cfg.IntervalUnit,
-		Firewall:     d.fw,
-		Cluster:      clusterReplica(d.cl),
-		NodeName:     clusterNodeName(d.cl),
-		Logger:       d.log,
+		Domains:        domains,
+		DefaultImage:   cfg.DefaultImage,
+		Templates:      cfg.Templates,
+		WarmPool:       d.pool,
+		AgentBinary:    d.agent,
+		Domain:         cfg.Domain,
+		ProxyPort:      d.proxyPort,
+		PublicHost:     cfg.PublicHost,
+		PortRange:      cfg.PortRange,
+		ExtraLabels:    cfg.ExtraLabels,
+		Instance:       d.instance,
+		PreviewTLS:     cfg.PreviewTLS || tlsOn(cfg),
+		IntervalUnit:   cfg.IntervalUnit,
+		Firewall:       d.fw,
+		Egress:         d.egress,
+		EgressProfiles: d.pn.egressProfiles,
+		Cluster:        clusterReplica(d.cl),
+		NodeName:       clusterNodeName(d.cl),
+		Logger:         d.log,
 
 		RecreateGiveUp: recreateGiveUp(cfg.Cluster),
 

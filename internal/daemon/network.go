@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"regexp"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
+	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
 )
 
@@ -38,15 +41,35 @@ type NetworkConfig struct {
 	// open to them); empty means the host's, from /etc/resolv.conf, which
 	// is where Docker's embedded DNS forwards.
 	DNS []string
+	// EgressResolvers (host or host:port) are where the egress DNS server
+	// and proxy resolve the names sandboxes ask for; empty means the
+	// host's, from /etc/resolv.conf (loopback ones included: the daemon
+	// asks from the host).
+	EgressResolvers []string
+	// EgressProfiles are "name=domain,domain,..." lists a sandbox's policy
+	// may name; they add to (and may replace) DefaultEgressProfiles.
+	EgressProfiles []string
+}
+
+// DefaultEgressProfiles are the domain lists every daemon knows: what
+// installing packages from the usual registries needs.
+var defaultEgressProfiles = map[string][]string{
+	"pypi":   {"pypi.org", "files.pythonhosted.org"},
+	"npm":    {"registry.npmjs.org", "registry.yarnpkg.com"},
+	"github": {"github.com", "*.github.com", "*.githubusercontent.com", "codeload.github.com"},
+	"debian": {"deb.debian.org", "security.debian.org"},
+	"golang": {"proxy.golang.org", "sum.golang.org", "storage.googleapis.com"},
 }
 
 // parsedNetwork is a validated NetworkConfig.
 type parsedNetwork struct {
-	name         string
-	subnet, pool netip.Prefix
-	egress       firewall.Egress
-	allow        []netip.Prefix
-	dns          []netip.Addr
+	name            string
+	subnet, pool    netip.Prefix
+	egress          firewall.Egress
+	allow           []netip.Prefix
+	dns             []netip.Addr
+	egressResolvers []string
+	egressProfiles  map[string][]string
 }
 
 // parse validates the flags before anything is opened or created.
@@ -95,13 +118,45 @@ func (n NetworkConfig) parse() (parsedNetwork, error) {
 	if len(n.DNS) == 0 {
 		p.dns = hostResolvers("/etc/resolv.conf")
 	}
+	for _, r := range n.EgressResolvers {
+		hp := r
+		if _, _, err := net.SplitHostPort(r); err != nil {
+			hp = net.JoinHostPort(r, "53")
+		}
+		if ap, err := netip.ParseAddrPort(hp); err != nil || !ap.Addr().Is4() {
+			return p, fmt.Errorf("--egress-resolver %q: want an IPv4 address, optionally with a port", r)
+		}
+		p.egressResolvers = append(p.egressResolvers, hp)
+	}
+	if len(p.egressResolvers) == 0 {
+		for _, a := range resolvConf("/etc/resolv.conf") {
+			p.egressResolvers = append(p.egressResolvers, net.JoinHostPort(a.String(), "53"))
+		}
+	}
+	p.egressProfiles = maps.Clone(defaultEgressProfiles)
+	for _, e := range n.EgressProfiles {
+		name, list, ok := strings.Cut(e, "=")
+		name = strings.TrimSpace(name)
+		if !ok || !profileNameRE.MatchString(name) {
+			return p, fmt.Errorf("--egress-profile %q: want name=domain,domain,... (a name of letters, digits, '_' or '-')", e)
+		}
+		var domains []string
+		for _, d := range strings.Split(list, ",") {
+			nd, err := egress.NormalizeDomain(d)
+			if err != nil {
+				return p, fmt.Errorf("--egress-profile %s: %w", name, err)
+			}
+			domains = append(domains, nd)
+		}
+		p.egressProfiles[name] = domains
+	}
 	return p, nil
 }
 
-// hostResolvers reads the IPv4 nameservers of a resolv.conf. Loopback ones
-// are left out: Docker does not forward to them (it falls back to public
-// resolvers, which sandboxes reach anyway). A missing file means none.
-func hostResolvers(path string) []netip.Addr {
+var profileNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// resolvConf reads every IPv4 nameserver of a resolv.conf.
+func resolvConf(path string) []netip.Addr {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil
@@ -109,10 +164,22 @@ func hostResolvers(path string) []netip.Addr {
 	var out []netip.Addr
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 2 || f[0] != "nameserver" {
-			continue
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() {
+				out = append(out, a)
+			}
 		}
-		if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() && !a.IsLoopback() {
+	}
+	return out
+}
+
+// hostResolvers reads the IPv4 nameservers of a resolv.conf. Loopback ones
+// are left out: Docker does not forward to them (it falls back to public
+// resolvers, which sandboxes reach anyway). A missing file means none.
+func hostResolvers(path string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range resolvConf(path) {
+		if !a.IsLoopback() {
 			out = append(out, a)
 		}
 	}
@@ -141,7 +208,7 @@ func hostAddrs(bindHost string, gateway netip.Addr) []netip.Addr {
 // setupNetwork makes sure the sandbox network exists and its firewall is in
 // place. hostPorts are the ports of the host sandboxes may reach (the proxy
 // and the TCP pool), on bindHost, the host they listen on.
-func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, instance string, hostPorts []firewall.PortRange, bindHost string, log *slog.Logger) (docker.Network, *firewall.Firewall, error) {
+func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, instance string, hostPorts []firewall.PortRange, bindHost string, eg *egress.Server, log *slog.Logger) (docker.Network, *firewall.Firewall, error) {
 	netw, err := rt.EnsureNetwork(ctx, docker.NetworkSpec{
 		Name: pn.name, Subnet: pn.subnet, Pool: pn.pool,
 		Labels: map[string]string{driver.LabelInstance: instance},
@@ -152,9 +219,21 @@ func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, inst
 	if !netw.Created && netw.Instance != instance {
 		log.Info("sandbox network made by another daemon or the operator: sharing it, never removing it", "network", netw.Name, "made_by", netw.Instance)
 	}
+	// The egress proxy and DNS server listen on the gateway, where the
+	// firewall sends the web and DNS traffic of sandboxes with rules on
+	// names.
+	var intercept *firewall.Intercept
+	if eg != nil && netw.Gateway.IsValid() {
+		ports, err := eg.Listen(netw.Gateway)
+		if err != nil {
+			return netw, nil, err
+		}
+		intercept = &firewall.Intercept{Addr: ports.Addr, ProxyPort: ports.ProxyPort, DNSPort: ports.DNSPort}
+	}
 	fw, err := firewall.New(firewall.Config{
 		Network: netw.Name, Bridge: netw.Bridge, Egress: pn.egress, Allow: pn.allow,
 		HostPorts: hostPorts, HostAddrs: hostAddrs(bindHost, netw.Gateway), Instance: instance, DNS: pn.dns, Logger: log,
+		Intercept: intercept,
 	})
 	if err != nil {
 		return netw, nil, err

@@ -3,20 +3,30 @@
 // owns a few iptables chains per sandbox network, hooked into INPUT (traffic
 // from a sandbox to any of the host's own addresses) and DOCKER-USER (traffic
 // the host forwards for a sandbox), plus one chain per sandbox that has an
-// egress policy of its own.
+// egress policy of its own, and one chain in the nat table that redirects
+// the web and DNS traffic of the sandboxes whose policy asks for it.
 //
-// Every change is one iptables-restore transaction with --noflush, so a rule
-// set is never seen half-applied, and every operation is idempotent: Ensure
-// re-asserts the network's chains on every start, Apply replaces a sandbox's
-// rules, Remove and Uninstall remove what is there and nothing else.
+// Every change is one iptables-restore run with --noflush and one
+// transaction per table it touches, so a table's rule set is never seen
+// half-applied. Where a change touches both filter and nat, the two commits
+// are ordered so that a sandbox's web traffic goes from its old rules
+// straight to its new ones (see Apply). Every operation is idempotent:
+// Ensure re-asserts the network's chains on every start, Apply replaces a
+// sandbox's rules, Remove and Uninstall remove what is there and nothing
+// else.
 //
 // The chains of one network (named after it) look like this:
 //
+//	PREROUTING  -i BR -j SANDPIT-<net>-NAT   (nat table)
 //	INPUT       -i BR -j SANDPIT-<net>-IN
 //	DOCKER-USER -i BR -j SANDPIT-<net>-FWD   (and FORWARD too: see jumps)
+//	SANDPIT-<net>-NAT  (nat table) per sandbox that intercepts, marked like its dispatch rule:
+//	                   -s IP TCP 80,443 DNAT to the egress proxy; -s IP UDP and TCP 53 DNAT to
+//	                   the DNS server (both on the Intercept address); nothing else is rewritten
 //	SANDPIT-<net>-REJ  TCP reset, else ICMP port unreachable (every refusal jumps here)
 //	SANDPIT-<net>-IN   established/related RETURN; the proxy and TCP-forward ports RETURN, on the
-//	                   host addresses they are bound to only, one rule per daemon sharing the
+//	                   host addresses they are bound to only, and the egress proxy's and DNS
+//	                   server's ports on the Intercept address, one set per daemon sharing the
 //	                   network (marked with its instance id); the rest REJECT
 //	SANDPIT-<net>-FWD  to another sandbox REJECT; to link-local -j LL (REJECT but DNS to a resolver);
 //	                   then one rule per sandbox with a policy: -s IP -g SANDPIT-<net>-<sandbox>;
@@ -34,10 +44,22 @@
 // ip6tables the daemon refuses to start while IPv6 is enabled on the bridge,
 // since a sandbox's link-local IPv6 address would reach the host unfiltered.
 //
+// A sandbox whose policy intercepts has its web traffic (TCP 80 and 443)
+// and its DNS (port 53, whatever the destination, so that a resolver the
+// sandbox picks itself is no way around the allow list) rewritten to the
+// daemon's egress proxy and DNS server, which enforce domain-name allow
+// lists that CIDRs cannot express. The rewrite is a DNAT in nat PREROUTING,
+// keyed on the sandbox's source address: it happens before routing, so the
+// rewritten packet is addressed to the host and meets INPUT and IN (whose
+// RETURN rules for the two listeners admit it), never FORWARD and FWD, while
+// everything else the sandbox sends still meets FWD unchanged. The kernel
+// decides a connection's translation on its first packet only, so a
+// connection opened before the rules changed keeps its old destination.
+//
 // Several daemons (different data directories) may share one network: the
 // chains are the network's, the IN port rules and the per-sandbox dispatch
-// rules are each daemon's own (marked with its instance id), and a daemon
-// re-asserting or pruning the chains keeps the other daemons' rules.
+// and NAT rules are each daemon's own (marked with its instance id), and a
+// daemon re-asserting or pruning the chains keeps the other daemons' rules.
 package firewall
 
 import (
@@ -136,11 +158,32 @@ type Policy struct {
 	Allow []netip.Prefix
 	// Deny CIDRs are refused unless also allowed.
 	Deny []netip.Prefix
+	// Intercept sends the sandbox's TCP to ports 80 and 443 to the egress
+	// proxy and its DNS to the DNS server (Config.Intercept), whatever
+	// address it was for; the proxy and the DNS server then decide by
+	// domain name. Egress, Allow and Deny do not apply to that traffic,
+	// since it is addressed to the host once rewritten; they still govern
+	// everything else.
+	Intercept bool
 }
 
 // IsZero reports a policy that adds nothing to the daemon's.
 func (p Policy) IsZero() bool {
-	return (p.Egress == "" || p.Egress == EgressPublic) && len(p.Allow) == 0 && len(p.Deny) == 0
+	return (p.Egress == "" || p.Egress == EgressPublic) && len(p.Allow) == 0 && len(p.Deny) == 0 && !p.Intercept
+}
+
+// Intercept is where the web and DNS traffic of sandboxes whose policy
+// intercepts goes: the daemon's egress proxy and DNS server, listening on a
+// host address on the bridge (the network's gateway).
+type Intercept struct {
+	// Addr is the host address both listen on.
+	Addr netip.Addr
+	// ProxyPort is the egress proxy's TCP port; TCP to ports 80 and 443
+	// goes there.
+	ProxyPort int
+	// DNSPort is the DNS server's port, on UDP and TCP alike; port 53 goes
+	// there.
+	DNSPort int
 }
 
 // PortRange is an inclusive range of host ports sandboxes may connect to on
@@ -174,9 +217,13 @@ type Config struct {
 	// queries to (the host's, from /etc/resolv.conf): it sends them from
 	// the sandbox's own network namespace, so port 53 of these addresses
 	// stays reachable under the daemon's default policy even when they are
-	// private or link-local. A sandbox with egress none has no DNS.
-	DNS    []netip.Addr
-	Logger *slog.Logger
+	// private or link-local. A sandbox with egress none has no DNS (but
+	// one that intercepts has the DNS server's).
+	DNS []netip.Addr
+	// Intercept is the target of the sandboxes whose policy intercepts
+	// (nil: the daemon runs no egress proxy, and such a policy is refused).
+	Intercept *Intercept
+	Logger    *slog.Logger
 }
 
 // Runner runs one command with optional stdin and returns its combined
@@ -252,6 +299,23 @@ func NewWithRunner(cfg Config, run Runner) (*Firewall, error) {
 			return nil, fmt.Errorf("%w: host port range %d-%d", ErrInvalid, r.Lo, r.Hi)
 		}
 	}
+	if ic := cfg.Intercept; ic != nil {
+		// The kernel drops a packet from the bridge rewritten to a loopback
+		// address (a martian, unless route_localnet is on), and 0.0.0.0 is
+		// no destination: the listeners must be on a real host address.
+		if !ic.Addr.Is4() || ic.Addr.IsLoopback() || ic.Addr.IsUnspecified() {
+			return nil, fmt.Errorf("%w: intercept address %s: want a host IPv4 address on the bridge", ErrInvalid, ic.Addr)
+		}
+		for _, port := range []int{ic.ProxyPort, ic.DNSPort} {
+			if port < 1 || port > 65535 {
+				return nil, fmt.Errorf("%w: intercept port %d", ErrInvalid, port)
+			}
+		}
+		// A copy, so that the caller changing its value later cannot move
+		// the target under rules already rendered.
+		c := *ic
+		cfg.Intercept = &c
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -288,13 +352,22 @@ func (f *Firewall) SandboxChain(sandboxID string) string {
 func (f *Firewall) chain(suffix string) string { return f.prefix + suffix }
 
 // fixedChains are the network's own chains, as opposed to per-sandbox ones.
+// NAT lives in the nat table, where no per-sandbox chain is ever deleted;
+// it is listed all the same so that no code path deleting a sandbox's
+// chain can ever take it for one.
 func (f *Firewall) fixedChains() []string {
-	return []string{f.chain("IN"), f.chain("FWD"), f.chain("DEF"), f.chain("REJ"), f.chain("LL")}
+	return []string{f.chain("IN"), f.chain("FWD"), f.chain("DEF"), f.chain("REJ"), f.chain("LL"), f.chain("NAT")}
 }
 
-// Comment marks the dispatch rule of one sandbox, so removal is exact; the
-// daemon that made it follows an "@", so that another daemon sharing the
-// network leaves it alone.
+// The iptables tables the firewall writes to.
+const (
+	filterTable = "filter"
+	natTable    = "nat"
+)
+
+// Comment marks the dispatch rule (and the NAT rules) of one sandbox, so
+// removal is exact; the daemon that made it follows an "@", so that another
+// daemon sharing the network leaves it alone.
 func (f *Firewall) Comment(sandboxID string) string {
 	if f.cfg.Instance == "" {
 		return "sandpit:" + sandboxID
@@ -318,6 +391,7 @@ const fixedFWD = 2
 // jump is one rule in a chain sandpit does not own.
 type jump struct {
 	v6    bool
+	table string
 	chain string
 	spec  []string
 }
@@ -340,18 +414,22 @@ func (j jump) line() string {
 // DOCKER-USER by deleting its jump and inserting it again whenever any
 // network is created; in between, only a jump of our own stands in front of
 // Docker's accept rules. FWD decides the same way however often it runs.
+// The NAT chain is hooked at the top of nat PREROUTING, ahead of Docker's
+// jump for published ports, so that an intercepted sandbox's web traffic
+// is redirected even when it is addressed to a port Docker publishes.
 func (f *Firewall) jumps() []jump {
 	c := "sandpit network " + f.cfg.Network
-	hook := func(v6 bool, parent, target string) jump {
-		return jump{v6: v6, chain: parent, spec: []string{"-i", f.cfg.Bridge, "-m", "comment", "--comment", c, "-j", target}}
+	hook := func(v6 bool, table, parent, target string) jump {
+		return jump{v6: v6, table: table, chain: parent, spec: []string{"-i", f.cfg.Bridge, "-m", "comment", "--comment", c, "-j", target}}
 	}
 	j := []jump{
-		hook(false, "INPUT", f.chain("IN")),
-		hook(false, "FORWARD", f.chain("FWD")),
-		hook(false, "DOCKER-USER", f.chain("FWD")),
+		hook(false, filterTable, "INPUT", f.chain("IN")),
+		hook(false, filterTable, "FORWARD", f.chain("FWD")),
+		hook(false, filterTable, "DOCKER-USER", f.chain("FWD")),
+		hook(false, natTable, "PREROUTING", f.chain("NAT")),
 	}
 	if f.ipv6 {
-		j = append(j, hook(true, "INPUT", f.chain("V6")), hook(true, "FORWARD", f.chain("V6")))
+		j = append(j, hook(true, filterTable, "INPUT", f.chain("V6")), hook(true, filterTable, "FORWARD", f.chain("V6")))
 	}
 	return j
 }
@@ -369,7 +447,8 @@ func (f *Firewall) GlobalRules(dispatch []string) []string {
 }
 
 // ownPortRules are this daemon's RETURN rules in IN: its ports, on the
-// addresses they are bound to.
+// addresses they are bound to, and the egress proxy's and DNS server's
+// ports on the Intercept address.
 func (f *Firewall) ownPortRules() []string {
 	var (
 		mark  string
@@ -382,12 +461,25 @@ func (f *Firewall) ownPortRules() []string {
 		// reachable from sandboxes (a loopback bind).
 		lines = append(lines, "-A "+f.chain("IN")+mark)
 	}
-	ports := portList(f.cfg.HostPorts)
-	if ports == "" {
-		return lines
+	if ports := portList(f.cfg.HostPorts); ports != "" {
+		for _, a := range f.cfg.HostAddrs {
+			lines = append(lines, "-A "+f.chain("IN")+" -d "+a.String()+"/32 -p tcp -m multiport --dports "+ports+mark+" -j RETURN")
+		}
 	}
-	for _, a := range f.cfg.HostAddrs {
-		lines = append(lines, "-A "+f.chain("IN")+" -d "+a.String()+"/32 -p tcp -m multiport --dports "+ports+mark+" -j RETURN")
+	// A packet DNATed in PREROUTING meets INPUT with its new destination,
+	// the listener's address and port, so these rules are what admits the
+	// intercepted traffic; without them IN would refuse it like any other
+	// connection to the host. They admit a sandbox that does not intercept
+	// too, if it connects to the listeners itself: the listeners decide by
+	// the sandbox's address either way.
+	if ic := f.cfg.Intercept; ic != nil {
+		in, d := "-A "+f.chain("IN"), " -d "+ic.Addr.String()+"/32"
+		proxy, dns := strconv.Itoa(ic.ProxyPort), strconv.Itoa(ic.DNSPort)
+		lines = append(lines,
+			in+d+" -p tcp --dport "+proxy+mark+" -j RETURN",
+			in+d+" -p udp --dport "+dns+mark+" -j RETURN",
+			in+d+" -p tcp --dport "+dns+mark+" -j RETURN",
+		)
 	}
 	return lines
 }
@@ -466,6 +558,27 @@ func (f *Firewall) SandboxRules(sandboxID string, p Policy) []string {
 	return lines
 }
 
+// NATRules renders the rules that redirect one sandbox's web and DNS
+// traffic to the Intercept target, for appending to the NAT chain: none
+// unless the policy intercepts and the network has a target. They are
+// marked with the sandbox's comment, so that they are found, kept and
+// removed the way its dispatch rule is.
+func (f *Firewall) NATRules(sandboxID string, ip netip.Addr, p Policy) []string {
+	ic := f.cfg.Intercept
+	if !p.Intercept || ic == nil {
+		return nil
+	}
+	head := "-A " + f.chain("NAT") + " -s " + ip.String() + "/32"
+	mark := " -m comment --comment " + f.Comment(sandboxID)
+	proxy := " -j DNAT --to-destination " + netip.AddrPortFrom(ic.Addr, uint16(ic.ProxyPort)).String()
+	dns := " -j DNAT --to-destination " + netip.AddrPortFrom(ic.Addr, uint16(ic.DNSPort)).String()
+	return []string{
+		head + " -p tcp -m multiport --dports 80,443" + mark + proxy,
+		head + " -p udp --dport 53" + mark + dns,
+		head + " -p tcp --dport 53" + mark + dns,
+	}
+}
+
 func (f *Firewall) dispatchRule(sandboxID string, ip netip.Addr) string {
 	return "-s " + ip.String() + "/32 -m comment --comment " + f.Comment(sandboxID) + " -g " + f.SandboxChain(sandboxID)
 }
@@ -490,15 +603,37 @@ func portList(rs []PortRange) string {
 	return strings.Join(parts, ",")
 }
 
-// restore applies lines to the filter table in one transaction.
-func (f *Firewall) restore(ctx context.Context, v6 bool, lines []string) error {
+// section is one table's part of an iptables-restore input.
+type section struct {
+	table string
+	lines []string
+}
+
+// restore applies lines to one table in one transaction.
+func (f *Firewall) restore(ctx context.Context, v6 bool, table string, lines []string) error {
+	return f.restoreTables(ctx, v6, section{table, lines})
+}
+
+// restoreTables applies several tables' lines with one iptables-restore, in
+// the order given. Each table is committed as one transaction (both back
+// ends commit table by table), so the order is what a packet can see in
+// between. Sections without lines are left out; with none, nothing runs.
+func (f *Firewall) restoreTables(ctx context.Context, v6 bool, secs ...section) error {
 	var b strings.Builder
-	b.WriteString("*filter\n")
-	for _, l := range lines {
-		b.WriteString(l)
-		b.WriteByte('\n')
+	for _, sec := range secs {
+		if len(sec.lines) == 0 {
+			continue
+		}
+		b.WriteString("*" + sec.table + "\n")
+		for _, l := range sec.lines {
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
+		b.WriteString("COMMIT\n")
 	}
-	b.WriteString("COMMIT\n")
+	if b.Len() == 0 {
+		return nil
+	}
 	bin := "iptables-restore"
 	if v6 {
 		bin = "ip6tables-restore"
@@ -507,23 +642,29 @@ func (f *Firewall) restore(ctx context.Context, v6 bool, lines []string) error {
 	return err
 }
 
-func (f *Firewall) iptables(ctx context.Context, v6 bool, args ...string) ([]byte, error) {
+// iptables runs iptables (ip6tables) on a table; the filter table is
+// iptables' default and is not named.
+func (f *Firewall) iptables(ctx context.Context, v6 bool, table string, args ...string) ([]byte, error) {
 	bin := "iptables"
 	if v6 {
 		bin = "ip6tables"
 	}
-	return f.run(ctx, nil, bin, append([]string{"--wait"}, args...)...)
+	pre := []string{"--wait"}
+	if table != filterTable {
+		pre = append(pre, "-t", table)
+	}
+	return f.run(ctx, nil, bin, append(pre, args...)...)
 }
 
 // listChain returns the rules of a chain as -S prints them ("-A CHAIN ...");
 // a missing chain has none.
-func (f *Firewall) listChain(ctx context.Context, v6 bool, chain string) ([]string, error) {
-	out, err := f.iptables(ctx, v6, "-S", chain)
+func (f *Firewall) listChain(ctx context.Context, v6 bool, table, chain string) ([]string, error) {
+	out, err := f.iptables(ctx, v6, table, "-S", chain)
 	if err != nil {
 		// The message for a missing chain differs between the legacy and
 		// nf_tables back ends (the latter may even call it "incompatible"),
 		// so ask the whole table whether the chain exists.
-		all, lerr := f.iptables(ctx, v6, "-S")
+		all, lerr := f.iptables(ctx, v6, table, "-S")
 		if lerr == nil && !slices.Contains(strings.Split(string(all), "\n"), "-N "+chain) {
 			return nil, nil
 		}
@@ -541,7 +682,19 @@ func (f *Firewall) listChain(ctx context.Context, v6 bool, chain string) ([]stri
 // dispatchRules returns FWD's per-sandbox rules, keyed by the sandbox id in
 // their comment.
 func (f *Firewall) dispatchRules(ctx context.Context) (map[string][]string, error) {
-	rules, err := f.listChain(ctx, false, f.chain("FWD"))
+	return f.sandboxTagged(ctx, filterTable, f.chain("FWD"))
+}
+
+// natRules returns the NAT chain's per-sandbox rules, keyed by the sandbox
+// id in their comment.
+func (f *Firewall) natRules(ctx context.Context) (map[string][]string, error) {
+	return f.sandboxTagged(ctx, natTable, f.chain("NAT"))
+}
+
+// sandboxTagged returns the rules of a chain that carry a sandbox's
+// comment, keyed by the sandbox id.
+func (f *Firewall) sandboxTagged(ctx context.Context, table, chain string) (map[string][]string, error) {
+	rules, err := f.listChain(ctx, false, table, chain)
 	if err != nil {
 		return nil, err
 	}
@@ -561,8 +714,8 @@ func commentID(rule string) (string, bool) {
 	return id, ok
 }
 
-// ruleOwner extracts the sandbox id and the daemon instance of a dispatch
-// rule ("" for a rule written before instances were recorded).
+// ruleOwner extracts the sandbox id and the daemon instance of a dispatch or
+// NAT rule ("" for a rule written before instances were recorded).
 func ruleOwner(rule string) (id, instance string, ok bool) {
 	_, after, ok := strings.Cut(rule, "--comment ")
 	if !ok {
@@ -597,7 +750,7 @@ func ruleInstance(rule string) (string, bool) {
 // otherPortRules returns the IN rules other daemons sharing the network
 // installed for their ports.
 func (f *Firewall) otherPortRules(ctx context.Context) ([]string, error) {
-	rules, err := f.listChain(ctx, false, f.chain("IN"))
+	rules, err := f.listChain(ctx, false, filterTable, f.chain("IN"))
 	if err != nil {
 		return nil, err
 	}
@@ -611,7 +764,7 @@ func (f *Firewall) otherPortRules(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// ruleSource is the -s address of a dispatch rule.
+// ruleSource is the -s address of a dispatch or NAT rule.
 func ruleSource(rule string) string { return strings.TrimSuffix(ruleArg(rule, "-s"), "/32") }
 
 // ruleArg is the argument of an option in a rule as -S prints it.
@@ -626,13 +779,15 @@ func ruleArg(rule, opt string) string {
 }
 
 // Ensure installs (or re-asserts) the network's chains and the jumps into
-// INPUT and DOCKER-USER, keeping the per-sandbox rules already in place: a
+// INPUT, DOCKER-USER and nat PREROUTING, keeping the per-sandbox rules
+// already in place (FWD's dispatch rules, the NAT chain's redirections): a
 // restarted daemon must not open a window in which a sandbox denied egress
-// has it. Prune then drops the rules of sandboxes that are gone.
+// has it, or in which an intercepted sandbox reaches the web past the
+// proxy. Prune then drops the rules of sandboxes that are gone.
 func (f *Firewall) Ensure(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, err := f.iptables(ctx, false, "-S", "DOCKER-USER"); err != nil {
+	if _, err := f.iptables(ctx, false, filterTable, "-S", "DOCKER-USER"); err != nil {
 		return fmt.Errorf("chain DOCKER-USER missing (is Docker managing iptables?): %w", err)
 	}
 	disp, err := f.dispatchRules(ctx)
@@ -643,16 +798,26 @@ func (f *Firewall) Ensure(ctx context.Context) error {
 	for _, id := range sortedKeys(disp) {
 		keep = append(keep, disp[id]...)
 	}
+	nat, err := f.natRules(ctx)
+	if err != nil {
+		return err
+	}
+	// Declaring the NAT chain flushes it; its sandboxes' rules go back in
+	// the same transaction, so none is ever missing.
+	natLines := []string{":" + f.chain("NAT") + " - [0:0]"}
+	for _, id := range sortedKeys(nat) {
+		natLines = append(natLines, nat[id]...)
+	}
 	others, err := f.otherPortRules(ctx)
 	if err != nil {
 		return err
 	}
-	if err := f.restore(ctx, false, f.globalRules(keep, others)); err != nil {
+	if err := f.restoreTables(ctx, false, section{filterTable, f.globalRules(keep, others)}, section{natTable, natLines}); err != nil {
 		return fmt.Errorf("install chains: %w", err)
 	}
 	if f.ipv6 {
 		v6 := f.chain("V6")
-		if err := f.restore(ctx, true, []string{
+		if err := f.restore(ctx, true, filterTable, []string{
 			":" + v6 + " - [0:0]",
 			"-A " + v6 + " -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN",
 			"-A " + v6 + " -j REJECT",
@@ -673,26 +838,34 @@ func (f *Firewall) Ensure(ctx context.Context) error {
 	// and an insert in one transaction leave no moment without it.
 	for _, j := range f.jumps() {
 		var lines []string
-		if _, err := f.iptables(ctx, j.v6, append([]string{"-C", j.chain}, j.spec...)...); err == nil {
+		if _, err := f.iptables(ctx, j.v6, j.table, append([]string{"-C", j.chain}, j.spec...)...); err == nil {
 			lines = append(lines, "-D "+j.chain+" "+j.line())
 		}
 		lines = append(lines, "-I "+j.chain+" 1 "+j.line())
-		if err := f.restore(ctx, j.v6, lines); err != nil {
+		if err := f.restore(ctx, j.v6, j.table, lines); err != nil {
 			return fmt.Errorf("hook %s: %w", j.chain, err)
 		}
 	}
+	var intercept string
+	if ic := f.cfg.Intercept; ic != nil {
+		intercept = fmt.Sprintf("%s proxy %d dns %d", ic.Addr, ic.ProxyPort, ic.DNSPort)
+	}
 	f.log.Info("firewall ready", "network", f.cfg.Network, "bridge", f.cfg.Bridge, "egress", f.cfg.Egress, "chains", f.prefix+"*",
-		"host_addrs", f.cfg.HostAddrs, "ipv6_rules", f.ipv6, "other_daemons", len(others))
+		"host_addrs", f.cfg.HostAddrs, "intercept", intercept, "ipv6_rules", f.ipv6, "other_daemons", len(others))
 	return nil
 }
 
 // Apply installs a sandbox's policy for its address, replacing whatever
 // rules it had, and drops any other sandbox's rule for the same address (an
 // address freed by a dead container is handed out again). A zero policy
-// leaves the sandbox to the network's defaults.
+// leaves the sandbox to the network's defaults. A policy that intercepts
+// needs the network's Intercept target.
 func (f *Firewall) Apply(ctx context.Context, sandboxID string, ip netip.Addr, p Policy) error {
 	if !ip.Is4() {
 		return fmt.Errorf("%w: sandbox address %s is not IPv4", ErrInvalid, ip)
+	}
+	if p.Intercept && f.cfg.Intercept == nil {
+		return fmt.Errorf("%w: sandbox %s: its traffic is to be intercepted, but the network has no egress proxy to send it to", ErrInvalid, sandboxID)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -700,8 +873,13 @@ func (f *Firewall) Apply(ctx context.Context, sandboxID string, ip netip.Addr, p
 	if err != nil {
 		return err
 	}
+	nat, err := f.natRules(ctx)
+	if err != nil {
+		return err
+	}
 	own := f.SandboxChain(sandboxID)
-	lines, stale := unhook(disp, func(id, rule string) bool { return id == sandboxID || ruleSource(rule) == ip.String() })
+	replaced := func(id, rule string) bool { return id == sandboxID || ruleSource(rule) == ip.String() }
+	lines, stale := unhook(disp, replaced)
 	// The sandbox's own chain is declared (hence flushed) again below
 	// unless its policy is now the default.
 	var drop []string
@@ -714,14 +892,28 @@ func (f *Firewall) Apply(ctx context.Context, sandboxID string, ip netip.Addr, p
 		lines = append(f.SandboxRules(sandboxID, p), lines...)
 		lines = append(lines, "-I "+f.chain("FWD")+" "+strconv.Itoa(fixedFWD+1)+" "+f.dispatchRule(sandboxID, ip))
 	}
-	if err := f.restoreIfAny(ctx, append(lines, f.deleteChains(drop)...)); err != nil {
+	natLines, _ := unhook(nat, replaced)
+	natLines = append(natLines, f.NATRules(sandboxID, ip, p)...)
+	// The two tables are committed one after the other, so the order
+	// decides what the sandbox's web traffic meets in between. It must go
+	// from the old way of deciding it straight to the new one, never meet
+	// the old filter rules that the old redirection kept it from (a sandbox
+	// leaving interception for a stricter policy would reach the web
+	// directly, meanwhile, under its old, looser one). So a redirection
+	// being added comes first, and one being taken away last.
+	filter, natSec := section{filterTable, append(lines, f.deleteChains(drop)...)}, section{natTable, natLines}
+	secs := []section{filter, natSec}
+	if p.Intercept {
+		secs = []section{natSec, filter}
+	}
+	if err := f.restoreTables(ctx, false, secs...); err != nil {
 		return fmt.Errorf("firewall: sandbox %s: %w", sandboxID, err)
 	}
 	return nil
 }
 
-// unhook returns the deletions of the dispatch rules match selects and the
-// chains those rules jump to.
+// unhook returns the deletions of the rules match selects (dispatch or NAT
+// rules) and the chains those rules jump to.
 func unhook(disp map[string][]string, match func(id, rule string) bool) (lines, chains []string) {
 	for _, id := range sortedKeys(disp) {
 		for _, r := range disp[id] {
@@ -735,13 +927,6 @@ func unhook(disp map[string][]string, match func(id, rule string) bool) (lines, 
 		}
 	}
 	return lines, chains
-}
-
-func (f *Firewall) restoreIfAny(ctx context.Context, lines []string) error {
-	if len(lines) == 0 {
-		return nil
-	}
-	return f.restore(ctx, false, lines)
 }
 
 // deleteChains are the transaction lines that flush and delete per-sandbox
@@ -764,17 +949,17 @@ func (f *Firewall) dropChains(ctx context.Context, chains []string) {
 		if !strings.HasPrefix(c, f.prefix) || slices.Contains(f.fixedChains(), c) {
 			continue // only ever a sandbox's own chain
 		}
-		if _, err := f.iptables(ctx, false, "-F", c); err != nil {
+		if _, err := f.iptables(ctx, false, filterTable, "-F", c); err != nil {
 			continue
 		}
-		if _, err := f.iptables(ctx, false, "-X", c); err != nil {
+		if _, err := f.iptables(ctx, false, filterTable, "-X", c); err != nil {
 			f.log.Warn("firewall: delete chain", "chain", c, "err", err)
 		}
 	}
 }
 
 // Remove deletes a sandbox's rules and chain (on stop and delete) in one
-// transaction. Removing rules that are not there is not an error.
+// iptables-restore. Removing rules that are not there is not an error.
 func (f *Firewall) Remove(ctx context.Context, sandboxID string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -782,8 +967,17 @@ func (f *Firewall) Remove(ctx context.Context, sandboxID string) error {
 	if err != nil {
 		return err
 	}
-	lines, chains := unhook(disp, func(id, _ string) bool { return id == sandboxID })
-	if err := f.restoreIfAny(ctx, append(lines, f.deleteChains(chains)...)); err != nil {
+	nat, err := f.natRules(ctx)
+	if err != nil {
+		return err
+	}
+	mine := func(id, _ string) bool { return id == sandboxID }
+	lines, chains := unhook(disp, mine)
+	natLines, _ := unhook(nat, mine)
+	// The sandbox falls back to the network's defaults, which intercept
+	// nothing: filter first, as Apply orders a policy that does not
+	// intercept.
+	if err := f.restoreTables(ctx, false, section{filterTable, append(lines, f.deleteChains(chains)...)}, section{natTable, natLines}); err != nil {
 		return fmt.Errorf("firewall: remove sandbox %s: %w", sandboxID, err)
 	}
 	return nil
@@ -794,31 +988,40 @@ func (f *Firewall) Remove(ctx context.Context, sandboxID string) error {
 func (f *Firewall) Prune(ctx context.Context, keep map[string]bool) error {
 	f.mu.Lock()
 	disp, err := f.dispatchRules(ctx)
+	var nat map[string][]string
+	if err == nil {
+		nat, err = f.natRules(ctx)
+	}
 	f.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	var errs []error
 	// Another daemon's sandboxes are not this one's to prune: their rules
-	// and chains stay.
+	// and chains stay. A sandbox may have NAT rules and no dispatch rule
+	// (a crash between the two tables' commits), so both are looked at.
 	theirs := map[string]bool{}
-	for id, rules := range disp {
-		for _, r := range rules {
-			if _, inst, _ := ruleOwner(r); f.foreign(inst) {
-				theirs[id] = true
-				if c := ruleArg(r, "-g"); c != "" {
-					theirs[c] = true
+	ids := map[string]bool{}
+	for _, tagged := range []map[string][]string{disp, nat} {
+		for id, rules := range tagged {
+			ids[id] = true
+			for _, r := range rules {
+				if _, inst, _ := ruleOwner(r); f.foreign(inst) {
+					theirs[id] = true
+					if c := ruleArg(r, "-g"); c != "" {
+						theirs[c] = true
+					}
 				}
 			}
 		}
 	}
-	for id := range disp {
+	for _, id := range sortedKeys(ids) {
 		if !keep[id] && !theirs[id] {
 			errs = append(errs, f.Remove(ctx, id))
 		}
 	}
 	// Chains no dispatch rule names any more (a crash between two steps).
-	chains, err := f.chains(ctx, false)
+	chains, err := f.chains(ctx, false, filterTable)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -846,11 +1049,12 @@ func (f *Firewall) Prune(ctx context.Context, keep map[string]bool) error {
 
 // Release removes this daemon's own IN rules (at shutdown) and reports
 // whether other daemons still have rules on the network: while they do, it
-// is theirs too, and neither it nor its chains may go.
+// is theirs too, and neither it nor its chains may go. The per-sandbox
+// rules stay, since the sandboxes may outlive the daemon.
 func (f *Firewall) Release(ctx context.Context) (othersUse bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	rules, err := f.listChain(ctx, false, f.chain("IN"))
+	rules, err := f.listChain(ctx, false, filterTable, f.chain("IN"))
 	if err != nil {
 		return true, err
 	}
@@ -872,22 +1076,28 @@ func (f *Firewall) Release(ctx context.Context) (othersUse bool, err error) {
 	if err != nil {
 		return true, err
 	}
-	for _, rs := range disp {
-		for _, r := range rs {
-			if _, inst, _ := ruleOwner(r); f.foreign(inst) {
-				othersUse = true
+	nat, err := f.natRules(ctx)
+	if err != nil {
+		return true, err
+	}
+	for _, tagged := range []map[string][]string{disp, nat} {
+		for _, rs := range tagged {
+			for _, r := range rs {
+				if _, inst, _ := ruleOwner(r); f.foreign(inst) {
+					othersUse = true
+				}
 			}
 		}
 	}
-	if err := f.restoreIfAny(ctx, del); err != nil {
+	if err := f.restore(ctx, false, filterTable, del); err != nil {
 		return true, fmt.Errorf("firewall: release: %w", err)
 	}
 	return othersUse, nil
 }
 
-// chains lists the chains of this network in the filter table.
-func (f *Firewall) chains(ctx context.Context, v6 bool) ([]string, error) {
-	out, err := f.iptables(ctx, v6, "-S")
+// chains lists the chains of this network in one table.
+func (f *Firewall) chains(ctx context.Context, v6 bool, table string) ([]string, error) {
+	out, err := f.iptables(ctx, v6, table, "-S")
 	if err != nil {
 		return nil, err
 	}
@@ -902,17 +1112,28 @@ func (f *Firewall) chains(ctx context.Context, v6 bool) ([]string, error) {
 
 // Uninstall removes every rule and chain of the network: the jumps into it
 // first (found by their target, whatever bridge they name), so no packet
-// ever meets a half-removed chain, then the chains.
+// ever meets a half-removed chain, then the chains. The nat table goes
+// first, so that nothing is rewritten towards the host any more once the
+// IN chain filtering such traffic is gone.
 func (f *Firewall) Uninstall(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var errs []error
-	for _, v6 := range []bool{false, true} {
-		if v6 && !f.ipv6 {
+	builtin := []string{"INPUT", "DOCKER-USER", "FORWARD"}
+	for _, t := range []struct {
+		v6      bool
+		table   string
+		parents []string
+	}{
+		{false, natTable, []string{"PREROUTING"}},
+		{false, filterTable, builtin},
+		{true, filterTable, builtin},
+	} {
+		if t.v6 && !f.ipv6 {
 			continue
 		}
-		for _, parent := range []string{"INPUT", "DOCKER-USER", "FORWARD"} {
-			rules, err := f.listChain(ctx, v6, parent)
+		for _, parent := range t.parents {
+			rules, err := f.listChain(ctx, t.v6, t.table, parent)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -923,22 +1144,20 @@ func (f *Firewall) Uninstall(ctx context.Context) error {
 					del = append(del, "-D"+strings.TrimPrefix(r, "-A"))
 				}
 			}
-			if len(del) > 0 {
-				errs = append(errs, f.restore(ctx, v6, del))
-			}
+			errs = append(errs, f.restore(ctx, t.v6, t.table, del))
 		}
-		chains, err := f.chains(ctx, v6)
+		chains, err := f.chains(ctx, t.v6, t.table)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		for _, c := range chains {
-			if _, err := f.iptables(ctx, v6, "-F", c); err != nil {
+			if _, err := f.iptables(ctx, t.v6, t.table, "-F", c); err != nil {
 				errs = append(errs, err)
 			}
 		}
 		for _, c := range chains {
-			if _, err := f.iptables(ctx, v6, "-X", c); err != nil {
+			if _, err := f.iptables(ctx, t.v6, t.table, "-X", c); err != nil {
 				errs = append(errs, err)
 			}
 		}

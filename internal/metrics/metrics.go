@@ -52,6 +52,7 @@ type Metrics struct {
 	builds         *prometheus.CounterVec
 	buildSeconds   *prometheus.HistogramVec
 	buildsRunning  prometheus.Gauge
+	egressDenied   *prometheus.CounterVec
 	createScopes   map[string]bool
 	scrapeDeadline time.Duration
 }
@@ -102,6 +103,10 @@ func New(createScopes ...string) *Metrics {
 			Name: "sandpit_template_builds_running",
 			Help: "Template builds running in this daemon now.",
 		}),
+		egressDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandpit_egress_denied_total",
+			Help: "Connections (kind tcp) and DNS answers (kind dns) the egress proxy refused, by sandbox; a deleted sandbox's series goes with it.",
+		}, []string{"sandbox", "kind"}),
 		createScopes:   map[string]bool{},
 		scrapeDeadline: 5 * time.Second,
 	}
@@ -117,7 +122,7 @@ func New(createScopes ...string) *Metrics {
 		m.buildSeconds.WithLabelValues(st)
 	}
 	m.reg.MustRegister(m.creates, m.createSeconds, m.idem, m.proxy, m.engineSeconds, m.engineErrors,
-		m.builds, m.buildSeconds, m.buildsRunning,
+		m.builds, m.buildSeconds, m.buildsRunning, m.egressDenied,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -155,6 +160,22 @@ func (m *Metrics) BuildDone(state string, d time.Duration) {
 	m.buildsRunning.Dec()
 	m.builds.WithLabelValues(state).Inc()
 	m.buildSeconds.WithLabelValues(state).Observe(d.Seconds())
+}
+
+// EgressDenied counts one refusal of the egress proxy for a sandbox.
+func (m *Metrics) EgressDenied(sandbox, kind string) {
+	if m == nil {
+		return
+	}
+	m.egressDenied.WithLabelValues(sandbox, kind).Inc()
+}
+
+// EgressForget drops a deleted sandbox's refusal counts.
+func (m *Metrics) EgressForget(sandbox string) {
+	if m == nil {
+		return
+	}
+	m.egressDenied.DeletePartialMatch(prometheus.Labels{"sandbox": sandbox})
 }
 
 // IdemOutcome records one claim outcome on a base scope.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/egress"
 )
 
 // EventType names a sandbox state change.
@@ -30,6 +31,10 @@ const (
 	// the cluster places on another node (or gave up re-creating it here);
 	// the sandbox itself may live on elsewhere, so this is not a delete.
 	EventDropped EventType = "dropped"
+	// EventNetworkDenied: the egress proxy refused one of the sandbox's
+	// connections or DNS answers (Denial says which). The sandbox's state
+	// did not change.
+	EventNetworkDenied EventType = "network.denied"
 )
 
 // The template build changes the service announces. They are not sandbox
@@ -56,6 +61,8 @@ type Event struct {
 	// and its build after the change.
 	Template sandpit.Template
 	Build    sandpit.TemplateBuild
+	// Denial is set on EventNetworkDenied.
+	Denial *egress.Denial
 }
 
 // Gone reports whether the change removed the sandbox.
@@ -151,6 +158,13 @@ func (s *Service) CloseEvents() {
 
 // publish announces one state change of sb.
 func (s *Service) publish(typ EventType, sb sandpit.Sandbox, old sandpit.State) {
+	if typ == EventDeleted || typ == EventExpired {
+		// What the egress proxy recorded of the sandbox goes with it.
+		if s.cfg.Egress != nil {
+			s.cfg.Egress.Forget(sb.ID)
+		}
+		s.cfg.Metrics.EgressForget(sb.ID)
+	}
 	s.events.publish(Event{Type: typ, Sandbox: sb, OldState: old, Time: s.now(), Node: s.cfg.NodeName})
 }
 

@@ -3,11 +3,15 @@ package service
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
 )
 
@@ -32,7 +36,64 @@ func NormalizeNetwork(p sandpit.NetworkPolicy) (sandpit.NetworkPolicy, error) {
 	for _, d := range fp.Deny {
 		out.Deny = append(out.Deny, d.String())
 	}
+	if out.AllowDomains, err = normalizeDomains(p.AllowDomains, "allow_domains"); err != nil {
+		return sandpit.NetworkPolicy{}, err
+	}
+	if out.DenyDomains, err = normalizeDomains(p.DenyDomains, "deny_domains"); err != nil {
+		return sandpit.NetworkPolicy{}, err
+	}
+	switch p.Mode {
+	case "":
+	case sandpit.NetworkModeLearn:
+		out.Mode = p.Mode
+	default:
+		return sandpit.NetworkPolicy{}, invalidf("network mode %q: want \"learn\" or none", p.Mode)
+	}
 	return out, nil
+}
+
+// maxDomains bounds each of a policy's domain lists.
+const maxDomains = 256
+
+// normalizeDomains checks a domain list and returns it canonical, without
+// repeats, in the order given.
+func normalizeDomains(list []string, what string) ([]string, error) {
+	if len(list) > maxDomains {
+		return nil, invalidf("network %s: at most %d names", what, maxDomains)
+	}
+	var out []string
+	for _, d := range list {
+		n, err := egress.NormalizeDomain(d)
+		if err != nil {
+			return nil, invalidf("network %s: %v", what, err)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// SplitAddressesAndNames sorts the entries of an allow or deny list that
+// mixes addresses and names (E2B's allowOut and denyOut): what parses as an
+// IPv4 address or CIDR is an address, anything else a name.
+func SplitAddressesAndNames(list []string) (cidrs, names []string) {
+	for _, e := range list {
+		if _, err := firewall.ParseCIDR(e); err == nil {
+			cidrs = append(cidrs, e)
+		} else {
+			names = append(names, e)
+		}
+	}
+	return cidrs, names
+}
+
+// egressRules are a sandbox's rules in the egress server's terms.
+func egressRules(sb sandpit.Sandbox, fp firewall.Policy) egress.Rules {
+	r := egress.Rules{SandboxID: sb.ID, Owner: sb.Owner, AllowDomains: sb.Network.AllowDomains, DenyDomains: sb.Network.DenyDomains,
+		AllowCIDRs: fp.Allow, DenyCIDRs: fp.Deny, Learn: sb.Network.Mode == sandpit.NetworkModeLearn}
+	r.None = fp.Egress == firewall.EgressNone || slices.ContainsFunc(fp.Deny, func(p netip.Prefix) bool { return p.Bits() == 0 })
+	return r
 }
 
 // toFirewall parses a stored or requested policy into the firewall's terms.
@@ -59,7 +120,7 @@ func toFirewall(p sandpit.NetworkPolicy) (firewall.Policy, error) {
 		}
 		return out, nil
 	}
-	fp := firewall.Policy{Egress: eg}
+	fp := firewall.Policy{Egress: eg, Intercept: p.ByName()}
 	if fp.Allow, err = parse(p.Allow, "allow"); err != nil {
 		return firewall.Policy{}, err
 	}
@@ -85,8 +146,19 @@ func (s *Service) applyFirewall(ctx context.Context, sb sandpit.Sandbox, ip stri
 	if err != nil {
 		return err
 	}
+	if p.Intercept {
+		if s.cfg.Egress == nil {
+			return fmt.Errorf("%w: this daemon has no egress proxy, so it cannot enforce rules on names", ErrInvalid)
+		}
+		// The rules are in the proxy before the firewall sends it the
+		// sandbox's traffic, so no connection finds it without them.
+		s.cfg.Egress.Set(addr, egressRules(sb, p))
+	}
 	if err := s.cfg.Firewall.Apply(ctx, sb.ID, addr, p); err != nil {
 		return runtimeErr("apply the sandbox's firewall rules", err)
+	}
+	if !p.Intercept && s.cfg.Egress != nil {
+		s.cfg.Egress.Unset(sb.ID)
 	}
 	return nil
 }
@@ -103,6 +175,9 @@ func (s *Service) removeFirewall(ctx context.Context, id string) {
 	if err := s.cfg.Firewall.Remove(ctx, id); err != nil {
 		s.log.Error("firewall: remove sandbox rules", "sandbox", id, "err", err)
 	}
+	if s.cfg.Egress != nil {
+		s.cfg.Egress.Unset(id)
+	}
 }
 
 // pruneFirewall removes the rules of every sandbox not in keep, after a
@@ -114,4 +189,141 @@ func (s *Service) pruneFirewall(ctx context.Context, keep map[string]bool) {
 	if err := s.cfg.Firewall.Prune(ctx, keep); err != nil {
 		s.log.Error("firewall: prune", "err", err)
 	}
+}
+
+// checkByName refuses rules on names this daemon cannot enforce: without
+// its egress proxy they would be silently ignored.
+func (s *Service) checkByName(p sandpit.NetworkPolicy) error {
+	if p.ByName() && (s.cfg.Egress == nil || s.cfg.Firewall == nil) {
+		return invalidf("network: this daemon enforces no rules on names (allow_domains, deny_domains, mode learn): it runs without its sandbox firewall")
+	}
+	return nil
+}
+
+// UpdateNetwork replaces a sandbox's egress policy. The new rules hold for
+// every connection and DNS query that starts after the call returns (ones
+// already open are left alone, as on E2B); a stopped or paused sandbox gets
+// them when it runs again. Sending the same policy again changes nothing,
+// so a retry is safe.
+func (s *Service) UpdateNetwork(ctx context.Context, id string, p sandpit.NetworkPolicy) (_ sandpit.Sandbox, err error) {
+	defer s.cluster.specChanged(ctx, id, &err)
+	if p, err = s.expandProfiles(p); err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	np, err := NormalizeNetwork(p)
+	if err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	if err := checkLinkLocal(np); err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	if err := s.checkByName(np); err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	if _, err := s.sandbox(ctx, id); err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	// The lock keeps a start from installing the old rules after this
+	// call installed the new ones.
+	unlock, err := s.lock(ctx, id)
+	if err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	defer unlock()
+	sb, err := s.sandbox(ctx, id)
+	if err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	limits, err := s.store.GetOwnerLimits(ctx, sb.Owner)
+	if err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	if err := checkEgressGrant(principalOf(ctx), limits, np); err != nil {
+		return sandpit.Sandbox{}, err
+	}
+	defer func() { s.audit(ctx, "sandbox.network", id, err) }()
+	if !slices.Equal(sb.Network.Allow, np.Allow) || !slices.Equal(sb.Network.Deny, np.Deny) || sb.Network.Egress != np.Egress ||
+		!slices.Equal(sb.Network.AllowDomains, np.AllowDomains) || !slices.Equal(sb.Network.DenyDomains, np.DenyDomains) || sb.Network.Mode != np.Mode {
+		if err := s.store.SetSandboxNetwork(ctx, id, np, s.now()); err != nil {
+			return sandpit.Sandbox{}, err
+		}
+	}
+	sb.Network = np
+	if sb.State == sandpit.StateRunning {
+		ip, err := s.sandboxIP(ctx, id)
+		if err != nil {
+			return sandpit.Sandbox{}, err
+		}
+		if err := s.applyFirewall(ctx, sb, ip); err != nil {
+			return sandpit.Sandbox{}, err
+		}
+	}
+	return s.GetSandbox(ctx, id)
+}
+
+// NetworkReport is what the egress server recorded of a sandbox.
+type NetworkReport struct {
+	// Denied are the recent refusals, oldest first (at most 100).
+	Denied []egress.Denial
+	// DeniedTotal counts every refusal since the daemon started.
+	DeniedTotal uint64
+	// Learned are the names the sandbox used in learn mode, sorted.
+	Learned []string
+}
+
+// NetworkDenials reports a sandbox's refused connections and DNS answers
+// and, in learn mode, the names it used.
+func (s *Service) NetworkDenials(ctx context.Context, id string) (NetworkReport, error) {
+	if _, err := s.sandbox(ctx, id); err != nil {
+		return NetworkReport{}, err
+	}
+	if s.cfg.Egress == nil {
+		return NetworkReport{Denied: []egress.Denial{}, Learned: []string{}}, nil
+	}
+	d, n := s.cfg.Egress.Denials(id)
+	r := NetworkReport{Denied: d, DeniedTotal: n, Learned: s.cfg.Egress.Learned(id)}
+	if r.Denied == nil {
+		r.Denied = []egress.Denial{}
+	}
+	if r.Learned == nil {
+		r.Learned = []string{}
+	}
+	return r, nil
+}
+
+// EgressDenied is the egress server's report of a refusal: it is counted
+// and announced on the event stream. The sandbox is read from the store
+// so the event carries its owner (who alone may see it); a sandbox that
+// is gone by then is not announced.
+func (s *Service) EgressDenied(d egress.Denial) {
+	s.cfg.Metrics.EgressDenied(d.SandboxID, d.Kind)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sb, err := s.store.GetSandbox(ctx, d.SandboxID)
+	if err != nil {
+		return
+	}
+	s.events.publish(Event{Type: EventNetworkDenied, Sandbox: sb, OldState: sb.State, Time: d.Time, Node: s.cfg.NodeName, Denial: &d})
+}
+
+// expandProfiles adds the domains of the operator's profiles a policy names
+// to its allow list.
+func (s *Service) expandProfiles(p sandpit.NetworkPolicy) (sandpit.NetworkPolicy, error) {
+	if len(p.Profiles) == 0 {
+		return p, nil
+	}
+	allow := slices.Clone(p.AllowDomains)
+	for _, name := range p.Profiles {
+		domains, ok := s.cfg.EgressProfiles[name]
+		if !ok {
+			known := slices.Sorted(maps.Keys(s.cfg.EgressProfiles))
+			if len(known) == 0 {
+				return p, invalidf("network profile %q: this daemon defines no profiles (--egress-profile name=domain,...)", name)
+			}
+			return p, invalidf("network profile %q: unknown (known: %s)", name, strings.Join(known, ", "))
+		}
+		allow = append(allow, domains...)
+	}
+	p.AllowDomains, p.Profiles = allow, nil
+	return p, nil
 }

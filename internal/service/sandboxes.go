@@ -199,11 +199,17 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 	if err := validateEnv(req.Env); err != nil {
 		return err
 	}
-	p, err := NormalizeNetwork(req.Network)
+	p, err := s.expandProfiles(req.Network)
 	if err != nil {
 		return err
 	}
+	if p, err = NormalizeNetwork(p); err != nil {
+		return err
+	}
 	if err := checkLinkLocal(p); err != nil {
+		return err
+	}
+	if err := s.checkByName(p); err != nil {
 		return err
 	}
 	req.Network = p

@@ -24,6 +24,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
@@ -105,6 +106,12 @@ type Config struct {
 	// Firewall, when set, holds each sandbox's network policy; nil leaves
 	// sandboxes to the engine's network as it is (unit tests).
 	Firewall *firewall.Firewall
+	// Egress, when set, enforces the rules on names of the sandboxes that
+	// have them (the firewall sends it their web and DNS traffic).
+	Egress *egress.Server
+	// EgressProfiles are the operator's named domain lists a policy may
+	// name (pypi, npm, github ...).
+	EgressProfiles map[string][]string
 	// PreviewTLS makes preview and custom-domain URLs https:// (the Caddy
 	// router serving them with on-demand certificates).
 	PreviewTLS bool

@@ -382,6 +382,17 @@ func (s *Store) SetSandboxLabels(ctx context.Context, id string, labels map[stri
 		enc, toNanos(clock(now)), id)
 }
 
+// SetSandboxNetwork replaces the sandbox's egress policy.
+func (s *Store) SetSandboxNetwork(ctx context.Context, id string, p sandpit.NetworkPolicy, now time.Time) error {
+	enc, err := encodeNetwork(p)
+	if err != nil {
+		return fmt.Errorf("set network of sandbox %s: %w", id, err)
+	}
+	return s.updateSandbox(ctx, "set network of sandbox", id,
+		`UPDATE sandboxes SET network = ?, updated_at = ? WHERE id = ?`,
+		enc, toNanos(clock(now)), id)
+}
+
 // SetSandboxContainerID records the engine's container id once it is known.
 func (s *Store) SetSandboxContainerID(ctx context.Context, id, containerID string, now time.Time) error {
 	return s.updateSandbox(ctx, "set container id of sandbox", id,

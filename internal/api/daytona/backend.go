@@ -43,6 +43,7 @@ type SandboxBackend interface {
 	ArchiveSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	Archived(sb sandpit.Sandbox) bool
 	SetInterval(ctx context.Context, id string, which sandpit.Interval, value int) (sandpit.Sandbox, error)
+	UpdateNetwork(ctx context.Context, id string, p sandpit.NetworkPolicy) (sandpit.Sandbox, error)
 	SetLabels(ctx context.Context, id string, labels map[string]string) (sandpit.Sandbox, error)
 	RefreshActivity(ctx context.Context, id string) error
 	CreateSnapshot(ctx context.Context, sandboxID string, req service.SnapshotRequest) (sandpit.Template, error)

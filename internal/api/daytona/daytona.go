@@ -171,6 +171,7 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	route("POST /sandbox/{idOrName}/autostop/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoStop))
 	route("POST /sandbox/{idOrName}/autoarchive/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoArchive))
 	route("POST /sandbox/{idOrName}/autodelete/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoDelete))
+	route("POST /sandbox/{idOrName}/network-settings", sandpit.ActionManage, h.sandboxes.updateNetwork)
 	route("POST /sandbox/{idOrName}/last-activity", sandpit.ActionManage, h.sandboxes.refreshActivity)
 	route("GET /sandbox/{idOrName}/ports/{port}/signed-preview-url", sandpit.ActionExpose, h.sandboxes.signedPreviewURL)
 	route("POST /sandbox/{idOrName}/ports/{port}/signed-preview-url/{token}/expire", sandpit.ActionExpose, h.sandboxes.expireSignedPreviewURL)

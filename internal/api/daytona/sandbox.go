@@ -109,7 +109,11 @@ type Sandbox struct {
 	Labels          map[string]string `json:"labels"`
 	Public          bool              `json:"public"`
 	NetworkBlockAll bool              `json:"networkBlockAll"`
-	Target          string            `json:"target"`
+	// NetworkAllowList and DomainAllowList are the allowed CIDRs and
+	// names, comma separated, as a create gives them.
+	NetworkAllowList string `json:"networkAllowList,omitempty"`
+	DomainAllowList  string `json:"domainAllowList,omitempty"`
+	Target           string `json:"target"`
 	// RunnerID names, in a cluster, the node that runs the sandbox (Daytona
 	// names the runner machine here); omitted on a single daemon.
 	RunnerID            string  `json:"runnerId,omitempty"`
@@ -161,10 +165,12 @@ func (h *sandboxAPI) renderSandbox(toolboxBase string, sb sandpit.Sandbox, withE
 		Labels:         sb.Labels,
 		// Preview URLs go through Sandpit's proxy, which asks for no token:
 		// in Daytona's terms every sandbox is public.
-		Public:          true,
-		NetworkBlockAll: sb.Network.Egress == sandpit.EgressNone && len(sb.Network.Allow) == 0,
-		Target:          defaultTarget,
-		RunnerID:        h.svc.Config().NodeName,
+		Public:           true,
+		NetworkBlockAll:  sb.Network.Egress == sandpit.EgressNone && len(sb.Network.Allow) == 0 && len(sb.Network.AllowDomains) == 0,
+		NetworkAllowList: strings.Join(sb.Network.Allow, ","),
+		DomainAllowList:  strings.Join(sb.Network.AllowDomains, ","),
+		Target:           defaultTarget,
+		RunnerID:         h.svc.Config().NodeName,
 		// The allocation: the daemon's defaults when the create named none,
 		// the host's capacity for a resource without a limit.
 		CPU:                 h.res.cpu(sb.CPU),
@@ -305,8 +311,6 @@ func serviceRequestOf(req CreateRequest) (service.CreateRequest, error) {
 	switch {
 	case req.GPU != nil && *req.GPU > 0, len(req.GPUType) > 0:
 		return out, badRequest("GPUs are not supported")
-	case req.DomainAllowList != "":
-		return out, badRequest("domainAllowList is not supported: network restrictions are by address (networkAllowList)")
 	case len(req.Secrets) > 0:
 		return out, badRequest("secrets are not supported; pass envVars instead")
 	case req.LinkedSandbox != "":
@@ -374,9 +378,13 @@ func serviceRequestOf(req CreateRequest) (service.CreateRequest, error) {
 	}
 	if req.NetworkAllowList != "" {
 		out.Network.Egress = sandpit.EgressNone
-		for _, c := range strings.Split(req.NetworkAllowList, ",") {
-			out.Network.Allow = append(out.Network.Allow, strings.TrimSpace(c))
-		}
+		out.Network.Allow = commaList(req.NetworkAllowList)
+	}
+	// domainAllowList (comma separated names, "*.example.com" wildcards)
+	// blocks all but those names, judged by the egress proxy.
+	if req.DomainAllowList != "" {
+		out.Network.Egress = sandpit.EgressNone
+		out.Network.AllowDomains = commaList(req.DomainAllowList)
 	}
 	out.Name = req.Name
 	out.Env = req.Env
@@ -654,6 +662,74 @@ func (h *sandboxAPI) setInterval(which sandpit.Interval) http.HandlerFunc {
 		}
 		api.WriteJSON(w, http.StatusOK, h.toSandbox(r, after, true))
 	}
+}
+
+// commaList splits a comma-separated list, dropping blanks.
+func commaList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// networkSettings is the body of sandbox.updateNetworkSettings.
+type networkSettings struct {
+	NetworkBlockAll  *bool   `json:"networkBlockAll"`
+	NetworkAllowList *string `json:"networkAllowList"`
+	DomainAllowList  *string `json:"domainAllowList"`
+}
+
+// updateNetwork serves POST /sandbox/{idOrName}/network-settings: the
+// sandbox's egress policy changes for the connections that start after the
+// answer. networkBlockAll false restores outbound access and clears the
+// stored lists; true blocks everything; a list given replaces that list
+// (an empty one clears it) and blocks what it does not name. Sending the
+// same settings again changes nothing.
+func (h *sandboxAPI) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	var req networkSettings
+	if err := api.DecodeJSON(r, &req, false); err != nil {
+		WriteError(w, r, badRequest("%v", err))
+		return
+	}
+	if req.NetworkBlockAll == nil && req.NetworkAllowList == nil && req.DomainAllowList == nil {
+		WriteError(w, r, badRequest("at least one of networkBlockAll, networkAllowList or domainAllowList must be set"))
+		return
+	}
+	sb, err := h.lookup(r)
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	p := sb.Network
+	if b := req.NetworkBlockAll; b != nil {
+		if *b {
+			p = sandpit.NetworkPolicy{Egress: sandpit.EgressNone}
+		} else {
+			p = sandpit.NetworkPolicy{}
+		}
+	}
+	if l := req.NetworkAllowList; l != nil {
+		p.Allow = commaList(*l)
+	}
+	if l := req.DomainAllowList; l != nil {
+		p.AllowDomains = commaList(*l)
+	}
+	if req.NetworkAllowList != nil || req.DomainAllowList != nil {
+		p.Egress = sandpit.EgressNone
+		if len(p.Allow) == 0 && len(p.AllowDomains) == 0 && (req.NetworkBlockAll == nil || !*req.NetworkBlockAll) {
+			// Both lists emptied: nothing is restricted any more.
+			p = sandpit.NetworkPolicy{Deny: p.Deny}
+		}
+	}
+	after, err := h.svc.UpdateNetwork(r.Context(), sb.ID, p)
+	if err != nil {
+		WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, after, true))
 }
 
 // maxAutoArchive is the longest auto-archive interval (30 days), which

@@ -89,7 +89,6 @@ func TestServiceRequestRefusesWhatItCannotHonour(t *testing.T) {
 	one := 1.0
 	cases := map[string]CreateRequest{
 		"GPUs":                       {GPU: &one},
-		"domainAllowList":            {DomainAllowList: "example.com"},
 		"subpath":                    {Volumes: []SandboxVolume{{VolumeID: "v", MountPath: "/data", Subpath: "x"}}},
 		"secrets":                    {Secrets: []json.RawMessage{[]byte(`{}`)}},
 		"dockerfileContent is empty": {BuildInfo: &BuildInfo{DockerfileContent: " \n", ContextHashes: []string{"x"}}},
@@ -100,6 +99,13 @@ func TestServiceRequestRefusesWhatItCannotHonour(t *testing.T) {
 		if err == nil || !errors.Is(err, service.ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error = %v", want, err)
 		}
+	}
+	// domainAllowList blocks all but its names (and the CIDRs of
+	// networkAllowList).
+	sr, _, err := serviceRequest(CreateRequest{DomainAllowList: "example.com, *.daytona.io", NetworkAllowList: "192.0.2.0/24"})
+	if err != nil || sr.Network.Egress != sandpit.EgressNone || strings.Join(sr.Network.AllowDomains, ",") != "example.com,*.daytona.io" ||
+		strings.Join(sr.Network.Allow, ",") != "192.0.2.0/24" {
+		t.Errorf("domainAllowList: %+v %v", sr.Network, err)
 	}
 	mem := 2.0
 	ttl := 5

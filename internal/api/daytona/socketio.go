@@ -410,8 +410,8 @@ func (h *eventAPI) relayEvents(ctx context.Context, sub *service.Subscription) {
 				sub = h.svc.Subscribe(eventBuffer)
 				continue
 			}
-			if e.IsBuild() {
-				continue // Daytona's socket speaks of sandboxes only
+			if e.IsBuild() || e.Type == service.EventNetworkDenied {
+				continue // Daytona's socket speaks of sandbox states only
 			}
 			h.announce(ctx, e)
 		}

@@ -115,6 +115,10 @@ func (f *fakeBackend) StartSandbox(ctx context.Context, id string) (sandpit.Sand
 	return f.setState(ctx, id, "", sandpit.StateRunning)
 }
 
+func (f *fakeBackend) UpdateNetwork(context.Context, string, sandpit.NetworkPolicy) (sandpit.Sandbox, error) {
+	return sandpit.Sandbox{}, errors.New("not in this test")
+}
+
 func (f *fakeBackend) SetTimeout(ctx context.Context, id string, d time.Duration) (sandpit.Sandbox, error) {
 	now := time.Now()
 	if err := f.st.SetSandboxEndAt(ctx, id, now.Add(d), now); err != nil {
@@ -494,14 +498,15 @@ func TestCreateRefusals(t *testing.T) {
 		hdr    []string
 		status int
 	}{
-		"unknown template": {`{"templateID":"nope"}`, nil, 400},
-		"zero timeout":     {`{"templateID":"base","timeout":0}`, nil, 400},
-		"domain allowOut":  {`{"templateID":"base","network":{"allowOut":["example.com"],"denyOut":["0.0.0.0/0"]}}`, nil, 400},
-		"ipv6 denyOut":     {`{"templateID":"base","network":{"denyOut":["::/0"]}}`, nil, 400},
-		"bad cidr":         {`{"templateID":"base","network":{"denyOut":["10.0.0.0/33"]}}`, nil, 400},
-		"resume, no pause": {`{"templateID":"base","autoResume":{"enabled":true}}`, nil, 400},
-		"bad json":         {`{"templateID":`, nil, 400},
-		"wrong key":        {body1, []string{"X-API-KEY", "wrong"}, 401},
+		"unknown template":  {`{"templateID":"nope"}`, nil, 400},
+		"zero timeout":      {`{"templateID":"base","timeout":0}`, nil, 400},
+		"bad name allowOut": {`{"templateID":"base","network":{"allowOut":["not a name!"],"denyOut":["0.0.0.0/0"]}}`, nil, 400},
+		"wildcard TLD":      {`{"templateID":"base","network":{"allowOut":["*.com"]}}`, nil, 400},
+		"ipv6 denyOut":      {`{"templateID":"base","network":{"denyOut":["::/0"]}}`, nil, 400},
+		"bad cidr":          {`{"templateID":"base","network":{"denyOut":["10.0.0.0/33"]}}`, nil, 400},
+		"resume, no pause":  {`{"templateID":"base","autoResume":{"enabled":true}}`, nil, 400},
+		"bad json":          {`{"templateID":`, nil, 400},
+		"wrong key":         {body1, []string{"X-API-KEY", "wrong"}, 401},
 	} {
 		_, res := f.create(tc.body, tc.hdr...)
 		var e ErrorBody
@@ -637,12 +642,12 @@ func TestIdenticalCreateAfterClaimReapedIsNew(t *testing.T) {
 
 func TestUnimplementedEndpointIsNotANotFound(t *testing.T) {
 	f := newFixture(t, Config{})
-	res := f.do(http.MethodPut, "/e2b/sandboxes/abc/network", `{}`)
+	res := f.do(http.MethodGet, "/e2b/sandboxes/abc/logs", ``)
 	var e ErrorBody
 	if res.status != http.StatusNotImplemented || json.Unmarshal(res.body, &e) != nil || e.Code != 501 {
 		t.Fatalf("unimplemented endpoint: %d %s, want 501 (a 404 reads as 'sandbox not found' in the SDK)", res.status, res.body)
 	}
-	if res := f.do(http.MethodPut, "/e2b/sandboxes/abc/network", `{}`, "X-API-KEY", "nope"); res.status != http.StatusUnauthorized {
+	if res := f.do(http.MethodGet, "/e2b/sandboxes/abc/logs", ``, "X-API-KEY", "nope"); res.status != http.StatusUnauthorized {
 		t.Fatalf("unauthenticated: %d, want 401 before anything else", res.status)
 	}
 }

@@ -48,6 +48,7 @@ type Backend interface {
 	// request through the gateway.
 	WakeOnTraffic(ctx context.Context, id string) (service.WakeOutcome, error)
 	SetTimeout(ctx context.Context, id string, timeout time.Duration) (sandpit.Sandbox, error)
+	UpdateNetwork(ctx context.Context, id string, p sandpit.NetworkPolicy) (sandpit.Sandbox, error)
 	Stats(ctx context.Context, id string) (driver.Stats, error)
 	AgentAddr(ctx context.Context, id string) (string, error)
 	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
@@ -185,6 +186,7 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 	route("GET /sandboxes/{id}", sandpit.ActionRead, h.get)
 	route("DELETE /sandboxes/{id}", sandpit.ActionManage, h.kill)
 	route("POST /sandboxes/{id}/timeout", sandpit.ActionManage, h.setTimeout)
+	route("PUT /sandboxes/{id}/network", sandpit.ActionManage, h.updateNetwork)
 	route("POST /sandboxes/{id}/refreshes", sandpit.ActionManage, h.refresh)
 	// A connect answers with the envd access token, which runs code.
 	route("POST /v2/sandboxes/{id}/connect", sandpit.ActionExecute, h.connect)
@@ -196,8 +198,7 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 	h.snapshotRoutes()
 	h.forwarding()
 	m := h.mux
-	// Any other path is an E2B feature sandpit lacks (network updates,
-	// logs). It answers 501, not
+	// Any other path is an E2B feature sandpit lacks (logs, say). It answers 501, not
 	// 404: the SDK reads a 404 on a sandbox path as "sandbox not found",
 	// which would misreport a missing feature as a missing sandbox.
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

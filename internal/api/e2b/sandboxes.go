@@ -262,6 +262,28 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// updateNetwork serves sbx.updateNetwork: the body replaces the sandbox's
+// whole egress policy (a field left out clears its rules, as on E2B), for
+// the connections that start after the answer. The same body again
+// changes nothing.
+func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var b NetworkUpdate
+	if err := api.DecodeJSON(r, &b, false); err != nil {
+		fail(w, err, id)
+		return
+	}
+	if _, _, err := h.visible(r, id); err != nil {
+		fail(w, err, id)
+		return
+	}
+	if _, err := h.be.UpdateNetwork(r.Context(), id, egressPolicy(b.AllowInternetAccess, b.AllowOut, b.DenyOut)); err != nil {
+		fail(w, err, id)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // refresh serves the older keep-alive call, which sets the end time to
 // now + duration (default 300 s).
 func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) {

@@ -154,18 +154,36 @@ func (b CreateBody) onTimeout() sandpit.OnTimeout {
 
 // network maps E2B's egress settings to a sandbox policy:
 // allow_internet_access false is E2B's denyOut ["0.0.0.0/0"], that is no
-// egress beyond allowOut; allowOut wins over denyOut, as on E2B. Domain names
-// in allowOut are refused (sandpit filters by address only).
+// egress beyond allowOut; allowOut wins over denyOut, as on E2B. Entries
+// that are not addresses or CIDRs are domain names, judged by the egress
+// proxy (SNI on 443, Host on 80) and the sandbox's DNS.
 func (b CreateBody) network() sandpit.NetworkPolicy {
+	var n Network
+	if b.Network != nil {
+		n = *b.Network
+	}
+	return egressPolicy(b.AllowInternetAccess, n.AllowOut, n.DenyOut)
+}
+
+// egressPolicy is the policy of E2B's egress fields, on a create or a
+// network update.
+func egressPolicy(internet *bool, allowOut, denyOut []string) sandpit.NetworkPolicy {
 	var p sandpit.NetworkPolicy
-	if b.AllowInternetAccess != nil && !*b.AllowInternetAccess {
+	if internet != nil && !*internet {
 		p.Egress = sandpit.EgressNone
 	}
-	if b.Network != nil {
-		p.Allow = b.Network.AllowOut
-		p.Deny = b.Network.DenyOut
-	}
+	p.Allow, p.AllowDomains = service.SplitAddressesAndNames(allowOut)
+	p.Deny, p.DenyDomains = service.SplitAddressesAndNames(denyOut)
 	return p
+}
+
+// NetworkUpdate is the body of PUT /sandboxes/{id}/network
+// (sbx.updateNetwork): the whole new egress policy; a field left out
+// clears its rules.
+type NetworkUpdate struct {
+	AllowOut            []string `json:"allowOut"`
+	DenyOut             []string `json:"denyOut"`
+	AllowInternetAccess *bool    `json:"allow_internet_access"`
 }
 
 // CreatedSandbox is the response of a create or a connect.

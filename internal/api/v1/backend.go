@@ -35,6 +35,8 @@ type Backend interface {
 	ExposePort(ctx context.Context, id string, port int, protocol string) (service.ExposeResult, error)
 	ListPorts(ctx context.Context, id string) ([]sandpit.ExposedPort, error)
 	Stats(ctx context.Context, id string) (driver.Stats, error)
+	UpdateNetwork(ctx context.Context, id string, p sandpit.NetworkPolicy) (sandpit.Sandbox, error)
+	NetworkDenials(ctx context.Context, id string) (service.NetworkReport, error)
 	UnexposePort(ctx context.Context, id string, port int) error
 	AddCustomDomain(ctx context.Context, id, hostname string, port int) (sandpit.CustomDomain, bool, error)
 	ListCustomDomains(ctx context.Context, id string) ([]sandpit.CustomDomain, error)

@@ -29,6 +29,10 @@ func toEvent(e service.Event) apitypes.Event {
 	if e.Gone() {
 		out.State = ""
 	}
+	if d := e.Denial; d != nil {
+		out.OldState = ""
+		out.Network = &apitypes.Denial{Time: d.Time, Kind: d.Kind, Name: d.Name, Addr: d.Addr, Port: d.Port, Reason: d.Reason, Message: d.String()}
+	}
 	return out
 }
 

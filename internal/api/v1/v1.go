@@ -75,6 +75,8 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 	route("POST /v1/sandboxes/{id}/ports", sandpit.ActionExpose, h.expose)
 	route("GET /v1/sandboxes/{id}/ports", sandpit.ActionRead, h.listPorts)
 	route("GET /v1/sandboxes/{id}/stats", sandpit.ActionRead, h.stats)
+	route("PUT /v1/sandboxes/{id}/network", sandpit.ActionManage, h.updateNetwork)
+	route("GET /v1/sandboxes/{id}/network/denied", sandpit.ActionRead, h.networkDenied)
 	route("DELETE /v1/sandboxes/{id}/ports/{port}", sandpit.ActionExpose, h.unexpose)
 	route("POST /v1/sandboxes/{id}/custom-domains", sandpit.ActionExpose, h.addDomain)
 	route("GET /v1/sandboxes/{id}/custom-domains", sandpit.ActionRead, h.listDomains)
@@ -112,7 +114,8 @@ func networkPolicy(n *apitypes.Network) sandpit.NetworkPolicy {
 	if n == nil {
 		return sandpit.NetworkPolicy{}
 	}
-	return sandpit.NetworkPolicy{Egress: n.Egress, Allow: n.Allow, Deny: n.Deny}
+	return sandpit.NetworkPolicy{Egress: n.Egress, Allow: n.Allow, Deny: n.Deny, AllowDomains: n.AllowDomains, DenyDomains: n.DenyDomains,
+		Mode: n.Mode, Profiles: n.Profiles}
 }
 
 // toSandbox renders a sandbox of this node; in a cluster it names the node,
@@ -125,7 +128,8 @@ func (h *Handler) toSandbox(ctx context.Context, sb sandpit.Sandbox) apitypes.Sa
 		out.EndAt = &t
 	}
 	if !sb.Network.IsZero() {
-		out.Network = &apitypes.Network{Egress: sb.Network.Egress, Allow: sb.Network.Allow, Deny: sb.Network.Deny}
+		out.Network = &apitypes.Network{Egress: sb.Network.Egress, Allow: sb.Network.Allow, Deny: sb.Network.Deny,
+			AllowDomains: sb.Network.AllowDomains, DenyDomains: sb.Network.DenyDomains, Mode: sb.Network.Mode}
 	}
 	out.PauseMode = string(sb.PauseMode)
 	if sb.TimeoutAction() != sandpit.OnTimeoutKill || sb.AutoResume {
@@ -504,6 +508,37 @@ func (h *Handler) poolStatus(w http.ResponseWriter, r *http.Request) {
 	out := apitypes.WarmPoolStatus{Hits: st.Hits, Misses: st.Misses, Pools: []apitypes.Pool{}}
 	for _, p := range st.Pools {
 		out.Pools = append(out.Pools, apitypes.Pool{Image: p.Image, User: p.User, Size: p.Size, Ready: p.Ready, Starting: p.Starting})
+	}
+	api.WriteJSON(w, http.StatusOK, out)
+}
+
+// updateNetwork serves PUT /v1/sandboxes/{id}/network: the body is the
+// whole new policy (fields left out are cleared), applied to connections
+// that start after the answer.
+func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	var n apitypes.Network
+	if err := api.DecodeJSON(r, &n, true); err != nil {
+		fail(w, err)
+		return
+	}
+	sb, err := h.svc.UpdateNetwork(r.Context(), r.PathValue("id"), networkPolicy(&n))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r.Context(), sb))
+}
+
+// networkDenied serves GET /v1/sandboxes/{id}/network/denied.
+func (h *Handler) networkDenied(w http.ResponseWriter, r *http.Request) {
+	rep, err := h.svc.NetworkDenials(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	out := apitypes.NetworkDenied{Denied: make([]apitypes.Denial, 0, len(rep.Denied)), Total: rep.DeniedTotal, Learned: rep.Learned}
+	for _, d := range rep.Denied {
+		out.Denied = append(out.Denied, apitypes.Denial{Time: d.Time, Kind: d.Kind, Name: d.Name, Addr: d.Addr, Port: d.Port, Reason: d.Reason, Message: d.String()})
 	}
 	api.WriteJSON(w, http.StatusOK, out)
 }
