@@ -23,11 +23,11 @@ import (
 // way they reach anything: their traffic is forwarded (and masqueraded) by
 // the host.
 type fakeNet struct {
-	ns                        string
-	internet, lan, linkLocal  string // addresses
+	ns                       string
+	internet, lan, linkLocal string // addresses
 	// internet2 is a second "internet" address (from TEST-NET-2), for
 	// tests that need two public hosts.
-	internet2 string
+	internet2                 string
 	lanCIDR                   string // the LAN's /24
 	port                      int
 	hostVeth, nsVeth, linkNet string
