@@ -34,6 +34,7 @@ import (
 //	get URL          GET with the test CA, through the sandbox's own DNS
 //	sni IP NAME      TLS to IP:443 presenting NAME ("" for none), then GET
 //	resolve NAME     look NAME up through the sandbox's DNS
+//	bench IP NAME N  request medians (µs): fresh connections, then kept alive
 const egressProbeSrc = `package main
 
 import (
@@ -44,6 +45,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
+	"strconv"
 	"time"
 )
 
@@ -76,6 +79,34 @@ func main() {
 		fmt.Fprintf(conn, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", os.Args[3])
 		b, _ := io.ReadAll(conn)
 		fmt.Println("OK", len(b))
+	case "bench":
+		// bench IP NAME N: N HTTPS requests to IP:443 presenting NAME, each
+		// on a fresh connection (the handshake and, through the egress
+		// proxy, its decision included); then N on one kept-alive
+		// connection. Prints the two medians in microseconds.
+		n, _ := strconv.Atoi(os.Args[4])
+		cfg := &tls.Config{RootCAs: pool, ServerName: os.Args[3]}
+		url := "https://" + os.Args[2] + "/"
+		median := func(keep bool) int64 {
+			tr := &http.Transport{Proxy: nil, TLSClientConfig: cfg, DisableKeepAlives: !keep}
+			c := &http.Client{Timeout: 10 * time.Second, Transport: tr}
+			defer tr.CloseIdleConnections()
+			var ds []int64
+			for i := 0; i < n; i++ {
+				t0 := time.Now()
+				resp, err := c.Get(url)
+				if err != nil {
+					fail(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				ds = append(ds, time.Since(t0).Microseconds())
+			}
+			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+			return ds[len(ds)/2]
+		}
+		fresh := median(false)
+		fmt.Println("OK", fresh, median(true))
 	case "resolve":
 		addrs, err := net.LookupHost(os.Args[2])
 		if err != nil {
@@ -93,7 +124,7 @@ var egressProbeOnce = struct {
 }{}
 
 // egressProbeBinary builds the probe once per test binary.
-func egressProbeBinary(t *testing.T) []byte {
+func egressProbeBinary(t testing.TB) []byte {
 	t.Helper()
 	egressProbeOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "sandpit-egress-probe-")
@@ -136,7 +167,7 @@ type testInternet struct {
 
 // newTestInternet serves, on every fake address, a page naming the host it
 // was asked for: "hello <Host>".
-func newTestInternet(t *testing.T) *testInternet {
+func newTestInternet(t testing.TB) *testInternet {
 	t.Helper()
 	fn := newFakeNet(t)
 	ti := &testInternet{fn: fn, names: map[string]string{
@@ -212,7 +243,7 @@ func newTestInternet(t *testing.T) *testInternet {
 
 // egressRun runs the probe in a sandbox and reports whether it succeeded,
 // with its output line.
-func egressRun(t *testing.T, ctx context.Context, c *client.Client, id string, args ...string) (bool, string) {
+func egressRun(t testing.TB, ctx context.Context, c *client.Client, id string, args ...string) (bool, string) {
 	t.Helper()
 	res, err := c.Exec(ctx, id, client.ExecRequest{Cmd: "/tmp/egress-probe", Args: args, TimeoutS: 30})
 	if err != nil {
@@ -222,7 +253,7 @@ func egressRun(t *testing.T, ctx context.Context, c *client.Client, id string, a
 }
 
 // installProbe copies the probe and the test CA into a sandbox.
-func installProbe(t *testing.T, ctx context.Context, c *client.Client, id string, ti *testInternet) {
+func installProbe(t testing.TB, ctx context.Context, c *client.Client, id string, ti *testInternet) {
 	t.Helper()
 	if err := c.WriteFile(ctx, id, "/tmp/egress-probe", egressProbeBinary(t)); err != nil {
 		t.Fatal(err)
@@ -230,7 +261,9 @@ func installProbe(t *testing.T, ctx context.Context, c *client.Client, id string
 	if err := c.WriteFile(ctx, id, "/tmp/egress-ca.pem", ti.caPEM); err != nil {
 		t.Fatal(err)
 	}
-	sh(t, ctx, c, id, "chmod +x /tmp/egress-probe")
+	if res, err := c.Exec(ctx, id, client.ExecRequest{Cmd: "chmod", Args: []string{"+x", "/tmp/egress-probe"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("chmod the probe: %v %+v", err, res)
+	}
 }
 
 // expectReach runs the probe and fails the test unless it succeeds (want)
@@ -412,4 +445,87 @@ func TestEgressByName(t *testing.T) {
 	if sandboxCount(t, ctx, d) != before {
 		t.Error("a refused create made a sandbox")
 	}
+}
+
+// sdkReach is one probe run as an SDK script reports it.
+type sdkReach struct {
+	OK  bool
+	Out string
+}
+
+// TestEgressByNameSDKs: the same rules through the official SDKs, unchanged.
+// E2B: allowOut with a name and internet access off reaches that name only
+// (not another name on its address, not the address with another SNI or
+// none); updateNetwork with denyOut of the name blocks it for the next
+// connection and, since omitted fields replace all rules, opens the rest;
+// sending it again changes nothing; the static updateNetwork goes back to
+// allow-only. Daytona: domainAllowList on create (a wildcard included),
+// updateNetworkSettings swapping the list, then networkBlockAll.
+func TestEgressByNameSDKs(t *testing.T) {
+	t.Parallel()
+	e2bDir := harness.SDKDir(t, "e2b", "e2b")
+	daytonaDir := harness.SDKDir(t, "daytona", "@daytonaio/sdk")
+	ti := newTestInternet(t)
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--egress-resolver", ti.dnsURL}})
+	ctx := ctxFor(t, 5*time.Minute)
+	dir := t.TempDir()
+	probePath, caPath := filepath.Join(dir, "probe"), filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(probePath, egressProbeBinary(t), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(caPath, ti.caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"SANDPIT_URL=" + d.URL(), "SANDPIT_TOKEN=" + d.Token, "PROBE=" + probePath, "CA=" + caPath, "INTERNET=" + ti.fn.internet}
+	expect := func(what string, r sdkReach, want bool) {
+		t.Helper()
+		if r.OK != want {
+			t.Errorf("%s: %+v, want success %v", what, r, want)
+		}
+	}
+	t.Run("e2b", func(t *testing.T) {
+		t.Parallel()
+		var res struct {
+			Created   struct{ Allowed, Other, IPOtherSNI, IPNoSNI sdkReach }
+			Denied    struct{ Allowed, Other sdkReach }
+			Again     struct{ Allowed sdkReach }
+			AllowOnly struct {
+				Allowed, Other sdkReach
+			}
+			SandboxID string
+		}
+		harness.RunSDK(t, ctx, e2bDir, "egress-sdk.mjs", env, &res)
+		expect("created: allowed.test", res.Created.Allowed, true)
+		expect("created: other.test", res.Created.Other, false)
+		expect("created: allowed.test's address with SNI other.test", res.Created.IPOtherSNI, false)
+		expect("created: allowed.test's address with no SNI", res.Created.IPNoSNI, false)
+		expect("denyOut allowed.test: allowed.test", res.Denied.Allowed, false)
+		expect("denyOut allowed.test: other.test (allowOut omitted, internet on)", res.Denied.Other, true)
+		expect("the same update again: allowed.test", res.Again.Allowed, false)
+		expect("allow-only again: allowed.test", res.AllowOnly.Allowed, true)
+		expect("allow-only again: other.test", res.AllowOnly.Other, false)
+	})
+	t.Run("daytona", func(t *testing.T) {
+		t.Parallel()
+		var res struct {
+			CreatedList string
+			Created     struct{ Allowed, Wild, Other sdkReach }
+			Swapped     struct{ Allowed, Other sdkReach }
+			Blocked     struct{ Other sdkReach }
+			BlockAll    bool
+		}
+		harness.RunSDK(t, ctx, daytonaDir, "egress-sdk.mjs", env, &res)
+		if res.CreatedList != "allowed.test,*.wild.test" {
+			t.Errorf("the sandbox's domainAllowList: %q", res.CreatedList)
+		}
+		expect("created: allowed.test", res.Created.Allowed, true)
+		expect("created: a.wild.test", res.Created.Wild, true)
+		expect("created: other.test", res.Created.Other, false)
+		expect("swapped: allowed.test", res.Swapped.Allowed, false)
+		expect("swapped: other.test", res.Swapped.Other, true)
+		expect("block all: other.test", res.Blocked.Other, false)
+		if !res.BlockAll {
+			t.Error("networkBlockAll is not reported after blocking all")
+		}
+	})
 }

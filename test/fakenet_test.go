@@ -46,7 +46,7 @@ func ipCmd(args ...string) error {
 
 // newFakeNet builds the namespace (retrying with other addresses when a
 // parallel run holds the ones drawn) and tears it down when the test ends.
-func newFakeNet(t *testing.T) *fakeNet {
+func newFakeNet(t testing.TB) *fakeNet {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {
@@ -140,7 +140,7 @@ func (fn *fakeNet) down() {
 // listen opens the greeting listeners: one port shared by the three
 // addresses, and port 53 of the LAN and link-local ones, the DNS stand-ins
 // for the daemon's resolver exception.
-func (fn *fakeNet) listen(t *testing.T) {
+func (fn *fakeNet) listen(t testing.TB) {
 	t.Helper()
 	first := fn.listenTCP(t, fn.internet+":0")
 	fn.port = first[0].Addr().(*net.TCPAddr).Port
@@ -156,7 +156,7 @@ func (fn *fakeNet) listen(t *testing.T) {
 // keeps its namespace for life, so accepting on it from any thread works.
 // The thread is never unlocked, so the runtime discards it instead of
 // reusing it.
-func (fn *fakeNet) listenTCP(t *testing.T, addrs ...string) []net.Listener {
+func (fn *fakeNet) listenTCP(t testing.TB, addrs ...string) []net.Listener {
 	t.Helper()
 	type result struct {
 		lns []net.Listener

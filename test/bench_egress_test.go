@@ -1,0 +1,71 @@
+package sandpit_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/test/harness"
+)
+
+// BenchmarkEgressByName measures, in one run, HTTPS requests from a sandbox
+// to a host of the test's internet two ways:
+//
+//   - direct: a sandbox with no rules on names, whose connections go
+//     straight out through the host (the baseline);
+//   - egress: a sandbox allowed only that host's name, whose connections
+//     the firewall hands to the egress proxy, which reads the SNI, checks
+//     the name and the address, and splices.
+//
+// Each op is one round of 50 requests per side per mode, made by the probe
+// inside the sandbox (so exec and the API are not in the figures): on fresh
+// connections (TCP and TLS setup, and the proxy's decision, in every
+// request) and on one kept-alive connection (the splice alone). It reports
+// the medians of the last round and the egress/direct ratios; the
+// difference of the fresh medians is the connection setup cost.
+func BenchmarkEgressByName(b *testing.B) {
+	bt := testing.TB(b)
+	ti := newTestInternet(bt)
+	d := harness.Start(bt, sandpitBin, harness.Options{Args: []string{"--egress-resolver", ti.dnsURL}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c := d.Client()
+	direct, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	egress, err := c.Create(ctx, client.CreateRequest{Network: &client.Network{Egress: "none", AllowDomains: []string{"allowed.test"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, id := range []string{direct.ID, egress.ID} {
+		installProbe(bt, ctx, c, id, ti)
+	}
+	round := func(id string) (fresh, kept float64) {
+		ok, out := egressRun(bt, ctx, c, id, "bench", ti.fn.internet, "allowed.test", "50")
+		f := strings.Fields(out)
+		if !ok || len(f) != 3 {
+			b.Fatalf("bench in %s: %q", id, out)
+		}
+		fr, _ := strconv.ParseFloat(f[1], 64)
+		ka, _ := strconv.ParseFloat(f[2], 64)
+		return fr, ka
+	}
+	var df, dk, ef, ek float64
+	b.ResetTimer()
+	for range b.N {
+		df, dk = round(direct.ID)
+		ef, ek = round(egress.ID)
+	}
+	b.StopTimer()
+	b.ReportMetric(df, "direct-fresh-p50-µs")
+	b.ReportMetric(ef, "egress-fresh-p50-µs")
+	b.ReportMetric(ef/df, "fresh-egress/direct")
+	b.ReportMetric(ef-df, "setup-cost-µs")
+	b.ReportMetric(dk, "direct-keepalive-p50-µs")
+	b.ReportMetric(ek, "egress-keepalive-p50-µs")
+	b.ReportMetric(ek/dk, "keepalive-egress/direct")
+}
