@@ -426,6 +426,16 @@ func TestEgressByName(t *testing.T) {
 	expectReach(t, ctx, c, prof.ID, true, "get", "https://allowed.test/")
 	expectReach(t, ctx, c, prof.ID, false, "get", "https://other.test/")
 
+	// A restarted daemon listens on new ports; the rules of its running
+	// sandboxes follow, and a name still denied stays denied.
+	d.Stop()
+	if !d.Wait(30 * time.Second) {
+		t.Fatal("the daemon did not stop")
+	}
+	d.Restart(nil)
+	expectReach(t, ctx, c, prof.ID, true, "get", "https://allowed.test/")
+	expectReach(t, ctx, c, prof.ID, false, "get", "https://other.test/")
+
 	// Bad rules: refused, nothing made.
 	before := sandboxCount(t, ctx, d)
 	for _, n := range []client.Network{
