@@ -376,11 +376,11 @@ func TestEgressByName(t *testing.T) {
 	// A live update: allowed.test is denied by name for the very next
 	// connection, everything else public; the same update again is a
 	// no-op; an empty policy lifts every rule.
-	upd := client.Network{DenyDomains: []string{"allowed.test"}}
-	for range 2 {
-		if _, err := c.UpdateNetwork(ctx, sb.ID, upd); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := c.UpdateNetwork(ctx, sb.ID, client.Network{DenyDomains: []string{"allowed.test"}}); err != nil {
+		t.Fatal(err)
+	}
+	if out := cli(t, ctx, d, "network", "set", sb.ID, "--deny-domain", "allowed.test"); strings.TrimSpace(out) != sb.ID {
+		t.Fatalf("sandpit network set printed %q", out)
 	}
 	expectReach(t, ctx, c, sb.ID, false, "get", "https://allowed.test/")
 	expectReach(t, ctx, c, sb.ID, true, "get", "https://other.test/")

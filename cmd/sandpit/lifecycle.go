@@ -34,24 +34,8 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 			return c.Pause(ctx, id, pauseMode)
 		})
 	pause.Flags().StringVar(&pauseMode, "mode", "", "memory (default) or filesystem")
-	// one is a command of one sandbox: it resolves the reference and runs do.
 	one := func(use, short string, do func(cmd *cobra.Command, c *client.Client, id string) error) *cobra.Command {
-		return &cobra.Command{
-			Use:   use + " SANDBOX",
-			Short: short,
-			Args:  cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := e.client()
-				if err != nil {
-					return err
-				}
-				id, err := resolveSandbox(cmd.Context(), c, args[0])
-				if err != nil {
-					return err
-				}
-				return do(cmd, c, id)
-			},
-		}
+		return oneSandboxCmd(e, use, short, do)
 	}
 	inspect := one("inspect", "Print a sandbox as JSON", func(cmd *cobra.Command, c *client.Client, id string) error {
 		sb, err := c.Get(cmd.Context(), id)
@@ -99,6 +83,27 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 		inspect,
 		stats,
 		logs,
+	}
+}
+
+// oneSandboxCmd is a command of one sandbox: it resolves the reference (an
+// id, a name or an id prefix) and runs do.
+func oneSandboxCmd(e *cliEnv, use, short string, do func(cmd *cobra.Command, c *client.Client, id string) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   use + " SANDBOX",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			id, err := resolveSandbox(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			return do(cmd, c, id)
+		},
 	}
 }
 

@@ -15,19 +15,8 @@ func networkCmd(e *cliEnv) *cobra.Command {
 	cmd := &cobra.Command{Use: "network", Short: "Show and change a sandbox's egress policy, and see what it refused"}
 	var n client.Network
 	var learn bool
-	set := &cobra.Command{
-		Use:   "set SANDBOX",
-		Short: "Replace a sandbox's egress policy (what is not given is cleared); new connections follow it at once",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
-			id, err := resolveSandbox(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
+	set := oneSandboxCmd(e, "set", "Replace a sandbox's egress policy (what is not given is cleared); new connections follow it at once",
+		func(cmd *cobra.Command, c *client.Client, id string) error {
 			if learn {
 				n.Mode = "learn"
 			}
@@ -36,8 +25,7 @@ func networkCmd(e *cliEnv) *cobra.Command {
 				return err
 			}
 			return e.emit(cmd, sb, func(w io.Writer) error { _, err := fmt.Fprintln(w, sb.ID); return err })
-		},
-	}
+		})
 	f := set.Flags()
 	f.StringVar(&n.Egress, "egress", "", "public (default) or none: none refuses every address and name not allowed")
 	f.StringArrayVar(&n.Allow, "allow", nil, "an IPv4 CIDR or address the sandbox may reach (repeatable)")
@@ -46,26 +34,14 @@ func networkCmd(e *cliEnv) *cobra.Command {
 	f.StringArrayVar(&n.DenyDomains, "deny-domain", nil, "a name the sandbox may not reach (repeatable)")
 	f.StringArrayVar(&n.Profiles, "profile", nil, "a domain list the daemon defines (pypi, npm, github, ...) to allow (repeatable)")
 	f.BoolVar(&learn, "learn", false, "refuse nothing by name and record the names used (see `sandpit network denied`)")
-	denied := &cobra.Command{
-		Use:   "denied SANDBOX",
-		Short: "Print the connections and DNS answers the egress proxy refused a sandbox lately, and in learn mode the names it used",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
-			id, err := resolveSandbox(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
+	denied := oneSandboxCmd(e, "denied", "Print the connections and DNS answers the egress proxy refused a sandbox lately, and in learn mode the names it used",
+		func(cmd *cobra.Command, c *client.Client, id string) error {
 			rep, err := c.NetworkDenials(cmd.Context(), id)
 			if err != nil {
 				return err
 			}
 			return e.emit(cmd, rep, func(w io.Writer) error { return printDenied(w, rep) })
-		},
-	}
+		})
 	cmd.AddCommand(set, denied)
 	return cmd
 }

@@ -24,6 +24,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/sandpit-dev/sandpit/internal/firewall"
 )
 
 // ErrInvalid marks a rule the package refuses.
@@ -150,21 +152,13 @@ func (r *Rules) resolvable(n string) (bool, string) {
 	return true, ""
 }
 
-// Blocked ranges: what a sandbox does not reach unless the operator (or its
-// own allow list, within the operator's grants) allows it. They mirror the
-// firewall's: the proxy decides for the connections the firewall hands it.
-var blocked = []netip.Prefix{
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-}
-
-var linkLocal = netip.MustParsePrefix("169.254.0.0/16")
+// The ranges a sandbox does not reach unless allowed are the firewall's:
+// the proxy decides for the connections the firewall hands it, and must
+// not judge an address differently.
+var (
+	blocked   = firewall.Blocked
+	linkLocal = firewall.LinkLocal
+)
 
 func inAny(ps []netip.Prefix, a netip.Addr) bool {
 	return slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Contains(a) })
