@@ -156,8 +156,8 @@ func partFilename(part *multipart.Part) string {
 // answer with when it fails. The file and any missing parent directories are
 // made as the request's account, so they belong to it and the account's
 // permissions apply; an existing file keeps its mode and owner, as with
-// shell redirection. Metadata, when the upload carries any, replaces the
-// file's.
+// shell redirection. The upload's metadata (none if it carries none)
+// replaces the file's.
 //
 // The bytes go to a temporary file beside the destination, renamed over it
 // only once the whole body has arrived: an upload that fails or is refused
@@ -173,13 +173,14 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 		target  = path // the file the bytes end up in (through a symlink)
 		tmp     string // "" when writing in place
 		madeDir []string
-		kept    map[string]string // the replaced file's metadata, which a rewrite without any keeps
 	)
-	err := acc.as(func() error {
+	madeDir, err := a.makeParents(acc, filepath.Dir(path))
+	if err != nil {
+		err = fmt.Errorf("create parent directories of %s: %w", path, err)
+		return writtenEntry{}, fileErrorStatus(err), err
+	}
+	err = acc.as(func() error {
 		var err error
-		if madeDir, err = mkdirAllTracked(filepath.Dir(path)); err != nil {
-			return fmt.Errorf("create parent directories of %s: %w", path, err)
-		}
 		if t, err := filepath.EvalSymlinks(path); err == nil {
 			target = t
 		}
@@ -212,9 +213,6 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 				_ = f.Chown(int(st.Uid), int(st.Gid))
 			}
 			mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-			if md == nil {
-				kept, _ = readMetadata(target)
-			}
 		}
 		_ = f.Chmod(mode)
 		return nil
@@ -236,14 +234,7 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 	}
 	if tmp != "" {
 		err := acc.as(func() error {
-			var err error
-			if len(kept) > 0 {
-				err = setMetadata(tmp, kept)
-			}
-			if err == nil {
-				err = os.Rename(tmp, target)
-			}
-			if err != nil {
+			if err := os.Rename(tmp, target); err != nil {
 				_ = os.Remove(tmp)
 				removeDirs(madeDir)
 				return fmt.Errorf("write %s: %w", path, err)
@@ -256,10 +247,11 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 	}
 	var stored map[string]string
 	err = acc.as(func() error {
-		if md != nil {
-			if err := setMetadata(path, md); err != nil {
-				return err
-			}
+		// The upload's metadata replaces the file's; one without any
+		// leaves the file with none, as on E2B (a file written in place
+		// keeps its attributes otherwise).
+		if err := setMetadata(path, md); err != nil {
+			return err
 		}
 		var err error
 		stored, err = readMetadata(path)
@@ -269,6 +261,34 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 		return writtenEntry{}, fileErrorStatus(err), err
 	}
 	return writtenEntry{Name: filepath.Base(path), Type: "file", Path: path, Metadata: stored}, 0, nil
+}
+
+// makeParents makes the missing parent directories of a file for acc and
+// returns them, deepest last. They are made as the account where it may,
+// so its permissions apply; where it may not (a new directory under /, as
+// E2B's tests write to /0/...), the agent makes them and gives them to the
+// account, as envd does, so the account owns what it asked for. That opens
+// nothing: whoever may write files as an account may as well name root.
+func (a *agent) makeParents(acc account, dir string) ([]string, error) {
+	var made []string
+	err := acc.as(func() error {
+		var err error
+		made, err = mkdirAllTracked(dir)
+		return err
+	})
+	if err == nil || !errors.Is(err, fs.ErrPermission) || os.Geteuid() != 0 || acc.UID == 0 {
+		return made, err
+	}
+	if made, err = mkdirAllTracked(dir); err != nil {
+		return nil, err
+	}
+	for _, d := range made {
+		if err := os.Lchown(d, int(acc.UID), int(acc.GID)); err != nil {
+			removeDirs(made)
+			return nil, err
+		}
+	}
+	return made, nil
 }
 
 // mkdirAllTracked is os.MkdirAll that also returns the directories it made,

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"golang.org/x/sys/unix"
 	"net/http"
 	"net/url"
 	"os"
@@ -305,7 +306,8 @@ func TestFileMetadataIsStoredWithTheFile(t *testing.T) {
 		t.Fatalf("moved metadata %v", got)
 	}
 
-	// A rewrite with new metadata replaces it; one without keeps it.
+	// A rewrite with new metadata replaces it; one without clears it, as
+	// on E2B.
 	md2 := http.Header{}
 	md2.Set("X-Metadata-Author", "bob")
 	res, body = again.postFile(t, "?path="+url.QueryEscape(moved), "application/octet-stream", strings.NewReader("y"), md2)
@@ -313,8 +315,22 @@ func TestFileMetadataIsStoredWithTheFile(t *testing.T) {
 		t.Fatalf("replace: %d %s", res.StatusCode, body)
 	}
 	res, body = again.postFile(t, "?path="+url.QueryEscape(moved), "application/octet-stream", strings.NewReader("z"), nil)
-	if res.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"metadata":{"author":"bob"}`)) {
-		t.Fatalf("keep: %d %s", res.StatusCode, body)
+	if res.StatusCode != http.StatusOK || bytes.Contains(body, []byte(`"metadata"`)) {
+		t.Fatalf("clear: %d %s", res.StatusCode, body)
+	}
+
+	// Metadata is E2B's extended attributes: one set by code in the
+	// sandbox (os.setxattr("user.e2b.<key>")) is the file's, and one an
+	// earlier agent stored in its own namespace still reads.
+	if err := unix.Setxattr(moved, "user.e2b.author", []byte("mish"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(moved, "user.sandpit.meta.old", []byte("kept"), 0); err != nil {
+		t.Fatal(err)
+	}
+	st, err = again.fs.Stat(t.Context(), connect.NewRequest(&fspb.StatRequest{Path: moved}))
+	if got := st.Msg.GetEntry().GetMetadata(); err != nil || !reflect.DeepEqual(got, map[string]string{"author": "mish", "old": "kept"}) {
+		t.Fatalf("metadata from xattrs: %v %v", got, err)
 	}
 
 	// A file without metadata reports none; bad metadata is refused before

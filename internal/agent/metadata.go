@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -18,8 +20,13 @@ const (
 	// metadataHeaderPrefix starts each header that carries one metadata
 	// entry on upload: X-Metadata-<key>: <value>.
 	metadataHeaderPrefix = "X-Metadata-"
-	// metadataXattrPrefix starts the extended attribute of each key.
-	metadataXattrPrefix = "user.sandpit.meta."
+	// metadataXattrPrefix starts the extended attribute of each key: E2B's
+	// namespace, so that what code in the sandbox sets with
+	// os.setxattr("user.e2b.<key>") is the file's metadata, as on E2B.
+	metadataXattrPrefix = "user.e2b."
+	// legacyXattrPrefix is where earlier agents kept metadata; it is still
+	// read (and cleared on a rewrite), so files written then keep theirs.
+	legacyXattrPrefix = "user.sandpit.meta."
 	// maxMetadataKeys bounds how many keys one upload may set.
 	maxMetadataKeys = 64
 	// maxMetadataBytes bounds one value; ext4 keeps all of a file's
@@ -66,8 +73,11 @@ func setMetadata(path string, md map[string]string) error {
 		return err
 	}
 	for k := range old {
-		if _, keep := md[k]; !keep {
-			if err := unix.Lremovexattr(path, metadataXattrPrefix+k); err != nil && !errors.Is(err, unix.ENODATA) {
+		for _, prefix := range []string{legacyXattrPrefix, metadataXattrPrefix} {
+			if _, keep := md[k]; keep && prefix == metadataXattrPrefix {
+				continue
+			}
+			if err := unix.Lremovexattr(path, prefix+k); err != nil && !errors.Is(err, unix.ENODATA) {
 				return fmt.Errorf("remove metadata %q of %s: %w", k, path, err)
 			}
 		}
@@ -90,9 +100,17 @@ func readMetadata(path string) (map[string]string, error) {
 		}
 		return nil, fmt.Errorf("list extended attributes of %s: %w", path, err)
 	}
+	// The legacy names go first, so that a key in both namespaces reads
+	// as E2B's.
+	slices.SortStableFunc(names, func(a, b string) int {
+		return cmp.Compare(bool2int(strings.HasPrefix(b, legacyXattrPrefix)), bool2int(strings.HasPrefix(a, legacyXattrPrefix)))
+	})
 	var md map[string]string
 	for _, name := range names {
 		key, ok := strings.CutPrefix(name, metadataXattrPrefix)
+		if !ok {
+			key, ok = strings.CutPrefix(name, legacyXattrPrefix)
+		}
 		if !ok || key == "" {
 			continue
 		}
@@ -135,6 +153,13 @@ func listXattrs(path string) ([]string, error) {
 		}
 		return names, nil
 	}
+}
+
+func bool2int(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func getXattr(path, name string) (string, error) {

@@ -99,6 +99,28 @@ describe('the base image and its user', { timeout: T }, () => {
     await sbx.files.write('meta/plain.txt', 'y')
     assert.equal((await sbx.files.getInfo('meta/plain.txt')).metadata, undefined)
   })
+
+  test('metadata is E2B\'s user.e2b.* attributes, and a rewrite without metadata clears it', async () => {
+    await sbx.files.write('meta/x.txt', 'x', { metadata: { purpose: 'xattr' } })
+    // Code in the sandbox sets metadata the way E2B's own tests do.
+    await sbx.commands.run(`python3 -c "import os; os.setxattr('/home/user/meta/x.txt', 'user.e2b.author', b'mish')"`)
+    assert.deepEqual((await sbx.files.getInfo('meta/x.txt')).metadata, { purpose: 'xattr', author: 'mish' })
+    await sbx.files.write('meta/x.txt', 'overwritten')
+    assert.equal((await sbx.files.getInfo('meta/x.txt')).metadata, undefined)
+    assert.equal(await sbx.files.read('meta/x.txt'), 'overwritten')
+  })
+
+  test('writing files under a missing directory the user may not make (/0) makes it for the user', async () => {
+    const written = await sbx.files.write([
+      { path: '/0/multi_test_file0.txt', data: 'zero' },
+      { path: '/0/multi_test_file1.txt', data: 'one' },
+    ])
+    assert.deepEqual(written.map((w) => w.path), ['/0/multi_test_file0.txt', '/0/multi_test_file1.txt'])
+    assert.equal(await sbx.files.read('/0/multi_test_file1.txt'), 'one')
+    const owners = await sbx.commands.run('stat -c %U /0 /0/multi_test_file0.txt')
+    assert.equal(owners.stdout.trim(), 'user\nuser')
+    await sbx.commands.run('rm -rf /0', { user: 'root' })
+  })
 })
 
 describe('signed file URLs', { timeout: T }, () => {
