@@ -321,6 +321,16 @@ test('LSP: a python server gives symbols and completions; no server is a 501', {
     assert.ok(Array.isArray(await lsp.workspaceSymbols('greet')));
     await assert.rejects(lsp.didOpen('/tmp/proj/missing.py'), (err) => err.statusCode === 404);
     await lsp.didClose('/tmp/proj/main.py');
+    // Relative paths, as Daytona's own tests use them: the project and the
+    // file are taken from the sandbox's working directory.
+    await c.fs.uploadFile(Buffer.from(src), 'e2e-lsp-project/sample.py');
+    const rel = await c.createLspServer('python', 'e2e-lsp-project');
+    await rel.start();
+    await rel.didOpen('e2e-lsp-project/sample.py');
+    const relSyms = await rel.documentSymbols('e2e-lsp-project/sample.py');
+    assert.ok(relSyms.some((s) => s.name === 'greet' && s.location.uri.endsWith('/e2e-lsp-project/sample.py')), JSON.stringify(relSyms));
+    await rel.didClose('e2e-lsp-project/sample.py');
+    await rel.stop();
     await lsp.stop();
     await assert.rejects(lsp.completions('/tmp/proj/main.py', { line: 12, character: 5 }), (err) => err.name === 'DaytonaLspServerNotInitializedError');
   } finally {

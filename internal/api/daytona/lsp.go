@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -128,11 +129,24 @@ func (h *toolboxAPI) lspDecode(r *http.Request) (*lspServer, error) {
 	return &lspServer{c: c, tag: lspTagPrefix + req.LanguageID + ":" + hex.EncodeToString(sum[:8]), req: req}, nil
 }
 
-// documentPath is the sandbox path of a file:// URI.
-func (s *lspServer) documentPath() (string, error) {
+// documentPath is the sandbox path of the request's file:// URI. A
+// relative one ("file://project/main.py", as the SDK builds it from a
+// relative path) is taken from the sandbox's working directory, as
+// Daytona takes a relative project path, and the request's URI is made
+// absolute, so the language server (which would read "project" as a host)
+// and every later answer see one name for the file.
+func (h *toolboxAPI) documentPath(ctx context.Context, s *lspServer) (string, error) {
 	p, ok := strings.CutPrefix(s.req.URI, "file://")
-	if !ok || !strings.HasPrefix(p, "/") {
-		return "", badRequest("uri %q: a file:// URI of an absolute path is required", s.req.URI)
+	if !ok || p == "" {
+		return "", badRequest("uri %q: a file:// URI is required", s.req.URI)
+	}
+	if !strings.HasPrefix(p, "/") {
+		home, err := h.contextDir(ctx, s.c, "")
+		if err != nil {
+			return "", err
+		}
+		p = path.Join(home, p)
+		s.req.URI = "file://" + p
 	}
 	return p, nil
 }
@@ -341,7 +355,7 @@ func (h *toolboxAPI) lspStop(ctx context.Context, s *lspServer) (any, error) {
 }
 
 func (h *toolboxAPI) lspDidOpen(ctx context.Context, s *lspServer) (any, error) {
-	path, err := s.documentPath()
+	path, err := h.documentPath(ctx, s)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +377,7 @@ func (h *toolboxAPI) lspDidOpen(ctx context.Context, s *lspServer) (any, error) 
 }
 
 func (h *toolboxAPI) lspDidClose(ctx context.Context, s *lspServer) (any, error) {
-	if _, err := s.documentPath(); err != nil {
+	if _, err := h.documentPath(ctx, s); err != nil {
 		return nil, err
 	}
 	if err := s.running(ctx); err != nil {
@@ -402,7 +416,7 @@ func symbols(raw json.RawMessage, uri string) []LspSymbol {
 }
 
 func (h *toolboxAPI) lspDocumentSymbols(ctx context.Context, s *lspServer) (any, error) {
-	if _, err := s.documentPath(); err != nil {
+	if _, err := h.documentPath(ctx, s); err != nil {
 		return nil, err
 	}
 	if err := s.running(ctx); err != nil {
@@ -431,7 +445,7 @@ func (h *toolboxAPI) lspWorkspaceSymbols(ctx context.Context, s *lspServer) (any
 }
 
 func (h *toolboxAPI) lspCompletions(ctx context.Context, s *lspServer) (any, error) {
-	if _, err := s.documentPath(); err != nil {
+	if _, err := h.documentPath(ctx, s); err != nil {
 		return nil, err
 	}
 	if s.req.Position == nil || s.req.Position.Line < 0 || s.req.Position.Character < 0 {
