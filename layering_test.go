@@ -61,6 +61,7 @@ var layers = []struct {
 	{"internal/router", []string{".", "internal/httpguard"}, "the seam to what carries traffic"},
 	{"internal/router/...", []string{".", "internal/router/...", "internal/httpguard", "internal/crashpoint"}, "a router"},
 	{"internal/firewall", []string{"."}, "the sandboxes' packet filter"},
+	{"internal/egress", []string{".", "internal/firewall"}, "the egress proxy and DNS server that enforce rules on names"},
 	{"internal/metrics", []string{".", "internal/driver"}, "the Prometheus instrumentation"},
 	{"internal/cluster", []string{".", "apitypes", "internal/httpguard", "internal/crashpoint"}, "the Raft index and membership"},
 	{"internal/idempotency", []string{".", "internal/store", "internal/metrics", "internal/crashpoint"}, "the idempotency engine"},
@@ -69,7 +70,7 @@ var layers = []struct {
 	{"internal/service", []string{
 		".", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/store", "internal/driver", "internal/router/...", "internal/cluster", "internal/idempotency",
-		"internal/metrics", "internal/firewall", "internal/interpreter",
+		"internal/metrics", "internal/firewall", "internal/egress", "internal/interpreter",
 	}, "the domain operations"},
 
 	// The HTTP surfaces: through the service, never the store or a runtime
@@ -87,7 +88,7 @@ var layers = []struct {
 	// The assembly and the binary.
 	{"internal/daemon", []string{
 		".", "apitypes", "api/openapi", "internal/agentapi", "internal/crashpoint", "internal/filesig", "internal/httpguard", "internal/ui",
-		"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/metrics", "internal/cluster", "internal/idempotency",
+		"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/egress", "internal/metrics", "internal/cluster", "internal/idempotency",
 		"internal/service", "internal/api/...", "internal/gateway", "internal/agentbin",
 	}, "the daemon's assembly"},
 	{"cmd/sandpit", []string{
@@ -112,7 +113,7 @@ var invariants = []struct {
 	{
 		"nothing below the surfaces imports them",
 		[]string{".", "apitypes", "proto/...", "internal/agentapi", "internal/crashpoint", "internal/filesig", "internal/httpguard",
-			"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/metrics",
+			"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/egress", "internal/metrics",
 			"internal/cluster", "internal/idempotency", "internal/service", "internal/agent", "client"},
 		[]string{"internal/api/...", "internal/gateway", "internal/daemon", "cmd/..."},
 	},
@@ -126,7 +127,7 @@ var invariants = []struct {
 		[]string{"internal/agent", "internal/agentapi"},
 		[]string{".", "apitypes", "client", "internal/store", "internal/service", "internal/idempotency", "internal/api/...",
 			"internal/gateway", "internal/daemon", "internal/driver/...", "internal/router/...", "internal/cluster",
-			"internal/metrics", "internal/firewall", "internal/testenv/...", "cmd/..."},
+			"internal/metrics", "internal/firewall", "internal/egress", "internal/testenv/...", "cmd/..."},
 	},
 	{
 		"the Go SDK imports nothing internal",

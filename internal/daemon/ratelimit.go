@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/filesig"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
 )
@@ -22,9 +23,13 @@ func clientLimiter(cfg Config) *httpguard.Limiter {
 
 // servedWithoutCredential says which API requests are served on the strength
 // of their URL alone: E2B's signed file URLs at the root, which name no
-// sandbox and carry no token (see e2b.Handler.SignedFiles). Every other
+// sandbox and carry no token (see e2b.Handler.SignedFiles), and Daytona's
+// signed file URLs (daytona.SignedFileRequest). Every other
 // route needs a credential, and refusing one is counted as a failure.
 func servedWithoutCredential(r *http.Request) bool {
+	if rest, ok := strings.CutPrefix(r.URL.Path, daytona.DefaultPrefix); ok {
+		return daytona.SignedFileRequest(rest, r.URL.Query())
+	}
 	return r.URL.Path == "/files" && r.Header.Get("E2b-Sandbox-Id") == "" &&
 		r.URL.Query().Get(filesig.ParamSignature) != ""
 }

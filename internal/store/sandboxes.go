@@ -642,3 +642,35 @@ func PagePosition(tok string) (time.Time, string, error) {
 	}
 	return fromNanos(n), id, nil
 }
+
+// EnsureSigningKey returns the sandbox's signing key, storing fresh first
+// when it has none: of callers racing for the first key, one stores its
+// own and every one of them gets that one.
+func (s *Store) EnsureSigningKey(ctx context.Context, id, fresh string) (string, error) {
+	if fresh == "" {
+		return "", fmt.Errorf("signing key of sandbox %s: empty key", id)
+	}
+	if _, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET signing_key = ? WHERE id = ? AND signing_key = ''`, fresh, id); err != nil {
+		return "", fmt.Errorf("signing key of sandbox %s: %w", id, err)
+	}
+	return s.SigningKey(ctx, id)
+}
+
+// SigningKey returns the sandbox's signing key, "" when it has none yet.
+func (s *Store) SigningKey(ctx context.Context, id string) (string, error) {
+	var key string
+	err := s.db.QueryRowContext(ctx, `SELECT signing_key FROM sandboxes WHERE id = ?`, id).Scan(&key)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("signing key of sandbox %s: %w", id, sandpit.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("signing key of sandbox %s: %w", id, err)
+	}
+	return key, nil
+}
+
+// SetSigningKey replaces the sandbox's signing key (a rotation).
+func (s *Store) SetSigningKey(ctx context.Context, id, key string, now time.Time) error {
+	return s.updateSandbox(ctx, "rotate the signing key of sandbox", id,
+		`UPDATE sandboxes SET signing_key = ?, updated_at = ? WHERE id = ?`, key, toNanos(clock(now)), id)
+}

@@ -337,3 +337,35 @@ test('LSP: a python server gives symbols and completions; no server is a 501', {
     await c.delete();
   }
 });
+
+test('signed file URLs: downloadUrl and uploadUrl work without a token, only for their file, until they expire or the key rotates', { timeout: 120_000 }, async () => {
+  await sb.fs.uploadFile(Buffer.from('signed content'), '/tmp/signed.txt');
+  const url = await sb.downloadUrl('/tmp/signed.txt', 120);
+  const got = await fetch(url);
+  assert.equal(got.status, 200);
+  assert.equal(await got.text(), 'signed content');
+
+  const up = await sb.uploadUrl('/tmp/uploaded.txt', 120);
+  const form = new FormData();
+  form.append('file', new Blob(['uploaded through a signed URL']), 'uploaded.txt');
+  assert.equal((await fetch(up, { method: 'POST', body: form })).status, 200);
+  assert.equal((await sb.fs.downloadFile('/tmp/uploaded.txt')).toString(), 'uploaded through a signed URL');
+
+  // The signature covers the path, the method and the expiry.
+  const other = new URL(url);
+  other.searchParams.set('path', '/etc/passwd');
+  assert.equal((await fetch(other)).status, 401);
+  assert.equal((await fetch(url, { method: 'POST', body: form })).status, 405);
+  const later = new URL(url);
+  later.searchParams.set('expires', String(Number(later.searchParams.get('expires')) + 3600));
+  assert.equal((await fetch(later)).status, 401);
+  const short = await sb.downloadUrl('/tmp/signed.txt', 1);
+  await sleep(2100);
+  assert.equal((await fetch(short)).status, 401);
+
+  // Rotation invalidates what the old key signed; the SDK signs with the new one.
+  await sb.rotateSigningKey();
+  assert.equal((await fetch(url)).status, 401);
+  const fresh = await fetch(await sb.downloadUrl('/tmp/signed.txt', 120));
+  assert.equal(fresh.status, 200);
+});

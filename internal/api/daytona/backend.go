@@ -55,6 +55,9 @@ type SandboxBackend interface {
 	PreviewHost(id string, port int) string
 	RevokeSignedPreview(ctx context.Context, id, token string, expiresAt time.Time) error
 	SignedPreviewRevoked(ctx context.Context, token string) (bool, error)
+	SigningKey(ctx context.Context, id string) (string, error)
+	RotateSigningKey(ctx context.Context, id string) (string, error)
+	SignedFileSandbox(ctx context.Context, id, method, path, expires, signature string) (sandpit.Sandbox, error)
 }
 
 // ToolboxBackend is the toolbox's (files, git, LSP, execution, metrics).

@@ -179,6 +179,10 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	route("POST /toolbox/{id}/process/execute", sandpit.ActionExecute, h.toolbox.execute)
 	route("POST /toolbox/{id}/files/bulk-upload", sandpit.ActionWriteFiles, h.toolbox.bulkUpload)
 	route("POST /toolbox/{id}/files/bulk-download", sandpit.ActionReadFiles, h.toolbox.bulkDownload)
+	route("GET /toolbox/{id}/files/download", sandpit.ActionReadFiles, h.toolbox.download)
+	route("POST /toolbox/{id}/files/upload-v2", sandpit.ActionWriteFiles, h.toolbox.uploadOne)
+	route("GET /sandbox/{idOrName}/signing-key", sandpit.ActionWriteFiles, h.sandboxes.signingKey)
+	route("POST /sandbox/{idOrName}/signing-key/rotate", sandpit.ActionWriteFiles, h.sandboxes.rotateSigningKey)
 	route("GET /toolbox/{id}/files", sandpit.ActionReadFiles, h.toolbox.listFiles)
 	route("GET /toolbox/{id}/files/info", sandpit.ActionReadFiles, h.toolbox.fileInfo)
 	route("POST /toolbox/{id}/files/folder", sandpit.ActionWriteFiles, h.toolbox.createFolder)
@@ -282,6 +286,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// page with this origin's rights.
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Security-Policy", "sandbox")
+	if sr, ok := h.signed(w, r); ok {
+		if sr != nil {
+			h.mux.ServeHTTP(w, sr)
+		}
+		return
+	}
 	r, err := h.auth.Authorize(r, api.BearerToken(r))
 	if err != nil {
 		WriteError(w, r, err)
