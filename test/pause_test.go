@@ -211,9 +211,19 @@ func TestAutoPauseAtDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb := wantPaused(t, ctx, c, fs.ID, "filesystem", "timeout")
-	if sb.EndAt == nil || time.Until(*sb.EndAt) < 29*24*time.Hour {
-		t.Fatalf("paused sandbox's end_at %v, want the paused retention", sb.EndAt)
-	}
+	// The retention is written just after the pause (so a crash between
+	// the two leaves a sandbox the next sweep finishes): a read can fall
+	// between them.
+	testkit.Eventually(t, 30*time.Second, "the paused retention", func() error {
+		var err error
+		if sb, err = c.Get(ctx, fs.ID); err != nil {
+			return err
+		}
+		if sb.EndAt == nil || time.Until(*sb.EndAt) < 29*24*time.Hour {
+			return fmt.Errorf("paused sandbox's end_at %v, want the paused retention", sb.EndAt)
+		}
+		return nil
+	})
 	if sb.Lifecycle == nil || sb.Lifecycle.OnTimeout != "pause" {
 		t.Fatalf("lifecycle %+v", sb.Lifecycle)
 	}

@@ -129,10 +129,12 @@ describe('egress policy through the E2B SDK', { timeout: T }, () => {
     })
   }
 
-  test('a domain name in allowOut is refused, not ignored', async () => {
-    await assert.rejects(
-      Sandbox.create({ ...main.opts, network: { denyOut: [ALL_TRAFFIC], allowOut: ['example.com'] }, metadata: { run: runId } }),
-      /400|domain/i,
-    )
+  test('a malformed name in allowOut is refused, not ignored', async () => {
+    for (const allowOut of [['not a name!'], ['*.com']]) {
+      await assert.rejects(
+        Sandbox.create({ ...main.opts, network: { denyOut: [ALL_TRAFFIC], allowOut }, metadata: { run: runId } }),
+        /400|domain/i,
+      )
+    }
   })
 })
