@@ -502,9 +502,16 @@ func TestEgressByNameSDKs(t *testing.T) {
 			AllowOnly struct {
 				Allowed, Other sdkReach
 			}
-			SandboxID string
+			SandboxID   string
+			CreatedInfo struct{ AllowOut, DenyOut []string }
+			DeniedInfo  struct{ AllowOut, DenyOut []string }
 		}
 		harness.RunSDK(t, ctx, e2bDir, "egress-sdk.mjs", env, &res)
+		// getInfo reports the rules as they were given.
+		if fmt.Sprint(res.CreatedInfo.AllowOut, res.CreatedInfo.DenyOut) != "[allowed.test] [0.0.0.0/0]" ||
+			fmt.Sprint(res.DeniedInfo.AllowOut, res.DeniedInfo.DenyOut) != "[] [allowed.test]" {
+			t.Errorf("getInfo().network: created %+v, after the update %+v", res.CreatedInfo, res.DeniedInfo)
+		}
 		expect("created: allowed.test", res.Created.Allowed, true)
 		expect("created: other.test", res.Created.Other, false)
 		expect("created: allowed.test's address with SNI other.test", res.Created.IPOtherSNI, false)

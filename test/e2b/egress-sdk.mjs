@@ -27,6 +27,7 @@ try {
   await sbx.files.write('/tmp/egress-probe', new Blob([await readFile(process.env.PROBE)]))
   await sbx.files.write('/tmp/egress-ca.pem', await readFile(process.env.CA, 'utf8'))
   await sbx.commands.run('chmod +x /tmp/egress-probe')
+  out.createdInfo = (await sbx.getInfo()).network ?? null
   out.created = {
     allowed: await run(sbx, 'get https://allowed.test/'),
     other: await run(sbx, 'get https://other.test/'),
@@ -36,6 +37,7 @@ try {
   // updateNetwork replaces every rule: denyOut a name, allowOut left out
   // (cleared), internet access back on.
   await sbx.updateNetwork({ denyOut: ['allowed.test'] })
+  out.deniedInfo = (await sbx.getInfo()).network ?? null
   out.denied = {
     allowed: await run(sbx, 'get https://allowed.test/'),
     other: await run(sbx, 'get https://other.test/'),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -204,8 +205,9 @@ type CreatedSandbox struct {
 // SandboxDetail is the response of GET /sandboxes/{id}.
 type SandboxDetail struct {
 	ListedSandbox
-	EnvdAccessToken string `json:"envdAccessToken"`
-	Domain          string `json:"domain"`
+	EnvdAccessToken string       `json:"envdAccessToken"`
+	Domain          string       `json:"domain"`
+	Network         *NetworkInfo `json:"network,omitempty"`
 }
 
 // ListedSandbox is one entry of GET /v2/sandboxes.
@@ -348,9 +350,29 @@ func pauseReason(sb sandpit.Sandbox) string {
 // detail renders GET /sandboxes/{id}. The envd access token runs code in
 // the sandbox, so a principal that may only read gets it empty.
 func (h *Handler) detail(ctx context.Context, sb sandpit.Sandbox, state string) SandboxDetail {
-	d := SandboxDetail{ListedSandbox: h.listed(sb, state), Domain: h.cfg.Domain}
+	d := SandboxDetail{ListedSandbox: h.listed(sb, state), Domain: h.cfg.Domain, Network: networkInfo(sb)}
 	if api.Permit(ctx, sandpit.ActionExecute) == nil {
 		d.EnvdAccessToken = sb.AccessToken
 	}
 	return d
+}
+
+// NetworkInfo is getInfo's network: the egress rules in E2B's terms, the
+// addresses and names of each list together, and egress "none" as the
+// deny of every address it stands for.
+type NetworkInfo struct {
+	AllowOut           []string `json:"allowOut,omitempty"`
+	DenyOut            []string `json:"denyOut,omitempty"`
+	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
+}
+
+func networkInfo(sb sandpit.Sandbox) *NetworkInfo {
+	n := sb.Network
+	out := &NetworkInfo{AllowPublicTraffic: sb.PortAccess != sandpit.PortAccessToken}
+	out.AllowOut = append(append(out.AllowOut, n.Allow...), n.AllowDomains...)
+	out.DenyOut = append(append(out.DenyOut, n.Deny...), n.DenyDomains...)
+	if n.Egress == sandpit.EgressNone && !slices.Contains(out.DenyOut, "0.0.0.0/0") {
+		out.DenyOut = append(out.DenyOut, "0.0.0.0/0")
+	}
+	return out
 }
