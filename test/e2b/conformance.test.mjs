@@ -215,6 +215,32 @@ describe('listing and metrics', { timeout: T }, () => {
     }
   })
 
+  test('Sandbox.list pages running and paused sandboxes by state: newest first, the last page has no token', async () => {
+    const md = uniq('states')
+    const made = []
+    try {
+      for (let i = 0; i < 3; i++) made.push(await Sandbox.create({ ...opts, metadata: { ...md, i: String(i) } }))
+      await made[1].betaPause()
+      const paused = Sandbox.list({ ...opts, query: { metadata: md, state: ['paused'] } })
+      const p1 = await paused.nextItems()
+      assert.deepEqual(p1.map((s) => [s.sandboxId, s.state]), [[made[1].sandboxId, 'paused']])
+      assert.equal(paused.hasNext, false)
+      const running = Sandbox.list({ ...opts, query: { metadata: md, state: ['running'] }, limit: 1 })
+      const r1 = await running.nextItems()
+      assert.deepEqual(r1.map((s) => s.sandboxId), [made[2].sandboxId])
+      assert.equal(running.hasNext, true)
+      assert.ok(running.nextToken)
+      const r2 = await running.nextItems()
+      assert.deepEqual(r2.map((s) => [s.sandboxId, s.state]), [[made[0].sandboxId, 'running']])
+      assert.equal(running.hasNext, false)
+      assert.equal(running.nextToken, undefined)
+      const both = await listAll({ query: { metadata: md, state: ['running', 'paused'] }, limit: 2 })
+      assert.deepEqual(both.map((s) => s.sandboxId), [...made].reverse().map((s) => s.sandboxId))
+    } finally {
+      await Promise.all(made.map((s) => s.kill()))
+    }
+  })
+
   test('getMetrics returns the samples inside the window', async () => {
     const sbx = await Sandbox.create({ ...opts, metadata: uniq('metrics') })
     try {
