@@ -41,6 +41,14 @@ func startUpstream(t *testing.T) string {
 		Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
 			m := new(dns.Msg)
 			m.SetReply(q)
+			if len(q.Question) == 1 && q.Question[0].Qtype == dns.TypeAAAA && dns.CanonicalName(q.Question[0].Name) == "v6.test." {
+				for _, a := range []string{"fd00::1", "2001:db8::1", "::ffff:10.0.0.1", "fe80::1", "::1", "::ffff:203.0.113.7"} {
+					m.Answer = append(m.Answer, &dns.AAAA{
+						Hdr:  dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 60},
+						AAAA: net.ParseIP(a),
+					})
+				}
+			}
 			if len(q.Question) == 1 && q.Question[0].Qtype == dns.TypeA {
 				name := q.Question[0].Name
 				addrs, ok := upstreamAnswers[dns.CanonicalName(name)]
@@ -318,5 +326,38 @@ func TestDNSDenialsBounded(t *testing.T) {
 	ds[0].Name = "changed"
 	if again, _ := f.s.Denials("sb1"); again[0].Name == "changed" {
 		t.Error("Denials returned the server's own slice")
+	}
+}
+
+// TestDNSDropsPrivateAAAA: IPv6 answers naming inside addresses (unique
+// local, link-local, loopback, IPv4-mapped private) are dropped and
+// recorded, as their IPv4 kin are; global ones are kept.
+func TestDNSDropsPrivateAAAA(t *testing.T) {
+	f := newFixture(t)
+	f.s.Set(loopback, egress.Rules{SandboxID: "sb6", AllowDomains: []string{"v6.test"}, None: true})
+	c := &dns.Client{Net: "udp", Timeout: 5 * time.Second}
+	m := new(dns.Msg)
+	m.SetQuestion("v6.test.", dns.TypeAAAA)
+	in, _, err := c.Exchange(m, netip.AddrPortFrom(loopback, uint16(f.ports.DNSPort)).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, rr := range in.Answer {
+		if a, ok := rr.(*dns.AAAA); ok {
+			got = append(got, a.AAAA.String())
+		}
+	}
+	if want := []string{"2001:db8::1", "203.0.113.7"}; !slices.Equal(got, want) {
+		t.Fatalf("AAAA answers %v, want %v", got, want)
+	}
+	denials, total := f.s.Denials("sb6")
+	if total != 4 {
+		t.Fatalf("%d refusals recorded, want 4: %+v", total, denials)
+	}
+	for _, d := range denials {
+		if d.Reason != egress.ReasonPrivate || d.Name != "v6.test" {
+			t.Errorf("denial %+v", d)
+		}
 	}
 }

@@ -370,6 +370,17 @@ func (s *Server) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 			addrs = append(addrs, ip)
 			ttl = max(ttl, a.Hdr.Ttl)
 		}
+		if a, ok := rr.(*dns.AAAA); ok {
+			// Sandbox networks are IPv4 only, but an answer is no place to
+			// leave an inside address either: ULA, link-local, loopback
+			// and IPv4-mapped private addresses go the way of their IPv4
+			// kin.
+			ip, _ := netip.AddrFromSlice(a.AAAA)
+			if private6(ip, func(v4 netip.Addr) bool { return r.private(v4, s.cfg.Operator) }) {
+				s.deny(Denial{SandboxID: r.SandboxID, Kind: KindDNS, Name: name, Addr: ip.String(), Reason: ReasonPrivate})
+				continue
+			}
+		}
 		keep = append(keep, rr)
 	}
 	up.Answer = keep
@@ -453,4 +464,17 @@ func (s *Server) resolvesTo(ctx context.Context, name string, a netip.Addr) bool
 		s.remember(name, addrs, time.Duration(ttl)*time.Second)
 	}
 	return slices.Contains(addrs, a)
+}
+
+// ula is IPv6's private range (fc00::/7).
+var ula = netip.MustParsePrefix("fc00::/7")
+
+// private6 reports an IPv6 address a sandbox must not be pointed at: not
+// global unicast (loopback, link-local, multicast, unspecified), unique
+// local, or an IPv4-mapped address that private4 refuses.
+func private6(ip netip.Addr, private4 func(netip.Addr) bool) bool {
+	if ip.Is4In6() {
+		return private4(ip.Unmap())
+	}
+	return !ip.IsGlobalUnicast() || ula.Contains(ip)
 }
