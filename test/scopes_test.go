@@ -200,18 +200,26 @@ func TestReadTokenRunsNoCode(t *testing.T) {
 	attacks := []struct {
 		what, method, path string
 		hdr                []string
+		body               string // a POST's default is an exec body
 	}{
-		{"Daytona PTY create-connect", "GET", "/daytona/toolbox/" + id + "/process/pty/create-connect?id=p1&cols=80&rows=24", wsHeaders},
-		{"Daytona PTY connect", "GET", "/daytona/toolbox/" + id + "/process/pty/p1/connect", wsHeaders},
-		{"Daytona interpreter", "GET", "/daytona/toolbox/" + id + "/process/interpreter/execute", wsHeaders},
-		{"Daytona preview URL", "GET", "/daytona/sandbox/" + id + "/ports/5432/preview-url", nil},
-		{"Daytona signed preview URL", "GET", "/daytona/sandbox/" + id + "/ports/6000/signed-preview-url?expiresInSeconds=60", nil},
-		{"E2B connect", "POST", "/e2b/sandboxes/" + id + "/connect", []string{"X-API-KEY", ro}},
-		{"v1 exec", "POST", "/v1/sandboxes/" + id + "/exec", nil},
+		{"Daytona PTY create-connect", "GET", "/daytona/toolbox/" + id + "/process/pty/create-connect?id=p1&cols=80&rows=24", wsHeaders, ""},
+		{"Daytona PTY connect", "GET", "/daytona/toolbox/" + id + "/process/pty/p1/connect", wsHeaders, ""},
+		{"Daytona interpreter", "GET", "/daytona/toolbox/" + id + "/process/interpreter/execute", wsHeaders, ""},
+		{"Daytona preview URL", "GET", "/daytona/sandbox/" + id + "/ports/5432/preview-url", nil, ""},
+		{"Daytona signed preview URL", "GET", "/daytona/sandbox/" + id + "/ports/6000/signed-preview-url?expiresInSeconds=60", nil, ""},
+		{"E2B connect", "POST", "/e2b/sandboxes/" + id + "/connect", []string{"X-API-KEY", ro}, ""},
+		{"v1 exec", "POST", "/v1/sandboxes/" + id + "/exec", nil, ""},
+		// Changing egress rules or reading the key that signs file URLs
+		// is more than reading.
+		{"v1 network update", "PUT", "/v1/sandboxes/" + id + "/network", nil, `{"egress":"none"}`},
+		{"E2B network update", "PUT", "/e2b/sandboxes/" + id + "/network", []string{"X-API-KEY", ro}, `{"allowOut":["1.1.1.1"]}`},
+		{"Daytona network settings", "POST", "/daytona/sandbox/" + id + "/network-settings", nil, `{"networkBlockAll":true}`},
+		{"Daytona signing key", "GET", "/daytona/sandbox/" + id + "/signing-key", nil, ""},
+		{"Daytona signing key rotation", "POST", "/daytona/sandbox/" + id + "/signing-key/rotate", nil, `{}`},
 	}
 	for _, a := range attacks {
-		body := ""
-		if a.method == "POST" {
+		body := a.body
+		if a.method == "POST" && body == "" {
 			body = `{"cmd":"id"}`
 		}
 		if got := raw(t, ctx, d, ro, a.method, a.path, body, a.hdr...); got.Status != http.StatusForbidden {
@@ -228,6 +236,9 @@ func TestReadTokenRunsNoCode(t *testing.T) {
 	}
 	if ports, err := admin.ListPorts(ctx, id); err != nil || len(ports) != 0 {
 		t.Fatalf("the refused preview URLs exposed %v (%v)", ports, err)
+	}
+	if after, err := admin.Get(ctx, id); err != nil || after.Network != nil {
+		t.Fatalf("the refused network updates changed the policy to %+v (%v)", after.Network, err)
 	}
 
 	// Reads: no envd access token, no env values.
