@@ -80,20 +80,26 @@ var layers = []struct {
 		"internal/api", "internal/service", "internal/cluster", "internal/idempotency", "internal/driver", "internal/router", "internal/metrics",
 		"internal/interpreter",
 	}, "an HTTP surface"},
+	{"internal/sshd", []string{".", "internal/agentapi", "proto/..."}, "the SSH endpoint into sandboxes, through the service's interface"},
 	{"internal/gateway", []string{
 		".", "apitypes", "internal/httpguard", "internal/crashpoint",
 		"internal/api/...", "internal/cluster",
 	}, "the cluster's HTTP gateway"},
 
+	// The MCP server acts through the Go SDK of /v1, so that owner
+	// scoping, scopes and idempotency apply to it exactly as to /v1.
+	{"internal/mcp", []string{"client"}, "the MCP server"},
+
 	// The assembly and the binary.
 	{"internal/daemon", []string{
 		".", "apitypes", "api/openapi", "internal/agentapi", "internal/crashpoint", "internal/filesig", "internal/httpguard", "internal/ui",
 		"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/egress", "internal/metrics", "internal/cluster", "internal/idempotency",
-		"internal/service", "internal/api/...", "internal/gateway", "internal/agentbin",
+		"internal/service", "internal/api/...", "internal/gateway", "internal/agentbin", "internal/sshd",
+		"internal/mcp",
 	}, "the daemon's assembly"},
 	{"cmd/sandpit", []string{
 		".", "apitypes", "client", "internal/agent", "internal/agentapi", "internal/httpguard",
-		"internal/cluster", "internal/service", "internal/daemon",
+		"internal/cluster", "internal/service", "internal/daemon", "internal/mcp",
 	}, "the binary's subcommands"},
 	{"cmd/sandpit-agent", []string{"internal/agent"}, "the small in-sandbox agent binary"},
 
@@ -115,7 +121,7 @@ var invariants = []struct {
 		[]string{".", "apitypes", "proto/...", "internal/agentapi", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 			"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/egress", "internal/metrics",
 			"internal/cluster", "internal/idempotency", "internal/service", "internal/agent", "client"},
-		[]string{"internal/api/...", "internal/gateway", "internal/daemon", "cmd/..."},
+		[]string{"internal/api/...", "internal/gateway", "internal/daemon", "cmd/...", "internal/sshd"},
 	},
 	{
 		"the store imports neither the service nor the surfaces",

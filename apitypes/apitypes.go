@@ -54,6 +54,13 @@ type PauseRequest struct {
 	Mode string `json:"mode,omitempty"`
 }
 
+// Resources is the body of PUT /v1/sandboxes/{id}/resources: the new cpu
+// and memory limits, a field left out keeping what the sandbox has.
+type Resources struct {
+	CPU      float64 `json:"cpu,omitempty"`
+	MemoryMB int64   `json:"memory_mb,omitempty"`
+}
+
 // CreateRequest is the body of POST /v1/sandboxes.
 type CreateRequest struct {
 	Image string `json:"image,omitempty"`

@@ -33,6 +33,24 @@ type Client struct {
 	retry RetryPolicy
 }
 
+// idempotencyKeyCtx is the context key of a caller-chosen Idempotency-Key.
+type idempotencyKeyCtx struct{}
+
+// WithIdempotencyKey returns ctx carrying key as the Idempotency-Key of the
+// mutating calls made with it, instead of a fresh one per call. A caller
+// that has its own name for a logical operation (a request id it may send
+// again after a lost answer) passes it here, so that the repeat is the same
+// request to the daemon and makes nothing twice. Use one key for one call:
+// the daemon refuses a key reused for a different request.
+func WithIdempotencyKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, idempotencyKeyCtx{}, key)
+}
+
+func idempotencyKeyFrom(ctx context.Context) string {
+	k, _ := ctx.Value(idempotencyKeyCtx{}).(string)
+	return k
+}
+
 // RetryPolicy bounds the retries of a call. Zero fields take the defaults
 // noted; MaxAttempts 1 turns retries off.
 type RetryPolicy struct {
@@ -168,7 +186,10 @@ func (c *Client) do(ctx context.Context, rq request, out any) (Response, error) 
 	}
 	key := ""
 	if rq.keyed {
-		key = uuid.NewString()
+		key = idempotencyKeyFrom(ctx)
+		if key == "" {
+			key = uuid.NewString()
+		}
 	}
 	attempts := c.retry.MaxAttempts
 	if attempts < 1 || !rq.idempotent {

@@ -160,6 +160,30 @@ func TestEachCallHasItsOwnKey(t *testing.T) {
 	}
 }
 
+// TestCallerChosenKey: a key the caller puts in the context is sent as is,
+// by every attempt of the call, and by a second call with the same context.
+func TestCallerChosenKey(t *testing.T) {
+	s := &script{t: t, statuses: []int{503, 201}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	c := New(srv.URL, "tok", WithRetry(fast()))
+	ctx := WithIdempotencyKey(context.Background(), "mcp-chosen")
+	for range 2 {
+		if _, err := c.Create(ctx, CreateRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs := s.requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests, want 3 (a retried call and one more)", len(reqs))
+	}
+	for i, k := range reqs {
+		if len(k) != 1 || k[0] != "mcp-chosen" {
+			t.Errorf("request %d: keys %q, want [mcp-chosen]", i, k)
+		}
+	}
+}
+
 func TestBackoffIsCappedAndJittered(t *testing.T) {
 	policies := []struct {
 		name   string

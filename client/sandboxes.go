@@ -306,6 +306,18 @@ func (c *Client) UpdateNetwork(ctx context.Context, id string, n Network) (Sandb
 	return sb, err
 }
 
+// Resources is a change of a sandbox's cpu and memory limits.
+type Resources = apitypes.Resources
+
+// Resize sets a sandbox's cpu and memory limits (a zero field keeps what the
+// sandbox has), at once and for later starts, like `docker update`. The same
+// figures again change nothing, so it is retried like a read.
+func (c *Client) Resize(ctx context.Context, id string, r Resources) (Sandbox, error) {
+	var sb Sandbox
+	_, err := c.do(ctx, request{method: http.MethodPut, path: "/v1/sandboxes/" + url.PathEscape(id) + "/resources", body: r, idempotent: true}, &sb)
+	return sb, err
+}
+
 // NetworkDenied is a sandbox's recent refused connections and DNS answers,
 // and the names it used in learn mode.
 type NetworkDenied = apitypes.NetworkDenied

@@ -25,11 +25,20 @@ scripts/build-base-image.sh
 step "code-interpreter image"
 scripts/build-code-interpreter-image.sh
 
+# The Daytona facade's default image (base image plus the `daytona`
+# account, python and a TypeScript language server from npm): cached by its
+# recipe's hash like the others.
+step "Daytona image"
+scripts/build-daytona-image.sh
+
 step "go vet ./..."
 go vet ./...
 
 step "CGO_ENABLED=0 go build ./..."
 CGO_ENABLED=0 go build ./...
+
+step "scripts/update-ui-vendor.sh --check (the dashboard's vendored xterm is the lockfile's)"
+scripts/update-ui-vendor.sh --check
 
 step "scripts/build.sh (sandpit with the small agent embedded)"
 scripts/build.sh -o bin/sandpit
@@ -40,7 +49,7 @@ export SANDPIT_CADDY_L4
 echo "$SANDPIT_CADDY_L4"
 
 # Node packages first: the Go tests of the Caddy router run the E2B SDK.
-for dir in test/e2b test/daytona test/ui; do
+for dir in test/e2b test/daytona test/ui test/mcp; do
 	[[ -f "$dir/package.json" ]] || continue
 	(
 		cd "$dir"
@@ -104,7 +113,7 @@ node_suite() {
 		node --test
 	fi
 }
-for dir in test/e2b test/daytona test/ui; do
+for dir in test/e2b test/daytona test/ui test/mcp; do
 	[[ -f "$dir/package.json" ]] || continue
 	in_background "node-${dir#test/}" node_suite "$dir"
 done
@@ -122,6 +131,26 @@ ts_sdk() {
 	npm test
 }
 [[ -f sdk/typescript/package.json ]] && in_background ts-sdk ts_sdk
+
+# The Python SDK: installed offline (--no-index; it needs only the standard
+# library and setuptools) from a copy of sdk/python into a virtualenv in a
+# temporary directory, then its tests against real daemons run from the
+# binary built above. Debian's interpreter, whose setuptools and wheel come
+# from python3-setuptools and python3-wheel, when there is one.
+py_sdk() {
+	step "Python SDK (sdk/python)"
+	local tmp py=python3
+	[[ -x /usr/bin/python3 ]] && py=/usr/bin/python3
+	tmp="$(mktemp -d)"
+	# Expanded now: the trap runs after the function's locals are gone.
+	trap "rm -rf '$tmp'" EXIT
+	cp -r sdk/python "$tmp/src"
+	rm -rf "$tmp/src/build" "$tmp/src"/src/*.egg-info
+	"$py" -m venv --system-site-packages "$tmp/venv"
+	"$tmp/venv/bin/pip" install --quiet --no-index --no-build-isolation "$tmp/src"
+	SANDPIT_BIN="$PWD/bin/sandpit" "$tmp/venv/bin/python" -m unittest discover -s sdk/python/tests -v
+}
+[[ -f sdk/python/pyproject.toml ]] && in_background py-sdk py_sdk
 
 go_status=passed
 step "go test -race -count=1 -timeout ${GO_TEST_TIMEOUT:-45m} ./..."

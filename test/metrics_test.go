@@ -19,25 +19,16 @@ import (
 // scrape fetches /metrics with the given token and parses it.
 func scrape(t *testing.T, ctx context.Context, d *harness.Daemon, token string) (int, map[string]*dto.MetricFamily) {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+"/metrics", nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode, nil
+	status, _, body := bearerGet(t, ctx, d, "/metrics", token)
+	if status != http.StatusOK {
+		return status, nil
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}
-	return resp.StatusCode, fams
+	return status, fams
 }
 
 // value is the value of the series of family name whose labels include all
@@ -176,4 +167,63 @@ func TestMetricsPublic(t *testing.T) {
 	if status, fams := scrape(t, ctx, d, ""); status != http.StatusOK || fams["sandpit_creates_total"] == nil {
 		t.Fatalf("public scrape: %d, families %d", status, len(fams))
 	}
+}
+
+// TestPprof: --pprof serves Go's profiles to the admin token only; without
+// the flag there is nothing at /debug/pprof/.
+func TestPprof(t *testing.T) {
+	t.Parallel()
+	// Each subtest makes its context once it runs: a parallel subtest may
+	// wait its turn for minutes behind the package's other tests.
+	t.Run("on", func(t *testing.T) {
+		t.Parallel()
+		ctx := ctxFor(t, 2*time.Minute)
+		d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--pprof"}})
+		_, tok := tenant(t, ctx, d, "carol", nil)
+		tests := []struct {
+			name, path, token string
+			want              int
+		}{
+			{"admin index", "/debug/pprof/", d.Token, http.StatusOK},
+			{"admin heap", "/debug/pprof/heap?debug=1", d.Token, http.StatusOK},
+			{"admin cpu", "/debug/pprof/profile?seconds=1", d.Token, http.StatusOK},
+			{"tenant", "/debug/pprof/heap?debug=1", tok, http.StatusForbidden},
+			{"no token", "/debug/pprof/", "", http.StatusUnauthorized},
+			{"bad token", "/debug/pprof/", "nope", http.StatusUnauthorized},
+		}
+		for _, tt := range tests {
+			status, _, body := bearerGet(t, ctx, d, tt.path, tt.token)
+			if status != tt.want {
+				t.Errorf("%s: GET %s: %d, want %d (%.200s)", tt.name, tt.path, status, tt.want, body)
+			}
+			if tt.name == "admin heap" && !strings.Contains(body, "heap profile") {
+				t.Errorf("heap profile: %.200s", body)
+			}
+		}
+	})
+	t.Run("off", func(t *testing.T) {
+		t.Parallel()
+		ctx := ctxFor(t, time.Minute)
+		d := harness.Start(t, sandpitBin, harness.Options{})
+		if status, _, _ := bearerGet(t, ctx, d, "/debug/pprof/", d.Token); status != http.StatusNotFound {
+			t.Fatalf("without --pprof: %d, want 404", status)
+		}
+	})
+}
+
+// bearerGet GETs path on the daemon's API with token (none when empty) and
+// returns the status, the header and the body.
+func bearerGet(t *testing.T, ctx context.Context, d *harness.Daemon, path, token string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
 }

@@ -191,6 +191,11 @@ func TestCallsBeforeReconcileChecks(t *testing.T) {
 		return err
 	}
 
+	// The daemon's background loops make their first round at start (the
+	// metrics history samples every running sandbox then); none may check
+	// a sandbox on its own while the listing is held. The pause gives them
+	// that round before the list below looks; it bounds nothing.
+	time.Sleep(500 * time.Millisecond)
 	// Not checked yet, a running row is listed as starting, whatever its
 	// container.
 	page, _, err := c.List(ctx, client.ListOptions{})

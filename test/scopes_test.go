@@ -57,7 +57,7 @@ const (
 func concretePath(pattern, id string) string {
 	r := strings.NewReplacer("{id}", id, "{idOrName}", id, "{port}", "8080", "{sessionId}", "nosession",
 		"{commandId}", "nocommand", "{contextId}", "nocontext", "{interval}", "5", "{token}", "notoken",
-		"{hostname}", "nohost.example.test", "{name}", "notoken", "{owner}", "team")
+		"{hostname}", "nohost.example.test", "{name}", "notoken", "{owner}", "team", "{key}", "nokey")
 	return r.Replace(pattern)
 }
 
@@ -209,11 +209,16 @@ func TestReadTokenRunsNoCode(t *testing.T) {
 		{"Daytona signed preview URL", "GET", "/daytona/sandbox/" + id + "/ports/6000/signed-preview-url?expiresInSeconds=60", nil, ""},
 		{"E2B connect", "POST", "/e2b/sandboxes/" + id + "/connect", []string{"X-API-KEY", ro}, ""},
 		{"v1 exec", "POST", "/v1/sandboxes/" + id + "/exec", nil, ""},
+		{"v1 PTY", "GET", "/v1/sandboxes/" + id + "/pty", wsHeaders, ""},
 		// Changing egress rules or reading the key that signs file URLs
 		// is more than reading.
 		{"v1 network update", "PUT", "/v1/sandboxes/" + id + "/network", nil, `{"egress":"none"}`},
 		{"E2B network update", "PUT", "/e2b/sandboxes/" + id + "/network", []string{"X-API-KEY", ro}, `{"allowOut":["1.1.1.1"]}`},
 		{"Daytona network settings", "POST", "/daytona/sandbox/" + id + "/network-settings", nil, `{"networkBlockAll":true}`},
+		{"v1 resize", "PUT", "/v1/sandboxes/" + id + "/resources", nil, `{"memory_mb":512}`},
+		{"Daytona SSH access", "POST", "/daytona/sandbox/" + id + "/ssh-access?expiresInMinutes=5", nil, `{}`},
+		{"Daytona SSH access revocation", "DELETE", "/daytona/sandbox/" + id + "/ssh-access", nil, ""},
+		{"Daytona resize", "POST", "/daytona/sandbox/" + id + "/resize", nil, `{"memory":1}`},
 		{"Daytona signing key", "GET", "/daytona/sandbox/" + id + "/signing-key", nil, ""},
 		{"Daytona signing key rotation", "POST", "/daytona/sandbox/" + id + "/signing-key/rotate", nil, `{}`},
 	}

@@ -168,6 +168,7 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"allow link-local", []string{"--allow-cidr", "169.254.169.254"}, "link-local"},
 		{"subnet", []string{"--network-subnet", "fd00::/64"}, "--network-subnet"},
 		{"network name", []string{"--network-name", `a "b"`}, "--network-name"},
+		{"lsp timeout", []string{"--daytona-lsp-timeout", "-1s"}, "--daytona-lsp-timeout"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,10 +35,14 @@ func hostGet(t *testing.T, ctx context.Context, proxyAddr, host string, hdr ...s
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	// Caddy swaps its servers when its configuration changes, and a
-	// connection that meets the old listener closing is reset: that one is
-	// sent again, as a browser would, a few times.
+	// connection that meets the old listener closing is reset or closed
+	// before any answer (EOF): that one is sent again, as a browser would,
+	// a few times. The request has no body, so sending it again is safe.
+	swapped := func(err error) bool {
+		return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+	}
 	resp, err := noKeepAlive.Do(req)
-	for i := 0; err != nil && errors.Is(err, syscall.ECONNRESET) && i < 20; i++ {
+	for i := 0; err != nil && swapped(err) && i < 20; i++ {
 		time.Sleep(100 * time.Millisecond)
 		resp, err = noKeepAlive.Do(req)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -114,17 +113,8 @@ func TestTenantUnauthRateLimits(t *testing.T) {
 	}
 	get := func(path, token string) (int, string, string) {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+path, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
+		status, h, body := bearerGet(t, ctx, d, path, token)
+		return status, h.Get("Retry-After"), body
 	}
 
 	// A genuine signed download, made as the E2B SDK makes it.

@@ -11,7 +11,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 )
 
-// lifecycleCmds are start, stop, pause, resume, inspect, stats and logs: each takes
+// lifecycleCmds are start, stop, pause, resume, update, inspect, stats and logs: each takes
 // sandboxes by id, name or id prefix, as docker's commands take containers.
 func lifecycleCmds(e *cliEnv) []*cobra.Command {
 	var pauseMode string
@@ -71,7 +71,15 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 		return nil
 	})
 	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the start command writes, until interrupted")
+	var res client.Resources
+	update := change("update", "Change sandboxes' cpu and memory limits, at once and for later starts (like docker update)",
+		func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) {
+			return c.Resize(ctx, id, res)
+		})
+	update.Flags().Float64Var(&res.CPU, "cpu", 0, "cpu limit in cores (unchanged when not given)")
+	update.Flags().Int64Var(&res.MemoryMB, "memory", 0, "memory limit in MiB (unchanged when not given)")
 	return []*cobra.Command{
+		update,
 		change("start", "Start stopped sandboxes", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) {
 			return c.Start(ctx, id)
 		}),

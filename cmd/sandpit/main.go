@@ -40,6 +40,7 @@ func main() {
 	root.PersistentFlags().StringVarP(&e.output, "output", "o", envOr("SANDPIT_OUTPUT", outputText), "output format of client commands: text or json (env SANDPIT_OUTPUT)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error { return e.validOutput() }
 	root.AddCommand(clientCmds(&e)...)
+	root.AddCommand(mcpCmd(&e))
 	err := root.ExecuteContext(ctx)
 	var ee *exitError
 	switch {

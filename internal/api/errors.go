@@ -94,6 +94,8 @@ func Classify(err error) Problem {
 		// A retry racing its own first attempt: the request is being done,
 		// by another attempt. Never a server fault.
 		return Problem{http.StatusConflict, apitypes.CodeConflict, msg}
+	case errors.Is(err, sandpit.ErrSSHKeyTaken):
+		return Problem{http.StatusConflict, apitypes.CodeSSHKeyTaken, msg}
 	case errors.Is(err, sandpit.ErrVolumeInUse):
 		return Problem{http.StatusConflict, apitypes.CodeVolumeInUse, msg}
 	case errors.Is(err, sandpit.ErrVolumeNotReady):

@@ -67,3 +67,42 @@ func BearerToken(r *http.Request) string {
 	}
 	return ""
 }
+
+// WebSocketBearerPrefix starts the WebSocket subprotocol that carries a
+// token: a browser cannot put an Authorization header on a WebSocket, and a
+// token in the URL would be written to access logs and browser history.
+const WebSocketBearerPrefix = "bearer."
+
+// IsWebSocket reports whether r asks to be upgraded to a WebSocket.
+func IsWebSocket(r *http.Request) bool {
+	return headerHas(r.Header, "Connection", "upgrade") && headerHas(r.Header, "Upgrade", "websocket")
+}
+
+// WebSocketBearer returns the token a WebSocket upgrade carries as the
+// subprotocol "bearer.<token>", or "" when it carries none.
+func WebSocketBearer(r *http.Request) string {
+	if !IsWebSocket(r) {
+		return ""
+	}
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			if tok, ok := strings.CutPrefix(strings.TrimSpace(p), WebSocketBearerPrefix); ok && tok != "" {
+				return tok
+			}
+		}
+	}
+	return ""
+}
+
+// headerHas reports whether a comma-separated header lists token (in any
+// case).
+func headerHas(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, p := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(p), token) {
+				return true
+			}
+		}
+	}
+	return false
+}

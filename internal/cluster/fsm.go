@@ -515,6 +515,16 @@ func (x *Index) claim(c command) Result {
 		out := r.claim(sandpit.InFlight)
 		out.ResponseBody = nil
 		return Result{Claim: out}
+	case r.State == claimPending && x.resumableOnlyElsewhere(r, c.Node):
+		// The lock ran out, but the attempt's sandbox is placed on another
+		// node that is still a member: only that node can adopt what the
+		// attempt made there. Taken over here, the attempt could not reserve
+		// its own sandbox (placed elsewhere) and would answer name_conflict
+		// for good, while the sandbox might yet be made there. Its retries
+		// wait for that node, or for the failover to decide.
+		out := r.claim(sandpit.InFlight)
+		out.ResponseBody = nil
+		return Result{Claim: out}
 	case r.State == claimPending:
 		// The previous attempt's lock ran out: take the same attempt over,
 		// keeping its generation and recorded target.
@@ -530,6 +540,21 @@ func (x *Index) claim(c command) Result {
 		}
 		return Result{Claim: r.claim(sandpit.Acquired)}
 	}
+}
+
+// resumableOnlyElsewhere reports whether the pending claim r has a target
+// whose placement another registered node than node holds (and which is not
+// lost): the attempt can be resumed only there.
+func (x *Index) resumableOnlyElsewhere(r *ClaimRecord, node string) bool {
+	if r.TargetID == "" {
+		return false
+	}
+	p, ok := x.Placements[r.TargetID]
+	if !ok || p.State == PlacementLost || p.Node == "" || p.Node == node {
+		return false
+	}
+	_, registered := x.Nodes[p.Node]
+	return registered
 }
 
 func (x *Index) complete(c command) Result {

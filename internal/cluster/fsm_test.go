@@ -252,3 +252,64 @@ type memSink struct{ bytes.Buffer }
 func (s *memSink) ID() string    { return "mem" }
 func (s *memSink) Cancel() error { return nil }
 func (s *memSink) Close() error  { return nil }
+
+// TestFSMClaimResumesWhereItsSandboxIs: a pending claim whose lock ran out
+// is taken over only by the node its target is placed on, while that node
+// is a member and the sandbox is not lost. Taken over elsewhere, the
+// attempt could not reserve its own sandbox and would answer name_conflict
+// for a name it holds.
+func TestFSMClaimResumesWhereItsSandboxIs(t *testing.T) {
+	req := &sandpit.ClaimRequest{Scope: "v1", Fingerprint: "k", RequestHash: "h", PendingTTL: time.Minute}
+	expired := t0.Add(2 * time.Minute)
+	// The attempt on n2 claimed the key, chose sb1 and reserved it there.
+	started := []command{
+		{Op: opRegisterNode, At: t0, NodeInfo: &Node{ID: "n2", APIAddr: "127.0.0.1:2", RaftAddr: "127.0.0.1:3"}},
+		{Op: opRegisterNode, At: t0, NodeInfo: &Node{ID: "n3", APIAddr: "127.0.0.1:4", RaftAddr: "127.0.0.1:5"}},
+		{Op: opClaim, At: t0, Node: "n2", Claim: req, Attempt: "1"},
+		{Op: opSetTarget, At: t0, Node: "n2", Scope: "v1", Fingerprint: "k", Generation: 1, SandboxID: "sb1"},
+		{Op: opReserve, At: t0, Node: "n2", SandboxID: "sb1", Name: "web", Place: true},
+	}
+	tests := []struct {
+		name  string
+		then  []command
+		want  sandpit.ClaimOutcome
+		owner string // the claim's node afterwards
+	}{
+		{"another node waits", []command{
+			{Op: opClaim, At: expired, Node: "n3", Claim: req, Attempt: "2"},
+		}, sandpit.InFlight, "n2"},
+		{"the node holding the sandbox takes it over", []command{
+			{Op: opClaim, At: expired, Node: "n2", Claim: req, Attempt: "2"},
+		}, sandpit.Acquired, "n2"},
+		{"once the sandbox is lost another node takes it over", []command{
+			{Op: opFailNode, At: expired, Failed: "n2"},
+			{Op: opClaim, At: expired, Node: "n3", Claim: req, Attempt: "2"},
+		}, sandpit.Acquired, "n3"},
+		{"once the node is removed another node takes it over", []command{
+			{Op: opRemoveNode, At: expired, Node: "n2"},
+			{Op: opClaim, At: expired, Node: "n3", Claim: req, Attempt: "2"},
+		}, sandpit.Acquired, "n3"},
+		{"once the placement is released another node takes it over", []command{
+			{Op: opDelete, At: expired, SandboxID: "sb1"},
+			{Op: opClaim, At: expired, Node: "n3", Claim: req, Attempt: "2"},
+		}, sandpit.Acquired, "n3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := NewFSM()
+			res := applyAll(t, f, append(append([]command{}, started...), tt.then...)...)
+			for i, r := range res {
+				if r.Err != nil {
+					t.Fatalf("command %d: %v", i, r.Err)
+				}
+			}
+			last := res[len(res)-1].Claim
+			if last.Outcome != tt.want || last.Generation != 1 || last.TargetID != "sb1" {
+				t.Fatalf("outcome %v generation %d target %q, want %v 1 sb1", last.Outcome, last.Generation, last.TargetID, tt.want)
+			}
+			if holders := f.PendingClaimHolders("k"); len(holders) != 1 || holders[0] != tt.owner {
+				t.Fatalf("pending on %v, want %s", holders, tt.owner)
+			}
+		})
+	}
+}

@@ -33,4 +33,7 @@ const (
 	// AfterVolumeCreate: the engine volume is made and its row still says
 	// creating.
 	AfterVolumeCreate = "after-volume-create"
+	// AfterResizeStore: a resize wrote the new limits to the store, and
+	// the engine still has the old ones.
+	AfterResizeStore = "after-resize-store"
 )

@@ -139,6 +139,9 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, svc *service.Service, lo
 		Routes: routes,
 		Authenticate: func(r *http.Request) (sandpit.Principal, error) {
 			presented := api.BearerToken(r)
+			if presented == "" {
+				presented = api.WebSocketBearer(r) // the native PTY from a browser
+			}
 			if strings.HasPrefix(r.URL.Path, "/e2b/") {
 				presented = r.Header.Get("X-API-KEY")
 			}

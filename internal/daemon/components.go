@@ -27,11 +27,13 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/firewall"
 	"github.com/sandpit-dev/sandpit/internal/gateway"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
+	"github.com/sandpit-dev/sandpit/internal/mcp"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/sshd"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/ui"
 )
@@ -82,6 +84,7 @@ type daemon struct {
 	caughtUp          bool
 	clusterReconciled bool
 	history           *service.MetricsHistory
+	mcp               *mcp.HTTPHandler
 	handler           http.Handler // the API listener's
 	proxyHandler      http.Handler // the builtin proxy listener's
 	previewLocal      http.Handler // this node's own preview proxy
@@ -90,6 +93,7 @@ type daemon struct {
 	proxySrv          *http.Server
 	forwardSrv        *http.Server
 	errc              chan error
+	sshd              *sshd.Server // --ssh-listen
 }
 
 // newDaemon checks the flags that can be checked before anything is opened.
@@ -109,6 +113,9 @@ func newDaemon(ctx context.Context, cfg Config) (*daemon, error) {
 	}
 	if err := validCluster(cfg); err != nil {
 		return nil, err
+	}
+	if cfg.DaytonaLSPTimeout < 0 {
+		return nil, fmt.Errorf("--daytona-lsp-timeout must not be negative")
 	}
 	var err error
 	if d.pn, err = cfg.Network.parse(); err != nil {
@@ -150,6 +157,7 @@ func (d *daemon) components() []component {
 		{"reconcile", d.reconcile, nil},
 		{"handlers", d.buildHandlers, nil},
 		{"background loops", d.startLoops, d.stopLoops},
+		{"ssh", d.startSSH, d.stopSSH},
 		{"http", d.serveHTTP, d.shutdownHTTP},
 	}
 }
@@ -191,7 +199,10 @@ func (d *daemon) sandboxDefaults(ctx context.Context) error {
 	} else if !ok {
 		return fmt.Errorf("--oci-runtime %s: the Docker engine has no such runtime registered (see scripts/ensure-runsc.sh for gVisor)", cfg.OCIRuntime)
 	}
-	if cfg.DefaultImage == "" {
+	// An operator's --default-image is the image of every surface, the
+	// Daytona facade's too.
+	explicitDefault := cfg.DefaultImage != ""
+	if !explicitDefault {
 		cfg.DefaultImage = pickDefaultImage(ctx, dk, log)
 	}
 	if cfg.Templates["base"] == "" {
@@ -201,9 +212,11 @@ func (d *daemon) sandboxDefaults(ctx context.Context) error {
 		}
 		cfg.Templates["base"] = cfg.DefaultImage
 	}
-	if cfg.Templates[InterpreterTemplate] == "" {
-		cfg.Templates = maps.Clone(cfg.Templates)
-		registerInterpreter(ctx, dk, cfg.Templates, log)
+	cfg.Templates = maps.Clone(cfg.Templates)
+	registerImageTemplate(ctx, dk, cfg.Templates, InterpreterTemplate, InterpreterImage, "scripts/build-code-interpreter-image.sh", log)
+	registerImageTemplate(ctx, dk, cfg.Templates, DaytonaTemplate, DaytonaImage, "scripts/build-daytona-image.sh", log)
+	if cfg.DaytonaTemplate == "" && !explicitDefault && cfg.Templates[DaytonaTemplate] != "" {
+		cfg.DaytonaTemplate = DaytonaTemplate
 	}
 	var err error
 	if d.pool, err = resolvePool(*cfg); err != nil {
@@ -624,6 +637,9 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 	d.history = service.NewMetricsHistory(svc, 0, 0)
 	dt, routes := surfaces(ctx, mux, cfg, svc, d.auth, d.previewKey, d.history, d.diskMB)
 	mux.Handle("GET /metrics", metricsHandler(d.mets, d.auth, cfg.MetricsPublic))
+	if cfg.Pprof {
+		mux.Handle("GET /debug/pprof/", pprofHandler(d.auth))
+	}
 	spec, err := openAPIHandler()
 	if err != nil {
 		return err
@@ -632,6 +648,8 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 	mux.Handle("GET /v1/status", v1.StatusHandler(d.auth, d.statusSource()))
 	mux.Handle("GET "+ui.Prefix, ui.Handler())
 	mux.Handle("GET /ui", http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently))
+	d.mcp = d.mcpHandler()
+	mux.Handle(mcpPath, d.mcp)
 	if cfg.Router == RouterCaddy {
 		// Unauthenticated: Caddy sends no token, and the answer only says
 		// whether a hostname is bound.
@@ -665,6 +683,11 @@ func (d *daemon) statusSource() v1.StatusSource {
 	}
 	if d.svc.PoolEnabled() {
 		src.PoolReady = d.svc.PoolReady
+	}
+	if cl := d.cl; cl != nil {
+		src.Cluster = func() apitypes.ClusterStatus {
+			return apitypes.ClusterStatus{Enabled: true, Node: cl.NodeName(), Nodes: len(cl.Members())}
+		}
 	}
 	return src
 }
@@ -727,6 +750,7 @@ func (d *daemon) serveHTTP(context.Context) error {
 	// Event streams last as long as their clients; ending the subscriptions
 	// when the server shuts down lets Shutdown finish.
 	d.apiSrv.RegisterOnShutdown(d.svc.CloseEvents)
+	d.apiSrv.RegisterOnShutdown(d.mcp.Close)
 	if d.proxyLn != nil {
 		d.proxySrv = d.newServer(httpguard.Guard(d.proxyHandler, guard))
 		if d.tls != nil {

@@ -43,10 +43,21 @@ type Config struct {
 	Token        string
 	DefaultImage string
 	Templates    map[string]string
-	Domain       string
-	PublicHost   string
-	PortRange    sandpit.PortRange
-	ExtraLabels  map[string]string
+	// DaytonaTemplate is the template a Daytona create naming no snapshot
+	// or image runs, as the account DaytonaUser when its image has one.
+	// Empty: DaytonaTemplate when its image is built and DefaultImage was
+	// not set, else the default image.
+	DaytonaTemplate string
+	// Pprof serves Go's profiles under /debug/pprof/ to the admin token.
+	Pprof bool
+	// DaytonaLSPTimeout bounds one request to a Daytona LSP server.
+	DaytonaLSPTimeout time.Duration
+	Domain            string
+	PublicHost        string
+	PortRange         sandpit.PortRange
+	ExtraLabels       map[string]string
+	// SSHListen, when set, serves the SSH endpoint there (internal/sshd).
+	SSHListen string
 	// Network is the sandbox network and its default egress policy.
 	Network NetworkConfig
 
@@ -390,21 +401,32 @@ const (
 	InterpreterTemplate = "code-interpreter-v1"
 )
 
-// registerInterpreter adds the code-interpreter template when its image is
-// built and the operator has not named the template otherwise.
-func registerInterpreter(ctx context.Context, rt *docker.Docker, templates map[string]string, log *slog.Logger) {
-	if templates[InterpreterTemplate] != "" {
+// The Daytona facade's default template: the image
+// scripts/build-daytona-image.sh builds (the base image with Daytona's
+// `daytona` account, `python` and a TypeScript language server), and the
+// account its sandboxes act as.
+const (
+	DaytonaImage    = "sandpit/daytona:latest"
+	DaytonaTemplate = "daytona"
+	DaytonaUser     = "daytona"
+)
+
+// registerImageTemplate adds a template of one of the daemon's own images
+// when that image is built and the operator has not named the template
+// otherwise; script is what builds the image, for the log line.
+func registerImageTemplate(ctx context.Context, rt *docker.Docker, templates map[string]string, name, image, script string, log *slog.Logger) {
+	if templates[name] != "" {
 		return
 	}
-	ok, err := rt.HasImage(ctx, InterpreterImage)
+	ok, err := rt.HasImage(ctx, image)
 	if err != nil {
-		log.Warn("look up the code-interpreter image", "image", InterpreterImage, "err", err)
+		log.Warn("look up a template's image", "template", name, "image", image, "err", err)
 	}
 	if !ok {
-		log.Info("code-interpreter image not built: template "+InterpreterTemplate+" is unavailable (scripts/build-code-interpreter-image.sh builds it)", "image", InterpreterImage)
+		log.Info("image not built: template "+name+" is unavailable ("+script+" builds it)", "image", image)
 		return
 	}
-	templates[InterpreterTemplate] = InterpreterImage
+	templates[name] = image
 }
 
 // pickDefaultImage returns BaseImage when the engine has it, else TestImage.
@@ -473,11 +495,20 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
 	// origin, i.e. here.
 	mux.HandleFunc("/files", e2bAPI.SignedFiles)
-	dt := daytona.New(ctx, svc, auth, daytona.Options{PreviewKey: []byte(previewKey), Logger: cfg.Logger})
+	dt := daytona.New(ctx, svc, auth, daytona.Options{PreviewKey: []byte(previewKey), Logger: cfg.Logger, DefaultTemplate: cfg.DaytonaTemplate, DefaultUser: daytonaUser(cfg), SSHAddr: cfg.SSHListen, SSHHost: cfg.PublicHost, LSPTimeout: cfg.DaytonaLSPTimeout})
 	mux.Handle(daytona.DefaultPrefix+"/", dt)
 	native.AddSurface(v1.Surface{Mount: e2b.Prefix, Routes: e2bAPI.Routes()})
 	native.AddSurface(v1.Surface{Mount: daytona.DefaultPrefix, Routes: dt.Routes()})
 	return dt, routeTable(native, e2bAPI, dt)
+}
+
+// daytonaUser is the account the Daytona facade's default sandboxes act as:
+// Daytona's own, when there is a Daytona template to run.
+func daytonaUser(cfg Config) string {
+	if cfg.DaytonaTemplate == "" {
+		return ""
+	}
+	return DaytonaUser
 }
 
 // resolvePool maps each warm-pool entry's template to its image and checks

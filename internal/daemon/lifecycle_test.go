@@ -107,7 +107,7 @@ func TestComponentOrder(t *testing.T) {
 		names = append(names, c.name)
 	}
 	want := []string{"engine", "sandbox defaults", "store", "previous run's claims", "secrets", "listeners",
-		"sandbox network", "router", "cluster", "service", "reconcile", "handlers", "background loops", "http"}
+		"sandbox network", "router", "cluster", "service", "reconcile", "handlers", "background loops", "ssh", "http"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("components %q\nwant %q", names, want)
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/sandpit-dev/sandpit/api/openapi"
 	"github.com/sandpit-dev/sandpit/internal/api"
@@ -56,15 +57,35 @@ func metricsHandler(m *metrics.Metrics, auth *api.Auth, public bool) http.Handle
 	if public {
 		return h
 	}
+	return adminOnly(auth, "metrics need the admin token (or --metrics-public)", h)
+}
+
+// pprofHandler serves Go's runtime profiles (net/http/pprof) under
+// /debug/pprof/, to the admin token only: a CPU profile of the daemon
+// under load is how the proxy's per-request cost is taken apart, and a
+// profile names code paths and costs CPU, which no tenant may ask for.
+func pprofHandler(auth *api.Auth) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	return adminOnly(auth, "profiles need the admin token", mux)
+}
+
+// adminOnly serves h to the admin token; anyone else gets 401 (no or a
+// bad token) or 403 (a tenant's), with msg.
+func adminOnly(auth *api.Auth, msg string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := auth.Principal(r.Context(), api.BearerToken(r))
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sandpit"`)
-			http.Error(w, "metrics need the admin token (or --metrics-public)", http.StatusUnauthorized)
+			http.Error(w, msg, http.StatusUnauthorized)
 			return
 		}
 		if !p.Admin {
-			http.Error(w, "metrics need the admin token", http.StatusForbidden)
+			http.Error(w, msg, http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -75,6 +75,11 @@ type Container struct {
 	OOMKilled bool
 	// AgentUser is the Spec's AgentUser ("" = root); Inspect fills it.
 	AgentUser string
+	// Limits says that Inspect read the container's CPU and MemoryMB
+	// limits (0: none).
+	Limits   bool
+	CPU      float64
+	MemoryMB int64
 }
 
 // EventKind names the engine events the daemon acts on.

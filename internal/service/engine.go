@@ -23,7 +23,16 @@ func (s *Service) WatchEngine(ctx context.Context) {
 		evs, errs := s.rt.Events(sctx, s.ownLabels())
 		// The check runs beside the stream: it may wait on sandboxes busy
 		// with long operations, and events must keep flowing meanwhile.
-		s.background(func() { s.checkRunning(ctx) })
+		// It catches deaths the stream missed while it was down. After a
+		// restart it waits for the reconcile's checks, which compare every
+		// sandbox with one engine listing: run at once, it checked each
+		// unchecked sandbox with an inspect of its own instead, one at a
+		// time, at every start.
+		s.background(func() {
+			if s.WaitChecked(ctx) == nil {
+				s.checkRunning(ctx)
+			}
+		})
 		connected := time.Now()
 	loop:
 		for {

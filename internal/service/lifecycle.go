@@ -67,6 +67,9 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 		if err := s.applyFirewall(ctx, *sb, c.IP); err != nil {
 			return err
 		}
+		if err := s.syncLimits(ctx, *sb, c); err != nil {
+			return runtimeErr("apply limits", err)
+		}
 		phase(ctx, "engine", t0)
 		t0 = time.Now()
 		if err := s.waitHealthy(ctx, c.IP); err != nil {
@@ -509,14 +512,17 @@ func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit
 	if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
 		return sb, runtimeErr("unpause", err)
 	}
-	sb, err := s.transition(ctx, change{typ: EventResumed, from: sb, state: sandpit.StateRunning, reread: true})
-	if err != nil {
-		return sb, err
-	}
 	// Every route went when the sandbox paused, and ports and domains added
-	// meanwhile were only recorded; all of them are installed now.
+	// meanwhile were only recorded; all of them are installed now, before
+	// the row says running: a preview request that sees it running goes
+	// straight to the router without waiting for this resume, and must
+	// find its route.
 	s.restoreRoutes(ctx, sb.ID)
-	return sb, nil
+	after, err := s.transition(ctx, change{typ: EventResumed, from: sb, state: sandpit.StateRunning, reread: true})
+	if err != nil && !errors.Is(err, errReread) {
+		s.removeRoutes(context.WithoutCancel(ctx), sb.ID)
+	}
+	return after, err
 }
 
 // Wake outcomes of traffic for a sandbox.

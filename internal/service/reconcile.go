@@ -340,6 +340,9 @@ func (s *Service) checkLocked(ctx context.Context, id string, lookup containerLo
 		}
 		return false, nil
 	}
+	if err := s.syncLimits(ctx, sb, c); err != nil {
+		s.log.Error("reconcile: apply the stored limits", "sandbox", id, "err", err)
+	}
 	if c.State == "running" {
 		if err := s.installRoutes(ctx, id, c.IP); err != nil {
 			s.log.Error("reconcile: install routes", "sandbox", id, "err", err)

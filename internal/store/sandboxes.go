@@ -674,3 +674,43 @@ func (s *Store) SetSigningKey(ctx context.Context, id, key string, now time.Time
 	return s.updateSandbox(ctx, "rotate the signing key of sandbox", id,
 		`UPDATE sandboxes SET signing_key = ?, updated_at = ? WHERE id = ?`, key, toNanos(clock(now)), id)
 }
+
+// ResizeSandbox sets a sandbox's cpu and memory, checking in the same
+// transaction that its owner's totals stay within limits (the sandbox's own
+// old figures are not counted twice). A resize to what the row holds
+// writes nothing.
+func (s *Store) ResizeSandbox(ctx context.Context, id string, cpu float64, memoryMB int64, limits sandpit.OwnerLimits, now time.Time) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("resize sandbox %s: %w", id, err)
+	}
+	defer rollback(tx)
+	var owner string
+	var oldCPU float64
+	var oldMem int64
+	err = tx.QueryRowContext(ctx, `SELECT owner, cpu, memory_mb FROM sandboxes WHERE id = ?`, id).Scan(&owner, &oldCPU, &oldMem)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("resize sandbox %s: %w", id, sandpit.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("resize sandbox %s: %w", id, err)
+	}
+	if oldCPU == cpu && oldMem == memoryMB {
+		return nil
+	}
+	u, err := ownerUsage(ctx, tx, owner)
+	if err != nil {
+		return err
+	}
+	switch {
+	case limits.MaxCPU > 0 && cpu > oldCPU && u.CPU-oldCPU+cpu > limits.MaxCPU:
+		return fmt.Errorf("%w: owner %q may use at most %g cpu in total, %g in use (limit max_cpu)", sandpit.ErrQuotaExceeded, owner, limits.MaxCPU, u.CPU)
+	case limits.MaxMemoryMB > 0 && memoryMB > oldMem && u.MemoryMB-oldMem+memoryMB > limits.MaxMemoryMB:
+		return fmt.Errorf("%w: owner %q may use at most %d MiB of memory in total, %d in use (limit max_memory_mb)", sandpit.ErrQuotaExceeded, owner, limits.MaxMemoryMB, u.MemoryMB)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET cpu = ?, memory_mb = ?, updated_at = ? WHERE id = ?`,
+		cpu, memoryMB, toNanos(clock(now)), id); err != nil {
+		return fmt.Errorf("resize sandbox %s: %w", id, err)
+	}
+	return tx.Commit()
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +45,8 @@ type nameOp struct {
 	call    int64
 	ret     int64
 	client  int
+	// trail is each attempt's node and answer, for the failure's log.
+	trail []string
 }
 
 // nameModel is a register per name: "" when free, else the id holding it. A
@@ -136,7 +139,7 @@ func TestClusterLeaderKilledDuringStorm(t *testing.T) {
 		history = append(history, porcupine.Operation{ClientId: op.client, Input: op, Call: op.call, Output: op, Return: op.ret})
 	}
 	// send retries one request across the nodes until done says stop.
-	send := func(w int, method, path, body, key string, done func(harness.Answer) bool) harness.Answer {
+	send := func(w int, method, path, body, key string, trail *[]string, done func(harness.Answer) bool) harness.Answer {
 		for attempt := 0; ctx.Err() == nil; attempt++ {
 			n := c.nodes[(w+attempt)%len(c.nodes)]
 			sent := time.Now()
@@ -144,11 +147,14 @@ func TestClusterLeaderKilledDuringStorm(t *testing.T) {
 			a := call(actx, n, method, path, body, map[string]string{"Idempotency-Key": key})
 			acancel()
 			mu.Lock()
+			at := time.Since(begin).Round(time.Millisecond)
 			switch {
 			case a.Err != nil:
 				counts["transport error"]++
+				*trail = append(*trail, fmt.Sprintf("%s@%s:transport", n.name, at))
 			default:
 				counts[fmt.Sprintf("%d %s", a.Status, a.Code())]++
+				*trail = append(*trail, fmt.Sprintf("%s@%s:%d%s%s", n.name, at, a.Status, map[bool]string{true: "(replayed)"}[a.Replayed], a.ID()))
 				// A reservation answered afresh (not replayed) went through
 				// the Raft log: the first one sent after the kill tells how
 				// long clients saw the cluster without a leader.
@@ -182,7 +188,7 @@ func TestClusterLeaderKilledDuringStorm(t *testing.T) {
 				}
 				key := fmt.Sprintf("storm-w%d-%d", w, i)
 				op := nameOp{name: name, client: w, call: time.Now().UnixNano()}
-				a := send(w, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), key, func(a harness.Answer) bool {
+				a := send(w, http.MethodPost, "/v1/sandboxes", fmt.Sprintf(`{"name":%q}`, name), key, &op.trail, func(a harness.Answer) bool {
 					return a.Status == 201 || a.Code() == "name_conflict"
 				})
 				op.ret = time.Now().UnixNano()
@@ -202,7 +208,7 @@ func TestClusterLeaderKilledDuringStorm(t *testing.T) {
 					continue
 				}
 				rel := nameOp{name: name, release: true, id: op.id, client: w, call: time.Now().UnixNano()}
-				a = send(w, http.MethodDelete, "/v1/sandboxes/"+op.id, "", key+"-delete", func(a harness.Answer) bool {
+				a = send(w, http.MethodDelete, "/v1/sandboxes/"+op.id, "", key+"-delete", &rel.trail, func(a harness.Answer) bool {
 					return a.Status == 204 || a.Status == 200 || a.Status == 404
 				})
 				rel.ret = time.Now().UnixNano()
@@ -311,7 +317,31 @@ func TestClusterLeaderKilledDuringStorm(t *testing.T) {
 			_ = porcupine.Visualize(nameModel, info, f)
 			f.Close()
 		}
-		sort.Slice(history, func(i, j int) bool { return history[i].Call < history[j].Call })
+		logIllegalNames(t, history, begin)
 		t.Fatalf("the names' history is not linearizable (%v); visualization in %s", res, path)
+	}
+}
+
+// logIllegalNames logs, for each name whose own history is not
+// linearizable, its operations in the order they were sent, with times
+// from the storm's start: the visualization's file is gone with the test's
+// temporary directory, and CI keeps only the log.
+func logIllegalNames(t *testing.T, history []porcupine.Operation, begin time.Time) {
+	t.Helper()
+	by := map[string][]porcupine.Operation{}
+	for _, op := range history {
+		n := op.Input.(nameOp).name
+		by[n] = append(by[n], op)
+	}
+	at := func(ns int64) time.Duration { return time.Duration(ns - begin.UnixNano()).Round(time.Millisecond) }
+	for name, ops := range by {
+		if porcupine.CheckOperations(nameModel, ops) {
+			continue
+		}
+		sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+		t.Logf("name %s is not linearizable; its %d operations:", name, len(ops))
+		for _, op := range ops {
+			t.Logf("  client %d  %9s .. %9s  %s  [%s]", op.ClientId, at(op.Call), at(op.Return), nameModel.DescribeOperation(op.Input, op.Output), strings.Join(op.Input.(nameOp).trail, " "))
+		}
 	}
 }

@@ -17,7 +17,7 @@ export const testImage = process.env.SANDPIT_TEST_IMAGE || 'sandpit/base:test';
 // freePort asks the kernel for a free port. It is released before the daemon
 // binds it, which leaves a small window for a clash; the daemon then fails to
 // start and the test says so.
-function freePort() {
+export function freePort() {
   return new Promise((res, rej) => {
     const srv = createServer();
     srv.unref();

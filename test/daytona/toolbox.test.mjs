@@ -3,6 +3,7 @@
 // process sessions, PTYs, git and codeRun. The tests share one sandbox.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { DaytonaNotFoundError, DaytonaFileNotFoundError } from '@daytonaio/sdk';
 import { openSuite, closeSuite, testImage, proxyGet } from './daemon.mjs';
@@ -12,6 +13,10 @@ let daytona;
 let sb;
 const suite = 'toolbox-' + randomBytes(4).toString('hex');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// echoHeaders is the header-echo server of test/testdata, for busybox nc
+// -e: the sandbox's server answers with the headers it received.
+const echoHeaders = readFileSync(new URL('../testdata/echo-headers.sh', import.meta.url), 'utf8');
 
 before(async () => {
   ({ d, daytona, sb } = await openSuite({ labels: { suite } }));
@@ -333,4 +338,32 @@ test('getSignedPreviewUrl: the proxy serves the signed URL until it expires and 
   assert.equal((await proxyGet(d.proxyPort, url.host.replace('8081-', '8080-'))).status, 403);
   await sleep(4500);
   assert.equal((await proxyGet(d.proxyPort, url.host)).status, 403);
+});
+
+test("the preview proxy passes a sandbox's server no credential: not the API key, the preview token or a signed URL's token", async () => {
+  await sb.fs.uploadFile(Buffer.from(echoHeaders), '/tmp/echo.sh');
+  await sb.process.executeCommand('chmod +x /tmp/echo.sh && (nc -ll -p 8082 -e /tmp/echo.sh </dev/null >/dev/null 2>&1 &)');
+  // A signed URL makes the port private: its plain preview host then
+  // needs the token getPreviewLink answers.
+  const signed = await sb.getSignedPreviewUrl(8082, 60);
+  const link = await sb.getPreviewLink(8082);
+  assert.ok(link.token, 'getPreviewLink of a private port answers its token');
+  const apiKey = { Authorization: `Bearer ${d.token}`, 'X-Api-Key': d.token, 'X-App': 'kept' };
+  for (const [via, host, headers] of [
+    ['the preview link', new URL(link.url).host, { ...apiKey, 'x-daytona-preview-token': link.token }],
+    ['the signed URL', new URL(signed.url).host, apiKey],
+  ]) {
+    let res;
+    for (let i = 0; i < 50; i++) {
+      res = await proxyGet(d.proxyPort, host, '/', headers);
+      if (res.status === 200) break;
+      await sleep(100);
+    }
+    assert.equal(res.status, 200, `${via}: ${res.status} ${res.body}`);
+    const seen = res.body.toLowerCase();
+    assert.match(seen, /x-app: kept/, `${via}: the request's own headers pass`);
+    for (const leak of [d.token, link.token, signed.token, 'x-daytona-preview-token', 'authorization:', 'x-api-key', 'sandpit-']) {
+      assert.ok(!seen.includes(leak.toLowerCase()), `${via}: the sandbox's server saw ${leak}:\n${res.body}`);
+    }
+  }
 });

@@ -6,6 +6,7 @@
 
 import { test, describe, before, after } from 'node:test'
 import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
 import { request } from 'node:http'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
@@ -47,6 +48,10 @@ function getVia(proxyPort, host, headers = {}) {
 async function serve(sbx, port, page) {
   await sbx.commands.run(`mkdir -p /tmp/www && printf '%s' '${page}' > /tmp/www/index.html && httpd -p ${port} -h /tmp/www`)
 }
+
+// echoHeaders is the header-echo server of test/testdata, for busybox nc
+// -e: the sandbox's server answers with the headers it received.
+const echoHeaders = readFileSync(new URL('../testdata/echo-headers.sh', import.meta.url), 'utf8')
 
 async function eventually(what, check) {
   const deadline = Date.now() + 15_000
@@ -90,6 +95,32 @@ describe('ports', { timeout: T }, () => {
       // The SDK's own calls reach the agent as before.
       const r = await sbx.commands.run('echo still here')
       assert.equal(r.stdout, 'still here\n')
+    } finally {
+      await sbx.kill()
+    }
+  })
+
+  test("a sandbox's server sees neither the SDK's API key nor the traffic token", async () => {
+    const sbx = await Sandbox.create({ ...main.opts, metadata: uniq('nocreds'), network: { allowPublicTraffic: false } })
+    try {
+      await sbx.files.write('/tmp/echo.sh', echoHeaders)
+      await sbx.commands.run('chmod +x /tmp/echo.sh && (nc -ll -p 8000 -e /tmp/echo.sh </dev/null >/dev/null 2>&1 &)')
+      const headers = {
+        'e2b-traffic-access-token': sbx.trafficAccessToken,
+        'X-API-Key': main.opts.apiKey,
+        Authorization: `Bearer ${main.opts.apiKey}`,
+        'X-App': 'kept',
+      }
+      let r
+      await eventually('the echo server through the proxy', async () => {
+        r = await getVia(main.proxyPort, sbx.getHost(8000), headers)
+        return r.status === 200 ? null : `${r.status} ${r.body}`
+      })
+      const seen = r.body.toLowerCase()
+      assert.match(seen, /x-app: kept/, 'the request\'s own headers pass')
+      for (const leak of [main.opts.apiKey, sbx.trafficAccessToken, 'e2b-traffic-access-token', 'x-api-key', 'authorization:', 'sandpit-']) {
+        assert.ok(!seen.includes(leak.toLowerCase()), `the sandbox's server saw ${leak}:\n${r.body}`)
+      }
     } finally {
       await sbx.kill()
     }

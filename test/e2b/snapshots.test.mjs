@@ -115,7 +115,9 @@ describe('forks', () => {
 
   test('a killed parent and a bad count', { timeout: T }, async () => {
     const parent = await Sandbox.create(d.opts)
-    await assert.rejects(parent.fork({ ...d.opts, count: 0 }), (e) => !(e instanceof SandboxNotFoundError) && /count/.test(e.message))
+    // A 400: e2b 2.51 raises SandboxError with statusCode 400 for a refused
+    // control-plane call (its InvalidArgumentError is for envd's 400s).
+    await assert.rejects(parent.fork({ ...d.opts, count: 0 }), (e) => e.statusCode === 400 && !(e instanceof SandboxNotFoundError) && /count/.test(e.message))
     await parent.kill()
     await assert.rejects(parent.fork(d.opts), SandboxNotFoundError)
   })

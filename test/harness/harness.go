@@ -371,6 +371,18 @@ func (d *Daemon) start(env []string) error {
 	began := time.Now()
 	err := waitHTTP("http://"+d.Addr+"/health", done, 60*time.Second)
 	d.StartedIn = time.Since(began)
+	if err == nil && !d.answersAsItself() {
+		// Another test's daemon took the port between its choice and this
+		// daemon's bind and answered /health in its place; this one is
+		// exiting with the port in use. Without the check, the test's
+		// first call met the other daemon and got its 401.
+		select {
+		case <-done:
+			err = errExited
+		case <-time.After(15 * time.Second):
+			err = fmt.Errorf("another daemon answers at %s", d.Addr)
+		}
+	}
 	switch {
 	case errors.Is(err, errExited) && strings.Contains(d.Logs(), "address already in use"):
 		return fmt.Errorf("%w:\n%s", errPortTaken, d.Logs())
@@ -378,6 +390,23 @@ func (d *Daemon) start(env []string) error {
 		return fmt.Errorf("daemon %w:\n%s", err, d.Logs())
 	}
 	return nil
+}
+
+// answersAsItself reports whether the daemon at d.Addr takes d.Token: a
+// daemon of another test, whose token is its own, refuses it with a 401.
+// Any other answer (or none) is left to the caller's first call.
+func (d *Daemon) answersAsItself() bool {
+	req, err := http.NewRequest(http.MethodGet, "http://"+d.Addr+"/v1/status", nil)
+	if err != nil {
+		return true
+	}
+	req.Header.Set("Authorization", "Bearer "+d.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return true
+	}
+	resp.Body.Close()
+	return resp.StatusCode != http.StatusUnauthorized
 }
 
 // Logs returns what the daemon wrote to stderr.

@@ -44,6 +44,11 @@ type SandboxBackend interface {
 	Archived(sb sandpit.Sandbox) bool
 	SetInterval(ctx context.Context, id string, which sandpit.Interval, value int) (sandpit.Sandbox, error)
 	UpdateNetwork(ctx context.Context, id string, p sandpit.NetworkPolicy) (sandpit.Sandbox, error)
+	ResizeSandbox(ctx context.Context, id string, r service.Resize) (sandpit.Sandbox, error)
+	CreateSSHAccess(ctx context.Context, idOrName string, valid time.Duration) (service.SSHAccess, error)
+	RevokeSSHAccess(ctx context.Context, idOrName string) error
+	RevokeSSHToken(ctx context.Context, idOrName, token string) error
+	ValidateSSHAccess(ctx context.Context, token string) (sandboxID string, valid bool, err error)
 	SetLabels(ctx context.Context, id string, labels map[string]string) (sandpit.Sandbox, error)
 	RefreshActivity(ctx context.Context, id string) error
 	CreateSnapshot(ctx context.Context, sandboxID string, req service.SnapshotRequest) (sandpit.Template, error)

@@ -35,6 +35,20 @@ type Options struct {
 	// daemon keeps it in a file, so URLs stay valid across restarts; empty
 	// means a random key, so URLs end with the handler.
 	PreviewKey []byte
+	// DefaultTemplate is the template a create naming no snapshot, image or
+	// build runs; empty means the daemon's default image.
+	DefaultTemplate string
+	// DefaultUser is the account such a sandbox acts as (falling back to
+	// root where its image has no such account), as Daytona's default
+	// image runs as "daytona".
+	DefaultUser string
+	// SSHAddr is the daemon's --ssh-listen address (empty: no SSH
+	// endpoint), and SSHHost the host named in SSH commands when that
+	// address is unspecified (0.0.0.0).
+	SSHAddr, SSHHost string
+	// LSPTimeout bounds one request to a language server; default 30
+	// seconds. A large project's first completion can need more.
+	LSPTimeout time.Duration
 }
 
 // Handler serves the facade. It is safe for concurrent use. It only
@@ -83,6 +97,11 @@ type sandboxAPI struct {
 	pending *pendingCreates
 	// signKey signs preview URLs (see signed.go).
 	signKey []byte
+	// defaultTemplate is what a create naming no image runs, and
+	// templateUser the account its sandboxes act as (see Options).
+	defaultTemplate, templateUser string
+	// sshAddr and sshHost are where SSH access tokens log in (see Options).
+	sshAddr, sshHost string
 	// started is when the facade was made, the creation time reported for
 	// the daemon's snapshots.
 	started time.Time
@@ -93,6 +112,8 @@ type sandboxAPI struct {
 type toolboxAPI struct {
 	*core
 	svc ToolboxBackend
+	// lspTimeout bounds one language-server request (see Options).
+	lspTimeout time.Duration
 }
 
 // processAPI is the toolbox's long-lived processes: sessions, PTYs, code
@@ -125,6 +146,9 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.LSPTimeout <= 0 {
+		opts.LSPTimeout = defaultLSPTimeout
+	}
 	if opts.AuthTimeout <= 0 {
 		opts.AuthTimeout = 10 * time.Second
 	}
@@ -137,11 +161,13 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 		ptys:   newPTYTable(),
 	}
 	h := &Handler{
-		core:      c,
-		auth:      auth,
-		mux:       http.NewServeMux(),
-		sandboxes: &sandboxAPI{core: c, svc: svc, tpl: svc, pending: newPendingCreates(), signKey: signingKey(opts.PreviewKey), started: time.Now()},
-		toolbox:   &toolboxAPI{core: c, svc: svc},
+		core: c,
+		auth: auth,
+		mux:  http.NewServeMux(),
+		sandboxes: &sandboxAPI{core: c, svc: svc, tpl: svc, pending: newPendingCreates(), signKey: signingKey(opts.PreviewKey), started: time.Now(),
+			defaultTemplate: opts.DefaultTemplate, templateUser: opts.DefaultUser,
+			sshAddr: opts.SSHAddr, sshHost: opts.SSHHost},
+		toolbox:   &toolboxAPI{core: c, svc: svc, lspTimeout: opts.LSPTimeout},
 		processes: &processAPI{core: c, svc: svc},
 	}
 	h.storage = newObjectStore(h.sandboxes.signKey, svc, opts.Prefix)
@@ -172,6 +198,10 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	route("POST /sandbox/{idOrName}/autoarchive/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoArchive))
 	route("POST /sandbox/{idOrName}/autodelete/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoDelete))
 	route("POST /sandbox/{idOrName}/network-settings", sandpit.ActionManage, h.sandboxes.updateNetwork)
+	route("POST /sandbox/{idOrName}/resize", sandpit.ActionManage, h.sandboxes.resize)
+	route("POST /sandbox/{idOrName}/ssh-access", sandpit.ActionExecute, h.sandboxes.createSSHAccess)
+	route("DELETE /sandbox/{idOrName}/ssh-access", sandpit.ActionExecute, h.sandboxes.revokeSSHAccess)
+	route("GET /sandbox/ssh-access/validate", sandpit.ActionRead, h.sandboxes.validateSSHAccess)
 	route("POST /sandbox/{idOrName}/last-activity", sandpit.ActionManage, h.sandboxes.refreshActivity)
 	route("GET /sandbox/{idOrName}/ports/{port}/signed-preview-url", sandpit.ActionExpose, h.sandboxes.signedPreviewURL)
 	route("POST /sandbox/{idOrName}/ports/{port}/signed-preview-url/{token}/expire", sandpit.ActionExpose, h.sandboxes.expireSignedPreviewURL)

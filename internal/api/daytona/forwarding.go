@@ -18,6 +18,8 @@ func (h *Handler) forwarding() {
 	h.routes.Forward("GET /sandbox", api.Forwarding{Locate: api.LocateList, Merge: mergeList, Ask: http.Header{HeaderRowPositions: {"1"}}})
 	// A snapshot's {idOrName} names an image, not a sandbox.
 	h.routes.Forward("GET /snapshots/{idOrName}", api.Forwarding{Locate: api.LocateLocal})
+	// A token names no sandbox in its path: the node it reaches checks it.
+	h.routes.Forward("GET /sandbox/ssh-access/validate", api.Forwarding{Locate: api.LocateLocal})
 	h.routes.Declare("/snapshots/{idOrName}/", api.Forwarding{Locate: api.LocateLocal})
 	for _, p := range []string{"/sandbox/{idOrName}", "/sandbox/{idOrName}/", "/toolbox/{id}/"} {
 		h.routes.Declare(p, api.Forwarding{Locate: api.LocateSandbox})

@@ -29,13 +29,15 @@ import (
 // (diagnostics) are dropped, and so is whatever the server writes while no
 // request is attached. Notifications (didOpen, didClose) are only written.
 //
-// Only python is served: the image has no TypeScript language server, so
-// typescript and javascript are a 501.
+// python runs pylsp; typescript and javascript run typescript-language-server
+// (the Daytona image carries it, see images/daytona). An image without the
+// language's server answers 501 when the server is started.
 
 const (
 	lspTagPrefix = "daytona-lsp:"
-	// lspTimeout bounds one request to the language server.
-	lspTimeout = 30 * time.Second
+	// defaultLSPTimeout bounds one request to the language server when
+	// Options names no bound.
+	defaultLSPTimeout = 30 * time.Second
 	// codeLSPNotInitialized is the code the SDK maps to
 	// DaytonaLspServerNotInitializedError.
 	codeLSPNotInitialized = "LSP_SERVER_NOT_INITIALIZED"
@@ -99,6 +101,8 @@ type lspServer struct {
 	c   *sandboxConn
 	tag string
 	req lspRequest
+	// timeout bounds each request to the server.
+	timeout time.Duration
 }
 
 // lspDecode reads the request (the body, or the query of a GET), checks the
@@ -111,12 +115,8 @@ func (h *toolboxAPI) lspDecode(r *http.Request) (*lspServer, error) {
 	} else if err := api.DecodeJSON(r, &req, false); err != nil {
 		return nil, err
 	}
-	switch req.LanguageID {
-	case "python":
-	case "typescript", "javascript":
-		return nil, notImplemented(fmt.Sprintf("LSP for %s is not implemented: the sandbox image has no TypeScript language server", req.LanguageID))
-	default:
-		return nil, badRequest("languageId %q: use python", req.LanguageID)
+	if _, _, ok := languageServer(req.LanguageID); !ok {
+		return nil, badRequest("languageId %q: use python, typescript or javascript", req.LanguageID)
 	}
 	if req.PathToProject == "" {
 		return nil, badRequest("pathToProject is required")
@@ -126,7 +126,7 @@ func (h *toolboxAPI) lspDecode(r *http.Request) (*lspServer, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256([]byte(req.PathToProject))
-	return &lspServer{c: c, tag: lspTagPrefix + req.LanguageID + ":" + hex.EncodeToString(sum[:8]), req: req}, nil
+	return &lspServer{c: c, tag: lspTagPrefix + req.LanguageID + ":" + hex.EncodeToString(sum[:8]), req: req, timeout: h.lspTimeout}, nil
 }
 
 // documentPath is the sandbox path of the request's file:// URI. A
@@ -184,9 +184,19 @@ type lspError struct {
 func (e *lspError) Error() string { return fmt.Sprintf("language server: %s (%d)", e.Message, e.Code) }
 
 // call sends a request and waits for its answer.
-func (s *lspServer) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	ctx, cancel := context.WithTimeout(ctx, lspTimeout)
+//
+// The bound is a timer that cancels the attachment, never a deadline on
+// it: the agent takes a Connect stream's deadline as the process's own (E2B
+// clients set a command's timeout that way), so a deadline here would kill
+// the language server that long after every request, answered or not.
+func (s *lspServer) call(parent context.Context, method string, params any) (json.RawMessage, error) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
 	defer cancel()
+	stopParent := context.AfterFunc(parent, cancel)
+	defer stopParent()
+	timedOut := make(chan struct{})
+	timer := time.AfterFunc(s.timeout, func() { close(timedOut); cancel() })
+	defer timer.Stop()
 	stream, err := s.c.Process.Connect(ctx, fsRequest(&process.ConnectRequest{
 		Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: s.tag}},
 	}, s.c.Token))
@@ -233,8 +243,10 @@ func (s *lspServer) call(ctx context.Context, method string, params any) (json.R
 		}
 	}
 	if err := stream.Err(); err != nil {
-		if ctx.Err() != nil {
-			return nil, newProblem(http.StatusGatewayTimeout, "the language server did not answer %s within %s", method, lspTimeout)
+		select {
+		case <-timedOut:
+			return nil, newProblem(http.StatusGatewayTimeout, "the language server did not answer %s within %s", method, s.timeout)
+		default:
 		}
 		return nil, rpcError(err, false)
 	}
@@ -295,6 +307,19 @@ func (h *toolboxAPI) lspHandler(op func(ctx context.Context, s *lspServer) (any,
 	}
 }
 
+// languageServer is the command serving a language over stdio, and the
+// package that provides it (for the error when the image lacks it).
+// TypeScript's server serves JavaScript too.
+func languageServer(languageID string) (cmd []string, pkg string, ok bool) {
+	switch languageID {
+	case "python":
+		return []string{"pylsp"}, "python3-pylsp", true
+	case "typescript", "javascript":
+		return []string{"typescript-language-server", "--stdio"}, "typescript-language-server (npm)", true
+	}
+	return nil, "", false
+}
+
 // lspStart starts the project's server and initialises it; a server that
 // runs already is left as it is.
 func (h *toolboxAPI) lspStart(ctx context.Context, s *lspServer) (any, error) {
@@ -306,16 +331,17 @@ func (h *toolboxAPI) lspStart(ctx context.Context, s *lspServer) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := h.runProc(ctx, s.c.Agent, &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "command -v pylsp"}}, fsToolTimeout)
+	cmd, pkg, _ := languageServer(s.req.LanguageID)
+	res, err := h.runProc(ctx, s.c.Agent, &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", `command -v "$0"`, cmd[0]}}, fsToolTimeout)
 	if err != nil {
 		return nil, err
 	}
 	if res.exitCode != 0 {
-		return nil, notImplemented("LSP is not available in this sandbox: its image has no python language server (pylsp)")
+		return nil, notImplemented(fmt.Sprintf("LSP for %s is not available in this sandbox: its image has no %s (%s)", s.req.LanguageID, cmd[0], pkg))
 	}
 	stdin := true
 	if _, err := s.c.startDetached(ctx, &process.StartRequest{
-		Process: &process.ProcessConfig{Cmd: "pylsp", Cwd: &dir},
+		Process: &process.ProcessConfig{Cmd: cmd[0], Args: cmd[1:], Cwd: &dir},
 		Tag:     &s.tag,
 		Stdin:   &stdin,
 	}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -152,6 +153,16 @@ func (h *sandboxAPI) toSandbox(r *http.Request, sb sandpit.Sandbox, withEnv bool
 	return out
 }
 
+// userOf is the account a sandbox of the template acts as: Daytona's own
+// on the facade's default template, else the image's (root in the images
+// Sandpit is meant for).
+func (h *sandboxAPI) userOf(template string) string {
+	if h.templateUser != "" && template != "" && template == h.defaultTemplate {
+		return h.templateUser
+	}
+	return defaultUser
+}
+
 // renderSandbox renders a store row with the toolbox URL a client reaches the
 // daemon by.
 func (h *sandboxAPI) renderSandbox(toolboxBase string, sb sandpit.Sandbox, withEnv bool) Sandbox {
@@ -161,7 +172,7 @@ func (h *sandboxAPI) renderSandbox(toolboxBase string, sb sandpit.Sandbox, withE
 		OrganizationID: organizationID,
 		Name:           sb.Name,
 		Snapshot:       sb.Template,
-		User:           defaultUser,
+		User:           h.userOf(sb.Template),
 		Labels:         sb.Labels,
 		// Preview URLs go through Sandpit's proxy, which asks for no token:
 		// in Daytona's terms every sandbox is public.
@@ -410,6 +421,12 @@ func (h *sandboxAPI) create(w http.ResponseWriter, r *http.Request) {
 	if build != nil {
 		h.createBuilt(w, r, *build, sreq)
 		return
+	}
+	if sreq.Template == "" && sreq.Image == "" {
+		sreq.Template = h.defaultTemplate
+	}
+	if sreq.User == "" && h.userOf(sreq.Template) != defaultUser {
+		sreq.User = h.templateUser
 	}
 	generated := sreq.Name == ""
 	var sb sandpit.Sandbox
@@ -725,6 +742,71 @@ func (h *sandboxAPI) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	after, err := h.svc.UpdateNetwork(r.Context(), sb.ID, p)
+	if err != nil {
+		WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, after, true))
+}
+
+// ResizeRequest is the body of POST /sandbox/{id}/resize: cpu in cores,
+// memory and disk in GiB; a field left out keeps what the sandbox has.
+type ResizeRequest struct {
+	CPU    *float64 `json:"cpu"`
+	Memory *float64 `json:"memory"`
+	Disk   *float64 `json:"disk"`
+}
+
+// resize answers POST /sandbox/{id}/resize (sandbox.resize) with Daytona's
+// rules: a started sandbox's cpu and memory may only grow, a stopped one's
+// may change either way. The change is done when the answer comes, so the
+// state is never "resizing" and the SDK's wait returns at once.
+func (h *sandboxAPI) resize(w http.ResponseWriter, r *http.Request) {
+	var req ResizeRequest
+	if err := api.DecodeJSON(r, &req, false); err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	if req.CPU == nil && req.Memory == nil && req.Disk == nil {
+		WriteError(w, r, badRequest("give cpu, memory or disk to resize"))
+		return
+	}
+	sb, err := h.lookup(r)
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	var want service.Resize
+	switch {
+	case req.CPU != nil && (*req.CPU <= 0 || math.IsNaN(*req.CPU)):
+		err = badRequest("cpu must be a positive number of cores")
+	case req.Memory != nil && (*req.Memory <= 0 || math.IsNaN(*req.Memory)):
+		err = badRequest("memory must be a positive number of GiB")
+	case req.Disk != nil && *req.Disk != h.res.diskGiB(sb.DiskGB):
+		// The disk is the engine's quota, fixed when the container is made.
+		err = badRequest("disk cannot be resized: a sandbox keeps the disk it was created with (%g GiB)", h.res.diskGiB(sb.DiskGB))
+	}
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	if req.CPU != nil {
+		want.CPU = *req.CPU
+	}
+	if req.Memory != nil {
+		want.MemoryMB = int64(math.Round(*req.Memory * 1024))
+	}
+	if sb.State == sandpit.StateRunning || sb.State == sandpit.StatePaused {
+		if (want.CPU != 0 && want.CPU < h.res.cpu(sb.CPU)) || (want.MemoryMB != 0 && float64(want.MemoryMB)/1024 < h.res.memoryGiB(sb.MemoryMB)) {
+			WriteError(w, r, badRequest("a started sandbox's cpu and memory can only grow: stop it to make them smaller"))
+			return
+		}
+	}
+	if want == (service.Resize{}) {
+		api.WriteJSON(w, http.StatusOK, h.toSandbox(r, sb, true))
+		return
+	}
+	after, err := h.svc.ResizeSandbox(r.Context(), sb.ID, want)
 	if err != nil {
 		WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
 		return

@@ -4,9 +4,11 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -30,12 +32,15 @@ type Backend interface {
 	ResumeSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	Exec(ctx context.Context, id string, req service.ExecRequest) (service.ExecResult, error)
 	AgentTarget(ctx context.Context, id string) (addr, token string, err error)
+	Agent(ctx context.Context, id string) (agentapi.Agent, error)
+	Touch(ctx context.Context, id string, force bool)
 	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
 
 	ExposePort(ctx context.Context, id string, port int, protocol string) (service.ExposeResult, error)
 	ListPorts(ctx context.Context, id string) ([]sandpit.ExposedPort, error)
 	Stats(ctx context.Context, id string) (driver.Stats, error)
 	UpdateNetwork(ctx context.Context, id string, p sandpit.NetworkPolicy) (sandpit.Sandbox, error)
+	ResizeSandbox(ctx context.Context, id string, r service.Resize) (sandpit.Sandbox, error)
 	NetworkDenials(ctx context.Context, id string) (service.NetworkReport, error)
 	UnexposePort(ctx context.Context, id string, port int) error
 	AddCustomDomain(ctx context.Context, id, hostname string, port int) (sandpit.CustomDomain, bool, error)
@@ -78,6 +83,12 @@ type Backend interface {
 	ListVolumes(ctx context.Context) ([]sandpit.Volume, error)
 	DeleteVolume(ctx context.Context, ref string) error
 	SandboxMounts(ctx context.Context, id string) ([]sandpit.VolumeMount, error)
+
+	AddSSHKey(ctx context.Context, name, publicKey string) (sandpit.SSHKey, sandpit.AddOutcome, error)
+	ListSSHKeys(ctx context.Context) ([]sandpit.SSHKey, error)
+	DeleteSSHKey(ctx context.Context, ref string) error
+	CreateSSHAccess(ctx context.Context, idOrName string, valid time.Duration) (service.SSHAccess, error)
+	RevokeSSHAccess(ctx context.Context, idOrName string) error
 	Build(ctx context.Context, buildID string) (sandpit.TemplateBuild, error)
 	BuildLog(ctx context.Context, buildID string, offset int) ([]service.BuildLogEntry, bool, error)
 	FollowBuildLog(ctx context.Context, buildID string, offset int, fn func(service.BuildLogEntry) error) error

@@ -54,6 +54,10 @@ var keyedPatterns = map[string]bool{
 	"DELETE /v1/snapshots/{name}":                         true,
 	"POST /v1/volumes":                                    true,
 	"DELETE /v1/volumes/{name}":                           true,
+	"POST /v1/ssh-keys":                                   true,
+	"DELETE /v1/ssh-keys/{key}":                           true,
+	"POST /v1/sandboxes/{id}/ssh-access":                  true,
+	"DELETE /v1/sandboxes/{id}/ssh-access":                true,
 }
 
 // targetPrefix lists the keyed routes that make a resource whose id is

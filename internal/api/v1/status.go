@@ -33,6 +33,9 @@ type StatusSource struct {
 	// PoolReady counts the warm pool's ready sandboxes by image; nil when
 	// the daemon runs no pool.
 	PoolReady func(ctx context.Context) (map[string]int, error)
+	// Cluster describes the cluster this node belongs to; nil on a daemon
+	// without --cluster (a cluster of one).
+	Cluster func() apitypes.ClusterStatus
 }
 
 // StatusHandler serves GET /v1/status to the admin: the version, the
@@ -63,6 +66,9 @@ func StatusHandler(auth *api.Auth, src StatusSource) http.Handler {
 			Store:   apitypes.StoreStatus{DataDir: src.DataDir, Sandboxes: map[string]int64{}},
 			Cluster: apitypes.ClusterStatus{Node: src.Node, Nodes: 1},
 			Disk:    src.Disk,
+		}
+		if src.Cluster != nil {
+			out.Cluster = src.Cluster()
 		}
 		t0 := time.Now()
 		if err := src.PingEngine(ctx); err != nil {

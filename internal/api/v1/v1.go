@@ -67,6 +67,7 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 	route("POST /v1/sandboxes/{id}/pause", sandpit.ActionManage, h.pause)
 	route("POST /v1/sandboxes/{id}/resume", sandpit.ActionManage, h.resume)
 	route("POST /v1/sandboxes/{id}/exec", sandpit.ActionExecute, h.exec)
+	route("GET /v1/sandboxes/{id}/pty", sandpit.ActionExecute, h.pty)
 	route("GET /v1/sandboxes/{id}/files", sandpit.ActionReadFiles, h.files)
 	route("PUT /v1/sandboxes/{id}/files", sandpit.ActionWriteFiles, h.files)
 	h.routes.HandleResolved("/v1/sandboxes/{id}/agent/{rest...}", sandpit.ActionExecute,
@@ -76,6 +77,7 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 	route("GET /v1/sandboxes/{id}/ports", sandpit.ActionRead, h.listPorts)
 	route("GET /v1/sandboxes/{id}/stats", sandpit.ActionRead, h.stats)
 	route("PUT /v1/sandboxes/{id}/network", sandpit.ActionManage, h.updateNetwork)
+	route("PUT /v1/sandboxes/{id}/resources", sandpit.ActionManage, h.resize)
 	route("GET /v1/sandboxes/{id}/network/denied", sandpit.ActionRead, h.networkDenied)
 	route("DELETE /v1/sandboxes/{id}/ports/{port}", sandpit.ActionExpose, h.unexpose)
 	route("POST /v1/sandboxes/{id}/custom-domains", sandpit.ActionExpose, h.addDomain)
@@ -85,6 +87,7 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 	h.templateRoutes()
 	h.snapshotRoutes()
 	h.volumeRoutes()
+	h.sshKeyRoutes()
 	h.codeRoutes()
 	h.forwarding()
 	route("GET /v1/debug/state", sandpit.ActionAdmin, h.debugState)
@@ -98,7 +101,13 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	r, err := h.auth.Authorize(r, api.BearerToken(r))
+	presented := api.BearerToken(r)
+	if presented == "" {
+		// A browser's WebSocket (the PTY) carries its token as a
+		// subprotocol.
+		presented = api.WebSocketBearer(r)
+	}
+	r, err := h.auth.Authorize(r, presented)
 	if err != nil {
 		fail(w, err)
 		return
@@ -522,6 +531,22 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := h.svc.UpdateNetwork(r.Context(), r.PathValue("id"), networkPolicy(&n))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, h.toSandbox(r.Context(), sb))
+}
+
+// resize serves PUT /v1/sandboxes/{id}/resources: new cpu and memory
+// limits, applied to the container at once and kept for later starts.
+func (h *Handler) resize(w http.ResponseWriter, r *http.Request) {
+	var body apitypes.Resources
+	if err := api.DecodeJSON(r, &body, true); err != nil {
+		fail(w, err)
+		return
+	}
+	sb, err := h.svc.ResizeSandbox(r.Context(), r.PathValue("id"), service.Resize{CPU: body.CPU, MemoryMB: body.MemoryMB})
 	if err != nil {
 		fail(w, err)
 		return

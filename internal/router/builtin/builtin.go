@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
@@ -318,11 +319,37 @@ func (b *Builtin) Handler() http.Handler {
 				router.StripForPreview(pr.Out.Header, b.opts.DaemonCredential)
 			},
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-				http.Error(w, "sandpit: sandbox port unreachable: "+err.Error(), http.StatusBadGateway)
+				b.unreachable(w, r, rt, err)
 			},
 		}
 		rp.ServeHTTP(w, r)
 	})
+}
+
+// unreachable answers a request whose upstream failed. The answer names the
+// sandbox and port and what went wrong in words, never the dial error
+// itself, which quotes the container's address on the engine's network to
+// whoever holds the preview URL.
+func (b *Builtin) unreachable(w http.ResponseWriter, r *http.Request, rt router.Route, err error) {
+	if r.Context().Err() != nil {
+		// The client went away; nobody reads the answer.
+		return
+	}
+	b.log.Debug("preview upstream failed", "sandbox", rt.SandboxID, "port", rt.Port, "err", err)
+	port := "port " + strconv.Itoa(rt.Port) + " of sandbox " + rt.SandboxID
+	var ne net.Error
+	var what string
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		what = "nothing listens on " + port
+	case errors.As(err, &ne) && ne.Timeout():
+		what = port + " did not answer in time"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+		what = "the server on " + port + " closed the connection without an answer"
+	default:
+		what = port + " is unreachable"
+	}
+	http.Error(w, "sandpit: "+what, http.StatusBadGateway)
 }
 
 // forwarder is one TCP exposure: a listener whose connections are spliced to

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/router"
@@ -197,6 +198,71 @@ func TestAnyPortRoutes(t *testing.T) {
 			resp.Body.Close()
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status = %d, want %d", resp.StatusCode, tc.status)
+			}
+		})
+	}
+}
+
+// TestUnreachableUpstreamAnswer: a preview whose upstream fails is a 502
+// that says what went wrong in words and does not quote the upstream's
+// address (the dial error named the container's address on the engine's
+// network to whoever held the preview URL).
+func TestUnreachableUpstreamAnswer(t *testing.T) {
+	// A port with nothing listening: bind one, then close it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := ln.Addr().String()
+	ln.Close()
+	// A server that closes each connection without answering.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	go func() {
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 1024)
+			_, _ = c.Read(buf)
+			c.Close()
+		}
+	}()
+	b := builtin.New(builtin.Options{Domain: "example.test"})
+	defer b.Close()
+	ctx := context.Background()
+	for port, upstream := range map[int]string{8080: closedAddr, 8081: mute.Addr().String()} {
+		if err := b.Install(ctx, router.Route{Kind: router.KindHTTP, SandboxID: "sbone", Port: port, Upstream: upstream}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy := httptest.NewServer(b.Handler())
+	defer proxy.Close()
+	cases := []struct {
+		host, upstream, want string
+	}{
+		{"sbone-8080.example.test", closedAddr, "sandpit: nothing listens on port 8080 of sandbox sbone\n"},
+		{"sbone-8081.example.test", mute.Addr().String(), "sandpit: the server on port 8081 of sandbox sbone closed the connection without an answer\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.host, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, proxy.URL+"/", nil)
+			req.Host = tc.host
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadGateway || string(body) != tc.want {
+				t.Fatalf("got %d %q, want 502 %q", resp.StatusCode, body, tc.want)
+			}
+			if host, _, _ := net.SplitHostPort(tc.upstream); strings.Contains(string(body), host) {
+				t.Fatalf("the answer quotes the upstream's address: %q", body)
 			}
 		})
 	}
