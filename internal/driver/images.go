@@ -11,6 +11,15 @@ import (
 // message is the engine's, for the user's build log.
 var ErrBuildFailed = errors.New("image build failed")
 
+// ErrBuildImageVanished: a build failed because an image it was using went
+// away mid-build. The classic builder reuses the untagged images of earlier
+// builds as its layer cache, and removing any template's image prunes its
+// untagged parents, which another build (of this daemon or of another on
+// the same engine) may be reusing at that moment. The definition is not at
+// fault: the same build run again succeeds. Such an error wraps both this
+// and ErrBuildFailed.
+var ErrBuildImageVanished = errors.New("an image the build was using was removed")
+
 // LabelTemplateBuild marks an image with the template build that made it,
 // so the janitor can match images with the store after a crash.
 const LabelTemplateBuild = "sandpit.template-build"

@@ -776,7 +776,7 @@ func (s *Service) buildOnce(ctx context.Context, t sandpit.Template, b sandpit.T
 			if err := a.SetTarget(ctx, b.ID); err != nil {
 				return idempotency.Response{}, err
 			}
-			if err := s.engineBuild(ctx, b, def, image, run); err != nil {
+			if err := s.engineBuildRetrying(ctx, b, def, image, run); err != nil {
 				return idempotency.Response{}, err
 			}
 			return idempotency.Response{Status: 200, Body: []byte(image), TargetID: b.ID}, nil
@@ -800,6 +800,26 @@ func (s *Service) buildOnce(ctx context.Context, t sandpit.Template, b sandpit.T
 		if err := claimStore(s.cfg, s.store).DeleteIdempotentRequest(ctx, scope, run.hash); err != nil {
 			return "", err
 		}
+	}
+}
+
+// buildAttempts bounds how often a build whose cached image vanished is run
+// again: each run reuses the cache afresh, so a second loss needs a second
+// removal racing the same steps.
+const buildAttempts = 3
+
+// engineBuildRetrying runs engineBuild, and runs it again when an image the
+// engine was reusing from its cache was removed under it (see
+// driver.ErrBuildImageVanished): that failure is the engine's, not the
+// definition's, and nothing was tagged.
+func (s *Service) engineBuildRetrying(ctx context.Context, b sandpit.TemplateBuild, def BuildDefinition, image string, run *buildRun) error {
+	for attempt := 1; ; attempt++ {
+		err := s.engineBuild(ctx, b, def, image, run)
+		if err == nil || !errors.Is(err, driver.ErrBuildImageVanished) || attempt == buildAttempts || ctx.Err() != nil {
+			return err
+		}
+		s.log.Info("template build: an image the engine was reusing was removed mid-build; building again", "build", b.ID, "attempt", attempt, "err", err)
+		run.add("info", "an image the build was reusing was removed by another build's cleanup: building again")
 	}
 }
 

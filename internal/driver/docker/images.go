@@ -86,6 +86,9 @@ func decodeStream(r io.Reader, logs io.Writer, aux func(jsonmessage.JSONMessage)
 			if logs != nil {
 				fmt.Fprintln(logs, msg)
 			}
+			if imageVanished(msg) {
+				return fmt.Errorf("%w: %s (%w)", driver.ErrBuildFailed, msg, driver.ErrBuildImageVanished)
+			}
 			return fmt.Errorf("%w: %s", driver.ErrBuildFailed, msg)
 		}
 		if aux != nil {
@@ -107,6 +110,19 @@ func decodeStream(r io.Reader, logs io.Writer, aux func(jsonmessage.JSONMessage)
 			fmt.Fprintln(logs, line)
 		}
 	}
+}
+
+// imageVanished reports whether a build's error says that an image it
+// named by id is gone. The builder names images by id only for the ones it
+// resolved itself (a base it looked up, a cached step): a missing base
+// image by name is the user's mistake and reads differently.
+func imageVanished(msg string) bool {
+	for _, prefix := range []string{`unable to find image "sha256:`, "No such image: sha256:"} {
+		if strings.Contains(msg, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // RemoveImage removes ref; its layers go when no other tag holds them.
