@@ -4,6 +4,11 @@
 // the bound has passed. (The agent takes a stream's deadline as the
 // process's own, so a request carrying the bound as a deadline would have
 // the server killed that long after it.)
+//
+// Each request also attaches to the server's output afresh, and language
+// servers write a message's header and body in two writes, so a request can
+// attach between the two halves of a notification it never asked for; the
+// facade must find its answer after such a tail.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -45,4 +50,61 @@ test('a language server still answers after its requests\' bound has passed', { 
   const listed = await sb.process.executeCommand('pgrep -c pylsp');
   assert.equal(listed.result.trim(), '1', 'one pylsp, the one started');
   await lsp.stop();
+});
+
+// A stand-in language server that writes a notification's header, waits,
+// then writes its body, over and over, and answers requests in between:
+// what typescript-language-server does with publishDiagnostics, made
+// constant so that nearly every request attaches inside a notification.
+const splitServer = String.raw`#!/usr/bin/env python3
+import json, sys, threading, time
+out = sys.stdout.buffer
+lock = threading.Lock()
+def send(msg, gap=0):
+    body = json.dumps(msg).encode()
+    with lock:
+        out.write(b"Content-Length: %d\r\n\r\n" % len(body)); out.flush()
+        time.sleep(gap)
+        out.write(body); out.flush()
+def chatter():
+    while True:
+        send({"jsonrpc": "2.0", "method": "window/logMessage", "params": {"type": 4, "message": "Content-Length: 9 " + "x" * 200}}, 0.3)
+        time.sleep(0.02)
+threading.Thread(target=chatter, daemon=True).start()
+inp = sys.stdin.buffer
+while True:
+    n = 0
+    while True:
+        line = inp.readline()
+        if not line:
+            sys.exit(0)
+        if line in (b"\r\n", b"\n"):
+            break
+        k, _, v = line.decode().partition(":")
+        if k.strip().lower() == "content-length":
+            n = int(v)
+    msg = json.loads(inp.read(n))
+    if "id" not in msg:
+        continue
+    result = {"capabilities": {}} if msg["method"] == "initialize" else [
+        {"name": "split", "kind": 12, "location": {"uri": msg["params"]["textDocument"]["uri"], "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 5}}}}]
+    send({"jsonrpc": "2.0", "id": msg["id"], "result": result})
+`;
+
+test('a request that attaches inside a notification still gets its answer', { timeout: 180_000 }, async () => {
+  // /usr/local/bin comes before /usr/bin on the image's PATH.
+  await sb.fs.uploadFile(Buffer.from(splitServer), '/usr/local/bin/pylsp');
+  await sb.fs.setFilePermissions('/usr/local/bin/pylsp', { mode: '755' });
+  await sb.fs.uploadFile(Buffer.from('x = 1\n'), '/tmp/split/main.py');
+  const lsp = await sb.createLspServer('python', '/tmp/split');
+  await lsp.start();
+  await lsp.didOpen('/tmp/split/main.py');
+  // Each request misses its answer with the chance that it attaches in a
+  // 0.3 s gap of every 0.32 s: eight in a row all finding theirs is the fix.
+  for (let i = 0; i < 8; i++) {
+    const syms = await lsp.documentSymbols('/tmp/split/main.py');
+    assert.deepEqual(syms.map((s) => s.name), ['split'], `request ${i + 1}`);
+  }
+  await lsp.stop();
+  await sb.process.executeCommand('rm -f /usr/local/bin/pylsp');
 });

@@ -207,7 +207,7 @@ func (s *lspServer) call(parent context.Context, method string, params any) (jso
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
 	id := hex.EncodeToString(idb[:])
-	var buf []byte
+	var frames lspFrames
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		switch {
@@ -217,13 +217,12 @@ func (s *lspServer) call(parent context.Context, method string, params any) (jso
 				return nil, err
 			}
 		case ev.GetData() != nil:
-			buf = append(buf, ev.GetData().GetStdout()...)
+			frames.add(ev.GetData().GetStdout())
 			for {
-				body, rest, ok := nextLSPMessage(buf)
+				body, ok := frames.next()
 				if !ok {
 					break
 				}
-				buf = rest
 				var m struct {
 					ID     json.RawMessage `json:"id"`
 					Result json.RawMessage `json:"result"`
@@ -253,28 +252,72 @@ func (s *lspServer) call(parent context.Context, method string, params any) (jso
 	return nil, fmt.Errorf("the language server's stream ended")
 }
 
-// nextLSPMessage takes one framed message off the front of buf.
-func nextLSPMessage(buf []byte) (body, rest []byte, ok bool) {
-	i := bytes.Index(buf, []byte("\r\n\r\n"))
-	if i < 0 {
-		return nil, buf, false
+// lspFrames reassembles framed JSON-RPC messages from a server's output.
+//
+// Each call attaches to the server afresh, and the agent drops what a
+// process writes while nothing is attached, so the first bytes seen may be
+// the rest of a message that began before: language servers commonly write
+// a message's header and its body separately, and a notification such as
+// publishDiagnostics can be between the two when the call attaches. Such a
+// tail is discarded up to the next header. A body never holds a raw CR LF
+// (JSON escapes them), so a header is recognised by its CR LF framing even
+// when the discarded tail quotes header text.
+type lspFrames struct{ buf []byte }
+
+func (f *lspFrames) add(p []byte) { f.buf = append(f.buf, p...) }
+
+// next takes one whole message off the front, discarding anything that is
+// not a message; false means more output is needed.
+func (f *lspFrames) next() ([]byte, bool) {
+	for {
+		end := bytes.Index(f.buf, []byte("\r\n\r\n"))
+		if end < 0 {
+			return nil, false
+		}
+		// The header block starts at the last header name in its first
+		// line; what comes before is the tail of an earlier message.
+		first := f.buf[:end]
+		if k := bytes.Index(first, []byte("\r\n")); k >= 0 {
+			first = first[:k]
+		}
+		start := max(lastFold(first, "content-length:"), lastFold(first, "content-type:"))
+		if start < 0 {
+			f.buf = f.buf[end+4:]
+			continue
+		}
+		n := -1
+		for _, line := range strings.Split(string(f.buf[start:end]), "\r\n") {
+			k, v, _ := strings.Cut(line, ":")
+			if strings.EqualFold(strings.TrimSpace(k), "Content-Length") {
+				if x, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && x >= 0 {
+					n = x
+				}
+			}
+		}
+		if n < 0 {
+			f.buf = f.buf[end+4:]
+			continue
+		}
+		f.buf = f.buf[start:]
+		body := end - start + 4
+		if len(f.buf)-body < n {
+			return nil, false
+		}
+		msg := f.buf[body : body+n]
+		f.buf = f.buf[body+n:]
+		return msg, true
 	}
-	n := -1
-	for _, line := range strings.Split(string(buf[:i]), "\r\n") {
-		k, v, _ := strings.Cut(line, ":")
-		if strings.EqualFold(strings.TrimSpace(k), "Content-Length") {
-			n, _ = strconv.Atoi(strings.TrimSpace(v))
+}
+
+// lastFold is the index of the last case-insensitive occurrence of an
+// ASCII lower-case needle in b, or -1.
+func lastFold(b []byte, needle string) int {
+	for i := len(b) - len(needle); i >= 0; i-- {
+		if strings.EqualFold(string(b[i:i+len(needle)]), needle) {
+			return i
 		}
 	}
-	start := i + 4
-	if n < 0 {
-		// Not a header block: skip it rather than stall.
-		return nil, buf[start:], false
-	}
-	if len(buf)-start < n {
-		return nil, buf, false
-	}
-	return buf[start : start+n], buf[start+n:], true
+	return -1
 }
 
 // lspHandler wraps an LSP endpoint: decode, resolve, lock the server, run.
