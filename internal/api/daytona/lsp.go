@@ -259,9 +259,10 @@ func (s *lspServer) call(parent context.Context, method string, params any) (jso
 // the rest of a message that began before: language servers commonly write
 // a message's header and its body separately, and a notification such as
 // publishDiagnostics can be between the two when the call attaches. Such a
-// tail is discarded up to the next header. A body never holds a raw CR LF
-// (JSON escapes them), so a header is recognised by its CR LF framing even
-// when the discarded tail quotes header text.
+// tail is discarded up to the next header. A header is recognised by its
+// CR LF framing, which a body does not have (JSON strings escape CR and LF,
+// and language servers write compact JSON), so a tail that quotes header
+// text is not taken for one.
 type lspFrames struct{ buf []byte }
 
 func (f *lspFrames) add(p []byte) { f.buf = append(f.buf, p...) }
