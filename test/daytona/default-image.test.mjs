@@ -59,7 +59,7 @@ test('the default sandbox acts as daytona, with its home and python', { timeout:
   }
 });
 
-test('LSP for TypeScript and JavaScript: symbols, workspace symbols and completions from typescript-language-server', { timeout: 180_000 }, async () => {
+test('LSP for TypeScript and JavaScript: symbols, workspace symbols and completions from typescript-language-server', { timeout: 300_000 }, async () => {
   const ts = [
     'export function greet(name: string): string {',
     '  return "hi " + name;',

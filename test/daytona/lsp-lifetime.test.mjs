@@ -86,6 +86,10 @@ while True:
     msg = json.loads(inp.read(n))
     if "id" not in msg:
         continue
+    # A document named silent.py is never answered: the request's bound
+    # must end the wait and say the server went on writing.
+    if msg["params"].get("textDocument", {}).get("uri", "").endswith("/silent.py"):
+        continue
     result = {"capabilities": {}} if msg["method"] == "initialize" else [
         {"name": "split", "kind": 12, "location": {"uri": msg["params"]["textDocument"]["uri"], "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 5}}}}]
     send({"jsonrpc": "2.0", "id": msg["id"], "result": result})
@@ -105,6 +109,20 @@ test('a request that attaches inside a notification still gets its answer', { ti
     const syms = await lsp.documentSymbols('/tmp/split/main.py');
     assert.deepEqual(syms.map((s) => s.name), ['split'], `request ${i + 1}`);
   }
+
+  // A request the server never answers ends at the bound with a 504 that
+  // tells a server still writing (this one) from a silent one, and the
+  // server answers the next request.
+  await sb.fs.uploadFile(Buffer.from('y = 2\n'), '/tmp/split/silent.py');
+  await lsp.didOpen('/tmp/split/silent.py');
+  const t0 = Date.now();
+  await assert.rejects(lsp.documentSymbols('/tmp/split/silent.py'), (err) => {
+    assert.equal(err.statusCode, 504, err.message);
+    assert.match(err.message, new RegExp(`did not answer textDocument/documentSymbol within ${boundSeconds}s \\(it wrote \\d+ other messages in that time\\)`));
+    return true;
+  });
+  assert.ok(Date.now() - t0 >= boundSeconds * 1000, 'the wait lasted the bound');
+  assert.deepEqual((await lsp.documentSymbols('/tmp/split/main.py')).map((s) => s.name), ['split']);
   await lsp.stop();
   await sb.process.executeCommand('rm -f /usr/local/bin/pylsp');
 });

@@ -46,8 +46,9 @@ type Options struct {
 	// endpoint), and SSHHost the host named in SSH commands when that
 	// address is unspecified (0.0.0.0).
 	SSHAddr, SSHHost string
-	// LSPTimeout bounds one request to a language server; default 30
-	// seconds. A large project's first completion can need more.
+	// LSPTimeout bounds one request to a language server; default 2
+	// minutes, because a server's first request waits for it to load the
+	// project.
 	LSPTimeout time.Duration
 }
 

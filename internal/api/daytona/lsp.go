@@ -36,8 +36,11 @@ import (
 const (
 	lspTagPrefix = "daytona-lsp:"
 	// defaultLSPTimeout bounds one request to the language server when
-	// Options names no bound.
-	defaultLSPTimeout = 30 * time.Second
+	// Options names no bound. A server's first request waits for it to load
+	// the project: typescript-language-server takes about 3 s of a
+	// sandbox's one core on an idle machine and several times that on a
+	// loaded one, so the bound is far above what a working server needs.
+	defaultLSPTimeout = 2 * time.Minute
 	// codeLSPNotInitialized is the code the SDK maps to
 	// DaytonaLspServerNotInitializedError.
 	codeLSPNotInitialized = "LSP_SERVER_NOT_INITIALIZED"
@@ -208,6 +211,10 @@ func (s *lspServer) call(parent context.Context, method string, params any) (jso
 	_, _ = rand.Read(idb[:])
 	id := hex.EncodeToString(idb[:])
 	var frames lspFrames
+	// seen counts the messages read while waiting, for the timeout's
+	// message: none means a server still busy (or stuck), some means one
+	// that answers others but not this request.
+	seen := 0
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		switch {
@@ -223,6 +230,7 @@ func (s *lspServer) call(parent context.Context, method string, params any) (jso
 				if !ok {
 					break
 				}
+				seen++
 				var m struct {
 					ID     json.RawMessage `json:"id"`
 					Result json.RawMessage `json:"result"`
@@ -244,12 +252,23 @@ func (s *lspServer) call(parent context.Context, method string, params any) (jso
 	if err := stream.Err(); err != nil {
 		select {
 		case <-timedOut:
-			return nil, newProblem(http.StatusGatewayTimeout, "the language server did not answer %s within %s", method, s.timeout)
+			return nil, newProblem(http.StatusGatewayTimeout, "the language server did not answer %s within %s (%s)", method, s.timeout, lspWaitSeen(seen))
 		default:
 		}
 		return nil, rpcError(err, false)
 	}
 	return nil, fmt.Errorf("the language server's stream ended")
+}
+
+// lspWaitSeen says what a server wrote during a wait that found no answer.
+func lspWaitSeen(n int) string {
+	switch n {
+	case 0:
+		return "it wrote nothing in that time"
+	case 1:
+		return "it wrote 1 other message in that time"
+	}
+	return fmt.Sprintf("it wrote %d other messages in that time", n)
 }
 
 // lspFrames reassembles framed JSON-RPC messages from a server's output.
