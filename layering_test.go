@@ -49,6 +49,7 @@ var layers = []struct {
 	{"internal/ui", nil, "the embedded web dashboard"},
 	{"internal/agentbin", nil, "the small agent the daemon embeds"},
 	{"internal/interpreter", nil, "the client of the in-sandbox code interpreter"},
+	{"internal/dockerfile", nil, "a Dockerfile read with BuildKit's parser: the images a build reads"},
 
 	// The Go SDK and the agent stand apart from the daemon.
 	{"client", []string{"apitypes", "proto/..."}, "the Go SDK of /v1"},
@@ -70,7 +71,7 @@ var layers = []struct {
 	{"internal/service", []string{
 		".", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/store", "internal/driver", "internal/router/...", "internal/cluster", "internal/idempotency",
-		"internal/metrics", "internal/firewall", "internal/egress", "internal/interpreter",
+		"internal/metrics", "internal/firewall", "internal/egress", "internal/interpreter", "internal/dockerfile",
 	}, "the domain operations"},
 
 	// The HTTP surfaces: through the service, never the store or a runtime

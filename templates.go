@@ -115,4 +115,8 @@ type TemplateBuild struct {
 	CreatedAt time.Time
 	StartedAt time.Time // zero while waiting
 	EndedAt   time.Time // zero until done
+	// QueuePosition is the build's place in the queue for a build slot
+	// (1 = next); 0 when it is not waiting for one. Not stored: it is the
+	// building process's view.
+	QueuePosition int
 }

@@ -96,6 +96,9 @@ type TemplateBuild struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	EndedAt    *time.Time `json:"ended_at,omitempty"`
+	// QueuePosition is the build's place in the fair queue for a build
+	// slot (1 = next), while it waits for one.
+	QueuePosition int `json:"queue_position,omitempty"`
 }
 
 // BuildTemplateResponse answers POST /v1/templates (202 while it builds).

@@ -146,6 +146,9 @@ func templateLsCmd(e *cliEnv) *cobra.Command {
 				state, build := "-", "-"
 				if t.Build != nil {
 					state, build = t.Build.State, t.Build.ID
+					if t.Build.QueuePosition > 0 {
+						state = fmt.Sprintf("queued (%d)", t.Build.QueuePosition)
+					}
 				}
 				name := t.Name
 				if name == "" {

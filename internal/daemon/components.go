@@ -544,6 +544,8 @@ func (d *daemon) newService(context.Context) error {
 		MaxBuilds:         cfg.MaxBuilds,
 		MaxBuildsPerOwner: cfg.MaxBuildsPerOwner,
 		ReadyTimeout:      cfg.ReadyTimeout,
+		BuildLogMax:       mib(cfg.BuildLogMaxMB),
+		ContextQuota:      mib(cfg.BuildContextQuotaMB),
 	}, d.st, d.mets.Driver(d.rt), d.edg.Router)
 	d.auth = api.NewAuth(d.svc, d.token)
 	watchSources(d.mets, d.st, d.edg.Router, d.svc)
@@ -812,4 +814,13 @@ func (d *daemon) shutdownHTTP(ctx context.Context) {
 			_ = srv.Shutdown(shutCtx)
 		}
 	}
+}
+
+// mib turns a size flag in MiB into bytes, keeping a negative value (no
+// bound) negative and zero (the default) zero.
+func mib(n int64) int64 {
+	if n < 0 {
+		return -1
+	}
+	return n << 20
 }

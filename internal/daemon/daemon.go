@@ -121,6 +121,10 @@ type Config struct {
 	MaxBuilds         int
 	MaxBuildsPerOwner int
 	ReadyTimeout      time.Duration
+	// BuildLogMaxMB and BuildContextQuotaMB bound one build's log and one
+	// owner's uploaded contexts (negative: no bound).
+	BuildLogMaxMB       int64
+	BuildContextQuotaMB int64
 	// AllowImages are glob patterns of images non-admin owners may run
 	// besides the templates' and the default image (--allow-image).
 	AllowImages []string

@@ -47,6 +47,24 @@ type BuildSpec struct {
 	Tag     string
 	Labels  map[string]string
 	NoCache bool
+	// CacheFrom are the only images whose layers the build may reuse as
+	// its cache: an owner's own images, so that a cache hit never says
+	// that another owner ran the same step. An empty list (with NoCache
+	// unset) reuses nothing either.
+	CacheFrom []string
+	// Limits bound every step's container the way a sandbox is bounded.
+	Limits BuildLimits
+}
+
+// BuildLimits are a build step's resources.
+type BuildLimits struct {
+	CPU       float64 // cores; 0 = no limit
+	MemoryMB  int64   // 0 = no limit
+	PidsLimit int64   // 0 = no limit
+	// Isolated runs the steps on the sandboxes' network, where the
+	// daemon's firewall keeps them from the host and from other
+	// sandboxes, rather than on the engine's default bridge.
+	Isolated bool
 }
 
 // Images builds, moves and removes the images templates run. driver/docker
@@ -69,4 +87,14 @@ type Images interface {
 	// Push sends ref to the registry its name points at; Pull fetches it.
 	Push(ctx context.Context, ref string, logs io.Writer) error
 	Pull(ctx context.Context, ref string, logs io.Writer) error
+	// ListImages lists the images carrying every one of labels, so the
+	// janitor can match what the engine holds against the store.
+	ListImages(ctx context.Context, labels map[string]string) ([]Image, error)
+}
+
+// Image is one image the engine holds.
+type Image struct {
+	ID     string
+	Tags   []string
+	Labels map[string]string
 }

@@ -563,6 +563,8 @@ func (s *Service) Janitor(ctx context.Context) int {
 		n++
 	}
 	s.janitorContainers(ctx)
+	n += s.janitorImages(ctx)
+	s.sweepContexts(ctx)
 	return n
 }
 

@@ -158,6 +158,13 @@ type Config struct {
 	MaxContextBytes   int64
 	MaxBuilds         int
 	MaxBuildsPerOwner int
+	// BuildLogMax bounds the log one build keeps, in memory and on disk
+	// (default 8 MiB): its head and its tail, with a line saying how much
+	// was dropped between them. Negative means no bound.
+	BuildLogMax int64
+	// ContextQuota bounds the uploaded build contexts one owner keeps, in
+	// bytes (default 2 GiB); negative means no bound.
+	ContextQuota int64
 	// ReadyTimeout bounds how long a create waits for a template's ready
 	// command (default 2 minutes).
 	ReadyTimeout time.Duration
@@ -319,6 +326,12 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	}
 	if cfg.MaxContextBytes <= 0 {
 		cfg.MaxContextBytes = DefaultMaxContextBytes
+	}
+	if cfg.BuildLogMax == 0 {
+		cfg.BuildLogMax = DefaultBuildLogMax
+	}
+	if cfg.ContextQuota == 0 {
+		cfg.ContextQuota = DefaultContextQuota
 	}
 	if cfg.MaxBuilds <= 0 {
 		cfg.MaxBuilds = DefaultMaxBuilds

@@ -47,6 +47,8 @@ const (
 	DefaultMaxContextBytes   = 512 << 20
 	DefaultMaxBuilds         = 2
 	DefaultMaxBuildsPerOwner = 2
+	DefaultBuildLogMax       = 8 << 20
+	DefaultContextQuota      = 2 << 30
 	// templateRepo is the repository templates' images are tagged in, under
 	// the registry when the daemon has one.
 	templateRepo = "sandpit-template"
@@ -144,8 +146,11 @@ type buildRun struct {
 	// tags is, for each member, its template and the tags its own request
 	// asked for: one content may be built for two templates, or under two
 	// tags at once, and each member keeps its own.
-	tags    map[string]memberTags
+	tags map[string]memberTags
+	// lines is the log as readers see it: appended to, never rewritten,
+	// so an offset into it stays valid (E2B's SDK polls by offset).
 	lines   []BuildLogEntry
+	log     boundedLog
 	files   []*os.File
 	changed chan struct{} // closed and replaced whenever a line is added
 	state   sandpit.BuildState
@@ -153,17 +158,88 @@ type buildRun struct {
 	reason  string
 }
 
+// boundedLog keeps a build's log within a budget (Config.BuildLogMax): the
+// first half of the budget as it comes (the head, visible at once), then a
+// ring of the newest lines within the other half (the tail, which holds the
+// error that ends a failing build), appended to the visible log with a line
+// saying what was dropped between them when the build ends. Memory and the
+// file on disk hold at most the budget, whatever a build prints.
+type boundedLog struct {
+	max       int64 // negative: no bound
+	headBytes int64
+	over      bool // the head is full: lines go to the tail
+	tail      []BuildLogEntry
+	tailBytes int64
+	dropped   int64 // lines
+	droppedB  int64 // bytes
+}
+
+// maxLogLine bounds one entry's message: a single line of output may be
+// any length.
+const maxLogLine = 64 << 10
+
 func (r *buildRun) add(level, msg string) {
+	if len(msg) > maxLogLine {
+		msg = msg[:maxLogLine] + fmt.Sprintf(" [... %d more bytes of this line dropped]", len(msg)-maxLogLine)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := BuildLogEntry{Time: time.Now().UTC(), Level: level, Message: msg}
-	r.lines = append(r.lines, e)
 	line, _ := json.Marshal(e)
+	size := int64(len(line) + 1)
+	l := &r.log
+	if l.max >= 0 && (l.over || l.headBytes+size > l.max/2) {
+		// Past the head: the line joins the tail, which drops its oldest
+		// lines to stay within its half. Readers see the tail at the end.
+		l.over = true
+		l.tail = append(l.tail, e)
+		l.tailBytes += size
+		for l.tailBytes > l.max/2 && len(l.tail) > 0 {
+			old, _ := json.Marshal(l.tail[0])
+			l.tail[0] = BuildLogEntry{}
+			l.tail = l.tail[1:]
+			l.tailBytes -= int64(len(old) + 1)
+			l.dropped++
+			l.droppedB += int64(len(old) + 1)
+		}
+		return
+	}
+	l.headBytes += size
+	r.appendLocked(e, line)
+}
+
+// appendLocked makes e visible: in memory, in every member's file, and to
+// followers.
+func (r *buildRun) appendLocked(e BuildLogEntry, line []byte) {
+	r.lines = append(r.lines, e)
 	for _, f := range r.files {
 		_, _ = f.Write(append(line, '\n'))
 	}
 	close(r.changed)
 	r.changed = make(chan struct{})
+}
+
+// sealLog appends the tail, after a line saying how much was dropped
+// before it, once no line can follow.
+func (r *buildRun) sealLog() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := &r.log
+	if !l.over {
+		return
+	}
+	if l.dropped > 0 {
+		e := BuildLogEntry{Time: time.Now().UTC(), Level: "warn", Message: fmt.Sprintf(
+			"[%d lines (%d bytes) of build output dropped here: a build keeps the first and last %d KiB of its log (--build-log-max-mb)]",
+			l.dropped, l.droppedB, l.max/2>>10)}
+		line, _ := json.Marshal(e)
+		r.appendLocked(e, line)
+	}
+	for _, e := range l.tail {
+		line, _ := json.Marshal(e)
+		r.appendLocked(e, line)
+	}
+	l.tail, l.tailBytes, l.over = nil, 0, false
 }
 
 // Write makes the run an io.Writer of the engine's log stream: one entry
@@ -188,12 +264,16 @@ type builds struct {
 	mu        sync.Mutex
 	byBuild   map[string]*buildRun
 	byContent map[string]*buildRun
-	slots     chan struct{}
+	queue     *buildQueue
+	// pinned counts the running builds that use each context file.
+	pinned map[string]int
+	// uploads orders the quota check and the rename of context uploads.
+	uploads sync.Mutex
 	ctx       context.Context
 }
 
 func newBuilds(n int) *builds {
-	return &builds{byBuild: map[string]*buildRun{}, byContent: map[string]*buildRun{}, slots: make(chan struct{}, n), ctx: context.Background()}
+	return &builds{byBuild: map[string]*buildRun{}, byContent: map[string]*buildRun{}, queue: newBuildQueue(n), ctx: context.Background()}
 }
 
 var tagRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
@@ -435,7 +515,7 @@ func (s *Service) Build(ctx context.Context, buildID string) (sandpit.TemplateBu
 }
 
 func (s *Service) liveState(b sandpit.TemplateBuild) sandpit.TemplateBuild {
-	if b.State != sandpit.BuildWaiting {
+	if b.State.Done() {
 		return b
 	}
 	s.builds.mu.Lock()
@@ -443,6 +523,12 @@ func (s *Service) liveState(b sandpit.TemplateBuild) sandpit.TemplateBuild {
 	s.builds.mu.Unlock()
 	if run != nil {
 		b.State = sandpit.BuildBuilding
+		// A build that waits for a slot says where it stands; a joined
+		// build stands where the run it joined does.
+		run.mu.Lock()
+		first := run.members[0]
+		run.mu.Unlock()
+		b.QueuePosition = s.builds.queue.position(first)
 	}
 	return b
 }
@@ -552,7 +638,7 @@ func (s *Service) joinOrReserve(key, id, owner, hash string, tags memberTags, on
 		}
 	}
 	run := &buildRun{owner: owner, hash: hash, done: make(chan struct{}), members: []string{id}, tags: map[string]memberTags{id: tags},
-		changed: make(chan struct{}), state: sandpit.BuildBuilding}
+		changed: make(chan struct{}), state: sandpit.BuildBuilding, log: boundedLog{max: s.cfg.BuildLogMax}}
 	if f := s.openBuildLog(id); f != nil {
 		run.files = []*os.File{f}
 	}
@@ -564,6 +650,7 @@ func (s *Service) joinOrReserve(key, id, owner, hash string, tags memberTags, on
 // endRun ends a run and the build rows that joined it (except skip, whose
 // row the caller keeps), so nothing joins a run whose members were ended.
 func (s *Service) endRun(ctx context.Context, run *buildRun, key string, state sandpit.BuildState, image, reason, skip string) []string {
+	run.sealLog()
 	s.builds.mu.Lock()
 	run.mu.Lock()
 	run.state, run.image, run.reason = state, image, reason
@@ -625,50 +712,6 @@ func (s *Service) checkBuildQuota(ctx context.Context, owner string) error {
 	return nil
 }
 
-// checkBuildBases applies the image policy to the images a Dockerfile
-// starts FROM: a non-admin owner may build on what it may run (the
-// daemon's templates, its default image, --allow-image) and on its own
-// templates' images, never on whatever else the engine holds, which may be
-// an operator's private image.
-func (s *Service) checkBuildBases(ctx context.Context, dockerfile string) error {
-	p := principalOf(ctx)
-	if p.Admin {
-		return nil
-	}
-	stages := map[string]bool{"scratch": true}
-	for _, line := range strings.Split(dockerfile, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 || !strings.EqualFold(f[0], "FROM") {
-			continue
-		}
-		args := f[1:]
-		for len(args) > 0 && strings.HasPrefix(args[0], "--") {
-			args = args[1:]
-		}
-		if len(args) == 0 {
-			continue
-		}
-		base := args[0]
-		allowed := stages[strings.ToLower(base)] || s.checkImage(p, base) == nil
-		if !allowed {
-			own, err := s.store.ImageOwnedBy(ctx, p.Owner, base)
-			if err != nil {
-				return err
-			}
-			allowed = own
-		}
-		// A later stage may start FROM this one by its name.
-		if len(args) >= 3 && strings.EqualFold(args[1], "AS") {
-			stages[strings.ToLower(args[2])] = true
-		}
-		if allowed {
-			continue
-		}
-		return policyf("a build may not start FROM %q: owner %q may build on the images it may run (the daemon's templates, its default image, --allow-image) and on its own templates", base, p.Owner)
-	}
-	return nil
-}
-
 func (s *Service) validateDefinition(owner string, def *BuildDefinition) error {
 	if strings.TrimSpace(def.Dockerfile) == "" {
 		return invalidf("a build needs a Dockerfile")
@@ -698,6 +741,7 @@ func (s *Service) validateDefinition(owner string, def *BuildDefinition) error {
 // runBuild builds one run's image and ends every build that joined it.
 func (s *Service) runBuild(ctx context.Context, t sandpit.Template, b sandpit.TemplateBuild, def BuildDefinition, run *buildRun, key string) {
 	start := time.Now()
+	defer s.useContexts(b.ID, t.Owner, def.Files)()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.BuildTimeout)
 	defer cancel()
 	image, err := s.buildOnce(ctx, t, b, def, run)
@@ -757,17 +801,14 @@ func buildReason(ctx context.Context, err error, limit time.Duration) string {
 // building is waited for.
 func (s *Service) buildOnce(ctx context.Context, t sandpit.Template, b sandpit.TemplateBuild, def BuildDefinition, run *buildRun) (string, error) {
 	image := s.templateImage(t.Owner, run.hash)
-	select {
-	case s.builds.slots <- struct{}{}:
-	default:
-		run.add("info", "waiting for a build slot (the daemon runs at most "+fmt.Sprint(cap(s.builds.slots))+" builds at once)")
-		select {
-		case s.builds.slots <- struct{}{}:
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
+	release, err := s.builds.queue.acquire(ctx, t.Owner, b.ID, func() {
+		run.add("info", fmt.Sprintf("waiting for a build slot: the daemon runs at most %d builds at once and serves owners in turn (position %d)",
+			s.builds.queue.slots, s.builds.queue.position(b.ID)))
+	})
+	if err != nil {
+		return "", err
 	}
-	defer func() { <-s.builds.slots }()
+	defer release()
 
 	scope := idempotency.OwnerScope("template-build", t.Owner)
 	req := idempotency.Request{Scope: scope, Key: run.hash, PendingTTL: time.Minute, Wait: s.cfg.BuildTimeout, ReplayTTL: 30 * 24 * time.Hour}
@@ -831,8 +872,14 @@ func (s *Service) engineBuild(ctx context.Context, b sandpit.TemplateBuild, def 
 	go func() { pw.CloseWithError(s.writeContext(pw, s.ownerDir(run.owner), def)) }()
 	labels := s.containerLabels()
 	labels[driver.LabelTemplateBuild] = b.ID
-	_, err := s.cfg.Images.Build(ctx, driver.BuildSpec{
+	limits, cacheFrom, err := s.buildBounds(ctx, run.owner)
+	if err != nil {
+		pr.Close()
+		return err
+	}
+	_, err = s.cfg.Images.Build(ctx, driver.BuildSpec{
 		Context: pr, Dockerfile: buildDockerfile, Tag: image, Labels: labels, NoCache: def.NoCache,
+		CacheFrom: cacheFrom, Limits: limits,
 	}, run)
 	pr.Close()
 	if err != nil {
@@ -1017,6 +1064,14 @@ func (s *Service) PutTemplateFiles(ctx context.Context, hash string, r io.Reader
 	}
 	if verify && hex.EncodeToString(h.Sum(nil)) != hash {
 		return invalidf("the uploaded files do not hash to %s", hash)
+	}
+	// The quota is checked with the upload on disk, under the lock that
+	// orders every owner's uploads, so two uploads cannot both fit a
+	// quota that holds one.
+	s.builds.uploads.Lock()
+	defer s.builds.uploads.Unlock()
+	if err := s.checkContextQuota(dir, hash, n); err != nil {
+		return err
 	}
 	if err := checkArchive(tmp); err != nil {
 		return invalidf("the uploaded files are not a tar archive: %v", err)
@@ -1220,7 +1275,7 @@ func (s *Service) DeleteTemplate(ctx context.Context, id string) (err error) {
 		if b.Image != "" {
 			images[b.Image] = true
 		}
-		_ = os.Remove(filepath.Join(s.cfg.TemplateDir, "logs", b.ID+".jsonl"))
+		s.removeBuildFiles(t.Owner, b)
 	}
 	for img := range images {
 		if used, err := s.store.ImageInUse(ctx, img); err != nil || used {
@@ -1263,6 +1318,18 @@ func (s *Service) RecoverBuilds(ctx context.Context) error {
 			s.recoverSnapshot(ctx, t, b)
 		} else if err == nil && b.ContentHash != "" {
 			_ = claimStore(s.cfg, s.store).DeleteIdempotentRequest(ctx, idempotency.OwnerScope("template-build", t.Owner), b.ContentHash)
+			// A keyed request whose answer said "building" would replay
+			// that answer, about a build that will never end, to every
+			// retry: its recorded answer goes, and a retry of the same key
+			// builds again. (In a cluster the claims live in the
+			// replicated index, which keeps them.)
+			if s.cfg.Cluster == nil {
+				if n, err := s.store.DeleteIdempotentRequestsFor(ctx, "", t.ID); err != nil {
+					s.log.Warn("forget the answers about an unfinished build", "template", t.ID, "err", err)
+				} else if n > 0 {
+					s.log.Info("a retry of the request that started the unfinished build will build again", "template", t.ID, "build", b.ID)
+				}
+			}
 			// The engine may have finished and tagged the image just
 			// before the process died: an image no template records is
 			// an orphan, and goes (a retry builds it again from the

@@ -290,6 +290,22 @@ func (s *Store) DeleteIdempotentRequest(ctx context.Context, scope, fingerprint 
 	return nil
 }
 
+// DeleteIdempotentRequestsFor removes the answers recorded for requests
+// that made targetID in scopes starting with scopePrefix, so that a retry
+// of such a request does the work again instead of replaying an answer
+// that no longer holds (a build the daemon died during).
+func (s *Store) DeleteIdempotentRequestsFor(ctx context.Context, scopePrefix, targetID string) (int64, error) {
+	if targetID == "" {
+		return 0, nil
+	}
+	res, err := s.db.ExecContext(ctx, `DELETE FROM request_idempotency WHERE target_id = ? AND substr(scope, 1, ?) = ?`,
+		targetID, len(scopePrefix), scopePrefix)
+	if err != nil {
+		return 0, fmt.Errorf("delete idempotent requests for %s: %w", targetID, err)
+	}
+	return res.RowsAffected()
+}
+
 // ReapIdempotentRequests deletes the rows that are past both their pending
 // lock and their replay window, and returns how many it deleted. A pending
 // row whose lock is still live is never touched, and neither is a ready row

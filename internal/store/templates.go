@@ -327,6 +327,31 @@ func (s *Store) ImageInUse(ctx context.Context, ref string) (bool, error) {
 	return n > 0, nil
 }
 
+// OwnerImages lists the images of the owner's ready builds and templates,
+// newest first, at most limit of them: the only images the owner's next
+// build may reuse as its layer cache.
+func (s *Store) OwnerImages(ctx context.Context, owner string, limit int) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT image FROM (
+		SELECT b.image AS image, coalesce(b.ended_at, b.created_at) AS at FROM template_builds b JOIN templates t ON t.id = b.template_id
+			WHERE t.owner = ? AND b.state = 'ready' AND b.image <> ''
+		UNION ALL
+		SELECT image, updated_at FROM templates WHERE owner = ? AND image <> ''
+	) GROUP BY image ORDER BY max(at) DESC LIMIT ?`, owner, owner, limit)
+	if err != nil {
+		return nil, fmt.Errorf("owner images %s: %w", owner, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var ref string
+		if err := rows.Scan(&ref); err != nil {
+			return nil, fmt.Errorf("owner images %s: %w", owner, err)
+		}
+		out = append(out, ref)
+	}
+	return out, rows.Err()
+}
+
 // ImageOwnedBy reports whether ref is the image of one of the owner's
 // templates or of one of their ready builds.
 func (s *Store) ImageOwnedBy(ctx context.Context, owner, ref string) (bool, error) {

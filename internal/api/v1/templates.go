@@ -222,7 +222,7 @@ func (h *Handler) toTemplate(r *http.Request, t sandpit.Template) apitypes.Templ
 
 func toBuild(b sandpit.TemplateBuild) apitypes.TemplateBuild {
 	out := apitypes.TemplateBuild{ID: b.ID, TemplateID: b.TemplateID, State: string(b.State), Image: b.Image, Error: b.Error,
-		Dockerfile: b.Dockerfile, CreatedAt: b.CreatedAt}
+		Dockerfile: b.Dockerfile, CreatedAt: b.CreatedAt, QueuePosition: b.QueuePosition}
 	out.StartedAt, out.EndedAt = timePtr(b.StartedAt), timePtr(b.EndedAt)
 	return out
 }

@@ -148,6 +148,9 @@ func (d *Docker) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	if name == "" {
 		name = ContainerName(spec.SandboxID)
 	}
+	if err := d.blankImageLabels(ctx, spec.Image, cfg.Labels); err != nil {
+		return "", err
+	}
 	resp, err := d.cli.ContainerCreate(ctx, cfg, hostCfg, &network.NetworkingConfig{}, nil, name)
 	if err != nil {
 		if errdefs.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image") {
@@ -160,6 +163,31 @@ func (d *Docker) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	}
 	d.log.Debug("container created", "container", name, "id", resp.ID, "image", spec.Image)
 	return resp.ID, nil
+}
+
+// blankImageLabels keeps the daemon's labels the daemon's: the engine copies
+// an image's labels into every container made from it, and an image is
+// whatever its builder wrote (a tenant's LABEL sandpit.pool=... would make
+// the janitor treat the sandbox as a pooled container). Every sandpit.*
+// label of the image that labels does not set is set to "", which the
+// daemon reads as absent.
+func (d *Docker) blankImageLabels(ctx context.Context, ref string, labels map[string]string) error {
+	img, _, err := d.cli.ImageInspectWithRaw(ctx, ref)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return fmt.Errorf("%w: %s", driver.ErrImageNotFound, ref)
+		}
+		return fmt.Errorf("inspect image %s: %w", ref, err)
+	}
+	if img.Config == nil {
+		return nil
+	}
+	for k := range img.Config.Labels {
+		if _, ours := labels[k]; !ours && strings.HasPrefix(k, "sandpit.") {
+			labels[k] = ""
+		}
+	}
+	return nil
 }
 
 // configs turns a Spec into the engine's container and host configuration.

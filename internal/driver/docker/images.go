@@ -11,6 +11,7 @@ import (
 
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/registry"
 	"github.com/docker/docker/errdefs"
@@ -28,13 +29,43 @@ var _ driver.Images = (*Docker)(nil)
 // build succeeds, and the tag is applied by the engine only at the end of a
 // successful build.
 func (d *Docker) Build(ctx context.Context, spec driver.BuildSpec, logs io.Writer) (string, error) {
+	cacheFrom := spec.CacheFrom
+	if len(cacheFrom) == 0 {
+		// With no source the classic builder would reuse any image on
+		// the engine; a name that resolves to nothing makes it reuse none.
+		cacheFrom = []string{noCacheSource}
+	}
 	opts := build.ImageBuildOptions{
 		Dockerfile:  spec.Dockerfile,
 		Labels:      spec.Labels,
 		NoCache:     spec.NoCache,
+		CacheFrom:   cacheFrom,
 		Remove:      true,
 		ForceRemove: true,
 		Version:     build.BuilderV1,
+	}
+	l := spec.Limits
+	if l.MemoryMB > 0 {
+		opts.Memory = l.MemoryMB << 20
+		opts.MemorySwap = opts.Memory // no swap beyond the memory, as in a sandbox
+	}
+	if l.CPU > 0 {
+		opts.CPUPeriod = cpuPeriod
+		opts.CPUQuota = int64(l.CPU * cpuPeriod)
+	}
+	if l.Isolated {
+		opts.NetworkMode = d.network
+	}
+	if l.PidsLimit > 0 {
+		// The classic builder takes no pids limit, but it puts every
+		// step's container under the cgroup parent it is given: a parent
+		// of the build's own whose pids.max bounds the steps together.
+		parent, cleanup, err := makeBuildCgroup(spec.Tag, l.PidsLimit)
+		if err != nil {
+			return "", fmt.Errorf("build %s: %w", spec.Tag, err)
+		}
+		defer cleanup()
+		opts.CgroupParent = parent
 	}
 	if spec.Tag != "" {
 		opts.Tags = []string{spec.Tag}
@@ -67,6 +98,9 @@ func (d *Docker) Build(ctx context.Context, spec driver.BuildSpec, logs io.Write
 	}
 	return id, nil
 }
+
+// noCacheSource is a cache source that names no image (see Build).
+const noCacheSource = "sandpit-no-cache-source/none:none"
 
 // decodeStream copies an engine progress stream to logs and turns an error
 // message in it into an error wrapping ErrBuildFailed. A stream that breaks
@@ -123,6 +157,29 @@ func imageVanished(msg string) bool {
 		}
 	}
 	return false
+}
+
+// ListImages lists the images carrying every one of labels.
+func (d *Docker) ListImages(ctx context.Context, labels map[string]string) ([]driver.Image, error) {
+	f := filters.NewArgs()
+	for k, v := range labels {
+		f.Add("label", k+"="+v)
+	}
+	list, err := d.cli.ImageList(ctx, image.ListOptions{Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	out := make([]driver.Image, 0, len(list))
+	for _, img := range list {
+		var tags []string
+		for _, t := range img.RepoTags {
+			if t != "<none>:<none>" {
+				tags = append(tags, t)
+			}
+		}
+		out = append(out, driver.Image{ID: img.ID, Tags: tags, Labels: img.Labels})
+	}
+	return out, nil
 }
 
 // RemoveImage removes ref; its layers go when no other tag holds them.
