@@ -4,8 +4,8 @@ import (
 	"context"
 	"strings"
 
-	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/dockerfile"
+	"github.com/sandpit-dev/sandpit/internal/driver"
 )
 
 // checkBuildBases reads a Dockerfile with BuildKit's parser and applies the

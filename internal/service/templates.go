@@ -269,7 +269,7 @@ type builds struct {
 	pinned map[string]int
 	// uploads orders the quota check and the rename of context uploads.
 	uploads sync.Mutex
-	ctx       context.Context
+	ctx     context.Context
 }
 
 func newBuilds(n int) *builds {
