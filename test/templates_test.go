@@ -383,7 +383,7 @@ func TestTemplateOwners(t *testing.T) {
 	if a := build(ro.Secret, "FROM "+testBase+"\n"); a.Status != http.StatusForbidden {
 		t.Fatalf("read-only token built: %d %s", a.Status, a.Body)
 	}
-	if a := build(tokens["bob"], "FROM "+private+"\nRUN cat /etc/hostname\n"); a.Status != http.StatusForbidden || !strings.Contains(string(a.Body), "may not start FROM") {
+	if a := build(tokens["bob"], "FROM "+private+"\nRUN cat /etc/hostname\n"); a.Status != http.StatusForbidden || !strings.Contains(string(a.Body), "may not read the image") {
 		t.Fatalf("bob built on an image he may not run: %d %s", a.Status, a.Body)
 	}
 	ids := map[string]string{}

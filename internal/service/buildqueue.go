@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 )
@@ -10,12 +11,15 @@ import (
 // plain semaphore serves waiters in arrival order, so one owner who queues
 // many long builds holds every slot while the others wait behind all of
 // them. Here a freed slot goes to the waiting owner that runs the fewest
-// builds (the earliest of them on a tie): another owner's build starts at
-// the next slot's turn, whatever one owner has queued.
+// builds, and among those the one served longest ago (round robin; the
+// earliest waiter of that owner first): another owner's build starts at the
+// next slot's turn, whatever one owner has queued.
 type buildQueue struct {
 	mu      sync.Mutex
 	slots   int
-	running map[string]int // owner -> builds holding a slot
+	running map[string]int    // owner -> builds holding a slot
+	served  map[string]uint64 // owner -> turn it last got a slot
+	turn    uint64
 	waiting []*buildWaiter // in arrival order
 }
 
@@ -26,7 +30,7 @@ type buildWaiter struct {
 }
 
 func newBuildQueue(slots int) *buildQueue {
-	return &buildQueue{slots: max(slots, 1), running: map[string]int{}}
+	return &buildQueue{slots: max(slots, 1), running: map[string]int{}, served: map[string]uint64{}}
 }
 
 // acquire waits for a slot for one of owner's builds; release gives it
@@ -75,10 +79,12 @@ func (q *buildQueue) acquire(ctx context.Context, owner, build string, onQueued 
 // dispatchLocked gives free slots to waiters in fair order.
 func (q *buildQueue) dispatchLocked() {
 	for q.inUseLocked() < q.slots && len(q.waiting) > 0 {
-		i := q.nextLocked(q.running)
+		i := q.nextLocked(q.running, q.served)
 		w := q.waiting[i]
 		q.waiting = slices.Delete(q.waiting, i, i+1)
 		q.running[w.owner]++
+		q.turn++
+		q.served[w.owner] = q.turn
 		close(w.ready)
 	}
 }
@@ -92,11 +98,13 @@ func (q *buildQueue) inUseLocked() int {
 }
 
 // nextLocked is the index of the waiter served next given the running
-// counts: the first waiter of the owner running fewest.
-func (q *buildQueue) nextLocked(running map[string]int) int {
+// counts and the turns each owner was last served: the owner running
+// fewest, then the one served longest ago, then the earliest waiter.
+func (q *buildQueue) nextLocked(running map[string]int, served map[string]uint64) int {
 	best := 0
 	for i, w := range q.waiting {
-		if running[w.owner] < running[q.waiting[best].owner] {
+		b := q.waiting[best]
+		if running[w.owner] < running[b.owner] || (running[w.owner] == running[b.owner] && served[w.owner] < served[b.owner]) {
 			best = i
 		}
 	}
@@ -109,20 +117,21 @@ func (q *buildQueue) nextLocked(running map[string]int) int {
 func (q *buildQueue) position(build string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	running := map[string]int{}
-	for o, c := range q.running {
-		running[o] = c
-	}
-	saved := q.waiting
-	defer func() { q.waiting = saved }()
-	q.waiting = slices.Clone(saved)
+	running := maps.Clone(q.running)
+	served := maps.Clone(q.served)
+	turn := q.turn
+	waiting := q.waiting
+	defer func() { q.waiting = waiting }()
+	q.waiting = slices.Clone(waiting)
 	for pos := 1; len(q.waiting) > 0; pos++ {
-		i := q.nextLocked(running)
+		i := q.nextLocked(running, served)
 		w := q.waiting[i]
 		if w.build == build {
 			return pos
 		}
 		running[w.owner]++
+		turn++
+		served[w.owner] = turn
 		q.waiting = slices.Delete(q.waiting, i, i+1)
 	}
 	return 0
