@@ -3,6 +3,10 @@ package sandpit_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,4 +106,61 @@ func BenchmarkCreateFromTemplate(b *testing.B) {
 	harness.ReportPercentiles(b, "image", fromImage)
 	harness.ReportPercentiles(b, "template", fromTemplate)
 	b.ReportMetric(float64(harness.Percentile(fromTemplate, 0.5))/float64(harness.Percentile(fromImage, 0.5)), "ratio-p50")
+}
+
+// peakRSSKiB reads a process's peak resident set (VmHWM), and resets it
+// when reset is set (clear_refs 5), so the next reading is the peak of
+// what happens in between.
+func peakRSSKiB(b *testing.B, pid int, reset bool) int {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	kib := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kib, _ = strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+		}
+	}
+	if reset {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return kib
+}
+
+// BenchmarkBuildOutput: a build that prints 400 MB, beside a plain build
+// in the same daemon: how far each raises the daemon's peak RSS above its
+// resting RSS, and how much log each leaves on disk (the default budget is
+// 8 MiB). Run with -benchtime=1x.
+func BenchmarkBuildOutput(b *testing.B) {
+	d := harness.Start(b, sandpitBin, harness.Options{})
+	c := d.Client()
+	ctx := context.Background()
+	logSize := func(id string) float64 {
+		info, err := os.Stat(filepath.Join(d.DataDir, "templates", "logs", id+".jsonl"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return float64(info.Size()) / (1 << 20)
+	}
+	run := func(name, step string) (peakMiB, logMiB float64) {
+		time.Sleep(500 * time.Millisecond)
+		rest := d.RSSKiB(b)
+		peakRSSKiB(b, d.Pid(), true)
+		res := buildAndWait(b, ctx, c, client.BuildTemplateRequest{Name: name, Dockerfile: "FROM sandpit/base:test\nRUN " + step + "\n", NoCache: true})
+		peak := peakRSSKiB(b, d.Pid(), false)
+		return float64(peak-rest) / 1024, logSize(res.Build.ID)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		plainPeak, plainLog := run(fmt.Sprintf("plain-%d", i), fmt.Sprintf("echo plain %d", i))
+		noisyPeak, noisyLog := run(fmt.Sprintf("noisy-%d", i), "yes 0123456789012345678901234567890123456789012345678901234567890123456789 | head -c 400000000")
+		b.ReportMetric(plainPeak, "plain-peak-rss-MiB")
+		b.ReportMetric(plainLog, "plain-log-MiB")
+		b.ReportMetric(noisyPeak, "400MB-peak-rss-MiB")
+		b.ReportMetric(noisyLog, "400MB-log-MiB")
+	}
 }
