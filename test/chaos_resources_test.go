@@ -167,10 +167,17 @@ func (c *resClient) next(ctx context.Context, t *testing.T) {
 	}
 }
 
+// chaosCrashPoints are the crash points of the calls the resource chaos
+// makes (internal/crashpoint; the harness builds the daemon with them): a
+// sandbox or fork made, a snapshot committed, an image built, a volume's row
+// and its engine volume made, a resize stored.
+var chaosCrashPoints = []string{"before-response", "after-snapshot-commit", "after-image-build", "after-volume-row", "after-volume-create", "after-resize-store"}
+
 // TestChaosResources extends the chaos run to the mutating calls beyond the
 // sandbox lifecycle: template builds, snapshots, forks, volume creates,
 // network updates, resizes, SSH keys and access tokens. Four clients retry
-// each call with its key across SIGKILLs of the daemon (every ~8-12 s).
+// each call with its key across SIGKILLs of the daemon (every ~8-12 s, or
+// sooner at the crash point each restart arms).
 // Afterwards the store, routes and containers agree (CheckConsistent); every
 // sandbox, template, snapshot, volume, SSH key and token the daemon lists was
 // named to some client, so no retry made a second one; no key was answered
@@ -196,17 +203,27 @@ func TestChaosResources(t *testing.T) {
 			}
 		}(clients[i])
 	}
-	kills := 0
+	// Each restart arms one crash point, so that besides the SIGKILLs at
+	// random moments the daemon dies exactly where a retry is most likely to
+	// make a second resource: after the resource exists, before the answer.
+	kills, atPoints := 0, 0
 	for {
 		wait := time.Duration(8000+randInt(4000)) * time.Millisecond
 		if time.Until(deadline) < wait {
 			break
 		}
-		time.Sleep(wait)
-		d.Kill()
+		if d.Wait(wait) {
+			atPoints++
+		} else {
+			d.Kill()
+		}
 		kills++
-		d.Restart(nil)
+		d.Restart([]string{"SANDPIT_TEST_CRASH_POINT=" + chaosCrashPoints[randInt(len(chaosCrashPoints))]})
 	}
+	// The rest of the run, and the checks, on a daemon with no crash point.
+	d.Kill()
+	kills++
+	d.Restart(nil)
 	wg.Wait()
 	if ctx.Err() != nil {
 		t.Fatalf("clients did not get answers within 3 minutes after the run")
@@ -312,7 +329,7 @@ func TestChaosResources(t *testing.T) {
 	for _, k := range kinds {
 		fmt.Fprintf(&sb, " %s=%d", k, counts[k])
 	}
-	summary, _ := json.Marshal(map[string]any{"operations": ops, "requests": tries, "kills": kills, "violations": violations})
+	summary, _ := json.Marshal(map[string]any{"operations": ops, "requests": tries, "kills": kills, "kills_at_crash_points": atPoints, "violations": violations})
 	t.Logf("resource chaos %s: %s; operations:%s", duration, summary, sb.String())
 }
 
