@@ -167,23 +167,7 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("clients did not get answers within 3 minutes after the run")
 	}
 
-	// Let background restarts finish (no sandbox shows starting) before
-	// the comparison.
-	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
-		var list struct {
-			Sandboxes []struct{ State string } `json:"sandboxes"`
-		}
-		st, _, _, err := postJSON(context.Background(), d, http.MethodGet, "/v1/sandboxes?limit=1000", "", &list)
-		starting := 0
-		for _, sb := range list.Sandboxes {
-			if sb.State == "starting" {
-				starting++
-			}
-		}
-		if err == nil && st == http.StatusOK && starting == 0 {
-			break
-		}
-	}
+	settle(t, d)
 	d.CheckConsistent(t)
 
 	st, err := d.State(context.Background())

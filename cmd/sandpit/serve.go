@@ -158,7 +158,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&portRange, "port-range", envOr("SANDPIT_PORT_RANGE", "22000-23000"), "host-port pool for TCP exposures")
 	f.StringArrayVar(&labels, "container-label", nil, "extra KEY=VALUE label on every container (repeatable)")
 	f.DurationVar(&e2bPending, "e2b-pending-ttl", 2*time.Minute, "how long an in-flight E2B create holds its claim")
-	f.DurationVar(&e2bReplay, "e2b-replay-window", 10*time.Second, "how long an identical E2B create replays the same sandbox; 0 turns dedupe off")
+	f.DurationVar(&e2bReplay, "e2b-replay-window", 10*time.Second, "how long an identical E2B create without an Idempotency-Key replays the same sandbox; 0 turns this merge off (keys are still honoured)")
 	f.DurationVar(&idemWait, "idempotency-wait", 30*time.Second, "how long a duplicate keyed request waits for the first")
 	f.DurationVar(&cfg.IdempotencyLock, "idempotency-lock", 2*time.Minute, "how long a keyed request holds its Idempotency-Key before a retry may take it over (renewed while it runs)")
 	f.DurationVar(&idemR, "idempotency-retention", 24*time.Hour, "how long an Idempotency-Key's response is kept")

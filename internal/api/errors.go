@@ -86,6 +86,8 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, apitypes.CodeNameConflict, msg}
 	case errors.Is(err, sandpit.ErrHostnameConflict):
 		return Problem{http.StatusConflict, apitypes.CodeHostnameConflict, msg}
+	case errors.Is(err, ErrInvalidKey):
+		return Problem{http.StatusBadRequest, apitypes.CodeInvalidKey, msg}
 	case errors.Is(err, idempotency.ErrKeyMismatch):
 		return Problem{http.StatusUnprocessableEntity, apitypes.CodeKeyMismatch, msg}
 	case errors.Is(err, idempotency.ErrKeyInFlight):

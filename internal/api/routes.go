@@ -25,6 +25,8 @@ type Route struct {
 	Resolve func(*http.Request) sandpit.Action `json:"-"`
 	// Note says, for the documentation, how Resolve decides.
 	Note string
+	// Keying says whether the route honours Idempotency-Key (HandleKeyed).
+	Keying Keying
 	// Forwarding says how a cluster's gateway finds the node that serves
 	// the route; the zero value is the default its pattern implies (see
 	// Locator). A surface sets it with Routes.Forward, next to the route.
@@ -204,6 +206,16 @@ type Routes struct {
 	// mount is put before each pattern's path on the mux (a facade mounted
 	// under a prefix declares its routes relative to it).
 	mount string
+	// keyed wraps the handler of each keyed route in the surface's
+	// Idempotency-Key layer (nil: the header is ignored).
+	keyed KeyWrapper
+}
+
+// Keyed makes the registry run every route registered with HandleKeyed
+// through k; it must come before the routes are registered.
+func (rs *Routes) Keyed(k KeyWrapper) *Routes {
+	rs.keyed = k
+	return rs
 }
 
 // Mount makes the registry put prefix before every pattern's path on the
@@ -277,6 +289,12 @@ func (rs *Routes) Handle(pattern string, a sandpit.Action, f http.HandlerFunc) {
 	rs.register(Route{Pattern: pattern, Action: a}, f)
 }
 
+// HandleKeyed registers pattern as Handle does, as a route that honours
+// Idempotency-Key the way k says.
+func (rs *Routes) HandleKeyed(pattern string, a sandpit.Action, k Keying, f http.HandlerFunc) {
+	rs.register(Route{Pattern: pattern, Action: a, Keying: k}, f)
+}
+
 // HandleResolved registers pattern whose action resolve decides per
 // request; strongest is the most a request can need (for documentation),
 // note says how it is decided.
@@ -287,6 +305,9 @@ func (rs *Routes) HandleResolved(pattern string, strongest sandpit.Action, note 
 func (rs *Routes) register(rt Route, f http.HandlerFunc) {
 	rt.NamesToo = rs.namesToo || rt.SandboxParam() == "idOrName"
 	rs.list = append(rs.list, rt)
+	if rs.keyed != nil && rt.Keying.Mode != NotKeyed {
+		f = rs.keyed(rt, f)
+	}
 	inner := rs.wrap(rt.Pattern, f)
 	// The check comes before the wrapper, so that a refused request claims
 	// no idempotency key and records nothing.

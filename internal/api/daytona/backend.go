@@ -37,6 +37,9 @@ type SandboxBackend interface {
 	GetSandboxByIDOrName(ctx context.Context, idOrName string) (sandpit.Sandbox, error)
 	ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error)
 	CreateSandbox(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, error)
+	// CreateOrAdopt is a keyed create's: it adopts what an earlier,
+	// interrupted attempt under the same id made (see service).
+	CreateOrAdopt(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, bool, error)
 	DeleteSandbox(ctx context.Context, id string) error
 	StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)

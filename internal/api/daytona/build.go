@@ -147,7 +147,10 @@ func (h *sandboxAPI) createBuilt(w http.ResponseWriter, r *http.Request, bi Buil
 			return
 		}
 	}
-	sreq.ID = service.NewSandboxID()
+	// A keyed create makes its sandbox under the id its claim recorded.
+	if sreq.ID = api.TargetID(ctx); sreq.ID == "" {
+		sreq.ID = service.NewSandboxID()
+	}
 	if sreq.Name == "" {
 		sreq.Name = sreq.ID
 	}

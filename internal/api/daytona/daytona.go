@@ -17,6 +17,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // DefaultPrefix is the path the daemon mounts the facade under.
@@ -50,6 +51,9 @@ type Options struct {
 	// minutes, because a server's first request waits for it to load the
 	// project.
 	LSPTimeout time.Duration
+	// Idempotency is the daemon's Idempotency-Key layer, which the keyed
+	// routes run through; nil ignores the header.
+	Idempotency *api.Idempotency
 }
 
 // Handler serves the facade. It is safe for concurrent use. It only
@@ -175,33 +179,35 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	h.events = &eventAPI{core: c, svc: svc, auth: auth, sandboxes: h.sandboxes, hub: newHub(), authTimeout: opts.AuthTimeout}
 	go h.events.relayEvents(ctx, svc.Subscribe(eventBuffer))
 	p := h.prefix
-	h.routes = api.NewRoutes(h.mux, WriteError, nil).Mount(p)
-	route := h.routes.Handle
+	// Daytona's keys are the native API's (printable ASCII), its refusals
+	// Daytona's error shape.
+	h.routes = api.NewRoutes(h.mux, WriteError, nil).Mount(p).Keyed(opts.Idempotency.For(keyScope, api.KeyPrintable, WriteError))
+	route, keyed := h.routes.Handle, h.routes.HandleKeyed
 	vols := &volumeAPI{svc: svc}
-	route("POST /volumes", sandpit.ActionManage, vols.create)
+	keyed("POST /volumes", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, vols.create)
 	route("GET /volumes", sandpit.ActionRead, vols.list)
 	route("GET /volumes/by-name/{name}", sandpit.ActionRead, vols.getByName)
 	route("GET /volumes/{volumeId}", sandpit.ActionRead, vols.get)
-	route("DELETE /volumes/{volumeId}", sandpit.ActionManage, vols.delete)
-	route("POST /sandbox", sandpit.ActionManage, h.sandboxes.create)
+	keyed("DELETE /volumes/{volumeId}", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, vols.delete)
+	keyed("POST /sandbox", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate}, h.sandboxes.create)
 	route("GET /sandbox", sandpit.ActionRead, h.sandboxes.list)
 	route("GET /sandbox/{idOrName}", sandpit.ActionRead, h.sandboxes.get)
-	route("DELETE /sandbox/{idOrName}", sandpit.ActionManage, h.sandboxes.delete)
-	route("POST /sandbox/{idOrName}/start", sandpit.ActionManage, h.sandboxes.start)
-	route("POST /sandbox/{idOrName}/stop", sandpit.ActionManage, h.sandboxes.stop)
-	route("POST /sandbox/{idOrName}/archive", sandpit.ActionManage, h.sandboxes.archive)
+	keyed("DELETE /sandbox/{idOrName}", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.sandboxes.delete)
+	keyed("POST /sandbox/{idOrName}/start", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.sandboxes.start)
+	keyed("POST /sandbox/{idOrName}/stop", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.sandboxes.stop)
+	keyed("POST /sandbox/{idOrName}/archive", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.sandboxes.archive)
 	route("PUT /sandbox/{idOrName}/labels", sandpit.ActionManage, h.sandboxes.setLabels)
-	route("POST /sandbox/{idOrName}/fork", sandpit.ActionManage, h.sandboxes.fork)
-	route("POST /sandbox/{idOrName}/snapshot", sandpit.ActionManage, h.sandboxes.snapshot)
+	keyed("POST /sandbox/{idOrName}/fork", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate}, h.sandboxes.fork)
+	keyed("POST /sandbox/{idOrName}/snapshot", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate, Prefix: service.TemplateIDPrefix}, h.sandboxes.snapshot)
 	route("GET /sandbox/{idOrName}/toolbox-proxy-url", sandpit.ActionRead, h.sandboxes.toolboxProxyURL)
 	route("GET /sandbox/{idOrName}/ports/{port}/preview-url", sandpit.ActionExpose, h.sandboxes.previewURL)
 	route("POST /sandbox/{idOrName}/autostop/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoStop))
 	route("POST /sandbox/{idOrName}/autoarchive/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoArchive))
 	route("POST /sandbox/{idOrName}/autodelete/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoDelete))
-	route("POST /sandbox/{idOrName}/network-settings", sandpit.ActionManage, h.sandboxes.updateNetwork)
-	route("POST /sandbox/{idOrName}/resize", sandpit.ActionManage, h.sandboxes.resize)
-	route("POST /sandbox/{idOrName}/ssh-access", sandpit.ActionExecute, h.sandboxes.createSSHAccess)
-	route("DELETE /sandbox/{idOrName}/ssh-access", sandpit.ActionExecute, h.sandboxes.revokeSSHAccess)
+	keyed("POST /sandbox/{idOrName}/network-settings", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.sandboxes.updateNetwork)
+	keyed("POST /sandbox/{idOrName}/resize", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.sandboxes.resize)
+	keyed("POST /sandbox/{idOrName}/ssh-access", sandpit.ActionExecute, api.Keying{Mode: api.Keyed}, h.sandboxes.createSSHAccess)
+	keyed("DELETE /sandbox/{idOrName}/ssh-access", sandpit.ActionExecute, api.Keying{Mode: api.Keyed}, h.sandboxes.revokeSSHAccess)
 	route("GET /sandbox/ssh-access/validate", sandpit.ActionRead, h.sandboxes.validateSSHAccess)
 	route("POST /sandbox/{idOrName}/last-activity", sandpit.ActionManage, h.sandboxes.refreshActivity)
 	route("GET /sandbox/{idOrName}/ports/{port}/signed-preview-url", sandpit.ActionExpose, h.sandboxes.signedPreviewURL)
@@ -276,8 +282,8 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	route("GET /snapshots/{idOrName}", sandpit.ActionRead, h.sandboxes.getSnapshot)
 	// A build runs the caller's commands on the engine, so it takes the
 	// execute action, as the native API's builds do.
-	route("POST /snapshots", sandpit.ActionExecute, h.sandboxes.createSnapshot)
-	route("DELETE /snapshots/{idOrName}", sandpit.ActionManage, h.sandboxes.deleteSnapshot)
+	keyed("POST /snapshots", sandpit.ActionExecute, api.Keying{Mode: api.Keyed}, h.sandboxes.createSnapshot)
+	keyed("DELETE /snapshots/{idOrName}", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.sandboxes.deleteSnapshot)
 	route("POST /snapshots/{idOrName}/activate", sandpit.ActionManage, h.sandboxes.activateSnapshot)
 	route("GET /snapshots/{idOrName}/build-logs-url", sandpit.ActionRead, h.sandboxes.snapshotBuildLogsURL)
 	route("GET /snapshots/{idOrName}/build-logs", sandpit.ActionRead, h.sandboxes.snapshotBuildLogs)

@@ -26,7 +26,7 @@ func (h *sandboxAPI) fork(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err)
 		return
 	}
-	results, err := h.svc.Fork(r.Context(), sb.ID, service.ForkRequest{Count: 1, Name: b.Name})
+	results, err := h.svc.Fork(r.Context(), sb.ID, service.ForkRequest{Count: 1, Name: b.Name, Seed: api.TargetID(r.Context())})
 	if err == nil {
 		err = results[0].Err
 	}
@@ -56,7 +56,7 @@ func (h *sandboxAPI) snapshot(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err)
 		return
 	}
-	if _, err := h.svc.CreateSnapshot(r.Context(), sb.ID, service.SnapshotRequest{Name: b.Name}); err != nil {
+	if _, err := h.svc.CreateSnapshot(r.Context(), sb.ID, service.SnapshotRequest{ID: api.TargetID(r.Context()), Name: b.Name}); err != nil {
 		WriteError(w, r, lookupError(err, r.PathValue("idOrName")))
 		return
 	}

@@ -428,21 +428,17 @@ func (h *sandboxAPI) create(w http.ResponseWriter, r *http.Request) {
 	if sreq.User == "" && h.userOf(sreq.Template) != defaultUser {
 		sreq.User = h.templateUser
 	}
-	generated := sreq.Name == ""
 	var sb sandpit.Sandbox
-	for try := 0; ; try++ {
-		if generated {
-			// Daytona names an unnamed sandbox after its id, so that every
-			// sandbox can be looked up by name.
-			sreq.ID = service.NewSandboxID()
-			sreq.Name = sreq.ID
+	if id := api.TargetID(r.Context()); id != "" {
+		// A keyed create: the id is recorded in the claim, and an earlier
+		// attempt of the same request may already have made the sandbox.
+		sreq.ID = id
+		if sreq.Name == "" {
+			sreq.Name = id
 		}
-		// The store's partial unique index on name decides between racing
-		// creates: the loser gets ErrNameConflict before any container exists.
-		sb, err = h.svc.CreateSandbox(r.Context(), sreq)
-		if err == nil || !errors.Is(err, sandpit.ErrNameConflict) || !generated || try+1 >= maxGeneratedNameTries {
-			break
-		}
+		sb, _, err = h.svc.CreateOrAdopt(r.Context(), sreq)
+	} else {
+		sb, err = h.createUnkeyed(r.Context(), &sreq)
 	}
 	if err != nil {
 		if errors.Is(err, sandpit.ErrNameConflict) {
@@ -452,6 +448,25 @@ func (h *sandboxAPI) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, h.toSandbox(r, sb, true))
+}
+
+// createUnkeyed makes the sandbox of a create without an Idempotency-Key.
+func (h *sandboxAPI) createUnkeyed(ctx context.Context, sreq *service.CreateRequest) (sandpit.Sandbox, error) {
+	generated := sreq.Name == ""
+	for try := 0; ; try++ {
+		if generated {
+			// Daytona names an unnamed sandbox after its id, so that every
+			// sandbox can be looked up by name.
+			sreq.ID = service.NewSandboxID()
+			sreq.Name = sreq.ID
+		}
+		// The store's partial unique index on name decides between racing
+		// creates: the loser gets ErrNameConflict before any container exists.
+		sb, err := h.svc.CreateSandbox(ctx, *sreq)
+		if err == nil || !errors.Is(err, sandpit.ErrNameConflict) || !generated || try+1 >= maxGeneratedNameTries {
+			return sb, err
+		}
+	}
 }
 
 // ListResponse is the body of GET /sandbox.

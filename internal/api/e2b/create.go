@@ -22,6 +22,12 @@ import (
 // (e2b.create, fingerprint): see createDeduplicated.
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	w, r = api.ServerTiming(w, r)
+	// The key is checked first: a malformed one makes nothing.
+	key, keyed, err := api.IdempotencyKey(r, api.KeyE2B)
+	if err != nil {
+		fail(w, err, "")
+		return
+	}
 	var b CreateBody
 	if err := decodeCreate(r, &b); err != nil {
 		fail(w, err, "")
@@ -36,6 +42,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	keyID := KeyIdentity(r.Header.Get("X-API-KEY"))
+	if keyed {
+		// The key names the request instead of the body; the body's
+		// fingerprint is kept as the request hash, so the same key sent with
+		// a different body is refused rather than replayed. A key is
+		// honoured for the daemon's retention whatever the replay window.
+		h.createDeduplicated(w, r, b, KeyFingerprint(keyID, key), Fingerprint(keyID, b), h.cfg.KeyRetention)
+		return
+	}
 	if h.cfg.ReplayWindow <= 0 {
 		sb, err := h.be.CreateSandbox(r.Context(), b.request(""))
 		if err != nil {
@@ -45,30 +59,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		api.WriteJSON(w, http.StatusCreated, h.created(sb))
 		return
 	}
-	fp, reqHash := Fingerprint(keyID, b), ""
-	if keys, ok := r.Header["Idempotency-Key"]; ok {
-		if len(keys) != 1 || !validKey(keys[0]) {
-			writeError(w, http.StatusBadRequest, "Idempotency-Key must be one header of 1-255 printable ASCII characters")
-			return
-		}
-		// The key names the request instead of the body; the body's
-		// fingerprint is kept as the request hash, so the same key sent with
-		// a different body is refused rather than replayed.
-		fp, reqHash = KeyFingerprint(keyID, keys[0]), fp
-	}
-	h.createDeduplicated(w, r, b, fp, reqHash)
-}
-
-func validKey(k string) bool {
-	if len(k) < 1 || len(k) > 255 {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		if k[i] < 0x20 || k[i] > 0x7e {
-			return false
-		}
-	}
-	return true
+	h.createDeduplicated(w, r, b, Fingerprint(keyID, b), "", h.cfg.ReplayWindow)
 }
 
 // request is the service create of a validated body.
@@ -111,10 +102,10 @@ func (b CreateBody) portAccess() sandpit.PortAccess {
 //     wait budget) and replays its result; if the first fails it abandons its
 //     claim and the waiter claims again;
 //   - an Idempotency-Key reused with a different body is refused.
-func (h *Handler) createDeduplicated(w http.ResponseWriter, r *http.Request, b CreateBody, fp, reqHash string) {
+func (h *Handler) createDeduplicated(w http.ResponseWriter, r *http.Request, b CreateBody, fp, reqHash string, replayTTL time.Duration) {
 	req := idempotency.Request{
 		Scope: service.OwnerScope(r.Context(), Scope), Key: fp, RequestHash: reqHash,
-		PendingTTL: h.cfg.PendingTTL, Wait: h.cfg.WaitBudget, ReplayTTL: h.cfg.ReplayWindow,
+		PendingTTL: h.cfg.PendingTTL, Wait: h.cfg.WaitBudget, ReplayTTL: replayTTL,
 	}
 	resp, outcome, err := h.idem.Do(r.Context(), req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
 		return h.runClaimed(ctx, b, a)
@@ -137,6 +128,13 @@ func (h *Handler) createDeduplicated(w http.ResponseWriter, r *http.Request, b C
 		return
 	}
 	if outcome == idempotency.Replayed {
+		if reqHash == "" {
+			// No key: this create was merged with an identical one by its
+			// fingerprint. Say so, since a caller who meant two sandboxes
+			// gets one.
+			h.log.Info("merged an identical create into an earlier one (fingerprint replay); send distinct metadata or Idempotency-Keys, or run with --e2b-replay-window 0, for separate sandboxes",
+				"sandbox", resp.TargetID, "window", h.cfg.ReplayWindow.String())
+		}
 		h.replay(w, r, resp)
 		return
 	}
@@ -155,11 +153,12 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request, c idempotency.R
 			fail(w, err, c.TargetID)
 			return
 		}
+		api.MarkReplayed(w)
 		api.WriteJSON(w, http.StatusCreated, h.created(sb))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Idempotent-Replayed", "true")
+	api.MarkReplayed(w)
 	w.WriteHeader(c.Status)
 	_, _ = w.Write(c.Body)
 }

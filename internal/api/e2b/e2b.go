@@ -76,9 +76,18 @@ type Config struct {
 	// PendingTTL is how long an in-flight create holds its claim before a
 	// duplicate may take it over (default 2 minutes).
 	PendingTTL time.Duration
-	// ReplayWindow is how long an identical create replays the sandbox the
-	// first one made. Zero turns create dedupe off entirely.
+	// ReplayWindow is how long an identical create (the same body from the
+	// same key, without an Idempotency-Key) replays the sandbox the first
+	// one made. Zero turns this fingerprint merge off; creates that send an
+	// Idempotency-Key are deduplicated all the same.
 	ReplayWindow time.Duration
+	// Keys is the daemon's Idempotency-Key layer, which the keyed routes
+	// other than the create run through; its retention is how long a keyed
+	// create is replayed. Nil ignores the header on those routes.
+	Keys *api.Idempotency
+	// KeyRetention is how long a keyed create's answer is replayed
+	// (default 24 hours, the daemon's --idempotency-retention).
+	KeyRetention time.Duration
 	// WaitBudget bounds how long a duplicate waits for an in-flight create
 	// before it answers 429 with Retry-After, which the SDK retries by
 	// itself. The default, the pending TTL capped at 30 seconds, is half the
@@ -150,6 +159,9 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.KeyRetention <= 0 {
+		cfg.KeyRetention = 24 * time.Hour
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -169,30 +181,33 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 		uploadKey: uploadKeyFrom(cfg.UploadKey),
 	}
 	h.tpl, _ = be.(TemplateBackend)
-	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err, "") }, nil)
-	route := h.routes.Handle
+	// E2B's keys are the syntax its SDK documents for idempotencyKey, its
+	// refusals E2B's error shape.
+	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err, "") }, nil).
+		Keyed(cfg.Keys.For(keyScope, api.KeyE2B, WriteError))
+	route, keyed := h.routes.Handle, h.routes.HandleKeyed
 	// The v2 routes are what SDK 2.x calls; the unversioned ones are what
 	// older SDKs (and E2B's own v1 API) call for the same operations.
-	route("POST /volumes", sandpit.ActionManage, h.createVolume)
+	keyed("POST /volumes", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.createVolume)
 	route("GET /volumes", sandpit.ActionRead, h.listVolumes)
 	route("GET /volumes/{volumeID}", sandpit.ActionRead, h.getVolume)
-	route("DELETE /volumes/{volumeID}", sandpit.ActionManage, h.deleteVolume)
-	route("POST /v2/sandboxes", sandpit.ActionManage, h.create)
-	route("POST /sandboxes", sandpit.ActionManage, h.create)
+	keyed("DELETE /volumes/{volumeID}", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.deleteVolume)
+	keyed("POST /v2/sandboxes", sandpit.ActionManage, api.Keying{Mode: api.KeyedByHandler}, h.create)
+	keyed("POST /sandboxes", sandpit.ActionManage, api.Keying{Mode: api.KeyedByHandler}, h.create)
 	route("GET /v2/sandboxes", sandpit.ActionRead, h.list)
 	route("GET /sandboxes", sandpit.ActionRead, h.listV1)
 	// The detail carries the sandbox's envd access token only for a
 	// principal that may execute (see SandboxDetail).
 	route("GET /sandboxes/{id}", sandpit.ActionRead, h.get)
-	route("DELETE /sandboxes/{id}", sandpit.ActionManage, h.kill)
+	keyed("DELETE /sandboxes/{id}", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.kill)
 	route("POST /sandboxes/{id}/timeout", sandpit.ActionManage, h.setTimeout)
-	route("PUT /sandboxes/{id}/network", sandpit.ActionManage, h.updateNetwork)
+	keyed("PUT /sandboxes/{id}/network", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.updateNetwork)
 	route("POST /sandboxes/{id}/refreshes", sandpit.ActionManage, h.refresh)
 	// A connect answers with the envd access token, which runs code.
 	route("POST /v2/sandboxes/{id}/connect", sandpit.ActionExecute, h.connect)
 	route("POST /sandboxes/{id}/connect", sandpit.ActionExecute, h.connect)
 	route("POST /sandboxes/{id}/resume", sandpit.ActionManage, h.resume)
-	route("POST /sandboxes/{id}/pause", sandpit.ActionManage, h.pause)
+	keyed("POST /sandboxes/{id}/pause", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.pause)
 	route("GET /sandboxes/{id}/metrics", sandpit.ActionRead, h.metrics)
 	h.templateRoutes()
 	h.snapshotRoutes()

@@ -28,9 +28,9 @@ const defaultForkTimeout = 15 * time.Second
 // on E2B: Sandbox.create takes its id, Sandbox.deleteSnapshot deletes it
 // through DELETE /templates/{id}, which refuses while a sandbox runs from it.
 func (h *Handler) snapshotRoutes() {
-	route := h.routes.Handle
-	route("POST /sandboxes/{id}/snapshots", sandpit.ActionManage, h.createSnapshot)
-	route("POST /sandboxes/{id}/fork", sandpit.ActionManage, h.fork)
+	route, keyed := h.routes.Handle, h.routes.HandleKeyed
+	keyed("POST /sandboxes/{id}/snapshots", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate, Prefix: service.TemplateIDPrefix}, h.createSnapshot)
+	keyed("POST /sandboxes/{id}/fork", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate}, h.fork)
 	route("GET /snapshots", sandpit.ActionRead, h.listSnapshots)
 }
 
@@ -75,7 +75,7 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	t, err := be.CreateSnapshot(r.Context(), id, service.SnapshotRequest{Name: b.Name})
+	t, err := be.CreateSnapshot(r.Context(), id, service.SnapshotRequest{ID: api.TargetID(r.Context()), Name: b.Name})
 	if err != nil {
 		fail(w, err, id)
 		return
@@ -137,6 +137,8 @@ type ForkResult struct {
 
 // fork serves POST /sandboxes/{id}/fork. Without an Idempotency-Key a fork
 // is not deduplicated: two fork calls make two sets of copies, as on E2B.
+// With one, its copies' ids derive from the id its claim recorded, so the
+// retry of a crashed fork makes the same copies, not a second set.
 func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 	be, ok := h.snapshots(w)
 	if !ok {
@@ -159,7 +161,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		timeout = time.Duration(*b.Timeout) * time.Second
 	}
 	id := r.PathValue("id")
-	results, err := be.Fork(r.Context(), id, service.ForkRequest{Count: count, Timeout: timeout})
+	results, err := be.Fork(r.Context(), id, service.ForkRequest{Count: count, Timeout: timeout, Seed: api.TargetID(r.Context())})
 	if err != nil {
 		fail(w, err, id)
 		return

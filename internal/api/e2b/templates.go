@@ -107,20 +107,20 @@ func (s *templatesState) expire(now time.Time) {
 // commands on the engine, so requesting and starting one needs the execute
 // action, as the native API's builds do.
 func (h *Handler) templateRoutes() {
-	route := h.routes.Handle
-	route("POST /v3/templates", sandpit.ActionExecute, h.requestBuild)
+	route, keyed := h.routes.Handle, h.routes.HandleKeyed
+	keyed("POST /v3/templates", sandpit.ActionExecute, api.Keying{Mode: api.Keyed}, h.requestBuild)
 	route("GET /templates/{templateID}/files/{hash}", sandpit.ActionExecute, h.filesLink)
 	// The upload is authorised by its URL's signature (see ServeHTTP),
 	// which acts as the owner that asked for the link.
 	route("PUT /templates/{templateID}/files/{hash}", sandpit.ActionExecute, h.uploadFiles)
-	route("POST /v2/templates/{templateID}/builds/{buildID}", sandpit.ActionExecute, h.startBuild)
+	keyed("POST /v2/templates/{templateID}/builds/{buildID}", sandpit.ActionExecute, api.Keying{Mode: api.Keyed}, h.startBuild)
 	route("GET /templates/{templateID}/builds/{buildID}/status", sandpit.ActionRead, h.buildStatus)
 	// GET /templates/aliases/{alias} (Template.exists) and GET
 	// /templates/{templateID}/tags overlap as mux patterns (a template
 	// named "aliases"), so one route serves both.
 	route("GET /templates/{templateID}/{sub}", sandpit.ActionRead, h.templateSub)
 	route("GET /templates", sandpit.ActionRead, h.listTemplates)
-	route("DELETE /templates/{templateID}", sandpit.ActionManage, h.deleteTemplate)
+	keyed("DELETE /templates/{templateID}", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.deleteTemplate)
 	route("POST /templates/tags", sandpit.ActionManage, h.assignTags)
 	route("DELETE /templates/tags", sandpit.ActionManage, h.removeTags)
 }

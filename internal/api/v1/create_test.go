@@ -76,10 +76,10 @@ func newRig(t *testing.T, pendingTTL time.Duration) *rig {
 		DefaultImage: image, AgentBinary: bin, ExtraLabels: labels,
 		Instance: hex.EncodeToString(inst[:]), Logger: log,
 	}, st, drv, nil)
-	idem := v1.NewIdempotency(svc.Idempotency(), v1.IdempotencyConfig{
+	idem := api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{
 		Wait: time.Minute, PendingTTL: pendingTTL, Logger: log,
 	})
-	srv := httptest.NewServer(v1.New(svc, api.NewAuth(svc, token), idem.Wrap))
+	srv := httptest.NewServer(v1.New(svc, api.NewAuth(svc, token), nil, idem))
 	t.Cleanup(srv.Close)
 	return &rig{srv: srv, st: st, drv: drv}
 }

@@ -11,25 +11,6 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
-// FuzzIdempotencyKey checks the validator against its definition: one to
-// 255 printable ASCII characters.
-func FuzzIdempotencyKey(f *testing.F) {
-	for _, s := range []string{"", "a", "key-1", "tab\there", "ünïcode", string(make([]byte, 256))} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, k string) {
-		want := len(k) >= 1 && len(k) <= 255
-		for _, r := range []byte(k) {
-			if r < ' ' || r > '~' {
-				want = false
-			}
-		}
-		if got := validKey(k); got != want {
-			t.Fatalf("validKey(%q) = %v, want %v", k, got, want)
-		}
-	})
-}
-
 // v1Routes are the request shapes the fuzzer picks from by index.
 var v1Routes = []struct{ method, path string }{
 	{http.MethodPost, "/v1/sandboxes"},
@@ -52,7 +33,7 @@ func FuzzV1Requests(f *testing.F) {
 	f.Add(uint8(4), "", []byte(`{"cmd":"true","timeout_s":-1}`), "")
 	f.Add(uint8(6), "", []byte(nil), "")
 	svc, st := testenv.FuzzService(f)
-	h := New(svc, api.NewAuth(svc, "tok"), NewIdempotency(svc.Idempotency(), IdempotencyConfig{}).Wrap)
+	h := New(svc, api.NewAuth(svc, "tok"), nil, api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{}))
 	_ = st
 	f.Fuzz(func(t *testing.T, route uint8, query string, body []byte, key string) {
 		rt := v1Routes[int(route)%len(v1Routes)]

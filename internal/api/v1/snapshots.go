@@ -17,12 +17,12 @@ import (
 // a cluster (the default forwarding of /v1/sandboxes/{id}/...); the
 // snapshots themselves are templates, found as templates are.
 func (h *Handler) snapshotRoutes() {
-	route := h.routes.Handle
-	route("POST /v1/sandboxes/{id}/snapshots", sandpit.ActionManage, h.createSnapshot)
-	route("POST /v1/sandboxes/{id}/fork", sandpit.ActionManage, h.fork)
+	route, keyed := h.routes.Handle, h.routes.HandleKeyed
+	keyed("POST /v1/sandboxes/{id}/snapshots", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate, Prefix: service.TemplateIDPrefix}, h.createSnapshot)
+	keyed("POST /v1/sandboxes/{id}/fork", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate}, h.fork)
 	route("GET /v1/snapshots", sandpit.ActionRead, h.listSnapshots)
 	route("GET /v1/snapshots/{name}", sandpit.ActionRead, h.getSnapshot)
-	route("DELETE /v1/snapshots/{name}", sandpit.ActionManage, h.deleteSnapshot)
+	keyed("DELETE /v1/snapshots/{name}", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.deleteSnapshot)
 }
 
 func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {

@@ -17,12 +17,12 @@ import (
 // it needs the execute right; a read-only token may only list them. An add
 // is idempotent by key (and by Idempotency-Key).
 func (h *Handler) sshKeyRoutes() {
-	route := h.routes.Handle
-	route("POST /v1/ssh-keys", sandpit.ActionExecute, h.addSSHKey)
+	route, keyed := h.routes.Handle, h.routes.HandleKeyed
+	keyed("POST /v1/ssh-keys", sandpit.ActionExecute, api.Keying{Mode: api.Keyed}, h.addSSHKey)
 	route("GET /v1/ssh-keys", sandpit.ActionRead, h.listSSHKeys)
-	route("DELETE /v1/ssh-keys/{key}", sandpit.ActionExecute, h.deleteSSHKey)
-	route("POST /v1/sandboxes/{id}/ssh-access", sandpit.ActionExecute, h.createSSHAccess)
-	route("DELETE /v1/sandboxes/{id}/ssh-access", sandpit.ActionExecute, h.revokeSSHAccess)
+	keyed("DELETE /v1/ssh-keys/{key}", sandpit.ActionExecute, api.Keying{Mode: api.Keyed}, h.deleteSSHKey)
+	keyed("POST /v1/sandboxes/{id}/ssh-access", sandpit.ActionExecute, api.Keying{Mode: api.Keyed}, h.createSSHAccess)
+	keyed("DELETE /v1/sandboxes/{id}/ssh-access", sandpit.ActionExecute, api.Keying{Mode: api.Keyed}, h.revokeSSHAccess)
 }
 
 // createSSHAccess mints a short-lived SSH token for the sandbox. Keyed by

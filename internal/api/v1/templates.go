@@ -17,13 +17,13 @@ import (
 // templateRoutes are the native template API. A build runs the caller's
 // commands on the engine, so it needs the execute action, as exec does.
 func (h *Handler) templateRoutes() {
-	route := h.routes.Handle
+	route, keyed := h.routes.Handle, h.routes.HandleKeyed
 	route("PUT /v1/templates/files/{hash}", sandpit.ActionExecute, h.putTemplateFiles)
 	route("GET /v1/templates/files/{hash}", sandpit.ActionRead, h.hasTemplateFiles)
-	route("POST /v1/templates", sandpit.ActionExecute, h.buildTemplate)
+	keyed("POST /v1/templates", sandpit.ActionExecute, api.Keying{Mode: api.KeyedCreate, Prefix: service.TemplateIDPrefix}, h.buildTemplate)
 	route("GET /v1/templates", sandpit.ActionRead, h.listTemplates)
 	route("GET /v1/templates/{name}", sandpit.ActionRead, h.getTemplate)
-	route("DELETE /v1/templates/{name}", sandpit.ActionManage, h.deleteTemplate)
+	keyed("DELETE /v1/templates/{name}", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.deleteTemplate)
 	route("GET /v1/templates/{name}/builds/{build}", sandpit.ActionRead, h.getBuild)
 	route("GET /v1/templates/{name}/builds/{build}/logs", sandpit.ActionRead, h.buildLogs)
 	// In a cluster the templates are found from any node (the replicated

@@ -52,20 +52,21 @@ func (h *Handler) forwarding() {
 
 // New builds the /v1 handler. Every route needs "Authorization: Bearer
 // <token>": the daemon's admin token or a personal access token, whose owner
-// scopes everything the request sees and makes.
-func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler) *Handler {
+// scopes everything the request sees and makes. The keyed routes run through
+// idem (nil: Idempotency-Key is ignored).
+func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler, idem *api.Idempotency) *Handler {
 	h := &Handler{svc: svc, auth: auth, mux: http.NewServeMux()}
 	// Where a sandbox's id goes, its name does too.
-	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) }, wrap).NamesToo()
-	route := h.routes.Handle
-	route("POST /v1/sandboxes", sandpit.ActionManage, h.create)
+	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) }, wrap).NamesToo().Keyed(keys(idem))
+	route, keyed := h.routes.Handle, h.routes.HandleKeyed
+	keyed("POST /v1/sandboxes", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate}, h.create)
 	route("GET /v1/sandboxes", sandpit.ActionRead, h.list)
 	route("GET /v1/sandboxes/{id}", sandpit.ActionRead, h.get)
-	route("DELETE /v1/sandboxes/{id}", sandpit.ActionManage, h.delete)
-	route("POST /v1/sandboxes/{id}/start", sandpit.ActionManage, h.start)
-	route("POST /v1/sandboxes/{id}/stop", sandpit.ActionManage, h.stop)
-	route("POST /v1/sandboxes/{id}/pause", sandpit.ActionManage, h.pause)
-	route("POST /v1/sandboxes/{id}/resume", sandpit.ActionManage, h.resume)
+	keyed("DELETE /v1/sandboxes/{id}", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.delete)
+	keyed("POST /v1/sandboxes/{id}/start", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.start)
+	keyed("POST /v1/sandboxes/{id}/stop", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.stop)
+	keyed("POST /v1/sandboxes/{id}/pause", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.pause)
+	keyed("POST /v1/sandboxes/{id}/resume", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.resume)
 	route("POST /v1/sandboxes/{id}/exec", sandpit.ActionExecute, h.exec)
 	route("GET /v1/sandboxes/{id}/pty", sandpit.ActionExecute, h.pty)
 	route("GET /v1/sandboxes/{id}/files", sandpit.ActionReadFiles, h.files)
@@ -73,16 +74,16 @@ func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFu
 	h.routes.HandleResolved("/v1/sandboxes/{id}/agent/{rest...}", sandpit.ActionExecute,
 		"by agent path: file reads, `Stat`, `ListDir`, watchers and `process.Process/List` read-files; file writes, `MakeDir`, `Move`, `Remove` write-files; `GET health` read; the rest execute",
 		agentAction, h.agent)
-	route("POST /v1/sandboxes/{id}/ports", sandpit.ActionExpose, h.expose)
+	keyed("POST /v1/sandboxes/{id}/ports", sandpit.ActionExpose, api.Keying{Mode: api.Keyed}, h.expose)
 	route("GET /v1/sandboxes/{id}/ports", sandpit.ActionRead, h.listPorts)
 	route("GET /v1/sandboxes/{id}/stats", sandpit.ActionRead, h.stats)
-	route("PUT /v1/sandboxes/{id}/network", sandpit.ActionManage, h.updateNetwork)
-	route("PUT /v1/sandboxes/{id}/resources", sandpit.ActionManage, h.resize)
+	keyed("PUT /v1/sandboxes/{id}/network", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.updateNetwork)
+	keyed("PUT /v1/sandboxes/{id}/resources", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.resize)
 	route("GET /v1/sandboxes/{id}/network/denied", sandpit.ActionRead, h.networkDenied)
-	route("DELETE /v1/sandboxes/{id}/ports/{port}", sandpit.ActionExpose, h.unexpose)
-	route("POST /v1/sandboxes/{id}/custom-domains", sandpit.ActionExpose, h.addDomain)
+	keyed("DELETE /v1/sandboxes/{id}/ports/{port}", sandpit.ActionExpose, api.Keying{Mode: api.Keyed}, h.unexpose)
+	keyed("POST /v1/sandboxes/{id}/custom-domains", sandpit.ActionExpose, api.Keying{Mode: api.Keyed}, h.addDomain)
 	route("GET /v1/sandboxes/{id}/custom-domains", sandpit.ActionRead, h.listDomains)
-	route("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", sandpit.ActionExpose, h.removeDomain)
+	keyed("DELETE /v1/sandboxes/{id}/custom-domains/{hostname}", sandpit.ActionExpose, api.Keying{Mode: api.Keyed}, h.removeDomain)
 	route("GET /v1/events", sandpit.ActionRead, h.events)
 	h.templateRoutes()
 	h.snapshotRoutes()

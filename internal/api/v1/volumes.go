@@ -12,11 +12,11 @@ import (
 // volumeRoutes are the native volume API. A create is idempotent by name
 // (and by Idempotency-Key); a delete of a mounted volume is refused.
 func (h *Handler) volumeRoutes() {
-	route := h.routes.Handle
-	route("POST /v1/volumes", sandpit.ActionManage, h.createVolume)
+	route, keyed := h.routes.Handle, h.routes.HandleKeyed
+	keyed("POST /v1/volumes", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.createVolume)
 	route("GET /v1/volumes", sandpit.ActionRead, h.listVolumes)
 	route("GET /v1/volumes/{name}", sandpit.ActionRead, h.getVolume)
-	route("DELETE /v1/volumes/{name}", sandpit.ActionManage, h.deleteVolume)
+	keyed("DELETE /v1/volumes/{name}", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.deleteVolume)
 }
 
 func (h *Handler) createVolume(w http.ResponseWriter, r *http.Request) {
