@@ -183,8 +183,8 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 		err = fmt.Errorf("create parent directories of %s: %w", path, err)
 		return writtenEntry{}, fileErrorStatus(err), err
 	}
-	openTarget := func() (*os.File, error) {
-		f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	openTarget := func(flag int) (*os.File, error) {
+		f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|flag, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
@@ -197,13 +197,13 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 		}
 		fi, statErr := os.Stat(target)
 		if statErr == nil && !fi.Mode().IsRegular() {
-			f, err = openTarget()
+			f, err = openTarget(os.O_TRUNC)
 			return err
 		}
 		f, err = os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+uploadTempMarker+"*")
 		if err != nil {
 			if statErr == nil && errors.Is(err, fs.ErrPermission) {
-				f, err = openTarget()
+				f, err = openTarget(os.O_TRUNC)
 				return err
 			}
 			removeDirs(madeDir)
@@ -230,16 +230,26 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 			}
 			// The whole body is here: copy it into the destination, which
 			// keeps its inode, mode and owner as with shell redirection.
+			// The file is cut to length after the copy rather than
+			// truncated before it, so that a rewrite is one modification
+			// (one WRITE event) where the copy is one write.
 			if _, err := f.Seek(0, io.SeekStart); err != nil {
 				removeDirs(madeDir)
 				return err
 			}
-			out, err := openTarget()
+			out, err := openTarget(0)
 			if err != nil {
 				removeDirs(madeDir)
 				return err
 			}
-			_, err = io.Copy(out, f)
+			n, err := io.Copy(out, f)
+			if err == nil {
+				if fi, statErr := out.Stat(); statErr != nil {
+					err = statErr
+				} else if fi.Size() > n {
+					err = out.Truncate(n)
+				}
+			}
 			return errors.Join(err, out.Close())
 		})
 		if err != nil {

@@ -22,7 +22,7 @@ import (
 func TestWatchUploadReportsTarget(t *testing.T) {
 	e := newTestEnv(t)
 	root := t.TempDir()
-	mustWrite(t, filepath.Join(root, "a.txt"), "old")
+	mustWrite(t, filepath.Join(root, "a.txt"), "old content")
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	stream, err := e.fs.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: root}))
@@ -65,6 +65,9 @@ func TestWatchUploadReportsTarget(t *testing.T) {
 		if !slices.Contains(events, want) {
 			t.Fatalf("no %v among %v (%v)", want, events, stream.Err())
 		}
+	}
+	if n := len(slices.DeleteFunc(slices.Clone(events), func(s seen) bool { return s != seen{"a.txt", fspb.EventType_EVENT_TYPE_WRITE} })); n != 1 {
+		t.Fatalf("a rewrite of a.txt showed %d WRITEs, want one: %v", n, events)
 	}
 	if slices.Contains(events, seen{"a.txt", fspb.EventType_EVENT_TYPE_CREATE}) {
 		t.Fatalf("a rewrite of a.txt showed a CREATE, as a rename over it does: %v", events)

@@ -753,7 +753,11 @@ func (s *Service) HostnameBound(ctx context.Context, host string) (bool, error) 
 	if !ok {
 		return false, nil
 	}
-	if up, err := running(id); err != nil || !up {
+	// A paused sandbox's hosts keep their certificate: a request to one
+	// wakes a sandbox made with auto-resume, and is told the sandbox is not
+	// running otherwise (E2B's 502, which its SDK relies on), neither of
+	// which a failed TLS handshake could say.
+	if up, err := running(id); err != nil || !up && sb.State != sandpit.StatePaused {
 		return false, err
 	}
 	// The agent's port always has a route; so has every port of a sandbox

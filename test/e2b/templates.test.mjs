@@ -155,7 +155,7 @@ describe('templates', { timeout: T }, () => {
     const tpl = Template().fromBaseImage().runCmd('true').runCmd('whoami', { user: 'nosuch' })
     await assert.rejects(Template.build(tpl, uniq('baduser'), d.opts), (err) => {
       assert.ok(err instanceof BuildError, `${err}`)
-      assert.equal(err.message, "failed to run command: user 'nosuch' does not exist")
+      assert.equal(err.message, "failed to run command 'whoami': user 'nosuch' does not exist")
       return true
     })
   })

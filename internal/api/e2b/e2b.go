@@ -274,3 +274,16 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	writeError(w, p.Status, p.Message)
 }
+
+// WriteNotRunning answers a request for a sandbox that is gone or does not
+// run as E2B's edge does, whichever way it came in (the gateway or the
+// sandbox's https://<port>-<id>.<domain> host): 502 in E2B's error shape,
+// which the SDK reads as "the sandbox is not running" (isRunning is false,
+// and a call cut off by a kill is its TimeoutError).
+func WriteNotRunning(w http.ResponseWriter, id string, state sandpit.State) {
+	if state == "" {
+		writeError(w, http.StatusBadGateway, "sandbox "+id+" not found")
+		return
+	}
+	writeError(w, http.StatusBadGateway, "sandbox "+id+" is not running (state "+string(state)+")")
+}
