@@ -656,11 +656,14 @@ func (s *Service) sandboxRoutes(ctx context.Context, id, ip string) ([]router.Ro
 	if err != nil {
 		return nil, err
 	}
+	// A host mask (E2B's maskRequestHost) applies to the sandbox's
+	// servers, not to its agent.
+	mask := sb.Network.MaskRequestHost
 	switch sb.PortAccess {
 	case sandpit.PortAccessPublic:
-		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0), AccessToken: sb.AccessToken})
+		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0), AccessToken: sb.AccessToken, Host: mask})
 	case sandpit.PortAccessToken:
-		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0), TrafficToken: sb.TrafficToken, AccessToken: sb.AccessToken})
+		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0), TrafficToken: sb.TrafficToken, AccessToken: sb.AccessToken, Host: mask})
 	}
 	ports, err := s.store.ListPorts(ctx, id)
 	if err != nil {
@@ -671,7 +674,11 @@ func (s *Service) sandboxRoutes(ctx context.Context, id, ip string) ([]router.Ro
 		return nil, err
 	}
 	for _, p := range ports {
-		routes = append(routes, privateRoute(portRoute(p, ip), private[p.Port]))
+		r := privateRoute(portRoute(p, ip), private[p.Port])
+		if r.Kind == router.KindHTTP {
+			r.Host = MaskHost(sb.Network, p.Port)
+		}
+		routes = append(routes, r)
 	}
 	domains, err := s.store.ListCustomDomains(ctx, id)
 	if err != nil {

@@ -3,7 +3,8 @@
 // E2B_API_KEY only, the daemon's CA trusted through NODE_EXTRA_CA_CERTS.
 // Every envd call goes to https://49983-<id>.<domain> and every getHost(port)
 // to https://<port>-<id>.<domain>, through the daemon's preview proxy, before
-// and after each kind of pause and resume and a daemon restart.
+// and after each kind of pause and resume and a daemon restart; watchDir,
+// network.maskRequestHost and a kill during a command too.
 //
 // The boot marker is the start time of the sandbox's process 1 (field 22 of
 // /proc/1/stat): it changes exactly when the container starts again.
@@ -202,6 +203,24 @@ function cases() {
     } finally {
       await running.kill()
       await paused.kill()
+    }
+  })
+
+  test('network.maskRequestHost is the Host header the sandbox\'s servers see', async () => {
+    const sbx = await Sandbox.create({ ...uniq('mask'), network: { maskRequestHost: 'app-${PORT}.internal.test' } })
+    try {
+      // A CGI script answers the Host header it was given.
+      await sbx.commands.run(`mkdir -p /tmp/wh/cgi-bin && printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\nprintf %%s "$HTTP_HOST"\\n' > /tmp/wh/cgi-bin/host && chmod +x /tmp/wh/cgi-bin/host && httpd -p 8002 -h /tmp/wh`)
+      let got
+      await until('the CGI answer', async () => {
+        const res = await fetch(`https://${sbx.getHost(8002)}/cgi-bin/host`)
+        got = { status: res.status, body: await res.text() }
+        return got.status === 200 ? null : JSON.stringify(got)
+      })
+      assert.equal(got.body, 'app-8002.internal.test')
+      assert.equal((await sbx.getInfo()).network?.maskRequestHost, 'app-${PORT}.internal.test')
+    } finally {
+      await sbx.kill()
     }
   })
 

@@ -52,6 +52,9 @@ type Backend interface {
 	Stats(ctx context.Context, id string) (driver.Stats, error)
 	AgentAddr(ctx context.Context, id string) (string, error)
 	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
+	// ForwardToServer is ForwardToAgent for a sandbox's own server, which
+	// sees host as the Host header ("" for its address).
+	ForwardToServer(w http.ResponseWriter, r *http.Request, addr, path, host string, onError func(http.ResponseWriter, error))
 	CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error
 	// SignedFilesSandbox finds, without a store query, the running sandbox
 	// whose token signed a /files URL ("" for none).
