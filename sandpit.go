@@ -243,6 +243,11 @@ type NetworkPolicy struct {
 	// domains to AllowDomains when it admits the policy, so a stored
 	// policy never holds them.
 	Profiles []string `json:"profiles,omitempty"`
+	// MaskRequestHost (E2B's network.maskRequestHost) is the Host header
+	// requests to the sandbox's servers arrive with, "${PORT}" standing
+	// for the port; empty keeps the host the client asked for. It is about
+	// traffic in, not out, and changes no egress rule.
+	MaskRequestHost string `json:"mask_request_host,omitempty"`
 }
 
 // NetworkModeLearn allows every name and records those a sandbox used.

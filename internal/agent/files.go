@@ -159,19 +159,23 @@ func partFilename(part *multipart.Part) string {
 // shell redirection. The upload's metadata (none if it carries none)
 // replaces the file's.
 //
-// The bytes go to a temporary file beside the destination, renamed over it
-// only once the whole body has arrived: an upload that fails or is refused
-// part way (the daemon's size limit cuts the body, the client goes away)
-// leaves neither a partial file nor the directories it made. Only where the
+// The bytes first go to a temporary file beside the destination, and only
+// once the whole body has arrived (past the daemon's size limit, the client
+// still there) are they copied into the destination in place: an upload
+// that fails or is refused part way leaves neither a partial file nor the
+// directories it made, and watchers see what envd's in-place write shows
+// them, a CREATE of a new file and a WRITE of the file written, never a
+// rename over it. Watchers never see the temporary (isUploadTemp). Where the
 // account may write the file but not its directory, or the destination is
-// not a regular file (a device, a FIFO), is it written in place.
+// not a regular file (a device, a FIFO), the body is written in place as it
+// arrives.
 func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[string]string) (writtenEntry, int, error) {
 	acc := a.account(r.Context())
 	path := a.resolvePath(r.Context(), dest)
 	var (
 		f       *os.File
 		target  = path // the file the bytes end up in (through a symlink)
-		tmp     string // "" when writing in place
+		tmp     string // "" when writing in place as the body arrives
 		madeDir []string
 	)
 	madeDir, err := a.makeParents(acc, filepath.Dir(path))
@@ -179,70 +183,77 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 		err = fmt.Errorf("create parent directories of %s: %w", path, err)
 		return writtenEntry{}, fileErrorStatus(err), err
 	}
+	openTarget := func(flag int) (*os.File, error) {
+		f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|flag, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
+		return f, nil
+	}
 	err = acc.as(func() error {
 		var err error
 		if t, err := filepath.EvalSymlinks(path); err == nil {
 			target = t
 		}
 		fi, statErr := os.Stat(target)
-		inPlace := func() error {
-			var err error
-			if f, err = os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
-				return fmt.Errorf("open %s: %w", path, err)
-			}
-			return nil
-		}
 		if statErr == nil && !fi.Mode().IsRegular() {
-			return inPlace()
+			f, err = openTarget(os.O_TRUNC)
+			return err
 		}
-		f, err = os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".upload-*")
+		f, err = os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+uploadTempMarker+"*")
 		if err != nil {
 			if statErr == nil && errors.Is(err, fs.ErrPermission) {
-				return inPlace()
+				f, err = openTarget(os.O_TRUNC)
+				return err
 			}
 			removeDirs(madeDir)
 			return fmt.Errorf("open %s: %w", path, err)
 		}
 		tmp = f.Name()
-		mode := fs.FileMode(0o644)
-		if statErr == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				// Owner first: a chown clears the set-id bits the chmod
-				// then restores. Only root may give a file away; anyone
-				// else's existing file stays theirs only if they wrote it.
-				_ = f.Chown(int(st.Uid), int(st.Gid))
-			}
-			mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-		}
-		_ = f.Chmod(mode)
 		return nil
 	})
 	if err != nil {
 		return writtenEntry{}, fileErrorStatus(err), err
 	}
 	_, copyErr := io.Copy(f, src)
-	closeErr := f.Close()
-	if err := errors.Join(copyErr, closeErr); err != nil {
-		if tmp != "" {
-			_ = acc.as(func() error {
-				_ = os.Remove(tmp)
-				removeDirs(madeDir)
-				return nil
-			})
+	if tmp == "" {
+		if err := errors.Join(copyErr, f.Close()); err != nil {
+			return writtenEntry{}, fileErrorStatus(err), fmt.Errorf("write %s: %w", path, err)
 		}
-		return writtenEntry{}, fileErrorStatus(err), fmt.Errorf("write %s: %w", path, err)
-	}
-	if tmp != "" {
+	} else {
 		err := acc.as(func() error {
-			if err := os.Rename(tmp, target); err != nil {
-				_ = os.Remove(tmp)
+			defer func() { _ = os.Remove(tmp) }()
+			defer func() { _ = f.Close() }()
+			if copyErr != nil {
 				removeDirs(madeDir)
-				return fmt.Errorf("write %s: %w", path, err)
+				return copyErr
 			}
-			return nil
+			// The whole body is here: copy it into the destination, which
+			// keeps its inode, mode and owner as with shell redirection.
+			// The file is cut to length after the copy rather than
+			// truncated before it, so that a rewrite is one modification
+			// (one WRITE event) where the copy is one write.
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				removeDirs(madeDir)
+				return err
+			}
+			out, err := openTarget(0)
+			if err != nil {
+				removeDirs(madeDir)
+				return err
+			}
+			n, err := io.Copy(out, f)
+			if err == nil {
+				if fi, statErr := out.Stat(); statErr != nil {
+					err = statErr
+				} else if fi.Size() > n {
+					err = out.Truncate(n)
+				}
+			}
+			return errors.Join(err, out.Close())
 		})
 		if err != nil {
-			return writtenEntry{}, fileErrorStatus(err), err
+			return writtenEntry{}, fileErrorStatus(err), fmt.Errorf("write %s: %w", path, err)
 		}
 	}
 	var stored map[string]string

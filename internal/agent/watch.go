@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,9 +110,41 @@ func eventTypes(op fsnotify.Op) []fspb.EventType {
 	return types
 }
 
+// uploadTempMarker sits between the destination's name and the random
+// digits in the name of an upload's temporary file (writeOne).
+const uploadTempMarker = ".upload-"
+
+// isUploadTemp reports whether a path names an upload's temporary file:
+// ".<name>.upload-<digits>". Watchers do not report them: envd writes in
+// place, so an E2B client watching a directory knows only the files it
+// wrote, and one waiting for a WRITE of a file must not be shown another
+// name. The name is matched rather than looked up among uploads in flight
+// because events arrive after the upload that caused them may have ended.
+func isUploadTemp(path string) bool {
+	base := filepath.Base(path)
+	i := strings.LastIndex(base, uploadTempMarker)
+	if i < 2 || base[0] != '.' {
+		return false
+	}
+	digits := base[i+len(uploadTempMarker):]
+	if digits == "" {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // convert translates one fsnotify event. Names are relative to the watched
 // directory. A directory created under a recursive watch is watched too.
+// An upload's temporary file yields no event.
 func (w *dirWatcher) convert(ev fsnotify.Event) []*fspb.FilesystemEvent {
+	if isUploadTemp(ev.Name) {
+		return nil
+	}
 	name, err := filepath.Rel(w.root, ev.Name)
 	if err != nil {
 		name = ev.Name

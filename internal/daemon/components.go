@@ -666,7 +666,11 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 	if d.proxyLn != nil {
 		// The Daytona gate checks signed preview hosts and records preview
 		// traffic as sandbox activity before the router proxies a request.
-		d.previewLocal = dt.PreviewGate(wakeOnPreview(svc, d.log, d.edg.proxy, builtin.ParsePreviewLabel), builtin.ParsePreviewLabel)
+		resolve := func(string) bool { return true }
+		if b, ok := d.edg.Router.(*builtin.Builtin); ok {
+			resolve = func(host string) bool { _, ok := b.Resolve(host); return ok }
+		}
+		d.previewLocal = dt.PreviewGate(wakeOnPreview(svc, d.log, d.edg.proxy, builtin.ParsePreviewLabel, resolve), builtin.ParsePreviewLabel)
 		d.validSignedHost = dt.ValidSignedPreviewHost
 		d.proxyHandler = clusterPreview(d.cl, cfg, d.previewLocal)
 	}

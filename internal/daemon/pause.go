@@ -12,16 +12,24 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // wakeOnPreview wraps the preview proxy: a request for a paused sandbox made
 // with auto-resume resumes it and waits, then goes on to the proxy, which
 // finds the sandbox's routes installed again. A paused sandbox without
-// auto-resume is left paused; the proxy answers it as it answers any
-// sandbox without routes. parse splits a preview label into sandbox id and
-// port (the router's own parser).
-func wakeOnPreview(svc *service.Service, log *slog.Logger, next http.Handler, parse func(label string) (id string, port int, ok bool)) http.Handler {
+// auto-resume is left paused. parse splits a preview label into sandbox id
+// and port (the router's own parser); resolve reports whether the router
+// has a route for a host.
+//
+// A host in E2B's form, <port>-<id>.<domain>, that has no route is answered
+// from the sandbox's state (service.TrafficFor), as E2B's edge answers it
+// and as the /e2b/envd gateway does: a sandbox that is gone or not running
+// gets E2B's 502, which the SDK reads as "not running" (isRunning, a
+// command cut off by a kill), rather than the router's plain 404. Hosts in
+// Sandpit's own form keep the router's answers.
+func wakeOnPreview(svc *service.Service, log *slog.Logger, next http.Handler, parse func(label string) (id string, port int, ok bool), resolve func(host string) bool) http.Handler {
 	suffix := "." + strings.TrimSuffix(strings.ToLower(svc.Config().Domain), ".")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := r.Host
@@ -29,17 +37,53 @@ func wakeOnPreview(svc *service.Service, log *slog.Logger, next http.Handler, pa
 			host = h
 		}
 		host = strings.TrimSuffix(strings.ToLower(host), ".")
-		if label, ok := strings.CutSuffix(host, suffix); ok && !strings.Contains(label, ".") {
-			if id, _, ok := parse(label); ok {
-				if _, err := svc.WakeOnTraffic(r.Context(), id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
-					log.Warn("auto-resume", "sandbox", id, "err", err)
-					http.Error(w, "sandpit: the sandbox could not be resumed", http.StatusBadGateway)
-					return
-				}
+		label, ok := strings.CutSuffix(host, suffix)
+		if !ok || strings.Contains(label, ".") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		id, _, ok := parse(label)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if _, err := svc.WakeOnTraffic(r.Context(), id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+			log.Warn("auto-resume", "sandbox", id, "err", err)
+			http.Error(w, "sandpit: the sandbox could not be resumed", http.StatusBadGateway)
+			return
+		}
+		if e2bLabel(label) && !resolve(r.Host) {
+			st, state, err := svc.TrafficFor(r.Context(), id)
+			switch {
+			case err != nil:
+				log.Warn("preview: sandbox state", "sandbox", id, "err", err)
+				e2b.WriteNotRunning(w, id, sandpit.StateError)
+				return
+			case st == service.TrafficGone:
+				e2b.WriteNotRunning(w, id, "")
+				return
+			case st == service.TrafficNotRunning:
+				e2b.WriteNotRunning(w, id, state)
+				return
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// e2bLabel reports whether a preview label is in E2B's form, port first
+// ("49983-<id>"), as E2B's SDKs build it.
+func e2bLabel(label string) bool {
+	first, _, ok := strings.Cut(label, "-")
+	if !ok || first == "" || len(first) > 5 {
+		return false
+	}
+	for _, c := range first {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // probeCheckpoints finds out, once at start, whether the engine host could

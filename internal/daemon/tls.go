@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
@@ -95,12 +97,40 @@ func (d *daemon) newTLS(b *builtin.Builtin) (*builtin.TLS, error) {
 			if d.validSignedHost != nil && d.validSignedHost(host) {
 				return true, nil
 			}
+			if cfg.TLS == TLSInternal && e2bAgentHost(host, cfg.Domain) {
+				return true, nil
+			}
 			if d.svc == nil {
 				return false, nil
 			}
 			return d.svc.HostnameBound(ctx, host)
 		},
 	})
+}
+
+// e2bAgentHost reports whether host is a sandbox's agent host in E2B's
+// form, 49983-<id>.<domain>, whatever the sandbox's state. E2B's edge
+// serves every such name (a wildcard certificate) and answers one whose
+// sandbox is gone with 502, which the SDK reads as "not running": a
+// command cut off by a kill becomes its TimeoutError only if that health
+// probe is answered. So the internal CA issues for these names without
+// asking whether the sandbox exists; an issue costs one signature, and the
+// cache of leaves is bounded. An ACME CA is never asked for them.
+func e2bAgentHost(host, domain string) bool {
+	label, ok := strings.CutSuffix(host, "."+domain)
+	if !ok {
+		return false
+	}
+	id, ok := strings.CutPrefix(label, strconv.Itoa(agentapi.Port)+"-")
+	if !ok || id == "" || len(id) > 63 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // apiHost is the name under which the proxy listener also serves the API

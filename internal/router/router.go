@@ -52,6 +52,10 @@ func NeedsAccessToken(port int, p string) bool {
 	return port == InterpreterPort && path.Clean("/"+p) == InterpreterExecutePath
 }
 
+// PortPlaceholder stands for the port in a KindAnyPort route's Host (E2B's
+// maskRequestHost syntax); the router puts in the port each request names.
+const PortPlaceholder = "${PORT}"
+
 // Route is one installed route. Upstream is "ip:port" inside the sandbox.
 type Route struct {
 	Kind      Kind
@@ -66,6 +70,10 @@ type Route struct {
 	// Empty means the route is public.
 	TrafficToken string
 	TokenHeader  string
+	// Host, when set, is the Host header requests reach the sandbox's
+	// server with (E2B's maskRequestHost, the port put in); empty keeps
+	// the host the client asked for.
+	Host string
 	// AccessToken, on a KindAnyPort route, is the sandbox's access token,
 	// which requests NeedsAccessToken names must present in
 	// AccessTokenHeader; empty means the sandbox has none.

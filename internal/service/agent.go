@@ -39,6 +39,9 @@ func newAgentLink() *agentLink {
 			f := pr.In.Context().Value(forwardKey{}).(*forward)
 			pr.Out.URL = &url.URL{Scheme: "http", Host: f.addr, Path: f.path, RawQuery: pr.In.URL.RawQuery}
 			pr.Out.Host = f.addr
+			if f.host != "" {
+				pr.Out.Host = f.host
+			}
 			// The agent is untrusted: it never sees the daemon's
 			// credentials, cookies or internal headers. Basic auth passes:
 			// the E2B SDK names the process user with it.
@@ -71,6 +74,7 @@ type forwardKey struct{}
 // shared proxy.
 type forward struct {
 	addr, path, token string
+	host              string // the Host header sent ("" for addr)
 	onError           func(http.ResponseWriter, error)
 }
 
@@ -104,6 +108,11 @@ func (s *Service) ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, p
 		api404(w)
 		return
 	}
+	s.forwardTo(w, r, &forward{addr: addr, path: path, token: token}, onError)
+}
+
+// forwardTo proxies r as f says.
+func (s *Service) forwardTo(w http.ResponseWriter, r *http.Request, f *forward, onError func(http.ResponseWriter, error)) {
 	// A proxied request body must keep flowing after the response starts:
 	// the agent may answer a streamed RPC before the upload ends, and by
 	// default the server would then drain and close the rest of the body.
@@ -111,11 +120,22 @@ func (s *Service) ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, p
 	// Agent calls stream their bodies (uploads, process input) for as long
 	// as they last; the body-size bound still applies.
 	httpguard.LiftReadDeadline(w)
-	f := &forward{addr: addr, path: path, token: token, onError: func(w http.ResponseWriter, err error) {
+	f.onError = func(w http.ResponseWriter, err error) {
 		finishUnsentBody(w, r)
 		onError(w, err)
-	}}
+	}
 	s.agents.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
+}
+
+// ForwardToServer proxies r to path on a server in a sandbox at addr, as
+// ForwardToAgent does, with host as the Host header the server sees (the
+// sandbox's maskRequestHost; "" sends addr).
+func (s *Service) ForwardToServer(w http.ResponseWriter, r *http.Request, addr, path, host string, onError func(http.ResponseWriter, error)) {
+	if _, port, _ := net.SplitHostPort(addr); DaemonOnlyAgentPath(atoiOr0(port), path) {
+		api404(w)
+		return
+	}
+	s.forwardTo(w, r, &forward{addr: addr, path: path, host: host}, onError)
 }
 
 // finishUnsentBody reads what is left of a request body the agent never

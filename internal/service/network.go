@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
+	"github.com/sandpit-dev/sandpit/internal/router"
 )
 
 // maxCIDRs bounds each of a policy's allow and deny lists.
@@ -42,6 +45,9 @@ func NormalizeNetwork(p sandpit.NetworkPolicy) (sandpit.NetworkPolicy, error) {
 	if out.DenyDomains, err = normalizeDomains(p.DenyDomains, "deny_domains"); err != nil {
 		return sandpit.NetworkPolicy{}, err
 	}
+	if out.MaskRequestHost, err = normalizeHostMask(p.MaskRequestHost); err != nil {
+		return sandpit.NetworkPolicy{}, err
+	}
 	switch p.Mode {
 	case "":
 	case sandpit.NetworkModeLearn:
@@ -50,6 +56,37 @@ func NormalizeNetwork(p sandpit.NetworkPolicy) (sandpit.NetworkPolicy, error) {
 		return sandpit.NetworkPolicy{}, invalidf("network mode %q: want \"learn\" or none", p.Mode)
 	}
 	return out, nil
+}
+
+// normalizeHostMask checks a MaskRequestHost: once "${PORT}" is put in, a
+// host, optionally with a port, that a Host header may carry.
+func normalizeHostMask(mask string) (string, error) {
+	mask = strings.TrimSpace(mask)
+	if mask == "" {
+		return "", nil
+	}
+	host := strings.ReplaceAll(mask, router.PortPlaceholder, "8080")
+	if len(host) > 253 || strings.ContainsAny(host, " /?#@\\\"'<>") {
+		return "", invalidf("maskRequestHost %q is not a host name", mask)
+	}
+	for _, c := range host {
+		if c < '!' || c > '~' {
+			return "", invalidf("maskRequestHost %q is not a host name", mask)
+		}
+	}
+	if _, err := url.Parse("http://" + host + "/"); err != nil {
+		return "", invalidf("maskRequestHost %q is not a host name", mask)
+	}
+	return mask, nil
+}
+
+// MaskHost is the Host header a request for port arrives with at a sandbox
+// whose policy masks it, or "" when it does not.
+func MaskHost(p sandpit.NetworkPolicy, port int) string {
+	if p.MaskRequestHost == "" {
+		return ""
+	}
+	return strings.ReplaceAll(p.MaskRequestHost, router.PortPlaceholder, strconv.Itoa(port))
 }
 
 // maxDomains bounds each of a policy's domain lists.
@@ -233,6 +270,11 @@ func (s *Service) UpdateNetwork(ctx context.Context, id string, p sandpit.Networ
 	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return sandpit.Sandbox{}, err
+	}
+	// An update replaces the egress rules (E2B's updateNetwork sends them
+	// all); the host mask, set at create, is not one of them.
+	if np.MaskRequestHost == "" {
+		np.MaskRequestHost = sb.Network.MaskRequestHost
 	}
 	limits, err := s.store.GetOwnerLimits(ctx, sb.Owner)
 	if err != nil {

@@ -656,11 +656,14 @@ func (s *Service) sandboxRoutes(ctx context.Context, id, ip string) ([]router.Ro
 	if err != nil {
 		return nil, err
 	}
+	// A host mask (E2B's maskRequestHost) applies to the sandbox's
+	// servers, not to its agent.
+	mask := sb.Network.MaskRequestHost
 	switch sb.PortAccess {
 	case sandpit.PortAccessPublic:
-		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0), AccessToken: sb.AccessToken})
+		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0), AccessToken: sb.AccessToken, Host: mask})
 	case sandpit.PortAccessToken:
-		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0), TrafficToken: sb.TrafficToken, AccessToken: sb.AccessToken})
+		routes = append(routes, router.Route{Kind: router.KindAnyPort, SandboxID: id, Upstream: upstream(ip, 0), TrafficToken: sb.TrafficToken, AccessToken: sb.AccessToken, Host: mask})
 	}
 	ports, err := s.store.ListPorts(ctx, id)
 	if err != nil {
@@ -671,7 +674,11 @@ func (s *Service) sandboxRoutes(ctx context.Context, id, ip string) ([]router.Ro
 		return nil, err
 	}
 	for _, p := range ports {
-		routes = append(routes, privateRoute(portRoute(p, ip), private[p.Port]))
+		r := privateRoute(portRoute(p, ip), private[p.Port])
+		if r.Kind == router.KindHTTP {
+			r.Host = MaskHost(sb.Network, p.Port)
+		}
+		routes = append(routes, r)
 	}
 	domains, err := s.store.ListCustomDomains(ctx, id)
 	if err != nil {
@@ -753,7 +760,11 @@ func (s *Service) HostnameBound(ctx context.Context, host string) (bool, error) 
 	if !ok {
 		return false, nil
 	}
-	if up, err := running(id); err != nil || !up {
+	// A paused sandbox's hosts keep their certificate: a request to one
+	// wakes a sandbox made with auto-resume, and is told the sandbox is not
+	// running otherwise (E2B's 502, which its SDK relies on), neither of
+	// which a failed TLS handshake could say.
+	if up, err := running(id); err != nil || !up && sb.State != sandpit.StatePaused {
 		return false, err
 	}
 	// The agent's port always has a route; so has every port of a sandbox

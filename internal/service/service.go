@@ -465,7 +465,12 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if sb.State != sandpit.StateRunning {
+	// A memory-paused container keeps its address (the daemon remembers it
+	// across the pause), and its resume installs its routes towards it
+	// before the row says running. A daemon restarted meanwhile has
+	// forgotten the address: it is read from the engine as for a running
+	// sandbox, or that resume would leave the sandbox without routes.
+	if sb.State != sandpit.StateRunning && (sb.State != sandpit.StatePaused || sb.PauseMode == sandpit.PauseFilesystem) {
 		return "", fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
 	}
 	c, err := s.rt.Inspect(ctx, sb.ContainerID)

@@ -522,9 +522,10 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 	return sb, nil
 }
 
-// encodeNetwork stores the default policy as "{}".
+// encodeNetwork stores the default policy as "{}". A host mask is kept
+// whatever the egress rules: IsZero speaks of egress only.
 func encodeNetwork(p sandpit.NetworkPolicy) (string, error) {
-	if p.IsZero() {
+	if p.IsZero() && p.MaskRequestHost == "" {
 		return "{}", nil
 	}
 	b, err := json.Marshal(p)

@@ -319,6 +319,14 @@ test('LSP: a python server gives symbols and completions; no server is a 501', {
     const comp = await lsp.completions('/tmp/proj/main.py', { line: 12, character: 5 });
     assert.ok(comp.items.some((it) => it.label.startsWith('path')), JSON.stringify(comp.items.map((it) => it.label)));
     assert.ok(Array.isArray(await lsp.workspaceSymbols('greet')));
+    // Workspace symbols find a project's classes and functions in files
+    // never opened, as Daytona's own e2e test asks (pylsp answers nothing).
+    await c.fs.uploadFile(Buffer.from('class Greeter:\n    def hello(self):\n        return "hi"\n\n\ndef make_greeter():\n    return Greeter()\n'), '/tmp/proj/pkg/greeter.py');
+    const ws = await lsp.sandboxSymbols('Greeter');
+    const wsNames = ws.map((s) => `${s.name}@${s.location.uri}`);
+    assert.ok(ws.some((s) => s.name === 'Greeter' && s.location.uri === 'file:///tmp/proj/pkg/greeter.py' && s.location.range.start.line === 0), JSON.stringify(wsNames));
+    assert.ok(ws.some((s) => s.name === 'make_greeter'), JSON.stringify(wsNames));
+    assert.ok(!ws.some((s) => s.name === 'greet'), JSON.stringify(wsNames));
     await assert.rejects(lsp.didOpen('/tmp/proj/missing.py'), (err) => err.statusCode === 404);
     await lsp.didClose('/tmp/proj/main.py');
     // Relative paths, as Daytona's own tests use them: the project and the

@@ -2,7 +2,8 @@
 // daemon's base image with copy (symlinks included), runCmd, setWorkdir and
 // setStartCmd; a sandbox created from the built template has the files and
 // runs the start command; Template.exists; two identical builds at once make
-// one engine build; a runCmd as a missing user fails with E2B's message.
+// one engine build; a runCmd as a missing user fails with E2B's message;
+// fromTemplate('base') and a wildcard copy place files where E2B does.
 // The images the daemon builds carry this run's label and are removed at
 // the end, with the one local tag the fromImage test adds.
 
@@ -151,11 +152,30 @@ describe('templates', { timeout: T }, () => {
     }
   })
 
+  test("fromTemplate('base'), and a wildcard copy lands in its destination directory, relative to the workdir", async () => {
+    const name = uniq('glob')
+    // One match of the wildcard: the engine alone would make it the file
+    // "folder"; E2B makes folder/hello.txt.
+    const tpl = Template({ fileContextPath: ctxDir })
+      .fromTemplate('base')
+      .setWorkdir('/srv/work')
+      .copy('app/*.txt', 'folder')
+      .runCmd('cat folder/hello.txt > /tmp/copied.txt')
+    await Template.build(tpl, name, d.opts)
+    const sbx = await Sandbox.create(name, d.opts)
+    try {
+      assert.equal(await sh(sbx, 'cat /srv/work/folder/hello.txt'), 'hello')
+      assert.equal(await sh(sbx, 'cat /tmp/copied.txt'), 'hello')
+    } finally {
+      await sbx.kill()
+    }
+  })
+
   test('a runCmd as a user that does not exist fails the build with E2B\'s message', async () => {
     const tpl = Template().fromBaseImage().runCmd('true').runCmd('whoami', { user: 'nosuch' })
     await assert.rejects(Template.build(tpl, uniq('baduser'), d.opts), (err) => {
       assert.ok(err instanceof BuildError, `${err}`)
-      assert.equal(err.message, "failed to run command: user 'nosuch' does not exist")
+      assert.equal(err.message, "failed to run command 'whoami': user 'nosuch' does not exist")
       return true
     })
   })

@@ -523,14 +523,69 @@ func (h *toolboxAPI) lspWorkspaceSymbols(ctx context.Context, s *lspServer) (any
 		return nil, err
 	}
 	raw, err := s.call(ctx, "workspace/symbol", map[string]any{"query": s.req.Query})
-	if le, ok := errors.AsType[*lspError](err); ok && le.Code == lspMethodNotFound {
-		// This version of the server has no workspace symbols.
-		return []LspSymbol{}, nil
+	le, ok := errors.AsType[*lspError](err)
+	if err != nil && (!ok || le.Code != lspMethodNotFound) {
+		return nil, err
 	}
+	out := []LspSymbol{}
+	if err == nil {
+		out = symbols(raw, "")
+	}
+	if len(out) > 0 || s.req.Query == "" {
+		return out, nil
+	}
+	// pylsp answers workspace/symbol with nothing (or not at all), where
+	// Daytona's finds a project's classes and functions: the project's
+	// files that name the query are asked for their document symbols.
+	return h.projectSymbols(ctx, s)
+}
+
+// maxSymbolFiles bounds how many files projectSymbols asks the server
+// about, so a query common in a large project stays a bounded request.
+const maxSymbolFiles = 50
+
+// sourceGlobs are the file names a language's sources have.
+func sourceGlobs(languageID string) []string {
+	if languageID == "python" {
+		return []string{"*.py", "*.pyi"}
+	}
+	return []string{"*.ts", "*.tsx", "*.js", "*.jsx", "*.mjs", "*.cjs"}
+}
+
+// projectSymbols is workspace symbols made of document symbols: the
+// symbols whose names hold the query (case aside, as language servers
+// match) in the project's source files that contain it.
+func (h *toolboxAPI) projectSymbols(ctx context.Context, s *lspServer) ([]LspSymbol, error) {
+	dir, err := h.contextDir(ctx, s.c, s.req.PathToProject)
 	if err != nil {
 		return nil, err
 	}
-	return symbols(raw, ""), nil
+	args := []string{"-c", `q=$1; d=$2; shift 2; grep -rlIiF "$@" -e "$q" -- "$d" 2>/dev/null | head -n ` + strconv.Itoa(maxSymbolFiles), "sh", s.req.Query, dir}
+	for _, g := range sourceGlobs(s.req.LanguageID) {
+		args = append(args, "--include="+g)
+	}
+	res, err := h.runProc(ctx, s.c.Agent, &process.ProcessConfig{Cmd: "/bin/sh", Args: args}, fsToolTimeout)
+	if err != nil {
+		return nil, err
+	}
+	query := strings.ToLower(s.req.Query)
+	out := []LspSymbol{}
+	for _, file := range strings.Split(strings.TrimSpace(string(res.stdout)), "\n") {
+		if file == "" {
+			continue
+		}
+		uri := "file://" + file
+		raw, err := s.call(ctx, "textDocument/documentSymbol", map[string]any{"textDocument": map[string]any{"uri": uri}})
+		if err != nil {
+			return nil, err
+		}
+		for _, sym := range symbols(raw, uri) {
+			if strings.Contains(strings.ToLower(sym.Name), query) {
+				out = append(out, sym)
+			}
+		}
+	}
+	return out, nil
 }
 
 func (h *toolboxAPI) lspCompletions(ctx context.Context, s *lspServer) (any, error) {

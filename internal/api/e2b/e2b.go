@@ -52,6 +52,9 @@ type Backend interface {
 	Stats(ctx context.Context, id string) (driver.Stats, error)
 	AgentAddr(ctx context.Context, id string) (string, error)
 	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
+	// ForwardToServer is ForwardToAgent for a sandbox's own server, which
+	// sees host as the Host header ("" for its address).
+	ForwardToServer(w http.ResponseWriter, r *http.Request, addr, path, host string, onError func(http.ResponseWriter, error))
 	CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error
 	// SignedFilesSandbox finds, without a store query, the running sandbox
 	// whose token signed a /files URL ("" for none).
@@ -288,4 +291,17 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", ra)
 	}
 	writeError(w, p.Status, p.Message)
+}
+
+// WriteNotRunning answers a request for a sandbox that is gone or does not
+// run as E2B's edge does, whichever way it came in (the gateway or the
+// sandbox's https://<port>-<id>.<domain> host): 502 in E2B's error shape,
+// which the SDK reads as "the sandbox is not running" (isRunning is false,
+// and a call cut off by a kill is its TimeoutError).
+func WriteNotRunning(w http.ResponseWriter, id string, state sandpit.State) {
+	if state == "" {
+		writeError(w, http.StatusBadGateway, "sandbox "+id+" not found")
+		return
+	}
+	writeError(w, http.StatusBadGateway, "sandbox "+id+" is not running (state "+string(state)+")")
 }

@@ -59,6 +59,8 @@ type networkPosture struct {
 	// PrivateTraffic (allowPublicTraffic false) is omitted when false so
 	// that the fingerprints of creates without it are unchanged.
 	PrivateTraffic bool `json:"privateTraffic,omitempty"`
+	// MaskRequestHost is omitted when empty, for the same reason.
+	MaskRequestHost string `json:"maskRequestHost,omitempty"`
 }
 
 // Fingerprint hashes the parts of a create that decide whether two creates
@@ -86,6 +88,7 @@ func Fingerprint(keyIdentity string, b CreateBody) string {
 	if b.Network != nil {
 		in.Network.AllowOut = sortedSet(b.Network.AllowOut)
 		in.Network.DenyOut = sortedSet(b.Network.DenyOut)
+		in.Network.MaskRequestHost = b.Network.MaskRequestHost
 	}
 	in.Network.PrivateTraffic = b.portAccess() == sandpit.PortAccessToken
 	in.VolumeMounts = sortedMounts(b.VolumeMounts)

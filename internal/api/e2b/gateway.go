@@ -12,6 +12,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/router"
+	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // Headers the SDK sets on every agent call when E2B_SANDBOX_URL is set.
@@ -114,7 +115,13 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 		writeError(w, http.StatusUnauthorized, "running code needs the sandbox's access token in the "+router.AccessTokenHeader+" header")
 		return
 	}
-	h.be.ForwardToAgent(w, r, addr, path, "", func(w http.ResponseWriter, err error) {
+	// The sandbox's servers see its host mask (maskRequestHost), as they
+	// do through its preview hosts; the agent is not masked.
+	host := ""
+	if port != agentapi.Port {
+		host = service.MaskHost(sb.Network, port)
+	}
+	h.be.ForwardToServer(w, r, addr, path, host, func(w http.ResponseWriter, err error) {
 		if port == interpreter.Port && interpreter.Refused(err) {
 			// 404, not 502: the SDK reads 502 as "the sandbox timed out"
 			// and says so, which sends the user looking in the wrong place.

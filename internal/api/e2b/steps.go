@@ -204,6 +204,14 @@ func convertCopy(i int, st BuildStep, cur string, emit func(label, line string),
 	if mode != "" && !modeRE.MatchString(mode) {
 		return errSteps("step %d: invalid COPY mode %q", i+1, mode)
 	}
+	// E2B copies what a wildcard matches into dest as a directory, even one
+	// match (copy('folder/*', 'folder') makes folder/hello.txt); the engine
+	// would make a single match the file dest. A trailing slash says
+	// directory to the engine as well. A relative dest is relative to the
+	// workdir in both.
+	if strings.ContainsAny(clean, "*?[") && !strings.HasSuffix(dest, "/") {
+		dest += "/"
+	}
 	from := path.Join(st.FilesHash, clean)
 	if clean == "." {
 		from = st.FilesHash + "/"
@@ -254,6 +262,21 @@ func quoteEnv(v string) string {
 	return `"` + r.Replace(v) + `"`
 }
 
+// runCommand is the user's command in a Dockerfile instruction that
+// toDockerfile wrote for a RUN step (the exec form's last element), or ""
+// for any other instruction.
+func runCommand(instr string) string {
+	rest, ok := strings.CutPrefix(instr, "RUN ")
+	if !ok {
+		return ""
+	}
+	var argv []string
+	if json.Unmarshal([]byte(rest), &argv) != nil || len(argv) == 0 {
+		return ""
+	}
+	return argv[len(argv)-1]
+}
+
 // stepRE matches the classic builder's "Step k/n : ..." log line.
 var stepRE = regexp.MustCompile(`^Step (\d+)/\d+ : `)
 
@@ -265,17 +288,24 @@ var unknownUserRE = regexp.MustCompile(`unable to find user ([^\s:]+)`)
 // BuildError carries and the step it points at. A step run as a user the
 // image does not have gets E2B's own wording for it.
 func buildReason(engineReason string, logLines []string, steps []string) (string, string) {
-	step := ""
+	step, cmd := "", ""
 	for _, l := range logLines {
 		if m := stepRE.FindStringSubmatch(l); m != nil {
 			if k, err := strconv.Atoi(m[1]); err == nil && k >= 1 && k <= len(steps) {
 				step = steps[k-1]
 			}
+			cmd = runCommand(strings.TrimPrefix(l, m[0]))
 		}
 	}
 	msg := engineReason
 	if m := unknownUserRE.FindStringSubmatch(engineReason); m != nil {
-		msg = fmt.Sprintf("failed to run command: user '%s' does not exist", m[1])
+		// E2B names the command that could not run: "failed to run
+		// command 'whoami': ...".
+		if cmd != "" {
+			msg = fmt.Sprintf("failed to run command '%s': user '%s' does not exist", cmd, m[1])
+		} else {
+			msg = fmt.Sprintf("failed to run command: user '%s' does not exist", m[1])
+		}
 	}
 	if msg == "" {
 		msg = "the build failed"

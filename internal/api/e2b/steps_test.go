@@ -79,14 +79,16 @@ func TestToDockerfile(t *testing.T) {
 				{Type: "COPY", Args: []string{"./a.txt", "/app/", "user", ""}, FilesHash: h2},
 				{Type: "COPY", Args: []string{"*.txt", "/x/", "", ""}, FilesHash: h2},
 				{Type: "COPY", Args: []string{".", "/all"}, FilesHash: h1},
+				{Type: "COPY", Args: []string{"folder/*", "folder", "", ""}, FilesHash: h1},
 			}},
 			want: []string{
 				`COPY ["` + h1 + `/dir","/app/dir"]`,
 				`COPY --chown=user ["` + h2 + `/a.txt","/app/"]`,
 				`COPY ["` + h2 + `/*.txt","/x/"]`,
 				`COPY ["` + h1 + `/","/all"]`,
+				`COPY ["` + h1 + `/folder/*","folder/"]`,
 			},
-			labels: []string{"base", "1", "2", "3", "4"},
+			labels: []string{"base", "1", "2", "3", "4", "5"},
 			files:  []service.ContextFiles{{Prefix: h1, Hash: h1}, {Prefix: h2, Hash: h2}},
 		},
 		{
@@ -165,8 +167,8 @@ func TestBuildReason(t *testing.T) {
 		{
 			name:   "a missing user in E2B's words, at the step that ran as it",
 			engine: "unable to find user nosuch: no matching entries in passwd file",
-			log:    []string{"Step 1/5 : FROM x", "Step 2/5 : RUN true", "Step 3/5 : USER nosuch", "Step 4/5 : RUN whoami"},
-			msg:    "failed to run command: user 'nosuch' does not exist",
+			log:    []string{"Step 1/5 : FROM x", "Step 2/5 : RUN true", "Step 3/5 : USER nosuch", `Step 4/5 : RUN ["/bin/sh","-c","x","run","whoami"]`},
+			msg:    "failed to run command 'whoami': user 'nosuch' does not exist",
 			step:   "2",
 		},
 		{

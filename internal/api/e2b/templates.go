@@ -497,6 +497,15 @@ func (h *Handler) startBuild(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) baseImage(ctx context.Context, tb TemplateBackend, body BuildStartBody) (string, *sandpit.Template, error) {
 	if body.FromTemplate != "" {
 		t, image, err := templateImage(ctx, tb, body.FromTemplate)
+		if p := (api.Problem{}); errors.As(err, &p) && p.Status == http.StatusNotFound {
+			// E2B's own names (fromTemplate('base'), and the templates
+			// the daemon registers with --template) are not the caller's
+			// templates, but a build may start from them as on E2B.
+			name, _, _ := strings.Cut(body.FromTemplate, ":")
+			if image, rerr := h.registeredImage(name); rerr == nil {
+				return image, nil, nil
+			}
+		}
 		if err != nil {
 			return "", nil, err
 		}
@@ -504,16 +513,24 @@ func (h *Handler) baseImage(ctx context.Context, tb TemplateBackend, body BuildS
 	}
 	img := body.FromImage
 	if img == "" || img == defaultBaseImage || strings.HasPrefix(img, defaultBaseImage+":") {
-		base, err := h.be.ResolveImage("", "base")
-		if err != nil {
-			base, err = h.be.ResolveImage("", "")
-		}
+		base, err := h.registeredImage("base")
 		return base, nil, err
 	}
 	if _, err := h.be.ResolveImage(img, ""); err != nil {
 		return "", nil, err
 	}
 	return img, nil, nil
+}
+
+// registeredImage is the image of a template the daemon registers (its
+// --template names); "base" is the daemon's base image, or its default
+// image when no base is registered.
+func (h *Handler) registeredImage(name string) (string, error) {
+	img, err := h.be.ResolveImage("", name)
+	if err != nil && name == "base" {
+		img, err = h.be.ResolveImage("", "")
+	}
+	return img, err
 }
 
 // templateImage is the image of the caller's template ref ("name",

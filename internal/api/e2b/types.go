@@ -86,6 +86,7 @@ type Network struct {
 	AllowOut           []string        `json:"allowOut"`
 	DenyOut            []string        `json:"denyOut"`
 	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
+	MaskRequestHost    string          `json:"maskRequestHost"`
 	EgressProxy        json.RawMessage `json:"egressProxy"`
 	Rules              json.RawMessage `json:"rules"`
 }
@@ -163,7 +164,9 @@ func (b CreateBody) network() sandpit.NetworkPolicy {
 	if b.Network != nil {
 		n = *b.Network
 	}
-	return egressPolicy(b.AllowInternetAccess, n.AllowOut, n.DenyOut)
+	p := egressPolicy(b.AllowInternetAccess, n.AllowOut, n.DenyOut)
+	p.MaskRequestHost = n.MaskRequestHost
+	return p
 }
 
 // egressPolicy is the policy of E2B's egress fields, on a create or a
@@ -364,11 +367,12 @@ type NetworkInfo struct {
 	AllowOut           []string `json:"allowOut,omitempty"`
 	DenyOut            []string `json:"denyOut,omitempty"`
 	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
+	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
 }
 
 func networkInfo(sb sandpit.Sandbox) *NetworkInfo {
 	n := sb.Network
-	out := &NetworkInfo{AllowPublicTraffic: sb.PortAccess != sandpit.PortAccessToken}
+	out := &NetworkInfo{AllowPublicTraffic: sb.PortAccess != sandpit.PortAccessToken, MaskRequestHost: n.MaskRequestHost}
 	out.AllowOut = append(append(out.AllowOut, n.Allow...), n.AllowDomains...)
 	out.DenyOut = append(append(out.DenyOut, n.Deny...), n.DenyDomains...)
 	if n.Egress == sandpit.EgressNone && !slices.Contains(out.DenyOut, "0.0.0.0/0") {

@@ -230,6 +230,7 @@ func (b *Builtin) Resolve(host string) (router.Route, bool) {
 	}
 	r.Port = port
 	r.Upstream = net.JoinHostPort(host, strconv.Itoa(port))
+	r.Host = strings.ReplaceAll(r.Host, router.PortPlaceholder, strconv.Itoa(port))
 	return r, true
 }
 
@@ -313,6 +314,9 @@ func (b *Builtin) Handler() http.Handler {
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				pr.SetURL(&url.URL{Scheme: "http", Host: rt.Upstream})
 				pr.Out.Host = r.Host
+				if rt.Host != "" {
+					pr.Out.Host = rt.Host
+				}
 				pr.SetXForwarded()
 				// The sandbox's server is untrusted: it never sees the
 				// daemon's credentials or internal headers.

@@ -277,6 +277,15 @@ func (c *Caddy) httpRoute(r router.Route) map[string]any {
 			},
 		}},
 	}
+	if r.Host != "" {
+		// The sandbox's host mask (E2B's maskRequestHost), with the port
+		// the request named put in on the every-port route.
+		host := r.Host
+		if r.Kind == router.KindAnyPort {
+			host = strings.ReplaceAll(host, router.PortPlaceholder, "{http.regexp."+anyPortCapture+".1}")
+		}
+		proxy["headers"].(map[string]any)["request"].(map[string]any)["set"] = map[string]any{"Host": []any{host}}
+	}
 	handle := []any{proxy}
 	if r.TrafficToken != "" {
 		handle = []any{map[string]any{
