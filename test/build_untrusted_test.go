@@ -2,6 +2,8 @@ package sandpit_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -317,4 +319,55 @@ func awaitBuildAs(t *testing.T, ctx context.Context, d *harness.Daemon, token, t
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// TestBuildContextsBounded: uploaded contexts count against the owner's
+// quota (an upload past it is 429 and stores nothing), and a template's
+// deletion removes its builds' logs and the contexts they used.
+func TestBuildContextsBounded(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--build-context-quota-mb", "1"}})
+	ctx := ctxFor(t, 3*time.Minute)
+	blob := func(seed string) []byte {
+		b := make([]byte, 600<<10)
+		for i := range b {
+			b[i] = seed[i%len(seed)] ^ byte(i>>8)
+		}
+		return contextTar(t, map[string]string{"data/" + seed: string(b)})
+	}
+	first := uploadContext(t, ctx, d, blob("first"))
+	second := blob("second")
+	sum := sha256.Sum256(second)
+	a := raw(t, ctx, d, d.Token, http.MethodPut, "/v1/templates/files/"+hex.EncodeToString(sum[:]), string(second))
+	if a.Status != http.StatusTooManyRequests || a.Code() != "quota_exceeded" {
+		t.Fatalf("an upload past the quota: %d %s", a.Status, a.Body)
+	}
+	if a := raw(t, ctx, d, d.Token, http.MethodGet, "/v1/templates/files/"+hex.EncodeToString(sum[:]), ""); a.Status != http.StatusNotFound {
+		t.Fatalf("the refused upload was stored: %d", a.Status)
+	}
+	// The same upload again replaces itself and fits.
+	uploadContext(t, ctx, d, blob("first"))
+	b := mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, apitypes.BuildTemplateRequest{Name: "ctx", Context: first, Dockerfile: "FROM " + testBase + "\nCOPY data /data\n"}))
+	if b.Status != http.StatusAccepted {
+		t.Fatalf("build: %d %s", b.Status, b.Body)
+	}
+	fb := decodeBuild(t, b)
+	if got := awaitBuild(t, ctx, d, "ctx", fb.Build.ID); got.State != "ready" {
+		t.Fatalf("build: %s %s", got.State, got.Error)
+	}
+	files, _ := filepath.Glob(filepath.Join(d.DataDir, "templates", "files", "*", first))
+	logs, _ := filepath.Glob(filepath.Join(d.DataDir, "templates", "logs", fb.Build.ID+".*"))
+	if len(files) != 1 || len(logs) == 0 {
+		t.Fatalf("before the delete: contexts %v, logs %v", files, logs)
+	}
+	if a := mustKeyed(t, ctx, d, http.MethodDelete, "/v1/templates/ctx", ""); a.Status != http.StatusNoContent && a.Status != http.StatusOK {
+		t.Fatalf("delete: %d %s", a.Status, a.Body)
+	}
+	files, _ = filepath.Glob(filepath.Join(d.DataDir, "templates", "files", "*", first))
+	logs, _ = filepath.Glob(filepath.Join(d.DataDir, "templates", "logs", fb.Build.ID+".*"))
+	if len(files) != 0 || len(logs) != 0 {
+		t.Fatalf("the deleted template left contexts %v and logs %v", files, logs)
+	}
+	// With the first context gone, the second fits.
+	uploadContext(t, ctx, d, second)
 }
