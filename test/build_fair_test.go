@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -116,16 +115,7 @@ func TestBuildCachePerOwner(t *testing.T) {
 func TestImageLabelsStayOutOfContainers(t *testing.T) {
 	t.Parallel()
 	ref := fmt.Sprintf("sptest-labelled/img:%d", time.Now().UnixNano())
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+testBase+"\nLABEL sandpit.pool=evil sandpit.sandbox-id=other sandpit.template-build=bldx\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("docker", "build", "-q", "-t", ref, dir)
-	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("docker build: %v %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", ref).Run() })
+	dockerBuild(t, ref, "FROM "+testBase+"\nLABEL sandpit.pool=evil sandpit.sandbox-id=other sandpit.template-build=bldx\n")
 	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--allow-image", "sptest-labelled/*", "--janitor-interval", "200ms"}})
 	ctx := ctxFor(t, 2*time.Minute)
 	tokens, _ := ownerTokens(t, ctx, d.Client(), "carol")

@@ -27,9 +27,20 @@ import (
 func privateImage(t *testing.T, label, secret string) (string, string) {
 	t.Helper()
 	ref := "sandpit-private/secret:" + label
+	dockerBuild(t, ref, "FROM "+testBase+"\nRUN echo "+secret+" > /secret\nLABEL sandpit.run="+label+"\n")
+	out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", ref).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref, strings.TrimPrefix(strings.TrimSpace(string(out)), "sha256:")
+}
+
+// dockerBuild builds an image of the operator's (not through the daemon)
+// and removes it when the test ends.
+func dockerBuild(t *testing.T, ref, dockerfile string) {
+	t.Helper()
 	dir := t.TempDir()
-	df := "FROM " + testBase + "\nRUN echo " + secret + " > /secret\nLABEL sandpit.run=" + label + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("docker", "build", "-q", "-t", ref, dir)
@@ -38,11 +49,6 @@ func privateImage(t *testing.T, label, secret string) (string, string) {
 		t.Fatalf("docker build: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", ref).Run() })
-	out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", ref).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ref, strings.TrimPrefix(strings.TrimSpace(string(out)), "sha256:")
 }
 
 // TestBuildBasesRefused: every way a Dockerfile can name an image (a FROM

@@ -88,21 +88,7 @@ func decodeBuild(t *testing.T, a harness.Answer) apitypes.BuildTemplateResponse 
 // awaitBuild polls the build until it ends.
 func awaitBuild(t *testing.T, ctx context.Context, d *harness.Daemon, tmpl, build string) apitypes.TemplateBuild {
 	t.Helper()
-	for {
-		a := mustKeyed(t, ctx, d, http.MethodGet, "/v1/templates/"+tmpl+"/builds/"+build, "")
-		var b apitypes.TemplateBuild
-		if err := json.Unmarshal(a.Body, &b); err != nil || a.Status != http.StatusOK {
-			t.Fatalf("get build: %d %s", a.Status, a.Body)
-		}
-		if b.State == "ready" || b.State == "error" {
-			return b
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("build %s still %s", build, b.State)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return awaitBuildAs(t, ctx, d, d.Token, tmpl, build)
 }
 
 func taggedImages(t *testing.T, label string) []string {

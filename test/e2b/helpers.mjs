@@ -195,3 +195,16 @@ export async function awaitPool(daemon, ready, budgetMs = 60_000) {
     await sleep(50)
   }
 }
+
+// adminCall calls the daemon's native API with its admin token and returns
+// the decoded answer; a failure throws with the status and body.
+export async function adminCall(daemon, method, path, body) {
+  const res = await fetch(`http://127.0.0.1:${daemon.apiPort}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${daemon.token}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+  const text = await res.text()
+  if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text}`)
+  return text ? JSON.parse(text) : undefined
+}

@@ -7,7 +7,7 @@ import { test, describe, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { Sandbox, AuthenticationError, SandboxNotFoundError } from 'e2b'
-import { setup, teardown, startDaemon, runId } from './helpers.mjs'
+import { setup, teardown, startDaemon, runId, adminCall } from './helpers.mjs'
 
 const T = 120_000
 
@@ -16,16 +16,7 @@ let A
 let B
 
 // admin calls the native API with the daemon's admin token.
-async function admin(method, path, body) {
-  const res = await fetch(`http://127.0.0.1:${d.apiPort}${path}`, {
-    method,
-    headers: { Authorization: `Bearer ${d.token}`, 'Content-Type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  })
-  const text = await res.text()
-  if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text}`)
-  return text ? JSON.parse(text) : undefined
-}
+const admin = (method, path, body) => adminCall(d, method, path, body)
 
 async function tokenFor(name, owner) {
   const t = await admin('POST', '/v1/tokens', { name, owner })

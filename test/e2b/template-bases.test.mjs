@@ -15,7 +15,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { randomBytes } from 'node:crypto'
 import { Template } from 'e2b'
-import { setup, teardown, startDaemon, runId, testImage } from './helpers.mjs'
+import { setup, teardown, startDaemon, runId, testImage, adminCall } from './helpers.mjs'
 
 const run = promisify(execFile)
 const T = 180_000
@@ -25,16 +25,7 @@ const privateTag = `sandpit-e2b-private/secret:${runId}`
 let d
 let privateID
 
-async function admin(method, path, body) {
-  const res = await fetch(`http://127.0.0.1:${d.apiPort}${path}`, {
-    method,
-    headers: { Authorization: `Bearer ${d.token}`, 'Content-Type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  })
-  const text = await res.text()
-  if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text}`)
-  return text ? JSON.parse(text) : undefined
-}
+const admin = (method, path, body) => adminCall(d, method, path, body)
 
 async function tokenFor(name, owner) {
   const t = await admin('POST', '/v1/tokens', { name, owner })
