@@ -3,8 +3,9 @@
 # cmd/sandpit-agent is compiled to a temporary file first, then laid over
 # internal/agentbin/bin/sandpit-agent with `go build -overlay`, so the one
 # file to install carries it and nothing is written into the source tree.
-# (A plain `go build ./cmd/sandpit` works too; its sandboxes run the whole
-# sandpit executable as agent.)
+# (`CGO_ENABLED=0 go build ./cmd/sandpit` works too; its sandboxes run the
+# whole sandpit executable as agent. A build with cgo is dynamically linked
+# and the daemon refuses to mount it into sandboxes.)
 #
 # usage: scripts/build.sh [-o OUTPUT] [go build flags, e.g. -tags x]
 # OUTPUT defaults to bin/sandpit. CGO_ENABLED=0 unless set.

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -330,6 +331,16 @@ func (d *daemon) installAgent() error {
 	default:
 		d.agent = d.exe
 		d.log.Info("this build embeds no small agent, so sandboxes run the sandpit executable as agent; scripts/build.sh builds one that does")
+	}
+	// The agent is PID 1 of images that may hold no C library at all: a
+	// dynamically linked one (a go build with cgo, which a machine with gcc
+	// does by default) would fail every create there, so refuse at start.
+	if err := agentbin.CheckStatic(d.agent); err != nil {
+		if errors.Is(err, agentbin.ErrDynamic) {
+			return fmt.Errorf("the in-sandbox agent %w, so it cannot start in sandboxes whose images lack its C libraries: "+
+				"build sandpit statically with scripts/build.sh (or CGO_ENABLED=0 go build ./cmd/sandpit)", err)
+		}
+		return err
 	}
 	return nil
 }
