@@ -42,10 +42,13 @@ import (
 // daemon is what its components share: each start fills in what the later
 // ones use, and each stop reads what its own start filled in.
 type daemon struct {
-	cfg     Config
-	log     *slog.Logger
-	started time.Time
-	pn      parsedNetwork
+	cfg Config
+	log *slog.Logger
+	// lateTemplates are the daemon's templates whose image did not exist
+	// at start (name -> image): served once it does.
+	lateTemplates map[string]string
+	started       time.Time
+	pn            parsedNetwork
 
 	// serving ends when ctx does, when `cluster leave` is done, or when a
 	// listener fails; the background work runs under it, so it stops
@@ -214,8 +217,13 @@ func (d *daemon) sandboxDefaults(ctx context.Context) error {
 		cfg.Templates["base"] = cfg.DefaultImage
 	}
 	cfg.Templates = maps.Clone(cfg.Templates)
-	registerImageTemplate(ctx, dk, cfg.Templates, InterpreterTemplate, InterpreterImage, "scripts/build-code-interpreter-image.sh", log)
-	registerImageTemplate(ctx, dk, cfg.Templates, DaytonaTemplate, DaytonaImage, "scripts/build-daytona-image.sh", log)
+	d.lateTemplates = map[string]string{}
+	interp := cfg.InterpreterImage
+	if interp == "" {
+		interp = InterpreterImage
+	}
+	registerImageTemplate(ctx, dk, cfg.Templates, d.lateTemplates, InterpreterTemplate, interp, "scripts/build-code-interpreter-image.sh", log)
+	registerImageTemplate(ctx, dk, cfg.Templates, nil, DaytonaTemplate, DaytonaImage, "scripts/build-daytona-image.sh", log)
 	if cfg.DaytonaTemplate == "" && !explicitDefault && cfg.Templates[DaytonaTemplate] != "" {
 		cfg.DaytonaTemplate = DaytonaTemplate
 	}
@@ -506,6 +514,7 @@ func (d *daemon) newService(context.Context) error {
 		domains.HostTaken = d.edg.caddy.HostTaken
 	}
 	d.svc = service.New(service.Config{
+		LateTemplates:  d.lateTemplates,
 		Domains:        domains,
 		DefaultImage:   cfg.DefaultImage,
 		Templates:      cfg.Templates,
@@ -720,6 +729,8 @@ func (d *daemon) startLoops(context.Context) error {
 		// In a cluster: re-create what the leader moved here, drop what
 		// moved away (a no-op on a single node).
 		func() { svc.RunFailover(bg, 2*time.Second) },
+		// Templates whose image is built after the daemon started.
+		func() { svc.WatchLateTemplates(bg, 5*time.Second) },
 	} {
 		d.loops.Add(1)
 		go func() {
