@@ -58,13 +58,7 @@ if [[ "${FORCE:-}" != 1 ]] && have_tag; then
 	exit 0
 fi
 exec 9>"$SANDPIT_CACHE_DIR/build-code-interpreter-image.lock"
-# Say so when another run holds the lock: its build can take minutes, and
-# a silent wait looks like a hang.
-if ! flock -n 9; then
-	log "waiting for another run of build-code-interpreter-image.sh to finish (it holds $SANDPIT_CACHE_DIR/build-code-interpreter-image.lock)"
-	flock 9
-	log "the other run finished; going on"
-fi
+flock 9
 if [[ "${FORCE:-}" != 1 ]] && have_tag; then
 	point_latest
 	exit 0

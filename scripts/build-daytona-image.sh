@@ -61,13 +61,7 @@ point_latest() {
 }
 
 exec 9>"$SANDPIT_CACHE_DIR/build-daytona-image.lock"
-# Say so when another run holds the lock: its build can take minutes, and
-# a silent wait looks like a hang.
-if ! flock -n 9; then
-	log "waiting for another run of build-daytona-image.sh to finish (it holds $SANDPIT_CACHE_DIR/build-daytona-image.lock)"
-	flock 9
-	log "the other run finished; going on"
-fi
+flock 9
 if [[ "${FORCE:-}" != 1 ]] && docker image inspect "$TAG" >/dev/null 2>&1; then
 	point_latest
 	exit 0

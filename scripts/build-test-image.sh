@@ -62,10 +62,7 @@ fi
 LOCK="${TMPDIR:-/tmp}/sandpit-build-test-image.lock"
 exec 9>"$LOCK"
 if command -v flock >/dev/null 2>&1; then
-	if ! flock -n 9; then
-		log "waiting for another run of build-test-image.sh to finish (it holds $LOCK)"
-		flock 9
-	fi
+	flock 9
 	if [[ "${FORCE:-}" != 1 && "$(current_hash)" == "$HASH" ]]; then
 		log "$IMAGE is up to date ($HASH)"
 		exit 0
