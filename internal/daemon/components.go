@@ -794,7 +794,9 @@ func (d *daemon) serveHTTP(context.Context) error {
 			d.proxySrv.TLSConfig = d.tls.Config()
 			go func() { d.errc <- d.proxySrv.ServeTLS(d.proxyLn, "", "") }()
 		} else {
-			go func() { d.errc <- d.proxySrv.Serve(d.proxyLn) }()
+			ln := &tlsOnPlainListener{Listener: d.proxyLn, log: log,
+				hint: "an E2B SDK without E2B_SANDBOX_URL does this to reach sandboxes; set E2B_SANDBOX_URL=http://" + d.apiLn.Addr().String() + "/e2b/envd, or serve with --tls internal (docs/e2b.md)"}
+			go func() { d.errc <- d.proxySrv.Serve(ln) }()
 		}
 		proxyAddr = d.proxyLn.Addr().String()
 	}
