@@ -31,6 +31,10 @@ func TestInterpreterTemplateBuiltAfterStart(t *testing.T) {
 	if !strings.Contains(d.Logs(), "served once it is") {
 		t.Errorf("the daemon's log does not say the template comes later")
 	}
+	awaited := "template  code-interpreter-v1: image " + ref + " not built yet"
+	if out, errOut, code := runCLI(t, ctx, d, nil, "status"); code != 0 || !strings.Contains(out, awaited) {
+		t.Errorf("status before the image exists: %d %q %q; want %q", code, out, errOut, awaited)
+	}
 	if out, err := exec.Command("docker", "tag", testBase, ref).CombinedOutput(); err != nil {
 		t.Fatalf("docker tag: %v %s", err, out)
 	}
@@ -49,5 +53,8 @@ func TestInterpreterTemplateBuiltAfterStart(t *testing.T) {
 	}
 	if !strings.Contains(d.Logs(), "template available: its image was built") {
 		t.Errorf("the daemon's log does not say the template became available")
+	}
+	if out, _, _ := runCLI(t, ctx, d, nil, "status"); strings.Contains(out, "not built yet") {
+		t.Errorf("status once the image exists still awaits it:\n%s", out)
 	}
 }

@@ -700,6 +700,7 @@ func (d *daemon) statusSource() v1.StatusSource {
 		Version: d.cfg.Version, Router: d.cfg.Router, Node: d.cfg.Listen, Started: time.Now(),
 		DataDir: d.st.Dir(), Disk: d.diskStatus,
 		PingEngine: d.dk.Ping, SandboxesByState: d.st.CountSandboxesByState, StoreStats: d.st.Stats,
+		AwaitedTemplates: d.svc.AwaitedTemplates,
 	}
 	if d.svc.PoolEnabled() {
 		src.PoolReady = d.svc.PoolReady

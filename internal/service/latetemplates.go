@@ -48,6 +48,14 @@ func (l *lateTemplates) images() []string {
 	return out
 }
 
+// AwaitedTemplates are the late templates whose image is not built yet
+// (name -> image), for the daemon's status.
+func (s *Service) AwaitedTemplates() map[string]string {
+	s.late.mu.Lock()
+	defer s.late.mu.Unlock()
+	return maps.Clone(s.late.pending)
+}
+
 // WatchLateTemplates looks for the images of the templates still awaited
 // every interval until all are ready or ctx ends, and makes each available
 // the moment its image exists.
