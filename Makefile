@@ -5,10 +5,15 @@ GOBIN_DIR := $(shell go env GOPATH)/bin
 MODULE := github.com/sandpit-dev/sandpit
 PROTOS := proto/process/process.proto proto/filesystem/filesystem.proto
 
-.PHONY: build proto proto-ts
+.PHONY: build install proto proto-ts
 
 build:
 	bash scripts/build.sh -o bin/sandpit
+
+# install builds bin/sandpit and puts it on PATH as /usr/local/bin/sandpit
+# (SANDPIT_INSTALL_DIR chooses another directory).
+install:
+	bash scripts/build.sh --install -o bin/sandpit
 
 proto:
 	PATH="$(GOBIN_DIR):$$PATH" protoc -I proto \

@@ -14,7 +14,10 @@ type Sandbox struct {
 	ID    string `json:"id"`
 	Name  string `json:"name,omitempty"`
 	Image string `json:"image"`
-	State string `json:"state"`
+	// Template is the template the sandbox was created from, as the create
+	// named it (a name, NAME:TAG or an id); empty when it named none.
+	Template string `json:"template,omitempty"`
+	State    string `json:"state"`
 	// StateReason says why a sandbox stopped on its own: exited, oom or
 	// killed.
 	StateReason string            `json:"state_reason,omitempty"`

@@ -10,6 +10,9 @@ type Status struct {
 	Pool    PoolStatus    `json:"pool"`
 	Cluster ClusterStatus `json:"cluster"`
 	Disk    DiskStatus    `json:"disk"`
+	// AwaitedTemplates are the daemon's templates whose image is not built
+	// yet (name -> image): served as soon as it is.
+	AwaitedTemplates map[string]string `json:"awaited_templates,omitempty"`
 }
 
 // DiskStatus says whether sandboxes' writable data is bounded. Without a

@@ -253,8 +253,17 @@ func (c *Client) once(ctx context.Context, rq request, payload []byte, key strin
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		e := &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
 		var eb apitypes.ErrorBody
-		if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
+		var agent struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		switch {
+		case json.Unmarshal(b, &eb) == nil && eb.Error.Code != "":
 			e.Code, e.Message = eb.Error.Code, eb.Error.Message
+		case json.Unmarshal(b, &agent) == nil && agent.Code == resp.StatusCode && agent.Message != "":
+			// The sandbox's agent answers file calls the daemon passes
+			// through in the E2B envd shape, {"code":404,"message":...}.
+			e.Message = agent.Message
 		}
 		if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
 			return r, &retryAfterError{e, time.Duration(ra) * time.Second}

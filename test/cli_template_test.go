@@ -102,7 +102,7 @@ func TestCLITemplateBuildCreateRemove(t *testing.T) {
 	if _, errOut, code := runCLI(t, ctx, d, nil, "create", "--template", "cli-tpl"); code == 0 || !strings.Contains(errOut, "template") {
 		t.Fatalf("create from a removed template = %d %s", code, errOut)
 	}
-	if _, errOut, code := runCLI(t, ctx, d, nil, "template", "rm", "cli-tpl"); code == 0 || !strings.Contains(errOut, "not_found") {
+	if _, errOut, code := runCLI(t, ctx, d, nil, "template", "rm", "cli-tpl"); code == 0 || !strings.Contains(errOut, "cli-tpl") || strings.Contains(errOut, "not_found") {
 		t.Fatalf("template rm again = %d %s", code, errOut)
 	}
 

@@ -73,7 +73,10 @@ func TestInstallDryRunUnitVerifies(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	unit, config := filepath.Join(dir, "sandpit.service"), filepath.Join(dir, "etc", "sandpit.yaml")
-	out, err := exec.Command(sandpitBin, "install", "--dry-run", "--unit", unit, "--config", config).Output()
+	dry := exec.Command(sandpitBin, "install", "--dry-run", "--unit", unit, "--config", config)
+	// No sandpit on PATH: the unit runs this executable.
+	dry.Env = append(os.Environ(), "PATH="+t.TempDir())
+	out, err := dry.Output()
 	if err != nil {
 		t.Fatalf("install --dry-run: %v", err)
 	}
@@ -150,5 +153,32 @@ func TestServeWarnsWhenPreviewHostsDoNotResolve(t *testing.T) {
 		if strings.Contains(ok.Logs(), "preview hosts do not resolve") {
 			t.Fatalf("warned about a domain that resolves:\n%s", ok.Logs())
 		}
+	}
+}
+
+// TestInstallRunsSandpitOnPath: run from a checkout's bin/sandpit, install
+// writes a unit that runs the sandpit on PATH, where the README's set-up
+// installs it, so that rebuilding the checkout does not change the service.
+func TestInstallRunsSandpitOnPath(t *testing.T) {
+	t.Parallel()
+	pathDir := t.TempDir()
+	installed := filepath.Join(pathDir, "sandpit")
+	if err := os.Symlink(sandpitBin, installed); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(t.TempDir(), "sandpit.yaml")
+	cmd := exec.Command(sandpitBin, "install", "--dry-run", "--config", config)
+	cmd.Env = append(os.Environ(), "PATH="+pathDir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("install --dry-run: %v %s", err, stderr.String())
+	}
+	if want := "ExecStart=" + installed + " serve --config " + config + "\n"; !strings.Contains(string(out), want) {
+		t.Fatalf("unit lacks %q:\n%s", want, out)
+	}
+	if !strings.Contains(stderr.String(), "the sandpit on PATH") {
+		t.Errorf("install did not say which binary the unit runs: %q", stderr.String())
 	}
 }

@@ -109,7 +109,7 @@ func createCmd(e *cliEnv) *cobra.Command {
 				spin.Stop("")
 			}
 			if err != nil {
-				return err
+				return createHint(err, req.Name)
 			}
 			return e.emit(cmd, sb, func(w io.Writer) error {
 				_, err := fmt.Fprintln(w, sb.ID)
@@ -124,7 +124,7 @@ func createCmd(e *cliEnv) *cobra.Command {
 	f.StringArrayVarP(&envs, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringArrayVarP(&labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
 	f.Float64Var(&req.CPU, "cpu", 0, "CPU cores")
-	f.Int64Var(&req.MemoryMB, "memory", 0, "memory limit in MiB")
+	f.Var((*memoryFlag)(&req.MemoryMB), "memory", "memory limit: MiB, or with docker's units 512m, 4g")
 	f.Int64Var(&req.TimeoutS, "timeout", 0, "seconds until the sandbox is removed (0: never)")
 	f.StringArrayVar(&volumes, "volume", nil, "mount a volume: NAME:/path or NAME:/path:ro (repeatable; sandpit volume create)")
 	return cmd
@@ -134,9 +134,10 @@ func lsCmd(e *cliEnv) *cobra.Command {
 	var labels []string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "ls",
-		Short: "List sandboxes",
-		Args:  cobra.NoArgs,
+		Use:     "ls",
+		Aliases: []string{"ps"},
+		Short:   "List sandboxes (alias ps, as docker's)",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lf, err := kvFlags(labels, "--label")
 			if err != nil {
@@ -166,9 +167,16 @@ func lsCmd(e *cliEnv) *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), all)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tIMAGE\tSTATE\tCREATED")
+			// TEMPLATE is what the sandbox was created from as its create
+			// named it; the image (often a content hash) only when it
+			// named no template.
+			fmt.Fprintln(tw, "ID\tNAME\tTEMPLATE\tSTATE\tCREATED")
 			for _, sb := range all {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Name, sb.Image, sb.State, sb.CreatedAt.Format("2006-01-02 15:04:05"))
+				from := sb.Template
+				if from == "" {
+					from = sb.Image
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Name, from, sb.State, sb.CreatedAt.Format("2006-01-02 15:04:05"))
 			}
 			return tw.Flush()
 		},
@@ -196,16 +204,31 @@ func execCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := resolveArg(cmd.Context(), c, args, 0); err != nil {
-				return err
-			}
-			req := client.ExecRequest{Cmd: args[1], Args: args[2:], Env: env, Cwd: cwd, TimeoutS: timeout}
-			if e.jsonOut(false) {
-				// One object with both streams, once the command ends.
-				res, err := c.Exec(cmd.Context(), args[0], req)
-				if err != nil {
+			// Every failure before the command runs is the CLI's (exit
+			// 125, 126 or 127), never a code the command could exit with.
+			ref := args[0]
+			sb, err := lookupSandbox(cmd.Context(), c, ref)
+			if err != nil {
+				if isDialError(err) {
 					return err
 				}
+				return &cliError{exitCLI, describe(err)}
+			}
+			if sb.State != "running" {
+				return notRunning(ref, sb)
+			}
+			args[0] = sb.ID
+			req := client.ExecRequest{Cmd: args[1], Args: args[2:], Env: env, Cwd: cwd, TimeoutS: timeout}
+			if e.jsonOut(false) {
+				// One object with both streams, once the command ends;
+				// through the agent protocol, which tells a program not
+				// found from one not executable.
+				var stdout, stderr bytes.Buffer
+				code, err := c.ExecIO(cmd.Context(), args[0], req, client.ExecStreams{Stdout: &stdout, Stderr: &stderr})
+				if err != nil {
+					return execFailure(cmd.Context(), c, ref, sb.ID, err)
+				}
+				res := client.ExecResult{ExitCode: code, Stdout: stdout.String(), Stderr: stderr.String()}
 				if err := printJSON(cmd.OutOrStdout(), res); err != nil {
 					return err
 				}
@@ -221,7 +244,7 @@ func execCmd(e *cliEnv) *cobra.Command {
 			code, err := c.ExecIO(cmd.Context(), args[0], req, streams)
 			restore()
 			if err != nil {
-				return err
+				return execFailure(cmd.Context(), c, ref, sb.ID, err)
 			}
 			if code != 0 {
 				return &exitError{code}
@@ -615,9 +638,9 @@ func removeEach(cmd *cobra.Command, e *cliEnv, refs []string, key string, del fu
 				// once, with its hint and exit code.
 				return err
 			}
-			row["removed"], row["error"] = false, err.Error()
+			row["removed"], row["error"] = false, describe(err)
 			if !e.jsonOut(false) {
-				fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", err)
+				fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", describe(err))
 			}
 			failed = true
 		} else if !e.jsonOut(false) {

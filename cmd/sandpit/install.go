@@ -62,11 +62,10 @@ func installCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if binary == "" {
-				exe, err := os.Executable()
-				if err != nil {
-					return fmt.Errorf("find this binary (give --binary): %w", err)
+				var err error
+				if binary, err = installedBinary(cmd); err != nil {
+					return err
 				}
-				binary = exe
 			}
 			abs, err := filepath.Abs(binary)
 			if err != nil {
@@ -117,4 +116,26 @@ func installCmd() *cobra.Command {
 	f.StringVar(&unit, "unit", "/etc/systemd/system/sandpit.service", "where the unit is written")
 	f.BoolVar(&enable, "enable", true, "enable and start the service once its unit is written")
 	return cmd
+}
+
+// installedBinary is the sandpit the unit runs by default: the one on PATH,
+// where the README's set-up installs it, rather than this executable, which
+// may be bin/sandpit of a checkout that the next build replaces under the
+// running service. Without one on PATH it is this executable, with a note.
+func installedBinary(cmd *cobra.Command) (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find this binary (give --binary): %w", err)
+	}
+	onPath, err := exec.LookPath("sandpit")
+	if err == nil {
+		if abs, aerr := filepath.Abs(onPath); aerr == nil {
+			if abs != exe {
+				fmt.Fprintf(cmd.ErrOrStderr(), "the unit runs %s, the sandpit on PATH (--binary chooses another)\n", abs)
+			}
+			return abs, nil
+		}
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "no sandpit on PATH: the unit runs %s; install it first (install -m 0755 %s /usr/local/bin/sandpit) so that a rebuild does not change the service under it\n", exe, exe)
+	return exe, nil
 }

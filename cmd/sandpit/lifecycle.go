@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -49,7 +51,13 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 		if err != nil {
 			return err
 		}
-		return e.emit(cmd, st, func(w io.Writer) error { return printStats(w, st) })
+		// The sample counts whole CPUs; the sandbox's own limit (0.5 CPU)
+		// is what its percentage is of.
+		share := float64(st.CPUCount)
+		if sb, err := c.Get(cmd.Context(), id); err == nil && sb.CPU > 0 {
+			share = sb.CPU
+		}
+		return e.emit(cmd, st, func(w io.Writer) error { return printStats(w, st, share) })
 	})
 	var follow bool
 	logs := one("logs", "Print the output of the sandbox's start command (-f: and follow it)", func(cmd *cobra.Command, c *client.Client, id string) error {
@@ -60,10 +68,35 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 		// The start command's output goes to one file in the sandbox
 		// (service.startTemplate); a sandbox without one has no log.
 		script := `[ -e "$0" ] || { echo "sandbox has no start command, so nothing logs: logs shows the output of a template's start command" >&2; exit 3; }; exec ` + tail + ` "$0"`
-		code, err := c.ExecIO(cmd.Context(), id, client.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", script, agentapi.StartLogPath}},
+		ctx := cmd.Context()
+		var gone <-chan string
+		if follow {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			gone = watchGone(ctx, c, id, cancel)
+		}
+		code, err := c.ExecIO(ctx, id, client.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", script, agentapi.StartLogPath}},
 			client.ExecStreams{Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
+		if follow {
+			// Following ends with the sandbox, as docker logs -f ends
+			// with its container: whether the watcher saw it go first or
+			// the stream broke off as it went.
+			why, ok := "", false
+			select {
+			case why, ok = <-gone:
+			default:
+				if err != nil {
+					why, ok = sandboxGone(cmd.Context(), c, id)
+				}
+			}
+			if ok {
+				fmt.Fprintf(cmd.ErrOrStderr(), "sandpit: sandbox %s %s\n", cmd.Flags().Arg(0), why)
+				return nil
+			}
+		}
 		if err != nil {
-			return err
+			return execFailure(cmd.Context(), c, cmd.Flags().Arg(0), id, err)
 		}
 		if code != 0 {
 			return &exitError{1}
@@ -77,7 +110,7 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 			return c.Resize(ctx, id, res)
 		})
 	update.Flags().Float64Var(&res.CPU, "cpu", 0, "cpu limit in cores (unchanged when not given)")
-	update.Flags().Int64Var(&res.MemoryMB, "memory", 0, "memory limit in MiB (unchanged when not given)")
+	update.Flags().Var((*memoryFlag)(&res.MemoryMB), "memory", "memory limit: MiB, or with docker's units 512m, 4g (unchanged when not given)")
 	return []*cobra.Command{
 		update,
 		change("start", "Start stopped sandboxes", func(ctx context.Context, c *client.Client, id string) (client.Sandbox, error) {
@@ -92,6 +125,44 @@ func lifecycleCmds(e *cliEnv) []*cobra.Command {
 		stats,
 		logs,
 	}
+}
+
+// watchGone polls the sandbox until it stops running or is removed, then
+// says which on the channel it returns and calls cancel. A removed
+// container's connections are not always reset (its network goes with
+// it), so a follower cannot count on its stream ending by itself.
+func watchGone(ctx context.Context, c *client.Client, id string, cancel context.CancelFunc) <-chan string {
+	gone := make(chan string, 1)
+	go func() {
+		tk := time.NewTicker(time.Second)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+			}
+			if why, ok := sandboxGone(ctx, c, id); ok {
+				gone <- why
+				cancel()
+				return
+			}
+		}
+	}()
+	return gone
+}
+
+// sandboxGone says whether the sandbox was removed or no longer runs, and
+// which.
+func sandboxGone(ctx context.Context, c *client.Client, id string) (string, bool) {
+	sb, err := c.Get(ctx, id)
+	switch {
+	case isNotFound(err), err == nil && sb.State == "deleting":
+		return "was removed", true
+	case err == nil && sb.State != "running":
+		return "is " + sb.State, true
+	}
+	return "", false
 }
 
 // oneSandboxCmd is a command of one sandbox: it resolves the reference (an
@@ -117,7 +188,7 @@ func oneSandboxCmd(e *cliEnv, use, short string, do func(cmd *cobra.Command, c *
 
 // printStats prints a sample with its units: a limit of 0 is the engine's
 // "none", which says more as words than as "0 B".
-func printStats(w io.Writer, st client.Stats) error {
+func printStats(w io.Writer, st client.Stats, cpuShare float64) error {
 	limit := func(used, total int64) string {
 		if total <= 0 {
 			return humanBytes(used) + " (no limit)"
@@ -125,11 +196,11 @@ func printStats(w io.Writer, st client.Stats) error {
 		return fmt.Sprintf("%s of %s (%.0f%%)", humanBytes(used), humanBytes(total), 100*float64(used)/float64(total))
 	}
 	cpus := "CPUs"
-	if st.CPUCount == 1 {
+	if cpuShare <= 1 {
 		cpus = "CPU"
 	}
-	_, err := fmt.Fprintf(w, "CPU     %.1f%% of %d %s\nMEMORY  %s\nDISK    %s\n",
-		st.CPUUsedPercent, st.CPUCount, cpus, limit(st.MemoryUsedBytes, st.MemoryLimitBytes), limit(st.DiskUsedBytes, st.DiskLimitBytes))
+	_, err := fmt.Fprintf(w, "CPU     %.1f%% of %s %s\nMEMORY  %s\nDISK    %s\n",
+		st.CPUUsedPercent, strconv.FormatFloat(cpuShare, 'f', -1, 64), cpus, limit(st.MemoryUsedBytes, st.MemoryLimitBytes), limit(st.DiskUsedBytes, st.DiskLimitBytes))
 	return err
 }
 
@@ -149,7 +220,7 @@ func eachSandbox(cmd *cobra.Command, e *cliEnv, c *client.Client, refs []string,
 			if isDialError(err) {
 				return err
 			}
-			fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", err)
+			fmt.Fprintln(cmd.ErrOrStderr(), "sandpit:", describe(err))
 			failed = true
 			continue
 		}

@@ -43,9 +43,13 @@ func main() {
 	root.AddCommand(mcpCmd(&e))
 	err := root.ExecuteContext(ctx)
 	var ee *exitError
+	var ce *cliError
 	switch {
 	case errors.As(err, &ee):
 		os.Exit(ee.code)
+	case errors.As(err, &ce):
+		fmt.Fprintln(os.Stderr, "sandpit:", ce.msg)
+		os.Exit(ce.code)
 	case isDialError(err):
 		// A daemon that is not running is the most common first failure; say
 		// what to do, and exit with a code no sandboxed command can confuse.
@@ -54,14 +58,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "sandpit: cannot reach the daemon at %s: is 'sandpit serve' running? (%v)\n", op.Addr, op.Err)
 		os.Exit(exitDaemonDown)
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "sandpit:", err)
+		fmt.Fprintln(os.Stderr, "sandpit:", describe(err))
 		os.Exit(1)
 	}
 }
-
-// exitDaemonDown is the exit code when the daemon cannot be reached, the way
-// docker exits 125 when its own machinery fails rather than the command.
-const exitDaemonDown = 125
 
 // isDialError reports whether err is a failure to connect to the daemon.
 func isDialError(err error) bool {

@@ -16,22 +16,31 @@ import (
 // id that no other id shares. An id is tried first, so the common case is
 // one request; a name or prefix lists the caller's sandboxes.
 func resolveSandbox(ctx context.Context, c *client.Client, ref string) (string, error) {
+	sb, err := lookupSandbox(ctx, c, ref)
+	return sb.ID, err
+}
+
+// lookupSandbox is resolveSandbox returning the sandbox itself, for the
+// commands that look at its state before they act.
+func lookupSandbox(ctx context.Context, c *client.Client, ref string) (client.Sandbox, error) {
 	if ref == "" {
-		return "", errors.New("a sandbox id or name is required")
+		return client.Sandbox{}, errors.New("a sandbox id or name is required")
 	}
-	if _, err := c.Get(ctx, ref); err == nil {
-		return ref, nil
+	if sb, err := c.Get(ctx, ref); err == nil {
+		return sb, nil
 	} else if !isNotFound(err) {
-		return "", err
+		return client.Sandbox{}, err
 	}
 	var named, prefixed []string
+	found := map[string]client.Sandbox{}
 	token := ""
 	for {
 		page, next, err := c.List(ctx, client.ListOptions{Limit: 500, PageToken: token})
 		if err != nil {
-			return "", err
+			return client.Sandbox{}, err
 		}
 		for _, sb := range page {
+			found[sb.ID] = sb
 			if sb.Name == ref {
 				named = append(named, sb.ID)
 			}
@@ -51,13 +60,13 @@ func resolveSandbox(ctx context.Context, c *client.Client, ref string) (string, 
 		case 0:
 			continue
 		case 1:
-			return ids[0], nil
+			return found[ids[0]], nil
 		default:
 			sort.Strings(ids)
-			return "", fmt.Errorf("%q is ambiguous: it matches sandboxes %s; use the whole id", ref, strings.Join(ids, ", "))
+			return client.Sandbox{}, fmt.Errorf("%q is ambiguous: it matches sandboxes %s; use the whole id", ref, strings.Join(ids, ", "))
 		}
 	}
-	return "", fmt.Errorf("no such sandbox: %q (no id, name or id prefix matches)", ref)
+	return client.Sandbox{}, fmt.Errorf("no such sandbox: %q (no id, name or id prefix matches)", ref)
 }
 
 // resolveArg replaces args[i] with the sandbox id it names.

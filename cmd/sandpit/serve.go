@@ -151,6 +151,7 @@ func serveCmd() *cobra.Command {
 	f.DurationVar(&cfg.AuditRetention, "audit-retention", 90*24*time.Hour, "how long audit log entries are kept")
 	f.StringVar(&cfg.DefaultImage, "default-image", os.Getenv("SANDPIT_DEFAULT_IMAGE"), "image used when a create names none (env SANDPIT_DEFAULT_IMAGE); default: "+daemon.BaseImage+" when scripts/build-base-image.sh has built it, else "+daemon.TestImage)
 	f.StringVar(&cfg.DaytonaTemplate, "daytona-template", os.Getenv("SANDPIT_DAYTONA_TEMPLATE"), "template a Daytona create naming no snapshot or image runs, as the account "+daemon.DaytonaUser+" when its image has it (env SANDPIT_DAYTONA_TEMPLATE); default: "+daemon.DaytonaTemplate+" when scripts/build-daytona-image.sh has built "+daemon.DaytonaImage+" and --default-image is not set, else the default image")
+	f.StringVar(&cfg.InterpreterImage, "interpreter-image", os.Getenv("SANDPIT_INTERPRETER_IMAGE_REF"), "image of the "+daemon.InterpreterTemplate+" template (env SANDPIT_INTERPRETER_IMAGE_REF); default "+daemon.InterpreterImage+"; when it is not built yet the daemon serves at once and adds the template as soon as it is")
 	f.DurationVar(&cfg.DaytonaLSPTimeout, "daytona-lsp-timeout", 2*time.Minute, "how long one Daytona LSP request (symbols, completions) may wait for the language server")
 	f.StringArrayVar(&templates, "template", nil, "template NAME=IMAGE for the facades (repeatable); 'base' is the default image")
 	f.StringVar(&cfg.Domain, "domain", envOr("SANDPIT_DOMAIN", "localhost"), "domain of preview URLs <id>-<port>.<domain>")

@@ -59,7 +59,20 @@ func statusCmd(e *cliEnv) *cobra.Command {
 				_, err := fmt.Fprintf(w, "version   %s (up %ds)\nrouter    %s\nengine    %s\nstore     %s: %s; writer waits %d (%.3fs)\npool      %s\ncluster   %s\ndisk      %s\n",
 					st.Version, st.UptimeS, st.Router, engine, st.Store.DataDir, strings.Join(states, ", "),
 					st.Store.WaitCount, st.Store.WaitSeconds, pool, cluster, disk)
-				return err
+				if err != nil {
+					return err
+				}
+				names := make([]string, 0, len(st.AwaitedTemplates))
+				for name := range st.AwaitedTemplates {
+					names = append(names, name)
+				}
+				sort.Strings(names)
+				for _, name := range names {
+					if _, err := fmt.Fprintf(w, "template  %s: image %s not built yet; served as soon as it is\n", name, st.AwaitedTemplates[name]); err != nil {
+						return err
+					}
+				}
+				return nil
 			})
 		},
 	}

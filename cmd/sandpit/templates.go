@@ -89,6 +89,9 @@ func templateBuildCmd(e *cliEnv) *cobra.Command {
 				logs = io.Discard // stdout is the one JSON object; stderr stays quiet for scripts
 			}
 			b, err := c.WaitBuild(ctx, res.Template.ID, res.Build.ID, func(l client.BuildLogEntry) error {
+				if l.Level == "error" {
+					return nil // the build's reason: the command's error says it, once
+				}
 				_, err := fmt.Fprintln(logs, strings.TrimRight(l.Message, "\n"))
 				return err
 			})
@@ -117,7 +120,7 @@ func templateBuildCmd(e *cliEnv) *cobra.Command {
 	f.StringVar(&req.User, "user", "", "the user sandboxes of the template run as")
 	f.StringVar(&req.Workdir, "workdir", "", "the working directory of the template's sandboxes")
 	f.Float64Var(&req.CPU, "cpu", 0, "default CPU cores of the template's sandboxes")
-	f.Int64Var(&req.MemoryMB, "memory", 0, "default memory limit (MiB) of the template's sandboxes")
+	f.Var((*memoryFlag)(&req.MemoryMB), "memory", "default memory limit of the template's sandboxes: MiB, or 512m, 4g")
 	f.BoolVar(&req.NoCache, "no-cache", false, "build anew: no reuse of an earlier build of the same definition, no layer cache")
 	f.BoolVarP(&detach, "detach", "d", false, "start the build and print its id without following it")
 	return cmd

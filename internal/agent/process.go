@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	processpb "github.com/sandpit-dev/sandpit/proto/process"
 	"github.com/sandpit-dev/sandpit/proto/process/processconnect"
 )
@@ -145,7 +146,7 @@ func (s *processService) startSpec(ctx context.Context, req *processpb.StartRequ
 
 	path, err := lookPath(cfg.GetCmd(), env, dir)
 	if err != nil {
-		return startSpec{}, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("process.cmd: %w", err))
+		return startSpec{}, execError(fmt.Errorf("process.cmd: %w", err))
 	}
 
 	reported := proto.CloneOf(cfg)
@@ -166,13 +167,26 @@ func (s *processService) startSpec(ctx context.Context, req *processpb.StartRequ
 func startError(err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC):
-		return connect.NewError(connect.CodeInvalidArgument, err)
+		return execError(err)
 	case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.ENOMEM), errors.Is(err, syscall.EMFILE):
 		// The pids limit or memory of the sandbox is exhausted.
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	default:
 		return connect.NewError(connect.CodeInternal, err)
 	}
+}
+
+// execError is the InvalidArgument of a program that does not exist (a
+// missing interpreter of a script included) or that exists but cannot be
+// run, marked in its metadata as which of the two it is.
+func execError(err error) error {
+	ce := connect.NewError(connect.CodeInvalidArgument, err)
+	kind := agentapi.ExecNotExecutable
+	if errors.Is(err, fs.ErrNotExist) {
+		kind = agentapi.ExecNotFound
+	}
+	ce.Meta().Set(agentapi.ExecErrorHeader, kind)
+	return ce
 }
 
 // find resolves a ProcessSelector to a running process.

@@ -31,6 +31,16 @@ const (
 	KeepaliveHeader = "Keepalive-Ping-Interval"
 )
 
+// ExecErrorHeader is set on the error of a process start that failed
+// because of the program itself, so that a client tells "no such program"
+// from "found but not runnable" without parsing the message: the CLI exits
+// 127 and 126 for them, as docker does.
+const (
+	ExecErrorHeader   = "Sandpit-Exec-Error"
+	ExecNotFound      = "not-found"
+	ExecNotExecutable = "not-executable"
+)
+
 // Plain-HTTP paths of the agent, next to its Connect services
 // process.Process and filesystem.Filesystem.
 const (

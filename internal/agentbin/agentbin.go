@@ -9,12 +9,14 @@
 // written into or committed to the source tree. A plain
 // `go build ./cmd/sandpit` of a clean checkout embeds only bin/README.md;
 // Install then reports that there is no agent and the daemon mounts its own
-// executable, which runs the same agent through its agent subcommand.
+// executable, which runs the same agent through its agent subcommand. Either
+// must be statically linked (CheckStatic), which a build with cgo is not.
 package agentbin
 
 import (
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	"embed"
 	"errors"
 	"fmt"
@@ -128,4 +130,26 @@ func digest(r io.ReadSeeker) ([sha256.Size]byte, error) {
 	}
 	copy(sum[:], h.Sum(nil))
 	return sum, nil
+}
+
+// ErrDynamic is the error of an agent executable that is dynamically
+// linked: it starts only in images that hold the C libraries it was linked
+// against, so in a busybox or Alpine sandbox the kernel cannot even load it.
+var ErrDynamic = errors.New("dynamically linked")
+
+// CheckStatic returns an error wrapping ErrDynamic when the executable at
+// path asks for a program interpreter (the dynamic loader), as a build with
+// cgo does.
+func CheckStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("agentbin: read %s: %w", path, err)
+	}
+	defer func() { _ = f.Close() }()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is %w", path, ErrDynamic)
+		}
+	}
+	return nil
 }

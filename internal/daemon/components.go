@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -41,10 +42,13 @@ import (
 // daemon is what its components share: each start fills in what the later
 // ones use, and each stop reads what its own start filled in.
 type daemon struct {
-	cfg     Config
-	log     *slog.Logger
-	started time.Time
-	pn      parsedNetwork
+	cfg Config
+	log *slog.Logger
+	// lateTemplates are the daemon's templates whose image did not exist
+	// at start (name -> image): served once it does.
+	lateTemplates map[string]string
+	started       time.Time
+	pn            parsedNetwork
 
 	// serving ends when ctx does, when `cluster leave` is done, or when a
 	// listener fails; the background work runs under it, so it stops
@@ -213,8 +217,13 @@ func (d *daemon) sandboxDefaults(ctx context.Context) error {
 		cfg.Templates["base"] = cfg.DefaultImage
 	}
 	cfg.Templates = maps.Clone(cfg.Templates)
-	registerImageTemplate(ctx, dk, cfg.Templates, InterpreterTemplate, InterpreterImage, "scripts/build-code-interpreter-image.sh", log)
-	registerImageTemplate(ctx, dk, cfg.Templates, DaytonaTemplate, DaytonaImage, "scripts/build-daytona-image.sh", log)
+	d.lateTemplates = map[string]string{}
+	interp := cfg.InterpreterImage
+	if interp == "" {
+		interp = InterpreterImage
+	}
+	registerImageTemplate(ctx, dk, cfg.Templates, d.lateTemplates, InterpreterTemplate, interp, "scripts/build-code-interpreter-image.sh", log)
+	registerImageTemplate(ctx, dk, cfg.Templates, nil, DaytonaTemplate, DaytonaImage, "scripts/build-daytona-image.sh", log)
 	if cfg.DaytonaTemplate == "" && !explicitDefault && cfg.Templates[DaytonaTemplate] != "" {
 		cfg.DaytonaTemplate = DaytonaTemplate
 	}
@@ -330,6 +339,16 @@ func (d *daemon) installAgent() error {
 	default:
 		d.agent = d.exe
 		d.log.Info("this build embeds no small agent, so sandboxes run the sandpit executable as agent; scripts/build.sh builds one that does")
+	}
+	// The agent is PID 1 of images that may hold no C library at all: a
+	// dynamically linked one (a go build with cgo, which a machine with gcc
+	// does by default) would fail every create there, so refuse at start.
+	if err := agentbin.CheckStatic(d.agent); err != nil {
+		if errors.Is(err, agentbin.ErrDynamic) {
+			return fmt.Errorf("the in-sandbox agent %w, so it cannot start in sandboxes whose images lack its C libraries: "+
+				"build sandpit statically with scripts/build.sh (or CGO_ENABLED=0 go build ./cmd/sandpit)", err)
+		}
+		return err
 	}
 	return nil
 }
@@ -495,6 +514,7 @@ func (d *daemon) newService(context.Context) error {
 		domains.HostTaken = d.edg.caddy.HostTaken
 	}
 	d.svc = service.New(service.Config{
+		LateTemplates:  d.lateTemplates,
 		Domains:        domains,
 		DefaultImage:   cfg.DefaultImage,
 		Templates:      cfg.Templates,
@@ -686,6 +706,7 @@ func (d *daemon) statusSource() v1.StatusSource {
 		Version: d.cfg.Version, Router: d.cfg.Router, Node: d.cfg.Listen, Started: time.Now(),
 		DataDir: d.st.Dir(), Disk: d.diskStatus,
 		PingEngine: d.dk.Ping, SandboxesByState: d.st.CountSandboxesByState, StoreStats: d.st.Stats,
+		AwaitedTemplates: d.svc.AwaitedTemplates,
 	}
 	if d.svc.PoolEnabled() {
 		src.PoolReady = d.svc.PoolReady
@@ -715,6 +736,8 @@ func (d *daemon) startLoops(context.Context) error {
 		// In a cluster: re-create what the leader moved here, drop what
 		// moved away (a no-op on a single node).
 		func() { svc.RunFailover(bg, 2*time.Second) },
+		// Templates whose image is built after the daemon started.
+		func() { svc.WatchLateTemplates(bg, 5*time.Second) },
 	} {
 		d.loops.Add(1)
 		go func() {
@@ -778,7 +801,9 @@ func (d *daemon) serveHTTP(context.Context) error {
 			d.proxySrv.TLSConfig = d.tls.Config()
 			go func() { d.errc <- d.proxySrv.ServeTLS(d.proxyLn, "", "") }()
 		} else {
-			go func() { d.errc <- d.proxySrv.Serve(d.proxyLn) }()
+			ln := &tlsOnPlainListener{Listener: d.proxyLn, log: log,
+				hint: "an E2B SDK without E2B_SANDBOX_URL does this to reach sandboxes; set E2B_SANDBOX_URL=http://" + d.apiLn.Addr().String() + "/e2b/envd, or serve with --tls internal (docs/e2b.md)"}
+			go func() { d.errc <- d.proxySrv.Serve(ln) }()
 		}
 		proxyAddr = d.proxyLn.Addr().String()
 	}

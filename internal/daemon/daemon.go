@@ -42,7 +42,11 @@ type Config struct {
 	ProxyListen  string
 	Token        string
 	DefaultImage string
-	Templates    map[string]string
+	// InterpreterImage is the code-interpreter template's image; empty
+	// means InterpreterImage (the tag scripts/build-code-interpreter-image.sh
+	// makes).
+	InterpreterImage string
+	Templates        map[string]string
 	// DaytonaTemplate is the template a Daytona create naming no snapshot
 	// or image runs, as the account DaytonaUser when its image has one.
 	// Empty: DaytonaTemplate when its image is built and DefaultImage was
@@ -418,7 +422,7 @@ const (
 // registerImageTemplate adds a template of one of the daemon's own images
 // when that image is built and the operator has not named the template
 // otherwise; script is what builds the image, for the log line.
-func registerImageTemplate(ctx context.Context, rt *docker.Docker, templates map[string]string, name, image, script string, log *slog.Logger) {
+func registerImageTemplate(ctx context.Context, rt *docker.Docker, templates, late map[string]string, name, image, script string, log *slog.Logger) {
 	if templates[name] != "" {
 		return
 	}
@@ -427,7 +431,12 @@ func registerImageTemplate(ctx context.Context, rt *docker.Docker, templates map
 		log.Warn("look up a template's image", "template", name, "image", image, "err", err)
 	}
 	if !ok {
-		log.Info("image not built: template "+name+" is unavailable ("+script+" builds it)", "image", image)
+		// Not a reason to wait: the daemon serves now, and the template
+		// once its image is built (service.WatchLateTemplates).
+		log.Info("image not built yet: template "+name+" is served once it is ("+script+" builds it; no restart needed)", "image", image)
+		if late != nil {
+			late[name] = image
+		}
 		return
 	}
 	templates[name] = image

@@ -119,6 +119,9 @@ type Driver interface {
 	// Remove force-removes the container; removing a missing one is not an error.
 	Remove(ctx context.Context, containerID string) error
 	Inspect(ctx context.Context, containerID string) (Container, error)
+	// Output returns the last lines (at most tail) a container wrote to
+	// its stdout and stderr: what its agent said before it exited.
+	Output(ctx context.Context, containerID string, tail int) (string, error)
 	// List returns the containers carrying every given label.
 	List(ctx context.Context, labels map[string]string) ([]Container, error)
 	Pause(ctx context.Context, containerID string) error

@@ -66,6 +66,10 @@ func (t *Timed) Inspect(ctx context.Context, id string) (Container, error) {
 	return call(ctx, t.Timeout, "inspect", func(c context.Context) (Container, error) { return t.D.Inspect(c, id) })
 }
 
+func (t *Timed) Output(ctx context.Context, id string, tail int) (string, error) {
+	return call(ctx, t.Timeout, "output", func(c context.Context) (string, error) { return t.D.Output(c, id, tail) })
+}
+
 func (t *Timed) List(ctx context.Context, labels map[string]string) ([]Container, error) {
 	return call(ctx, t.Timeout, "list", func(c context.Context) ([]Container, error) { return t.D.List(c, labels) })
 }

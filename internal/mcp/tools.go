@@ -300,6 +300,7 @@ func (s *server) addTools(srv *sdk.Server) {
 		s.forkSandbox)
 	sdk.AddTool(srv, &sdk.Tool{Name: "delete_sandbox", Description: "Delete a sandbox and everything in it.", Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true}},
 		s.deleteSandbox)
+	s.addLifecycleTools(srv)
 }
 
 func readOnly() *sdk.ToolAnnotations { return &sdk.ToolAnnotations{ReadOnlyHint: true} }

@@ -61,6 +61,11 @@ func (i *instrumented) Inspect(ctx context.Context, id string) (_ driver.Contain
 	return i.d.Inspect(ctx, id)
 }
 
+func (i *instrumented) Output(ctx context.Context, id string, tail int) (_ string, err error) {
+	defer func(t time.Time) { i.observe("output", t, err) }(time.Now())
+	return i.d.Output(ctx, id, tail)
+}
+
 func (i *instrumented) List(ctx context.Context, labels map[string]string) (_ []driver.Container, err error) {
 	defer func(t time.Time) { i.observe("list", t, err) }(time.Now())
 	return i.d.List(ctx, labels)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -59,7 +60,9 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 			return runtimeErr("inspect container", err)
 		}
 		if c.IP == "" {
-			return fmt.Errorf("%w: container has no address", ErrRuntime)
+			// A container without an address is one that already exited:
+			// its agent could not start, and said why on its output.
+			return s.agentDied(ctx, sb, c)
 		}
 		// The sandbox's egress policy goes in before its agent is reported
 		// ready; a sandbox whose policy is not in place must not run, so a
@@ -72,7 +75,7 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 		}
 		phase(ctx, "engine", t0)
 		t0 = time.Now()
-		if err := s.waitHealthy(ctx, c.IP); err != nil {
+		if err := s.awaitAgent(ctx, sb, c.IP); err != nil {
 			return err
 		}
 		// An adopted pooled container's agent starts again with its pool
@@ -101,6 +104,59 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 		s.undoStart(ctx, sb)
 	}
 	return err
+}
+
+// exitedContainer ends the wait for an agent whose container exited.
+type exitedContainer struct{ c driver.Container }
+
+func (e *exitedContainer) Error() string { return "container exited" }
+
+// awaitAgent waits for the agent to answer, and stops waiting as soon as its
+// container exits: an agent that cannot start fails the create with its own
+// words at once rather than after the whole health timeout.
+func (s *Service) awaitAgent(ctx context.Context, sb *sandpit.Sandbox, ip string) error {
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		tk := time.NewTicker(500 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-tk.C:
+			}
+			if c, err := s.rt.Inspect(hctx, sb.ContainerID); err == nil && c.State != "running" && c.State != "paused" {
+				cancel(&exitedContainer{c})
+				return
+			}
+		}
+	}()
+	err := s.waitHealthy(hctx, ip)
+	var exited *exitedContainer
+	if err != nil && errors.As(context.Cause(hctx), &exited) {
+		return s.agentDied(ctx, sb, exited.c)
+	}
+	return err
+}
+
+// agentDied is the error of a sandbox whose container exited before its
+// agent answered: the agent's (or the runtime's) own last words and the exit
+// code, which say what went wrong, where "no address" would not.
+func (s *Service) agentDied(ctx context.Context, sb *sandpit.Sandbox, c driver.Container) error {
+	out, err := s.rt.Output(ctx, sb.ContainerID, 10)
+	if err != nil {
+		s.log.Warn("read the output of a container that exited at start", "sandbox", sb.ID, "err", err)
+	}
+	words := strings.Join(strings.Fields(strings.ReplaceAll(out, "\n", " ; ")), " ")
+	if len(words) > 1000 {
+		words = "..." + words[len(words)-1000:]
+	}
+	if words == "" {
+		words = "it wrote nothing"
+	}
+	s.log.Error("sandbox agent exited at start", "sandbox", sb.ID, "exit_code", c.ExitCode, "output", out)
+	return fmt.Errorf("%w: its container exited at start with code %d: %s", ErrAgentUnhealthy, c.ExitCode, words)
 }
 
 // undoStart takes down what a failed start brought up: routes first, so

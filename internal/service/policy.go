@@ -143,6 +143,7 @@ func (s *Service) checkImage(p sandpit.Principal, image string) error {
 	for _, ps := range s.cfg.WarmPool {
 		allowed = append(allowed, ps.Image)
 	}
+	allowed = append(allowed, s.late.images()...)
 	for _, a := range allowed {
 		if a != "" && (a == image || normalImage(a) == want) {
 			return nil

@@ -128,10 +128,16 @@ func (s *Service) ResolveImage(image, template string) (string, error) {
 		if img, ok := s.cfg.Templates[template]; ok {
 			return img, nil
 		}
+		if img, ok := s.late.image(template); ok {
+			return img, nil
+		}
 		if template == interpreterTemplate {
 			// The one template a new user asks for by name without making
 			// it (the code interpreter SDK's default): say how to get it.
-			return "", fmt.Errorf("%w: %q: its image is not built on this machine (run scripts/build-code-interpreter-image.sh, then restart the daemon)", ErrUnknownTemplate, template)
+			return "", fmt.Errorf("%w: %q: its image is not built on this machine yet (scripts/build-code-interpreter-image.sh builds it, a few minutes; the daemon serves it as soon as it exists, no restart needed)", ErrUnknownTemplate, template)
+		}
+		if s.late.awaited(template) {
+			return "", fmt.Errorf("%w: %q: its image is not built on this machine yet; the daemon serves it as soon as it exists", ErrUnknownTemplate, template)
 		}
 		return "", fmt.Errorf("%w: %q", ErrUnknownTemplate, template)
 	case s.cfg.DefaultImage != "":

@@ -140,6 +140,10 @@ type Config struct {
 	Logger                *slog.Logger
 	Now                   func() time.Time
 
+	// LateTemplates are daemon templates (name -> image) whose image did
+	// not exist at start; each is served once the engine has its image
+	// (WatchLateTemplates), so the daemon does not wait for a long build.
+	LateTemplates map[string]string
 	// Images builds templates' images; nil (unit tests) or an empty
 	// TemplateDir (where uploaded build files and build logs are kept)
 	// means no builds.
@@ -178,6 +182,7 @@ type Config struct {
 // Service is Sandpit's domain layer.
 type Service struct {
 	cfg    Config
+	late   *lateTemplates
 	store  *store.Store
 	rt     driver.Driver
 	router router.Router
@@ -347,6 +352,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	}
 	idem := idempotency.New(claimStore(cfg, st), cfg.Now, cfg.Logger, cfg.Metrics)
 	s := &Service{
+		late:            newLateTemplates(cfg.LateTemplates),
 		cluster:         singleNode{},
 		sessions:        newSessions(cfg.MaxStreamsPerToken, cfg.Now),
 		pool:            pool,

@@ -122,11 +122,27 @@ func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbo
 	case isUniqueViolation(err):
 		// The only UNIQUE index on sandboxes besides the primary key is
 		// idx_sandboxes_name; the primary key reports its own code.
-		return fmt.Errorf("create sandbox %s: name %q: %w", sb.ID, sb.Name, sandpit.ErrNameConflict)
+		return s.nameTaken(ctx, owner, sb.Name)
 	case isPrimaryKeyViolation(err):
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, ErrSandboxExists)
 	default:
 		return fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
+}
+
+// nameTaken is the conflict of a create whose name another sandbox holds.
+// It names that sandbox (the new one never existed) when it is the same
+// owner's; another owner's sandbox is not disclosed.
+func (s *Store) nameTaken(ctx context.Context, owner, name string) error {
+	holder, err := s.GetSandboxByName(ctx, name)
+	switch {
+	case err != nil:
+		// Removed since the insert failed: the name is free again.
+		return fmt.Errorf("%w: %q was taken by another sandbox", sandpit.ErrNameConflict, name)
+	case holder.Owner == owner || holder.Owner == "" && owner == sandpit.AdminOwner:
+		return fmt.Errorf("%w: %q is the name of sandbox %s", sandpit.ErrNameConflict, name, holder.ID)
+	default:
+		return fmt.Errorf("%w: %q is the name of another owner's sandbox", sandpit.ErrNameConflict, name)
 	}
 }
 

@@ -32,6 +32,9 @@ func (EngineDown) Remove(context.Context, string) error                { return 
 func (EngineDown) Inspect(context.Context, string) (driver.Container, error) {
 	return driver.Container{}, ErrEngineDown
 }
+func (EngineDown) Output(context.Context, string, int) (string, error) {
+	return "", ErrEngineDown
+}
 func (EngineDown) List(context.Context, map[string]string) ([]driver.Container, error) {
 	return nil, ErrEngineDown
 }

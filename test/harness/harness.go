@@ -40,12 +40,19 @@ const CrashPointsTag = "sandpit_crashpoints"
 // embeds the small agent (cmd/sandpit-agent, built first into dir) through
 // an overlay, so the daemon under test mounts what an installed one does.
 func Build(dir string, tags ...string) (string, error) {
+	return BuildWithAgent(dir, "./cmd/sandpit-agent", tags...)
+}
+
+// BuildWithAgent is Build embedding the agent built from agentPkg (a
+// package path, or a directory relative to the module root or absolute):
+// a test injects an agent that fails at start with it.
+func BuildWithAgent(dir, agentPkg string, tags ...string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
 	agent := filepath.Join(dir, agentbin.FileName)
-	if err := goBuild(root, "-ldflags=-s -w", tags, agent, "./cmd/sandpit-agent"); err != nil {
+	if err := goBuild(root, "-ldflags=-s -w", tags, agent, agentPkg); err != nil {
 		return "", err
 	}
 	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {

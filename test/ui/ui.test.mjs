@@ -345,8 +345,10 @@ test('dashboard: the operator console, end to end', { timeout: 600_000 }, async 
   await page.waitForSelector('#tokens tr[data-token="alice-ui"]');
   await page.waitForSelector('#owners tr[data-owner="alice"]');
   assert.match(await page.$eval('#owners tr[data-owner="alice"]', (e) => e.textContent), /^alice2/);
-  // The admin makes a token through the page: its secret is shown once and
-  // works; revoking it (confirmed) refuses it from then on.
+  // The admin makes a token through the page (its own page, Tokens): its
+  // secret is shown once and works; revoking it (confirmed) refuses it
+  // from then on.
+  await page.click('#pages button[data-page="tokens"]');
   await page.type('#token-name', 'bob-ui');
   await page.type('#token-owner', 'bob');
   await page.select('#token-scope', 'sandboxes:read');
@@ -395,6 +397,78 @@ test('dashboard: templates with their state and newest build, live', { timeout: 
   for (const name of ['ui-good', 'ui-bad']) {
     assert.equal((await api('DELETE', `/v1/templates/${name}`)).status, 204);
   }
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('dashboard: pages, list columns, and Run a command in the open sandbox', { timeout: 240_000 }, async () => {
+  // Two running sandboxes that say which they are; the older is the list's
+  // first row, so a command aimed at the first row would be caught.
+  const made = [];
+  for (const who of ['older', 'newer']) {
+    const sb = await api('POST', '/v1/sandboxes', { name: `pages-${who}`, timeout_s: 3600 });
+    assert.equal(sb.status, 201, JSON.stringify(sb.body));
+    const w = await api('POST', `/v1/sandboxes/${sb.body.id}/exec`, { cmd: 'sh', args: ['-c', `echo I-am-${who} > /tmp/who`] });
+    assert.equal(w.status, 200, JSON.stringify(w.body));
+    made.push(sb.body.id);
+  }
+  const [older, newer] = made;
+  const snap = await api('POST', `/v1/sandboxes/${older}/snapshots`, { name: 'pages-snap' });
+  assert.ok(snap.status < 300, JSON.stringify(snap.body));
+  const vol = await api('POST', '/v1/volumes', { name: 'pages-vol' });
+  assert.ok(vol.status < 300, JSON.stringify(vol.body));
+
+  const { page, problems } = await newPage();
+  await signIn(page, daemon.token);
+  await page.waitForSelector(row(newer));
+
+  // The list names what each sandbox came from, its age and its deadline.
+  const headers = await page.$$eval('#sandboxes thead th', (ths) => ths.map((th) => th.textContent));
+  for (const h of ['Template', 'Age', 'Deadline']) assert.ok(headers.includes(h), headers.join(','));
+  const cells = await page.$eval(row(newer), (tr) => ({
+    template: tr.querySelector('td.template').textContent, age: tr.querySelector('td.age').textContent, deadline: tr.querySelector('td.deadline').textContent,
+  }));
+  assert.equal(cells.template, 'sandpit/base:test'); // made from no template: the image
+  assert.match(cells.age, /^\d+[smhd]$/);
+  assert.match(cells.deadline, /^in (59|60)m /);
+
+  // The warm-pool tile names the flag that exists.
+  await waitText(page, '#fig-pool', /--warm-pool/);
+
+  // Run a command runs in the open sandbox, not the first row's.
+  await press(page, `${row(newer)} button[data-action="open"]`);
+  await page.waitForFunction((id) => document.querySelector('#detail-id')?.textContent === id, {}, newer);
+  await page.type('#exec-cmd', 'cat /tmp/who');
+  await page.click('#exec button[type=submit]');
+  // The command's output, or its error, lands in the terminal; on a
+  // timeout say what the page showed and aimed at.
+  await page.waitForFunction(() => /I-am-|error/.test(document.querySelector('#terminal')?.textContent || ''), { timeout: 60_000 })
+    .catch(async (err) => {
+      const seen = await page.$eval('#terminal', (e) => e.textContent);
+      const target = await page.$eval('#exec-target', (e) => e.value);
+      throw new Error(`${err.message}: terminal ${JSON.stringify(seen)}, exec target ${target}`);
+    });
+  assert.match(await page.$eval('#terminal', (e) => e.textContent), /I-am-newer/);
+  assert.doesNotMatch(await page.$eval('#terminal', (e) => e.textContent), /I-am-older/);
+
+  // Pages: each shows its own sections only.
+  const visible = (sel) => page.$eval(sel, (e) => e.offsetParent !== null);
+  assert.equal(await visible('#sandboxes'), true);
+  for (const [name, table, key] of [['templates', '#templates', null], ['snapshots', '#snapshots', 'pages-snap'], ['volumes', '#volumes', 'pages-vol'], ['tokens', '#tokens', null]]) {
+    await page.click(`#pages button[data-page="${name}"]`);
+    await page.waitForFunction((sel) => document.querySelector(sel)?.offsetParent !== null, {}, table);
+    assert.equal(await visible('#sandboxes'), false, `the sandbox list shows on the ${name} page`);
+    if (key) await waitText(page, table, new RegExp(key));
+    await shot(page, `14-page-${name}`);
+  }
+  // A reload stays on the page it was on.
+  await page.reload({ waitUntil: 'domcontentloaded' });
+  await page.waitForFunction(() => !document.querySelector('#app').hidden);
+  await page.waitForFunction(() => document.querySelector('#tokens')?.offsetParent !== null);
+
+  for (const id of made) assert.equal((await api('DELETE', `/v1/sandboxes/${id}`)).status, 204);
+  assert.ok((await api('DELETE', '/v1/snapshots/pages-snap')).status < 300);
+  assert.ok((await api('DELETE', '/v1/volumes/pages-vol')).status < 300);
   assert.deepEqual(problems, []);
   await page.close();
 });

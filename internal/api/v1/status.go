@@ -36,6 +36,9 @@ type StatusSource struct {
 	// Cluster describes the cluster this node belongs to; nil on a daemon
 	// without --cluster (a cluster of one).
 	Cluster func() apitypes.ClusterStatus
+	// AwaitedTemplates are the daemon's templates whose image is not built
+	// yet (name -> image).
+	AwaitedTemplates func() map[string]string
 }
 
 // StatusHandler serves GET /v1/status to the admin: the version, the
@@ -69,6 +72,11 @@ func StatusHandler(auth *api.Auth, src StatusSource) http.Handler {
 		}
 		if src.Cluster != nil {
 			out.Cluster = src.Cluster()
+		}
+		if src.AwaitedTemplates != nil {
+			if a := src.AwaitedTemplates(); len(a) > 0 {
+				out.AwaitedTemplates = a
+			}
 		}
 		t0 := time.Now()
 		if err := src.PingEngine(ctx); err != nil {

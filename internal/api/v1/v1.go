@@ -131,7 +131,7 @@ func networkPolicy(n *apitypes.Network) sandpit.NetworkPolicy {
 // toSandbox renders a sandbox of this node; in a cluster it names the node,
 // so that a user of any node sees where each sandbox lives.
 func (h *Handler) toSandbox(ctx context.Context, sb sandpit.Sandbox) apitypes.Sandbox {
-	out := apitypes.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), StateReason: sb.StateReason, Labels: sb.Labels, Env: sandpit.RedactEnv(ctx, sb.Env),
+	out := apitypes.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, Template: sb.Template, State: string(sb.State), StateReason: sb.StateReason, Labels: sb.Labels, Env: sandpit.RedactEnv(ctx, sb.Env),
 		CPU: sb.CPU, MemoryMB: sb.MemoryMB, CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Node: h.svc.Config().NodeName}
 	if !sb.EndAt.IsZero() {
 		t := sb.EndAt

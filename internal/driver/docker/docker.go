@@ -11,10 +11,12 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"path/filepath"
@@ -31,6 +33,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs" // same checks as containerd/errdefs, which go.mod only has as indirect
+	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/driver"
@@ -471,6 +474,23 @@ func (d *Docker) Inspect(ctx context.Context, containerID string) (driver.Contai
 		c.CreatedAt = t
 	}
 	return c, nil
+}
+
+// Output returns the last tail lines of the container's stdout and stderr,
+// interleaved as the engine kept them.
+func (d *Docker) Output(ctx context.Context, containerID string, tail int) (string, error) {
+	rc, err := d.cli.ContainerLogs(ctx, containerID, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: strconv.Itoa(tail)})
+	if err != nil {
+		return "", d.wrap("logs", containerID, err)
+	}
+	defer rc.Close()
+	// Sandbox containers have no TTY, so the engine multiplexes the two
+	// streams; both go to the one buffer, in order.
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, io.LimitReader(rc, 64<<10)); err != nil {
+		return out.String(), fmt.Errorf("logs %s: %w", containerID, err)
+	}
+	return out.String(), nil
 }
 
 // pickIP prefers the configured network, then any network with an address.

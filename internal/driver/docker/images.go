@@ -103,7 +103,7 @@ func (d *Docker) Build(ctx context.Context, spec driver.BuildSpec, logs io.Write
 const noCacheSource = "sandpit-no-cache-source/none:none"
 
 // decodeStream copies an engine progress stream to logs and turns an error
-// message in it into an error wrapping ErrBuildFailed. A stream that breaks
+// message in it into an error wrapping ErrBuildFailed (not copied to logs). A stream that breaks
 // off (the engine went away, the context ended) is a plain error.
 func decodeStream(r io.Reader, logs io.Writer, aux func(jsonmessage.JSONMessage)) error {
 	dec := json.NewDecoder(r)
@@ -116,10 +116,9 @@ func decodeStream(r io.Reader, logs io.Writer, aux func(jsonmessage.JSONMessage)
 			return fmt.Errorf("read engine stream: %w", err)
 		}
 		if m.Error != nil {
+			// The message goes into the error only: the build's log gets
+			// it once, as the error entry its caller adds.
 			msg := strings.TrimSpace(m.Error.Message)
-			if logs != nil {
-				fmt.Fprintln(logs, msg)
-			}
 			if imageVanished(msg) {
 				return fmt.Errorf("%w: %s (%w)", driver.ErrBuildFailed, msg, driver.ErrBuildImageVanished)
 			}

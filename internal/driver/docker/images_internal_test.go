@@ -34,8 +34,12 @@ func TestDecodeStreamVanishedImage(t *testing.T) {
 			if got := errors.Is(err, driver.ErrBuildImageVanished); got != tc.vanished {
 				t.Errorf("err %v: vanished %v, want %v", err, got, tc.vanished)
 			}
-			if !strings.Contains(err.Error(), tc.message) || !strings.Contains(logs.String(), tc.message) {
-				t.Errorf("err %q / logs %q lack the engine's message", err, logs.String())
+			if !strings.Contains(err.Error(), tc.message) || !strings.Contains(logs.String(), "Step 1/2") {
+				t.Errorf("err %q / logs %q lack the engine's message or its steps", err, logs.String())
+			}
+			// The caller logs the reason once, as the build's error entry.
+			if strings.Contains(logs.String(), tc.message) {
+				t.Errorf("logs %q repeat the error", logs.String())
 			}
 		})
 	}

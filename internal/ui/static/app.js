@@ -18,6 +18,7 @@ const state = {
   events: null, // AbortController of the event stream
   timers: [],
   selected: '', // the sandbox whose panel is open
+  execTarget: '', // the sandbox "Run a command" runs in: the open one, or the one chosen
   tab: 'terminal',
   term: null, // {xterm, fit, ws, id, observer}
 };
@@ -101,6 +102,25 @@ function when(t) {
   return Number.isNaN(d.getTime()) ? String(t) : d.toLocaleString();
 }
 
+// span is a duration in words a glance reads: 45s, 12m, 3h, 2d.
+function span(ms) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+const age = (sb) => span(Date.now() - new Date(sb.created_at).getTime());
+
+// deadline is when the sandbox's timeout acts, or none.
+function deadline(sb) {
+  if (!sb.end_at) return 'none';
+  const end = new Date(sb.end_at);
+  const left = end.getTime() - Date.now();
+  return left > 0 ? `in ${span(left)} (${end.toLocaleTimeString()})` : `passed (${end.toLocaleTimeString()})`;
+}
+
 function limitsOf(sb) {
   const parts = [];
   if (sb.cpu) parts.push(cores(sb.cpu));
@@ -176,6 +196,9 @@ async function showApp() {
   $('#signout').hidden = false;
   $('#live').hidden = false;
   await whoAmI();
+  // Tokens and owners are the admin's page.
+  document.querySelector('#pages button[data-page="tokens"]').hidden = !state.admin;
+  showPage(location.hash.slice(1) || 'sandboxes');
   await refreshAll();
   followEvents();
   refreshFigures();
@@ -205,6 +228,56 @@ async function refreshAll() {
   await Promise.all(all.map((sb) => loadDetails(sb)));
   render();
   await refreshTemplates();
+  await Promise.all([refreshSnapshots(), refreshVolumes()]);
+}
+
+// --- pages -------------------------------------------------------------------
+
+// showPage shows the sections of one page (sandboxes, templates, snapshots,
+// volumes, tokens) and remembers it in the address, so a reload stays.
+function showPage(name) {
+  const known = [...document.querySelectorAll('#pages button')].filter((b) => !b.hidden).map((b) => b.dataset.page);
+  if (!known.includes(name)) name = 'sandboxes';
+  for (const s of document.querySelectorAll('main > section[data-page]')) s.classList.toggle('off-page', s.dataset.page !== name);
+  for (const b of document.querySelectorAll('#pages button')) {
+    if (b.dataset.page === name) b.setAttribute('aria-current', 'page');
+    else b.removeAttribute('aria-current');
+  }
+  if (location.hash !== `#${name}`) history.replaceState(null, '', `#${name}`);
+  if (name === 'snapshots') refreshSnapshots();
+  if (name === 'volumes') refreshVolumes();
+  if (name === 'templates') refreshTemplates();
+}
+
+async function refreshSnapshots() {
+  let snaps = [];
+  try {
+    snaps = (await api('GET', '/v1/snapshots')).snapshots || [];
+  } catch { /* a daemon without snapshots: the page says none */ }
+  snaps.sort((a, b) => (b.created_at || '').localeCompare(a.created_at || ''));
+  $('#snapshots tbody').replaceChildren(...snaps.map((t) => el('tr', { dataset: { snapshot: t.name || t.id } },
+    el('td', {}, t.name || ''),
+    el('td', {}, el('code', {}, t.id)),
+    el('td', {}, t.source_sandbox ? el('code', {}, t.source_sandbox) : ''),
+    el('td', {}, el('span', { class: `state ${t.build?.state || ''}` }, t.build?.state || '-')),
+    el('td', {}, when(t.created_at)))));
+  $('#snap-empty').hidden = snaps.length > 0;
+  $('#snap-count').textContent = snaps.length ? `(${snaps.length})` : '';
+}
+
+async function refreshVolumes() {
+  let vols = [];
+  try {
+    vols = (await api('GET', '/v1/volumes')).volumes || [];
+  } catch { /* a daemon without volumes: the page says none */ }
+  vols.sort((a, b) => a.name.localeCompare(b.name));
+  $('#volumes tbody').replaceChildren(...vols.map((v) => el('tr', { dataset: { volume: v.name } },
+    el('td', {}, v.name),
+    el('td', {}, el('code', {}, v.id)),
+    el('td', {}, el('span', { class: `state ${v.state}` }, v.state)),
+    el('td', {}, when(v.created_at)))));
+  $('#vol-empty').hidden = vols.length > 0;
+  $('#vol-count').textContent = vols.length ? `(${vols.length})` : '';
 }
 
 // loadDetails fetches a sandbox's ports and custom domains.
@@ -263,7 +336,12 @@ function render() {
   tbody.replaceChildren(...rows.map(({ sb, ports, domains }) => el('tr', { dataset: { id: sb.id }, class: sb.id === state.selected ? 'selected' : undefined },
     el('td', {}, el('code', {}, sb.id)),
     el('td', {}, sb.name || ''),
+    // What it was created from: the template as its create named it, else
+    // the image (often a content hash).
+    el('td', { class: 'template' }, sb.template || el('code', {}, sb.image || '')),
     el('td', {}, el('span', { class: `state ${sb.state}` }, sb.state), sb.state_reason ? el('span', { class: 'note' }, ` (${sb.state_reason})`) : null),
+    el('td', { class: 'age', title: when(sb.created_at) }, age(sb)),
+    el('td', { class: 'deadline' }, deadline(sb)),
     el('td', { class: 'limits' }, limitsOf(sb)),
     el('td', {}, ...Object.entries(sb.labels || {}).map(([k, v]) => el('span', { class: 'label' }, `${k}=${v}`))),
     el('td', {}, sb.node || 'this daemon'),
@@ -275,7 +353,9 @@ function render() {
   $('#count').textContent = rows.length ? `(${rows.length})` : '';
   if (!state.admin) $('#fig-running').textContent = rows.filter((r) => r.sb.state === 'running').length;
   const target = $('#exec-target');
-  const chosen = target.value;
+  // The open sandbox is the one an action applies to; otherwise what was
+  // chosen stays chosen across redraws.
+  const chosen = state.execTarget || target.value;
   target.replaceChildren(...rows.filter((r) => r.sb.state === 'running')
     .map(({ sb }) => el('option', { value: sb.id }, sb.name ? `${sb.name} (${sb.id})` : sb.id)));
   if ([...target.options].some((o) => o.value === chosen)) target.value = chosen;
@@ -441,6 +521,8 @@ function openDetail(id) {
     $('#stats').replaceChildren();
   }
   $('#detail').hidden = false;
+  // "Run a command" runs in the sandbox whose panel is open.
+  state.execTarget = id;
   render();
   showTab(state.tab);
   $('#detail').scrollIntoView({ block: 'start' });
@@ -767,6 +849,7 @@ async function refreshStats() {
 async function runExec(ev) {
   ev.preventDefault();
   const id = $('#exec-target').value;
+  state.execTarget = id;
   const cmd = $('#exec-cmd').value;
   if (!id || !cmd.trim()) return;
   const term = $('#terminal');
@@ -1035,7 +1118,7 @@ async function refreshFigures() {
     for (const outcome of ['acquired', 'replay', 'in_flight', 'mismatch']) {
       $(`#fig-idem-${outcome}`).textContent = sum(m, 'sandpit_idempotency_outcomes_total', { outcome });
     }
-    $('#fig-pool').textContent = m.has('sandpit_pool_ready') ? `${sum(m, 'sandpit_pool_ready')} ready` : 'off (no --pool-size)';
+    $('#fig-pool').textContent = m.has('sandpit_pool_ready') ? `${sum(m, 'sandpit_pool_ready')} ready` : 'off (serve --warm-pool base=2 keeps sandboxes ready)';
     note.textContent = '';
   } catch (err) {
     note.textContent = `Figures unavailable: ${err.message}`;
@@ -1059,6 +1142,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#signout').addEventListener('click', () => signOut());
   $('#create').addEventListener('submit', create);
   $('#exec').addEventListener('submit', runExec);
+  $('#exec-target').addEventListener('change', (ev) => { state.execTarget = ev.target.value; });
   $('#detail-close').addEventListener('click', closeDetail);
   for (const b of document.querySelectorAll('#tabs button')) b.addEventListener('click', () => showTab(b.dataset.tab));
   $('#term-connect').addEventListener('click', () => state.selected && openTerminal(state.selected));
@@ -1069,6 +1153,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#expose').addEventListener('submit', expose);
   $('#domain').addEventListener('submit', addDomain);
   $('#token-create').addEventListener('submit', createToken);
+  for (const b of document.querySelectorAll('#pages button')) b.addEventListener('click', () => showPage(b.dataset.page));
   if (state.token) {
     signIn(state.token).catch(() => signOut('Please sign in again.'));
   } else {

@@ -17,7 +17,7 @@ import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import NetworkError, SandpitError, code_for_status, error_for
 
@@ -31,7 +31,9 @@ USER_AGENT = "sandpit-sdk-python/0.1.0"
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
 _NOT_RETRIED_CODES = frozenset({"port_pool_exhausted", "quota_exceeded"})
 
-Query = Sequence[tuple[str, str]] | Mapping[str, str] | None
+# Written with Union and Optional: a type alias is evaluated at import, and
+# Python 3.9 has no `|` between generic aliases.
+Query = Optional[Union[Sequence[Tuple[str, str]], Mapping[str, str]]]
 
 
 @dataclass(frozen=True)
