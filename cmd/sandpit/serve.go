@@ -195,6 +195,7 @@ func serveCmd() *cobra.Command {
 	f.StringVar(&cfg.OCIRuntime, "oci-runtime", envOr("SANDPIT_OCI_RUNTIME", "runc"), "OCI runtime registered with Docker to run sandboxes under (runc, runsc for gVisor)")
 	f.Int64Var(&cfg.MaxUploadMB, "max-upload-mb", 1024, "largest request body (file uploads included), MiB")
 	f.DurationVar(&cfg.ReadTimeout, "read-timeout", time.Minute, "how long a request body may take to arrive on non-streaming routes")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", daemon.DefaultDrainTimeout, "how long a shutdown waits for open requests and streams before it closes them")
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection to the API or the proxy is kept")
 	f.StringVar(&cfg.Network.Name, "network-name", envOr("SANDPIT_NETWORK_NAME", daemon.DefaultNetworkName), "Docker bridge network sandboxes join; created (inter-container traffic off) when missing")
 	f.StringVar(&cfg.Network.Subnet, "network-subnet", os.Getenv("SANDPIT_NETWORK_SUBNET"), "IPv4 subnet of the network when sandpit creates it (default: Docker picks)")

@@ -45,6 +45,8 @@ type daemon struct {
 	log     *slog.Logger
 	started time.Time
 	pn      parsedNetwork
+	// inflight counts the HTTP servers' open requests for the shutdown.
+	inflight *inflight
 
 	// serving ends when ctx does, when `cluster leave` is done, or when a
 	// listener fails; the background work runs under it, so it stops
@@ -746,13 +748,14 @@ func (d *daemon) stopLoops(context.Context) {
 func (d *daemon) serveHTTP(context.Context) error {
 	cfg, log := d.cfg, d.log
 	guard := httpguard.Options{MaxBody: cfg.MaxUploadMB << 20, ReadTimeout: cfg.ReadTimeout}
-	d.apiSrv = d.newServer(api.AccessLog(log, clientLimiter(cfg).Wrap(httpguard.Guard(d.handler, guard), servedWithoutCredential)))
+	d.inflight = newInflight()
+	d.apiSrv = d.newServer(d.inflight.wrap(api.AccessLog(log, clientLimiter(cfg).Wrap(httpguard.Guard(d.handler, guard), servedWithoutCredential))))
 	// Event streams last as long as their clients; ending the subscriptions
 	// when the server shuts down lets Shutdown finish.
 	d.apiSrv.RegisterOnShutdown(d.svc.CloseEvents)
 	d.apiSrv.RegisterOnShutdown(d.mcp.Close)
 	if d.proxyLn != nil {
-		d.proxySrv = d.newServer(httpguard.Guard(d.proxyHandler, guard))
+		d.proxySrv = d.newServer(d.inflight.wrap(httpguard.Guard(d.proxyHandler, guard)))
 		if d.tls != nil {
 			d.proxySrv.Handler = splitAPIHost(apiHost(cfg), d.apiSrv.Handler, d.proxySrv.Handler)
 		}
@@ -798,18 +801,5 @@ func (d *daemon) newServer(h http.Handler) *http.Server {
 		IdleTimeout:       d.cfg.IdleTimeout,
 		MaxHeaderBytes:    d.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
-	}
-}
-
-// shutdownHTTP lets in-flight requests finish, within 30 seconds for all
-// the servers together.
-func (d *daemon) shutdownHTTP(ctx context.Context) {
-	shutCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	_ = d.apiSrv.Shutdown(shutCtx)
-	for _, srv := range []*http.Server{d.proxySrv, d.forwardSrv} {
-		if srv != nil {
-			_ = srv.Shutdown(shutCtx)
-		}
 	}
 }

@@ -134,6 +134,9 @@ type Config struct {
 	ReadTimeout    time.Duration
 	IdleTimeout    time.Duration
 	MaxHeaderBytes int
+	// DrainTimeout bounds how long a shutdown waits for open requests
+	// (streams included) before it closes them; default DefaultDrainTimeout.
+	DrainTimeout time.Duration
 	// MetricsPublic serves /metrics without a token.
 	MetricsPublic bool
 	// Per-client limits on the API listener (see httpguard.ClientLimits):
