@@ -47,6 +47,10 @@ type daemon struct {
 	pn      parsedNetwork
 	// inflight counts the HTTP servers' open requests for the shutdown.
 	inflight *inflight
+	// budget shares the descriptors out among the listeners; apiLim and
+	// proxyLim are the API's and the preview proxy's limited listeners.
+	budget           connBudget
+	apiLim, proxyLim *httpguard.LimitedListener
 
 	// serving ends when ctx does, when `cluster leave` is done, or when a
 	// listener fails; the background work runs under it, so it stops
@@ -353,10 +357,14 @@ func (d *daemon) listen(ctx context.Context) error {
 
 func (d *daemon) bindListeners() error {
 	cfg := d.cfg
-	var err error
-	if d.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+	d.budget = budgetFor(raiseNoFile(d.log), cfg)
+	d.budget.log(d.log)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	d.apiLim = httpguard.LimitListener(ln, "api", d.budget.api, d.log)
+	d.apiLn = d.apiLim
 	if cfg.Router == RouterCaddy {
 		if d.proxyPort, err = proxyPortOf(cfg); err != nil {
 			return err
@@ -368,9 +376,11 @@ func (d *daemon) bindListeners() error {
 		}
 		return nil
 	}
-	if d.proxyLn, err = net.Listen("tcp", cfg.ProxyListen); err != nil {
+	if ln, err = net.Listen("tcp", cfg.ProxyListen); err != nil {
 		return fmt.Errorf("proxy listen %s: %w", cfg.ProxyListen, err)
 	}
+	d.proxyLim = httpguard.LimitListener(ln, "preview proxy", d.budget.proxy, d.log)
+	d.proxyLn = d.proxyLim
 	d.proxyPort = d.proxyLn.Addr().(*net.TCPAddr).Port
 	return nil
 }
@@ -393,6 +403,7 @@ func (d *daemon) setupNetwork(ctx context.Context) error {
 	// after the network; no refusal can come before, since only the
 	// service gives the server sandboxes to apply rules to.
 	d.egress = egress.New(egress.Config{Upstream: d.pn.egressResolvers, Operator: d.pn.allow, Logger: d.log,
+		MaxConns: d.budget.egress.Total, MaxConnsPerSandbox: d.budget.egress.PerSource, IdleTimeout: d.cfg.EgressIdleTimeout,
 		OnDenied: func(den egress.Denial) {
 			if d.svc != nil {
 				d.svc.EgressDenied(den)
@@ -752,10 +763,12 @@ func (d *daemon) serveHTTP(context.Context) error {
 	d.apiSrv = d.newServer(d.inflight.wrap(api.AccessLog(log, clientLimiter(cfg).Wrap(httpguard.Guard(d.handler, guard), servedWithoutCredential))))
 	// Event streams last as long as their clients; ending the subscriptions
 	// when the server shuts down lets Shutdown finish.
+	d.apiSrv.ConnState = d.apiLim.ConnState
 	d.apiSrv.RegisterOnShutdown(d.svc.CloseEvents)
 	d.apiSrv.RegisterOnShutdown(d.mcp.Close)
 	if d.proxyLn != nil {
 		d.proxySrv = d.newServer(d.inflight.wrap(httpguard.Guard(d.proxyHandler, guard)))
+		d.proxySrv.ConnState = d.proxyLim.ConnState
 		if d.tls != nil {
 			d.proxySrv.Handler = splitAPIHost(apiHost(cfg), d.apiSrv.Handler, d.proxySrv.Handler)
 		}

@@ -134,6 +134,12 @@ type Config struct {
 	ReadTimeout    time.Duration
 	IdleTimeout    time.Duration
 	MaxHeaderBytes int
+	// Connection budgets (see budget.go): per listener in all (0: a share
+	// of the descriptor limit), per source address (0: the default,
+	// negative: none), and the egress proxy's in all and per sandbox.
+	MaxConns, MaxConnsPerSource              int
+	EgressMaxConns, EgressMaxConnsPerSandbox int
+	EgressIdleTimeout                        time.Duration
 	// DrainTimeout bounds how long a shutdown waits for open requests
 	// (streams included) before it closes them; default DefaultDrainTimeout.
 	DrainTimeout time.Duration
