@@ -15,7 +15,7 @@ import (
 )
 
 // openFDs counts the daemon's open file descriptors.
-func openFDs(t *testing.T, d *harness.Daemon) int {
+func openFDs(t testing.TB, d *harness.Daemon) int {
 	t.Helper()
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.Pid()))
 	if err != nil {
@@ -26,9 +26,8 @@ func openFDs(t *testing.T, d *harness.Daemon) int {
 
 // holdConns opens n TCP connections to addr from the source address src
 // and holds them until the test ends; with request set, each sends one
-// request first (a keep-alive connection that then sits idle). It returns
-// how many the daemon accepted and kept.
-func holdConns(t *testing.T, src, addr string, n int, request string) {
+// request first (a keep-alive connection that then sits idle).
+func holdConns(t testing.TB, src, addr string, n int, request string) {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
 	var mu sync.Mutex

@@ -32,7 +32,7 @@ func LimitListener(ln net.Listener, name string, lim ConnLimits, log *slog.Logge
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &LimitedListener{Listener: ln, name: name, lim: lim, log: log, bySource: map[netip.Addr]int{}}
+	return &LimitedListener{Listener: ln, name: name, lim: lim, log: log, bySource: map[netip.Addr]int{}, conns: map[*limitedConn]struct{}{}}
 }
 
 // LimitedListener is a listener under ConnLimits (see LimitListener).
@@ -45,6 +45,7 @@ type LimitedListener struct {
 	mu       sync.Mutex
 	total    int
 	bySource map[netip.Addr]int
+	conns    map[*limitedConn]struct{}
 	refused  atomic.Uint64
 	lastLog  time.Time
 }
@@ -68,8 +69,19 @@ func (l *LimitedListener) Accept() (net.Conn, error) {
 		}
 		delay = 0
 		src := sourceOf(c.RemoteAddr())
-		if l.admit(src) {
-			return &limitedConn{Conn: c, l: l, src: src}, nil
+		lc := &limitedConn{Conn: c, l: l, src: src, since: time.Now()}
+		if l.admit(lc) {
+			return lc, nil
+		}
+		if v := l.victim(src); v != nil {
+			// The listener is full, many sources' idle connections
+			// holding it: the oldest one that carries no request makes
+			// room, so that a flood from many addresses cannot lock
+			// everyone else out either.
+			_ = v.Close()
+			if l.admit(lc) {
+				return lc, nil
+			}
 		}
 		// Closed with a reset: the client learns at once, and the socket
 		// leaves no TIME_WAIT behind on this side.
@@ -93,27 +105,47 @@ func (l *LimitedListener) Open(src netip.Addr) (total, fromSource int) {
 	return l.total, l.bySource[src.Unmap()]
 }
 
-func (l *LimitedListener) admit(src netip.Addr) bool {
+func (l *LimitedListener) admit(c *limitedConn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lim.Total > 0 && l.total >= l.lim.Total {
 		return false
 	}
-	if l.lim.PerSource > 0 && l.bySource[src] >= l.lim.PerSource {
+	if l.lim.PerSource > 0 && l.bySource[c.src] >= l.lim.PerSource {
 		return false
 	}
 	l.total++
-	l.bySource[src]++
+	l.bySource[c.src]++
+	l.conns[c] = struct{}{}
 	return true
 }
 
-func (l *LimitedListener) release(src netip.Addr) {
+// victim is the oldest connection that carries no request (new or idle,
+// as the server's ConnState hook reports), of a source other than src,
+// when the listener is full; nil when none may go.
+func (l *LimitedListener) victim(src netip.Addr) *limitedConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lim.Total == 0 || l.total < l.lim.Total || (l.lim.PerSource > 0 && l.bySource[src] >= l.lim.PerSource) {
+		return nil
+	}
+	var v *limitedConn
+	for c := range l.conns {
+		if c.src != src && c.evictable.Load() && (v == nil || c.since.Before(v.since)) {
+			v = c
+		}
+	}
+	return v
+}
+
+func (l *LimitedListener) release(c *limitedConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.total--
-	if l.bySource[src]--; l.bySource[src] <= 0 {
-		delete(l.bySource, src)
+	if l.bySource[c.src]--; l.bySource[c.src] <= 0 {
+		delete(l.bySource, c.src)
 	}
+	delete(l.conns, c)
 }
 
 // note logs at most once a second per listener: a flood must not become a
@@ -132,14 +164,18 @@ func (l *LimitedListener) note(msg string, args ...any) {
 
 type limitedConn struct {
 	net.Conn
-	l    *LimitedListener
-	src  netip.Addr
-	once sync.Once
+	l     *LimitedListener
+	src   netip.Addr
+	since time.Time
+	// evictable: the server reports the connection new or idle (no
+	// request on it), so closing it loses nothing a client cannot redo.
+	evictable atomic.Bool
+	once      sync.Once
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.src) })
+	c.once.Do(func() { c.l.release(c) })
 	return err
 }
 
@@ -181,25 +217,22 @@ func backoff(d time.Duration) time.Duration {
 // after waiting d (0 the first time): 5 ms doubling up to one second.
 func Backoff(d time.Duration) time.Duration { return backoff(d) }
 
-// TemporaryAcceptError reports whether an Accept error is worth waiting out
-// (out of descriptors, a connection aborted) rather than ending the loop.
-func TemporaryAcceptError(err error) bool { return temporary(err) }
 
-// NetConn is the connection under the limit's wrapper.
-func (c *limitedConn) NetConn() net.Conn { return c.Conn }
-
-// ConnState is an http.Server's ConnState hook that closes a keep-alive
-// connection as soon as it goes idle while its source holds more than half
-// its share, or the listener more than three quarters of its total: under a
-// flood, an idle connection is a descriptor held for nothing, and a client
-// that comes back opens another. Below those marks idle connections stay
-// for the server's IdleTimeout as usual.
+// ConnState is an http.Server's ConnState hook. It tells the listener
+// which connections carry no request (new or idle), which may make room
+// when the listener is full, and it closes a keep-alive connection as soon
+// as it goes idle while its source holds more than half its share, or the
+// listener more than three quarters of its total: under a flood, an idle
+// connection is a descriptor held for nothing, and a client that comes
+// back opens another. Below those marks idle connections stay for the
+// server's IdleTimeout as usual.
 func (l *LimitedListener) ConnState(c net.Conn, st http.ConnState) {
-	if st != http.StateIdle {
-		return
-	}
 	lc, ok := c.(*limitedConn)
 	if !ok {
+		return
+	}
+	lc.evictable.Store(st == http.StateNew || st == http.StateIdle)
+	if st != http.StateIdle {
 		return
 	}
 	l.mu.Lock()
@@ -210,3 +243,6 @@ func (l *LimitedListener) ConnState(c net.Conn, st http.ConnState) {
 		_ = lc.Close()
 	}
 }
+
+// NetConn is the connection under the limit's wrapper.
+func (c *limitedConn) NetConn() net.Conn { return c.Conn }

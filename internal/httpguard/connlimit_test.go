@@ -2,6 +2,8 @@ package httpguard_test
 
 import (
 	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"syscall"
 	"testing"
@@ -68,11 +70,12 @@ func TestLimitListenerPerSource(t *testing.T) {
 			accepted <- c
 		}
 	}()
+	// A refused connection may be reset before the dial returns.
 	dial := func(src string) net.Conn {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
 		c, err := d.Dial("tcp", ln.Addr().String())
 		if err != nil {
-			t.Fatal(err)
+			return nil
 		}
 		return c
 	}
@@ -81,10 +84,15 @@ func TestLimitListenerPerSource(t *testing.T) {
 		dial("127.0.0.1")
 		first = append(first, <-accepted)
 	}
-	over := dial("127.0.0.1")
-	_ = over.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := over.Read(make([]byte, 1)); err == nil {
-		t.Fatal("a third connection from one source was served")
+	if over := dial("127.0.0.1"); over != nil {
+		_ = over.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := over.Read(make([]byte, 1)); err == nil {
+			t.Fatal("a third connection from one source was served")
+		}
+	}
+	// The refusal is counted once the listener has seen it.
+	for deadline := time.Now().Add(5 * time.Second); l.Refused() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
 	dial("127.0.0.2")
 	select {
@@ -101,5 +109,59 @@ func TestLimitListenerPerSource(t *testing.T) {
 	}
 	if l.Refused() != 1 {
 		t.Fatalf("refused %d, want 1", l.Refused())
+	}
+}
+
+// TestLimitListenerFullMakesRoom: a listener full of connections that carry
+// no request (many sources' idle flood) closes the oldest of them for a
+// newcomer; one whose connections carry requests refuses the newcomer.
+func TestLimitListenerFullMakesRoom(t *testing.T) {
+	for _, tc := range []struct {
+		state  http.ConnState
+		admits bool
+	}{{http.StateNew, true}, {http.StateIdle, true}, {http.StateActive, false}} {
+		t.Run(tc.state.String(), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := httpguard.LimitListener(ln, "test", httpguard.ConnLimits{Total: 2}, nil)
+			defer l.Close()
+			accepted := make(chan net.Conn, 10)
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					accepted <- c
+				}
+			}()
+			// A refused connection may be reset before the dial returns.
+			dial := func(src string) {
+				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+				if c, err := d.Dial("tcp", ln.Addr().String()); err == nil {
+					t.Cleanup(func() { c.Close() })
+				}
+			}
+			for _, src := range []string{"127.0.0.3", "127.0.0.4"} {
+				dial(src)
+				l.ConnState(<-accepted, tc.state)
+			}
+			dial("127.0.0.2")
+			select {
+			case <-accepted:
+				if !tc.admits {
+					t.Fatal("a full listener of active connections took another")
+				}
+				if total, _ := l.Open(netip.Addr{}); total != 2 {
+					t.Fatalf("%d connections held, want 2", total)
+				}
+			case <-time.After(2 * time.Second):
+				if tc.admits {
+					t.Fatal("a full listener of connections without requests refused a newcomer")
+				}
+			}
+		})
 	}
 }
