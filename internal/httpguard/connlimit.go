@@ -217,7 +217,6 @@ func backoff(d time.Duration) time.Duration {
 // after waiting d (0 the first time): 5 ms doubling up to one second.
 func Backoff(d time.Duration) time.Duration { return backoff(d) }
 
-
 // ConnState is an http.Server's ConnState hook. It tells the listener
 // which connections carry no request (new or idle), which may make room
 // when the listener is full, and it closes a keep-alive connection as soon
