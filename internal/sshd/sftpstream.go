@@ -252,4 +252,3 @@ func (u *upload) Close() error {
 	_ = u.pw.Close()
 	return <-u.done
 }
-
