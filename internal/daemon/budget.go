@@ -24,6 +24,9 @@ const (
 	// minFDReserve is the least kept aside for the store, the engine, the
 	// agents, logs and the TCP forwards; a tenth of the limit when more.
 	minFDReserve = 1024
+	// DefaultDiskMB is every sandbox's disk limit unless --disk-mb says
+	// otherwise (10 GiB).
+	DefaultDiskMB = 10240
 	// DefaultEgressIdleTimeout is how long a connection through the egress
 	// proxy may pass nothing, either way, before it is closed.
 	DefaultEgressIdleTimeout = egress.DefaultIdleTimeout

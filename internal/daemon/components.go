@@ -62,6 +62,7 @@ type daemon struct {
 	rt              driver.Driver // dk, every call under a time limit
 	pool            []service.PoolSpec
 	diskMB          int64
+	diskWatchMB     int64
 	diskStatus      apitypes.DiskStatus
 	hostMemMB       int64
 	hostCPUs        float64
@@ -228,7 +229,7 @@ func (d *daemon) sandboxDefaults(ctx context.Context) error {
 	if d.pool, err = resolvePool(*cfg); err != nil {
 		return err
 	}
-	d.diskMB, d.diskStatus = diskLimit(ctx, dk, *cfg, log)
+	d.diskMB, d.diskWatchMB, d.diskStatus = diskLimit(ctx, dk, *cfg, log)
 	d.hostMemMB, d.hostCPUs, err = dk.HostResources(ctx)
 	if err != nil {
 		log.Warn("host resources unknown: sandbox memory and cpu are bounded by the flags only", "err", err)
@@ -243,7 +244,7 @@ func (d *daemon) sandboxDefaults(ctx context.Context) error {
 	d.rt = driver.WithTimeout(dk, cfg.EngineTimeout)
 	log.Info("sandbox limits", "runtime", cfg.OCIRuntime, "default_cpu", cfg.DefaultCPU, "default_memory_mb", cfg.DefaultMemoryMB,
 		"max_cpu", cfg.MaxCPU, "max_memory_mb", cfg.MaxMemoryMB, "host_memory_mb", d.hostMemMB, "host_cpus", d.hostCPUs,
-		"pids", cfg.PidsLimit, "disk_mb", d.diskMB, "max_sandboxes", cfg.MaxSandboxes, "allow_images", cfg.AllowImages)
+		"pids", cfg.PidsLimit, "disk_mb", max(d.diskMB, d.diskWatchMB), "disk_mode", d.diskStatus.Mode, "max_sandboxes", cfg.MaxSandboxes, "allow_images", cfg.AllowImages)
 	return nil
 }
 
@@ -541,6 +542,7 @@ func (d *daemon) newService(context.Context) error {
 		AllowImages:          cfg.AllowImages,
 		PidsLimit:            cfg.PidsLimit,
 		DiskMB:               d.diskMB,
+		DiskWatchMB:          d.diskWatchMB,
 		MaxSandboxes:         cfg.MaxSandboxes,
 		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
 		Runtime:              cfg.OCIRuntime,
@@ -648,7 +650,7 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	d.history = service.NewMetricsHistory(svc, 0, 0)
-	dt, routes := surfaces(ctx, mux, cfg, svc, d.auth, d.previewKey, d.history, d.diskMB)
+	dt, routes := surfaces(ctx, mux, cfg, svc, d.auth, d.previewKey, d.history, max(d.diskMB, d.diskWatchMB))
 	mux.Handle("GET /metrics", metricsHandler(d.mets, d.auth, cfg.MetricsPublic))
 	if cfg.Pprof {
 		mux.Handle("GET /debug/pprof/", pprofHandler(d.auth))
@@ -716,6 +718,7 @@ func (d *daemon) startLoops(context.Context) error {
 		// removes its half-made container, and must do so before the
 		// store closes.
 		func() { svc.RunPool(bg) },
+		func() { svc.RunDiskWatcher(bg, cfg.DiskWatchInterval) },
 		func() { d.history.Run(bg) },
 		func() { reapIdempotency(bg, d.st, d.log) },
 		func() { svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour) },

@@ -326,6 +326,12 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (_ sandpit.Sandbox
 
 // stopLocked is StopSandbox under the sandbox's lock.
 func (s *Service) stopLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit.Sandbox, error) {
+	return s.stopLockedFor(ctx, sb, "")
+}
+
+// stopLockedFor is stopLocked recording why the sandbox stopped ("" for a
+// stop on request).
+func (s *Service) stopLockedFor(ctx context.Context, sb sandpit.Sandbox, reason string) (sandpit.Sandbox, error) {
 	id := sb.ID
 	switch sb.State {
 	case sandpit.StateStopped:
@@ -350,7 +356,7 @@ func (s *Service) stopLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit.S
 		return sb, runtimeErr("stop container", err)
 	}
 	s.removeFirewall(ctx, id)
-	after, err := s.transition(ctx, change{typ: EventStopped, from: sb, state: sandpit.StateStopped, reread: true})
+	after, err := s.transition(ctx, change{typ: EventStopped, from: sb, state: sandpit.StateStopped, reason: reason, reread: true})
 	if err != nil || after.AutoDelete != 0 {
 		return after, err
 	}
@@ -652,6 +658,10 @@ func (s *Service) Stats(ctx context.Context, id string) (driver.Stats, error) {
 	st, err := s.rt.Stats(ctx, sb.ContainerID)
 	if err != nil {
 		return st, runtimeErr("stats", err)
+	}
+	if st.DiskTotal == 0 && s.cfg.DiskWatchMB > 0 {
+		// The watcher's limit is the one in force.
+		st.DiskTotal = s.cfg.DiskWatchMB << 20
 	}
 	return st, nil
 }

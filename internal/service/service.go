@@ -107,6 +107,10 @@ type Config struct {
 	// DiskMB limits each sandbox's writable layer when the engine can
 	// enforce it (DiskQuota reports so); 0 means no limit.
 	DiskMB int64
+	// DiskWatchMB is the disk limit the watcher enforces where the engine
+	// cannot (DiskMB is then 0): a running sandbox whose writable layer
+	// passes it is stopped with ReasonDiskLimit. 0 means no watcher.
+	DiskWatchMB int64
 	// MaxSandboxes caps how many sandboxes the daemon holds (any state);
 	// a create beyond it fails with sandpit.ErrQuotaExceeded. 0 = no cap.
 	MaxSandboxes int
