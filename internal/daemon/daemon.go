@@ -105,15 +105,15 @@ type Config struct {
 
 	// Resources of every sandbox: defaults for creates that name none and
 	// maxima a create may ask for (see service.Config).
-	DefaultCPU           float64
-	DefaultMemoryMB      int64
-	MaxCPU               float64
-	MaxMemoryMB          int64
-	PidsLimit            int64
-	DiskMB               int64 // disk limit of a sandbox: the engine's quota where it can, else the disk watcher's
+	DefaultCPU      float64
+	DefaultMemoryMB int64
+	MaxCPU          float64
+	MaxMemoryMB     int64
+	PidsLimit       int64
+	DiskMB          int64 // disk limit of a sandbox: the engine's quota where it can, else the disk watcher's
 	// DiskWatchInterval is how often the disk watcher measures sandboxes
 	// (default service.DefaultDiskWatchInterval).
-	DiskWatchInterval time.Duration
+	DiskWatchInterval    time.Duration
 	MaxSandboxes         int
 	MaxConcurrentCreates int
 	// Template builds (see service.Config): the registry images go
