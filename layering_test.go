@@ -62,7 +62,7 @@ var layers = []struct {
 	{"internal/router", []string{".", "internal/httpguard"}, "the seam to what carries traffic"},
 	{"internal/router/...", []string{".", "internal/router/...", "internal/httpguard", "internal/crashpoint"}, "a router"},
 	{"internal/firewall", []string{"."}, "the sandboxes' packet filter"},
-	{"internal/egress", []string{".", "internal/firewall"}, "the egress proxy and DNS server that enforce rules on names"},
+	{"internal/egress", []string{".", "internal/firewall", "internal/httpguard"}, "the egress proxy and DNS server that enforce rules on names"},
 	{"internal/metrics", []string{".", "internal/driver"}, "the Prometheus instrumentation"},
 	{"internal/cluster", []string{".", "apitypes", "internal/httpguard", "internal/crashpoint"}, "the Raft index and membership"},
 	{"internal/idempotency", []string{".", "internal/store", "internal/metrics", "internal/crashpoint"}, "the idempotency engine"},

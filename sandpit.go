@@ -81,6 +81,9 @@ const (
 	ReasonOOM     = "oom"     // the kernel killed it for memory
 	ReasonKilled  = "killed"  // a signal from outside the daemon ended it
 	ReasonRemoved = "removed" // its container was removed behind the daemon's back
+	// ReasonDiskLimit: the disk watcher stopped it for writing more than
+	// its disk limit where the engine cannot enforce one.
+	ReasonDiskLimit = "disk limit exceeded"
 	// ReasonMemoryLost: a memory pause whose frozen processes did not
 	// outlive the engine (a dockerd or host restart); the sandbox is kept
 	// as a filesystem pause and boots anew on resume.

@@ -272,12 +272,17 @@ const (
 	CodeNameConflict = "name_conflict"
 	// CodeInUse: the resource is used by a sandbox (a snapshot it runs
 	// from, a volume it mounts) and cannot be deleted.
-	CodeInUse              = "in_use"
-	CodeHostnameConflict   = "hostname_conflict"
-	CodeProtocolConflict   = "port_protocol_conflict"
-	CodeConflict           = "conflict"
-	CodePortPoolExhausted  = "port_pool_exhausted"
-	CodeNotRunning         = "not_running"
+	CodeInUse             = "in_use"
+	CodeHostnameConflict  = "hostname_conflict"
+	CodeProtocolConflict  = "port_protocol_conflict"
+	CodeConflict          = "conflict"
+	CodePortPoolExhausted = "port_pool_exhausted"
+	CodeNotRunning        = "not_running"
+	// CodeSandboxPaused and CodeSandboxStopped: the call needs a running
+	// sandbox and this one is paused (resume it) or stopped (start it).
+	// Other states that are not running answer CodeNotRunning.
+	CodeSandboxPaused      = "sandbox_paused"
+	CodeSandboxStopped     = "sandbox_stopped"
 	CodeUnknownImage       = "unknown_image"
 	CodeUnknownTemplate    = "unknown_template"
 	CodeBodyTooLarge       = "body_too_large"

@@ -18,7 +18,11 @@ type Status struct {
 // DiskStatus says whether sandboxes' writable data is bounded. Without a
 // limit (LimitMB 0) Warning says that tenants can fill the host's disk.
 type DiskStatus struct {
-	LimitMB     int64  `json:"limit_mb"`
+	LimitMB int64 `json:"limit_mb"`
+	// Mode is how the limit holds: "quota" (the engine enforces it on the
+	// writable layer), "watcher" (the daemon measures the writable layer
+	// and stops a sandbox past it, within seconds), or "none".
+	Mode        string `json:"mode"`
 	Enforceable bool   `json:"enforceable"`
 	Warning     string `json:"warning,omitempty"`
 }

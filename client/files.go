@@ -29,7 +29,7 @@ type FileEntry struct {
 // down (0 or 1: its own entries), through the agent protocol the daemon
 // proxies.
 func (c *Client) ListDir(ctx context.Context, id, path string, depth int) ([]FileEntry, error) {
-	fc := filesystemconnect.NewFilesystemClient(c.http, c.base+"/v1/sandboxes/"+url.PathEscape(id)+"/agent", connect.WithProtoJSON())
+	fc := filesystemconnect.NewFilesystemClient(daemonErrors{c.http}, c.base+"/v1/sandboxes/"+url.PathEscape(id)+"/agent", connect.WithProtoJSON())
 	req := connect.NewRequest(&filesystem.ListDirRequest{Path: path, Depth: uint32(max(depth, 0))})
 	c.authed(req)
 	resp, err := fc.ListDir(ctx, req)

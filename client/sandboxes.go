@@ -164,7 +164,7 @@ func (c *Client) ExecIO(ctx context.Context, id string, req ExecRequest, s ExecS
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	pc := processconnect.NewProcessClient(c.http, c.base+"/v1/sandboxes/"+url.PathEscape(id)+"/agent", connect.WithProtoJSON())
+	pc := processconnect.NewProcessClient(daemonErrors{c.http}, c.base+"/v1/sandboxes/"+url.PathEscape(id)+"/agent", connect.WithProtoJSON())
 	cfg := &process.ProcessConfig{Cmd: req.Cmd, Args: req.Args, Envs: req.Env}
 	if req.Cwd != "" {
 		cfg.Cwd = &req.Cwd

@@ -35,6 +35,8 @@ import (
 //	sni IP NAME      TLS to IP:443 presenting NAME ("" for none), then GET
 //	resolve NAME     look NAME up through the sandbox's DNS
 //	bench IP NAME N  request medians (µs): fresh connections, then kept alive
+//	hold IP NAME N   open N connections to IP:80, one request for NAME on
+//	                 each, and hold them (idle) until killed
 const egressProbeSrc = `package main
 
 import (
@@ -107,6 +109,19 @@ func main() {
 		}
 		fresh := median(false)
 		fmt.Println("OK", fresh, median(true))
+	case "hold":
+		n, _ := strconv.Atoi(os.Args[4])
+		var held []net.Conn
+		for i := 0; i < n; i++ {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(os.Args[2], "80"), 5*time.Second)
+			if err != nil {
+				continue
+			}
+			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", os.Args[3])
+			held = append(held, c)
+		}
+		fmt.Println("OK", len(held))
+		time.Sleep(time.Hour)
 	case "resolve":
 		addrs, err := net.LookupHost(os.Args[2])
 		if err != nil {

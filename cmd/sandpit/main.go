@@ -13,6 +13,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sandpit-dev/sandpit/apitypes"
+	"github.com/sandpit-dev/sandpit/client"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -41,10 +44,14 @@ func main() {
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error { return e.validOutput() }
 	root.AddCommand(clientCmds(&e)...)
 	root.AddCommand(mcpCmd(&e))
-	err := root.ExecuteContext(ctx)
+	typed := typedRefs{}
+	ran, err := root.ExecuteContextC(context.WithValue(ctx, typedRefsKey{}, typed))
 	var ee *exitError
 	var ce *cliError
 	switch {
+	case stateHint(ran, typed, err) != "":
+		fmt.Fprintln(os.Stderr, "sandpit:", stateHint(ran, typed, err))
+		os.Exit(exitCLI)
 	case errors.As(err, &ee):
 		os.Exit(ee.code)
 	case errors.As(err, &ce):
@@ -61,6 +68,28 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sandpit:", describe(err))
 		os.Exit(1)
 	}
+}
+
+// stateHint is what to tell a user whose call needed a running sandbox and
+// met a paused or stopped one: the command that fixes it, with the sandbox
+// as they typed it (the command's first argument). It is "" for any other
+// error.
+func stateHint(ran *cobra.Command, typed typedRefs, err error) string {
+	var ae *client.Error
+	if !errors.As(err, &ae) || ran == nil || ran.Flags().NArg() == 0 {
+		return ""
+	}
+	ref := ran.Flags().Arg(0)
+	if t, ok := typed[ref]; ok {
+		ref = t
+	}
+	switch ae.Code {
+	case apitypes.CodeSandboxPaused:
+		return fmt.Sprintf("sandbox %s is paused: run 'sandpit resume %s'", ref, ref)
+	case apitypes.CodeSandboxStopped:
+		return fmt.Sprintf("sandbox %s is stopped: run 'sandpit start %s'", ref, ref)
+	}
+	return ""
 }
 
 // isDialError reports whether err is a failure to connect to the daemon.

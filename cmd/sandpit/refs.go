@@ -69,15 +69,26 @@ func lookupSandbox(ctx context.Context, c *client.Client, ref string) (client.Sa
 	return client.Sandbox{}, fmt.Errorf("no such sandbox: %q (no id, name or id prefix matches)", ref)
 }
 
-// resolveArg replaces args[i] with the sandbox id it names.
+// resolveArg replaces args[i] with the sandbox id it names, and notes what
+// the user typed for it (see typedRefs).
 func resolveArg(ctx context.Context, c *client.Client, args []string, i int) error {
 	id, err := resolveSandbox(ctx, c, args[i])
 	if err != nil {
 		return err
 	}
+	if typed, ok := ctx.Value(typedRefsKey{}).(typedRefs); ok {
+		typed[id] = args[i]
+	}
 	args[i] = id
 	return nil
 }
+
+// typedRefs maps a resolved sandbox id to what the user typed for it, so
+// that an error about the sandbox can name it the user's way. main puts one
+// in the commands' context.
+type typedRefs map[string]string
+
+type typedRefsKey struct{}
 
 func isNotFound(err error) bool {
 	var ce *client.Error

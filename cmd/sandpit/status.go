@@ -52,7 +52,10 @@ func statusCmd(e *cliEnv) *cobra.Command {
 				if st.Cluster.Enabled {
 					cluster = fmt.Sprintf("%d nodes (this one %s)", st.Cluster.Nodes, st.Cluster.Node)
 				}
-				disk := fmt.Sprintf("%d MiB writable per sandbox", st.Disk.LimitMB)
+				disk := fmt.Sprintf("%d MiB writable per sandbox (%s)", st.Disk.LimitMB, st.Disk.Mode)
+				if st.Disk.Mode == "watcher" {
+					disk = fmt.Sprintf("%d MiB writable per sandbox (watcher: a sandbox past it is stopped within seconds)", st.Disk.LimitMB)
+				}
 				if st.Disk.LimitMB == 0 {
 					disk = "UNLIMITED: " + st.Disk.Warning
 				}

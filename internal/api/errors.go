@@ -122,6 +122,10 @@ func Classify(err error) Problem {
 		return Problem{http.StatusServiceUnavailable, apitypes.CodePortPoolExhausted, msg}
 	case errors.Is(err, service.ErrNoInterpreter):
 		return Problem{http.StatusConflict, apitypes.CodeNoInterpreter, msg}
+	case errors.Is(err, service.ErrPaused):
+		return Problem{http.StatusConflict, apitypes.CodeSandboxPaused, msg}
+	case errors.Is(err, service.ErrStopped):
+		return Problem{http.StatusConflict, apitypes.CodeSandboxStopped, msg}
 	case errors.Is(err, service.ErrNotRunning):
 		return Problem{http.StatusConflict, apitypes.CodeNotRunning, msg}
 	case errors.Is(err, service.ErrEngineTimeout), errors.Is(err, context.DeadlineExceeded):

@@ -49,6 +49,12 @@ type daemon struct {
 	lateTemplates map[string]string
 	started       time.Time
 	pn            parsedNetwork
+	// inflight counts the HTTP servers' open requests for the shutdown.
+	inflight *inflight
+	// budget shares the descriptors out among the listeners; apiLim and
+	// proxyLim are the API's and the preview proxy's limited listeners.
+	budget           connBudget
+	apiLim, proxyLim *httpguard.LimitedListener
 
 	// serving ends when ctx does, when `cluster leave` is done, or when a
 	// listener fails; the background work runs under it, so it stops
@@ -60,6 +66,7 @@ type daemon struct {
 	rt              driver.Driver // dk, every call under a time limit
 	pool            []service.PoolSpec
 	diskMB          int64
+	diskWatchMB     int64
 	diskStatus      apitypes.DiskStatus
 	hostMemMB       int64
 	hostCPUs        float64
@@ -231,7 +238,7 @@ func (d *daemon) sandboxDefaults(ctx context.Context) error {
 	if d.pool, err = resolvePool(*cfg); err != nil {
 		return err
 	}
-	d.diskMB, d.diskStatus = diskLimit(ctx, dk, *cfg, log)
+	d.diskMB, d.diskWatchMB, d.diskStatus = diskLimit(ctx, dk, *cfg, log)
 	d.hostMemMB, d.hostCPUs, err = dk.HostResources(ctx)
 	if err != nil {
 		log.Warn("host resources unknown: sandbox memory and cpu are bounded by the flags only", "err", err)
@@ -246,7 +253,7 @@ func (d *daemon) sandboxDefaults(ctx context.Context) error {
 	d.rt = driver.WithTimeout(dk, cfg.EngineTimeout)
 	log.Info("sandbox limits", "runtime", cfg.OCIRuntime, "default_cpu", cfg.DefaultCPU, "default_memory_mb", cfg.DefaultMemoryMB,
 		"max_cpu", cfg.MaxCPU, "max_memory_mb", cfg.MaxMemoryMB, "host_memory_mb", d.hostMemMB, "host_cpus", d.hostCPUs,
-		"pids", cfg.PidsLimit, "disk_mb", d.diskMB, "max_sandboxes", cfg.MaxSandboxes, "allow_images", cfg.AllowImages)
+		"pids", cfg.PidsLimit, "disk_mb", max(d.diskMB, d.diskWatchMB), "disk_mode", d.diskStatus.Mode, "max_sandboxes", cfg.MaxSandboxes, "allow_images", cfg.AllowImages)
 	return nil
 }
 
@@ -370,10 +377,14 @@ func (d *daemon) listen(ctx context.Context) error {
 
 func (d *daemon) bindListeners() error {
 	cfg := d.cfg
-	var err error
-	if d.apiLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+	d.budget = budgetFor(raiseNoFile(d.log), cfg)
+	d.budget.log(d.log)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	d.apiLim = httpguard.LimitListener(ln, "api", d.budget.api, d.log)
+	d.apiLn = d.apiLim
 	if cfg.Router == RouterCaddy {
 		if d.proxyPort, err = proxyPortOf(cfg); err != nil {
 			return err
@@ -385,9 +396,11 @@ func (d *daemon) bindListeners() error {
 		}
 		return nil
 	}
-	if d.proxyLn, err = net.Listen("tcp", cfg.ProxyListen); err != nil {
+	if ln, err = net.Listen("tcp", cfg.ProxyListen); err != nil {
 		return fmt.Errorf("proxy listen %s: %w", cfg.ProxyListen, err)
 	}
+	d.proxyLim = httpguard.LimitListener(ln, "preview proxy", d.budget.proxy, d.log)
+	d.proxyLn = d.proxyLim
 	d.proxyPort = d.proxyLn.Addr().(*net.TCPAddr).Port
 	return nil
 }
@@ -410,6 +423,7 @@ func (d *daemon) setupNetwork(ctx context.Context) error {
 	// after the network; no refusal can come before, since only the
 	// service gives the server sandboxes to apply rules to.
 	d.egress = egress.New(egress.Config{Upstream: d.pn.egressResolvers, Operator: d.pn.allow, Logger: d.log,
+		MaxConns: d.budget.egress.Total, MaxConnsPerSandbox: d.budget.egress.PerSource, IdleTimeout: d.cfg.EgressIdleTimeout,
 		OnDenied: func(den egress.Denial) {
 			if d.svc != nil {
 				d.svc.EgressDenied(den)
@@ -548,6 +562,7 @@ func (d *daemon) newService(context.Context) error {
 		AllowImages:          cfg.AllowImages,
 		PidsLimit:            cfg.PidsLimit,
 		DiskMB:               d.diskMB,
+		DiskWatchMB:          d.diskWatchMB,
 		MaxSandboxes:         cfg.MaxSandboxes,
 		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
 		Runtime:              cfg.OCIRuntime,
@@ -657,7 +672,7 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	d.history = service.NewMetricsHistory(svc, 0, 0)
-	dt, routes := surfaces(ctx, mux, cfg, svc, d.auth, d.previewKey, d.history, d.diskMB)
+	dt, routes := surfaces(ctx, mux, cfg, svc, d.auth, d.previewKey, d.history, max(d.diskMB, d.diskWatchMB))
 	mux.Handle("GET /metrics", metricsHandler(d.mets, d.auth, cfg.MetricsPublic))
 	if cfg.Pprof {
 		mux.Handle("GET /debug/pprof/", pprofHandler(d.auth))
@@ -730,6 +745,7 @@ func (d *daemon) startLoops(context.Context) error {
 		// removes its half-made container, and must do so before the
 		// store closes.
 		func() { svc.RunPool(bg) },
+		func() { svc.RunDiskWatcher(bg, cfg.DiskWatchInterval) },
 		func() { d.history.Run(bg) },
 		func() { reapIdempotency(bg, d.st, d.log) },
 		func() { svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour) },
@@ -775,13 +791,16 @@ func (d *daemon) stopLoops(context.Context) {
 func (d *daemon) serveHTTP(context.Context) error {
 	cfg, log := d.cfg, d.log
 	guard := httpguard.Options{MaxBody: cfg.MaxUploadMB << 20, ReadTimeout: cfg.ReadTimeout}
-	d.apiSrv = d.newServer(api.AccessLog(log, clientLimiter(cfg).Wrap(httpguard.Guard(d.handler, guard), servedWithoutCredential)))
+	d.inflight = newInflight()
+	d.apiSrv = d.newServer(d.inflight.wrap(api.AccessLog(log, clientLimiter(cfg).Wrap(httpguard.Guard(d.handler, guard), servedWithoutCredential))))
 	// Event streams last as long as their clients; ending the subscriptions
 	// when the server shuts down lets Shutdown finish.
+	d.apiSrv.ConnState = d.apiLim.ConnState
 	d.apiSrv.RegisterOnShutdown(d.svc.CloseEvents)
 	d.apiSrv.RegisterOnShutdown(d.mcp.Close)
 	if d.proxyLn != nil {
-		d.proxySrv = d.newServer(httpguard.Guard(d.proxyHandler, guard))
+		d.proxySrv = d.newServer(d.inflight.wrap(httpguard.Guard(d.proxyHandler, guard)))
+		d.proxySrv.ConnState = d.proxyLim.ConnState
 		if d.tls != nil {
 			d.proxySrv.Handler = splitAPIHost(apiHost(cfg), d.apiSrv.Handler, d.proxySrv.Handler)
 		}
@@ -829,19 +848,6 @@ func (d *daemon) newServer(h http.Handler) *http.Server {
 		IdleTimeout:       d.cfg.IdleTimeout,
 		MaxHeaderBytes:    d.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
-	}
-}
-
-// shutdownHTTP lets in-flight requests finish, within 30 seconds for all
-// the servers together.
-func (d *daemon) shutdownHTTP(ctx context.Context) {
-	shutCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	_ = d.apiSrv.Shutdown(shutCtx)
-	for _, srv := range []*http.Server{d.proxySrv, d.forwardSrv} {
-		if srv != nil {
-			_ = srv.Shutdown(shutCtx)
-		}
 	}
 }
 

@@ -109,12 +109,15 @@ type Config struct {
 
 	// Resources of every sandbox: defaults for creates that name none and
 	// maxima a create may ask for (see service.Config).
-	DefaultCPU           float64
-	DefaultMemoryMB      int64
-	MaxCPU               float64
-	MaxMemoryMB          int64
-	PidsLimit            int64
-	DiskMB               int64 // writable-layer limit, where the engine enforces it
+	DefaultCPU      float64
+	DefaultMemoryMB int64
+	MaxCPU          float64
+	MaxMemoryMB     int64
+	PidsLimit       int64
+	DiskMB          int64 // disk limit of a sandbox: the engine's quota where it can, else the disk watcher's
+	// DiskWatchInterval is how often the disk watcher measures sandboxes
+	// (default service.DefaultDiskWatchInterval).
+	DiskWatchInterval    time.Duration
 	MaxSandboxes         int
 	MaxConcurrentCreates int
 	// Template builds (see service.Config): the registry images go
@@ -142,6 +145,15 @@ type Config struct {
 	ReadTimeout    time.Duration
 	IdleTimeout    time.Duration
 	MaxHeaderBytes int
+	// Connection budgets (see budget.go): per listener in all (0: a share
+	// of the descriptor limit), per source address (0: the default,
+	// negative: none), and the egress proxy's in all and per sandbox.
+	MaxConns, MaxConnsPerSource              int
+	EgressMaxConns, EgressMaxConnsPerSandbox int
+	EgressIdleTimeout                        time.Duration
+	// DrainTimeout bounds how long a shutdown waits for open requests
+	// (streams included) before it closes them; default DefaultDrainTimeout.
+	DrainTimeout time.Duration
 	// MetricsPublic serves /metrics without a token.
 	MetricsPublic bool
 	// Per-client limits on the API listener (see httpguard.ClientLimits):
@@ -621,26 +633,24 @@ func validResources(cfg Config) error {
 	return nil
 }
 
-// diskLimit returns the writable-layer limit to apply: cfg.DiskMB when the
-// engine's storage driver enforces it, else 0, saying so in the log either
-// way, so that no limit is claimed that is not enforced. Without a limit the
-// answer also says, for the log and /v1/status, that what a sandbox writes
-// lands on the engine's disk unbounded.
-func diskLimit(ctx context.Context, rt *docker.Docker, cfg Config, log *slog.Logger) (int64, apitypes.DiskStatus) {
+// diskLimit returns the disk limit to apply and how: the engine's quota
+// (hard, cfg.DiskMB when the storage driver enforces it), else the disk
+// watcher's (cfg.DiskMB measured and enforced by stopping the sandbox),
+// saying which in the log and in /v1/status. Without a limit the answer
+// also says that what a sandbox writes lands on the engine's disk
+// unbounded.
+func diskLimit(ctx context.Context, rt *docker.Docker, cfg Config, log *slog.Logger) (hardMB, watchMB int64, st apitypes.DiskStatus) {
 	q := rt.DiskQuota(ctx, cfg.DefaultImage)
 	const fill = "sandboxes' writable data is not limited: any tenant can fill the host's disk"
 	switch {
-	case !q.Supported:
-		if cfg.DiskMB > 0 {
-			log.Warn("disk: --disk-mb is NOT enforced; "+fill, "requested_mb", cfg.DiskMB, "reason", q.Reason)
-		} else {
-			log.Warn("disk: "+fill, "reason", q.Reason)
-		}
-		return 0, apitypes.DiskStatus{Warning: fill + " (" + q.Reason + ")"}
 	case cfg.DiskMB == 0:
-		log.Warn("disk: "+fill+" (--disk-mb 0); the engine could enforce a limit", "engine", q.Reason)
-		return 0, apitypes.DiskStatus{Enforceable: true, Warning: fill + " (--disk-mb 0; the engine could enforce a limit)"}
+		log.Warn("disk: "+fill+" (--disk-mb 0)", "engine", q.Reason)
+		return 0, 0, apitypes.DiskStatus{Mode: "none", Enforceable: q.Supported, Warning: fill + " (--disk-mb 0)"}
+	case !q.Supported:
+		log.Info("disk: limit enforced by the disk watcher: a sandbox whose writable layer passes it is stopped within seconds (the engine cannot enforce a quota)",
+			"mb", cfg.DiskMB, "reason", q.Reason, "interval", cfg.DiskWatchInterval)
+		return 0, cfg.DiskMB, apitypes.DiskStatus{Mode: "watcher", LimitMB: cfg.DiskMB}
 	}
-	log.Info("disk: writable layer limited", "mb", cfg.DiskMB, "engine", q.Reason)
-	return cfg.DiskMB, apitypes.DiskStatus{Enforceable: true, LimitMB: cfg.DiskMB}
+	log.Info("disk: writable layer limited by the engine's quota", "mb", cfg.DiskMB, "engine", q.Reason)
+	return cfg.DiskMB, 0, apitypes.DiskStatus{Mode: "quota", Enforceable: true, LimitMB: cfg.DiskMB}
 }

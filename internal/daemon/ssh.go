@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/sshd"
 )
 
@@ -25,10 +26,11 @@ func (d *daemon) startSSH(context.Context) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", d.cfg.SSHListen)
+	raw, err := net.Listen("tcp", d.cfg.SSHListen)
 	if err != nil {
 		return fmt.Errorf("ssh listen %s: %w", d.cfg.SSHListen, err)
 	}
+	ln := httpguard.LimitListener(raw, "ssh", d.budget.ssh, d.log)
 	d.sshd = srv
 	d.log.Info("ssh endpoint serving", "addr", ln.Addr().String(), "host_key", filepath.Join(d.cfg.DataDir, sshd.HostKeyFile))
 	go func() {

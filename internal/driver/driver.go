@@ -127,6 +127,9 @@ type Driver interface {
 	Pause(ctx context.Context, containerID string) error
 	Unpause(ctx context.Context, containerID string) error
 	Stats(ctx context.Context, containerID string) (Stats, error)
+	// DiskUsage is the size of the container's writable layer, in bytes:
+	// what the sandbox wrote outside its volumes.
+	DiskUsage(ctx context.Context, containerID string) (int64, error)
 	// Events streams die, oom and destroy events of the containers carrying
 	// every given label until ctx ends or the stream breaks; the error
 	// channel then yields why. Events that happen while nobody is watching

@@ -90,6 +90,10 @@ func (t *Timed) Stats(ctx context.Context, id string) (Stats, error) {
 	return call(ctx, t.Timeout, "stats", func(c context.Context) (Stats, error) { return t.D.Stats(c, id) })
 }
 
+func (t *Timed) DiskUsage(ctx context.Context, id string) (int64, error) {
+	return call(ctx, t.Timeout, "disk usage", func(c context.Context) (int64, error) { return t.D.DiskUsage(c, id) })
+}
+
 func (t *Timed) Events(ctx context.Context, labels map[string]string) (<-chan Event, <-chan error) {
 	return t.D.Events(ctx, labels)
 }

@@ -10,9 +10,12 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 )
 
 // helloTimeout bounds how long a connection may take to say which server it
@@ -23,8 +26,13 @@ const helloTimeout = 10 * time.Second
 // (at most 16 KiB plus its header) or an HTTP request head.
 const maxPeek = 16<<10 + 5
 
+// acceptLoop serves the proxy until Close. It never gives up while the
+// server runs: every sandbox with domain rules depends on it, so an error
+// (the process out of descriptors, which the listener's own back-off waits
+// out too) is logged, waited out with a back-off, and the loop goes on.
 func (s *Server) acceptLoop(ln net.Listener) {
 	defer s.wg.Done()
+	var delay time.Duration
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -33,14 +41,17 @@ func (s *Server) acceptLoop(ln net.Listener) {
 				return
 			default:
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			delay = httpguard.Backoff(delay)
+			s.log.Warn("egress proxy: accept failed; retrying", "err", err, "retry_in", delay)
+			select {
+			case <-s.closed:
+				return
+			case <-time.After(delay):
 			}
-			s.log.Error("egress proxy stopped", "err", err)
-			return
+			continue
 		}
-		go s.handle(c.(*net.TCPConn))
+		delay = 0
+		go s.handle(c)
 	}
 }
 
@@ -78,8 +89,16 @@ func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{b[4], b[5], b[6], b[7]}), port), nil
 }
 
-// handle decides one redirected connection and splices it if allowed.
-func (s *Server) handle(c *net.TCPConn) {
+// handle decides one redirected connection and splices it if allowed. The
+// connection comes from the limited listener; its TCP side is what the
+// socket options and the splice use, and closing the wrapper releases its
+// place under the limits.
+func (s *Server) handle(lc net.Conn) {
+	defer lc.Close()
+	c, ok := underlyingTCP(lc)
+	if !ok {
+		return
+	}
 	src := srcAddr(c.RemoteAddr())
 	r, ok := s.rulesFor(src)
 	if !ok {
@@ -109,7 +128,21 @@ func (s *Server) handle(c *net.TCPConn) {
 		reset(c)
 		return
 	}
-	splice(c, br, up.(*net.TCPConn))
+	splice(c, br, up.(*net.TCPConn), s.cfg.IdleTimeout)
+}
+
+// underlyingTCP is the TCP connection under a listener's wrapper.
+func underlyingTCP(c net.Conn) (*net.TCPConn, bool) {
+	for {
+		switch v := c.(type) {
+		case *net.TCPConn:
+			return v, true
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return nil, false
+		}
+	}
 }
 
 // decide returns why a connection to dst presenting name is refused, or ""
@@ -150,19 +183,52 @@ func (s *Server) decide(ctx context.Context, r Rules, name string, dst netip.Add
 }
 
 // splice copies both ways until both sides are done, passing on each
-// side's end of stream as a half close.
-func splice(c *net.TCPConn, br *bufio.Reader, up *net.TCPConn) {
+// side's end of stream as a half close. A connection through which nothing
+// passes, either way, for idle is closed: an idle connection holds two
+// descriptors of the daemon's.
+func splice(c *net.TCPConn, br *bufio.Reader, up *net.TCPConn, idle time.Duration) {
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	quiet := func() bool { return time.Since(time.Unix(0, last.Load())) >= idle }
+	pipe := func(dst *net.TCPConn, src io.Reader, srcConn *net.TCPConn) {
+		buf := make([]byte, 32<<10)
+		for {
+			_ = srcConn.SetReadDeadline(time.Now().Add(idle))
+			n, err := src.Read(buf)
+			if n > 0 {
+				last.Store(time.Now().UnixNano())
+				_ = dst.SetWriteDeadline(time.Now().Add(idle))
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					_ = c.Close()
+					_ = up.Close()
+					return
+				}
+			}
+			var ne net.Error
+			switch {
+			case err == nil:
+			case errors.As(err, &ne) && ne.Timeout() && !quiet():
+				// This way was silent, the other was not: the
+				// connection is in use.
+			case errors.As(err, &ne) && ne.Timeout():
+				_ = c.Close()
+				_ = up.Close()
+				return
+			default:
+				_ = dst.CloseWrite()
+				return
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		_, _ = io.Copy(up, br)
-		_ = up.CloseWrite()
+		pipe(up, br, c)
 	}()
 	go func() {
 		defer wg.Done()
-		_, _ = io.Copy(c, up)
-		_ = c.CloseWrite()
+		pipe(c, up, up)
 	}()
 	wg.Wait()
 	_ = c.Close()

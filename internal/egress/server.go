@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 )
 
 // Kinds of a Denial.
@@ -58,7 +60,19 @@ type Config struct {
 	OnDenied func(Denial)
 	Logger   *slog.Logger
 	Now      func() time.Time
+	// MaxConns bounds the connections the proxy holds at once, over every
+	// sandbox, and MaxConnsPerSandbox those of one sandbox: each is two
+	// file descriptors (the sandbox's side and the upstream's). A sandbox
+	// past its share has its new connections reset; the others are served
+	// as before. Zero means no bound.
+	MaxConns, MaxConnsPerSandbox int
+	// IdleTimeout closes a spliced connection through which nothing has
+	// passed, either way, for this long; default DefaultIdleTimeout.
+	IdleTimeout time.Duration
 }
+
+// DefaultIdleTimeout is how long a spliced connection may stay silent.
+const DefaultIdleTimeout = 10 * time.Minute
 
 // Limits of what is kept per sandbox.
 const (
@@ -111,6 +125,9 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	return &Server{cfg: cfg, log: cfg.Logger, bySrc: map[netip.Addr]string{}, records: map[string]*record{},
 		names: map[string]cached{}, client: &dns.Client{Timeout: 3 * time.Second}, closed: make(chan struct{})}
 }
@@ -151,7 +168,9 @@ func (s *Server) Listen(addr netip.Addr) (Ports, error) {
 		ln.Close()
 		return Ports{}, fmt.Errorf("egress DNS: %v", err)
 	}
-	s.proxyLn = ln
+	// A sandbox has one address on the network, so the per-source bound is
+	// the per-sandbox one.
+	s.proxyLn = httpguard.LimitListener(ln, "egress proxy", httpguard.ConnLimits{Total: s.cfg.MaxConns, PerSource: s.cfg.MaxConnsPerSandbox}, s.log)
 	h := dns.HandlerFunc(s.serveDNS)
 	s.dnsUDP = &dns.Server{PacketConn: pc, Handler: h}
 	s.dnsTCP = &dns.Server{Listener: tln, Handler: h}
@@ -169,7 +188,7 @@ func (s *Server) Listen(addr netip.Addr) (Ports, error) {
 		}()
 	}
 	s.wg.Add(1)
-	go s.acceptLoop(ln)
+	go s.acceptLoop(s.proxyLn)
 	p := Ports{Addr: addr, ProxyPort: ln.Addr().(*net.TCPAddr).Port, DNSPort: pc.LocalAddr().(*net.UDPAddr).Port}
 	s.log.Info("egress proxy and DNS ready", "addr", addr, "proxy_port", p.ProxyPort, "dns_port", p.DNSPort, "upstream", s.cfg.Upstream)
 	return p, nil

@@ -53,7 +53,7 @@ func TestSplice(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		splice(proxySide, br, upProxy)
+		splice(proxySide, br, upProxy, time.Minute)
 	}()
 
 	// The client is done sending: the server must see the request and

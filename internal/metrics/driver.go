@@ -91,6 +91,11 @@ func (i *instrumented) Stats(ctx context.Context, id string) (_ driver.Stats, er
 	return i.d.Stats(ctx, id)
 }
 
+func (i *instrumented) DiskUsage(ctx context.Context, id string) (_ int64, err error) {
+	defer func(t time.Time) { i.observe("disk_usage", t, err) }(time.Now())
+	return i.d.DiskUsage(ctx, id)
+}
+
 // Events is not timed: the stream lasts as long as the daemon, and its
 // failures arrive on the error channel, which the watcher reports.
 func (i *instrumented) Events(ctx context.Context, labels map[string]string) (<-chan driver.Event, <-chan error) {

@@ -382,6 +382,12 @@ func (s *Service) StopSandbox(ctx context.Context, id string) (_ sandpit.Sandbox
 
 // stopLocked is StopSandbox under the sandbox's lock.
 func (s *Service) stopLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit.Sandbox, error) {
+	return s.stopLockedFor(ctx, sb, "")
+}
+
+// stopLockedFor is stopLocked recording why the sandbox stopped ("" for a
+// stop on request).
+func (s *Service) stopLockedFor(ctx context.Context, sb sandpit.Sandbox, reason string) (sandpit.Sandbox, error) {
 	id := sb.ID
 	switch sb.State {
 	case sandpit.StateStopped:
@@ -406,7 +412,7 @@ func (s *Service) stopLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit.S
 		return sb, runtimeErr("stop container", err)
 	}
 	s.removeFirewall(ctx, id)
-	after, err := s.transition(ctx, change{typ: EventStopped, from: sb, state: sandpit.StateStopped, reread: true})
+	after, err := s.transition(ctx, change{typ: EventStopped, from: sb, state: sandpit.StateStopped, reason: reason, reread: true})
 	if err != nil || after.AutoDelete != 0 {
 		return after, err
 	}
@@ -423,10 +429,36 @@ func (s *Service) stopLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit.S
 // removed them failed before its container stopped.
 func (s *Service) restoreRoutes(ctx context.Context, id string) {
 	ctx = context.WithoutCancel(ctx)
-	if ip, err := s.sandboxIP(ctx, id); err != nil {
+	ip, err := s.sandboxIP(ctx, id)
+	switch {
+	case errors.Is(err, ErrPaused):
+		// A paused sandbox has no routes by design; they come back when it
+		// resumes.
+		s.log.Info("restore routes: sandbox is paused; its routes come back when it resumes", "sandbox", id)
+	case err != nil:
 		s.log.Error("restore routes", "sandbox", id, "err", err)
-	} else if err := s.installRoutes(ctx, id, ip); err != nil {
-		s.log.Error("restore routes", "sandbox", id, "err", err)
+	default:
+		if err := s.installRoutes(ctx, id, ip); err != nil {
+			s.log.Error("restore routes", "sandbox", id, "err", err)
+		}
+	}
+}
+
+// routesAfterUnpause installs the routes of a memory-paused sandbox that
+// was just unfrozen. Its row still says paused (the routes go in before the
+// row says running), so its address comes from the engine.
+func (s *Service) routesAfterUnpause(ctx context.Context, sb sandpit.Sandbox) {
+	ctx = context.WithoutCancel(ctx)
+	c, err := s.rt.Inspect(ctx, sb.ContainerID)
+	switch {
+	case err != nil:
+		s.log.Error("restore routes after resume", "sandbox", sb.ID, "err", err)
+	case c.IP == "":
+		s.log.Error("restore routes after resume: the container has no address", "sandbox", sb.ID)
+	default:
+		if err := s.installRoutes(ctx, sb.ID, c.IP); err != nil {
+			s.log.Error("restore routes after resume", "sandbox", sb.ID, "err", err)
+		}
 	}
 }
 
@@ -503,7 +535,14 @@ func (s *Service) pauseLocked(ctx context.Context, sb sandpit.Sandbox, mode sand
 	}
 	s.removeRoutes(ctx, id)
 	if mode == sandpit.PauseMemory {
+		// The frozen container keeps its address (and its kernels), but
+		// no call may reach it from now on: one sent there would wait for
+		// as long as the sandbox stays paused. Calls meanwhile are told the
+		// sandbox is going away, and then that it is paused.
+		leave := s.leave(id)
+		defer leave()
 		if err := s.rt.Pause(ctx, sb.ContainerID); err != nil {
+			leave()
 			s.restoreRoutes(ctx, id)
 			return sb, runtimeErr("pause", err)
 		}
@@ -573,7 +612,7 @@ func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit
 	// the row says running: a preview request that sees it running goes
 	// straight to the router without waiting for this resume, and must
 	// find its route.
-	s.restoreRoutes(ctx, sb.ID)
+	s.routesAfterUnpause(ctx, sb)
 	after, err := s.transition(ctx, change{typ: EventResumed, from: sb, state: sandpit.StateRunning, reread: true})
 	if err != nil && !errors.Is(err, errReread) {
 		s.removeRoutes(context.WithoutCancel(ctx), sb.ID)
@@ -675,6 +714,10 @@ func (s *Service) Stats(ctx context.Context, id string) (driver.Stats, error) {
 	st, err := s.rt.Stats(ctx, sb.ContainerID)
 	if err != nil {
 		return st, runtimeErr("stats", err)
+	}
+	if st.DiskTotal == 0 && s.cfg.DiskWatchMB > 0 {
+		// The watcher's limit is the one in force.
+		st.DiskTotal = s.cfg.DiskWatchMB << 20
 	}
 	return st, nil
 }

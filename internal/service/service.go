@@ -35,14 +35,19 @@ import (
 // Sentinel errors of the service layer. The API maps them (and the store's) to
 // HTTP statuses in one place: internal/api.
 var (
-	ErrInvalid          = errors.New("invalid request")
-	ErrUnknownImage     = errors.New("unknown image")
-	ErrUnknownTemplate  = errors.New("unknown template")
-	ErrNotRunning       = errors.New("sandbox is not running")
-	ErrProtocolConflict = errors.New("port already exposed with another protocol")
-	ErrAgentUnhealthy   = errors.New("sandbox agent did not become healthy")
-	ErrRuntime          = errors.New("container runtime failed")
-	ErrRouter           = errors.New("router failed")
+	ErrInvalid         = errors.New("invalid request")
+	ErrUnknownImage    = errors.New("unknown image")
+	ErrUnknownTemplate = errors.New("unknown template")
+	ErrNotRunning      = errors.New("sandbox is not running")
+	// ErrPaused and ErrStopped: a call that needs a running sandbox met a
+	// paused or a stopped one. Both are ErrNotRunning as well, so a caller
+	// that only asks whether the sandbox runs need not tell them apart.
+	ErrPaused           error = &notRunningError{"sandbox is paused"}
+	ErrStopped          error = &notRunningError{"sandbox is stopped"}
+	ErrProtocolConflict       = errors.New("port already exposed with another protocol")
+	ErrAgentUnhealthy         = errors.New("sandbox agent did not become healthy")
+	ErrRuntime                = errors.New("container runtime failed")
+	ErrRouter                 = errors.New("router failed")
 	// ErrEngineTimeout: the container engine did not answer within the
 	// daemon's engine timeout.
 	ErrEngineTimeout = driver.ErrTimeout
@@ -55,6 +60,25 @@ var (
 	// interval being 0, the sandbox was deleted with it.
 	ErrDeletedOnStop = errors.New("sandbox deleted on stop")
 )
+
+// notRunningError is a kind of ErrNotRunning with a message of its own.
+type notRunningError struct{ msg string }
+
+func (e *notRunningError) Error() string        { return e.msg }
+func (e *notRunningError) Is(target error) bool { return target == ErrNotRunning }
+
+// NotRunning is the error of a call that needs a running sandbox and found
+// sb in another state: ErrPaused and ErrStopped say what to do about it, any
+// other state is plain ErrNotRunning.
+func NotRunning(sb sandpit.Sandbox) error {
+	switch sb.State {
+	case sandpit.StatePaused:
+		return fmt.Errorf("%w: resume %s first", ErrPaused, sb.ID)
+	case sandpit.StateStopped:
+		return fmt.Errorf("%w: start %s first", ErrStopped, sb.ID)
+	}
+	return fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, sb.ID, sb.State)
+}
 
 // Config is the service's configuration. Zero values take the defaults noted.
 type Config struct {
@@ -83,6 +107,10 @@ type Config struct {
 	// DiskMB limits each sandbox's writable layer when the engine can
 	// enforce it (DiskQuota reports so); 0 means no limit.
 	DiskMB int64
+	// DiskWatchMB is the disk limit the watcher enforces where the engine
+	// cannot (DiskMB is then 0): a running sandbox whose writable layer
+	// passes it is stopped with ReasonDiskLimit. 0 means no watcher.
+	DiskWatchMB int64
 	// MaxSandboxes caps how many sandboxes the daemon holds (any state);
 	// a create beyond it fails with sandpit.ErrQuotaExceeded. 0 = no cap.
 	MaxSandboxes int
@@ -464,20 +492,20 @@ func (s *Service) sandboxIP(ctx context.Context, id string) (string, error) {
 	if leaving {
 		return "", fmt.Errorf("%w: sandbox %s is going away", ErrNotRunning, id)
 	}
-	if ok {
+	// A frozen container keeps its address, but a call sent there would
+	// wait for as long as the sandbox stays paused: a paused row is
+	// answered from its state instead (the check is in memory).
+	if ok && !s.store.SandboxPaused(id) {
 		return ip, nil
 	}
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
 		return "", err
 	}
-	// A memory-paused container keeps its address (the daemon remembers it
-	// across the pause), and its resume installs its routes towards it
-	// before the row says running. A daemon restarted meanwhile has
-	// forgotten the address: it is read from the engine as for a running
-	// sandbox, or that resume would leave the sandbox without routes.
-	if sb.State != sandpit.StateRunning && (sb.State != sandpit.StatePaused || sb.PauseMode == sandpit.PauseFilesystem) {
-		return "", fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
+	// A paused sandbox's resume reads its address from the engine itself
+	// (routesAfterUnpause), so a call here needs a running sandbox.
+	if sb.State != sandpit.StateRunning {
+		return "", NotRunning(sb)
 	}
 	c, err := s.rt.Inspect(ctx, sb.ContainerID)
 	if err != nil {
@@ -579,6 +607,13 @@ func (s *Service) AgentTarget(ctx context.Context, id string) (addr, token strin
 	sb, err := s.sandbox(ctx, id)
 	if err != nil {
 		return "", "", err
+	}
+	if sb.State == sandpit.StatePaused && sb.AutoResume {
+		// A sandbox made to wake on traffic wakes for a call too, which
+		// waits for the resume; one without answers ErrPaused at once.
+		if _, err := s.WakeOnTraffic(ctx, id); err != nil {
+			return "", "", err
+		}
 	}
 	addr, err = s.AgentAddr(ctx, id)
 	if err != nil {

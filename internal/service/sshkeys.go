@@ -126,32 +126,49 @@ func (s *Service) DeleteSSHKey(ctx context.Context, ref string) (err error) {
 	if err != nil {
 		return err
 	}
-	s.sessions.end(sshSessionPrefix+k.Fingerprint, ErrSSHKeyRemoved, false)
+	s.sessions.end(sshKeySession(k.Owner, k.Fingerprint), ErrSSHKeyRemoved, false)
 	return nil
 }
 
-// SSHKeyPrincipal is who an SSH login with the public key acts as: the
-// key's owner, with the rights of a sandboxes:write token on that owner's
-// sandboxes only (never an admin's, even for a key the admin registered).
-// A key nobody registered is ErrUnauthorized.
-func (s *Service) SSHKeyPrincipal(ctx context.Context, pk ssh.PublicKey) (sandpit.Principal, error) {
+// SSHKeyPrincipals are who an SSH login with the public key may act as:
+// each owner who registered the key, with the rights of a sandboxes:write
+// token on that owner's sandboxes only (never an admin's, even for a key
+// the admin registered). The login's sandbox decides which of them it is;
+// the key is accepted only for its owners' sandboxes. A key nobody
+// registered is ErrUnauthorized.
+func (s *Service) SSHKeyPrincipals(ctx context.Context, pk ssh.PublicKey) ([]sandpit.Principal, error) {
 	fp := ssh.FingerprintSHA256(pk)
-	k, err := s.store.GetSSHKey(ctx, fp)
-	if errors.Is(err, sandpit.ErrNotFound) {
-		return sandpit.Principal{}, fmt.Errorf("%w: unknown SSH key %s", ErrUnauthorized, fp)
-	}
+	keys, err := s.store.SSHKeysByFingerprint(ctx, fp)
 	if err != nil {
-		return sandpit.Principal{}, err
+		return nil, err
 	}
-	if err := s.store.TouchSSHKey(ctx, fp, s.now(), time.Minute); err != nil {
-		s.log.Warn("record ssh key use", "fingerprint", fp, "err", err)
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%w: unknown SSH key %s", ErrUnauthorized, fp)
 	}
-	return sandpit.Principal{
-		TokenName:   "ssh-key:" + k.Name,
-		Owner:       k.Owner,
-		Scopes:      []string{sandpit.ScopeSandboxesWrite},
-		TokenPrefix: sshSessionPrefix + fp,
-	}, nil
+	out := make([]sandpit.Principal, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, sandpit.Principal{
+			TokenName:   "ssh-key:" + k.Name,
+			Owner:       k.Owner,
+			Scopes:      []string{sandpit.ScopeSandboxesWrite},
+			TokenPrefix: sshKeySession(k.Owner, fp),
+		})
+	}
+	return out, nil
+}
+
+// sshKeySession names the sessions of logins with one owner's registration
+// of a key: removing it ends those, not another owner's with the same key.
+func sshKeySession(owner, fingerprint string) string {
+	return sshSessionPrefix + owner + " " + fingerprint
+}
+
+// SSHKeyUsed records a login with the owner's key (at most once a minute).
+func (s *Service) SSHKeyUsed(ctx context.Context, owner string, pk ssh.PublicKey) {
+	fp := ssh.FingerprintSHA256(pk)
+	if err := s.store.TouchSSHKey(ctx, owner, fp, s.now(), time.Minute); err != nil {
+		s.log.Warn("record ssh key use", "fingerprint", fp, "owner", owner, "err", err)
+	}
 }
 
 // ResolveSandbox finds the caller's sandbox by its id, its name or a

@@ -33,7 +33,8 @@ import (
 // Backend is what the SSH endpoint needs of the service layer;
 // *service.Service implements it.
 type Backend interface {
-	SSHKeyPrincipal(ctx context.Context, pk ssh.PublicKey) (sandpit.Principal, error)
+	SSHKeyPrincipals(ctx context.Context, pk ssh.PublicKey) ([]sandpit.Principal, error)
+	SSHKeyUsed(ctx context.Context, owner string, pk ssh.PublicKey)
 	SSHTokenPrincipal(ctx context.Context, token string) (sandpit.Principal, string, error)
 	ResolveSandbox(ctx context.Context, ref string) (sandpit.Sandbox, error)
 	OpenSession(ctx context.Context) (context.Context, func(), error)
@@ -80,6 +81,7 @@ type Server struct {
 // the login to the connection.
 const (
 	extKey     = "sandpit-key"     // the public key, in wire form
+	extOwner   = "sandpit-owner"   // whose registration of the key admitted the login
 	extToken   = "sandpit-token"   // or the SSH access token
 	extSandbox = "sandpit-sandbox" // the resolved sandbox's id
 )
@@ -114,24 +116,42 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// authenticate accepts a registered key whose owner has the sandbox the
-// user name names. A key nobody registered, and a sandbox the key's owner
-// does not have (another owner's included: it is never said to exist), are
-// refused the same way, as OpenSSH refuses a wrong key.
+// authenticate accepts a registered key if the sandbox the user name names
+// is one of the key's owners' (several owners may register one public key;
+// each registration opens only its owner's sandboxes). A key nobody
+// registered, a sandbox none of its owners has (another owner's included:
+// it is never said to exist), and a name that two of its owners' sandboxes
+// answer to, are refused the same way, as OpenSSH refuses a wrong key.
 func (s *Server) authenticate(meta ssh.ConnMetadata, pk ssh.PublicKey) (*ssh.Permissions, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	p, err := s.be.SSHKeyPrincipal(ctx, pk)
+	ps, err := s.be.SSHKeyPrincipals(ctx, pk)
 	if err != nil {
 		s.log.Info("ssh: key refused", "remote", meta.RemoteAddr().String(), "user", meta.User(), "fingerprint", ssh.FingerprintSHA256(pk), "err", err)
 		return nil, errors.New("key refused")
 	}
-	sb, err := s.be.ResolveSandbox(sandpit.WithPrincipal(ctx, p), meta.User())
-	if err != nil {
-		s.log.Info("ssh: no such sandbox for the key's owner", "remote", meta.RemoteAddr().String(), "user", meta.User(), "owner", p.Owner, "err", err)
+	var (
+		owner string
+		sb    sandpit.Sandbox
+		found int
+	)
+	for _, p := range ps {
+		got, err := s.be.ResolveSandbox(sandpit.WithPrincipal(ctx, p), meta.User())
+		if err == nil {
+			owner, sb, found = p.Owner, got, found+1
+		}
+	}
+	switch found {
+	case 0:
+		s.log.Info("ssh: no such sandbox for the key's owners", "remote", meta.RemoteAddr().String(), "user", meta.User(), "owners", len(ps))
+		return nil, errors.New("key refused")
+	case 1:
+	default:
+		s.log.Info("ssh: the user name names sandboxes of several of the key's owners; use the sandbox id", "remote", meta.RemoteAddr().String(), "user", meta.User())
 		return nil, errors.New("key refused")
 	}
-	return &ssh.Permissions{Extensions: map[string]string{extKey: string(pk.Marshal()), extSandbox: sb.ID}}, nil
+	s.be.SSHKeyUsed(ctx, owner, pk)
+	return &ssh.Permissions{Extensions: map[string]string{extKey: string(pk.Marshal()), extOwner: owner, extSandbox: sb.ID}}, nil
 }
 
 // tokenAsUser accepts a user name that is a live SSH access token.
@@ -182,7 +202,16 @@ func (s *Server) principal(perms *ssh.Permissions) (sandpit.Principal, error) {
 	if err != nil {
 		return sandpit.Principal{}, err
 	}
-	return s.be.SSHKeyPrincipal(s.ctx, pk)
+	ps, err := s.be.SSHKeyPrincipals(s.ctx, pk)
+	if err != nil {
+		return sandpit.Principal{}, err
+	}
+	for _, p := range ps {
+		if p.Owner == perms.Extensions[extOwner] {
+			return p, nil
+		}
+	}
+	return sandpit.Principal{}, errors.New("the key was removed")
 }
 
 // Serve accepts connections on ln until Close.

@@ -31,12 +31,14 @@ type fake struct {
 
 var errNope = errors.New("not found")
 
-func (f *fake) SSHKeyPrincipal(_ context.Context, pk ssh.PublicKey) (sandpit.Principal, error) {
+func (f *fake) SSHKeyPrincipals(_ context.Context, pk ssh.PublicKey) ([]sandpit.Principal, error) {
 	if !bytes.Equal(pk.Marshal(), f.key.Marshal()) {
-		return sandpit.Principal{}, errNope
+		return nil, errNope
 	}
-	return sandpit.Principal{Owner: "alice", Scopes: []string{sandpit.ScopeSandboxesWrite}}, nil
+	return []sandpit.Principal{{Owner: "alice", Scopes: []string{sandpit.ScopeSandboxesWrite}}}, nil
 }
+
+func (f *fake) SSHKeyUsed(context.Context, string, ssh.PublicKey) {}
 
 func (f *fake) SSHTokenPrincipal(context.Context, string) (sandpit.Principal, string, error) {
 	return sandpit.Principal{}, "", errNope

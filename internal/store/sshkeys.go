@@ -12,11 +12,12 @@ import (
 
 const sshKeyColumns = `fingerprint, owner, name, key_type, public_key, created_at, last_used_at`
 
-// AddSSHKey stores k unless its fingerprint is registered already. The
-// primary key decides, not a lookup that could race: the same owner's key
-// again returns the row it has with AlreadyBound (whatever name the retry
-// gave), another owner's is ErrSSHKeyTaken, and a name the owner gave
-// another key is ErrNameConflict.
+// AddSSHKey stores k unless its owner registered its fingerprint already.
+// The primary key (owner, fingerprint) decides, not a lookup that could
+// race: the owner's key again returns the row it has with AlreadyBound
+// (whatever name the retry gave), and a name the owner gave another key is
+// ErrNameConflict. Other owners' registrations of the same key are theirs:
+// a key is only ever accepted for its owner's sandboxes.
 func (s *Store) AddSSHKey(ctx context.Context, k sandpit.SSHKey, now time.Time) (sandpit.SSHKey, sandpit.AddOutcome, error) {
 	if k.Fingerprint == "" || k.Owner == "" || k.Name == "" || k.PublicKey == "" {
 		return sandpit.SSHKey{}, 0, errors.New("add ssh key: fingerprint, owner, name and key must not be empty")
@@ -25,15 +26,13 @@ func (s *Store) AddSSHKey(ctx context.Context, k sandpit.SSHKey, now time.Time) 
 		k.Fingerprint, k.Owner, k.Name, k.Type, k.PublicKey, toNanos(clock(now)))
 	switch {
 	case err == nil:
-		got, err := s.GetSSHKey(ctx, k.Fingerprint)
+		got, err := s.GetSSHKey(ctx, k.Owner, k.Fingerprint)
 		return got, sandpit.Added, err
 	case isPrimaryKeyViolation(err) || isUniqueViolation(err):
-		got, gerr := s.GetSSHKey(ctx, k.Fingerprint)
+		got, gerr := s.GetSSHKey(ctx, k.Owner, k.Fingerprint)
 		switch {
-		case gerr == nil && got.Owner == k.Owner:
-			return got, sandpit.AlreadyBound, nil
 		case gerr == nil:
-			return sandpit.SSHKey{}, 0, fmt.Errorf("add ssh key %s: %w", k.Fingerprint, sandpit.ErrSSHKeyTaken)
+			return got, sandpit.AlreadyBound, nil
 		case errors.Is(gerr, sandpit.ErrNotFound):
 			return sandpit.SSHKey{}, 0, fmt.Errorf("add ssh key: the name %q is another key's: %w", k.Name, sandpit.ErrNameConflict)
 		default:
@@ -44,10 +43,9 @@ func (s *Store) AddSSHKey(ctx context.Context, k sandpit.SSHKey, now time.Time) 
 	}
 }
 
-// GetSSHKey returns the key with the fingerprint, whoever owns it, or
-// ErrNotFound.
-func (s *Store) GetSSHKey(ctx context.Context, fingerprint string) (sandpit.SSHKey, error) {
-	k, err := scanSSHKey(s.db.QueryRowContext(ctx, `SELECT `+sshKeyColumns+` FROM ssh_keys WHERE fingerprint = ?`, fingerprint))
+// GetSSHKey returns the owner's key with the fingerprint, or ErrNotFound.
+func (s *Store) GetSSHKey(ctx context.Context, owner, fingerprint string) (sandpit.SSHKey, error) {
+	k, err := scanSSHKey(s.db.QueryRowContext(ctx, `SELECT `+sshKeyColumns+` FROM ssh_keys WHERE owner = ? AND fingerprint = ?`, owner, fingerprint))
 	if errors.Is(err, sql.ErrNoRows) {
 		return sandpit.SSHKey{}, fmt.Errorf("get ssh key %s: %w", fingerprint, sandpit.ErrNotFound)
 	}
@@ -55,6 +53,13 @@ func (s *Store) GetSSHKey(ctx context.Context, fingerprint string) (sandpit.SSHK
 		return sandpit.SSHKey{}, fmt.Errorf("get ssh key %s: %w", fingerprint, err)
 	}
 	return k, nil
+}
+
+// SSHKeysByFingerprint returns every owner's registration of the key with
+// the fingerprint, oldest first (none is an empty list).
+func (s *Store) SSHKeysByFingerprint(ctx context.Context, fingerprint string) ([]sandpit.SSHKey, error) {
+	return queryAll(ctx, s.db, "ssh keys by fingerprint", scanSSHKey,
+		`SELECT `+sshKeyColumns+` FROM ssh_keys WHERE fingerprint = ? ORDER BY created_at, owner`, fingerprint)
 }
 
 // ListSSHKeys returns the owner's keys ("" = every owner's), oldest first.
@@ -100,12 +105,13 @@ func (s *Store) DeleteSSHKey(ctx context.Context, owner, ref string) (sandpit.SS
 	switch {
 	case len(found) == 0:
 		return sandpit.SSHKey{}, fmt.Errorf("delete ssh key %q: %w", ref, sandpit.ErrNotFound)
-	case len(found) > 1 && found[0].Fingerprint != ref:
-		// Only an admin deleting by a name two owners use gets here.
-		return sandpit.SSHKey{}, fmt.Errorf("delete ssh key: the name %q names keys of several owners, use the fingerprint: %w", ref, sandpit.ErrNameConflict)
+	case len(found) > 1 && (found[0].Fingerprint != ref || found[1].Fingerprint == ref):
+		// Only an admin deleting by a name, or a key, that two owners
+		// registered gets here.
+		return sandpit.SSHKey{}, fmt.Errorf("delete ssh key: %q names keys of several owners: %w", ref, sandpit.ErrNameConflict)
 	}
 	k := found[0]
-	if _, err := tx.ExecContext(ctx, `DELETE FROM ssh_keys WHERE fingerprint = ?`, k.Fingerprint); err != nil {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM ssh_keys WHERE owner = ? AND fingerprint = ?`, k.Owner, k.Fingerprint); err != nil {
 		return sandpit.SSHKey{}, fmt.Errorf("delete ssh key %q: %w", ref, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -114,12 +120,12 @@ func (s *Store) DeleteSSHKey(ctx context.Context, owner, ref string) (sandpit.SS
 	return k, nil
 }
 
-// TouchSSHKey records a login with the key, at most once per every.
-func (s *Store) TouchSSHKey(ctx context.Context, fingerprint string, now time.Time, every time.Duration) error {
+// TouchSSHKey records a login with the owner's key, at most once per every.
+func (s *Store) TouchSSHKey(ctx context.Context, owner, fingerprint string, now time.Time, every time.Duration) error {
 	now = clock(now)
 	_, err := s.db.ExecContext(ctx, `UPDATE ssh_keys SET last_used_at = ?
-		WHERE fingerprint = ? AND (last_used_at IS NULL OR last_used_at < ?)`,
-		toNanos(now), fingerprint, toNanos(now.Add(-every)))
+		WHERE owner = ? AND fingerprint = ? AND (last_used_at IS NULL OR last_used_at < ?)`,
+		toNanos(now), owner, fingerprint, toNanos(now.Add(-every)))
 	if err != nil {
 		return fmt.Errorf("touch ssh key: %w", err)
 	}

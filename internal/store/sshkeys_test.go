@@ -32,9 +32,13 @@ func TestAddSSHKeyOutcomes(t *testing.T) {
 	}{
 		{"the same key again", sshKey("SHA256:a", "alice", "laptop"), sandpit.AlreadyBound, nil},
 		{"the same key under another name", sshKey("SHA256:a", "alice", "desktop"), sandpit.AlreadyBound, nil},
-		{"the same key for another owner", sshKey("SHA256:a", "bob", "laptop"), 0, sandpit.ErrSSHKeyTaken},
 		{"another key under a taken name", sshKey("SHA256:b", "alice", "laptop"), 0, sandpit.ErrNameConflict},
 		{"another owner's key of that name", sshKey("SHA256:c", "bob", "laptop"), sandpit.Added, nil},
+		// A public key is public: another owner may register it too, and
+		// has a row of their own (a login is accepted only for the
+		// sandboxes of the owner whose row admits it).
+		{"the same key for another owner", sshKey("SHA256:a", "carol", "laptop"), sandpit.Added, nil},
+		{"the same key for that owner again", sshKey("SHA256:a", "carol", "other"), sandpit.AlreadyBound, nil},
 	} {
 		k, out, err := s.AddSSHKey(ctx, c.key, time.Time{})
 		if out != c.outcome || !errors.Is(err, c.err) || (err == nil && k.Owner != c.key.Owner) {
@@ -43,6 +47,17 @@ func TestAddSSHKeyOutcomes(t *testing.T) {
 	}
 	if ks, err := s.ListSSHKeys(ctx, "alice"); err != nil || len(ks) != 1 || ks[0].Name != "laptop" {
 		t.Fatalf("alice's keys: %+v %v", ks, err)
+	}
+	if ks, err := s.SSHKeysByFingerprint(ctx, "SHA256:a"); err != nil || len(ks) != 2 || ks[0].Owner != "alice" || ks[1].Owner != "carol" {
+		t.Fatalf("registrations of SHA256:a: %+v %v", ks, err)
+	}
+	// An admin's delete by a fingerprint two owners registered names
+	// neither; carol's own delete removes her row only.
+	if _, err := s.DeleteSSHKey(ctx, "", "SHA256:a"); !errors.Is(err, sandpit.ErrNameConflict) {
+		t.Fatalf("admin delete of a key two owners registered: %v", err)
+	}
+	if k, err := s.DeleteSSHKey(ctx, "carol", "SHA256:a"); err != nil || k.Owner != "carol" {
+		t.Fatalf("carol's delete: %+v %v", k, err)
 	}
 	// Removal is per owner: bob cannot remove alice's key by name or
 	// fingerprint.

@@ -44,6 +44,7 @@ func (EngineDown) Update(context.Context, string, float64, int64) error { return
 func (EngineDown) Stats(context.Context, string) (driver.Stats, error) {
 	return driver.Stats{}, ErrEngineDown
 }
+func (EngineDown) DiskUsage(context.Context, string) (int64, error) { return 0, ErrEngineDown }
 func (EngineDown) Events(ctx context.Context, _ map[string]string) (<-chan driver.Event, <-chan error) {
 	errs := make(chan error, 1)
 	errs <- ErrEngineDown

@@ -690,6 +690,19 @@ func (d *Docker) Stats(ctx context.Context, containerID string) (driver.Stats, e
 	return out, nil
 }
 
+// DiskUsage is the size of the container's writable layer (the engine
+// walks it, so it costs about as much as the files it holds).
+func (d *Docker) DiskUsage(ctx context.Context, containerID string) (int64, error) {
+	info, _, err := d.cli.ContainerInspectWithRaw(ctx, containerID, true)
+	if err != nil {
+		return 0, d.wrap("disk usage", containerID, err)
+	}
+	if info.SizeRw == nil {
+		return 0, nil
+	}
+	return *info.SizeRw, nil
+}
+
 func clampInt64(v uint64) int64 {
 	if v > math.MaxInt64 {
 		return math.MaxInt64

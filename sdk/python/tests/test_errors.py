@@ -18,6 +18,7 @@ from sandpit import (
     NotFoundError,
     RateLimitedError,
     RetryPolicy,
+    SandboxStoppedError,
     SandpitError,
     SandpitTimeoutError,
 )
@@ -129,9 +130,9 @@ class Errors(unittest.TestCase):
         sb.stop()
         stopped: list[Callable[[], object]] = [lambda: sb.exec("true"), lambda: sb.exec_stream("true"), lambda: sb.files.list("/")]
         for call in stopped:
-            with self.assertRaises(ConflictError) as nr:
+            with self.assertRaises(SandboxStoppedError) as nr:
                 call()
-            self.assertEqual((nr.exception.status, nr.exception.code), (409, "not_running"))
+            self.assertEqual((nr.exception.status, nr.exception.code), (409, "sandbox_stopped"))
 
 
 class Limits(unittest.TestCase):

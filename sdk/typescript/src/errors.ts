@@ -31,6 +31,12 @@ export class NameConflictError extends SandpitError {}
 /** 409 `hostname_conflict`: the custom domain is bound to another sandbox. */
 export class HostnameConflictError extends SandpitError {}
 
+/** 409 `sandbox_paused`: the call needs a running sandbox and this one is paused; resume it. */
+export class SandboxPausedError extends SandpitError {}
+
+/** 409 `sandbox_stopped`: the call needs a running sandbox and this one is stopped; start it. */
+export class SandboxStoppedError extends SandpitError {}
+
 /** 503 `port_pool_exhausted`: no host port is left for a TCP exposure. Not retried: no retry cures it. */
 export class PortPoolExhaustedError extends SandpitError {}
 
@@ -61,6 +67,10 @@ export function errorFor(status: number, code: string, message: string): Sandpit
       return new NameConflictError(message, init);
     case 'hostname_conflict':
       return new HostnameConflictError(message, init);
+    case 'sandbox_paused':
+      return new SandboxPausedError(message, init);
+    case 'sandbox_stopped':
+      return new SandboxStoppedError(message, init);
     case 'port_pool_exhausted':
       return new PortPoolExhaustedError(message, init);
     case 'idempotency_key_mismatch':

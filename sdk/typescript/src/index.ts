@@ -39,6 +39,8 @@ export {
   SandpitError,
   NameConflictError,
   HostnameConflictError,
+  SandboxPausedError,
+  SandboxStoppedError,
   PortPoolExhaustedError,
   IdempotencyKeyMismatchError,
   NotFoundError,

@@ -2,7 +2,7 @@ import { Code, ConnectError } from '@connectrpc/connect';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 
 import { agentClients, fromConnect, type AgentClients } from './agent.js';
-import { NetworkError, SandpitError } from './errors.js';
+import { NetworkError, SandboxPausedError, SandboxStoppedError, SandpitError } from './errors.js';
 import { FileType, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
 import { ndjsonLines, parseError, sleep, type HttpClient, type MutationOptions } from './http.js';
 import type { Template } from './templates.js';
@@ -155,9 +155,15 @@ export class Sandbox implements SandboxInfo {
   /** #diagnose throws the REST API's typed error when the sandbox is missing or not running. */
   async #diagnose(): Promise<void> {
     await this.refresh();
-    if (this.state !== 'running') {
-      throw new SandpitError(`sandbox ${this.id} is ${this.state}, not running`, { status: 409, code: 'not_running' });
+    switch (this.state) {
+      case 'running':
+        return;
+      case 'paused':
+        throw new SandboxPausedError(`sandbox ${this.id} is paused: resume it first`, { status: 409, code: 'sandbox_paused' });
+      case 'stopped':
+        throw new SandboxStoppedError(`sandbox ${this.id} is stopped: start it first`, { status: 409, code: 'sandbox_stopped' });
     }
+    throw new SandpitError(`sandbox ${this.id} is ${this.state}, not running`, { status: 409, code: 'not_running' });
   }
 
   /** Reloads the sandbox's fields. */

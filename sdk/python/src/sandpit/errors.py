@@ -90,6 +90,14 @@ class HostnameConflictError(ConflictError):
     """409 ``hostname_conflict``: the custom domain is bound to another sandbox."""
 
 
+class SandboxPausedError(ConflictError):
+    """409 ``sandbox_paused``: the call needs a running sandbox and this one is paused; resume it."""
+
+
+class SandboxStoppedError(ConflictError):
+    """409 ``sandbox_stopped``: the call needs a running sandbox and this one is stopped; start it."""
+
+
 class RateLimitedError(SandpitError):
     """429: too many requests (``rate_limited``) or an owner's quota reached (``quota_exceeded``).
 
@@ -127,6 +135,8 @@ def error_for(status: int, code: str, message: str, retry_after: float | None = 
     specific: dict[str, type[SandpitError]] = {
         "name_conflict": NameConflictError,
         "hostname_conflict": HostnameConflictError,
+        "sandbox_paused": SandboxPausedError,
+        "sandbox_stopped": SandboxStoppedError,
         "idempotency_key_mismatch": IdempotencyKeyMismatchError,
         "port_pool_exhausted": PortPoolExhaustedError,
         "timeout": SandpitTimeoutError,
