@@ -204,3 +204,75 @@ func TestSnapshotCommitAfterRecovery(t *testing.T) {
 		t.Fatalf("images after the retries: %v, want one", got)
 	}
 }
+
+// TestE2BTemplateRequestSurvivesRestart: E2B's template build request
+// (POST /v3/templates, before its steps arrive) is deduplicated by the
+// idempotency engine, not the facade's memory. A request whose build a
+// restart ended is not handed that dead build again: the same request
+// after the restart makes one new build, which its retry gets too; its
+// steps start it with the request's tag, and once it has started the next
+// identical request is a build of its own.
+func TestE2BTemplateRequestSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 3*time.Minute)
+	request := func() (tpl, build string) {
+		t.Helper()
+		a := raw(t, ctx, d, d.Token, http.MethodPost, "/e2b/v3/templates", `{"name": "restartable:v1", "cpuCount": 1, "memoryMB": 512}`, "X-API-Key", d.Token)
+		var out struct{ TemplateID, BuildID string }
+		if err := json.Unmarshal(a.Body, &out); err != nil || a.Status != http.StatusAccepted || out.BuildID == "" {
+			t.Fatalf("template request: %d %s", a.Status, a.Body)
+		}
+		return out.TemplateID, out.BuildID
+	}
+	tpl, dead := request()
+	if _, again := request(); again != dead {
+		t.Fatalf("a retry got build %s, want %s", again, dead)
+	}
+	// The retry was answered by the idempotency engine from the store.
+	m := raw(t, ctx, d, d.Token, http.MethodGet, "/metrics", "")
+	if !strings.Contains(string(m.Body), `sandpit_idempotency_outcomes_total{outcome="replay",scope="e2b:template-request"} 1`) {
+		t.Fatalf("no replay of the template request in the idempotency engine's metrics:\n%s", grepLines(string(m.Body), "sandpit_idempotency_outcomes_total"))
+	}
+	d.Stop()
+	if !d.Wait(30 * time.Second) {
+		t.Fatal("the daemon did not stop")
+	}
+	d.Restart(nil)
+	tpl2, first := request()
+	if tpl2 != tpl || first == dead {
+		t.Fatalf("after a restart the request got build %s of %s (the dead one is %s of %s)", first, tpl2, dead, tpl)
+	}
+	if _, again := request(); again != first {
+		t.Fatalf("a retry after the restart got build %s, want %s", again, first)
+	}
+	start := raw(t, ctx, d, d.Token, http.MethodPost, "/e2b/v2/templates/"+tpl+"/builds/"+first,
+		`{"fromImage": "`+testBase+`", "steps": [{"type": "RUN", "args": ["echo restartable"]}]}`, "X-API-Key", d.Token)
+	if start.Status != http.StatusAccepted {
+		t.Fatalf("start the build: %d %s", start.Status, start.Body)
+	}
+	if _, next := request(); next == first {
+		t.Fatal("a request after the build started got the started build")
+	}
+	if b := awaitBuild(t, ctx, d, tpl, first); b.State != "ready" {
+		t.Fatalf("the build: %s %s", b.State, b.Error)
+	}
+	var tp apitypes.Template
+	if err := json.Unmarshal(mustKeyed(t, ctx, d, http.MethodGet, "/v1/templates/"+tpl, "").Body, &tp); err != nil {
+		t.Fatal(err)
+	}
+	if tp.Tags["v1"] != first {
+		t.Fatalf("the build's tags: %v, want v1 at %s", tp.Tags, first)
+	}
+}
+
+// grepLines keeps the lines of text that contain substr.
+func grepLines(text, substr string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -160,6 +160,30 @@ func New(st ClaimStore, now func() time.Time, log *slog.Logger, m *metrics.Metri
 		held: map[claimKey]int{}, done: map[claimKey]*ending{}}
 }
 
+// Lookup returns the answer recorded for (scope, key) while it may still be
+// replayed; found is false when there is none (never made, pending,
+// forgotten or past its window). A surface uses it to read back what an
+// earlier request of its own recorded, from any process of the cluster.
+func (e *Engine) Lookup(ctx context.Context, scope, key string) (resp Response, found bool, err error) {
+	c, err := e.st.GetIdempotentRequest(ctx, scope, key)
+	switch {
+	case errors.Is(err, sandpit.ErrNotFound):
+		return Response{}, false, nil
+	case err != nil:
+		return Response{}, false, err
+	case c.State != "ready" || (!c.ReplayUntil.IsZero() && e.now().After(c.ReplayUntil)):
+		return Response{}, false, nil
+	}
+	return Response{Status: c.ResponseStatus, Body: c.ResponseBody, TargetID: c.TargetID}, true, nil
+}
+
+// Forget removes what is recorded for (scope, key): the next request of
+// that key is new work. A surface calls it when the work a recorded answer
+// describes has moved on (E2B's requested build has started).
+func (e *Engine) Forget(ctx context.Context, scope, key string) error {
+	return e.st.DeleteIdempotentRequest(ctx, scope, key)
+}
+
 // Poll bounds of a wait on a claim held by another process.
 const (
 	pollMin = 10 * time.Millisecond

@@ -1314,6 +1314,14 @@ func (s *Service) RecoverBuilds(ctx context.Context) error {
 		if err := s.store.FinishBuild(ctx, b.ID, sandpit.BuildError, "", reason, s.now()); err != nil {
 			return err
 		}
+		// A surface that recorded an answer naming this build (E2B's
+		// requested build, waiting for its steps) would hand the dead
+		// build to a retry: the answer goes, and the retry makes a new one.
+		if s.cfg.Cluster == nil {
+			if _, err := s.store.DeleteIdempotentRequestsFor(ctx, "", b.ID); err != nil {
+				s.log.Warn("forget the answers about an unfinished build", "build", b.ID, "err", err)
+			}
+		}
 		if t, err := s.store.GetTemplate(ctx, b.TemplateID); err == nil && t.Kind.Or() != sandpit.KindBuild {
 			s.recoverSnapshot(ctx, t, b)
 		} else if err == nil && b.ContentHash != "" {

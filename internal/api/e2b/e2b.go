@@ -134,10 +134,8 @@ type Handler struct {
 	// routes declares what each control-plane route does; see api.Routes.
 	routes *api.Routes
 	// tpl is the template core the Template API builds through (nil when
-	// the backend has none); tplState remembers requested builds and
-	// uploadKey signs their upload URLs.
+	// the backend has none); uploadKey signs its upload URLs.
 	tpl       TemplateBackend
-	tplState  *templatesState
 	uploadKey []byte
 }
 
@@ -180,7 +178,6 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 		cfg:       cfg,
 		log:       cfg.Logger.With("surface", "e2b"),
 		mux:       http.NewServeMux(),
-		tplState:  &templatesState{byBuild: map[string]*pendingBuild{}, byFP: map[string]*pendingBuild{}},
 		uploadKey: uploadKeyFrom(cfg.UploadKey),
 	}
 	h.tpl, _ = be.(TemplateBackend)

@@ -17,12 +17,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -69,38 +69,41 @@ const (
 
 // pendingBuild is a build requested through POST /v3/templates whose
 // steps have not arrived yet: what the request said that the steps do not.
+// It travels as the recorded answer of the request (JSON), so a retry of
+// the request, the steps' arrival and a status poll find it from any
+// process of the cluster, before and after a restart.
 type pendingBuild struct {
-	owner      string
-	fp         string
-	templateID string
-	buildID    string
-	tags       []string
-	names      []string
-	alias      string
-	cpu        float64
-	memoryMB   int64
-	at         time.Time
+	Key        string   `json:"key"` // the request's fingerprint, its idempotency key
+	TemplateID string   `json:"template_id"`
+	BuildID    string   `json:"build_id"`
+	Tags       []string `json:"tags"`
+	Names      []string `json:"names"`
+	Alias      string   `json:"alias"`
+	CPU        float64  `json:"cpu"`
+	MemoryMB   int64    `json:"memory_mb"`
 }
 
-// templatesState is the facade's memory of requested builds. A request
-// retried while its build still waits for its steps (the SDK's retry of a
-// lost answer, or two identical Template.build calls at once) gets the same
-// build, so a retry makes no second build.
-type templatesState struct {
-	mu      sync.Mutex
-	byBuild map[string]*pendingBuild
-	byFP    map[string]*pendingBuild
-}
+// Scopes of the template requests in the idempotency engine: a request by
+// its fingerprint (a retry of it, or two identical Template.build calls at
+// once, get one build), and what a requested build carries, by its id.
+const (
+	scopeTemplateRequest = "e2b:template-request"
+	scopeTemplatePending = "e2b:template-pending"
+)
 
-func (s *templatesState) expire(now time.Time) {
-	for id, p := range s.byBuild {
-		if now.Sub(p.at) > pendingLifetime {
-			delete(s.byBuild, id)
-			if s.byFP[p.fp] == p {
-				delete(s.byFP, p.fp)
-			}
-		}
+// pending reads back what the request of buildID said, or nil when no
+// request of the caller's recorded it (a build made otherwise, or one whose
+// record expired after pendingLifetime).
+func (h *Handler) pending(ctx context.Context, buildID string) *pendingBuild {
+	resp, found, err := h.idem.Lookup(ctx, service.OwnerScope(ctx, scopeTemplatePending), buildID)
+	if err != nil || !found {
+		return nil
 	}
+	var p pendingBuild
+	if json.Unmarshal(resp.Body, &p) != nil || p.BuildID != buildID {
+		return nil
+	}
+	return &p
 }
 
 // templateRoutes registers the Template API. A build runs the caller's
@@ -210,53 +213,59 @@ func (h *Handler) requestBuild(w http.ResponseWriter, r *http.Request) {
 		tags = []string{defaultTag}
 	}
 	ctx := r.Context()
-	owner := principalOwner(ctx)
 	sum := sha256.Sum256(raw)
-	fp := owner + "\x00" + hex.EncodeToString(sum[:])
-
-	h.tplState.mu.Lock()
-	h.tplState.expire(h.now())
-	if p := h.tplState.byFP[fp]; p != nil {
-		h.tplState.mu.Unlock()
-		api.WriteJSON(w, http.StatusAccepted, p.response())
+	key := hex.EncodeToString(sum[:])
+	// One request, one build: the fingerprint is the key of the request in
+	// the idempotency engine (store-backed, cluster-wide), so a retry, an
+	// identical request racing it, or one after a restart, gets the build
+	// the first made, until that build starts.
+	req := idempotency.Request{Scope: service.OwnerScope(ctx, scopeTemplateRequest), Key: key,
+		PendingTTL: h.cfg.PendingTTL, Wait: h.cfg.WaitBudget, ReplayTTL: pendingLifetime}
+	resp, _, err := h.idem.Do(ctx, req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
+		t, _, err := tb.EnsureTemplate(ctx, service.TemplateSpec{Name: name, CPU: float64(body.CPUCount), MemoryMB: body.MemoryMB})
+		if err != nil {
+			return idempotency.Response{}, err
+		}
+		b, err := tb.NewBuild(ctx, t.ID)
+		if err != nil {
+			return idempotency.Response{}, err
+		}
+		p := pendingBuild{Key: key, TemplateID: t.ID, BuildID: b.ID, Tags: tags, Alias: name, CPU: float64(body.CPUCount), MemoryMB: body.MemoryMB}
+		for _, tg := range tags {
+			p.Names = append(p.Names, name+":"+tg)
+		}
+		rec, _ := json.Marshal(p)
+		out := idempotency.Response{Status: http.StatusAccepted, Body: rec, TargetID: b.ID}
+		// What the build carries is recorded under its id as well, for
+		// its steps and its status, which name only the build.
+		byBuild := idempotency.Request{Scope: service.OwnerScope(ctx, scopeTemplatePending), Key: b.ID, PendingTTL: h.cfg.PendingTTL, ReplayTTL: pendingLifetime}
+		if _, _, err := h.idem.Do(ctx, byBuild, func(context.Context, *idempotency.Attempt) (idempotency.Response, error) {
+			return out, nil
+		}); err != nil {
+			return idempotency.Response{}, err
+		}
+		return out, nil
+	})
+	switch {
+	case errors.Is(err, idempotency.ErrKeyInFlight):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, "an identical template build request is still in progress; retry shortly")
 		return
-	}
-	h.tplState.mu.Unlock()
-
-	t, _, err := tb.EnsureTemplate(ctx, service.TemplateSpec{Name: name, CPU: float64(body.CPUCount), MemoryMB: body.MemoryMB})
-	if err != nil {
+	case err != nil:
 		failTemplate(w, err)
 		return
 	}
-	p := &pendingBuild{owner: owner, fp: fp, templateID: t.ID, tags: tags, alias: name,
-		cpu: float64(body.CPUCount), memoryMB: body.MemoryMB, at: h.now()}
-	for _, tg := range tags {
-		p.names = append(p.names, name+":"+tg)
-	}
-	// The build is made under the lock, so a duplicate arriving meanwhile
-	// finds it instead of making its own.
-	h.tplState.mu.Lock()
-	if q := h.tplState.byFP[fp]; q != nil {
-		h.tplState.mu.Unlock()
-		api.WriteJSON(w, http.StatusAccepted, q.response())
+	var p pendingBuild
+	if err := json.Unmarshal(resp.Body, &p); err != nil {
+		failTemplate(w, fmt.Errorf("read the recorded template request: %w", err))
 		return
 	}
-	b, err := tb.NewBuild(ctx, t.ID)
-	if err != nil {
-		h.tplState.mu.Unlock()
-		failTemplate(w, err)
-		return
-	}
-	p.buildID = b.ID
-	h.tplState.byFP[fp] = p
-	h.tplState.byBuild[b.ID] = p
-	h.tplState.mu.Unlock()
 	api.WriteJSON(w, http.StatusAccepted, p.response())
 }
 
 func (p *pendingBuild) response() RequestBuildResponse {
-	return RequestBuildResponse{TemplateID: p.templateID, BuildID: p.buildID, Names: p.names,
-		Aliases: []string{p.alias}, Tags: p.tags, Public: false}
+	return RequestBuildResponse{TemplateID: p.TemplateID, BuildID: p.BuildID, Names: p.Names,
+		Aliases: []string{p.Alias}, Tags: p.Tags, Public: false}
 }
 
 func contains(list []string, s string) bool {
@@ -467,11 +476,9 @@ func (h *Handler) startBuild(w http.ResponseWriter, r *http.Request) {
 			def.Workdir = baseTpl.Workdir
 		}
 	}
-	h.tplState.mu.Lock()
-	p := h.tplState.byBuild[b.ID]
-	h.tplState.mu.Unlock()
+	p := h.pending(ctx, b.ID)
 	if p != nil {
-		def.Tags, def.CPU, def.MemoryMB = p.tags, p.cpu, p.memoryMB
+		def.Tags, def.CPU, def.MemoryMB = p.Tags, p.CPU, p.MemoryMB
 	}
 	if _, err := tb.StartBuild(ctx, b.ID, def); err != nil {
 		failTemplate(w, err)
@@ -481,11 +488,9 @@ func (h *Handler) startBuild(w http.ResponseWriter, r *http.Request) {
 		// A started build is no longer a request a retry may land on: the
 		// next identical request is a new build (which joins or replays
 		// this one by content).
-		h.tplState.mu.Lock()
-		if h.tplState.byFP[p.fp] == p {
-			delete(h.tplState.byFP, p.fp)
+		if err := h.idem.Forget(ctx, service.OwnerScope(ctx, scopeTemplateRequest), p.Key); err != nil {
+			h.log.Warn("forget a started template request", "build", b.ID, "err", err)
 		}
-		h.tplState.mu.Unlock()
 	}
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(http.StatusAccepted)
@@ -666,20 +671,18 @@ func (h *Handler) buildStatus(w http.ResponseWriter, r *http.Request) {
 		// The tags are set just after the build is recorded ready; until
 		// then a create of name:tag would not find it, so it is not ready
 		// yet for the caller.
-		if tags, err := tb.TemplateTags(ctx, t.ID); err == nil && !tagged(ctx, tb, tags, b, h.buildTags(b.ID)) {
+		if tags, err := tb.TemplateTags(ctx, t.ID); err == nil && !tagged(ctx, tb, tags, b, h.buildTags(ctx, b.ID)) {
 			out.Status = string(sandpit.BuildBuilding)
 		}
 	}
 	api.WriteJSON(w, http.StatusOK, out)
 }
 
-// buildTags are the tags the build was requested with, when this process
-// still remembers the request.
-func (h *Handler) buildTags(buildID string) []string {
-	h.tplState.mu.Lock()
-	defer h.tplState.mu.Unlock()
-	if p := h.tplState.byBuild[buildID]; p != nil {
-		return p.tags
+// buildTags are the tags the build was requested with, while its request's
+// record lasts.
+func (h *Handler) buildTags(ctx context.Context, buildID string) []string {
+	if p := h.pending(ctx, buildID); p != nil {
+		return p.Tags
 	}
 	return nil
 }
