@@ -577,9 +577,18 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	started.State = sandpit.BuildBuilding
 	// A joining build is announced under the run's lock, so before the
 	// run's end (announced for every member) can be.
-	run, joined := s.joinOrReserve(key, b.ID, t.Owner, hash, memberTags{templateID: t.ID, tags: def.Tags},
+	run, outcome := s.joinOrReserve(key, b.ID, t.Owner, hash, memberTags{templateID: t.ID, tags: def.Tags},
 		func() { s.publishBuild(EventBuildStarted, t, started) })
-	if joined {
+	if outcome == runAlready {
+		// The same build was started by a request that raced this one
+		// (two identical E2B requests share one build): a retry with the
+		// same content changes nothing, another content is a conflict.
+		if run.hash != hash {
+			return sandpit.TemplateBuild{}, fmt.Errorf("build %s already started with another definition: %w", b.ID, sandpit.ErrBuildConflict)
+		}
+		return s.Build(ctx, b.ID)
+	}
+	if outcome == runJoined {
 		// The row stays waiting (the running one holds the template's one
 		// running slot) and reports the run's state.
 		if err := s.store.SetBuildDefinition(ctx, b, s.now()); err != nil {
@@ -610,12 +619,28 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	return s.Build(ctx, b.ID)
 }
 
+// runOutcome says what joinOrReserve did.
+type runOutcome int
+
+const (
+	// runReserved: a new run was reserved for the build, which starts it.
+	runReserved runOutcome = iota + 1
+	// runJoined: the build joined a running build of the same content.
+	runJoined
+	// runAlready: the build itself is already in a run of this process.
+	runAlready
+)
+
 // joinOrReserve joins the running build of key, or, when there is none,
 // reserves a run for build id that later duplicates join: the check and the
-// reservation are one step, so two identical requests never both start.
-func (s *Service) joinOrReserve(key, id, owner, hash string, tags memberTags, onJoin func()) (*buildRun, bool) {
+// reservation are one step, so two identical requests never both start,
+// and two starts of one build never both run it.
+func (s *Service) joinOrReserve(key, id, owner, hash string, tags memberTags, onJoin func()) (*buildRun, runOutcome) {
 	s.builds.mu.Lock()
 	defer s.builds.mu.Unlock()
+	if run := s.builds.byBuild[id]; run != nil {
+		return run, runAlready
+	}
 	if run := s.builds.byContent[key]; run != nil {
 		run.mu.Lock()
 		joinable := !run.state.Done()
@@ -634,7 +659,7 @@ func (s *Service) joinOrReserve(key, id, owner, hash string, tags memberTags, on
 		run.mu.Unlock()
 		if joinable {
 			s.builds.byBuild[id] = run
-			return run, true
+			return run, runJoined
 		}
 	}
 	run := &buildRun{owner: owner, hash: hash, done: make(chan struct{}), members: []string{id}, tags: map[string]memberTags{id: tags},
@@ -644,7 +669,7 @@ func (s *Service) joinOrReserve(key, id, owner, hash string, tags memberTags, on
 	}
 	s.builds.byContent[key] = run
 	s.builds.byBuild[id] = run
-	return run, false
+	return run, runReserved
 }
 
 // endRun ends a run and the build rows that joined it (except skip, whose
