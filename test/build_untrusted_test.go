@@ -214,12 +214,35 @@ func TestBuildStepsAreSandboxed(t *testing.T) {
 		// The shell gives up at the first fork the limit refuses; the
 		// sleeps it started are counted once they are gone.
 		"RUN (for i in $(seq 1 100); do sleep 30 & echo x >> /tmp/n; done) 2>/dev/null; kill -9 -1 2>/dev/null; sleep 1; echo SPAWNED=$(wc -l < /tmp/n)\n" +
-		"RUN " + probe + "\n"
+		"RUN " + probe + "\n" +
+		// The step names its pids cgroup and waits, so the test reads the
+		// limit the step runs under from the host, where the cgroup the
+		// limit sits on (the step's parent) is visible.
+		"RUN echo PIDS-CGROUP=$(grep -E ':pids:|^0::' /proc/self/cgroup | head -1 | cut -d: -f3) && sleep 8\n"
 	a := mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, apitypes.BuildTemplateRequest{Name: "limits", Dockerfile: df}))
 	if a.Status != http.StatusAccepted {
 		t.Fatalf("build: %d %s", a.Status, a.Body)
 	}
 	fb := decodeBuild(t, a)
+	pidsMax := ""
+	for pidsMax == "" && ctx.Err() == nil {
+		if m := regexp.MustCompile(`PIDS-CGROUP=(/\S+)`).FindStringSubmatch(buildLog(t, ctx, d, d.Token, "limits", fb.Build.ID)); m != nil {
+			// The limit is on the step's parent, the build's own cgroup:
+			// in the pids hierarchy (cgroup v1) or the unified one (v2).
+			parent := filepath.Dir(m[1])
+			data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", parent, "pids.max"))
+			if err != nil {
+				if data, err = os.ReadFile(filepath.Join("/sys/fs/cgroup", parent, "pids.max")); err != nil {
+					t.Fatalf("read the step's pids limit: %v", err)
+				}
+			}
+			pidsMax = strings.TrimSpace(string(data))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if pidsMax != "64" {
+		t.Errorf("the build step's cgroup allows %q processes, want the sandbox limit 64", pidsMax)
+	}
 	b := awaitBuild(t, ctx, d, "limits", fb.Build.ID)
 	log := buildLog(t, ctx, d, d.Token, "limits", fb.Build.ID)
 	if b.State != "ready" {
