@@ -224,9 +224,16 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 		err := acc.as(func() error {
 			defer func() { _ = os.Remove(tmp) }()
 			defer func() { _ = f.Close() }()
-			if copyErr != nil {
+			// A failed upload leaves nothing: the temporary goes before the
+			// directories the upload made, which are empty only then.
+			fail := func(err error) error {
+				_ = f.Close()
+				_ = os.Remove(tmp)
 				removeDirs(madeDir)
-				return copyErr
+				return err
+			}
+			if copyErr != nil {
+				return fail(copyErr)
 			}
 			// The whole body is here: copy it into the destination, which
 			// keeps its inode, mode and owner as with shell redirection.
@@ -234,13 +241,11 @@ func (a *agent) writeOne(r *http.Request, dest string, src io.Reader, md map[str
 			// truncated before it, so that a rewrite is one modification
 			// (one WRITE event) where the copy is one write.
 			if _, err := f.Seek(0, io.SeekStart); err != nil {
-				removeDirs(madeDir)
-				return err
+				return fail(err)
 			}
 			out, err := openTarget(0)
 			if err != nil {
-				removeDirs(madeDir)
-				return err
+				return fail(err)
 			}
 			n, err := io.Copy(out, f)
 			if err == nil {
