@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // TestPythonSDKInstallsOffline: the Python SDK installs with pip into a
@@ -15,6 +17,9 @@ import (
 func TestPythonSDKInstallsOffline(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
+		if testenv.InCI() {
+			t.Fatal("no python3 on PATH: .ci/run installs it")
+		}
 		t.Skip("no python3 on PATH")
 	}
 	t.Parallel()

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 // TestCheckStatic: a program built with cgo (what a plain go build does on
@@ -13,6 +15,9 @@ import (
 // program built with CGO_ENABLED=0 static.
 func TestCheckStatic(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
+		if testenv.InCI() {
+			t.Fatal("no gcc: .ci/run installs it")
+		}
 		t.Skip("no gcc: cgo builds are not possible here")
 	}
 	dir := t.TempDir()
