@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -83,7 +85,8 @@ func TestBuildCrashLeavesNothing(t *testing.T) {
 		name, point, step string
 	}{
 		{"between image and row", "after-image-build", "RUN echo image-then-die"},
-		{"during the build", "", "RUN echo slow-step-started && sleep 30"},
+		// The step names its pids cgroup, whose parent is the build's.
+		{"during the build", "", "RUN echo slow-step-started $(grep -E ':pids:|^0::' /proc/self/cgroup | head -1 | cut -d: -f3) && sleep 30"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,9 +102,15 @@ func TestBuildCrashLeavesNothing(t *testing.T) {
 			if err != nil || a.Status != http.StatusAccepted {
 				t.Fatalf("keyed build: %v %d %s", err, a.Status, a.Body)
 			}
+			buildCgroup := ""
 			if tc.point == "" {
 				fb := decodeBuild(t, a)
-				for !strings.Contains(string(mustKeyed(t, ctx, d, http.MethodGet, "/v1/templates/crashy/builds/"+fb.Build.ID+"/logs", "").Body), "slow-step-started") {
+				for buildCgroup == "" {
+					log := string(mustKeyed(t, ctx, d, http.MethodGet, "/v1/templates/crashy/builds/"+fb.Build.ID+"/logs", "").Body)
+					if m := regexp.MustCompile(`slow-step-started (/\S+)`).FindStringSubmatch(log); m != nil {
+						buildCgroup = filepath.Dir(m[1])
+						break
+					}
 					if ctx.Err() != nil {
 						t.Fatal("the build never reached its slow step")
 					}
@@ -114,6 +123,11 @@ func TestBuildCrashLeavesNothing(t *testing.T) {
 			}
 			d.Restart(nil)
 			awaitImagesMatch(t, d, "after the restart")
+			if buildCgroup != "" {
+				// The dead daemon never removed its build's cgroup parent;
+				// the restarted one does.
+				waitCgroupGone(t, ctx, buildCgroup)
+			}
 			// The same key again builds (the answer about the dead build is
 			// not replayed), and once: a third try replays the second.
 			var tmpl apitypes.Template

@@ -224,12 +224,12 @@ func TestBuildStepsAreSandboxed(t *testing.T) {
 		t.Fatalf("build: %d %s", a.Status, a.Body)
 	}
 	fb := decodeBuild(t, a)
-	pidsMax := ""
+	pidsMax, parent := "", ""
 	for pidsMax == "" && ctx.Err() == nil {
 		if m := regexp.MustCompile(`PIDS-CGROUP=(/\S+)`).FindStringSubmatch(buildLog(t, ctx, d, d.Token, "limits", fb.Build.ID)); m != nil {
 			// The limit is on the step's parent, the build's own cgroup:
 			// in the pids hierarchy (cgroup v1) or the unified one (v2).
-			parent := filepath.Dir(m[1])
+			parent = filepath.Dir(m[1])
 			data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", parent, "pids.max"))
 			if err != nil {
 				if data, err = os.ReadFile(filepath.Join("/sys/fs/cgroup", parent, "pids.max")); err != nil {
@@ -261,6 +261,10 @@ func TestBuildStepsAreSandboxed(t *testing.T) {
 	if strings.Contains(log, "HOST-REACHED") || !strings.Contains(log, "HOST-BLOCKED") {
 		t.Errorf("a build step reached a host listener:\n%s", log)
 	}
+	// The build's cgroup parent goes with the build, in every hierarchy:
+	// the engine empties it a moment after the build answers, so this
+	// waits for it (bounded) rather than looking once.
+	waitCgroupGone(t, ctx, parent)
 	// A sandbox cannot reach it either: the build is no wider.
 	sb, err := d.Client().Create(ctx, client.CreateRequest{})
 	if err != nil {
@@ -399,4 +403,24 @@ func TestBuildContextsBounded(t *testing.T) {
 	}
 	// With the first context gone, the second fits.
 	uploadContext(t, ctx, d, second)
+}
+
+// waitCgroupGone waits until no cgroup hierarchy has the cgroup, failing the
+// test if one still does after two minutes.
+func waitCgroupGone(t *testing.T, ctx context.Context, cg string) {
+	t.Helper()
+	deadline := time.Now().Add(2*time.Minute + 10*time.Second)
+	for {
+		left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", cg))
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", cg)); err == nil {
+			left = append(left, filepath.Join("/sys/fs/cgroup", cg))
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("the build's cgroup is left behind: %v", left)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }

@@ -98,6 +98,9 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 	if d.network == "" {
 		d.network = DefaultNetwork
 	}
+	if n := sweepBuildCgroups(); n > 0 {
+		d.log.Info("removed the cgroups of builds whose daemon died", "count", n)
+	}
 	d.log.Debug("docker runtime ready", "host", cli.DaemonHost(), "api", cli.ClientVersion(), "network", d.network)
 	return d, nil
 }

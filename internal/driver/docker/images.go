@@ -60,7 +60,7 @@ func (d *Docker) Build(ctx context.Context, spec driver.BuildSpec, logs io.Write
 		// The classic builder takes no pids limit, but it puts every
 		// step's container under the cgroup parent it is given: a parent
 		// of the build's own whose pids.max bounds the steps together.
-		parent, cleanup, err := makeBuildCgroup(spec.Tag, l.PidsLimit)
+		parent, cleanup, err := makeBuildCgroup(l.PidsLimit)
 		if err != nil {
 			return "", fmt.Errorf("build %s: %w", spec.Tag, err)
 		}
