@@ -1022,7 +1022,11 @@ func (s *Service) writeContext(w io.Writer, dir string, def BuildDefinition) err
 // is not placed (or leaves the context) is refused, since the engine would
 // otherwise resolve it against whatever the context holds under that name.
 // Symlinks are written as they are: the engine resolves what a build reads
-// through one within the context, never on the host.
+// through one within the context, never on the host. Entries beneath a
+// symlink of the archive are left out: E2B's SDK archives a symlink to a
+// directory with the files it reaches through it (on the caller's machine),
+// which the engine will not extract through the link, failing the build;
+// the link alone is what the copy keeps.
 func copyArchive(tw *tar.Writer, file string, f ContextFiles, seen map[string]bool) error {
 	prefix := strings.Trim(path.Clean("/"+f.Prefix), "/")
 	fh, err := os.Open(file)
@@ -1038,13 +1042,17 @@ func copyArchive(tw *tar.Writer, file string, f ContextFiles, seen map[string]bo
 			return err
 		}
 	}
+	links := map[string]bool{}
 	return eachEntry(fh, func(h *tar.Header, body io.Reader) error {
 		if !insideContext(h.Name) {
 			return invalidf("archive entry %q leaves the context", h.Name)
 		}
 		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
-		if name == "." {
+		if name == "." || beneathLink(links, name) {
 			return nil
+		}
+		if h.Typeflag == tar.TypeSymlink {
+			links[name] = true
 		}
 		name, ok := f.place(name, h.Typeflag == tar.TypeDir)
 		if !ok || name == "" {
@@ -1076,6 +1084,17 @@ func copyArchive(tw *tar.Writer, file string, f ContextFiles, seen map[string]bo
 		_, err := io.Copy(tw, body)
 		return err
 	})
+}
+
+// beneathLink reports whether one of name's parent directories is among
+// links.
+func beneathLink(links map[string]bool, name string) bool {
+	for d := path.Dir(name); d != "." && d != "/"; d = path.Dir(d) {
+		if links[d] {
+			return true
+		}
+	}
+	return false
 }
 
 // eachEntry calls fn with every entry of a tar archive, gzipped or not.
