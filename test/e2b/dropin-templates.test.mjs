@@ -85,7 +85,7 @@ function cases() {
     if (outside) await rm(outside, { recursive: true, force: true })
   })
 
-  test('the SDK builds through https://api.<domain>, not a debug URL: copy, setEnvs, runCmd, setWorkdir, setStartCmd, build logs', async () => {
+  test('the SDK builds through https://api.<domain>, not a debug URL: copy, setEnvs, runCmd, setUser, setWorkdir, setStartCmd, build logs', async () => {
     assert.ok(process.env.E2B_DOMAIN && !process.env.E2B_API_URL && !process.env.E2B_SANDBOX_URL)
     const name = uniq('build')
     const tpl = Template({ fileContextPath: ctx })
@@ -93,6 +93,9 @@ function cases() {
       .copy('folder/*.txt', 'folder', { forceUpload: true })
       .setEnvs({ ENV_1: 'value1', ENV_2: 'value2' })
       .runCmd('cat folder/test.txt')
+      .setUser('user')
+      .copy('folder/test.txt', '/home/user/owned.txt')
+      .setUser('root')
       .setWorkdir('/app')
       .setStartCmd('echo started > /tmp/started && exec sleep 3600', waitForTimeout(1000))
     const logs = []
@@ -106,6 +109,8 @@ function cases() {
     await withSandbox(`${name}:v1`, 'build', async (sbx) => {
       assert.equal(await sh(sbx, 'cat /folder/test.txt'), 'This is a test file.')
       assert.equal(await sh(sbx, 'echo $ENV_1 $ENV_2'), 'value1 value2')
+      // As on E2B, a copy belongs to the user the build runs as.
+      assert.equal(await sh(sbx, 'stat -c %U /home/user/owned.txt /folder/test.txt'), 'user\nroot')
       assert.equal(await sh(sbx, 'test -d /app && echo yes'), 'yes')
       assert.equal(await sh(sbx, 'cat /tmp/started'), 'started')
     })

@@ -199,6 +199,11 @@ func convertCopy(i int, st BuildStep, cur string, emit func(label, line string),
 	if len(st.Args) > 3 {
 		mode = st.Args[3]
 	}
+	if user == "" {
+		// E2B gives what a copy makes to the user the build runs as; the
+		// engine would give it to root.
+		user = cur
+	}
 	clean := path.Clean(strings.TrimPrefix(src, "./"))
 	if src == "" || path.IsAbs(src) || clean == ".." || strings.HasPrefix(clean, "../") {
 		return service.ContextFiles{}, errSteps("step %d: invalid COPY source %q: it must stay within the context directory", i+1, src)

@@ -104,6 +104,17 @@ func TestToDockerfile(t *testing.T) {
 			},
 		},
 		{
+			name: "a copy without a user belongs to the user the build runs as",
+			body: BuildStartBody{Steps: []BuildStep{
+				{Type: "USER", Args: []string{"user"}},
+				{Type: "COPY", Args: []string{"a.txt", "b.txt"}, FilesHash: h1},
+			}},
+			want:   []string{"USER user", `COPY --chown=user ["` + h1 + `.2/","./"]`},
+			labels: []string{"base", "1", "2"},
+			user:   "user",
+			files:  []service.ContextFiles{{Prefix: h1 + ".2", Hash: h1, Select: "a.txt", As: "b.txt"}},
+		},
+		{
 			name: "copy with a mode sets it as root and returns",
 			body: BuildStartBody{Steps: []BuildStep{
 				{Type: "USER", Args: []string{"user"}},
