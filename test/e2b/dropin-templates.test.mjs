@@ -11,15 +11,14 @@
 // outside the uploaded files: a link to one lands in the image as a link,
 // and what it points at there is the image's own file or nothing.
 
-import { test, describe, before, after } from 'node:test'
+import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { fileURLToPath } from 'node:url'
 import { mkdtemp, mkdir, writeFile, symlink, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { Sandbox, Template, waitForTimeout, BuildError } from 'e2b'
-import { isChild, runDropIn } from './dropin.mjs'
+import { dropInSuite } from './dropin.mjs'
 import { runId } from './helpers.mjs'
 
 const T = 600_000
@@ -28,15 +27,7 @@ const uniq = (p) => `${p}-${randomBytes(3).toString('hex')}`
 // the daemon's create replay: each names its own test.
 const meta = (tag) => ({ metadata: { test: uniq(tag), run: runId } })
 
-if (!isChild) {
-  test('the E2B Template SDK in the drop-in configuration (E2B_DOMAIN only, --tls internal)', { timeout: 1_800_000 }, async (t) => {
-    const r = await runDropIn(fileURLToPath(import.meta.url))
-    t.diagnostic(r.output)
-    assert.equal(r.code, 0, `${r.output}\n--- daemon log (tail) ---\n${r.log.slice(-12000)}`)
-  })
-} else {
-  describe('drop-in templates', { timeout: T }, () => { cases() })
-}
+dropInSuite(import.meta.url, 'the E2B Template SDK', T, cases)
 
 async function sh(sbx, cmd) {
   const r = await sbx.commands.run(cmd, { user: 'root' })
