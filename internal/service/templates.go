@@ -77,9 +77,47 @@ type TemplateSpec struct {
 
 // ContextFiles places one uploaded archive (see PutTemplateFiles) in a
 // build context under Prefix ("" = the context's root).
+//
+// With Select, only the archive's entry Select ("." for all of it) and what
+// lies under it are placed, renamed As: the entry itself becomes As and
+// what lies under it As/.... With Select and no As, what lies under a
+// directory Select is placed at Prefix itself, and a file or symlink Select
+// as its own base name there. A Dockerfile that copies Prefix as a
+// directory then copies symlinks as symlinks, which the engine does for a
+// directory's contents only (a source that names a symlink, or a wildcard,
+// is followed).
 type ContextFiles struct {
 	Prefix string
 	Hash   string
+	Select string `json:",omitempty"`
+	As     string `json:",omitempty"`
+}
+
+// place is where the archive entry name (cleaned, relative) lands under
+// Prefix, or false when f does not select it ("" is Prefix itself).
+func (f ContextFiles) place(name string, dir bool) (string, bool) {
+	if f.Select == "" {
+		return name, true
+	}
+	sel := path.Clean(f.Select)
+	var rest string
+	switch {
+	case sel == ".":
+		rest = name
+	case name == sel:
+		if f.As != "" {
+			return f.As, true
+		}
+		if dir {
+			return "", true
+		}
+		return path.Base(sel), true
+	case strings.HasPrefix(name, sel+"/"):
+		rest = strings.TrimPrefix(name, sel+"/")
+	default:
+		return "", false
+	}
+	return path.Join(f.As, rest), true
 }
 
 // BuildDefinition is what a build builds: a Dockerfile and the archives its
@@ -971,30 +1009,68 @@ func (s *Service) writeContext(w io.Writer, dir string, def BuildDefinition) err
 	}
 	seen := map[string]bool{}
 	for _, f := range def.Files {
-		if err := copyArchive(tw, filepath.Join(dir, f.Hash), strings.Trim(path.Clean("/"+f.Prefix), "/"), seen); err != nil {
+		if err := copyArchive(tw, filepath.Join(dir, f.Hash), f, seen); err != nil {
 			return fmt.Errorf("context files %s: %w", f.Hash, err)
 		}
 	}
 	return tw.Close()
 }
 
-func copyArchive(tw *tar.Writer, file, prefix string, seen map[string]bool) error {
+// copyArchive writes the entries of the archive file that f selects into
+// the context, renamed as f places them. A hard link names another entry
+// of its archive, so its target is renamed the same way; one whose target
+// is not placed (or leaves the context) is refused, since the engine would
+// otherwise resolve it against whatever the context holds under that name.
+// Symlinks are written as they are: the engine resolves what a build reads
+// through one within the context, never on the host. Entries beneath a
+// symlink of the archive are left out: E2B's SDK archives a symlink to a
+// directory with the files it reaches through it (on the caller's machine),
+// which the engine will not extract through the link, failing the build;
+// the link alone is what the copy keeps.
+func copyArchive(tw *tar.Writer, file string, f ContextFiles, seen map[string]bool) error {
+	prefix := strings.Trim(path.Clean("/"+f.Prefix), "/")
 	fh, err := os.Open(file)
 	if err != nil {
 		return err
 	}
 	defer fh.Close()
+	if f.Select != "" && !seen[prefix+"/"] {
+		// The step's directory exists even when what it selects is an
+		// empty directory, so the COPY of it finds it.
+		seen[prefix+"/"] = true
+		if err := tw.WriteHeader(&tar.Header{Name: prefix + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: time.Unix(0, 0)}); err != nil {
+			return err
+		}
+	}
+	links := map[string]bool{}
 	return eachEntry(fh, func(h *tar.Header, body io.Reader) error {
 		if !insideContext(h.Name) {
 			return invalidf("archive entry %q leaves the context", h.Name)
 		}
 		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
-		if name == "." {
+		if name == "." || beneathLink(links, name) {
+			return nil
+		}
+		if h.Typeflag == tar.TypeSymlink {
+			links[name] = true
+		}
+		name, ok := f.place(name, h.Typeflag == tar.TypeDir)
+		if !ok || name == "" {
 			return nil
 		}
 		h.Name = path.Join(prefix, name)
 		if h.Typeflag == tar.TypeDir {
 			h.Name += "/"
+		}
+		if h.Typeflag == tar.TypeLink {
+			target, placed := "", insideContext(h.Linkname)
+			if placed {
+				target, placed = f.place(path.Clean(strings.TrimPrefix(h.Linkname, "./")), false)
+			}
+			if !placed || target == "" {
+				return invalidf("archive entry %q is a hard link to %q, which is not among the copied files", h.Name, h.Linkname)
+			}
+			h.Linkname = path.Join(prefix, target)
 		}
 		if seen[h.Name] {
 			// Two archives (two COPY steps of one directory) may hold
@@ -1008,6 +1084,17 @@ func copyArchive(tw *tar.Writer, file, prefix string, seen map[string]bool) erro
 		_, err := io.Copy(tw, body)
 		return err
 	})
+}
+
+// beneathLink reports whether one of name's parent directories is among
+// links.
+func beneathLink(links map[string]bool, name string) bool {
+	for d := path.Dir(name); d != "." && d != "/"; d = path.Dir(d) {
+		if links[d] {
+			return true
+		}
+	}
+	return false
 }
 
 // eachEntry calls fn with every entry of a tar archive, gzipped or not.

@@ -19,6 +19,9 @@
 import { spawn } from 'node:child_process'
 import dns from 'node:dns'
 import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { test, describe } from 'node:test'
+import assert from 'node:assert/strict'
 import { setup, teardown, startDaemon } from './helpers.mjs'
 
 export const dropInDomain = 'sandpit.test'
@@ -56,6 +59,21 @@ export async function runDropIn(file) {
     return { code, output, log: d.log }
   } finally {
     await teardown()
+  }
+}
+
+// dropInSuite is a drop-in test file's body: in the parent, one test that
+// runs the file as the child (see runDropIn); in the child, the suite of
+// cases, each within timeoutMs.
+export function dropInSuite(fileUrl, title, timeoutMs, cases) {
+  if (!isChild) {
+    test(`${title} in the drop-in configuration (E2B_DOMAIN only, --tls internal)`, { timeout: 1_800_000 }, async (t) => {
+      const r = await runDropIn(fileURLToPath(fileUrl))
+      t.diagnostic(r.output)
+      assert.equal(r.code, 0, `${r.output}\n--- daemon log (tail) ---\n${r.log.slice(-12000)}`)
+    })
+  } else {
+    describe('drop-in', { timeout: timeoutMs }, () => { cases() })
   }
 }
 

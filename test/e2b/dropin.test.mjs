@@ -9,11 +9,10 @@
 // The boot marker is the start time of the sandbox's process 1 (field 22 of
 // /proc/1/stat): it changes exactly when the container starts again.
 
-import { test, describe } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { fileURLToPath } from 'node:url'
 import { Sandbox, FilesystemEventType, SandboxError, TimeoutError } from 'e2b'
-import { isChild, runDropIn, restartDaemon } from './dropin.mjs'
+import { dropInSuite, restartDaemon } from './dropin.mjs'
 import { randomBytes } from 'node:crypto'
 import { sleep, runId } from './helpers.mjs'
 
@@ -23,15 +22,7 @@ const T = 240_000
 // tests making sandboxes one after another must not be.
 const uniq = (tag) => ({ metadata: { test: `${tag}-${randomBytes(4).toString('hex')}`, run: runId } })
 
-if (!isChild) {
-  test('the E2B SDK in the drop-in configuration (E2B_DOMAIN only, --tls internal)', { timeout: 1_800_000 }, async (t) => {
-    const r = await runDropIn(fileURLToPath(import.meta.url))
-    t.diagnostic(r.output)
-    assert.equal(r.code, 0, `${r.output}\n--- daemon log (tail) ---\n${r.log.slice(-12000)}`)
-  })
-} else {
-  describe('drop-in', { timeout: T }, () => { cases() })
-}
+dropInSuite(import.meta.url, 'the E2B SDK', T, cases)
 
 async function until(what, check, ms = 30_000) {
   const deadline = Date.now() + ms

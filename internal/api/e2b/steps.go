@@ -82,7 +82,6 @@ func toDockerfile(b BuildStartBody, baseImage string) (converted, error) {
 		out   converted
 		lines []string
 		cur   string // the USER in effect ("" = the image's, as far as we know)
-		seen  = map[string]bool{}
 	)
 	emit := func(label, line string) {
 		lines = append(lines, line)
@@ -158,13 +157,11 @@ func toDockerfile(b BuildStartBody, baseImage string) (converted, error) {
 			}
 			emit(label, "ENV "+strings.Join(pairs, " "))
 		case "COPY":
-			if err := convertCopy(i, st, cur, emit, restore); err != nil {
+			files, err := convertCopy(i, st, cur, emit, restore)
+			if err != nil {
 				return out, err
 			}
-			if !seen[st.FilesHash] {
-				seen[st.FilesHash] = true
-				out.Files = append(out.Files, service.ContextFiles{Prefix: st.FilesHash, Hash: st.FilesHash})
-			}
+			out.Files = append(out.Files, files)
 		default:
 			return out, errSteps("step %d: step type %q is not supported by sandpit", i+1, st.Type)
 		}
@@ -174,14 +171,25 @@ func toDockerfile(b BuildStartBody, baseImage string) (converted, error) {
 }
 
 // convertCopy emits a COPY step: args are src (relative to the context,
-// possibly a glob), dest, user ("" for none) and mode ("" or octal).
-func convertCopy(i int, st BuildStep, cur string, emit func(label, line string), restore func() string) error {
+// possibly a glob), dest, user ("" for none) and mode ("" or octal). It
+// returns where the step's archive goes in the build context.
+//
+// E2B's build unpacks the archive and moves the source into place: the
+// source is src up to its first wildcard (the SDK archived only what the
+// wildcard matched); a directory's contents go into dest, a file or symlink
+// becomes dest (or goes into it, when dest ends with "/"); symlinks stay
+// symlinks. The engine's COPY follows a symlink it is given as a source,
+// and every match of a wildcard; it keeps symlinks only inside a directory
+// it copies. So the context holds, under a directory of the step's own,
+// the source already named as it must land in dest's parent, and the COPY
+// copies that directory.
+func convertCopy(i int, st BuildStep, cur string, emit func(label, line string), restore func() string) (service.ContextFiles, error) {
 	label := strconv.Itoa(i + 1)
 	if len(st.Args) < 2 || len(st.Args) > 4 {
-		return errSteps("step %d: COPY takes a source, a destination, a user and a mode", i+1)
+		return service.ContextFiles{}, errSteps("step %d: COPY takes a source, a destination, a user and a mode", i+1)
 	}
 	if st.FilesHash == "" {
-		return errSteps("step %d: COPY has no filesHash", i+1)
+		return service.ContextFiles{}, errSteps("step %d: COPY has no filesHash", i+1)
 	}
 	src, dest := st.Args[0], st.Args[1]
 	user, mode := "", ""
@@ -191,54 +199,73 @@ func convertCopy(i int, st BuildStep, cur string, emit func(label, line string),
 	if len(st.Args) > 3 {
 		mode = st.Args[3]
 	}
+	if user == "" {
+		// E2B gives what a copy makes to the user the build runs as; the
+		// engine would give it to root.
+		user = cur
+	}
 	clean := path.Clean(strings.TrimPrefix(src, "./"))
 	if src == "" || path.IsAbs(src) || clean == ".." || strings.HasPrefix(clean, "../") {
-		return errSteps("step %d: invalid COPY source %q: it must stay within the context directory", i+1, src)
+		return service.ContextFiles{}, errSteps("step %d: invalid COPY source %q: it must stay within the context directory", i+1, src)
 	}
 	if dest == "" {
-		return errSteps("step %d: COPY needs a destination", i+1)
+		return service.ContextFiles{}, errSteps("step %d: COPY needs a destination", i+1)
 	}
 	if user != "" && !userRE.MatchString(user) {
-		return errSteps("step %d: invalid COPY user %q", i+1, user)
+		return service.ContextFiles{}, errSteps("step %d: invalid COPY user %q", i+1, user)
 	}
 	if mode != "" && !modeRE.MatchString(mode) {
-		return errSteps("step %d: invalid COPY mode %q", i+1, mode)
+		return service.ContextFiles{}, errSteps("step %d: invalid COPY mode %q", i+1, mode)
 	}
-	// E2B copies what a wildcard matches into dest as a directory, even one
-	// match (copy('folder/*', 'folder') makes folder/hello.txt); the engine
-	// would make a single match the file dest. A trailing slash says
-	// directory to the engine as well. A relative dest is relative to the
-	// workdir in both.
-	if strings.ContainsAny(clean, "*?[") && !strings.HasSuffix(dest, "/") {
-		dest += "/"
-	}
-	from := path.Join(st.FilesHash, clean)
-	if clean == "." {
-		from = st.FilesHash + "/"
+	source := globBase(clean)
+	files := service.ContextFiles{Prefix: st.FilesHash + "." + label, Hash: st.FilesHash, Select: source}
+	// into: dest is a directory the source goes into under its own name
+	// (a directory's contents go there as they are).
+	into := strings.HasSuffix(dest, "/") || path.Clean(dest) == "/" || path.Clean(dest) == "."
+	parent := strings.TrimSuffix(dest, "/") + "/"
+	target := dest
+	if into {
+		target = parent + path.Base(source)
+	} else {
+		files.As = path.Base(path.Clean(dest))
+		parent = strings.TrimSuffix(path.Dir(path.Clean(dest)), "/") + "/"
 	}
 	flags := ""
 	if user != "" {
 		flags = "--chown=" + user + " "
 	}
-	emit(label, "COPY "+flags+execForm(from, dest))
+	emit(label, "COPY "+flags+execForm(files.Prefix+"/", parent))
 	if mode == "" {
-		return nil
+		return files, nil
 	}
 	// The engine's classic builder has no COPY --chmod: the mode is set by
 	// a step of its own, on what the COPY made.
-	if strings.ContainsAny(clean, "*?[") {
-		return errSteps("step %d: a COPY mode with a wildcard source is not supported by sandpit", i+1)
-	}
-	target := dest
-	if strings.HasSuffix(dest, "/") {
-		target = dest + path.Base(clean)
+	if source != clean {
+		return service.ContextFiles{}, errSteps("step %d: a COPY mode with a wildcard source is not supported by sandpit", i+1)
 	}
 	emit(label, "USER root")
 	emit(label, "RUN "+execForm("chmod", mode, target))
 	if cur != "root" {
 		emit(label, "USER "+restore())
 	}
-	return nil
+	return files, nil
+}
+
+// globBase is a cleaned COPY source up to the path element with its first
+// wildcard, as E2B's build splits it ("." when the first element has one):
+// the part of the archive the step copies.
+func globBase(clean string) string {
+	var base []string
+	for _, el := range strings.Split(clean, "/") {
+		if strings.ContainsAny(el, "*?[{\\") {
+			break
+		}
+		base = append(base, el)
+	}
+	if len(base) == 0 {
+		return "."
+	}
+	return strings.Join(base, "/")
 }
 
 func singleLine(what, s string) error {
