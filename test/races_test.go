@@ -65,7 +65,9 @@ func TestRaces(t *testing.T) {
 	t.Parallel()
 	rounds := raceRounds()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
+	// The races run side by side (each has a daemon of its own), so the
+	// context must outlive this function, which returns as they start.
+	t.Cleanup(cancel)
 
 	// deleteRace creates a sandbox each round and deletes it while the
 	// other calls run against it.
@@ -89,6 +91,7 @@ func TestRaces(t *testing.T) {
 		}
 	}
 	t.Run("delete vs expose", func(t *testing.T) {
+		t.Parallel()
 		deleteRace(t,
 			func(d *harness.Daemon, id string, _ int) {
 				r, err := expose(ctx, d, id, 3000, "http")
@@ -100,6 +103,7 @@ func TestRaces(t *testing.T) {
 			})
 	})
 	t.Run("delete vs custom domain", func(t *testing.T) {
+		t.Parallel()
 		deleteRace(t, func(d *harness.Daemon, id string, i int) {
 			// A domain targets an exposed port: the exposure comes first.
 			r, err := expose(ctx, d, id, 3000, "http")
@@ -110,6 +114,7 @@ func TestRaces(t *testing.T) {
 	})
 
 	t.Run("start vs stop", func(t *testing.T) {
+		t.Parallel()
 		d := harness.Start(t, sandpitBin, harness.Options{})
 		c := d.Client()
 		id := newSandbox(t, ctx, c)
@@ -134,6 +139,7 @@ func TestRaces(t *testing.T) {
 	})
 
 	t.Run("delete during create", func(t *testing.T) {
+		t.Parallel()
 		d := harness.Start(t, sandpitBin, harness.Options{})
 		c := d.Client()
 		for i := range rounds {
