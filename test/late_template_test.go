@@ -1,8 +1,13 @@
 package sandpit_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +58,145 @@ func TestInterpreterTemplateBuiltAfterStart(t *testing.T) {
 	}
 	if !strings.Contains(d.Logs(), "template available: its image was built") {
 		t.Errorf("the daemon's log does not say the template became available")
+	}
+	if out, _, _ := runCLI(t, ctx, d, nil, "status"); strings.Contains(out, "not built yet") {
+		t.Errorf("status once the image exists still awaits it:\n%s", out)
+	}
+}
+
+// TestCreateWaitsForTemplateImageBuild: a create of the interpreter
+// template while its image is being built waits for the build instead of
+// failing, and says so: the daemon's log names the template and the step
+// the build is at, `sandpit status` shows the build, and the CLI's create
+// prints that it waits. The build is a real one of a throwaway two-step
+// recipe on the test image, run the way scripts/build-code-interpreter-image.sh
+// runs its own (through scripts/lib/image-build.sh, with a cache directory
+// of the test's), and its last step waits for the test: it reads a line
+// from a listener here, so the test decides when it ends.
+func TestCreateWaitsForTemplateImageBuild(t *testing.T) {
+	t.Parallel()
+	repo := "sandpit-test/late-build-" + strings.ToLower(time.Now().Format("150405.000000000")[7:])
+	ref := repo + ":latest"
+	t.Cleanup(func() { _ = exec.Command("docker", "image", "rm", ref).Run() })
+	cache := t.TempDir()
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--interpreter-image", ref, "--image-cache-dir", cache}})
+	ctx := ctxFor(t, 4*time.Minute)
+	c := d.Client()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	recipe := t.TempDir()
+	dockerfile := fmt.Sprintf("FROM %s\nRUN echo first\nRUN test \"$(nc 127.0.0.1 %d </dev/null)\" = go\n", testBase, ln.Addr().(*net.TCPAddr).Port)
+	if err := os.WriteFile(filepath.Join(recipe, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := filepath.Abs(filepath.Join("..", "scripts", "lib", "image-build.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The interpreter script's own build line, after its
+	// record_build_progress: host network, so the step reaches the test.
+	build := exec.CommandContext(ctx, "bash", "-c", `set -euo pipefail; . "$1"; record_build_progress "$2"; docker build --network=host --pull=false -q -t "$3" "$4" >/dev/null`, "build", lib, repo, ref, recipe)
+	build.Env = append(os.Environ(), "SANDPIT_CACHE_DIR="+cache)
+	var buildLog bytes.Buffer
+	build.Stdout, build.Stderr = &buildLog, &buildLog
+	if err := build.Start(); err != nil {
+		t.Fatal(err)
+	}
+	built := make(chan error, 1)
+	go func() { built <- build.Wait() }()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := ln.Accept(); err == nil {
+			accepted <- conn
+		}
+	}()
+	var step net.Conn
+	select {
+	case step = <-accepted:
+	case err := <-built:
+		t.Fatalf("the build ended before its last step: %v\n%s", err, buildLog.String())
+	}
+	defer step.Close()
+	const at = "step 3/3: RUN test"
+
+	// The build is at its last step: status says so.
+	if out, errOut, code := runCLI(t, ctx, d, nil, "status"); code != 0 || !strings.Contains(out, "template  code-interpreter-v1: image "+ref+" not built yet; building ("+at) {
+		t.Fatalf("status during the build: %d %q %q; want the build and its step", code, out, errOut)
+	}
+
+	// A create now waits; the test lets the build end only once the
+	// daemon's log shows the create waiting.
+	type result struct {
+		out, errOut string
+		code        int
+		err         error
+	}
+	created := make(chan result, 1)
+	go func() {
+		cmd := exec.CommandContext(ctx, sandpitBin, "create", "--template", "code-interpreter-v1")
+		cmd.Env = append(os.Environ(), "SANDPIT_ADDR="+d.Addr, "SANDPIT_TOKEN="+d.Token)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			created <- result{out.String(), errOut.String(), ee.ExitCode(), nil}
+			return
+		}
+		created <- result{out.String(), errOut.String(), 0, err}
+	}()
+	waitLine := ""
+	for waitLine == "" {
+		for _, line := range strings.Split(d.Logs(), "\n") {
+			if strings.Contains(line, "create waits for its template's image to be built") {
+				waitLine = line
+			}
+		}
+		select {
+		case r := <-created:
+			t.Fatalf("the create ended while the image was being built: %+v", r)
+		case <-ctx.Done():
+			t.Fatalf("the daemon's log never showed the create waiting:\n%s", d.Logs())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	for _, want := range []string{"template=code-interpreter-v1", "image=" + ref, at} {
+		if !strings.Contains(waitLine, want) {
+			t.Errorf("the daemon's log line %q does not name %q", waitLine, want)
+		}
+	}
+	if _, err := step.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	step.Close()
+	if err := <-built; err != nil {
+		t.Fatalf("build: %v\n%s", err, buildLog.String())
+	}
+	r := <-created
+	t.Logf("the daemon logged: %s\nthe create said: %s", waitLine, r.errOut)
+	if r.err != nil || r.code != 0 {
+		t.Fatalf("create: exit %d %v, stderr %q", r.code, r.err, r.errOut)
+	}
+	if want := "waiting for template code-interpreter-v1's image " + ref + " (building, " + at; !strings.Contains(r.errOut, want) {
+		t.Errorf("the create's stderr %q does not say %q", r.errOut, want)
+	}
+	sb, err := c.Get(ctx, strings.TrimSpace(r.out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(ctxFor(t, time.Minute), sb.ID) })
+	if sb.Image != ref {
+		t.Errorf("created from image %s, want %s", sb.Image, ref)
+	}
+	if !strings.Contains(d.Logs(), "template available: its image was built") {
+		t.Errorf("the daemon's log does not say the template became available")
+	}
+	if !strings.Contains(buildLog.String(), at) {
+		t.Errorf("the build's own log does not show its steps:\n%s", buildLog.String())
 	}
 	if out, _, _ := runCLI(t, ctx, d, nil, "status"); strings.Contains(out, "not built yet") {
 		t.Errorf("status once the image exists still awaits it:\n%s", out)

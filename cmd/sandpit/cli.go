@@ -101,6 +101,10 @@ func createCmd(e *cliEnv) *cobra.Command {
 				return err
 			}
 			var spin *ticker
+			stopWatch := func() {}
+			if req.Image == "" && req.Template != "" {
+				stopWatch = watchTemplateBuild(cmd.Context(), c, cmd.ErrOrStderr(), req.Template)
+			}
 			if e.interactive(cmd) {
 				spin = spinner(cmd.ErrOrStderr(), "creating sandbox")
 			}
@@ -108,6 +112,7 @@ func createCmd(e *cliEnv) *cobra.Command {
 			if spin != nil {
 				spin.Stop("")
 			}
+			stopWatch()
 			if err != nil {
 				return createHint(err, req.Name)
 			}
