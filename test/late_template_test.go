@@ -2,9 +2,13 @@ package sandpit_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,11 +72,7 @@ func TestInterpreterTemplateBuiltAfterStart(t *testing.T) {
 // template while its image is being built waits for the build instead of
 // failing, and says so: the daemon's log names the template and the step
 // the build is at, `sandpit status` shows the build, and the CLI's create
-// prints that it waits. The build is a real one of a throwaway two-step
-// recipe on the test image, run the way scripts/build-code-interpreter-image.sh
-// runs its own (through scripts/lib/image-build.sh, with a cache directory
-// of the test's), and its last step waits for the test: it reads a line
-// from a listener here, so the test decides when it ends.
+// prints that it waits; an E2B create of it waits as well.
 func TestCreateWaitsForTemplateImageBuild(t *testing.T) {
 	t.Parallel()
 	repo := "sandpit-test/late-build-" + strings.ToLower(time.Now().Format("150405.000000000")[7:])
@@ -83,44 +83,7 @@ func TestCreateWaitsForTemplateImageBuild(t *testing.T) {
 	ctx := ctxFor(t, 4*time.Minute)
 	c := d.Client()
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	recipe := t.TempDir()
-	dockerfile := fmt.Sprintf("FROM %s\nRUN echo first\nRUN test \"$(nc 127.0.0.1 %d </dev/null)\" = go\n", testBase, ln.Addr().(*net.TCPAddr).Port)
-	if err := os.WriteFile(filepath.Join(recipe, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	lib, err := filepath.Abs(filepath.Join("..", "scripts", "lib", "image-build.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The interpreter script's own build line, after its
-	// record_build_progress: host network, so the step reaches the test.
-	build := exec.CommandContext(ctx, "bash", "-c", `set -euo pipefail; . "$1"; record_build_progress "$2"; docker build --network=host --pull=false -q -t "$3" "$4" >/dev/null`, "build", lib, repo, ref, recipe)
-	build.Env = append(os.Environ(), "SANDPIT_CACHE_DIR="+cache)
-	var buildLog bytes.Buffer
-	build.Stdout, build.Stderr = &buildLog, &buildLog
-	if err := build.Start(); err != nil {
-		t.Fatal(err)
-	}
-	built := make(chan error, 1)
-	go func() { built <- build.Wait() }()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		if conn, err := ln.Accept(); err == nil {
-			accepted <- conn
-		}
-	}()
-	var step net.Conn
-	select {
-	case step = <-accepted:
-	case err := <-built:
-		t.Fatalf("the build ended before its last step: %v\n%s", err, buildLog.String())
-	}
-	defer step.Close()
+	build := startGatedBuild(t, ctx, cache, repo, ref)
 	const at = "step 3/3: RUN test"
 
 	// The build is at its last step: status says so.
@@ -149,32 +112,53 @@ func TestCreateWaitsForTemplateImageBuild(t *testing.T) {
 		}
 		created <- result{out.String(), errOut.String(), 0, err}
 	}()
-	waitLine := ""
-	for waitLine == "" {
+	// The E2B code-interpreter SDK's create, the same template by E2B's
+	// name for it, waits too.
+	type e2bResult struct {
+		status int
+		body   string
+		err    error
+	}
+	e2bCreated := make(chan e2bResult, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.URL()+"/e2b/v2/sandboxes", strings.NewReader(`{"templateID":"code-interpreter-v1"}`))
+		req.Header.Set("X-API-KEY", d.Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			e2bCreated <- e2bResult{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		e2bCreated <- e2bResult{resp.StatusCode, string(b), err}
+	}()
+	var waitLines []string
+	for len(waitLines) < 2 {
+		waitLines = waitLines[:0]
 		for _, line := range strings.Split(d.Logs(), "\n") {
 			if strings.Contains(line, "create waits for its template's image to be built") {
-				waitLine = line
+				waitLines = append(waitLines, line)
 			}
 		}
 		select {
 		case r := <-created:
 			t.Fatalf("the create ended while the image was being built: %+v", r)
+		case r := <-e2bCreated:
+			t.Fatalf("the E2B create ended while the image was being built: %+v", r)
 		case <-ctx.Done():
-			t.Fatalf("the daemon's log never showed the create waiting:\n%s", d.Logs())
+			t.Fatalf("the daemon's log never showed both creates waiting:\n%s", d.Logs())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	waitLine := waitLines[0]
 	for _, want := range []string{"template=code-interpreter-v1", "image=" + ref, at} {
 		if !strings.Contains(waitLine, want) {
 			t.Errorf("the daemon's log line %q does not name %q", waitLine, want)
 		}
 	}
-	if _, err := step.Write([]byte("go\n")); err != nil {
-		t.Fatal(err)
-	}
-	step.Close()
-	if err := <-built; err != nil {
-		t.Fatalf("build: %v\n%s", err, buildLog.String())
+	if err := build.finish("go"); err != nil {
+		t.Fatalf("build: %v\n%s", err, build.log.String())
 	}
 	r := <-created
 	t.Logf("the daemon logged: %s\nthe create said: %s", waitLine, r.errOut)
@@ -192,13 +176,130 @@ func TestCreateWaitsForTemplateImageBuild(t *testing.T) {
 	if sb.Image != ref {
 		t.Errorf("created from image %s, want %s", sb.Image, ref)
 	}
+	e := <-e2bCreated
+	var e2bSandbox struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	if e.err != nil || e.status != http.StatusCreated || json.Unmarshal([]byte(e.body), &e2bSandbox) != nil {
+		t.Fatalf("E2B create: %d %q %v", e.status, e.body, e.err)
+	}
+	t.Cleanup(func() { _ = c.Delete(ctxFor(t, time.Minute), e2bSandbox.SandboxID) })
+	if got, err := c.Get(ctx, e2bSandbox.SandboxID); err != nil || got.Image != ref {
+		t.Errorf("the E2B create's sandbox: image %q, %v; want %s", got.Image, err, ref)
+	}
 	if !strings.Contains(d.Logs(), "template available: its image was built") {
 		t.Errorf("the daemon's log does not say the template became available")
 	}
-	if !strings.Contains(buildLog.String(), at) {
-		t.Errorf("the build's own log does not show its steps:\n%s", buildLog.String())
+	if !strings.Contains(build.log.String(), at) {
+		t.Errorf("the build's own log does not show its steps:\n%s", build.log.String())
 	}
 	if out, _, _ := runCLI(t, ctx, d, nil, "status"); strings.Contains(out, "not built yet") {
 		t.Errorf("status once the image exists still awaits it:\n%s", out)
 	}
+}
+
+// TestCreateWaitingForAFailedBuild: a create waiting for a build that fails
+// is answered when the build ends, with the template and the image named,
+// and makes nothing.
+func TestCreateWaitingForAFailedBuild(t *testing.T) {
+	t.Parallel()
+	repo := "sandpit-test/late-failed-build-" + strings.ToLower(time.Now().Format("150405.000000000")[7:])
+	ref := repo + ":latest"
+	t.Cleanup(func() { _ = exec.Command("docker", "image", "rm", ref).Run() })
+	cache := t.TempDir()
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--interpreter-image", ref, "--image-cache-dir", cache}})
+	ctx := ctxFor(t, 4*time.Minute)
+	c := d.Client()
+	build := startGatedBuild(t, ctx, cache, repo, ref)
+	created := make(chan error, 1)
+	go func() {
+		_, err := c.Create(ctx, client.CreateRequest{Template: "code-interpreter-v1"})
+		created <- err
+	}()
+	for !strings.Contains(d.Logs(), "create waits for its template's image to be built") {
+		select {
+		case err := <-created:
+			t.Fatalf("the create ended while the image was being built: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("the daemon's log never showed the create waiting:\n%s", d.Logs())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := build.finish("stop"); err == nil {
+		t.Fatal("the build succeeded; want it failed")
+	}
+	err := <-created
+	if !client.IsCode(err, apitypes.CodeUnknownTemplate) || !strings.Contains(err.Error(), "the build of its image "+ref+" ended without making it") {
+		t.Fatalf("create after the build failed: %v; want unknown_template naming the build's end", err)
+	}
+	if list, _, err := c.List(ctx, client.ListOptions{}); err != nil || len(list) != 0 {
+		t.Fatalf("sandboxes after the failed create: %v %v; want none", list, err)
+	}
+}
+
+// gatedBuild is a real build of a throwaway two-step recipe on the test
+// image, run the way scripts/build-code-interpreter-image.sh runs its own
+// (through scripts/lib/image-build.sh, recording its progress in a cache
+// directory of the test's). Its last step waits for the test: it reads a
+// line from a listener here and succeeds only when the line is "go".
+type gatedBuild struct {
+	step net.Conn
+	done chan error
+	// log is the build's output, to read once done has answered.
+	log *bytes.Buffer
+}
+
+// startGatedBuild starts the build of ref (repository repo) and returns
+// once it is at its last step.
+func startGatedBuild(t *testing.T, ctx context.Context, cache, repo, ref string) *gatedBuild {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	recipe := t.TempDir()
+	dockerfile := fmt.Sprintf("FROM %s\nRUN echo first\nRUN test \"$(nc 127.0.0.1 %d </dev/null)\" = go\n", testBase, ln.Addr().(*net.TCPAddr).Port)
+	if err := os.WriteFile(filepath.Join(recipe, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib, err := filepath.Abs(filepath.Join("..", "scripts", "lib", "image-build.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The interpreter script's own build line, after its
+	// record_build_progress, then its tagging of the built image as the
+	// daemon names it (point_latest); host network, so that the step
+	// reaches the test.
+	t.Cleanup(func() { _ = exec.Command("docker", "image", "rm", repo+":built").Run() })
+	cmd := exec.CommandContext(ctx, "bash", "-c", `set -euo pipefail; . "$1"; record_build_progress "$2"; docker build --network=host --pull=false -q -t "$2:built" "$4" >/dev/null; docker tag "$2:built" "$3"`, "build", lib, repo, ref, recipe)
+	cmd.Env = append(os.Environ(), "SANDPIT_CACHE_DIR="+cache)
+	g := &gatedBuild{done: make(chan error, 1), log: &bytes.Buffer{}}
+	cmd.Stdout, cmd.Stderr = g.log, g.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { g.done <- cmd.Wait() }()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if conn, err := ln.Accept(); err == nil {
+			accepted <- conn
+		}
+	}()
+	select {
+	case g.step = <-accepted:
+	case err := <-g.done:
+		t.Fatalf("the build ended before its last step: %v\n%s", err, g.log.String())
+	}
+	t.Cleanup(func() { g.step.Close() })
+	return g
+}
+
+// finish answers the build's last step and returns how the build ended.
+func (g *gatedBuild) finish(answer string) error {
+	if _, err := g.step.Write([]byte(answer + "\n")); err != nil {
+		return err
+	}
+	g.step.Close()
+	return <-g.done
 }

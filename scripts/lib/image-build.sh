@@ -100,15 +100,20 @@ progress_build() {
 	done || rc=$?
 	[[ $rc -eq 0 ]] || tail -n 30 "$out" >&2
 	rm -f "$out"
-	progress_clear "$repo"
+	# The file stays until the script exits (record_build_progress): the
+	# image is tagged as the daemon awaits it only after the build.
+	progress_write "$repo" "$([[ $rc -eq 0 ]] && echo "built; tagging the image" || echo "failed")"
 	return "$rc"
 }
 
 # record_build_progress REPO makes every later `docker build` of the script
 # run through progress_build for REPO, so that the script's own build line,
 # part of its recipe hash, stays as it is.
+# The progress file goes when the script exits, however it does: that
+# trap is the script's EXIT trap.
 record_build_progress() {
 	_progress_repo="$1"
+	trap 'progress_clear "$_progress_repo"' EXIT
 	docker() {
 		if [[ "${1:-}" == build ]]; then
 			progress_build "$_progress_repo" command docker "$@"
