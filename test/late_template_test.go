@@ -60,12 +60,7 @@ func TestInterpreterTemplateBuiltAfterStart(t *testing.T) {
 			t.Fatalf("create after the image was built: %v", err)
 		}
 	}
-	if !strings.Contains(d.Logs(), "template available: its image was built") {
-		t.Errorf("the daemon's log does not say the template became available")
-	}
-	if out, _, _ := runCLI(t, ctx, d, nil, "status"); strings.Contains(out, "not built yet") {
-		t.Errorf("status once the image exists still awaits it:\n%s", out)
-	}
+	checkTemplateServed(t, ctx, d)
 }
 
 // TestCreateWaitsForTemplateImageBuild: a create of the interpreter
@@ -75,15 +70,9 @@ func TestInterpreterTemplateBuiltAfterStart(t *testing.T) {
 // prints that it waits; an E2B create of it waits as well.
 func TestCreateWaitsForTemplateImageBuild(t *testing.T) {
 	t.Parallel()
-	repo := "sandpit-test/late-build-" + strings.ToLower(time.Now().Format("150405.000000000")[7:])
-	ref := repo + ":latest"
-	t.Cleanup(func() { _ = exec.Command("docker", "image", "rm", ref).Run() })
-	cache := t.TempDir()
-	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--interpreter-image", ref, "--image-cache-dir", cache}})
 	ctx := ctxFor(t, 4*time.Minute)
+	d, ref, build := startLateBuild(t, ctx, "late-build")
 	c := d.Client()
-
-	build := startGatedBuild(t, ctx, cache, repo, ref)
 	const at = "step 3/3: RUN test"
 
 	// The build is at its last step: status says so.
@@ -133,25 +122,16 @@ func TestCreateWaitsForTemplateImageBuild(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		e2bCreated <- e2bResult{resp.StatusCode, string(b), err}
 	}()
-	var waitLines []string
-	for len(waitLines) < 2 {
-		waitLines = waitLines[:0]
-		for _, line := range strings.Split(d.Logs(), "\n") {
-			if strings.Contains(line, "create waits for its template's image to be built") {
-				waitLines = append(waitLines, line)
-			}
-		}
+	waitLine := waitingCreates(t, ctx, d, 2, func() string {
 		select {
 		case r := <-created:
-			t.Fatalf("the create ended while the image was being built: %+v", r)
+			return fmt.Sprintf("the create: %+v", r)
 		case r := <-e2bCreated:
-			t.Fatalf("the E2B create ended while the image was being built: %+v", r)
-		case <-ctx.Done():
-			t.Fatalf("the daemon's log never showed both creates waiting:\n%s", d.Logs())
-		case <-time.After(100 * time.Millisecond):
+			return fmt.Sprintf("the E2B create: %+v", r)
+		default:
+			return ""
 		}
-	}
-	waitLine := waitLines[0]
+	})[0]
 	for _, want := range []string{"template=code-interpreter-v1", "image=" + ref, at} {
 		if !strings.Contains(waitLine, want) {
 			t.Errorf("the daemon's log line %q does not name %q", waitLine, want)
@@ -187,15 +167,10 @@ func TestCreateWaitsForTemplateImageBuild(t *testing.T) {
 	if got, err := c.Get(ctx, e2bSandbox.SandboxID); err != nil || got.Image != ref {
 		t.Errorf("the E2B create's sandbox: image %q, %v; want %s", got.Image, err, ref)
 	}
-	if !strings.Contains(d.Logs(), "template available: its image was built") {
-		t.Errorf("the daemon's log does not say the template became available")
-	}
 	if !strings.Contains(build.log.String(), at) {
 		t.Errorf("the build's own log does not show its steps:\n%s", build.log.String())
 	}
-	if out, _, _ := runCLI(t, ctx, d, nil, "status"); strings.Contains(out, "not built yet") {
-		t.Errorf("status once the image exists still awaits it:\n%s", out)
-	}
+	checkTemplateServed(t, ctx, d)
 }
 
 // TestCreateWaitingForAFailedBuild: a create waiting for a build that fails
@@ -203,28 +178,22 @@ func TestCreateWaitsForTemplateImageBuild(t *testing.T) {
 // and makes nothing.
 func TestCreateWaitingForAFailedBuild(t *testing.T) {
 	t.Parallel()
-	repo := "sandpit-test/late-failed-build-" + strings.ToLower(time.Now().Format("150405.000000000")[7:])
-	ref := repo + ":latest"
-	t.Cleanup(func() { _ = exec.Command("docker", "image", "rm", ref).Run() })
-	cache := t.TempDir()
-	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--interpreter-image", ref, "--image-cache-dir", cache}})
 	ctx := ctxFor(t, 4*time.Minute)
+	d, ref, build := startLateBuild(t, ctx, "late-failed-build")
 	c := d.Client()
-	build := startGatedBuild(t, ctx, cache, repo, ref)
 	created := make(chan error, 1)
 	go func() {
 		_, err := c.Create(ctx, client.CreateRequest{Template: "code-interpreter-v1"})
 		created <- err
 	}()
-	for !strings.Contains(d.Logs(), "create waits for its template's image to be built") {
+	waitingCreates(t, ctx, d, 1, func() string {
 		select {
 		case err := <-created:
-			t.Fatalf("the create ended while the image was being built: %v", err)
-		case <-ctx.Done():
-			t.Fatalf("the daemon's log never showed the create waiting:\n%s", d.Logs())
-		case <-time.After(100 * time.Millisecond):
+			return fmt.Sprintf("the create: %v", err)
+		default:
+			return ""
 		}
-	}
+	})
 	if err := build.finish("stop"); err == nil {
 		t.Fatal("the build succeeded; want it failed")
 	}
@@ -247,6 +216,58 @@ type gatedBuild struct {
 	done chan error
 	// log is the build's output, to read once done has answered.
 	log *bytes.Buffer
+}
+
+// checkTemplateServed checks that d says its interpreter template, awaited
+// until now, is served.
+func checkTemplateServed(t *testing.T, ctx context.Context, d *harness.Daemon) {
+	t.Helper()
+	if !strings.Contains(d.Logs(), "template available: its image was built") {
+		t.Errorf("the daemon's log does not say the template became available")
+	}
+	if out, _, _ := runCLI(t, ctx, d, nil, "status"); strings.Contains(out, "not built yet") {
+		t.Errorf("status once the image exists still awaits it:\n%s", out)
+	}
+}
+
+// waitingCreates returns the daemon's log lines of n creates waiting for a
+// template's image, once there are n. ended says what ended early, if a
+// create did: it should still be waiting.
+func waitingCreates(t *testing.T, ctx context.Context, d *harness.Daemon, n int, ended func() string) []string {
+	t.Helper()
+	for {
+		var lines []string
+		for _, line := range strings.Split(d.Logs(), "\n") {
+			if strings.Contains(line, "create waits for its template's image to be built") {
+				lines = append(lines, line)
+			}
+		}
+		if len(lines) >= n {
+			return lines
+		}
+		if what := ended(); what != "" {
+			t.Fatalf("%s ended while the image was being built", what)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the daemon's log never showed %d creates waiting:\n%s", n, d.Logs())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// startLateBuild starts a daemon whose interpreter template's image is a
+// throwaway one (sandpit-test/NAME-...) not built yet, with a cache
+// directory of its own, and a gated build of that image; it returns once
+// the build is at its last step.
+func startLateBuild(t *testing.T, ctx context.Context, name string) (*harness.Daemon, string, *gatedBuild) {
+	t.Helper()
+	repo := "sandpit-test/" + name + "-" + strings.ToLower(time.Now().Format("150405.000000000")[7:])
+	ref := repo + ":latest"
+	t.Cleanup(func() { _ = exec.Command("docker", "image", "rm", ref).Run() })
+	cache := t.TempDir()
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--interpreter-image", ref, "--image-cache-dir", cache}})
+	return d, ref, startGatedBuild(t, ctx, cache, repo, ref)
 }
 
 // startGatedBuild starts the build of ref (repository repo) and returns
