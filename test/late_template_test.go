@@ -67,7 +67,8 @@ func TestInterpreterTemplateBuiltAfterStart(t *testing.T) {
 // template while its image is being built waits for the build instead of
 // failing, and says so: the daemon's log names the template and the step
 // the build is at, `sandpit status` shows the build, and the CLI's create
-// prints that it waits; an E2B create of it waits as well.
+// prints that it waits; an E2B create of it waits as well, and E2B's
+// Template.exists finds it.
 func TestCreateWaitsForTemplateImageBuild(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t, 4*time.Minute)
@@ -78,6 +79,15 @@ func TestCreateWaitsForTemplateImageBuild(t *testing.T) {
 	// The build is at its last step: status says so.
 	if out, errOut, code := runCLI(t, ctx, d, nil, "status"); code != 0 || !strings.Contains(out, "template  code-interpreter-v1: image "+ref+" not built yet; building ("+at) {
 		t.Fatalf("status during the build: %d %q %q; want the build and its step", code, out, errOut)
+	}
+	// The E2B SDK's Template.exists: the template exists while its image
+	// is being built, since a create of it waits for the build.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URL()+"/e2b/templates/aliases/code-interpreter-v1", nil)
+	req.Header.Set("X-API-KEY", d.Token)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("E2B alias check during the build: %v %v; want 200", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 
 	// A create now waits; the test lets the build end only once the

@@ -101,11 +101,13 @@ func createCmd(e *cliEnv) *cobra.Command {
 				return err
 			}
 			var spin *ticker
-			stopWatch := func() {}
+			stopWatch, waiting := func() {}, false
 			if req.Image == "" && req.Template != "" {
-				stopWatch = watchTemplateBuild(cmd.Context(), c, cmd.ErrOrStderr(), req.Template)
+				stopWatch, waiting = watchTemplateBuild(cmd.Context(), c, cmd.ErrOrStderr(), req.Template)
 			}
-			if e.interactive(cmd) {
+			// A create waiting for a build prints the build's steps as
+			// lines, which a spinner would write over.
+			if e.interactive(cmd) && !waiting {
 				spin = spinner(cmd.ErrOrStderr(), "creating sandbox")
 			}
 			sb, err := c.Create(cmd.Context(), req)

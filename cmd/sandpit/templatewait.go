@@ -12,16 +12,17 @@ import (
 // watchTemplateBuild says on w, before a create of template, that the
 // create will wait for the template's image when the daemon's status shows
 // it being built, and then each step the build reaches until stop is
-// called. Only the admin may read the status: for anyone else, and when
-// nothing is being built, it says nothing.
-func watchTemplateBuild(ctx context.Context, c *client.Client, w io.Writer, template string) (stop func()) {
+// called; waiting says whether it does. Only the admin may read the
+// status: for anyone else, and when nothing is being built, it says
+// nothing.
+func watchTemplateBuild(ctx context.Context, c *client.Client, w io.Writer, template string) (stop func(), waiting bool) {
 	st, err := c.Status(ctx)
 	if err != nil {
-		return func() {}
+		return func() {}, false
 	}
 	progress, building := st.AwaitedBuilds[template]
 	if !building {
-		return func() {}
+		return func() {}, false
 	}
 	fmt.Fprintf(w, "waiting for template %s's image %s (building, %s)\n", template, st.AwaitedTemplates[template], progress)
 	ctx, cancel := context.WithCancel(ctx)
@@ -51,5 +52,5 @@ func watchTemplateBuild(ctx context.Context, c *client.Client, w io.Writer, temp
 	return func() {
 		cancel()
 		<-done
-	}
+	}, true
 }
