@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -222,8 +223,11 @@ func TestCreateWaitingForAFailedBuild(t *testing.T) {
 // directory of the test's). Its last step waits for the test: it reads a
 // line from a listener here and succeeds only when the line is "go".
 type gatedBuild struct {
-	step net.Conn
-	done chan error
+	cmd *exec.Cmd
+	// cache is the directory the build records its progress in.
+	cache string
+	step  net.Conn
+	done  chan error
 	// log is the build's output, to read once done has answered.
 	log *bytes.Buffer
 }
@@ -305,7 +309,9 @@ func startGatedBuild(t *testing.T, ctx context.Context, cache, repo, ref string)
 	t.Cleanup(func() { _ = exec.Command("docker", "image", "rm", repo+":built").Run() })
 	cmd := exec.CommandContext(ctx, "bash", "-c", `set -euo pipefail; . "$1"; record_build_progress "$2"; docker build --network=host --pull=false -q -t "$2:built" "$4" >/dev/null; docker tag "$2:built" "$3"`, "build", lib, repo, ref, recipe)
 	cmd.Env = append(os.Environ(), "SANDPIT_CACHE_DIR="+cache)
-	g := &gatedBuild{done: make(chan error, 1), log: &bytes.Buffer{}}
+	// A group of its own, so that kill ends the script and its docker CLI.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	g := &gatedBuild{cmd: cmd, cache: cache, done: make(chan error, 1), log: &bytes.Buffer{}}
 	cmd.Stdout, cmd.Stderr = g.log, g.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -333,4 +339,36 @@ func (g *gatedBuild) finish(answer string) error {
 	}
 	g.step.Close()
 	return <-g.done
+}
+
+// kill ends the build script as SIGKILL does, before its exit trap can
+// remove its progress file, and waits for it to be gone.
+func (g *gatedBuild) kill() {
+	_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL)
+	<-g.done
+}
+
+// TestCreateAfterAKilledBuild: a build killed before it could tidy up
+// leaves its progress file behind; the daemon does not take it for a
+// running build, so a create is answered at once, saying the image is not
+// built, instead of waiting for a build nobody runs.
+func TestCreateAfterAKilledBuild(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t, 4*time.Minute)
+	d, ref, build := startLateBuild(t, ctx, "late-killed-build")
+	build.kill()
+	if left, _ := filepath.Glob(filepath.Join(build.cache, "*.progress")); len(left) != 1 {
+		t.Fatalf("progress files after the kill: %v; want the killed build's", left)
+	}
+	_, err := d.Client().Create(ctx, client.CreateRequest{Template: "code-interpreter-v1"})
+	if !client.IsCode(err, apitypes.CodeUnknownTemplate) || !strings.Contains(err.Error(), "not built on this machine yet") {
+		t.Fatalf("create after the build was killed: %v; want unknown_template saying the image is not built", err)
+	}
+	out, _, _ := runCLI(t, ctx, d, nil, "status")
+	if !strings.Contains(out, "image "+ref+" not built yet; served") {
+		t.Errorf("status after the build was killed:\n%s\nwant the template awaited, with no build", out)
+	}
+	if strings.Contains(d.Logs(), "create waits for its template's image") {
+		t.Errorf("the daemon's log shows a create waiting for a killed build")
+	}
 }
