@@ -13,6 +13,10 @@ type Status struct {
 	// AwaitedTemplates are the daemon's templates whose image is not built
 	// yet (name -> image): served as soon as it is.
 	AwaitedTemplates map[string]string `json:"awaited_templates,omitempty"`
+	// AwaitedBuilds are the awaited templates whose image is being built,
+	// and where each build is (name -> "step 3/7: RUN ..."): a create of
+	// one waits for its build.
+	AwaitedBuilds map[string]string `json:"awaited_builds,omitempty"`
 }
 
 // DiskStatus says whether sandboxes' writable data is bounded. Without a

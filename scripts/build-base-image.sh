@@ -40,6 +40,15 @@ ARCH="$(dpkg --print-architecture 2>/dev/null || uname -m)"
 # architecture. The mirror is not part of it: any mirror yields the same
 # packages for the same suite.
 HASH="$( (cat "${BASH_SOURCE[0]}" "$RECIPE/packages" "$RECIPE/setup.sh"; echo "$SUITE $ARCH") | sha256sum | cut -c1-16)"
+# >>> not in the recipe hash
+# The recipe hash covers what decides the image's content, not how runs
+# are serialised or report progress: it is computed over this script without
+# its "not in the recipe hash" blocks (scripts/lib/image-build.sh). The line
+# above stays as it was, so that without these blocks this file is byte for
+# byte the script the cached images were hashed with.
+. "$ROOT/scripts/lib/image-build.sh"
+HASH="$( (recipe_script "${BASH_SOURCE[0]}"; cat "$RECIPE/packages" "$RECIPE/setup.sh"; echo "$SUITE $ARCH") | sha256sum | cut -c1-16)"
+# <<< not in the recipe hash
 TAG="$REPO:$HASH"
 TARBALL="$SANDPIT_CACHE_DIR/base-$SUITE-$ARCH-$HASH.tar"
 
@@ -65,6 +74,10 @@ if [[ "${FORCE:-}" != 1 ]] && have_tag; then
 fi
 
 exec 9>"$SANDPIT_CACHE_DIR/build-base-image.lock"
+# >>> not in the recipe hash
+# Say what a wait is for (the flock below then returns at once).
+lock_or_say 9 "$SANDPIT_CACHE_DIR/build-base-image.lock" "$REPO"
+# <<< not in the recipe hash
 flock 9
 if [[ "${FORCE:-}" != 1 ]] && have_tag; then
 	point_latest

@@ -37,6 +37,15 @@ BASE_HASH="$(docker image inspect -f '{{index .Config.Labels "sandpit.base-image
 [[ -n "$BASE_HASH" ]] || die "$BASE_REPO:latest carries no recipe hash"
 
 HASH="$( (cat "${BASH_SOURCE[0]}"; find "$RECIPE" -type f | sort | xargs cat; echo "base $BASE_HASH") | sha256sum | cut -c1-16)"
+# >>> not in the recipe hash
+# The recipe hash covers what decides the image's content, not how runs
+# are serialised or report progress: it is computed over this script without
+# its "not in the recipe hash" blocks (scripts/lib/image-build.sh). The line
+# above stays as it was, so that without these blocks this file is byte for
+# byte the script the cached images were hashed with.
+. "$ROOT/scripts/lib/image-build.sh"
+HASH="$( (recipe_script "${BASH_SOURCE[0]}"; find "$RECIPE" -type f | sort | xargs cat; echo "base $BASE_HASH") | sha256sum | cut -c1-16)"
+# <<< not in the recipe hash
 TAG="$REPO:$HASH"
 
 have_tag() { docker image inspect "$TAG" >/dev/null 2>&1; }
@@ -58,12 +67,21 @@ if [[ "${FORCE:-}" != 1 ]] && have_tag; then
 	exit 0
 fi
 exec 9>"$SANDPIT_CACHE_DIR/build-code-interpreter-image.lock"
+# >>> not in the recipe hash
+# Say what a wait is for (the flock below then returns at once).
+lock_or_say 9 "$SANDPIT_CACHE_DIR/build-code-interpreter-image.lock" "$REPO"
+# <<< not in the recipe hash
 flock 9
 if [[ "${FORCE:-}" != 1 ]] && have_tag; then
 	point_latest
 	exit 0
 fi
 
+# >>> not in the recipe hash
+# The build below records its steps where a daemon whose create waits
+# for this image reads them (its status and log, the waiting create).
+record_build_progress "$REPO"
+# <<< not in the recipe hash
 log "building $TAG on $BASE_REPO:$BASE_HASH (apt inside the build; several minutes the first time)"
 # The build's apt reaches the mirror through the host's network: the
 # engine's default bridge may have no route out on a locked-down machine.

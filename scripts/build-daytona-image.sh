@@ -45,6 +45,15 @@ BASE_HASH="$(docker image inspect -f '{{index .Config.Labels "sandpit.base-image
 [[ -n "$BASE_HASH" ]] || die "$BASE_REPO:latest carries no recipe hash"
 
 HASH="$( (cat "${BASH_SOURCE[0]}"; find "$RECIPE" -type f | sort | xargs cat; echo "base $BASE_HASH") | sha256sum | cut -c1-16)"
+# >>> not in the recipe hash
+# The recipe hash covers what decides the image's content, not how runs
+# are serialised or report progress: it is computed over this script without
+# its "not in the recipe hash" blocks (scripts/lib/image-build.sh). The line
+# above stays as it was, so that without these blocks this file is byte for
+# byte the script the cached images were hashed with.
+. "$ROOT/scripts/lib/image-build.sh"
+HASH="$( (recipe_script "${BASH_SOURCE[0]}"; find "$RECIPE" -type f | sort | xargs cat; echo "base $BASE_HASH") | sha256sum | cut -c1-16)"
+# <<< not in the recipe hash
 TAG="$REPO:$HASH"
 
 # point_latest moves :latest to this recipe's image and drops the one it
@@ -61,6 +70,10 @@ point_latest() {
 }
 
 exec 9>"$SANDPIT_CACHE_DIR/build-daytona-image.lock"
+# >>> not in the recipe hash
+# Say what a wait is for (the flock below then returns at once).
+lock_or_say 9 "$SANDPIT_CACHE_DIR/build-daytona-image.lock" "$REPO"
+# <<< not in the recipe hash
 flock 9
 if [[ "${FORCE:-}" != 1 ]] && docker image inspect "$TAG" >/dev/null 2>&1; then
 	point_latest

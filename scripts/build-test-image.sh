@@ -47,6 +47,15 @@ fi
 command -v docker >/dev/null 2>&1 || die "docker CLI not found"
 
 HASH="$(cat "$SELF" "$BUSYBOX" "$BASH_STATIC" | sha256sum | cut -c1-32)"
+# >>> not in the recipe hash
+# The recipe hash covers what decides the image's content, not how runs
+# are serialised or report progress: it is computed over this script without
+# its "not in the recipe hash" blocks (scripts/lib/image-build.sh). The line
+# above stays as it was, so that without these blocks this file is byte for
+# byte the script the cached images were hashed with.
+. "$(dirname "$SELF")/lib/image-build.sh"
+HASH="$( (recipe_script "$SELF"; cat "$BUSYBOX" "$BASH_STATIC") | sha256sum | cut -c1-32)"
+# <<< not in the recipe hash
 
 current_hash() {
 	docker image inspect -f "{{index .Config.Labels \"$HASH_LABEL\"}}" "$IMAGE" 2>/dev/null || true
@@ -62,6 +71,10 @@ fi
 LOCK="${TMPDIR:-/tmp}/sandpit-build-test-image.lock"
 exec 9>"$LOCK"
 if command -v flock >/dev/null 2>&1; then
+	# >>> not in the recipe hash
+	# Say what a wait is for (the flock below then returns at once).
+	lock_or_say 9 "$LOCK" "$IMAGE"
+	# <<< not in the recipe hash
 	flock 9
 	if [[ "${FORCE:-}" != 1 && "$(current_hash)" == "$HASH" ]]; then
 		log "$IMAGE is up to date ($HASH)"

@@ -101,13 +101,20 @@ func createCmd(e *cliEnv) *cobra.Command {
 				return err
 			}
 			var spin *ticker
-			if e.interactive(cmd) {
+			stopWatch, waiting := func() {}, false
+			if req.Image == "" && req.Template != "" {
+				stopWatch, waiting = watchTemplateBuild(cmd.Context(), c, cmd.ErrOrStderr(), req.Template)
+			}
+			// A create waiting for a build prints the build's steps as
+			// lines, which a spinner would write over.
+			if e.interactive(cmd) && !waiting {
 				spin = spinner(cmd.ErrOrStderr(), "creating sandbox")
 			}
 			sb, err := c.Create(cmd.Context(), req)
 			if spin != nil {
 				spin.Stop("")
 			}
+			stopWatch()
 			if err != nil {
 				return createHint(err, req.Name)
 			}

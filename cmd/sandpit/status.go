@@ -71,7 +71,11 @@ func statusCmd(e *cliEnv) *cobra.Command {
 				}
 				sort.Strings(names)
 				for _, name := range names {
-					if _, err := fmt.Fprintf(w, "template  %s: image %s not built yet; served as soon as it is\n", name, st.AwaitedTemplates[name]); err != nil {
+					build := ""
+					if progress, ok := st.AwaitedBuilds[name]; ok {
+						build = "; building (" + progress + "), a create waits for it"
+					}
+					if _, err := fmt.Fprintf(w, "template  %s: image %s not built yet%s; served as soon as it is\n", name, st.AwaitedTemplates[name], build); err != nil {
 						return err
 					}
 				}

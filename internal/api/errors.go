@@ -80,6 +80,10 @@ func Classify(err error) Problem {
 		return Problem{http.StatusBadRequest, apitypes.CodeUnknownImage, msg}
 	case errors.Is(err, service.ErrUnknownTemplate):
 		return Problem{http.StatusBadRequest, apitypes.CodeUnknownTemplate, msg}
+	case errors.Is(err, service.ErrImageBuilding):
+		// The template exists and will be served: the same request
+		// succeeds once the build is done.
+		return Problem{http.StatusServiceUnavailable, apitypes.CodeServiceUnavailable, msg}
 	case errors.Is(err, sandpit.ErrNotFound):
 		return Problem{http.StatusNotFound, apitypes.CodeNotFound, msg}
 	case errors.Is(err, sandpit.ErrNameConflict):

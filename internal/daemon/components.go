@@ -529,6 +529,7 @@ func (d *daemon) newService(context.Context) error {
 	}
 	d.svc = service.New(service.Config{
 		LateTemplates:  d.lateTemplates,
+		ImageBuildDir:  cfg.ImageCacheDir,
 		Domains:        domains,
 		DefaultImage:   cfg.DefaultImage,
 		Templates:      cfg.Templates,

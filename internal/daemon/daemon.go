@@ -46,7 +46,11 @@ type Config struct {
 	// means InterpreterImage (the tag scripts/build-code-interpreter-image.sh
 	// makes).
 	InterpreterImage string
-	Templates        map[string]string
+	// ImageCacheDir is where the image build scripts record a build's
+	// progress (their SANDPIT_CACHE_DIR): a create of the interpreter
+	// template while its image is being built waits for the build.
+	ImageCacheDir string
+	Templates     map[string]string
 	// DaytonaTemplate is the template a Daytona create naming no snapshot
 	// or image runs, as the account DaytonaUser when its image has one.
 	// Empty: DaytonaTemplate when its image is built and DefaultImage was
@@ -295,6 +299,18 @@ func validRouter(c Config) error {
 		return fmt.Errorf("invalid --router %q: want %q or %q", c.Router, RouterBuiltin, RouterCaddy)
 	}
 	return nil
+}
+
+// DefaultImageCacheDir is the image build scripts' own default
+// SANDPIT_CACHE_DIR: /var/cache/sandpit for root, else the user's cache.
+func DefaultImageCacheDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/cache/sandpit"
+	}
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "sandpit")
+	}
+	return ""
 }
 
 // DefaultDataDir is /var/lib/sandpit for root, else ~/.local/share/sandpit.

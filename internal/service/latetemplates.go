@@ -2,9 +2,18 @@ package service
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/distribution/reference"
 )
 
 // lateTemplates are the daemon's templates whose image was not built when it
@@ -15,10 +24,13 @@ type lateTemplates struct {
 	mu      sync.Mutex
 	pending map[string]string // template name -> image awaited
 	ready   map[string]string // template name -> image, once the engine has it
+	// buildDir is where the build scripts record their progress; empty
+	// when the daemon looks for none.
+	buildDir string
 }
 
-func newLateTemplates(pending map[string]string) *lateTemplates {
-	return &lateTemplates{pending: maps.Clone(pending), ready: map[string]string{}}
+func newLateTemplates(pending map[string]string, buildDir string) *lateTemplates {
+	return &lateTemplates{pending: maps.Clone(pending), ready: map[string]string{}, buildDir: buildDir}
 }
 
 // image is the image of a late template that is ready.
@@ -29,12 +41,25 @@ func (l *lateTemplates) image(name string) (string, bool) {
 	return img, ok
 }
 
-// awaited reports whether name is a late template whose image is not built.
-func (l *lateTemplates) awaited(name string) bool {
+// awaited is the image of name when it is a late template whose image is
+// not built.
+func (l *lateTemplates) awaited(name string) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, ok := l.pending[name]
-	return ok
+	img, ok := l.pending[name]
+	return img, ok
+}
+
+// markReady makes the late template name, awaiting img, available.
+func (l *lateTemplates) markReady(name, img string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.pending[name]; !ok {
+		return false
+	}
+	delete(l.pending, name)
+	l.ready[name] = img
+	return true
 }
 
 // images are the images of the late templates that are ready.
@@ -48,12 +73,106 @@ func (l *lateTemplates) images() []string {
 	return out
 }
 
-// AwaitedTemplates are the late templates whose image is not built yet
-// (name -> image), for the daemon's status.
-func (s *Service) AwaitedTemplates() map[string]string {
+// build reports whether img is being built and where its build is, from
+// the progress file the build scripts keep for its repository
+// (scripts/lib/image-build.sh: "PID<tab>TEXT"). A file whose process has
+// gone is an ended build's (killed before it could remove it).
+func (l *lateTemplates) build(img string) (progress string, building bool) {
+	if l.buildDir == "" {
+		return "", false
+	}
+	named, err := reference.ParseNormalizedNamed(img)
+	if err != nil {
+		return "", false
+	}
+	repo := strings.NewReplacer("/", "_", ":", "_").Replace(reference.FamiliarName(named))
+	b, err := os.ReadFile(filepath.Join(l.buildDir, repo+".progress"))
+	if err != nil {
+		return "", false
+	}
+	pidText, text, _ := strings.Cut(strings.TrimSpace(string(b)), "\t")
+	pid, err := strconv.Atoi(pidText)
+	if err != nil || pid <= 0 {
+		return "", false
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return "", false
+	}
+	return text, true
+}
+
+// AwaitedTemplate is a late template whose image is not built yet.
+type AwaitedTemplate struct {
+	Image string
+	// Building says that a build of the image runs; Progress is where it
+	// is ("step 3/7: RUN ...").
+	Building bool
+	Progress string
+}
+
+// AwaitedTemplates are the late templates whose image is not built yet, by
+// name, for the daemon's status.
+func (s *Service) AwaitedTemplates() map[string]AwaitedTemplate {
 	s.late.mu.Lock()
-	defer s.late.mu.Unlock()
-	return maps.Clone(s.late.pending)
+	pending := maps.Clone(s.late.pending)
+	s.late.mu.Unlock()
+	out := make(map[string]AwaitedTemplate, len(pending))
+	for name, img := range pending {
+		progress, building := s.late.build(img)
+		out[name] = AwaitedTemplate{Image: img, Building: building, Progress: progress}
+	}
+	return out
+}
+
+// lateImageReady asks the engine whether a late template's image exists,
+// and makes the template available when it does.
+func (s *Service) lateImageReady(ctx context.Context, name, img string) bool {
+	ok, err := s.cfg.Images.HasImage(ctx, img)
+	if err != nil || !ok {
+		return false
+	}
+	if s.late.markReady(name, img) {
+		s.log.Info("template available: its image was built", "template", name, "image", img)
+	}
+	return true
+}
+
+// awaitLateTemplate holds a create of a late template whose image is being
+// built until the build ends or ctx does (the request's own bound), saying
+// in the log what it waits for and where the build is. A template that is
+// not late, or whose image nobody builds, is left to ResolveImage to
+// answer at once.
+func (s *Service) awaitLateTemplate(ctx context.Context, name string) error {
+	img, ok := s.late.awaited(name)
+	if !ok || s.cfg.Images == nil {
+		return nil
+	}
+	progress, building := s.late.build(img)
+	if !building {
+		return nil
+	}
+	s.log.Info("create waits for its template's image to be built", "template", name, "image", img, "build", progress)
+	for last := progress; ; {
+		// The build's end is read before the engine is asked: a build
+		// script tags the image before it exits, so an ended build whose
+		// image the engine lacks has failed.
+		progress, building = s.late.build(img)
+		if s.lateImageReady(ctx, name, img) {
+			return nil
+		}
+		if !building {
+			return fmt.Errorf("%w: %q: the build of its image %s ended without making it (its log says why)", ErrUnknownTemplate, name, img)
+		}
+		if progress != last {
+			s.log.Info("template image build progress", "template", name, "image", img, "build", progress)
+			last = progress
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: template %q: its image %s is being built (%s); the create stopped waiting: %w", ErrImageBuilding, name, img, progress, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // WatchLateTemplates looks for the images of the templates still awaited
@@ -71,15 +190,7 @@ func (s *Service) WatchLateTemplates(ctx context.Context, interval time.Duration
 			return
 		}
 		for name, img := range pending {
-			ok, err := s.cfg.Images.HasImage(ctx, img)
-			if err != nil || !ok {
-				continue
-			}
-			s.late.mu.Lock()
-			delete(s.late.pending, name)
-			s.late.ready[name] = img
-			s.late.mu.Unlock()
-			s.log.Info("template available: its image was built", "template", name, "image", img)
+			s.lateImageReady(ctx, name, img)
 		}
 		select {
 		case <-ctx.Done():

@@ -131,12 +131,19 @@ func (s *Service) ResolveImage(image, template string) (string, error) {
 		if img, ok := s.late.image(template); ok {
 			return img, nil
 		}
+		if img, ok := s.late.awaited(template); ok {
+			if progress, building := s.late.build(img); building {
+				// A create waits for it (awaitLateTemplate); anything
+				// else that needs the image now is told to come back.
+				return "", fmt.Errorf("%w: %q: its image %s is being built (%s); the daemon serves it as soon as it exists", ErrImageBuilding, template, img, progress)
+			}
+		}
 		if template == interpreterTemplate {
 			// The one template a new user asks for by name without making
 			// it (the code interpreter SDK's default): say how to get it.
 			return "", fmt.Errorf("%w: %q: its image is not built on this machine yet (scripts/build-code-interpreter-image.sh builds it, a few minutes; the daemon serves it as soon as it exists, no restart needed)", ErrUnknownTemplate, template)
 		}
-		if s.late.awaited(template) {
+		if _, ok := s.late.awaited(template); ok {
 			return "", fmt.Errorf("%w: %q: its image is not built on this machine yet; the daemon serves it as soon as it exists", ErrUnknownTemplate, template)
 		}
 		return "", fmt.Errorf("%w: %q", ErrUnknownTemplate, template)
@@ -289,6 +296,11 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 					req.User = rt.t.User
 				}
 			}
+		}
+	}
+	if owned == nil && req.Image == "" && req.Template != "" {
+		if err := s.awaitLateTemplate(ctx, req.Template); err != nil {
+			return sandpit.Sandbox{}, err
 		}
 	}
 	image, err := s.ResolveImage(req.Image, req.Template)

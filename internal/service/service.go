@@ -38,7 +38,10 @@ var (
 	ErrInvalid         = errors.New("invalid request")
 	ErrUnknownImage    = errors.New("unknown image")
 	ErrUnknownTemplate = errors.New("unknown template")
-	ErrNotRunning      = errors.New("sandbox is not running")
+	// ErrImageBuilding: the template's image is being built and the
+	// request ended before the build did.
+	ErrImageBuilding = errors.New("the template's image is still being built")
+	ErrNotRunning    = errors.New("sandbox is not running")
 	// ErrPaused and ErrStopped: a call that needs a running sandbox met a
 	// paused or a stopped one. Both are ErrNotRunning as well, so a caller
 	// that only asks whether the sandbox runs need not tell them apart.
@@ -172,6 +175,12 @@ type Config struct {
 	// not exist at start; each is served once the engine has its image
 	// (WatchLateTemplates), so the daemon does not wait for a long build.
 	LateTemplates map[string]string
+	// ImageBuildDir is where the image build scripts record the progress
+	// of a build (scripts/lib/image-build.sh, their SANDPIT_CACHE_DIR): a
+	// create of a late template whose image is being built waits for it,
+	// and the daemon's status and log say where the build is. Empty: no
+	// build is ever seen, and such a create fails at once.
+	ImageBuildDir string
 	// Images builds templates' images; nil (unit tests) or an empty
 	// TemplateDir (where uploaded build files and build logs are kept)
 	// means no builds.
@@ -380,7 +389,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	}
 	idem := idempotency.New(claimStore(cfg, st), cfg.Now, cfg.Logger, cfg.Metrics)
 	s := &Service{
-		late:            newLateTemplates(cfg.LateTemplates),
+		late:            newLateTemplates(cfg.LateTemplates, cfg.ImageBuildDir),
 		cluster:         singleNode{},
 		sessions:        newSessions(cfg.MaxStreamsPerToken, cfg.Now),
 		pool:            pool,

@@ -37,7 +37,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		fail(w, err, "")
 		return
 	}
-	if _, err := h.be.ResolveImage("", b.template()); err != nil && !(errors.Is(err, service.ErrUnknownTemplate) && h.ownsTemplate(r.Context(), b.template())) {
+	// A template whose image is being built is not refused here: the
+	// create waits for the build.
+	if _, err := h.be.ResolveImage("", b.template()); err != nil && !errors.Is(err, service.ErrImageBuilding) && !(errors.Is(err, service.ErrUnknownTemplate) && h.ownsTemplate(r.Context(), b.template())) {
 		fail(w, err, "")
 		return
 	}

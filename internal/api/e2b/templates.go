@@ -732,7 +732,9 @@ type AliasBody struct {
 // which every caller can create from.
 func (h *Handler) aliasExists(w http.ResponseWriter, r *http.Request, alias string) {
 	name, _, _ := strings.Cut(alias, ":")
-	if _, err := h.be.ResolveImage("", name); err == nil {
+	// A template whose image is being built exists: a create of it waits
+	// for the build.
+	if _, err := h.be.ResolveImage("", name); err == nil || errors.Is(err, service.ErrImageBuilding) {
 		api.WriteJSON(w, http.StatusOK, AliasBody{TemplateID: name, Public: true})
 		return
 	}

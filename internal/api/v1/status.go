@@ -37,8 +37,8 @@ type StatusSource struct {
 	// without --cluster (a cluster of one).
 	Cluster func() apitypes.ClusterStatus
 	// AwaitedTemplates are the daemon's templates whose image is not built
-	// yet (name -> image).
-	AwaitedTemplates func() map[string]string
+	// yet, with their builds' progress.
+	AwaitedTemplates func() map[string]service.AwaitedTemplate
 }
 
 // StatusHandler serves GET /v1/status to the admin: the version, the
@@ -74,8 +74,17 @@ func StatusHandler(auth *api.Auth, src StatusSource) http.Handler {
 			out.Cluster = src.Cluster()
 		}
 		if src.AwaitedTemplates != nil {
-			if a := src.AwaitedTemplates(); len(a) > 0 {
-				out.AwaitedTemplates = a
+			for name, a := range src.AwaitedTemplates() {
+				if out.AwaitedTemplates == nil {
+					out.AwaitedTemplates = map[string]string{}
+				}
+				out.AwaitedTemplates[name] = a.Image
+				if a.Building {
+					if out.AwaitedBuilds == nil {
+						out.AwaitedBuilds = map[string]string{}
+					}
+					out.AwaitedBuilds[name] = a.Progress
+				}
 			}
 		}
 		t0 := time.Now()
