@@ -1,25 +1,17 @@
 #!/usr/bin/env bash
-# Makes gVisor's runsc available to Docker as two OCI runtimes: installs
-# Debian's runsc package when missing, registers the runtimes in
-# /etc/docker/daemon.json with the arguments these machines need, and makes
-# dockerd reload its runtimes (SIGHUP; no restart, so running containers are
-# untouched). Idempotent; needs root.
+# Makes gVisor's runsc available to Docker as the OCI runtime "runsc":
+# installs Debian's runsc package when missing, registers it in
+# /etc/docker/daemon.json with the runtime arguments these machines need, and
+# makes dockerd reload its runtimes (SIGHUP; no restart, so running
+# containers are untouched). Idempotent; needs root.
 #
-# "runsc": --platform=ptrace (no KVM here) and --network=host: runsc uses
-# the container's network namespace, which Docker still isolates, through
-# the host's network stack.
-#
-# "runsc-netstack": --platform=ptrace only, so gVisor runs its own network
-# stack in that namespace. Its sockets can be checkpointed (hostinet ones
-# cannot), which is what a memory pause that frees memory needs. It runs
-# through the wrapper scripts/runsc-netstack, installed as
-# /usr/local/libexec/sandpit/runsc-netstack: see that file for why.
+# --platform=ptrace: no KVM here. --network=host: gVisor's own network stack
+# refuses to start in the root network namespace; with host networking runsc
+# uses the container's network namespace, which Docker still isolates.
 set -euo pipefail
 
 CONF="${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}"
 NAME="${RUNSC_RUNTIME_NAME:-runsc}"
-NETSTACK_NAME="${RUNSC_NETSTACK_RUNTIME_NAME:-runsc-netstack}"
-WRAPPER=/usr/local/libexec/sandpit/runsc-netstack
 
 log() { printf 'ensure-runsc: %s\n' "$*" >&2; }
 
@@ -42,39 +34,20 @@ if ! command -v jq >/dev/null 2>&1; then
 	apt-get install -y -qq --no-install-recommends jq >/dev/null
 fi
 
-# The wrapper runs the runsc found here, whatever path the package put it at.
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-mkdir -p "$(dirname "$WRAPPER")"
-tmpw=$(mktemp "$WRAPPER.XXXXXX")
-sed "s|^RUNSC=.*|RUNSC=$RUNSC|" "$here/runsc-netstack" >"$tmpw"
-chmod 0755 "$tmpw"
-mv "$tmpw" "$WRAPPER"
-
+want=$(jq -nc --arg p "$RUNSC" '{path: $p, runtimeArgs: ["--platform=ptrace", "--network=host"]}')
 mkdir -p "$(dirname "$CONF")"
 [[ -s "$CONF" ]] || echo '{}' >"$CONF"
-changed=()
-register() { # name runtime-json
-	local have
-	have=$(jq -c --arg n "$1" '.runtimes[$n] // empty' "$CONF")
-	if [[ "$have" != "$2" ]]; then
-		log "registering runtime $1 in $CONF"
-		tmp=$(mktemp "$CONF.XXXXXX")
-		jq --arg n "$1" --argjson r "$2" '.runtimes[$n] = $r' "$CONF" >"$tmp"
-		chmod 0644 "$tmp"
-		mv "$tmp" "$CONF"
-		changed+=("$1")
-	fi
-}
-register "$NAME" "$(jq -nc --arg p "$RUNSC" '{path: $p, runtimeArgs: ["--platform=ptrace", "--network=host"]}')"
-register "$NETSTACK_NAME" "$(jq -nc --arg p "$WRAPPER" '{path: $p, runtimeArgs: ["--platform=ptrace"]}')"
+have=$(jq -c --arg n "$NAME" '.runtimes[$n] // empty' "$CONF")
+if [[ "$have" != "$want" ]]; then
+	log "registering runtime $NAME in $CONF"
+	tmp=$(mktemp "$CONF.XXXXXX")
+	jq --arg n "$NAME" --argjson r "$want" '.runtimes[$n] = $r' "$CONF" >"$tmp"
+	chmod 0644 "$tmp"
+	mv "$tmp" "$CONF"
+fi
 
-# The engine's view must match the file: a runtime re-registered with other
-# arguments is reloaded too, not only a missing one.
-registered() {
-	docker info --format '{{json .Runtimes}}' 2>/dev/null | jq -e --arg n "$NAME" --arg m "$NETSTACK_NAME" --arg w "$WRAPPER" \
-		'has($n) and has($m) and .[$m].path == $w' >/dev/null
-}
-if ((${#changed[@]} > 0)) || ! registered; then
+registered() { docker info --format '{{json .Runtimes}}' 2>/dev/null | jq -e --arg n "$NAME" 'has($n)' >/dev/null; }
+if ! registered; then
 	pid=$(pidof dockerd || true)
 	if [[ -z "$pid" ]]; then
 		log "dockerd is not running"
@@ -88,7 +61,7 @@ if ((${#changed[@]} > 0)) || ! registered; then
 	done
 fi
 if ! registered; then
-	log "dockerd did not pick up runtimes $NAME and $NETSTACK_NAME after SIGHUP"
+	log "dockerd did not pick up runtime $NAME after SIGHUP"
 	exit 1
 fi
-log "runtimes $NAME ($RUNSC) and $NETSTACK_NAME ($WRAPPER) registered"
+log "runtime $NAME registered ($RUNSC)"

@@ -49,21 +49,7 @@ func (e *EngineError) Unwrap() error { return e.Err }
 // failure the container is stopped again, so a failed start never leaves a
 // running container under a row that says otherwise.
 func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error {
-	return s.startAwait(ctx, sb, false)
-}
-
-// startAwait is startAndAwait; restored says that the start restores a
-// checkpoint (resumeRestore), whose agent and image command were restored
-// running, and are neither given their settings nor started again.
-func (s *Service) startAwait(ctx context.Context, sb *sandpit.Sandbox, restored bool) error {
 	s.forgetIP(sb.ID)
-	if !restored && s.cfg.Checkpoints != nil {
-		// A marker a killed resume left would make this start restore a
-		// checkpoint nobody asked for.
-		if err := s.cfg.Checkpoints.RestoreAtNextStart(sb.ContainerID, ""); err != nil {
-			return runtimeErr("clear restore marker", err)
-		}
-	}
 	t0 := time.Now()
 	if err := s.rt.Start(ctx, sb.ContainerID); err != nil {
 		return runtimeErr("start container", err)
@@ -92,17 +78,14 @@ func (s *Service) startAwait(ctx context.Context, sb *sandpit.Sandbox, restored 
 		if err := s.awaitAgent(ctx, sb, c.IP); err != nil {
 			return err
 		}
-		if !restored {
-			// An adopted pooled container's agent starts again with its
-			// pool token and no sandbox settings; they are given to it
-			// again first.
-			if err := s.reinitAdopted(ctx, *sb, c.IP); err != nil {
-				return err
-			}
-			// What the image runs at start runs again: a stop ended it.
-			if err := s.startImage(ctx, *sb, false); err != nil {
-				return err
-			}
+		// An adopted pooled container's agent starts again with its pool
+		// token and no sandbox settings; they are given to it again first.
+		if err := s.reinitAdopted(ctx, *sb, c.IP); err != nil {
+			return err
+		}
+		// What the image runs at start runs again: a stop ended it.
+		if err := s.startImage(ctx, *sb, false); err != nil {
+			return err
 		}
 		phase(ctx, "agent", t0)
 		s.mu.Lock()
@@ -368,7 +351,6 @@ func (s *Service) teardown(ctx context.Context, sb sandpit.Sandbox) error {
 	if sb.ArchiveImage != "" {
 		s.removeArchiveImages(ctx, sb.ID)
 	}
-	s.dropCheckpoint(sb.ID)
 	return nil
 }
 
@@ -418,8 +400,7 @@ func (s *Service) stopLockedFor(ctx context.Context, sb sandpit.Sandbox, reason 
 	// that one under this sandbox's URL.
 	s.removeRoutes(ctx, id)
 	s.forgetIP(id)
-	checkpointed := s.checkpointed(id)
-	if sb.State == sandpit.StatePaused && sb.PauseMode != sandpit.PauseFilesystem && !checkpointed {
+	if sb.State == sandpit.StatePaused && sb.PauseMode != sandpit.PauseFilesystem {
 		if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
 			return sb, runtimeErr("unpause", err)
 		}
@@ -432,10 +413,6 @@ func (s *Service) stopLockedFor(ctx context.Context, sb sandpit.Sandbox, reason 
 	}
 	s.removeFirewall(ctx, id)
 	after, err := s.transition(ctx, change{typ: EventStopped, from: sb, state: sandpit.StateStopped, reason: reason, reread: true})
-	if checkpointed && err == nil {
-		// A stopped sandbox starts anew: its checkpoint is of no use.
-		s.dropCheckpoint(id)
-	}
 	if err != nil || after.AutoDelete != 0 {
 		return after, err
 	}
@@ -557,9 +534,6 @@ func (s *Service) pauseLocked(ctx context.Context, sb sandpit.Sandbox, mode sand
 		return sb, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
 	}
 	s.removeRoutes(ctx, id)
-	if mode == sandpit.PauseMemory && s.cfg.Checkpoints != nil {
-		return s.pauseCheckpoint(ctx, sb, reason)
-	}
 	if mode == sandpit.PauseMemory {
 		// The frozen container keeps its address (and its kernels), but
 		// no call may reach it from now on: one sent there would wait for
@@ -629,9 +603,6 @@ func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit
 			return sb, err
 		}
 		return after, err
-	}
-	if s.checkpointed(sb.ID) {
-		return s.resumeRestore(ctx, sb)
 	}
 	if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
 		return sb, runtimeErr("unpause", err)

@@ -119,19 +119,10 @@ type Config struct {
 	MaxConcurrentCreates int
 	// Runtime is the OCI runtime containers run under ("" = the engine's
 	// default, runc).
-	Runtime string
-	// Checkpoints, when set (a runtime that can checkpoint: runsc with
-	// its own network stack), makes a memory pause write the sandbox's
-	// processes into CheckpointDir and stop its container, instead of
-	// freezing them in place. CheckpointQuiesce bounds the wait for the
-	// sandbox's connections to close before that (default 65s); when some
-	// stay open the pause freezes instead.
-	Checkpoints       driver.Checkpointer
-	CheckpointDir     string
-	CheckpointQuiesce time.Duration
-	Domain            string // default "localhost"
-	ProxyPort         int    // port of the proxy, for URLs; 80 (443 with TLS) omits it
-	PublicHost        string // host in tcp:// URLs; default 127.0.0.1
+	Runtime    string
+	Domain     string // default "localhost"
+	ProxyPort  int    // port of the proxy, for URLs; 80 (443 with TLS) omits it
+	PublicHost string // host in tcp:// URLs; default 127.0.0.1
 	// Domains is the policy on custom hostnames (reserved names, the
 	// suffixes owners may bind, the ownership proof).
 	Domains     DomainPolicy
