@@ -84,6 +84,9 @@ const (
 	// ReasonDiskLimit: the disk watcher stopped it for writing more than
 	// its disk limit where the engine cannot enforce one.
 	ReasonDiskLimit = "disk limit exceeded"
+	// ReasonVolumeSize: the disk watcher stopped it because a volume it
+	// mounts writable holds more than the volume's size.
+	ReasonVolumeSize = "volume size exceeded"
 	// ReasonMemoryLost: a memory pause whose frozen processes did not
 	// outlive the engine (a dockerd or host restart); the sandbox is kept
 	// as a filesystem pause and boots anew on resume.

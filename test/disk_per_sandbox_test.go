@@ -1,6 +1,7 @@
 package sandpit_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -101,13 +102,7 @@ func TestDiskLimitPerSandbox(t *testing.T) {
 		}
 		return
 	}
-	var got client.Sandbox
-	for deadline := time.Now().Add(4 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if got, err = c.Get(ctx, sb.ID); err == nil && got.State == "stopped" {
-			break
-		}
-	}
-	if got.State != "stopped" || got.StateReason != "disk limit exceeded" {
+	if got := stoppedWithin(ctx, c, sb.ID, 4*time.Minute); got.State != "stopped" || got.StateReason != "disk limit exceeded" {
 		t.Fatalf("the sandbox writing past its 512 MiB is %s (reason %q), want stopped for its disk limit", got.State, got.StateReason)
 	}
 	if res := <-done; strings.Contains(res.Stdout, "root-full") {
@@ -125,6 +120,20 @@ func TestDiskLimitPerSandbox(t *testing.T) {
 	}
 }
 
+// stoppedWithin polls sandbox id until it is stopped, at most for within,
+// and returns it as last read.
+func stoppedWithin(ctx context.Context, c *client.Client, id string, within time.Duration) client.Sandbox {
+	var got client.Sandbox
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if sb, err := c.Get(ctx, id); err == nil {
+			if got = sb; got.State == "stopped" {
+				break
+			}
+		}
+	}
+	return got
+}
+
 // awaitStopped waits (at most 30 s) for the stopped event of sandbox id.
 func awaitStopped(t *testing.T, events <-chan apitypes.Event, id string) {
 	t.Helper()
@@ -137,5 +146,67 @@ func awaitStopped(t *testing.T, events <-chan apitypes.Event, id string) {
 		case <-deadline:
 			t.Fatalf("no stopped event for sandbox %s", id)
 		}
+	}
+}
+
+// TestVolumeSize: a volume has a size (size_mb, the CLI's --size; the
+// daemon's --volume-size-mb by default and at most), and a sandbox writing
+// into a volume past its size is stopped by the disk watcher with the
+// stopped event and the state reason "volume size exceeded", while a
+// sandbox writing within its own volume runs on. A larger ask is a 400
+// that makes nothing; the same name with another size is a conflict, not a
+// retry.
+func TestVolumeSize(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--volume-size-mb", "256", "--disk-watch-interval", "1s"}})
+	ctx := ctxFor(t, 5*time.Minute)
+	c := d.Client()
+	for _, body := range []string{`{"name":"big","size_mb":512}`, `{"name":"tiny","size_mb":8}`} {
+		if a := raw(t, ctx, d, d.Token, http.MethodPost, "/v1/volumes", body); a.Status != http.StatusBadRequest || !strings.Contains(string(a.Body), "size_mb") {
+			t.Errorf("volume create %s: %d %s, want 400 naming size_mb", body, a.Status, a.Body)
+		}
+	}
+	if vs, err := c.Volumes(ctx); err != nil || len(vs) != 0 {
+		t.Fatalf("refused volume creates left volumes: %+v %v", vs, err)
+	}
+	small, err := c.CreateVolumeWith(ctx, apitypes.CreateVolumeRequest{Name: "small", SizeMB: 64})
+	if err != nil || small.SizeMB != 64 {
+		t.Fatalf("volume create with size_mb 64: %+v %v", small, err)
+	}
+	if a := raw(t, ctx, d, d.Token, http.MethodPost, "/v1/volumes", `{"name":"small","size_mb":128}`); a.Status != http.StatusConflict {
+		t.Errorf("the same name with another size: %d %s, want 409", a.Status, a.Body)
+	}
+	if again, err := c.CreateVolume(ctx, "small"); err != nil || again.ID != small.ID || again.SizeMB != 64 {
+		t.Errorf("the same name with no size: %+v %v, want the volume as it is", again, err)
+	}
+	cliID := strings.TrimSpace(cli(t, ctx, d, "volume", "create", "--size", "100m", "viacli"))
+	if v, err := c.Volume(ctx, cliID); err != nil || v.SizeMB != 100 {
+		t.Errorf("volume create --size 100m: %+v %v", v, err)
+	}
+	roomy, err := c.CreateVolume(ctx, "roomy")
+	if err != nil || roomy.SizeMB != 256 {
+		t.Fatalf("volume create with no size: %+v %v, want the daemon's 256 MiB", roomy, err)
+	}
+
+	hog, err := c.Create(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Volume: "small", Path: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet, err := c.Create(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Volume: "roomy", Path: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shell(t, ctx, c, quiet.ID, "dd if=/dev/zero of=/data/within bs=1048576 count=32 2>/dev/null")
+	_, events := openEvents(t, ctx, d, d.Token)
+	// 150 MB into a 64 MiB volume, in 10 MB chunks; the stop may cut the
+	// exec, whose outcome does not matter.
+	_, _ = c.Exec(ctx, hog.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c",
+		`i=0; while [ $i -lt 15 ]; do dd if=/dev/zero of=/data/fill.$i bs=1048576 count=10 2>/dev/null; i=$((i+1)); done; sleep 60`}, TimeoutS: 120})
+	if got := stoppedWithin(ctx, c, hog.ID, 2*time.Minute); got.State != "stopped" || got.StateReason != "volume size exceeded" {
+		t.Fatalf("the sandbox writing 150 MB into a 64 MiB volume is %s (reason %q), want stopped for the volume's size", got.State, got.StateReason)
+	}
+	awaitStopped(t, events, hog.ID)
+	if got, err := c.Get(ctx, quiet.ID); err != nil || got.State != "running" {
+		t.Errorf("the sandbox within its volume's size: %+v %v", got, err)
 	}
 }

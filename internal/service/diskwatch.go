@@ -20,9 +20,17 @@ func (c Config) MaxDiskMB() int64 { return max(c.DiskMB, c.DiskWatchMB) }
 // DiskLimitMB is the disk limit in force for a sandbox whose row or create
 // says mb: mb itself, or the daemon's default for 0; 0 when the daemon
 // limits none.
-func (c Config) DiskLimitMB(mb int64) int64 {
-	if mb <= 0 || c.MaxDiskMB() == 0 {
-		return c.MaxDiskMB()
+func (c Config) DiskLimitMB(mb int64) int64 { return limitOr(mb, c.MaxDiskMB()) }
+
+// VolumeLimitMB is the size in force of a volume whose row says mb: mb, or
+// the daemon's --volume-size-mb for 0; 0 when volumes are unbounded.
+func (c Config) VolumeLimitMB(mb int64) int64 { return limitOr(mb, c.VolumeSizeMB) }
+
+// limitOr is a limit of mb MiB where the daemon's is def: mb itself, or def
+// for 0; 0 (none) when the daemon sets none.
+func limitOr(mb, def int64) int64 {
+	if mb <= 0 || def == 0 {
+		return def
 	}
 	return mb
 }
@@ -53,13 +61,16 @@ func (s *Service) validateDisk(mb int64) error {
 
 // RunDiskWatcher enforces each sandbox's disk limit (its disk_mb, else
 // Config.DiskWatchMB) where the engine cannot enforce a disk limit itself
-// (overlay2 over ext4): every interval it measures each running sandbox's
-// writable layer and stops one past its limit, with the stopped event and the state reason ReasonDiskLimit. A
-// sandbox can write faster than the watcher looks, so the limit holds
+// (overlay2 over ext4), and volumes' sizes, which no engine quota covers:
+// every interval it measures each running sandbox's writable layer and the
+// volumes it mounts writable, and stops one past its limit (state reason
+// ReasonDiskLimit) or writing into a volume past its size (every sandbox
+// mounting that volume writable, ReasonVolumeSize), with the stopped event.
+// A sandbox can write faster than the watcher looks, so the limit holds
 // within an interval's worth of writing, not to the byte: a hard quota
-// (xfs with pquota, --disk-mb) is the exact bound.
+// (xfs with pquota, --disk-mb) is the exact bound of a writable layer.
 func (s *Service) RunDiskWatcher(ctx context.Context, interval time.Duration) {
-	if s.cfg.DiskWatchMB <= 0 {
+	if s.cfg.DiskWatchMB <= 0 && (s.cfg.VolumeSizeMB <= 0 || s.cfg.Volumes == nil) {
 		return
 	}
 	if interval <= 0 {
@@ -69,6 +80,8 @@ func (s *Service) RunDiskWatcher(ctx context.Context, interval time.Duration) {
 }
 
 func (s *Service) watchDisk(ctx context.Context) {
+	// A volume mounted by several sandboxes is measured once a round.
+	volumes := map[string]int64{}
 	token := ""
 	for ctx.Err() == nil {
 		page, next, err := s.store.ListSandboxes(ctx, sandpit.ListOptions{Limit: 500, PageToken: token, States: []sandpit.State{sandpit.StateRunning}})
@@ -79,12 +92,14 @@ func (s *Service) watchDisk(ctx context.Context) {
 			return
 		}
 		for _, sb := range page {
-			limit := s.cfg.DiskLimitMB(sb.DiskMB)
-			used, err := s.rt.DiskUsage(ctx, sb.ContainerID)
-			if err != nil || used <= limit<<20 {
-				continue
+			if s.cfg.DiskWatchMB > 0 {
+				limit := s.cfg.DiskLimitMB(sb.DiskMB)
+				if used, err := s.rt.DiskUsage(ctx, sb.ContainerID); err == nil && used > limit<<20 {
+					s.stopForDisk(ctx, sb.ID, sandpit.ReasonDiskLimit, "", used, limit)
+					continue
+				}
 			}
-			s.stopForDisk(ctx, sb.ID, used, limit)
+			s.watchVolumes(ctx, sb.ID, volumes)
 		}
 		if next == "" {
 			return
@@ -93,8 +108,37 @@ func (s *Service) watchDisk(ctx context.Context) {
 	}
 }
 
-// stopForDisk stops a sandbox that wrote past its disk limit.
-func (s *Service) stopForDisk(ctx context.Context, id string, used, limitMB int64) {
+// watchVolumes stops sandbox id if a volume it mounts writable holds more
+// than its size. used caches each volume's usage over one round.
+func (s *Service) watchVolumes(ctx context.Context, id string, used map[string]int64) {
+	if s.cfg.VolumeSizeMB <= 0 || s.cfg.Volumes == nil {
+		return
+	}
+	mounts, err := s.store.SandboxMounts(ctx, id)
+	if err != nil {
+		return
+	}
+	for _, m := range mounts {
+		if m.ReadOnly {
+			continue
+		}
+		u, ok := used[m.VolumeID]
+		if !ok {
+			if u, err = s.cfg.Volumes.VolumeUsage(ctx, m.EngineName); err != nil {
+				s.log.Warn("disk watcher: cannot measure a volume; its size is not enforced", "volume", m.VolumeID, "err", err)
+			}
+			used[m.VolumeID] = u
+		}
+		if size := s.cfg.VolumeLimitMB(m.SizeMB); u > size<<20 {
+			s.stopForDisk(ctx, id, sandpit.ReasonVolumeSize, m.VolumeID, u, size)
+			return
+		}
+	}
+}
+
+// stopForDisk stops a sandbox that wrote past its disk limit or into a
+// volume past its size (volume names it), for reason.
+func (s *Service) stopForDisk(ctx context.Context, id, reason, volume string, used, limitMB int64) {
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return
@@ -103,8 +147,12 @@ func (s *Service) stopForDisk(ctx context.Context, id string, used, limitMB int6
 	if sb.State != sandpit.StateRunning {
 		return
 	}
-	s.log.Warn("disk watcher: sandbox past its disk limit; stopping it", "sandbox", id, "used_mb", used>>20, "limit_mb", limitMB)
-	if _, err := s.stopLockedFor(ctx, sb, sandpit.ReasonDiskLimit); err != nil && !errors.Is(err, ErrDeletedOnStop) {
+	if volume == "" {
+		s.log.Warn("disk watcher: sandbox past its disk limit; stopping it", "sandbox", id, "used_mb", used>>20, "limit_mb", limitMB)
+	} else {
+		s.log.Warn("disk watcher: sandbox writes into a volume past its size; stopping it", "sandbox", id, "volume", volume, "used_mb", used>>20, "size_mb", limitMB)
+	}
+	if _, err := s.stopLockedFor(ctx, sb, reason); err != nil && !errors.Is(err, ErrDeletedOnStop) {
 		s.log.Error("disk watcher: stop", "sandbox", id, "err", err)
 	}
 }
