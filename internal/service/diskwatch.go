@@ -47,14 +47,20 @@ func (s *Service) quotaMB(sb sandpit.Sandbox) int64 {
 // validateDisk checks a create's disk_mb: 0 takes the default, else it
 // lies between minDiskMB and the daemon's --disk-mb.
 func (s *Service) validateDisk(mb int64) error {
-	limit := s.cfg.MaxDiskMB()
+	return validateSize("disk_mb", "--disk-mb", "limits no sandbox's disk", mb, s.cfg.MaxDiskMB())
+}
+
+// validateSize checks a create's size field of mb MiB against the daemon's
+// flag, whose value limit is both the default and the maximum (0: the
+// daemon bounds none, none says what, and no size may be asked for).
+func validateSize(field, flag, none string, mb, limit int64) error {
 	switch {
 	case mb == 0:
 		return nil
 	case limit == 0:
-		return invalidf("disk_mb: this daemon limits no sandbox's disk (--disk-mb 0), so a create cannot ask for a limit")
+		return invalidf("%s: this daemon %s (%s 0), so a create cannot ask for one", field, none, flag)
 	case mb < minDiskMB || mb > limit:
-		return invalidf("disk_mb must be 0 (the default, %d MiB) or between %d and %d MiB (the daemon's --disk-mb), got %d", limit, minDiskMB, limit, mb)
+		return invalidf("%s must be 0 (the default, %d MiB) or between %d and %d MiB (the daemon's %s), got %d", field, limit, minDiskMB, limit, flag, mb)
 	}
 	return nil
 }

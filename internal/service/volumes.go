@@ -73,12 +73,8 @@ func (s *Service) CreateVolume(ctx context.Context, name string, sizeMB int64) (
 		return sandpit.Volume{}, 0, err
 	}
 	limit := s.cfg.VolumeSizeMB
-	switch {
-	case sizeMB == 0:
-	case limit == 0:
-		return sandpit.Volume{}, 0, invalidf("size_mb: this daemon bounds no volume (--volume-size-mb 0), so a create cannot ask for a size")
-	case sizeMB < minDiskMB || sizeMB > limit:
-		return sandpit.Volume{}, 0, invalidf("size_mb must be 0 (the default, %d MiB) or between %d and %d MiB (the daemon's --volume-size-mb), got %d", limit, minDiskMB, limit, sizeMB)
+	if err := validateSize("size_mb", "--volume-size-mb", "bounds no volume", sizeMB, limit); err != nil {
+		return sandpit.Volume{}, 0, err
 	}
 	if s.cfg.Volumes == nil {
 		return sandpit.Volume{}, 0, ErrVolumesUnavailable
