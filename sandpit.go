@@ -84,6 +84,9 @@ const (
 	// ReasonDiskLimit: the disk watcher stopped it for writing more than
 	// its disk limit where the engine cannot enforce one.
 	ReasonDiskLimit = "disk limit exceeded"
+	// ReasonVolumeSize: the disk watcher stopped it because a volume it
+	// mounts writable holds more than the volume's size.
+	ReasonVolumeSize = "volume size exceeded"
 	// ReasonMemoryLost: a memory pause whose frozen processes did not
 	// outlive the engine (a dockerd or host restart); the sandbox is kept
 	// as a filesystem pause and boots anew on resume.
@@ -143,8 +146,11 @@ type Sandbox struct {
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 
-	// DiskGB is the disk the sandbox was allocated; 0 = the engine's default.
-	DiskGB float64
+	// DiskMB is the sandbox's disk limit in MiB, enforced on what it writes
+	// outside its volumes (the engine's quota, else the disk watcher); 0
+	// reads as the daemon's --disk-mb (rows from before per-sandbox limits,
+	// or a daemon that limits none).
+	DiskMB int64
 	// Lifecycle intervals in the daemon's interval unit (minutes outside
 	// tests): AutoStop stops a running sandbox idle that long (0 = never);
 	// AutoArchive reports a sandbox stopped that long as archived (0 =

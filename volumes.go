@@ -43,7 +43,10 @@ type Volume struct {
 	State      VolumeState
 	// Node is the daemon instance whose engine holds the volume: a volume
 	// lives on one node of a cluster.
-	Node      string
+	Node string
+	// SizeMB is the most the volume may hold, in MiB; 0 reads as the
+	// daemon's --volume-size-mb (volumes made before volumes had sizes).
+	SizeMB    int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -56,6 +59,8 @@ type VolumeMount struct {
 	VolumeName string
 	// EngineName is the engine volume's name, filled when read back.
 	EngineName string
+	// SizeMB is the volume's size, filled when read back.
+	SizeMB int64
 	// Path is the absolute path inside the sandbox.
 	Path     string
 	ReadOnly bool

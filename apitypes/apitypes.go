@@ -25,10 +25,13 @@ type Sandbox struct {
 	Env         map[string]string `json:"env"`
 	CPU         float64           `json:"cpu,omitempty"`
 	MemoryMB    int64             `json:"memory_mb,omitempty"`
-	CreatedAt   time.Time         `json:"created_at"`
-	UpdatedAt   time.Time         `json:"updated_at"`
-	EndAt       *time.Time        `json:"end_at,omitempty"`
-	Network     *Network          `json:"network,omitempty"`
+	// DiskMB is the disk limit of what the sandbox writes outside its
+	// volumes, in MiB; absent when the daemon limits none.
+	DiskMB    int64      `json:"disk_mb,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+	EndAt     *time.Time `json:"end_at,omitempty"`
+	Network   *Network   `json:"network,omitempty"`
 	// Node is the cluster node that runs the sandbox; empty on a daemon
 	// without --cluster.
 	Node string `json:"node,omitempty"`
@@ -75,8 +78,12 @@ type CreateRequest struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	CPU      float64           `json:"cpu,omitempty"`
 	MemoryMB int64             `json:"memory_mb,omitempty"`
-	TimeoutS int64             `json:"timeout_s,omitempty"`
-	Network  *Network          `json:"network,omitempty"`
+	// DiskMB limits what the sandbox writes outside its volumes (its root,
+	// /tmp included), in MiB: at most the daemon's --disk-mb, which is the
+	// default.
+	DiskMB   int64    `json:"disk_mb,omitempty"`
+	TimeoutS int64    `json:"timeout_s,omitempty"`
+	Network  *Network `json:"network,omitempty"`
 	// Lifecycle sets what the deadline does; nil kills.
 	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
 	// Volumes are mounted into the sandbox, each one of the caller's

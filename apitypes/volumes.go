@@ -7,7 +7,10 @@ type Volume struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
 	// State is creating, ready or deleting; only a ready volume mounts.
-	State     string    `json:"state"`
+	State string `json:"state"`
+	// SizeMB is the most the volume may hold, in MiB; absent when the
+	// daemon bounds no volume.
+	SizeMB    int64     `json:"size_mb,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
@@ -15,6 +18,9 @@ type Volume struct {
 // CreateVolumeRequest is the body of POST /v1/volumes.
 type CreateVolumeRequest struct {
 	Name string `json:"name"`
+	// SizeMB is the most the volume may hold, in MiB: at most the daemon's
+	// --volume-size-mb, which is the default.
+	SizeMB int64 `json:"size_mb,omitempty"`
 }
 
 // ListVolumesResponse is the body of GET /v1/volumes.

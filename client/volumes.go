@@ -19,8 +19,13 @@ type (
 // has. It is safe to retry: a create is idempotent by name, and the call
 // carries an Idempotency-Key too.
 func (c *Client) CreateVolume(ctx context.Context, name string) (Volume, error) {
+	return c.CreateVolumeWith(ctx, apitypes.CreateVolumeRequest{Name: name})
+}
+
+// CreateVolumeWith is CreateVolume with the request's options (a size).
+func (c *Client) CreateVolumeWith(ctx context.Context, req apitypes.CreateVolumeRequest) (Volume, error) {
 	var v Volume
-	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/volumes", body: apitypes.CreateVolumeRequest{Name: name}, idempotent: true, keyed: true}, &v)
+	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/volumes", body: req, idempotent: true, keyed: true}, &v)
 	return v, err
 }
 

@@ -17,15 +17,17 @@ import (
 // /v1/sandboxes from 127.0.0.2) while idle connections are held to the
 // preview proxy and to the API, beside its p99 with none held. The flood
 // comes from many loopback sources, 400 connections each (below the
-// default per-source share of 512, so the connections are held rather than
-// refused), up to SANDPIT_BENCH_FLOOD connections in all (default 8,000:
-// the test process needs a descriptor each, so 20,000 needs a higher
-// ulimit -n than this machine's 20,000). Reported: the idle and the
-// flooded p99 in ms and the daemon's descriptors while flooded.
+// default per-source share of 512, so no source is refused for itself),
+// half to each listener, SANDPIT_BENCH_FLOOD connections in all (default
+// 20,000), held by holder processes (RLIMIT_NOFILE is per process). A
+// daemon whose descriptor limit is 20,000 holds its listeners' shares of
+// them and closes the oldest idle ones to make room for the rest.
+// Reported: the idle and the flooded p99 in ms, the connections dialled and
+// the daemon's descriptors while flooded.
 //
 //	go test -run '^$' -bench APIUnderIdleFlood -benchtime 1x ./test/
 func BenchmarkAPIUnderIdleFlood(b *testing.B) {
-	flood := 8000
+	flood := 20000
 	if v, err := strconv.Atoi(os.Getenv("SANDPIT_BENCH_FLOOD")); err == nil && v > 0 {
 		flood = v
 	}
@@ -53,18 +55,21 @@ func BenchmarkAPIUnderIdleFlood(b *testing.B) {
 	}
 	for range b.N {
 		idle := p99()
+		var toProxy, toAPI []string
 		for i := 0; i*perSource < flood; i++ {
-			src := fmt.Sprintf("127.0.%d.%d", 1+i/250, 1+i%250)
-			addr := d.ProxyAddr
-			if i%2 == 1 {
-				addr = d.Addr
+			src := fmt.Sprintf("127.46.%d.%d", 1+i/250, 1+i%250)
+			if i%2 == 0 {
+				toProxy = append(toProxy, src)
+			} else {
+				toAPI = append(toAPI, src)
 			}
-			holdConns(b, src, addr, min(perSource, flood-i*perSource), "")
 		}
+		dialled := holdConnsApart(b, d.ProxyAddr, perSource, toProxy...) + holdConnsApart(b, d.Addr, perSource, toAPI...)
 		fds := openFDs(b, d)
 		flooded := p99()
 		b.ReportMetric(float64(idle.Microseconds())/1000, "idle-p99-ms")
 		b.ReportMetric(float64(flooded.Microseconds())/1000, "flooded-p99-ms")
+		b.ReportMetric(float64(dialled), "dialled")
 		b.ReportMetric(float64(fds), "daemon-fds")
 	}
 }

@@ -2,9 +2,12 @@ package sandpit_test
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -62,34 +65,145 @@ func holdConns(t testing.TB, src, addr string, n int, request string) {
 	wg.Wait()
 }
 
+// holderEnv, set, makes the test binary a connection holder (holdMain):
+// "ADDR N SRC...", N connections from each SRC to ADDR.
+const holderEnv = "SANDPIT_TEST_HOLD_CONNS"
+
+// holderMax is the most connections one holder process opens: each takes
+// a descriptor of the holder's, and RLIMIT_NOFILE is per process (20,000
+// here, a hard limit an unprivileged container cannot raise).
+const holderMax = 10000
+
+// holdMain opens the connections its spec names, reports "held N" (the
+// ones dialled; the daemon may have reset some) on stdout and keeps them
+// until its stdin closes, that is until the test that started it ends.
+func holdMain(spec string) int {
+	f := strings.Fields(spec)
+	if len(f) < 3 {
+		fmt.Fprintln(os.Stderr, "bad holder spec", spec)
+		return 2
+	}
+	n, err := strconv.Atoi(f[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bad holder spec", spec)
+		return 2
+	}
+	var (
+		mu      sync.Mutex
+		held    []net.Conn
+		failed  int
+		lastErr error
+		wg      sync.WaitGroup
+	)
+	sem := make(chan struct{}, 64)
+	for _, src := range f[2:] {
+		// A listener resetting a flood's connections still lets its
+		// accept queue fill, and a SYN dropped then is sent again a second,
+		// three, seven seconds later: the timeout outlasts that.
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 30 * time.Second}
+		for range n {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				c, err := d.Dial("tcp", f[0])
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					failed, lastErr = failed+1, err
+					return
+				}
+				held = append(held, c)
+			}()
+		}
+	}
+	wg.Wait()
+	if failed > 0 {
+		fmt.Fprintf(os.Stderr, "holder: %d of %d dials failed, the last: %v\n", failed, failed+len(held), lastErr)
+	}
+	fmt.Println("held", len(held))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// holdConnsApart opens n idle connections to addr from each of srcs in
+// holder processes of their own (at most holderMax connections each), so
+// a flood may be larger than the test process's descriptor limit, and
+// keeps them until the test ends. It returns how many were dialled.
+func holdConnsApart(t testing.TB, addr string, n int, srcs ...string) int {
+	t.Helper()
+	var specs []string
+	if n > holderMax {
+		// One source, split among holders.
+		for left := n; left > 0; left -= holderMax {
+			specs = append(specs, fmt.Sprintf("%s %d %s", addr, min(left, holderMax), srcs[0]))
+		}
+	} else {
+		for per := holderMax / n; len(srcs) > 0; srcs = srcs[min(per, len(srcs)):] {
+			specs = append(specs, fmt.Sprintf("%s %d %s", addr, n, strings.Join(srcs[:min(per, len(srcs))], " ")))
+		}
+	}
+	total := 0
+	for _, spec := range specs {
+		cmd := exec.Command(os.Args[0], "-test.run", "^$")
+		cmd.Env = append(os.Environ(), holderEnv+"="+spec)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start a connection holder: %v", err)
+		}
+		// Closing its stdin ends the holder; Wait reaps it.
+		t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+		var got int
+		if _, err := fmt.Fscanf(stdout, "held %d\n", &got); err != nil {
+			t.Fatalf("connection holder: %v", err)
+		}
+		total += got
+	}
+	return total
+}
+
 // sourceClient is an API client whose connections come from src.
 func sourceClient(d *harness.Daemon, src string) *client.Client {
 	tr := &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}).DialContext}
 	return client.New(d.Addr, d.Token, client.WithHTTPClient(&http.Client{Transport: tr, Timeout: 10 * time.Second}))
 }
 
+// floodSource is the one address a flood comes from: a loopback address
+// of its own, so that its tens of thousands of bound ports do not take the
+// ephemeral ports of 127.0.0.1, which everything else on the machine uses.
+const floodSource = "127.45.0.1"
+
 // TestConnectionFloodDegradesOnlyItsSource: one source holding far more
-// idle connections than its share, to the API and to the preview proxy
-// (some after one request each, which then sit idle), leaves the daemon's
-// descriptors bounded by the limits and another source's API calls
-// answering. Scaled for CI: the per-source share is 64 (default 512) and
-// the flood 1,500 connections a listener (the report tried 20,000 against
-// a limit of 20,000 descriptors); the descriptor count is what shows the
-// flood was refused rather than absorbed.
+// idle connections than its share, 20,000 to the preview proxy and 2,000
+// to the API (some after one request each, which then sit idle), leaves
+// the daemon's descriptors bounded by the default per-source share (512 a
+// listener) and another source's API calls answering; the descriptor count
+// is what shows the flood was refused rather than absorbed. The test
+// process cannot hold 20,000 connections itself (RLIMIT_NOFILE is 20,000
+// here and cannot be raised), so holder processes hold the proxy's.
 func TestConnectionFloodDegradesOnlyItsSource(t *testing.T) {
 	t.Parallel()
-	const perSource, flood = 64, 1500
-	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--max-conns-per-source", fmt.Sprint(perSource), "--max-conns", "1000"}})
-	ctx := ctxFor(t, 3*time.Minute)
+	const perSource, proxyFlood, apiFlood = 512, 20000, 1500
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 5*time.Minute)
 	other := sourceClient(d, "127.0.0.2")
 	if _, _, err := other.List(ctx, client.ListOptions{}); err != nil {
 		t.Fatalf("a second source before the flood: %v", err)
 	}
 	before := openFDs(t, d)
-	proxyAddr := d.ProxyAddr
-	holdConns(t, "127.0.0.1", d.Addr, flood, "")
-	holdConns(t, "127.0.0.1", proxyAddr, flood, "")
-	holdConns(t, "127.0.0.1", d.Addr, flood/3, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+	held := holdConnsApart(t, d.ProxyAddr, proxyFlood, floodSource)
+	t.Logf("%d connection attempts to the preview proxy, %d connected (the others were reset while connecting); the daemon holds %d descriptors (%d before)", proxyFlood, held, openFDs(t, d), before)
+	holdConns(t, floodSource, d.Addr, apiFlood, "")
+	holdConns(t, floodSource, d.Addr, apiFlood/3, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
 	for i := 0; i < 5; i++ {
 		t0 := time.Now()
 		if _, _, err := other.List(ctx, client.ListOptions{}); err != nil {
@@ -110,19 +224,19 @@ func TestConnectionFloodDegradesOnlyItsSource(t *testing.T) {
 }
 
 // TestEgressFloodDegradesOnlyItsSandbox: a sandbox with domain rules that
-// opens far more connections through the egress proxy than its share (and
-// holds them, idle after one request each) leaves the daemon's descriptors
-// bounded, another sandbox's egress working, and the proxy serving the
-// flooder again once it lets go. Scaled for CI: the per-sandbox share is 50
-// (default 1024) and the flood 600 connections (the report: 25,000).
+// opens 25,000 connections to port 80 through the egress proxy, far more
+// than its share (default 1024), and holds them, idle after one request
+// each, leaves the daemon's descriptors bounded, another sandbox's egress
+// working, and the proxy serving the flooder again once it lets go. Two
+// processes in the sandbox open 12,500 each: a process there may hold
+// 20,000 descriptors.
 func TestEgressFloodDegradesOnlyItsSandbox(t *testing.T) {
 	t.Parallel()
-	const perSandbox, flood = 50, 600
+	const perSandbox, flood = 1024, 25000
 	ti := newTestInternet(t)
 	fn := ti.fn
-	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--egress-resolver", ti.dnsURL,
-		"--egress-max-conns-per-sandbox", fmt.Sprint(perSandbox), "--egress-max-conns", "400"}})
-	ctx := ctxFor(t, 4*time.Minute)
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--egress-resolver", ti.dnsURL}})
+	ctx := ctxFor(t, 8*time.Minute)
 	c := d.Client()
 	rules := &client.Network{Egress: "none", AllowDomains: []string{"allowed.test"}}
 	mk := func() string {
@@ -136,15 +250,17 @@ func TestEgressFloodDegradesOnlyItsSandbox(t *testing.T) {
 	flooder, victim := mk(), mk()
 	expectReach(t, ctx, c, victim, true, "get", "http://allowed.test/")
 	before := openFDs(t, d)
+	hold := fmt.Sprintf("/tmp/egress-probe hold %s allowed.test %d", fn.internet, flood/2)
 	res, err := c.Exec(ctx, flooder, client.ExecRequest{Cmd: "sh", Args: []string{"-c",
-		fmt.Sprintf("/tmp/egress-probe hold %s allowed.test %d > /tmp/hold.out 2>&1 & echo $! > /tmp/hold.pid", fn.internet, flood)}})
+		hold + " > /tmp/hold1.out 2>&1 & echo $! > /tmp/hold.pid; " + hold + " > /tmp/hold2.out 2>&1 & echo $! >> /tmp/hold.pid"}})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("start the flood: %+v %v", res, err)
 	}
-	// The flood is under way once its line is written.
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		if out := readFileIn(t, ctx, c, flooder, "/tmp/hold.out"); strings.HasPrefix(out, "OK") {
-			t.Logf("the flood holds: %s", strings.TrimSpace(out))
+	// The flood is under way once both holders' lines are written.
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(time.Second) {
+		out1, out2 := readFileIn(t, ctx, c, flooder, "/tmp/hold1.out"), readFileIn(t, ctx, c, flooder, "/tmp/hold2.out")
+		if strings.HasPrefix(out1, "OK") && strings.HasPrefix(out2, "OK") {
+			t.Logf("the flood holds: %s, %s; the daemon holds %d descriptors", strings.TrimSpace(out1), strings.TrimSpace(out2), openFDs(t, d))
 			break
 		}
 		if time.Now().After(deadline) {

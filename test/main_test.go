@@ -12,4 +12,10 @@ import (
 // sandpitBin is the daemon binary built once for the whole package.
 var sandpitBin string
 
-func TestMain(m *testing.M) { os.Exit(harness.RunWithBinary(m, &sandpitBin)) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(holderEnv); spec != "" {
+		// This process is a connection holder a flood test started.
+		os.Exit(holdMain(spec))
+	}
+	os.Exit(harness.RunWithBinary(m, &sandpitBin))
+}

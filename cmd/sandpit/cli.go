@@ -132,6 +132,7 @@ func createCmd(e *cliEnv) *cobra.Command {
 	f.StringArrayVarP(&labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
 	f.Float64Var(&req.CPU, "cpu", 0, "CPU cores")
 	f.Var((*memoryFlag)(&req.MemoryMB), "memory", "memory limit: MiB, or with docker's units 512m, 4g")
+	f.Var((*memoryFlag)(&req.DiskMB), "disk", "disk limit of what the sandbox writes outside its volumes: MiB, or 512m, 4g (default and maximum: the daemon's --disk-mb)")
 	f.Int64Var(&req.TimeoutS, "timeout", 0, "seconds until the sandbox is removed (0: never)")
 	f.StringArrayVar(&volumes, "volume", nil, "mount a volume: NAME:/path or NAME:/path:ro (repeatable; sandpit volume create)")
 	return cmd

@@ -3,11 +3,13 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/client"
 )
 
@@ -18,7 +20,8 @@ func volumeCmd(e *cliEnv) *cobra.Command {
 }
 
 func volumeCreateCmd(e *cliEnv) *cobra.Command {
-	return &cobra.Command{
+	var req apitypes.CreateVolumeRequest
+	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a volume, or print the one of that name; prints its id",
 		Args:  cobra.ExactArgs(1),
@@ -27,7 +30,8 @@ func volumeCreateCmd(e *cliEnv) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v, err := c.CreateVolume(cmd.Context(), args[0])
+			req.Name = args[0]
+			v, err := c.CreateVolumeWith(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
@@ -37,6 +41,8 @@ func volumeCreateCmd(e *cliEnv) *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().Var((*memoryFlag)(&req.SizeMB), "size", "most the volume may hold: MiB, or 512m, 4g (default and maximum: the daemon's --volume-size-mb)")
+	return cmd
 }
 
 func volumeLsCmd(e *cliEnv) *cobra.Command {
@@ -57,9 +63,13 @@ func volumeLsCmd(e *cliEnv) *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), nonNilSlice(vs))
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tID\tSTATE\tCREATED")
+			fmt.Fprintln(tw, "NAME\tID\tSTATE\tSIZE\tCREATED")
 			for _, v := range vs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Name, v.ID, v.State, v.CreatedAt.Format("2006-01-02 15:04:05"))
+				size := "unbounded"
+				if v.SizeMB > 0 {
+					size = strconv.FormatInt(v.SizeMB, 10) + " MiB"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Name, v.ID, v.State, size, v.CreatedAt.Format("2006-01-02 15:04:05"))
 			}
 			return tw.Flush()
 		},

@@ -27,6 +27,10 @@ const (
 	// DefaultDiskMB is every sandbox's disk limit unless --disk-mb says
 	// otherwise (10 GiB).
 	DefaultDiskMB = 10240
+	// DefaultVolumeSizeMB is the size of a volume whose create names none,
+	// and the most one may name, unless --volume-size-mb says otherwise
+	// (10 GiB, as a sandbox's disk).
+	DefaultVolumeSizeMB = 10240
 	// DefaultEgressIdleTimeout is how long a connection through the egress
 	// proxy may pass nothing, either way, before it is closed.
 	DefaultEgressIdleTimeout = egress.DefaultIdleTimeout

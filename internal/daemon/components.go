@@ -253,7 +253,7 @@ func (d *daemon) sandboxDefaults(ctx context.Context) error {
 	d.rt = driver.WithTimeout(dk, cfg.EngineTimeout)
 	log.Info("sandbox limits", "runtime", cfg.OCIRuntime, "default_cpu", cfg.DefaultCPU, "default_memory_mb", cfg.DefaultMemoryMB,
 		"max_cpu", cfg.MaxCPU, "max_memory_mb", cfg.MaxMemoryMB, "host_memory_mb", d.hostMemMB, "host_cpus", d.hostCPUs,
-		"pids", cfg.PidsLimit, "disk_mb", max(d.diskMB, d.diskWatchMB), "disk_mode", d.diskStatus.Mode, "max_sandboxes", cfg.MaxSandboxes, "allow_images", cfg.AllowImages)
+		"pids", cfg.PidsLimit, "disk_mb", max(d.diskMB, d.diskWatchMB), "disk_mode", d.diskStatus.Mode, "volume_size_mb", cfg.VolumeSizeMB, "max_sandboxes", cfg.MaxSandboxes, "allow_images", cfg.AllowImages)
 	return nil
 }
 
@@ -564,6 +564,7 @@ func (d *daemon) newService(context.Context) error {
 		PidsLimit:            cfg.PidsLimit,
 		DiskMB:               d.diskMB,
 		DiskWatchMB:          d.diskWatchMB,
+		VolumeSizeMB:         cfg.VolumeSizeMB,
 		MaxSandboxes:         cfg.MaxSandboxes,
 		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
 		Runtime:              cfg.OCIRuntime,

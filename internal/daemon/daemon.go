@@ -119,6 +119,9 @@ type Config struct {
 	MaxMemoryMB     int64
 	PidsLimit       int64
 	DiskMB          int64 // disk limit of a sandbox: the engine's quota where it can, else the disk watcher's
+	// VolumeSizeMB is a volume's default and largest size, enforced by the
+	// disk watcher; 0 means volumes are unbounded.
+	VolumeSizeMB int64
 	// DiskWatchInterval is how often the disk watcher measures sandboxes
 	// (default service.DefaultDiskWatchInterval).
 	DiskWatchInterval    time.Duration
@@ -637,7 +640,7 @@ func ParseWarmPool(v string) (service.PoolSpec, error) {
 func validResources(cfg Config) error {
 	switch {
 	case cfg.DefaultCPU < 0 || cfg.MaxCPU < 0 || cfg.DefaultMemoryMB < 0 || cfg.MaxMemoryMB < 0 ||
-		cfg.PidsLimit < 0 || cfg.DiskMB < 0 || cfg.MaxSandboxes < 0 || cfg.MaxConcurrentCreates < 0 || cfg.MaxUploadMB < 0:
+		cfg.PidsLimit < 0 || cfg.DiskMB < 0 || cfg.VolumeSizeMB < 0 || cfg.MaxSandboxes < 0 || cfg.MaxConcurrentCreates < 0 || cfg.MaxUploadMB < 0:
 		return errors.New("resource flags must not be negative")
 	case cfg.MaxCPU > 0 && cfg.DefaultCPU > cfg.MaxCPU:
 		return fmt.Errorf("--default-cpu %g exceeds --max-cpu %g", cfg.DefaultCPU, cfg.MaxCPU)

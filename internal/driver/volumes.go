@@ -41,4 +41,7 @@ type Volumes interface {
 	RemoveVolume(ctx context.Context, name string) error
 	// ListVolumes returns the volumes carrying every given label.
 	ListVolumes(ctx context.Context, labels map[string]string) ([]EngineVolume, error)
+	// VolumeUsage is the disk space the named volume's files take, in
+	// bytes (allocated blocks, so a sparse file counts what it uses).
+	VolumeUsage(ctx context.Context, name string) (int64, error)
 }

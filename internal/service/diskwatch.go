@@ -12,15 +12,71 @@ import (
 // running sandboxes.
 const DefaultDiskWatchInterval = 5 * time.Second
 
-// RunDiskWatcher enforces Config.DiskWatchMB where the engine cannot
-// enforce a disk limit itself (overlay2 over ext4): every interval it
-// measures each running sandbox's writable layer and stops one past the
-// limit, with the stopped event and the state reason ReasonDiskLimit. A
-// sandbox can write faster than the watcher looks, so the limit holds
+// MaxDiskMB is the daemon's --disk-mb, in whichever mode enforces it:
+// every sandbox's limit unless its create asked for less, and the most one
+// may ask for; 0 when the daemon limits no sandbox's disk.
+func (c Config) MaxDiskMB() int64 { return max(c.DiskMB, c.DiskWatchMB) }
+
+// DiskLimitMB is the disk limit in force for a sandbox whose row or create
+// says mb: mb itself, or the daemon's default for 0; 0 when the daemon
+// limits none.
+func (c Config) DiskLimitMB(mb int64) int64 { return limitOr(mb, c.MaxDiskMB()) }
+
+// VolumeLimitMB is the size in force of a volume whose row says mb: mb, or
+// the daemon's --volume-size-mb for 0; 0 when volumes are unbounded.
+func (c Config) VolumeLimitMB(mb int64) int64 { return limitOr(mb, c.VolumeSizeMB) }
+
+// limitOr is a limit of mb MiB where the daemon's is def: mb itself, or def
+// for 0; 0 (none) when the daemon sets none.
+func limitOr(mb, def int64) int64 {
+	if mb <= 0 || def == 0 {
+		return def
+	}
+	return mb
+}
+
+// quotaMB is the size the engine's quota gives sb's writable layer: its
+// limit where the engine enforces one, else 0 (the watcher's mode, or none).
+func (s *Service) quotaMB(sb sandpit.Sandbox) int64 {
+	if s.cfg.DiskMB <= 0 {
+		return 0
+	}
+	return s.cfg.DiskLimitMB(sb.DiskMB)
+}
+
+// validateDisk checks a create's disk_mb: 0 takes the default, else it
+// lies between minDiskMB and the daemon's --disk-mb.
+func (s *Service) validateDisk(mb int64) error {
+	return validateSize("disk_mb", "--disk-mb", "limits no sandbox's disk", mb, s.cfg.MaxDiskMB())
+}
+
+// validateSize checks a create's size field of mb MiB against the daemon's
+// flag, whose value limit is both the default and the maximum (0: the
+// daemon bounds none, none says what, and no size may be asked for).
+func validateSize(field, flag, none string, mb, limit int64) error {
+	switch {
+	case mb == 0:
+		return nil
+	case limit == 0:
+		return invalidf("%s: this daemon %s (%s 0), so a create cannot ask for one", field, none, flag)
+	case mb < minDiskMB || mb > limit:
+		return invalidf("%s must be 0 (the default, %d MiB) or between %d and %d MiB (the daemon's %s), got %d", field, limit, minDiskMB, limit, flag, mb)
+	}
+	return nil
+}
+
+// RunDiskWatcher enforces each sandbox's disk limit (its disk_mb, else
+// Config.DiskWatchMB) where the engine cannot enforce a disk limit itself
+// (overlay2 over ext4), and volumes' sizes, which no engine quota covers:
+// every interval it measures each running sandbox's writable layer and the
+// volumes it mounts writable, and stops one past its limit (state reason
+// ReasonDiskLimit) or writing into a volume past its size (every sandbox
+// mounting that volume writable, ReasonVolumeSize), with the stopped event.
+// A sandbox can write faster than the watcher looks, so the limit holds
 // within an interval's worth of writing, not to the byte: a hard quota
-// (xfs with pquota, --disk-mb) is the exact bound.
+// (xfs with pquota, --disk-mb) is the exact bound of a writable layer.
 func (s *Service) RunDiskWatcher(ctx context.Context, interval time.Duration) {
-	if s.cfg.DiskWatchMB <= 0 {
+	if s.cfg.DiskWatchMB <= 0 && (s.cfg.VolumeSizeMB <= 0 || s.cfg.Volumes == nil) {
 		return
 	}
 	if interval <= 0 {
@@ -30,7 +86,8 @@ func (s *Service) RunDiskWatcher(ctx context.Context, interval time.Duration) {
 }
 
 func (s *Service) watchDisk(ctx context.Context) {
-	limit := s.cfg.DiskWatchMB << 20
+	// A volume mounted by several sandboxes is measured once a round.
+	volumes := map[string]int64{}
 	token := ""
 	for ctx.Err() == nil {
 		page, next, err := s.store.ListSandboxes(ctx, sandpit.ListOptions{Limit: 500, PageToken: token, States: []sandpit.State{sandpit.StateRunning}})
@@ -41,11 +98,14 @@ func (s *Service) watchDisk(ctx context.Context) {
 			return
 		}
 		for _, sb := range page {
-			used, err := s.rt.DiskUsage(ctx, sb.ContainerID)
-			if err != nil || used <= limit {
-				continue
+			if s.cfg.DiskWatchMB > 0 {
+				limit := s.cfg.DiskLimitMB(sb.DiskMB)
+				if used, err := s.rt.DiskUsage(ctx, sb.ContainerID); err == nil && used > limit<<20 {
+					s.stopForDisk(ctx, sb.ID, sandpit.ReasonDiskLimit, "", used, limit)
+					continue
+				}
 			}
-			s.stopForDisk(ctx, sb.ID, used)
+			s.watchVolumes(ctx, sb.ID, volumes)
 		}
 		if next == "" {
 			return
@@ -54,8 +114,37 @@ func (s *Service) watchDisk(ctx context.Context) {
 	}
 }
 
-// stopForDisk stops a sandbox that wrote past its disk limit.
-func (s *Service) stopForDisk(ctx context.Context, id string, used int64) {
+// watchVolumes stops sandbox id if a volume it mounts writable holds more
+// than its size. used caches each volume's usage over one round.
+func (s *Service) watchVolumes(ctx context.Context, id string, used map[string]int64) {
+	if s.cfg.VolumeSizeMB <= 0 || s.cfg.Volumes == nil {
+		return
+	}
+	mounts, err := s.store.SandboxMounts(ctx, id)
+	if err != nil {
+		return
+	}
+	for _, m := range mounts {
+		if m.ReadOnly {
+			continue
+		}
+		u, ok := used[m.VolumeID]
+		if !ok {
+			if u, err = s.cfg.Volumes.VolumeUsage(ctx, m.EngineName); err != nil {
+				s.log.Warn("disk watcher: cannot measure a volume; its size is not enforced", "volume", m.VolumeID, "err", err)
+			}
+			used[m.VolumeID] = u
+		}
+		if size := s.cfg.VolumeLimitMB(m.SizeMB); u > size<<20 {
+			s.stopForDisk(ctx, id, sandpit.ReasonVolumeSize, m.VolumeID, u, size)
+			return
+		}
+	}
+}
+
+// stopForDisk stops a sandbox that wrote past its disk limit or into a
+// volume past its size (volume names it), for reason.
+func (s *Service) stopForDisk(ctx context.Context, id, reason, volume string, used, limitMB int64) {
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {
 		return
@@ -64,8 +153,12 @@ func (s *Service) stopForDisk(ctx context.Context, id string, used int64) {
 	if sb.State != sandpit.StateRunning {
 		return
 	}
-	s.log.Warn("disk watcher: sandbox past its disk limit; stopping it", "sandbox", id, "used_mb", used>>20, "limit_mb", s.cfg.DiskWatchMB)
-	if _, err := s.stopLockedFor(ctx, sb, sandpit.ReasonDiskLimit); err != nil && !errors.Is(err, ErrDeletedOnStop) {
+	if volume == "" {
+		s.log.Warn("disk watcher: sandbox past its disk limit; stopping it", "sandbox", id, "used_mb", used>>20, "limit_mb", limitMB)
+	} else {
+		s.log.Warn("disk watcher: sandbox writes into a volume past its size; stopping it", "sandbox", id, "volume", volume, "used_mb", used>>20, "size_mb", limitMB)
+	}
+	if _, err := s.stopLockedFor(ctx, sb, reason); err != nil && !errors.Is(err, ErrDeletedOnStop) {
 		s.log.Error("disk watcher: stop", "sandbox", id, "err", err)
 	}
 }

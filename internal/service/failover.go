@@ -29,7 +29,7 @@ type recreateSpec struct {
 	User        string                `json:"user,omitempty"`
 	CPU         float64               `json:"cpu,omitempty"`
 	MemoryMB    int64                 `json:"memory_mb,omitempty"`
-	DiskGB      float64               `json:"disk_gb,omitempty"`
+	DiskMB      int64                 `json:"disk_mb,omitempty"`
 	EndAt       time.Time             `json:"end_at,omitzero"`
 	AutoStop    int                   `json:"auto_stop,omitempty"`
 	AutoArchive int                   `json:"auto_archive,omitempty"`
@@ -92,7 +92,7 @@ func (c *replicated) writeSpec(ctx context.Context, id string, user *string) err
 	}
 	spec := recreateSpec{
 		Image: sb.Image, Template: sb.Template, Env: sb.Env, Labels: sb.Labels, CPU: sb.CPU, MemoryMB: sb.MemoryMB,
-		DiskGB: sb.DiskGB, EndAt: sb.EndAt, AutoStop: sb.AutoStop, AutoArchive: sb.AutoArchive, AutoDelete: sb.AutoDelete,
+		DiskMB: sb.DiskMB, EndAt: sb.EndAt, AutoStop: sb.AutoStop, AutoArchive: sb.AutoArchive, AutoDelete: sb.AutoDelete,
 		PortAccess: sb.PortAccess, Network: sb.Network,
 		OnTimeout: sb.OnTimeout, KeepMemory: sb.KeepMemory, AutoResume: sb.AutoResume,
 	}
@@ -370,9 +370,11 @@ func (c *replicated) recreate(ctx context.Context, p cluster.Placement) error {
 		}
 		fallthrough
 	case errors.Is(err, sandpit.ErrNotFound):
+		// A node whose --disk-mb is smaller takes the sandbox at its own
+		// maximum rather than refusing it.
 		req := CreateRequest{
 			ID: p.SandboxID, Name: p.Name, Image: spec.Image, Template: spec.Template, Env: spec.Env, Labels: spec.Labels,
-			CPU: spec.CPU, MemoryMB: spec.MemoryMB, DiskGB: spec.DiskGB, User: spec.User, PortAccess: spec.PortAccess,
+			CPU: spec.CPU, MemoryMB: spec.MemoryMB, DiskMB: min(spec.DiskMB, s.cfg.MaxDiskMB()), User: spec.User, PortAccess: spec.PortAccess,
 			Network: spec.Network, AutoStop: &spec.AutoStop, AutoArchive: &spec.AutoArchive, AutoDelete: &spec.AutoDelete,
 			OnTimeout: spec.OnTimeout, KeepMemory: spec.KeepMemory, AutoResume: spec.AutoResume,
 			recreate: true,

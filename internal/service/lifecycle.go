@@ -717,7 +717,7 @@ func (s *Service) Stats(ctx context.Context, id string) (driver.Stats, error) {
 	}
 	if st.DiskTotal == 0 && s.cfg.DiskWatchMB > 0 {
 		// The watcher's limit is the one in force.
-		st.DiskTotal = s.cfg.DiskWatchMB << 20
+		st.DiskTotal = s.cfg.DiskLimitMB(sb.DiskMB) << 20
 	}
 	return st, nil
 }

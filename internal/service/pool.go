@@ -174,6 +174,11 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 	if len(sb.Volumes) > 0 {
 		return false, nil
 	}
+	// Nor can it resize a quota: under one, a pooled container has the
+	// daemon's default, so a sandbox asking for another limit goes cold.
+	if q := s.quotaMB(*sb); q != 0 && q != s.cfg.DiskMB {
+		return false, nil
+	}
 	key := p.key(sb.Image, req.User)
 	if _, ok := p.spec(key); !ok {
 		return false, nil

@@ -33,8 +33,9 @@ type CreateRequest struct {
 	Labels   map[string]string
 	CPU      float64 // cores; 0 = Config.DefaultCPU
 	MemoryMB int64   // 0 = Config.DefaultMemoryMB
-	// DiskGB is recorded and reported; 0 = the engine's default.
-	DiskGB float64
+	// DiskMB is the sandbox's disk limit in MiB, at most the daemon's
+	// --disk-mb; 0 = the daemon's --disk-mb.
+	DiskMB int64
 	// Timeout sets the sandbox's end time; zero means no deadline.
 	Timeout time.Duration
 	// Lifecycle intervals in Config.IntervalUnit; nil leaves the default
@@ -92,7 +93,9 @@ const (
 	maxTimeout  = 30 * 24 * time.Hour
 	maxLabels   = 64
 	maxEnv      = 256
-	maxDiskGB   = 64 * 1024
+	// minDiskMB is the smallest disk limit a create may ask for: the
+	// agent and a shell's first files fit in it.
+	minDiskMB = 16
 	// maxInterval bounds a lifecycle interval: 30 days in minutes.
 	maxInterval = 30 * 24 * 60
 )
@@ -185,8 +188,8 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 	default:
 		return invalidf("invalid port access %q", req.PortAccess)
 	}
-	if req.DiskGB < 0 || req.DiskGB > maxDiskGB {
-		return invalidf("disk must be between 0 and %d GiB", maxDiskGB)
+	if err := s.validateDisk(req.DiskMB); err != nil {
+		return err
 	}
 	for which, v := range map[sandpit.Interval]*int{sandpit.IntervalAutoStop: req.AutoStop, sandpit.IntervalAutoArchive: req.AutoArchive, sandpit.IntervalAutoDelete: req.AutoDelete} {
 		if v != nil {
@@ -371,7 +374,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		TrafficToken: trafficToken,
 		CreatedAt:    now,
 		UpdatedAt:    now,
-		DiskGB:       req.DiskGB,
+		DiskMB:       s.cfg.DiskLimitMB(req.DiskMB),
 		AutoDelete:   sandpit.AutoDeleteNever,
 		OnTimeout:    req.OnTimeout,
 		KeepMemory:   req.KeepMemory,
@@ -515,7 +518,7 @@ func (s *Service) containerSpec(sb sandpit.Sandbox, image string, mounts []sandp
 		Labels:      s.containerLabels(),
 		CPU:         sb.CPU,
 		MemoryMB:    sb.MemoryMB,
-		DiskMB:      s.cfg.DiskMB,
+		DiskMB:      s.quotaMB(sb),
 		Runtime:     s.cfg.Runtime,
 		PidsLimit:   s.cfg.PidsLimit,
 		AgentBinary: s.cfg.AgentBinary,

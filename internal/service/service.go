@@ -188,6 +188,10 @@ type Config struct {
 	TemplateDir string
 	// Volumes makes the engine's named volumes; nil means no volumes.
 	Volumes driver.Volumes
+	// VolumeSizeMB is the size of a volume whose create names none and the
+	// most one may name; the disk watcher stops a sandbox writing into a
+	// volume past its size. 0 means volumes are unbounded.
+	VolumeSizeMB int64
 	// Registry, when set (HOST:PORT), is where built images are pushed and
 	// pulled from, so every cluster node can run every template.
 	Registry string

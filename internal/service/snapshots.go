@@ -322,7 +322,7 @@ func (s *Service) Fork(ctx context.Context, parentID string, req ForkRequest) (_
 			}
 			sb, _, err := s.CreateOrAdopt(ctx, CreateRequest{
 				ID: id, Name: req.Name, Template: base.ID, Env: parent.Env, Labels: labels,
-				CPU: parent.CPU, MemoryMB: parent.MemoryMB, DiskGB: parent.DiskGB, Timeout: timeout,
+				CPU: parent.CPU, MemoryMB: parent.MemoryMB, DiskMB: parent.DiskMB, Timeout: timeout,
 				PortAccess: parent.PortAccess, Network: parent.Network,
 			})
 			out[i] = ForkResult{Sandbox: sb, Err: err}

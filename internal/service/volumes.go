@@ -63,9 +63,17 @@ func ValidateVolumeName(name string) error {
 // says ready; every caller that finds the row creating finishes it (the
 // engine's create of an existing volume is a no-op), and a daemon killed in
 // between removes the leftovers when it starts (ReconcileVolumes).
-func (s *Service) CreateVolume(ctx context.Context, name string) (v sandpit.Volume, outcome sandpit.AddOutcome, err error) {
+//
+// sizeMB is the volume's size (0: the daemon's --volume-size-mb, which is
+// also the most it may be). A create of a name the owner has with another
+// size is a name conflict, not a retry.
+func (s *Service) CreateVolume(ctx context.Context, name string, sizeMB int64) (v sandpit.Volume, outcome sandpit.AddOutcome, err error) {
 	defer func() { s.audit(ctx, "volume.create", auditResource(v.ID, "", name), err) }()
 	if err := ValidateVolumeName(name); err != nil {
+		return sandpit.Volume{}, 0, err
+	}
+	limit := s.cfg.VolumeSizeMB
+	if err := validateSize("size_mb", "--volume-size-mb", "bounds no volume", sizeMB, limit); err != nil {
 		return sandpit.Volume{}, 0, err
 	}
 	if s.cfg.Volumes == nil {
@@ -79,9 +87,13 @@ func (s *Service) CreateVolume(ctx context.Context, name string) (v sandpit.Volu
 		EngineName: volumeEnginePrefix + id,
 		State:      sandpit.VolumeCreating,
 		Node:       s.cfg.Instance,
+		SizeMB:     limitOr(sizeMB, limit),
 	}, s.now())
 	if err != nil {
 		return sandpit.Volume{}, 0, err
+	}
+	if got := limitOr(v.SizeMB, limit); outcome == sandpit.AlreadyBound && sizeMB != 0 && got != sizeMB {
+		return sandpit.Volume{}, 0, fmt.Errorf("%w: volume %q exists with size %d MiB, not %d", sandpit.ErrNameConflict, name, got, sizeMB)
 	}
 	switch v.State {
 	case sandpit.VolumeReady:

@@ -29,7 +29,7 @@ const (
 
 const sandboxColumns = `id, name, image, template, state, labels, env, cpu, memory_mb,
 	container_id, access_token, end_at, created_at, updated_at, owner, state_reason, port_access, traffic_token, network,
-	disk_gb, auto_stop_minutes, auto_archive_minutes, auto_delete_minutes, last_activity_at, stopped_at,
+	disk_mb, auto_stop_minutes, auto_archive_minutes, auto_delete_minutes, last_activity_at, stopped_at,
 	pause_mode, on_timeout, pause_keep_memory, auto_resume, archive_image, timeout_seconds`
 
 const (
@@ -95,7 +95,7 @@ func (s *Store) CreateSandboxWithinLimits(ctx context.Context, sb sandpit.Sandbo
 	args := []any{sb.ID, sb.Name, sb.Image, sb.Template, sb.State, labels, env, sb.CPU, sb.MemoryMB,
 		sb.ContainerID, sb.AccessToken, nullableNanos(sb.EndAt), toNanos(created), toNanos(updated), owner, sb.StateReason,
 		string(access), sb.TrafficToken, netPolicy,
-		sb.DiskGB, sb.AutoStop, sb.AutoArchive, sb.AutoDelete, nullableNanos(sb.LastActivityAt), nullableNanos(sb.StoppedAt),
+		sb.DiskMB, sb.AutoStop, sb.AutoArchive, sb.AutoDelete, nullableNanos(sb.LastActivityAt), nullableNanos(sb.StoppedAt),
 		string(sb.PauseMode), string(sb.TimeoutAction()), sb.KeepMemory, sb.AutoResume, sb.ArchiveImage, int64(sb.Timeout / time.Second)}
 	var res sql.Result
 	switch {
@@ -513,7 +513,7 @@ func scanSandbox(r rowScanner) (sandpit.Sandbox, error) {
 	if err := r.Scan(&sb.ID, &sb.Name, &sb.Image, &sb.Template, &sb.State, &labels, &env,
 		&sb.CPU, &sb.MemoryMB, &sb.ContainerID, &sb.AccessToken, &endAt, &createdAt, &updated, &sb.Owner, &sb.StateReason,
 		&sb.PortAccess, &sb.TrafficToken, &netw,
-		&sb.DiskGB, &sb.AutoStop, &sb.AutoArchive, &sb.AutoDelete, &activity, &stopped,
+		&sb.DiskMB, &sb.AutoStop, &sb.AutoArchive, &sb.AutoDelete, &activity, &stopped,
 		&sb.PauseMode, &sb.OnTimeout, &sb.KeepMemory, &sb.AutoResume, &sb.ArchiveImage, &timeoutS); err != nil {
 		return sandpit.Sandbox{}, err
 	}

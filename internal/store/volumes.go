@@ -11,7 +11,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 )
 
-const volumeColumns = `id, owner, name, engine_name, state, node, created_at, updated_at`
+const volumeColumns = `id, owner, name, engine_name, state, node, created_at, updated_at, size_mb`
 
 // CreateVolume inserts v (in the state it carries, creating for a new
 // volume) unless the owner already has a volume of that non-empty name,
@@ -26,8 +26,8 @@ func (s *Store) CreateVolume(ctx context.Context, v sandpit.Volume, now time.Tim
 		v.State = sandpit.VolumeCreating
 	}
 	at := toNanos(clock(now))
-	_, err := s.db.ExecContext(ctx, `INSERT INTO volumes (`+volumeColumns+`) VALUES (?,?,?,?,?,?,?,?)`,
-		v.ID, v.Owner, v.Name, v.EngineName, string(v.State), v.Node, at, at)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO volumes (`+volumeColumns+`) VALUES (?,?,?,?,?,?,?,?,?)`,
+		v.ID, v.Owner, v.Name, v.EngineName, string(v.State), v.Node, at, at, v.SizeMB)
 	switch {
 	case err == nil:
 		got, err := s.GetVolume(ctx, v.ID)
@@ -157,7 +157,7 @@ func (s *Store) VolumeMounts(ctx context.Context, volumeID string) ([]string, er
 // volume's name and engine name.
 func (s *Store) SandboxMounts(ctx context.Context, sandboxID string) ([]sandpit.VolumeMount, error) {
 	return queryAll(ctx, s.db, "mounts of sandbox "+sandboxID, scanMount,
-		`SELECT m.volume_id, v.name, v.engine_name, m.path, m.read_only
+		`SELECT m.volume_id, v.name, v.engine_name, v.size_mb, m.path, m.read_only
 		FROM sandbox_volumes m JOIN volumes v ON v.id = m.volume_id
 		WHERE m.sandbox_id = ? ORDER BY m.path`, sandboxID)
 }
@@ -196,7 +196,7 @@ func scanVolume(r rowScanner) (sandpit.Volume, error) {
 		state            string
 		created, updated int64
 	)
-	if err := r.Scan(&v.ID, &v.Owner, &v.Name, &v.EngineName, &state, &v.Node, &created, &updated); err != nil {
+	if err := r.Scan(&v.ID, &v.Owner, &v.Name, &v.EngineName, &state, &v.Node, &created, &updated, &v.SizeMB); err != nil {
 		return sandpit.Volume{}, err
 	}
 	v.State = sandpit.VolumeState(state)
@@ -209,7 +209,7 @@ func scanMount(r rowScanner) (sandpit.VolumeMount, error) {
 		m  sandpit.VolumeMount
 		ro int
 	)
-	if err := r.Scan(&m.VolumeID, &m.VolumeName, &m.EngineName, &m.Path, &ro); err != nil {
+	if err := r.Scan(&m.VolumeID, &m.VolumeName, &m.EngineName, &m.SizeMB, &m.Path, &ro); err != nil {
 		return sandpit.VolumeMount{}, err
 	}
 	m.ReadOnly = ro != 0

@@ -243,7 +243,7 @@ func (h *sandboxAPI) renderPending(r *http.Request, c *pendingCreate, state stri
 	out := Sandbox{
 		owner: c.owner, ID: c.id, OrganizationID: organizationID, Name: c.name, Snapshot: c.templateID, User: defaultUser,
 		Env: c.req.Env, Labels: c.req.Labels, Public: true, Target: defaultTarget, RunnerID: cfg.NodeName,
-		CPU: h.res.cpu(cpu), Memory: h.res.memoryGiB(mem), Disk: h.res.diskGiB(c.req.DiskGB),
+		CPU: h.res.cpu(cpu), Memory: h.res.memoryGiB(mem), Disk: h.res.diskGiB(c.req.DiskMB),
 		State: state, DesiredState: stateStarted, BackupState: "None",
 		CreatedAt: ts, UpdatedAt: ts, SandboxClass: "container", ToolboxProxyURL: h.toolboxBase(r),
 	}

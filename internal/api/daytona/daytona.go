@@ -162,7 +162,7 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 		svc:    svc,
 		prefix: opts.Prefix,
 		log:    opts.Logger,
-		res:    readHostResources(svc.Config().DiskMB),
+		res:    readHostResources(svc.Config().MaxDiskMB()),
 		ptys:   newPTYTable(),
 	}
 	h := &Handler{

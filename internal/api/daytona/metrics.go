@@ -39,7 +39,7 @@ func (h *toolboxAPI) systemMetrics(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, lookupError(err, x))
 		return
 	}
-	diskTotal := int64(h.res.diskGiB(sb.DiskGB) * (1 << 30))
+	diskTotal := int64(h.res.diskGiB(sb.DiskMB) * (1 << 30))
 	free := diskTotal - st.DiskUsed
 	if free < 0 {
 		free = 0

@@ -60,9 +60,9 @@ func (r hostResources) memoryGiB(limitMB int64) float64 {
 	return r.memGiB
 }
 
-func (r hostResources) diskGiB(limit float64) float64 {
-	if limit > 0 {
-		return limit
+func (r hostResources) diskGiB(limitMB int64) float64 {
+	if limitMB > 0 {
+		return float64(limitMB) / 1024
 	}
 	return r.diskGB
 }

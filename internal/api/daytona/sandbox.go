@@ -186,7 +186,7 @@ func (h *sandboxAPI) renderSandbox(toolboxBase string, sb sandpit.Sandbox, withE
 		// the host's capacity for a resource without a limit.
 		CPU:                 h.res.cpu(sb.CPU),
 		Memory:              h.res.memoryGiB(sb.MemoryMB),
-		Disk:                h.res.diskGiB(sb.DiskGB),
+		Disk:                h.res.diskGiB(sb.DiskMB),
 		State:               daytonaState(sb.State),
 		BackupState:         "None",
 		AutoStopInterval:    sb.AutoStop,
@@ -348,10 +348,10 @@ func serviceRequestOf(req CreateRequest) (service.CreateRequest, error) {
 		out.MemoryMB = int64(*req.Memory * 1024)
 	}
 	if req.Disk != nil {
-		if *req.Disk < 0 {
+		if *req.Disk < 0 || math.IsNaN(*req.Disk) {
 			return out, badRequest("disk must not be negative")
 		}
-		out.DiskGB = *req.Disk
+		out.DiskMB = int64(math.Round(*req.Disk * 1024))
 	}
 	switch {
 	case req.AutoPauseInterval != nil && *req.AutoPauseInterval > 0:
@@ -407,6 +407,19 @@ func serviceRequestOf(req CreateRequest) (service.CreateRequest, error) {
 // takes a user having named a sandbox exactly like a fresh random id.
 const maxGeneratedNameTries = 3
 
+// checkDisk refuses a disk the daemon would not give, in Daytona's unit
+// (GiB): the disk is a limit the daemon enforces, at most its --disk-mb.
+func (h *sandboxAPI) checkDisk(mb int64) error {
+	limit := h.svc.Config().MaxDiskMB()
+	switch {
+	case mb > 0 && limit == 0:
+		return badRequest("disk: this daemon limits no sandbox's disk (--disk-mb 0), so a create cannot ask for one")
+	case mb > limit:
+		return badRequest("disk must be at most %g GiB (the daemon's --disk-mb), got %g", float64(limit)/1024, float64(mb)/1024)
+	}
+	return nil
+}
+
 func (h *sandboxAPI) create(w http.ResponseWriter, r *http.Request) {
 	var req CreateRequest
 	if err := api.DecodeJSON(r, &req, false); err != nil {
@@ -414,6 +427,9 @@ func (h *sandboxAPI) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sreq, build, err := serviceRequest(req)
+	if err == nil {
+		err = h.checkDisk(sreq.DiskMB)
+	}
 	if err != nil {
 		WriteError(w, r, err)
 		return
@@ -797,9 +813,9 @@ func (h *sandboxAPI) resize(w http.ResponseWriter, r *http.Request) {
 		err = badRequest("cpu must be a positive number of cores")
 	case req.Memory != nil && (*req.Memory <= 0 || math.IsNaN(*req.Memory)):
 		err = badRequest("memory must be a positive number of GiB")
-	case req.Disk != nil && *req.Disk != h.res.diskGiB(sb.DiskGB):
+	case req.Disk != nil && *req.Disk != h.res.diskGiB(sb.DiskMB):
 		// The disk is the engine's quota, fixed when the container is made.
-		err = badRequest("disk cannot be resized: a sandbox keeps the disk it was created with (%g GiB)", h.res.diskGiB(sb.DiskGB))
+		err = badRequest("disk cannot be resized: a sandbox keeps the disk it was created with (%g GiB)", h.res.diskGiB(sb.DiskMB))
 	}
 	if err != nil {
 		WriteError(w, r, err)

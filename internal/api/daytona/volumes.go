@@ -48,7 +48,7 @@ func (h *volumeAPI) create(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err)
 		return
 	}
-	v, _, err := h.svc.CreateVolume(r.Context(), req.Name)
+	v, _, err := h.svc.CreateVolume(r.Context(), req.Name, 0)
 	if err != nil {
 		WriteError(w, r, err)
 		return

@@ -657,7 +657,7 @@ func TestUnimplementedEndpointIsNotANotFound(t *testing.T) {
 }
 
 // The fake has no volumes.
-func (f *fakeBackend) CreateVolume(context.Context, string) (sandpit.Volume, sandpit.AddOutcome, error) {
+func (f *fakeBackend) CreateVolume(context.Context, string, int64) (sandpit.Volume, sandpit.AddOutcome, error) {
 	return sandpit.Volume{}, 0, service.ErrVolumesUnavailable
 }
 func (f *fakeBackend) GetVolume(context.Context, string) (sandpit.Volume, error) {

@@ -36,7 +36,7 @@ type Backend interface {
 	GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error)
 	DeleteSandbox(ctx context.Context, id string) error
-	CreateVolume(ctx context.Context, name string) (sandpit.Volume, sandpit.AddOutcome, error)
+	CreateVolume(ctx context.Context, name string, sizeMB int64) (sandpit.Volume, sandpit.AddOutcome, error)
 	GetVolume(ctx context.Context, ref string) (sandpit.Volume, error)
 	ListVolumes(ctx context.Context) ([]sandpit.Volume, error)
 	DeleteVolume(ctx context.Context, ref string) error

@@ -70,7 +70,7 @@ func (h *Handler) createVolume(w http.ResponseWriter, r *http.Request) {
 		fail(w, err, "")
 		return
 	}
-	v, outcome, err := h.be.CreateVolume(r.Context(), b.Name)
+	v, outcome, err := h.be.CreateVolume(r.Context(), b.Name, 0)
 	if err != nil {
 		fail(w, err, "")
 		return

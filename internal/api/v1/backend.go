@@ -78,7 +78,7 @@ type Backend interface {
 	CodeContexts(ctx context.Context, id string) ([]service.CodeContext, error)
 	DeleteCodeContext(ctx context.Context, id, name string) error
 
-	CreateVolume(ctx context.Context, name string) (sandpit.Volume, sandpit.AddOutcome, error)
+	CreateVolume(ctx context.Context, name string, sizeMB int64) (sandpit.Volume, sandpit.AddOutcome, error)
 	GetVolume(ctx context.Context, ref string) (sandpit.Volume, error)
 	ListVolumes(ctx context.Context) ([]sandpit.Volume, error)
 	DeleteVolume(ctx context.Context, ref string) error

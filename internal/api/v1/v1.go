@@ -132,7 +132,7 @@ func networkPolicy(n *apitypes.Network) sandpit.NetworkPolicy {
 // so that a user of any node sees where each sandbox lives.
 func (h *Handler) toSandbox(ctx context.Context, sb sandpit.Sandbox) apitypes.Sandbox {
 	out := apitypes.Sandbox{ID: sb.ID, Name: sb.Name, Image: sb.Image, Template: sb.Template, State: string(sb.State), StateReason: sb.StateReason, Labels: sb.Labels, Env: sandpit.RedactEnv(ctx, sb.Env),
-		CPU: sb.CPU, MemoryMB: sb.MemoryMB, CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Node: h.svc.Config().NodeName}
+		CPU: sb.CPU, MemoryMB: sb.MemoryMB, DiskMB: h.svc.Config().DiskLimitMB(sb.DiskMB), CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, Node: h.svc.Config().NodeName}
 	if !sb.EndAt.IsZero() {
 		t := sb.EndAt
 		out.EndAt = &t
@@ -162,7 +162,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	creq := service.CreateRequest{
 		ID: IDFromContext(r.Context()), Name: req.Name, Image: req.Image, Template: req.Template, Env: req.Env, Labels: req.Labels,
-		CPU: req.CPU, MemoryMB: req.MemoryMB, Timeout: time.Duration(req.TimeoutS) * time.Second,
+		CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, Timeout: time.Duration(req.TimeoutS) * time.Second,
 		Network: networkPolicy(req.Network),
 	}
 	if l := req.Lifecycle; l != nil {

@@ -25,7 +25,7 @@ func (h *Handler) createVolume(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	v, outcome, err := h.svc.CreateVolume(r.Context(), req.Name)
+	v, outcome, err := h.svc.CreateVolume(r.Context(), req.Name, req.SizeMB)
 	if err != nil {
 		fail(w, err)
 		return
@@ -34,7 +34,7 @@ func (h *Handler) createVolume(w http.ResponseWriter, r *http.Request) {
 	if outcome == sandpit.AlreadyBound {
 		status = http.StatusOK
 	}
-	api.WriteJSON(w, status, toVolume(v))
+	api.WriteJSON(w, status, h.toVolume(v))
 }
 
 func (h *Handler) listVolumes(w http.ResponseWriter, r *http.Request) {
@@ -45,7 +45,7 @@ func (h *Handler) listVolumes(w http.ResponseWriter, r *http.Request) {
 	}
 	out := apitypes.ListVolumesResponse{Volumes: make([]apitypes.Volume, 0, len(vs))}
 	for _, v := range vs {
-		out.Volumes = append(out.Volumes, toVolume(v))
+		out.Volumes = append(out.Volumes, h.toVolume(v))
 	}
 	api.WriteJSON(w, http.StatusOK, out)
 }
@@ -56,7 +56,7 @@ func (h *Handler) getVolume(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, toVolume(v))
+	api.WriteJSON(w, http.StatusOK, h.toVolume(v))
 }
 
 func (h *Handler) deleteVolume(w http.ResponseWriter, r *http.Request) {
@@ -67,8 +67,8 @@ func (h *Handler) deleteVolume(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func toVolume(v sandpit.Volume) apitypes.Volume {
-	return apitypes.Volume{ID: v.ID, Name: v.Name, State: string(v.State), CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt}
+func (h *Handler) toVolume(v sandpit.Volume) apitypes.Volume {
+	return apitypes.Volume{ID: v.ID, Name: v.Name, State: string(v.State), SizeMB: h.svc.Config().VolumeLimitMB(v.SizeMB), CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt}
 }
 
 func toMounts(ms []sandpit.VolumeMount) []apitypes.VolumeMount {

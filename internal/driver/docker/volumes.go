@@ -3,7 +3,10 @@ package docker
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"maps"
+	"path/filepath"
+	"syscall"
 
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
@@ -58,4 +61,49 @@ func (d *Docker) ListVolumes(ctx context.Context, labels map[string]string) ([]d
 		out = append(out, driver.EngineVolume{Name: v.Name, Labels: v.Labels})
 	}
 	return out, nil
+}
+
+// VolumeUsage walks the local volume's directory on the engine's host, which
+// must be this machine: the engine reports volume sizes only through its
+// whole-engine disk usage, which also walks every container's writable
+// layer. It counts allocated blocks, each hard-linked file once.
+func (d *Docker) VolumeUsage(ctx context.Context, name string) (int64, error) {
+	v, err := d.cli.VolumeInspect(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("inspect volume %s: %w", name, err)
+	}
+	if v.Mountpoint == "" {
+		return 0, fmt.Errorf("volume %s: the engine names no mountpoint", name)
+	}
+	var used int64
+	seen := map[uint64]bool{}
+	err = filepath.WalkDir(v.Mountpoint, func(_ string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if e == nil {
+				return err // the mountpoint itself: not on this host, or not ours to read
+			}
+			return nil // a file removed meanwhile
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		info, err := e.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			if st.Nlink > 1 && !e.IsDir() {
+				if seen[st.Ino] {
+					return nil
+				}
+				seen[st.Ino] = true
+			}
+			used += st.Blocks * 512
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("measure volume %s: %w", name, err)
+	}
+	return used, nil
 }
