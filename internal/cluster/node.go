@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/apitypes"
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 )
 
 // Config is what `sandpit serve --cluster` gives the cluster layer.
@@ -27,7 +28,9 @@ type Config struct {
 	DataDir  string // the daemon's; Raft keeps <DataDir>/raft
 	// RaftListen is the cluster port: Raft, forwarded entries and forwarded
 	// API requests, all over TLS keyed by the cluster key.
-	RaftListen   string
+	RaftListen string
+	// ConnLimits bound the connections the cluster port holds (see Listen).
+	ConnLimits   httpguard.ConnLimits
 	GossipListen string
 	// Advertise is the host other nodes reach this one at; empty uses the
 	// listen addresses' hosts.
@@ -103,7 +106,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--raft-listen: %w", err)
 	}
-	mux, err := Listen(cfg.RaftListen, raftAdv, cfg.Keys, log)
+	mux, err := Listen(cfg.RaftListen, raftAdv, cfg.Keys, cfg.ConnLimits, log)
 	if err != nil {
 		return nil, err
 	}

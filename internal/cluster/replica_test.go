@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -248,7 +250,7 @@ type tcpNode struct {
 
 func startTCPNode(t testing.TB, id, dir string, keys Keys, addr string) *tcpNode {
 	t.Helper()
-	mux, err := Listen(addr, "", keys, quietLogger())
+	mux, err := Listen(addr, "", keys, httpguard.ConnLimits{}, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +346,7 @@ func TestWrongKeyCannotSpeakRaft(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	intruder, err := Listen("127.0.0.1:0", "", bad, quietLogger())
+	intruder, err := Listen("127.0.0.1:0", "", bad, httpguard.ConnLimits{}, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,4 +383,65 @@ func TestWrongKeyCannotSpeakRaft(t *testing.T) {
 		t.Fatalf("plain TCP got %q", buf[:k])
 	}
 	c.Close()
+}
+
+// TestClusterPortCapsConnections: the cluster port takes anyone's TCP before
+// the handshake tells a node from a stranger, so a flood from one source is
+// held to its share (the rest closed as they arrive) and a node from another
+// source still opens its Raft channel.
+func TestClusterPortCapsConnections(t *testing.T) {
+	keys := testKeys(t, "a cluster key of enough bytes")
+	m, err := Listen("127.0.0.1:0", "", keys, httpguard.ConnLimits{Total: 8, PerSource: 3}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	lim := m.ln.(*httpguard.LimitedListener)
+	flood := netip.MustParseAddr("127.0.0.2")
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IP(flood.AsSlice())}}
+	for range 10 {
+		// A connection the port refuses may be reset before the dial
+		// returns; the listener's counts below are what the test reads.
+		if c, err := d.Dial("tcp", m.Addr().String()); err == nil {
+			defer c.Close()
+		}
+	}
+	deadline := time.Now().Add(8 * time.Second)
+	for {
+		_, fromFlood := lim.Open(flood)
+		if fromFlood == 3 && lim.Refused() == 7 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the flooding source holds %d connections, %d refused; want 3 and 7", fromFlood, lim.Refused())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	peer, err := Listen("127.0.0.1:0", "", keys, httpguard.ConnLimits{}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	c, err := peer.RaftLayer().Dial(raft.ServerAddress(m.Addr().String()), 5*time.Second)
+	if err != nil {
+		t.Fatalf("a node could not dial the flooded port: %v", err)
+	}
+	defer c.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		sc, err := m.RaftLayer().Accept()
+		if err == nil {
+			sc.Close()
+		}
+		accepted <- err
+	}()
+	select {
+	case err := <-accepted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the node's Raft channel was not accepted beside the flood")
+	}
 }

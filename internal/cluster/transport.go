@@ -25,6 +25,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 )
 
 // ErrBadClusterKey is returned for a cluster key file that is missing, empty
@@ -162,12 +163,21 @@ type Mux struct {
 }
 
 // Listen opens the cluster port on addr. advertise, when non-empty, is the
-// address other nodes dial (for a listener on 0.0.0.0 or behind NAT).
-func Listen(addr, advertise string, keys Keys, log *slog.Logger) (*Mux, error) {
-	ln, err := net.Listen("tcp", addr)
+// address other nodes dial (for a listener on 0.0.0.0 or behind NAT). lim
+// bounds the connections the port holds, in all and per source: the port
+// accepts anyone's TCP before the TLS handshake tells a node from a
+// stranger, so a flood must use up its own share, not the daemon's
+// descriptors. Connections are never evicted to make room (a Raft stream
+// is idle most of the time and must stay).
+func Listen(addr, advertise string, keys Keys, lim httpguard.ConnLimits, log *slog.Logger) (*Mux, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	raw, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("cluster listen %s: %w", addr, err)
 	}
+	ln := net.Listener(httpguard.LimitListener(raw, "cluster port", lim, log))
 	adv := ln.Addr()
 	if advertise != "" {
 		a, err := net.ResolveTCPAddr("tcp", advertise)
@@ -176,9 +186,6 @@ func Listen(addr, advertise string, keys Keys, log *slog.Logger) (*Mux, error) {
 			return nil, fmt.Errorf("cluster advertise %s: %w", advertise, err)
 		}
 		adv = a
-	}
-	if log == nil {
-		log = slog.Default()
 	}
 	m := &Mux{ln: ln, keys: keys, adv: adv, log: log, closed: make(chan struct{})}
 	m.raft = newConnQueue(m)
@@ -219,10 +226,9 @@ func (m *Mux) serve() {
 				return
 			default:
 			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
+			// The limited listener waits out what is temporary (out of
+			// descriptors) itself; what reaches here ends the port.
+			m.log.Error("cluster port: accept failed; the port is closed", "err", err)
 			return
 		}
 		go m.handshake(c)

@@ -63,6 +63,9 @@ func raiseNoFile(log *slog.Logger) uint64 {
 type connBudget struct {
 	limit, reserve          uint64
 	api, proxy, ssh, egress httpguard.ConnLimits
+	// cluster is the cluster port's (serve --cluster): a twentieth, like
+	// SSH, since its peers are a handful of nodes.
+	cluster httpguard.ConnLimits
 }
 
 // budgetFor shares limit descriptors out: after the reserve, a fifth to
@@ -89,6 +92,7 @@ func budgetFor(limit uint64, cfg Config) connBudget {
 	b.api = httpguard.ConnLimits{Total: total(avail / 5), PerSource: perSource}
 	b.proxy = httpguard.ConnLimits{Total: total(avail / 5), PerSource: perSource}
 	b.ssh = httpguard.ConnLimits{Total: total(avail / 20), PerSource: perSource}
+	b.cluster = httpguard.ConnLimits{Total: total(avail / 20), PerSource: perSource}
 	egressTotal := cfg.EgressMaxConns
 	if egressTotal == 0 {
 		egressTotal = max(avail*3/20, 1)
@@ -99,7 +103,7 @@ func budgetFor(limit uint64, cfg Config) connBudget {
 	}
 	b.egress = httpguard.ConnLimits{Total: egressTotal, PerSource: perSandbox}
 	if cfg.MaxConnsPerSource < 0 {
-		b.api.PerSource, b.proxy.PerSource, b.ssh.PerSource = 0, 0, 0
+		b.api.PerSource, b.proxy.PerSource, b.ssh.PerSource, b.cluster.PerSource = 0, 0, 0, 0
 	}
 	if cfg.EgressMaxConnsPerSandbox < 0 {
 		b.egress.PerSource = 0
@@ -109,6 +113,6 @@ func budgetFor(limit uint64, cfg Config) connBudget {
 
 func (b connBudget) log(log *slog.Logger) {
 	log.Info("connection budget", "fd_limit", b.limit, "fd_reserve", b.reserve,
-		"api", b.api.Total, "proxy", b.proxy.Total, "ssh", b.ssh.Total, "egress", b.egress.Total,
+		"api", b.api.Total, "proxy", b.proxy.Total, "ssh", b.ssh.Total, "cluster", b.cluster.Total, "egress", b.egress.Total,
 		"per_source", b.api.PerSource, "egress_per_sandbox", b.egress.PerSource)
 }

@@ -17,6 +17,7 @@ import (
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/gateway"
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -76,7 +77,7 @@ func validCluster(cfg Config) error {
 // startCluster starts this daemon's cluster membership. The default node name
 // includes the data directory's instance id, so that daemons on one machine
 // differ by data directory alone.
-func startCluster(ctx context.Context, cfg Config, instance, apiAddr, proxyAddr string) (*cluster.Cluster, error) {
+func startCluster(ctx context.Context, cfg Config, instance, apiAddr, proxyAddr string, lim httpguard.ConnLimits) (*cluster.Cluster, error) {
 	cc := cfg.Cluster
 	if cc.KeyFile == "" {
 		return nil, fmt.Errorf("--cluster needs --cluster-key-file")
@@ -100,6 +101,7 @@ func startCluster(ctx context.Context, cfg Config, instance, apiAddr, proxyAddr 
 		NodeName:        name,
 		DataDir:         cfg.DataDir,
 		RaftListen:      cc.RaftListen,
+		ConnLimits:      lim,
 		GossipListen:    cc.GossipListen,
 		Advertise:       cc.Advertise,
 		Join:            join,

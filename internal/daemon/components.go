@@ -497,7 +497,7 @@ func (d *daemon) joinCluster(ctx context.Context) error {
 	if d.proxyLn != nil {
 		proxyAddr = d.proxyLn.Addr().String()
 	}
-	cl, err := startCluster(ctx, d.cfg, d.instance, d.apiLn.Addr().String(), proxyAddr)
+	cl, err := startCluster(ctx, d.cfg, d.instance, d.apiLn.Addr().String(), proxyAddr, d.budget.cluster)
 	if err != nil {
 		return err
 	}
