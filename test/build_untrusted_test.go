@@ -424,3 +424,90 @@ func waitCgroupGone(t *testing.T, ctx context.Context, cg string) {
 		time.Sleep(500 * time.Millisecond)
 	}
 }
+
+// TestBuildLeavesNoStepImages: the images a build's steps make and nothing
+// keeps are removed when it ends: all of a failed build's (no tag names
+// them and the owner's cache never reuses them, so failing builds would
+// otherwise fill the engine's disk), and the stages a multi-stage build
+// does not end with; the template's image and its chain stay.
+func TestBuildLeavesNoStepImages(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 4*time.Minute)
+	stepIDs := func(log string) []string {
+		var ids []string
+		base := false
+		for _, raw := range strings.Split(log, "\n") {
+			var entry struct{ Message string }
+			if json.Unmarshal([]byte(raw), &entry) != nil {
+				continue
+			}
+			line := entry.Message
+			switch {
+			case regexp.MustCompile(`^Step \d+/\d+ : FROM `).MatchString(line):
+				base = true
+			case regexp.MustCompile(`^ ---> [0-9a-f]{12}$`).MatchString(line):
+				if !base {
+					ids = append(ids, strings.TrimPrefix(line, " ---> "))
+				}
+				base = false
+			}
+		}
+		return ids
+	}
+	exists := func(id string) bool {
+		return exec.Command("docker", "image", "inspect", id).Run() == nil
+	}
+	build := func(name, df, want string) (string, apitypes.TemplateBuild) {
+		a := mustKeyed(t, ctx, d, http.MethodPost, "/v1/templates", buildBody(t, apitypes.BuildTemplateRequest{Name: name, Dockerfile: df}))
+		if a.Status != http.StatusAccepted {
+			t.Fatalf("build %s: %d %s", name, a.Status, a.Body)
+		}
+		b := awaitBuild(t, ctx, d, name, decodeBuild(t, a).Build.ID)
+		log := buildLog(t, ctx, d, d.Token, name, b.ID)
+		if b.State != want {
+			t.Fatalf("build %s: %s, want %s\n%s", name, b.State, want, log)
+		}
+		return log, b
+	}
+
+	log, _ := build("fails", "FROM "+testBase+"\nRUN echo one > /one\nRUN echo two > /two\nRUN echo about to fail && exit 3\n", "error")
+	ids := stepIDs(log)
+	if len(ids) < 2 {
+		t.Fatalf("the failed build's log names %v as its steps' images:\n%s", ids, log)
+	}
+	for _, id := range ids {
+		if exists(id) {
+			t.Errorf("the failed build left its step's image %s", id)
+		}
+	}
+
+	log, _ = build("stages", "FROM "+testBase+" AS first\nRUN echo staged > /staged\nFROM "+testBase+"\nCOPY --from=first /staged /a\nRUN cat /a\n", "ready")
+	ids = stepIDs(log)
+	if len(ids) < 3 {
+		t.Fatalf("the multi-stage build's log names %v as its steps' images:\n%s", ids, log)
+	}
+	if exists(ids[0]) {
+		t.Errorf("the first stage's image %s is left", ids[0])
+	}
+	var tmpl apitypes.Template
+	if err := json.Unmarshal(mustKeyed(t, ctx, d, http.MethodGet, "/v1/templates/stages", "").Body, &tmpl); err != nil {
+		t.Fatal(err)
+	}
+	if tmpl.Image == "" || !exists(tmpl.Image) {
+		t.Fatalf("the template's image %q is gone", tmpl.Image)
+	}
+	for _, id := range ids[1:] {
+		if !exists(id) {
+			t.Errorf("image %s of the template's own chain was removed", id)
+		}
+	}
+	// A sandbox runs from it, with what the first stage made.
+	sb, err := d.Client().Create(ctx, client.CreateRequest{Template: "stages"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.Client().Exec(ctx, sb.ID, client.ExecRequest{Cmd: "cat", Args: []string{"/a"}}); err != nil || strings.TrimSpace(res.Stdout) != "staged" {
+		t.Fatalf("cat /a: %+v %v", res, err)
+	}
+}

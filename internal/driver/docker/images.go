@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"github.com/docker/docker/api/types/build"
@@ -76,7 +77,19 @@ func (d *Docker) Build(ctx context.Context, spec driver.BuildSpec, logs io.Write
 	}
 	defer resp.Body.Close()
 	var id string
+	// steps are the images the build's steps made; a FROM step's image is
+	// its base, which is not the build's to remove.
+	var steps []string
+	base := false
 	err = decodeStream(resp.Body, logs, func(m jsonmessage.JSONMessage) {
+		if fromStep.MatchString(m.Stream) {
+			base = true
+		} else if s := stepImage.FindStringSubmatch(m.Stream); s != nil {
+			if !base {
+				steps = append(steps, s[1])
+			}
+			base = false
+		}
 		if m.Aux == nil {
 			return
 		}
@@ -85,6 +98,9 @@ func (d *Docker) Build(ctx context.Context, spec driver.BuildSpec, logs io.Write
 			id = aux.ID
 		}
 	})
+	// What the build made and no image keeps goes now, on success and on
+	// failure alike (see removeStepImages).
+	defer func() { d.removeStepImages(context.WithoutCancel(ctx), steps, id) }()
 	if err != nil {
 		return "", err
 	}
@@ -97,6 +113,34 @@ func (d *Docker) Build(ctx context.Context, spec driver.BuildSpec, logs io.Write
 		id = img.ID
 	}
 	return id, nil
+}
+
+// fromStep matches the classic builder's line starting a FROM step.
+var fromStep = regexp.MustCompile(`(?i)^Step \d+/\d+ : FROM\s`)
+
+// stepImage matches the classic builder's line naming the image a step
+// ended with (" ---> 3f2a9c1b7d6e").
+var stepImage = regexp.MustCompile(`^ ---> ([0-9a-f]{12,64})\s*$`)
+
+// removeStepImages removes the images a build's steps left that nothing
+// keeps: those of a build that failed, and the stages a multi-stage build
+// did not end with. Nothing else would ever remove them (no tag names them,
+// and with the build's cache restricted to its owner's images they are
+// never reused), so a tenant whose builds fail would fill the engine's disk
+// one layer at a time. The newest go first, each with the untagged parents
+// only it held; an image that is tagged, or that another image builds on
+// (the final image's own chain, a layer another build shares), is left, as
+// the engine refuses to remove it without force.
+func (d *Docker) removeStepImages(ctx context.Context, steps []string, final string) {
+	for i := len(steps) - 1; i >= 0; i-- {
+		img, _, err := d.cli.ImageInspectWithRaw(ctx, steps[i])
+		if err != nil || img.ID == final || len(img.RepoTags) > 0 || len(img.RepoDigests) > 0 {
+			continue
+		}
+		if _, err := d.cli.ImageRemove(ctx, img.ID, image.RemoveOptions{PruneChildren: true}); err != nil && !errdefs.IsConflict(err) && !errdefs.IsNotFound(err) {
+			d.log.Debug("build: a step's image was not removed", "image", img.ID, "err", err)
+		}
+	}
 }
 
 // noCacheSource is a cache source that names no image (see Build).
