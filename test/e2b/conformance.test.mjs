@@ -45,7 +45,7 @@ async function listAll(listOpts) {
   return out
 }
 
-describe('the base image and its user', { timeout: T }, () => {
+describe('the base image and its user', () => {
   let sbx
   before(async () => { sbx = await Sandbox.create({ ...opts, metadata: uniq('identity') }) })
   after(async () => { await sbx?.kill() })
@@ -123,7 +123,7 @@ describe('the base image and its user', { timeout: T }, () => {
   })
 })
 
-describe('signed file URLs', { timeout: T }, () => {
+describe('signed file URLs', () => {
   let sbx
   before(async () => {
     sbx = await Sandbox.create({ ...opts, secure: true, metadata: uniq('signed') })
@@ -195,7 +195,7 @@ describe('signed file URLs', { timeout: T }, () => {
   })
 })
 
-describe('listing and metrics', { timeout: T }, () => {
+describe('listing and metrics', () => {
   test('Sandbox.list orders by creation: asc, desc, and newest first by default', async () => {
     const md = uniq('order')
     const made = []
@@ -275,7 +275,7 @@ describe('listing and metrics', { timeout: T }, () => {
 // no performance check; the tests report the times they saw.
 const hangBound = 3000
 
-describe('a sandbox going away', { timeout: T }, () => {
+describe('a sandbox going away', () => {
   test('kill() during commands.run rejects the command promptly with the SDK\'s error', async (t) => {
     const sbx = await Sandbox.create({ ...opts, metadata: uniq('kill-run') })
     const running = sbx.commands.run('sleep 60').then(

@@ -64,7 +64,7 @@ export async function runDropIn(file) {
 
 // dropInSuite is a drop-in test file's body: in the parent, one test that
 // runs the file as the child (see runDropIn); in the child, the suite of
-// cases, each within timeoutMs.
+// cases, all of them within timeoutMs.
 export function dropInSuite(fileUrl, title, timeoutMs, cases) {
   if (!isChild) {
     test(`${title} in the drop-in configuration (E2B_DOMAIN only, --tls internal)`, { timeout: 1_800_000 }, async (t) => {

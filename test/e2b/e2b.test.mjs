@@ -50,7 +50,7 @@ async function listAll(opts) {
   return { items: out, pages }
 }
 
-describe('commands', { timeout: T }, () => {
+describe('commands', () => {
   let sbx
   before(async () => {
     sbx = await Sandbox.create({ metadata: uniq('commands'), envs: { FROM_CREATE: 'yes' } })
@@ -108,7 +108,7 @@ describe('commands', { timeout: T }, () => {
   })
 })
 
-describe('files', { timeout: T }, () => {
+describe('files', () => {
   let sbx
   before(async () => {
     sbx = await Sandbox.create({ metadata: uniq('files') })
@@ -150,7 +150,7 @@ describe('files', { timeout: T }, () => {
   })
 })
 
-describe('lifecycle', { timeout: T }, () => {
+describe('lifecycle', () => {
   test('getInfo, metrics, the proxy route, setTimeout', async () => {
     const md = uniq('info')
     const sbx = await Sandbox.create({ metadata: md, timeoutMs: 120_000 })
@@ -263,7 +263,7 @@ describe('lifecycle', { timeout: T }, () => {
   })
 })
 
-describe('errors', { timeout: T }, () => {
+describe('errors', () => {
   test('a wrong API key raises AuthenticationError', async () => {
     await assert.rejects(Sandbox.create({ apiKey: 'not-the-token', metadata: uniq('auth') }), AuthenticationError)
     await assert.rejects(Sandbox.list({ apiKey: 'not-the-token' }).nextItems(), AuthenticationError)
@@ -290,7 +290,7 @@ describe('errors', { timeout: T }, () => {
   })
 })
 
-describe('create dedupe', { timeout: T }, () => {
+describe('create dedupe', () => {
   test('a storm of 10 identical creates is one sandbox and one container', async () => {
     const before = await containers('main')
     const md = uniq('storm')
@@ -337,7 +337,7 @@ describe('create dedupe', { timeout: T }, () => {
   })
 })
 
-describe('crash recovery', { timeout: T }, () => {
+describe('crash recovery', () => {
   // The daemon dies at a crash point inside a create; the client's create
   // fails; the daemon restarts without the crash point; the same create,
   // retried, yields exactly one working sandbox.

@@ -63,7 +63,7 @@ async function eventually(what, check) {
   }
 }
 
-describe('ports', { timeout: T }, () => {
+describe('ports', () => {
   test('a server on any port answers at sbx.getHost(port)', async () => {
     const sbx = await Sandbox.create({ ...main.opts, metadata: uniq('gethost') })
     try {
@@ -136,7 +136,7 @@ async function hasRuntime(name) {
   }
 }
 
-describe('gVisor', { timeout: T }, () => {
+describe('gVisor', () => {
   test('commands.run in a sandbox under runsc', async (t) => {
     if (!(await hasRuntime('runsc'))) {
       if (process.env.CI === 'true') assert.fail('runsc is not registered with Docker in CI (scripts/ensure-runsc.sh)')

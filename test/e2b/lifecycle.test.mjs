@@ -70,7 +70,7 @@ const waitPaused = (id) => until(`sandbox ${id} paused`, async () => {
   return info.state === 'paused' ? null : `state ${info.state}`
 })
 
-describe('pause modes', { timeout: T }, () => {
+describe('pause modes', () => {
   test('pause({ keepMemory: false }) then connect() reboots with files kept', async () => {
     const sbx = await Sandbox.create({ ...main.opts, metadata: uniq('fspause') })
     try {
@@ -101,7 +101,7 @@ describe('pause modes', { timeout: T }, () => {
   })
 })
 
-describe('connect onResume', { timeout: T }, () => {
+describe('connect onResume', () => {
   test("connect({ onResume: 'reboot' }) cold-starts a memory-paused sandbox", async () => {
     const sbx = await Sandbox.create({ ...main.opts, metadata: uniq('reboot') })
     try {
@@ -117,16 +117,20 @@ describe('connect onResume', { timeout: T }, () => {
   })
 })
 
-describe('lifecycle', { timeout: T }, () => {
+// Each sandbox's deadline is brought near (setTimeout) only once the test
+// has set it up: under load, a 4 s deadline from the create passed before
+// the set-up did.
+describe('lifecycle', () => {
   test("onTimeout 'pause' with autoResume: traffic through getHost wakes the sandbox", async () => {
     const sbx = await Sandbox.create({
-      ...main.opts, metadata: uniq('autoresume'), timeoutMs: 4_000,
+      ...main.opts, metadata: uniq('autoresume'), timeoutMs: 120_000,
       lifecycle: { onTimeout: 'pause', autoResume: true },
     })
     try {
       await serve(sbx, 8000, 'awake')
       const info = await Sandbox.getInfo(sbx.sandboxId, main.opts)
       assert.deepEqual(info.lifecycle, { onTimeout: 'pause', autoResume: true })
+      await sbx.setTimeout(2_000)
       await waitPaused(sbx.sandboxId)
       const r = await getVia(main.proxyPort, sbx.getHost(8000))
       assert.equal(r.status, 200, r.body)
@@ -139,11 +143,12 @@ describe('lifecycle', { timeout: T }, () => {
 
   test('autoResume: an SDK call through the gateway wakes the sandbox', async () => {
     const sbx = await Sandbox.create({
-      ...main.opts, metadata: uniq('gatewaywake'), timeoutMs: 4_000,
+      ...main.opts, metadata: uniq('gatewaywake'), timeoutMs: 120_000,
       lifecycle: { onTimeout: 'pause', autoResume: true },
     })
     try {
       await sbx.files.write('/home/user/kept.txt', 'via the gateway')
+      await sbx.setTimeout(2_000)
       await waitPaused(sbx.sandboxId)
       // The SDK object made before the pause calls the agent through
       // E2B_SANDBOX_URL (the daemon's /e2b/envd gateway).
@@ -156,11 +161,12 @@ describe('lifecycle', { timeout: T }, () => {
 
   test("onTimeout 'pause' without autoResume: only connect() wakes it", async () => {
     const sbx = await Sandbox.create({
-      ...main.opts, metadata: uniq('noautoresume'), timeoutMs: 4_000,
+      ...main.opts, metadata: uniq('noautoresume'), timeoutMs: 120_000,
       lifecycle: { onTimeout: 'pause' },
     })
     try {
       await serve(sbx, 8000, 'woken by connect')
+      await sbx.setTimeout(2_000)
       await waitPaused(sbx.sandboxId)
       const r = await getVia(main.proxyPort, sbx.getHost(8000))
       assert.notEqual(r.status, 200)
@@ -177,12 +183,13 @@ describe('lifecycle', { timeout: T }, () => {
 
   test("onTimeout { action: 'pause', keepMemory: false } pauses the filesystem", async () => {
     const sbx = await Sandbox.create({
-      ...main.opts, metadata: uniq('fsauto'), timeoutMs: 4_000,
+      ...main.opts, metadata: uniq('fsauto'), timeoutMs: 120_000,
       lifecycle: { onTimeout: { action: 'pause', keepMemory: false } },
     })
     try {
       await sbx.files.write('/home/user/kept.txt', 'kept at the deadline')
       const before = await bootMarker(sbx)
+      await sbx.setTimeout(2_000)
       await waitPaused(sbx.sandboxId)
       const back = await Sandbox.connect(sbx.sandboxId, main.opts)
       assert.equal(await back.files.read('/home/user/kept.txt'), 'kept at the deadline')

@@ -108,7 +108,7 @@ async function rules() {
   return stdout
 }
 
-describe('egress policy through the E2B SDK', { timeout: T }, () => {
+describe('egress policy through the E2B SDK', () => {
   const cases = [
     { name: 'default', opts: {}, internet: true, lan: false },
     { name: 'allowInternetAccess: false', opts: { allowInternetAccess: false }, internet: false, lan: false },

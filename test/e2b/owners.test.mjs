@@ -44,7 +44,7 @@ after(async () => {
   await teardown()
 })
 
-describe('owners', { timeout: T }, () => {
+describe('owners', () => {
   test("A's sandbox is not found for B: connect, getInfo, kill, list", async () => {
     const md = uniq('isolation')
     const sbx = await Sandbox.create({ ...A, metadata: md })

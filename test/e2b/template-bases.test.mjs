@@ -67,7 +67,7 @@ async function refusal(opts, base, logs) {
   return message.split(base).join('IMAGE')
 }
 
-describe('template bases', { timeout: T }, () => {
+describe('template bases', () => {
   test('a tenant cannot build on a private image, an ID prefix or another owner\'s template, and cannot tell which exist', async () => {
     const bob = await tokenFor(`bob-${runId}`, 'bob')
     const alice = await tokenFor(`alice-${runId}`, 'alice')

@@ -54,7 +54,7 @@ async function sh(sbx, cmd) {
   return r.stdout.trim()
 }
 
-describe('templates', { timeout: T }, () => {
+describe('templates', () => {
   test('build from the base image with copy, runCmd, setWorkdir, setStartCmd; create from it', async () => {
     const name = uniq('app')
     const tpl = Template({ fileContextPath: ctxDir })

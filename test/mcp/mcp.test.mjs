@@ -144,7 +144,7 @@ const expectedTools = ['create_sandbox', 'list_sandboxes', 'get_sandbox', 'run_c
   'list_files', 'expose_port', 'snapshot_sandbox', 'fork_sandbox', 'delete_sandbox']
 
 for (const kind of Object.keys(transports)) {
-  describe(`over ${kind}`, { timeout: T }, () => {
+  describe(`over ${kind}`, () => {
     test('an agent session: create, run, files, port, resources, delete', { timeout: T }, async () => {
       const client = await connect(kind)
       try {
@@ -308,7 +308,7 @@ for (const kind of Object.keys(transports)) {
   })
 }
 
-describe('run_code', { timeout: T }, () => {
+describe('run_code', () => {
   test('code runs on the interpreter of a code-interpreter-v1 sandbox', { timeout: T }, async () => {
     const client = await connect('stdio')
     try {
@@ -332,7 +332,7 @@ describe('run_code', { timeout: T }, () => {
   })
 })
 
-describe('snapshots and forks', { timeout: T }, () => {
+describe('snapshots and forks', () => {
   test('snapshot, fork (one copy for a re-sent call) and create from the snapshot', { timeout: T }, async () => {
     const label = tag('forks')
     const client = await connect('http')
@@ -374,7 +374,7 @@ describe('snapshots and forks', { timeout: T }, () => {
   })
 })
 
-describe('owners', { timeout: T }, () => {
+describe('owners', () => {
   test("another owner's token cannot see or touch the sandbox, on either transport", { timeout: T }, async () => {
     const alice = await tokenFor('alice')
     const bob = await tokenFor('bob')
@@ -465,7 +465,7 @@ describe('owners', { timeout: T }, () => {
   })
 })
 
-describe('shutdown', { timeout: T }, () => {
+describe('shutdown', () => {
   test('a daemon with an open MCP session stops on SIGTERM without being killed', { timeout: T }, async () => {
     const d2 = await startDaemon({ name: 'mcp-stop' })
     const client = new Client({ name: 'open-session', version: '0' })

@@ -8,7 +8,11 @@
 package testkit
 
 import (
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,12 +49,43 @@ func Eventually(t testing.TB, budget time.Duration, what string, check func() er
 // process may take it before the caller binds it, so it is for listeners
 // that cannot be told to take port 0 (gossip binds TCP and UDP on one port;
 // a daemon's flags name a port), and callers that can retry should.
+//
+// It is picked below the kernel's ephemeral range: a daemon restarted on
+// the ports it had leaves them free for a moment, and a port of the
+// ephemeral range can then be taken by any outbound connection on the
+// machine (a test holding 25,000 of them took one); below the range only
+// an explicit bind can take it.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	low := ephemeralLow()
+	const floor = 10000
+	if low > floor+1000 {
+		for range 200 {
+			port := floor + rand.IntN(low-floor)
+			if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+				ln.Close()
+				return port
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default 32768 where it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
+		}
+	}
+	return 32768
 }
