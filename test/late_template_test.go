@@ -306,8 +306,23 @@ func startGatedBuild(t *testing.T, ctx context.Context, cache, repo, ref string)
 	// record_build_progress, then its tagging of the built image as the
 	// daemon names it (point_latest); host network, so that the step
 	// reaches the test.
-	t.Cleanup(func() { _ = exec.Command("docker", "image", "rm", repo+":built").Run() })
-	cmd := exec.CommandContext(ctx, "bash", "-c", `set -euo pipefail; . "$1"; record_build_progress "$2"; docker build --network=host --pull=false -q -t "$2:built" "$4" >/dev/null; docker tag "$2:built" "$3"`, "build", lib, repo, ref, recipe)
+	// --force-rm, unlike the script: a build this test fails or kills
+	// would leave its step's container on the engine, which the script's
+	// builds, which succeed, do not. A kill can still leave it (the engine
+	// may be mid-step), so the cleanup removes the step's container by the
+	// port only it names.
+	port := ln.Addr().(*net.TCPAddr).Port
+	t.Cleanup(func() {
+		_ = exec.Command("docker", "image", "rm", repo+":built").Run()
+		out, _ := exec.Command("docker", "ps", "-a", "-q", "--filter", "label=sandpit.test-image.hash").Output()
+		for _, id := range strings.Fields(string(out)) {
+			cmd, _ := exec.Command("docker", "inspect", "-f", "{{json .Config.Cmd}}", id).Output()
+			if strings.Contains(string(cmd), fmt.Sprintf("nc 127.0.0.1 %d ", port)) {
+				_ = exec.Command("docker", "rm", "-f", id).Run()
+			}
+		}
+	})
+	cmd := exec.CommandContext(ctx, "bash", "-c", `set -euo pipefail; . "$1"; record_build_progress "$2"; docker build --force-rm --network=host --pull=false -q -t "$2:built" "$4" >/dev/null; docker tag "$2:built" "$3"`, "build", lib, repo, ref, recipe)
 	cmd.Env = append(os.Environ(), "SANDPIT_CACHE_DIR="+cache)
 	// A group of its own, so that kill ends the script and its docker CLI.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
