@@ -1,5 +1,5 @@
 // Package router is the seam between the service and whatever carries traffic
-// to sandboxes: router/builtin (an in-process proxy, the default) and, later,
+// to sandboxes: router/builtin (an in-process proxy, the default) and
 // router/caddy (routes installed through the Caddy admin API).
 package router
 

@@ -21,6 +21,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
 func TestObjectStorageToken(t *testing.T) {
@@ -58,6 +59,9 @@ func TestObjectStorageToken(t *testing.T) {
 // t.TempDir()) with a small context limit.
 func storageEnv(t *testing.T, limit int64) (*httptest.Server, *Handler, *service.Service) {
 	t.Helper()
+	// The service needs an engine, like the rest of the package's tests
+	// that start one: skipped without it, failed in CI.
+	testenv.RequireDocker(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	st, err := store.Open(ctx, t.TempDir())
