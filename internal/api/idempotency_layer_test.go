@@ -25,6 +25,8 @@ import (
 type keyedSurface struct {
 	srv     *httptest.Server
 	release chan struct{}
+	// entered has a value for each time the create handler starts.
+	entered chan struct{}
 	mu      sync.Mutex
 	made    []string // the ids the create handler made
 }
@@ -42,10 +44,14 @@ func newKeyedSurface(t *testing.T, wait time.Duration) *keyedSurface {
 		p := api.Classify(err)
 		api.WriteJSON(w, p.Status, map[string]any{"surfaceError": p.Code, "status": p.Status})
 	}
-	s := &keyedSurface{release: make(chan struct{})}
+	s := &keyedSurface{release: make(chan struct{}), entered: make(chan struct{}, 64)}
 	mux := http.NewServeMux()
 	routes := api.NewRoutes(mux, render, nil).Keyed(layer.For("test", api.KeyPrintable, render))
 	routes.HandleKeyed("POST /things", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate, Prefix: "th-"}, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case s.entered <- struct{}{}:
+		default:
+		}
 		<-s.release
 		id := api.TargetID(r.Context())
 		if id == "" {
@@ -97,8 +103,16 @@ func TestKeyedLayer(t *testing.T) {
 	s := newKeyedSurface(t, 200*time.Millisecond)
 	first := make(chan keyedAnswer, 1)
 	go func() { first <- s.post(t, `{"a":1}`, "k1") }()
-	// The first holds the key (its handler waits for release); a duplicate
-	// waits its 200 ms and is refused as in flight, in the surface's shape.
+	// Only once the first holds the key (its handler runs, waiting for
+	// release) is a duplicate sent: one sent before would hold the key
+	// itself, and wait for a release that never comes.
+	select {
+	case <-s.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first request never reached its handler")
+	}
+	// A duplicate waits its 200 ms and is refused as in flight, in the
+	// surface's shape.
 	var dup keyedAnswer
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
 		if dup = s.post(t, `{"a":1}`, "k1"); dup.status == http.StatusConflict {
