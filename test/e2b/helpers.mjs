@@ -131,6 +131,12 @@ export async function startDaemon({ name, args = [], env = {} } = {}) {
       '--container-label', `sandpit.test-daemon=${name}`,
       '--network-name', d.network,
       '--network-pool', networkPool,
+      // A create's claim outlives the create however slow the engine is:
+      // on a saturated CI machine a code interpreter create (engine start
+      // plus Jupyter) took over the default two minutes, and the claim's
+      // bound answered 504. The default stays for users; a suite that
+      // needs another bound passes its own (the last flag wins).
+      '--e2b-pending-ttl', '10m',
       ...d.args,
     ], { env: { ...process.env, ...extraEnv }, stdio: ['ignore', 'ignore', 'pipe'] })
     d.proc = proc
