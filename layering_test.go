@@ -50,6 +50,7 @@ var layers = []struct {
 	{"internal/agentbin", nil, "the small agent the daemon embeds"},
 	{"internal/interpreter", nil, "the client of the in-sandbox code interpreter"},
 	{"internal/dockerfile", nil, "a Dockerfile read with BuildKit's parser: the images a build reads"},
+	{"internal/timing", nil, "the per-request phase collector behind Server-Timing"},
 
 	// The Go SDK and the agent stand apart from the daemon.
 	{"client", []string{"apitypes", "proto/..."}, "the Go SDK of /v1"},
@@ -66,12 +67,14 @@ var layers = []struct {
 	{"internal/metrics", []string{".", "internal/driver"}, "the Prometheus instrumentation"},
 	{"internal/cluster", []string{".", "apitypes", "internal/httpguard", "internal/crashpoint"}, "the Raft index and membership"},
 	{"internal/idempotency", []string{".", "internal/store", "internal/metrics", "internal/crashpoint"}, "the idempotency engine"},
+	{"internal/events", []string{".", "internal/egress"}, "the bus every state change is published on"},
 
 	// The service: domain operations over everything below it.
 	{"internal/service", []string{
 		".", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/store", "internal/driver", "internal/router/...", "internal/cluster", "internal/idempotency",
 		"internal/metrics", "internal/firewall", "internal/egress", "internal/interpreter", "internal/dockerfile",
+		"internal/events", "internal/timing",
 	}, "the domain operations"},
 
 	// The HTTP surfaces: through the service, never the store or a runtime
@@ -79,7 +82,7 @@ var layers = []struct {
 	{"internal/api/...", []string{
 		".", "apitypes", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/api", "internal/service", "internal/cluster", "internal/idempotency", "internal/driver", "internal/router", "internal/metrics",
-		"internal/interpreter",
+		"internal/interpreter", "internal/events", "internal/timing",
 	}, "an HTTP surface"},
 	{"internal/sshd", []string{".", "internal/agentapi", "proto/..."}, "the SSH endpoint into sandboxes, through the service's interface"},
 	{"internal/gateway", []string{
@@ -96,7 +99,7 @@ var layers = []struct {
 		".", "apitypes", "api/openapi", "internal/agentapi", "internal/crashpoint", "internal/filesig", "internal/httpguard", "internal/ui",
 		"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/egress", "internal/metrics", "internal/cluster", "internal/idempotency",
 		"internal/service", "internal/api/...", "internal/gateway", "internal/agentbin", "internal/sshd",
-		"internal/mcp",
+		"internal/mcp", "internal/events",
 	}, "the daemon's assembly"},
 	{"cmd/sandpit", []string{
 		".", "apitypes", "client", "internal/agent", "internal/agentapi", "internal/httpguard",

@@ -4,14 +4,14 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/timing"
 )
 
 // timedWriter adds the Server-Timing header of a create just before its
 // response header is written, whichever path writes it.
 type timedWriter struct {
 	http.ResponseWriter
-	timing *service.ServerTiming
+	timing *timing.Collector
 	start  time.Time
 	done   bool
 }
@@ -39,6 +39,6 @@ func (w *timedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // service phases (store, engine, agent) the request's context collects, and
 // the handler's total.
 func ServerTiming(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, *http.Request) {
-	ctx, t := service.WithServerTiming(r.Context())
+	ctx, t := timing.With(r.Context())
 	return &timedWriter{ResponseWriter: w, timing: t, start: time.Now()}, r.WithContext(ctx)
 }

@@ -798,7 +798,7 @@ func (d *daemon) serveHTTP(context.Context) error {
 	// Event streams last as long as their clients; ending the subscriptions
 	// when the server shuts down lets Shutdown finish.
 	d.apiSrv.ConnState = d.apiLim.ConnState
-	d.apiSrv.RegisterOnShutdown(d.svc.CloseEvents)
+	d.apiSrv.RegisterOnShutdown(d.svc.Events().Close)
 	d.apiSrv.RegisterOnShutdown(d.mcp.Close)
 	if d.proxyLn != nil {
 		d.proxySrv = d.newServer(d.inflight.wrap(httpguard.Guard(d.proxyHandler, guard)))

@@ -9,6 +9,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
+	"github.com/sandpit-dev/sandpit/internal/events"
 )
 
 // ReasonArchived is the state reason of a stopped sandbox whose container
@@ -98,7 +99,7 @@ func (s *Service) ArchiveSandbox(ctx context.Context, id string) (_ sandpit.Sand
 		return sb, err
 	}
 	sb.ArchiveImage = ref
-	after, err := s.transition(ctx, change{typ: EventArchived, from: sb, state: sandpit.StateStopped, reason: ReasonArchived, reread: true})
+	after, err := s.transition(ctx, change{typ: events.Archived, from: sb, state: sandpit.StateStopped, reason: ReasonArchived, reread: true})
 	if err != nil {
 		return after, err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/events"
 )
 
 // WatchEngine follows the engine's event stream until ctx ends, so that a
@@ -140,7 +141,7 @@ func (s *Service) checkContainer(ctx context.Context, id string) error {
 		// restarted under a running daemon): the files are left, and the
 		// sandbox stays paused as a filesystem pause that says so.
 		s.log.Warn("memory pause lost with the engine; kept as a filesystem pause", "sandbox", id)
-		_, err := s.transition(ctx, change{typ: EventPaused, from: sb, state: sandpit.StatePaused,
+		_, err := s.transition(ctx, change{typ: events.Paused, from: sb, state: sandpit.StatePaused,
 			mode: sandpit.PauseFilesystem, reason: sandpit.ReasonMemoryLost, reread: true})
 		return err
 	}
@@ -178,6 +179,6 @@ func (s *Service) sandboxDied(ctx context.Context, id, reason string) error {
 	s.removeFirewall(ctx, id)
 	old, _ := s.store.GetSandbox(ctx, id)
 	old.ID = id
-	_, err := s.transition(ctx, change{typ: EventDied, from: old, state: state, reason: reason, reread: true})
+	_, err := s.transition(ctx, change{typ: events.Died, from: old, state: state, reason: reason, reread: true})
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/events"
 )
 
 // When a cluster node dies, its SQLite file is gone with it; the leader may
@@ -337,7 +338,7 @@ func (s *Service) dropLocal(ctx context.Context, id string) error {
 	}
 	// The event says this node's copy went, not that the sandbox did: it
 	// may live on the node the cluster placed it on.
-	if err := s.removeRow(ctx, EventDropped, sb); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+	if err := s.removeRow(ctx, events.Dropped, sb); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 		return err
 	}
 	return nil

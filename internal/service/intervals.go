@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/events"
 )
 
 // Lifecycle intervals: a sandbox idle for its auto-stop interval is stopped,
@@ -101,7 +102,7 @@ func (s *Service) SweepLifecycle(ctx context.Context) (int, error) {
 				s.log.Info("sandbox auto-archived", "sandbox", sb.ID, "stopped_at", sb.StoppedAt)
 				break
 			}
-			if err := s.deleteSandbox(ctx, sb.ID, EventDeleted); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+			if err := s.deleteSandbox(ctx, sb.ID, events.Deleted); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 				s.log.Error("sweep: auto-delete", "sandbox", sb.ID, "err", err)
 				continue
 			}

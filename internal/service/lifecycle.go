@@ -12,6 +12,8 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/events"
+	"github.com/sandpit-dev/sandpit/internal/timing"
 )
 
 // stopGrace is how long a stopped container's processes get to exit before
@@ -73,7 +75,7 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 		if err := s.syncLimits(ctx, *sb, c); err != nil {
 			return runtimeErr("apply limits", err)
 		}
-		phase(ctx, "engine", t0)
+		timing.Phase(ctx, "engine", t0)
 		t0 = time.Now()
 		if err := s.awaitAgent(ctx, sb, c.IP); err != nil {
 			return err
@@ -87,7 +89,7 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 		if err := s.startImage(ctx, *sb, false); err != nil {
 			return err
 		}
-		phase(ctx, "agent", t0)
+		timing.Phase(ctx, "agent", t0)
 		s.mu.Lock()
 		s.ips[sb.ID] = c.IP
 		s.mu.Unlock()
@@ -300,12 +302,12 @@ func (s *Service) DeleteSandbox(ctx context.Context, id string) (err error) {
 			s.audit(ctx, "sandbox.delete", id, err)
 		}
 	}()
-	return s.deleteSandbox(ctx, id, EventDeleted)
+	return s.deleteSandbox(ctx, id, events.Deleted)
 }
 
 // deleteSandbox deletes under the sandbox's lock and announces the deletion
 // as typ (deleted, or expired for the sweeper).
-func (s *Service) deleteSandbox(ctx context.Context, id string, typ EventType) error {
+func (s *Service) deleteSandbox(ctx context.Context, id string, typ events.Type) error {
 	if _, err := s.sandbox(ctx, id); err != nil {
 		return err
 	}
@@ -317,7 +319,7 @@ func (s *Service) deleteSandbox(ctx context.Context, id string, typ EventType) e
 	return s.deleteLocked(ctx, id, typ)
 }
 
-func (s *Service) deleteLocked(ctx context.Context, id string, typ EventType) error {
+func (s *Service) deleteLocked(ctx context.Context, id string, typ events.Type) error {
 	sb, err := s.store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
@@ -412,14 +414,14 @@ func (s *Service) stopLockedFor(ctx context.Context, sb sandpit.Sandbox, reason 
 		return sb, runtimeErr("stop container", err)
 	}
 	s.removeFirewall(ctx, id)
-	after, err := s.transition(ctx, change{typ: EventStopped, from: sb, state: sandpit.StateStopped, reason: reason, reread: true})
+	after, err := s.transition(ctx, change{typ: events.Stopped, from: sb, state: sandpit.StateStopped, reason: reason, reread: true})
 	if err != nil || after.AutoDelete != 0 {
 		return after, err
 	}
 	// An ephemeral sandbox (auto-delete 0) goes as soon as it stops, under
 	// the same lock, so nothing can start it in between; the caller learns
 	// it from ErrDeletedOnStop and the returned row.
-	if err := s.deleteLocked(ctx, id, EventDeleted); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+	if err := s.deleteLocked(ctx, id, events.Deleted); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 		return after, err
 	}
 	return after, ErrDeletedOnStop
@@ -491,7 +493,7 @@ func (s *Service) StartSandbox(ctx context.Context, id string) (_ sandpit.Sandbo
 	// whichever stopped-like state (error, say) its row had.
 	from := sb
 	from.State = sandpit.StateStopped
-	after, err := s.transition(ctx, change{typ: EventStarted, from: from, state: sandpit.StateRunning, reread: true})
+	after, err := s.transition(ctx, change{typ: events.Started, from: from, state: sandpit.StateRunning, reread: true})
 	if err != nil && !errors.Is(err, errReread) {
 		s.undoStart(ctx, &sb)
 		return sb, err
@@ -546,7 +548,7 @@ func (s *Service) pauseLocked(ctx context.Context, sb sandpit.Sandbox, mode sand
 			s.restoreRoutes(ctx, id)
 			return sb, runtimeErr("pause", err)
 		}
-		return s.transition(ctx, change{typ: EventPaused, from: sb, state: sandpit.StatePaused, mode: mode, reason: reason, reread: true})
+		return s.transition(ctx, change{typ: events.Paused, from: sb, state: sandpit.StatePaused, mode: mode, reason: reason, reread: true})
 	}
 	s.forgetIP(id)
 	leave := s.leave(id)
@@ -560,7 +562,7 @@ func (s *Service) pauseLocked(ctx context.Context, sb sandpit.Sandbox, mode sand
 	// reconcile starts again: the sandbox runs, and a retried pause pauses
 	// it.
 	crashpoint.Hit(crashpoint.AfterPauseStop)
-	return s.transition(ctx, change{typ: EventPaused, from: sb, state: sandpit.StatePaused, mode: mode, reason: reason, reread: true})
+	return s.transition(ctx, change{typ: events.Paused, from: sb, state: sandpit.StatePaused, mode: mode, reason: reason, reread: true})
 }
 
 // ResumeSandbox resumes a paused sandbox: a memory pause is unfrozen, a
@@ -597,7 +599,7 @@ func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit
 		// Dying here leaves a paused row over a running container, which
 		// reconcile records as resumed.
 		crashpoint.Hit(crashpoint.AfterResumeStart)
-		after, err := s.transition(ctx, change{typ: EventResumed, from: sb, state: sandpit.StateRunning, reread: true})
+		after, err := s.transition(ctx, change{typ: events.Resumed, from: sb, state: sandpit.StateRunning, reread: true})
 		if err != nil && !errors.Is(err, errReread) {
 			s.undoStart(ctx, &sb)
 			return sb, err
@@ -613,7 +615,7 @@ func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit
 	// straight to the router without waiting for this resume, and must
 	// find its route.
 	s.routesAfterUnpause(ctx, sb)
-	after, err := s.transition(ctx, change{typ: EventResumed, from: sb, state: sandpit.StateRunning, reread: true})
+	after, err := s.transition(ctx, change{typ: events.Resumed, from: sb, state: sandpit.StateRunning, reread: true})
 	if err != nil && !errors.Is(err, errReread) {
 		s.removeRoutes(context.WithoutCancel(ctx), sb.ID)
 	}
@@ -744,7 +746,7 @@ func (s *Service) SweepExpired(ctx context.Context) (int, error) {
 			n++
 			continue
 		}
-		if err := s.deleteSandbox(ctx, sb.ID, EventExpired); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+		if err := s.deleteSandbox(ctx, sb.ID, events.Expired); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Error("sweep: delete expired sandbox", "sandbox", sb.ID, "err", err)
 			continue
 		}
@@ -781,7 +783,7 @@ func (s *Service) autoPause(ctx context.Context, sb sandpit.Sandbox) error {
 	}
 	pausedByThisDeadline := cur.State == sandpit.StatePaused && cur.StateReason == ReasonTimeout && !cur.UpdatedAt.Before(cur.EndAt)
 	if cur.State != sandpit.StateRunning && !pausedByThisDeadline {
-		if err := s.deleteLocked(ctx, sb.ID, EventExpired); err != nil {
+		if err := s.deleteLocked(ctx, sb.ID, events.Expired); err != nil {
 			return err
 		}
 		s.log.Info("sandbox expired", "sandbox", sb.ID)

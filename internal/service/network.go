@@ -14,6 +14,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/egress"
+	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
 	"github.com/sandpit-dev/sandpit/internal/router"
 )
@@ -345,7 +346,7 @@ func (s *Service) EgressDenied(d egress.Denial) {
 	if err != nil {
 		return
 	}
-	s.events.publish(Event{Type: EventNetworkDenied, Sandbox: sb, OldState: sb.State, Time: d.Time, Node: s.cfg.NodeName, Denial: &d})
+	s.bus.Publish(events.Event{Type: events.NetworkDenied, Sandbox: sb, OldState: sb.State, Time: d.Time, Node: s.cfg.NodeName, Denial: &d})
 }
 
 // expandProfiles adds the domains of the operator's profiles a policy names

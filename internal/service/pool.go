@@ -21,6 +21,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/timing"
 )
 
 // PoolSpec asks for Size started, ownerless sandboxes of Image whose default
@@ -193,7 +194,7 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 	}
 	t0 := time.Now()
 	slot, err := s.store.AdoptPoolSlot(ctx, key, sb.ID, s.now())
-	phase(ctx, "store", t0)
+	timing.Phase(ctx, "store", t0)
 	if errors.Is(err, sandpit.ErrNotFound) {
 		p.misses.Add(1)
 		return false, nil
@@ -215,7 +216,7 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 			return true, runtimeErr("inspect pooled container", err)
 		}
 		ip = c.IP
-		phase(ctx, "engine", t0)
+		timing.Phase(ctx, "engine", t0)
 	}
 	// The engine's live update (slow: it rewrites cgroups) and the agent's
 	// init run side by side; they touch different things. Both end before
@@ -239,12 +240,12 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 		if err == nil {
 			err = s.adoptNetworkPolicy(ctx, *sb, ip)
 		}
-		phase(ctx, "engine", t0)
+		timing.Phase(ctx, "engine", t0)
 		updated <- err
 	}()
 	t0 = time.Now()
 	initErr := s.initAgent(ctx, ip, slot.Token, *sb)
-	phase(ctx, "agent", t0)
+	timing.Phase(ctx, "agent", t0)
 	if err := errors.Join(<-updated, initErr); err != nil {
 		return true, err
 	}

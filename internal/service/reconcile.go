@@ -10,6 +10,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/events"
 )
 
 // defaultRestartParallel bounds how many sandboxes a start brings back at
@@ -374,7 +375,7 @@ func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver
 		return false, s.unwindLocked(ctx, sb)
 	case sb.State == sandpit.StateDeleting:
 		s.log.Warn("reconcile: finishing interrupted delete", "sandbox", sb.ID)
-		return false, s.deleteLocked(ctx, sb.ID, EventDeleted)
+		return false, s.deleteLocked(ctx, sb.ID, events.Deleted)
 	case archived(sb) && exists:
 		// The archive was recorded and its container not yet removed, or
 		// a restore died before its state change: the image holds the
@@ -387,7 +388,7 @@ func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver
 	case !exists:
 		if sb.State != sandpit.StateError {
 			s.log.Warn("reconcile: container gone", "sandbox", sb.ID)
-			return false, s.reconciled(ctx, EventDied, sb, sandpit.StateError, sandpit.ReasonRemoved)
+			return false, s.reconciled(ctx, events.Died, sb, sandpit.StateError, sandpit.ReasonRemoved)
 		}
 	case sb.State == sandpit.StateStopped && (c.State == "running" || c.State == "paused"):
 		if c.State == "paused" {
@@ -399,16 +400,16 @@ func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver
 			return false, runtimeErr("stop", err)
 		}
 	case sb.State == sandpit.StateRunning && c.State == "paused":
-		return false, s.reconciled(ctx, EventPaused, sb, sandpit.StatePaused, "")
+		return false, s.reconciled(ctx, events.Paused, sb, sandpit.StatePaused, "")
 	case sb.State == sandpit.StateRunning && c.State != "running":
 		return true, nil
 	case sb.State == sandpit.StatePaused && c.State == "running":
 		if sb.PauseMode == sandpit.PauseFilesystem {
 			// A resume died after its start: the sandbox runs, and its
 			// agent is checked like any running sandbox's.
-			return true, s.reconciled(ctx, EventResumed, sb, sandpit.StateRunning, "")
+			return true, s.reconciled(ctx, events.Resumed, sb, sandpit.StateRunning, "")
 		}
-		return false, s.reconciled(ctx, EventResumed, sb, sandpit.StateRunning, "")
+		return false, s.reconciled(ctx, events.Resumed, sb, sandpit.StateRunning, "")
 	case sb.State == sandpit.StatePaused && sb.PauseMode == sandpit.PauseFilesystem && c.State == "paused":
 		// Frozen by someone else while it was a filesystem pause: it is
 		// stopped again, as its mode says.
@@ -425,7 +426,7 @@ func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver
 		// host restart kills them): the filesystem is all that is left,
 		// and the sandbox stays paused as a filesystem pause that says so.
 		s.log.Warn("reconcile: memory pause lost with the engine; kept as a filesystem pause", "sandbox", sb.ID)
-		_, err := s.transition(ctx, change{typ: EventPaused, from: sb, state: sandpit.StatePaused,
+		_, err := s.transition(ctx, change{typ: events.Paused, from: sb, state: sandpit.StatePaused,
 			mode: sandpit.PauseFilesystem, reason: sandpit.ReasonMemoryLost, reread: true})
 		return false, err
 	}
@@ -435,7 +436,7 @@ func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver
 // reconciled records the state reconcile found sb's container in, and
 // announces it: a container that went away or exited while the daemon was
 // down died, one paused or unpaused meanwhile was paused or resumed.
-func (s *Service) reconciled(ctx context.Context, typ EventType, sb sandpit.Sandbox, state sandpit.State, reason string) error {
+func (s *Service) reconciled(ctx context.Context, typ events.Type, sb sandpit.Sandbox, state sandpit.State, reason string) error {
 	_, err := s.transition(ctx, change{typ: typ, from: sb, state: state, reason: reason, reread: true})
 	return err
 }
@@ -486,7 +487,7 @@ func (s *Service) restartOne(ctx context.Context, id string) {
 			return
 		}
 		s.log.Error("reconcile: restart sandbox", "sandbox", id, "err", err)
-		if _, err := s.transition(ctx, change{typ: EventDied, from: sb, state: sandpit.StateError, reason: "restart failed", reread: true}); err != nil {
+		if _, err := s.transition(ctx, change{typ: events.Died, from: sb, state: sandpit.StateError, reason: "restart failed", reread: true}); err != nil {
 			s.log.Error("reconcile: mark error", "sandbox", id, "err", err)
 		}
 	}
@@ -552,7 +553,7 @@ func (s *Service) Janitor(ctx context.Context) int {
 		case cur.State == sandpit.StateCreating:
 			err = s.unwindLocked(ctx, cur)
 		case cur.State == sandpit.StateDeleting:
-			err = s.deleteLocked(ctx, cur.ID, EventDeleted)
+			err = s.deleteLocked(ctx, cur.ID, events.Deleted)
 		}
 		unlock()
 		if err != nil && !errors.Is(err, sandpit.ErrNotFound) {

@@ -16,9 +16,11 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
+	"github.com/sandpit-dev/sandpit/internal/timing"
 )
 
 // CreateRequest is a validated-on-entry sandbox create.
@@ -414,7 +416,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		}
 		return sandpit.Sandbox{}, err
 	}
-	phase(ctx, "store", t0)
+	timing.Phase(ctx, "store", t0)
 	// While the row says creating, a resumed attempt of the same create
 	// (CreateOrAdopt) waits for this one instead of failing on the taken id.
 	finished := s.trackCreate(id)
@@ -467,14 +469,14 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	}
 	if adopted {
 		path = metrics.PathWarm
-		describe(ctx, "warm")
+		timing.Describe(ctx, "warm")
 		// The refill of the slot this create took starts once the create
 		// has answered: its store writes (the new slot's row first) share
 		// the one writer connection, and waking it at the adoption put
 		// them ahead of this create's own last write.
 		defer s.pool.wake()
 	} else {
-		describe(ctx, "cold")
+		timing.Describe(ctx, "cold")
 		if err := s.createCold(ctx, &sb, req); err != nil {
 			return fail(err)
 		}
@@ -494,8 +496,8 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	t0 = time.Now()
 	from := sb
 	from.State = sandpit.StateCreating
-	after, err := s.transition(ctx, change{typ: EventCreated, from: from, state: sandpit.StateRunning, then: func() {
-		phase(ctx, "store", t0)
+	after, err := s.transition(ctx, change{typ: events.Created, from: from, state: sandpit.StateRunning, then: func() {
+		timing.Phase(ctx, "store", t0)
 		if !req.recreate {
 			s.cluster.publishSpec(ctx, id, &req.User)
 		}
@@ -538,7 +540,7 @@ func (s *Service) createCold(ctx context.Context, sb *sandpit.Sandbox, req Creat
 		}
 		return runtimeErr("create container", err)
 	}
-	phase(ctx, "engine", t0)
+	timing.Phase(ctx, "engine", t0)
 	crashpoint.Hit(crashpoint.AfterContainerCreate)
 	return s.startAndAwait(ctx, sb)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/egress"
+	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
@@ -266,7 +267,7 @@ type Service struct {
 	idem *idempotency.Engine
 	// cluster is singleNode, or replicated over Config.Cluster.
 	cluster clusterMode
-	events  *events
+	bus     *events.Bus
 
 	// exposing coordinates the calls exposing one route key; see
 	// ExposePort.
@@ -416,7 +417,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		recreateFailing: map[string]time.Time{},
 		idem:            idem,
 		builds:          newBuilds(cfg.MaxBuilds),
-		events:          newEvents(),
+		bus:             events.NewBus(),
 		creates:         make(chan struct{}, cfg.MaxConcurrentCreates),
 	}
 	if cfg.Cluster != nil {

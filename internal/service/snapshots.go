@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/events"
 )
 
 // SnapshotRequest asks for a snapshot of a sandbox's filesystem.
@@ -150,7 +151,7 @@ func (s *Service) snapshot(ctx context.Context, sb sandpit.Sandbox, spec Templat
 		}
 		return sandpit.Template{}, err
 	}
-	s.publishBuild(EventBuildStarted, t, b)
+	s.publishBuild(events.BuildStarted, t, b)
 	start := time.Now()
 	image := s.snapshotImage(t.Owner, b.ID)
 	// From here on the commit runs to its end even if the caller hangs
@@ -183,7 +184,7 @@ func (s *Service) snapshot(ctx context.Context, sb sandpit.Sandbox, spec Templat
 		return sandpit.Template{}, err
 	}
 	if cerr != nil {
-		s.publishBuild(EventBuildError, t, done)
+		s.publishBuild(events.BuildError, t, done)
 		if outcome == sandpit.Added {
 			// A snapshot that never had an image is not left behind.
 			_ = s.store.DeleteTemplate(cctx, t.ID)
@@ -191,7 +192,7 @@ func (s *Service) snapshot(ctx context.Context, sb sandpit.Sandbox, spec Templat
 		}
 		return sandpit.Template{}, runtimeErr("snapshot", cerr)
 	}
-	s.publishBuild(EventBuildReady, t, done)
+	s.publishBuild(events.BuildReady, t, done)
 	s.log.Info("snapshot taken", "sandbox", sb.ID, "snapshot", t.ID, "image", image, "took", time.Since(start).Round(time.Millisecond))
 	return t, nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
 )
 
@@ -616,7 +617,7 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	// A joining build is announced under the run's lock, so before the
 	// run's end (announced for every member) can be.
 	run, outcome := s.joinOrReserve(key, b.ID, t.Owner, hash, memberTags{templateID: t.ID, tags: def.Tags},
-		func() { s.publishBuild(EventBuildStarted, t, started) })
+		func() { s.publishBuild(events.BuildStarted, t, started) })
 	if outcome == runAlready {
 		// The same build was started by a request that raced this one
 		// (two identical E2B requests share one build): a retry with the
@@ -652,7 +653,7 @@ func (s *Service) StartBuild(ctx context.Context, buildID string, def BuildDefin
 	s.builds.mu.Unlock()
 	s.audit(ctx, "template.build", b.ID, nil)
 	s.cfg.Metrics.BuildStarted()
-	s.publishBuild(EventBuildStarted, t, started)
+	s.publishBuild(events.BuildStarted, t, started)
 	go s.runBuild(bctx, t, b, def, run, key)
 	return s.Build(ctx, b.ID)
 }
@@ -1600,9 +1601,9 @@ func (s *Service) startTemplate(ctx context.Context, sb sandpit.Sandbox, t sandp
 // announceBuildEnd publishes the end of every build of one run, each with
 // its own template as the end left it (the image of a ready build set).
 func (s *Service) announceBuildEnd(ctx context.Context, tags map[string]memberTags, members []string, state sandpit.BuildState) {
-	typ := EventBuildReady
+	typ := events.BuildReady
 	if state == sandpit.BuildError {
-		typ = EventBuildError
+		typ = events.BuildError
 	}
 	for _, id := range members {
 		b, err := s.store.GetBuild(ctx, id)

@@ -6,12 +6,13 @@ import (
 	"fmt"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/events"
 )
 
 // change is one sandbox state change: from what the caller read (from), to
 // state with reason, announced as typ. An empty state removes the row.
 type change struct {
-	typ    EventType
+	typ    events.Type
 	from   sandpit.Sandbox
 	state  sandpit.State
 	reason string
@@ -94,7 +95,7 @@ func (s *Service) markDeleting(ctx context.Context, sb sandpit.Sandbox) error {
 
 // removeRow removes sb's row through transition, announcing typ (empty
 // for the rollback of a create).
-func (s *Service) removeRow(ctx context.Context, typ EventType, sb sandpit.Sandbox) error {
+func (s *Service) removeRow(ctx context.Context, typ events.Type, sb sandpit.Sandbox) error {
 	_, err := s.transition(ctx, change{typ: typ, from: sb})
 	return err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -18,13 +19,13 @@ import (
 func TestEveryTransitionPublishesOneEvent(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
-	sub := r.svc.Subscribe(64)
+	sub := r.svc.Events().Subscribe(64)
 	defer sub.Close()
 	var id string
 	// drained returns the events published so far; publishing is
 	// synchronous with the change, so none is still on its way.
-	drained := func() []service.Event {
-		var got []service.Event
+	drained := func() []events.Event {
+		var got []events.Event
 		for {
 			select {
 			case e := <-sub.C():
@@ -37,7 +38,7 @@ func TestEveryTransitionPublishesOneEvent(t *testing.T) {
 	steps := []struct {
 		name  string
 		do    func() error
-		typ   service.EventType
+		typ   events.Type
 		old   sandpit.State
 		state sandpit.State
 	}{
@@ -45,11 +46,11 @@ func TestEveryTransitionPublishesOneEvent(t *testing.T) {
 			sb, err := r.svc.CreateSandbox(ctx, service.CreateRequest{})
 			id = sb.ID
 			return err
-		}, service.EventCreated, sandpit.StateCreating, sandpit.StateRunning},
-		{"stop", func() error { _, err := r.svc.StopSandbox(ctx, id); return err }, service.EventStopped, sandpit.StateRunning, sandpit.StateStopped},
-		{"start", func() error { _, err := r.svc.StartSandbox(ctx, id); return err }, service.EventStarted, sandpit.StateStopped, sandpit.StateRunning},
-		{"pause", func() error { _, err := r.svc.PauseSandbox(ctx, id, sandpit.PauseMemory); return err }, service.EventPaused, sandpit.StateRunning, sandpit.StatePaused},
-		{"resume", func() error { _, err := r.svc.ResumeSandbox(ctx, id); return err }, service.EventResumed, sandpit.StatePaused, sandpit.StateRunning},
+		}, events.Created, sandpit.StateCreating, sandpit.StateRunning},
+		{"stop", func() error { _, err := r.svc.StopSandbox(ctx, id); return err }, events.Stopped, sandpit.StateRunning, sandpit.StateStopped},
+		{"start", func() error { _, err := r.svc.StartSandbox(ctx, id); return err }, events.Started, sandpit.StateStopped, sandpit.StateRunning},
+		{"pause", func() error { _, err := r.svc.PauseSandbox(ctx, id, sandpit.PauseMemory); return err }, events.Paused, sandpit.StateRunning, sandpit.StatePaused},
+		{"resume", func() error { _, err := r.svc.ResumeSandbox(ctx, id); return err }, events.Resumed, sandpit.StatePaused, sandpit.StateRunning},
 		{"reconcile: container gone", func() error {
 			sb, err := r.st.GetSandbox(ctx, id)
 			if err != nil {
@@ -60,8 +61,8 @@ func TestEveryTransitionPublishesOneEvent(t *testing.T) {
 				t.Fatalf("docker rm: %v %s", err, out)
 			}
 			return r.svc.Reconcile(ctx)
-		}, service.EventDied, sandpit.StateRunning, sandpit.StateError},
-		{"delete", func() error { return r.svc.DeleteSandbox(ctx, id) }, service.EventDeleted, sandpit.StateError, sandpit.StateError},
+		}, events.Died, sandpit.StateRunning, sandpit.StateError},
+		{"delete", func() error { return r.svc.DeleteSandbox(ctx, id) }, events.Deleted, sandpit.StateError, sandpit.StateError},
 	}
 	for _, st := range steps {
 		if err := st.do(); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
@@ -86,7 +87,7 @@ type ProcessBackend interface {
 
 // EventBackend is the event socket's.
 type EventBackend interface {
-	Subscribe(buffer int) *service.Subscription
+	Events() *events.Bus
 	OpenSession(ctx context.Context) (context.Context, func(), error)
 }
 

@@ -177,7 +177,7 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	}
 	h.storage = newObjectStore(h.sandboxes.signKey, svc, opts.Prefix)
 	h.events = &eventAPI{core: c, svc: svc, auth: auth, sandboxes: h.sandboxes, hub: newHub(), authTimeout: opts.AuthTimeout}
-	go h.events.relayEvents(ctx, svc.Subscribe(eventBuffer))
+	go h.events.relayEvents(ctx, svc.Events().Subscribe(eventBuffer))
 	p := h.prefix
 	// Daytona's keys are the native API's (printable ASCII), its refusals
 	// Daytona's error shape.

@@ -18,6 +18,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -394,7 +395,7 @@ func (h *eventAPI) socketWriter(c *sioConn, pongs <-chan struct{}) {
 
 // relayEvents announces the service's sandbox state changes, whichever
 // surface or background task made them, on every socket until ctx ends.
-func (h *eventAPI) relayEvents(ctx context.Context, sub *service.Subscription) {
+func (h *eventAPI) relayEvents(ctx context.Context, sub *events.Subscription) {
 	defer func() { sub.Close() }()
 	for {
 		select {
@@ -407,10 +408,10 @@ func (h *eventAPI) relayEvents(ctx context.Context, sub *service.Subscription) {
 				if ctx.Err() != nil {
 					return
 				}
-				sub = h.svc.Subscribe(eventBuffer)
+				sub = h.svc.Events().Subscribe(eventBuffer)
 				continue
 			}
-			if e.IsBuild() || e.Type == service.EventNetworkDenied {
+			if e.IsBuild() || e.Type == events.NetworkDenied {
 				continue // Daytona's socket speaks of sandbox states only
 			}
 			h.announce(ctx, e)
@@ -424,7 +425,7 @@ const eventBuffer = 1024
 // announce sends one state change as the SDK expects it: sandbox.created for
 // a new sandbox, and sandbox.state.updated with the old and new state for
 // every change.
-func (h *eventAPI) announce(ctx context.Context, e service.Event) {
+func (h *eventAPI) announce(ctx context.Context, e events.Event) {
 	old, state, desired := daytonaState(e.OldState), daytonaState(e.Sandbox.State), ""
 	if e.Gone() {
 		state, desired = stateDestroyed, stateDestroyed
@@ -441,7 +442,7 @@ func (h *eventAPI) announce(ctx context.Context, e service.Event) {
 		}
 		return sb
 	}
-	if e.Type == service.EventCreated {
+	if e.Type == events.Created {
 		h.hub.broadcast(e.Sandbox.Owner, eventCreated, func(c *sioConn) any { return render(c) })
 	}
 	if old != state {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
@@ -48,7 +49,7 @@ type Backend interface {
 	RemoveCustomDomain(ctx context.Context, id, hostname string) error
 	CustomDomainURL(hostname string) string
 
-	Subscribe(buffer int) *service.Subscription
+	Events() *events.Bus
 	DebugState(ctx context.Context) (service.State, error)
 	PoolStatus(ctx context.Context) (service.PoolStatus, error)
 

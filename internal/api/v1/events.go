@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/apitypes"
+	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -19,7 +20,7 @@ const eventBuffer = 256
 const heartbeat = 15 * time.Second
 
 // toEvent renders a service event in the wire shape.
-func toEvent(e service.Event) apitypes.Event {
+func toEvent(e events.Event) apitypes.Event {
 	if e.IsBuild() {
 		return apitypes.Event{Type: string(e.Type), State: string(e.Build.State), Time: e.Time, Node: e.Node,
 			TemplateID: e.Template.ID, Template: e.Template.Name, BuildID: e.Build.ID, Error: e.Build.Error}
@@ -49,7 +50,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	rc := http.NewResponseController(w)
-	sub := h.svc.Subscribe(eventBuffer)
+	sub := h.svc.Events().Subscribe(eventBuffer)
 	defer sub.Close()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")

@@ -1,4 +1,8 @@
-package service
+// Package timing collects the phases of one request (store, engine, agent) for
+// its Server-Timing header. The domain records phases into the collector the
+// request's context carries; the API renders it. It is a leaf, so any
+// aggregate can record without knowing HTTP.
+package timing
 
 import (
 	"context"
@@ -8,29 +12,29 @@ import (
 	"time"
 )
 
-// ServerTiming collects the phases of one request (store, engine, agent) for
+// Collector collects the phases of one request (store, engine, agent) for
 // its Server-Timing header, so users and benchmarks see where a create's
 // time goes.
-type ServerTiming struct {
+type Collector struct {
 	mu     sync.Mutex
 	order  []string
 	phases map[string]time.Duration
 	desc   string
 }
 
-type timingKey struct{}
+type key struct{}
 
-// WithServerTiming returns a context whose service calls record their phases
+// With returns a context whose service calls record their phases
 // into the returned collector.
-func WithServerTiming(ctx context.Context) (context.Context, *ServerTiming) {
-	t := &ServerTiming{phases: map[string]time.Duration{}}
-	return context.WithValue(ctx, timingKey{}, t), t
+func With(ctx context.Context) (context.Context, *Collector) {
+	t := &Collector{phases: map[string]time.Duration{}}
+	return context.WithValue(ctx, key{}, t), t
 }
 
-// phase adds the time since start to the named phase of ctx's collector, if
+// Phase adds the time since start to the named phase of ctx's collector, if
 // it has one.
-func phase(ctx context.Context, name string, start time.Time) {
-	t, ok := ctx.Value(timingKey{}).(*ServerTiming)
+func Phase(ctx context.Context, name string, start time.Time) {
+	t, ok := ctx.Value(key{}).(*Collector)
 	if !ok {
 		return
 	}
@@ -43,9 +47,9 @@ func phase(ctx context.Context, name string, start time.Time) {
 	t.mu.Unlock()
 }
 
-// describe notes how the request was served (a pool hit or a cold create).
-func describe(ctx context.Context, what string) {
-	if t, ok := ctx.Value(timingKey{}).(*ServerTiming); ok {
+// Describe notes how the request was served (a pool hit or a cold create).
+func Describe(ctx context.Context, what string) {
+	if t, ok := ctx.Value(key{}).(*Collector); ok {
 		t.mu.Lock()
 		t.desc = what
 		t.mu.Unlock()
@@ -54,7 +58,7 @@ func describe(ctx context.Context, what string) {
 
 // Total records the whole request's time since start, as the "total"
 // entry.
-func (t *ServerTiming) Total(start time.Time) {
+func (t *Collector) Total(start time.Time) {
 	d := time.Since(start)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -66,7 +70,7 @@ func (t *ServerTiming) Total(start time.Time) {
 
 // Header renders the collected phases as a Server-Timing value, durations
 // in milliseconds: "store;dur=0.8, engine;dur=310.2, agent;dur=40.1".
-func (t *ServerTiming) Header() string {
+func (t *Collector) Header() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	parts := make([]string, 0, len(t.order)+1)
