@@ -68,13 +68,14 @@ var layers = []struct {
 	{"internal/cluster", []string{".", "apitypes", "internal/httpguard", "internal/crashpoint"}, "the Raft index and membership"},
 	{"internal/idempotency", []string{".", "internal/store", "internal/metrics", "internal/crashpoint"}, "the idempotency engine"},
 	{"internal/events", []string{".", "internal/egress"}, "the bus every state change is published on"},
+	{"internal/identity", []string{".", "internal/store", "internal/idempotency"}, "who a request acts as: principals, owner scoping, audit"},
 
 	// The service: domain operations over everything below it.
 	{"internal/service", []string{
 		".", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/store", "internal/driver", "internal/router/...", "internal/cluster", "internal/idempotency",
 		"internal/metrics", "internal/firewall", "internal/egress", "internal/interpreter", "internal/dockerfile",
-		"internal/events", "internal/timing",
+		"internal/events", "internal/timing", "internal/identity",
 	}, "the domain operations"},
 
 	// The HTTP surfaces: through the service, never the store or a runtime
@@ -82,7 +83,7 @@ var layers = []struct {
 	{"internal/api/...", []string{
 		".", "apitypes", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/api", "internal/service", "internal/cluster", "internal/idempotency", "internal/driver", "internal/router", "internal/metrics",
-		"internal/interpreter", "internal/events", "internal/timing",
+		"internal/interpreter", "internal/events", "internal/timing", "internal/identity",
 	}, "an HTTP surface"},
 	{"internal/sshd", []string{".", "internal/agentapi", "proto/..."}, "the SSH endpoint into sandboxes, through the service's interface"},
 	{"internal/gateway", []string{
@@ -99,7 +100,7 @@ var layers = []struct {
 		".", "apitypes", "api/openapi", "internal/agentapi", "internal/crashpoint", "internal/filesig", "internal/httpguard", "internal/ui",
 		"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/egress", "internal/metrics", "internal/cluster", "internal/idempotency",
 		"internal/service", "internal/api/...", "internal/gateway", "internal/agentbin", "internal/sshd",
-		"internal/mcp", "internal/events",
+		"internal/mcp", "internal/events", "internal/identity",
 	}, "the daemon's assembly"},
 	{"cmd/sandpit", []string{
 		".", "apitypes", "client", "internal/agent", "internal/agentapi", "internal/httpguard",

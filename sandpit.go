@@ -427,6 +427,26 @@ const (
 // of its limits; the error names the limit.
 var ErrQuotaExceeded = errors.New("quota exceeded")
 
+// Errors every domain package shares; the API maps them to HTTP statuses in
+// one place (internal/api).
+var (
+	// ErrInvalid: the request is malformed or asks for something that
+	// cannot be; nothing was changed.
+	ErrInvalid = errors.New("invalid request")
+	// ErrUnknownImage and ErrUnknownTemplate: the image or template a
+	// request names does not exist (or is another owner's).
+	ErrUnknownImage    = errors.New("unknown image")
+	ErrUnknownTemplate = errors.New("unknown template")
+	// ErrImageBuilding: the template's image is being built and the
+	// request ended before the build did.
+	ErrImageBuilding = errors.New("the template's image is still being built")
+	// ErrUnauthorized is a request whose credential is missing, unknown,
+	// revoked or expired; ErrForbidden is a valid credential without the
+	// scope an operation needs.
+	ErrUnauthorized = errors.New("missing or invalid token")
+	ErrForbidden    = errors.New("token lacks the scope for this operation")
+)
+
 // Scopes a personal access token may carry. Write implies read; admin implies
 // everything and sees every owner's resources.
 const (

@@ -36,7 +36,7 @@ func AdminPrincipal() sandpit.Principal {
 
 // Principal resolves a presented credential. The admin token is compared in
 // constant time; a personal access token is found by its public prefix and
-// its hash compared in constant time. Failures wrap service.ErrUnauthorized
+// its hash compared in constant time. Failures wrap sandpit.ErrUnauthorized
 // and never quote the credential.
 func (a *Auth) Principal(ctx context.Context, presented string) (sandpit.Principal, error) {
 	// A request another node of the cluster forwarded over the cluster port
@@ -45,13 +45,13 @@ func (a *Auth) Principal(ctx context.Context, presented string) (sandpit.Princip
 		return p, nil
 	}
 	if presented == "" {
-		return sandpit.Principal{}, fmt.Errorf("%w: no token presented", service.ErrUnauthorized)
+		return sandpit.Principal{}, fmt.Errorf("%w: no token presented", sandpit.ErrUnauthorized)
 	}
 	if TokenEqual(presented, a.admin) {
 		return AdminPrincipal(), nil
 	}
 	if a.svc == nil {
-		return sandpit.Principal{}, service.ErrUnauthorized
+		return sandpit.Principal{}, sandpit.ErrUnauthorized
 	}
 	return a.svc.AuthenticateToken(ctx, presented)
 }

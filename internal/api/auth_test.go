@@ -52,7 +52,7 @@ func TestAuthResolvesAndRefuses(t *testing.T) {
 	prefix := tok[:strings.LastIndex(tok, "_")+1]
 	for _, bad := range []string{prefix + "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", tok[:len(tok)-1], "spt_", "garbage", ""} {
 		_, err := a.Principal(ctx, bad)
-		if !errors.Is(err, service.ErrUnauthorized) {
+		if !errors.Is(err, sandpit.ErrUnauthorized) {
 			t.Errorf("%q: %v, want ErrUnauthorized", bad, err)
 		}
 		if p := api.Classify(err); p.Status != 401 || (bad != "" && strings.Contains(p.Message, bad)) {
@@ -70,7 +70,7 @@ func TestAuthResolvesAndRefuses(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	rs := api.NewRoutes(mux, func(w http.ResponseWriter, _ *http.Request, err error) {
-		if !errors.Is(err, service.ErrForbidden) {
+		if !errors.Is(err, sandpit.ErrForbidden) {
 			t.Errorf("refusal %v, want ErrForbidden", err)
 		}
 		w.WriteHeader(api.Classify(err).Status)
@@ -101,7 +101,7 @@ func TestAuthResolvesAndRefuses(t *testing.T) {
 	if _, err := svc.RevokeToken(sandpit.WithPrincipal(ctx, api.AdminPrincipal()), "ci"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Principal(ctx, tok); !errors.Is(err, service.ErrUnauthorized) {
+	if _, err := a.Principal(ctx, tok); !errors.Is(err, sandpit.ErrUnauthorized) {
 		t.Fatalf("revoked: %v", err)
 	}
 }
@@ -140,7 +140,7 @@ func TestAuthRefusesExpiredToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(1100 * time.Millisecond)
-	if _, err := a.Principal(context.Background(), tok); !errors.Is(err, service.ErrUnauthorized) {
+	if _, err := a.Principal(context.Background(), tok); !errors.Is(err, sandpit.ErrUnauthorized) {
 		t.Fatalf("expired: %v", err)
 	}
 }

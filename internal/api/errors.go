@@ -63,10 +63,10 @@ func Classify(err error) Problem {
 	}
 	msg := err.Error()
 	switch {
-	case errors.Is(err, service.ErrUnauthorized):
+	case errors.Is(err, sandpit.ErrUnauthorized):
 		// The message is fixed: whatever was presented is never echoed.
 		return Problem{http.StatusUnauthorized, apitypes.CodeUnauthorized, "missing, invalid, revoked or expired token"}
-	case errors.Is(err, service.ErrForbidden):
+	case errors.Is(err, sandpit.ErrForbidden):
 		return Problem{http.StatusForbidden, apitypes.CodeForbidden, msg}
 	case errors.Is(err, sandpit.ErrQuotaExceeded):
 		return Problem{http.StatusTooManyRequests, apitypes.CodeQuotaExceeded, msg}
@@ -74,13 +74,13 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, apitypes.CodeTokenNameConflict, msg}
 	case errors.Is(err, ErrBodyTooLarge):
 		return Problem{http.StatusRequestEntityTooLarge, apitypes.CodeBodyTooLarge, msg}
-	case errors.Is(err, ErrBadJSON), errors.Is(err, service.ErrInvalid), errors.Is(err, sandpit.ErrInvalidPageToken), errors.Is(err, cluster.ErrBadRequest):
+	case errors.Is(err, ErrBadJSON), errors.Is(err, sandpit.ErrInvalid), errors.Is(err, sandpit.ErrInvalidPageToken), errors.Is(err, cluster.ErrBadRequest):
 		return Problem{http.StatusBadRequest, apitypes.CodeBadRequest, msg}
-	case errors.Is(err, service.ErrUnknownImage):
+	case errors.Is(err, sandpit.ErrUnknownImage):
 		return Problem{http.StatusBadRequest, apitypes.CodeUnknownImage, msg}
-	case errors.Is(err, service.ErrUnknownTemplate):
+	case errors.Is(err, sandpit.ErrUnknownTemplate):
 		return Problem{http.StatusBadRequest, apitypes.CodeUnknownTemplate, msg}
-	case errors.Is(err, service.ErrImageBuilding):
+	case errors.Is(err, sandpit.ErrImageBuilding):
 		// The template exists and will be served: the same request
 		// succeeds once the build is done.
 		return Problem{http.StatusServiceUnavailable, apitypes.CodeServiceUnavailable, msg}

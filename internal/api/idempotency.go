@@ -16,6 +16,7 @@ import (
 	"github.com/sandpit-dev/sandpit/apitypes"
 
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -211,7 +212,7 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, h http.Handl
 	}
 	var header http.Header
 	req := idempotency.Request{
-		Scope: service.OwnerScope(r.Context(), surface+":"+rt.Pattern), Key: key, RequestHash: RequestHash(r.Method, r.URL.Path, body),
+		Scope: identity.OwnerScope(r.Context(), surface+":"+rt.Pattern), Key: key, RequestHash: RequestHash(r.Method, r.URL.Path, body),
 		PendingTTL: m.cfg.PendingTTL, Wait: m.cfg.Wait, ReplayTTL: m.cfg.Retention,
 	}
 	resp, outcome, err := m.engine.Do(r.Context(), req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {

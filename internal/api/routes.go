@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"github.com/sandpit-dev/sandpit"
-
-	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // Route is one pattern a surface serves and the action it performs. Every
@@ -275,7 +273,7 @@ func (rs *Routes) prefix(pattern string) string {
 }
 
 // NewRoutes returns a registry over mux. deny renders a refusal (it receives
-// an error wrapping service.ErrForbidden).
+// an error wrapping sandpit.ErrForbidden).
 func NewRoutes(mux *http.ServeMux, deny func(http.ResponseWriter, *http.Request, error), wrap func(pattern string, h http.HandlerFunc) http.Handler) *Routes {
 	if wrap == nil {
 		wrap = func(_ string, f http.HandlerFunc) http.Handler { return f }
@@ -329,14 +327,14 @@ func (rs *Routes) register(rt Route, f http.HandlerFunc) {
 func (rs *Routes) List() []Route { return append([]Route(nil), rs.list...) }
 
 // Permit returns nil when the principal of ctx may perform a, else an error
-// wrapping service.ErrForbidden that names the scope it would need. A
+// wrapping sandpit.ErrForbidden that names the scope it would need. A
 // context without a principal is the daemon itself.
 func Permit(ctx context.Context, a sandpit.Action) error {
 	p, ok := sandpit.PrincipalFrom(ctx)
 	if !ok || p.May(a) {
 		return nil
 	}
-	return fmt.Errorf("%w: this token may not %s (that needs scope %s)", service.ErrForbidden, describe(a), ScopeNeeded(a))
+	return fmt.Errorf("%w: this token may not %s (that needs scope %s)", sandpit.ErrForbidden, describe(a), ScopeNeeded(a))
 }
 
 // ScopeNeeded is the narrowest scope that grants a.

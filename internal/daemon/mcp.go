@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/mcp"
-	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // mcpPath is where the API listener serves MCP over Streamable HTTP.
@@ -25,7 +25,7 @@ func (d *daemon) mcpHandler() *mcp.HTTPHandler {
 		API:     api,
 		Verify: func(ctx context.Context, token string) (string, error) {
 			p, err := d.auth.Principal(ctx, token)
-			if errors.Is(err, service.ErrUnauthorized) {
+			if errors.Is(err, sandpit.ErrUnauthorized) {
 				return "", fmt.Errorf("%w: %v", mcp.ErrUnauthorized, err)
 			}
 			if err != nil {

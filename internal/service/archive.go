@@ -54,7 +54,7 @@ func archiveRef(id, previous string) string {
 func (s *Service) ArchiveSandbox(ctx context.Context, id string) (_ sandpit.Sandbox, err error) {
 	defer s.cluster.specChanged(ctx, id, &err)
 	if s.cfg.Images == nil {
-		return sandpit.Sandbox{}, fmt.Errorf("%w: archive needs an engine that commits images", ErrInvalid)
+		return sandpit.Sandbox{}, fmt.Errorf("%w: archive needs an engine that commits images", sandpit.ErrInvalid)
 	}
 	sb, unlock, err := s.lockRow(ctx, id)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // archiveEntry is one entry of a test archive: a file (body), a directory
@@ -176,8 +178,8 @@ func TestWriteContextRefusesLinksOut(t *testing.T) {
 			dir := t.TempDir()
 			writeArchive(t, dir, hash, tt.entries)
 			err := (&Service{}).writeContext(io.Discard, dir, BuildDefinition{Dockerfile: "FROM x\n", Files: []ContextFiles{tt.files}})
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("err = %v, want ErrInvalid", err)
+			if !errors.Is(err, sandpit.ErrInvalid) {
+				t.Fatalf("err = %v, want sandpit.ErrInvalid", err)
 			}
 		})
 	}

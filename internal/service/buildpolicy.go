@@ -6,6 +6,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/dockerfile"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // checkBuildBases reads a Dockerfile with BuildKit's parser and applies the
@@ -29,7 +30,7 @@ func (s *Service) checkBuildBases(ctx context.Context, src string) error {
 			return policyf("a build may not set the label %q: sandpit.* labels are the daemon's", k)
 		}
 	}
-	p := principalOf(ctx)
+	p := identity.Of(ctx)
 	if p.Admin {
 		return nil
 	}
@@ -59,7 +60,7 @@ func (s *Service) mayBuildOn(ctx context.Context, owner, image string) bool {
 	if image == "" || dockerfile.IsImageID(image) {
 		return false
 	}
-	if s.checkImage(principalOf(ctx), image) == nil {
+	if s.checkImage(identity.Of(ctx), image) == nil {
 		return true
 	}
 	own, err := s.store.ImageOwnedBy(ctx, owner, image)

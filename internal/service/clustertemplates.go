@@ -10,6 +10,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/cluster"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // In a cluster a template is made in the store of the node a request
@@ -183,10 +184,10 @@ func (c *replicated) catchUp(ctx context.Context) error {
 // index (admins: anyone's).
 func (s *Service) sharedTemplate(ctx context.Context, ref string) (cluster.TemplateRecord, bool) {
 	owner := ""
-	if p := principalOf(ctx); !p.Admin {
+	if p := identity.Of(ctx); !p.Admin {
 		owner = p.Owner
 	}
-	if rec, ok := s.cluster.sharedTemplate(ownerOf(ctx), ref); ok {
+	if rec, ok := s.cluster.sharedTemplate(identity.OwnerOf(ctx), ref); ok {
 		return rec, true
 	}
 	if owner == "" {
@@ -284,14 +285,14 @@ func (s *Service) resolveShared(ctx context.Context, rec cluster.TemplateRecord,
 		if img, ok := rec.Tags[tag]; ok {
 			image = img
 		} else if tag != "default" {
-			return resolvedTemplate{}, true, fmt.Errorf("%w: %q has no tag %q", ErrUnknownTemplate, rec.Name, tag)
+			return resolvedTemplate{}, true, fmt.Errorf("%w: %q has no tag %q", sandpit.ErrUnknownTemplate, rec.Name, tag)
 		}
 	}
 	if image == "" {
-		return resolvedTemplate{}, true, fmt.Errorf("%w: %q has no ready build yet", ErrUnknownTemplate, ref)
+		return resolvedTemplate{}, true, fmt.Errorf("%w: %q has no ready build yet", sandpit.ErrUnknownTemplate, ref)
 	}
 	if ok, err := s.ensureImage(ctx, image, io.Discard); err != nil || !ok {
-		return resolvedTemplate{}, true, fmt.Errorf("%w: the image of template %q is not on this node (it was built on %s; without --registry only that node runs it): %v", ErrUnknownImage, ref, rec.ImageNodes[image], err)
+		return resolvedTemplate{}, true, fmt.Errorf("%w: the image of template %q is not on this node (it was built on %s; without --registry only that node runs it): %v", sandpit.ErrUnknownImage, ref, rec.ImageNodes[image], err)
 	}
 	return resolvedTemplate{t: recordTemplate(rec), image: image}, true, nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -34,8 +35,8 @@ type listenerLister interface{ Listeners() []int }
 // sandboxes, so only the admin may read it.
 func (s *Service) DebugState(ctx context.Context) (State, error) {
 	var st State
-	if !principalOf(ctx).Admin {
-		return st, fmt.Errorf("%w: the debug state is for the admin token", ErrForbidden)
+	if !identity.Of(ctx).Admin {
+		return st, fmt.Errorf("%w: the debug state is for the admin token", sandpit.ErrForbidden)
 	}
 	var err error
 	if st.Sandboxes, err = s.allSandboxes(ctx, nil); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // Domain verification modes (--custom-domain-verify).
@@ -122,7 +123,7 @@ func (s *Service) checkHostnameOwner(h string, admin bool) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: hostname %q is not under a suffix owners may bind (%s)", ErrForbidden, h, strings.Join(s.cfg.Domains.Suffixes, ", "))
+	return fmt.Errorf("%w: hostname %q is not under a suffix owners may bind (%s)", sandpit.ErrForbidden, h, strings.Join(s.cfg.Domains.Suffixes, ", "))
 }
 
 // DomainChallenge is the TXT record that proves an owner controls a
@@ -160,7 +161,7 @@ func (s *Service) verifyOwnership(ctx context.Context, h, owner string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: prove you control %q: publish a TXT record %s with the value %q, then bind again", ErrForbidden, h, name, want)
+	return fmt.Errorf("%w: prove you control %q: publish a TXT record %s with the value %q, then bind again", sandpit.ErrForbidden, h, name, want)
 }
 
 // checkDomainQuota refuses a new binding that would take the sandbox's owner
@@ -236,7 +237,7 @@ func (s *Service) checkDomainBind(ctx context.Context, sb sandpit.Sandbox, h str
 			return invalidf("hostname %q is served by one of the operator's own routes", h)
 		}
 	}
-	p0 := principalOf(ctx)
+	p0 := identity.Of(ctx)
 	if err := s.checkHostnameOwner(h, p0.Admin); err != nil {
 		return err
 	}

@@ -5,16 +5,17 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/events"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // CanSeeEvent reports whether the caller in ctx may see the event: its
 // sandbox's, or its template's, owner (or an admin).
 func CanSeeEvent(ctx context.Context, e events.Event) bool {
 	if e.IsBuild() {
-		p := principalOf(ctx)
+		p := identity.Of(ctx)
 		return p.Admin || p.Owner == e.Template.Owner
 	}
-	return CanSee(ctx, e.Sandbox)
+	return identity.CanSee(ctx, e.Sandbox)
 }
 
 // Events is the bus the service publishes its state changes on.

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/proto/process"
 )
@@ -112,7 +113,7 @@ func agentError(err error) error {
 	if errors.As(err, &cerr) {
 		switch cerr.Code() {
 		case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeFailedPrecondition:
-			return fmt.Errorf("%w: %s", ErrInvalid, cerr.Message())
+			return fmt.Errorf("%w: %s", sandpit.ErrInvalid, cerr.Message())
 		case connect.CodeDeadlineExceeded:
 			return fmt.Errorf("command timed out: %w", context.DeadlineExceeded)
 		}

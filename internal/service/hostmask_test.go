@@ -25,8 +25,8 @@ func TestHostMask(t *testing.T) {
 	} {
 		p, err := service.NormalizeNetwork(sandpit.NetworkPolicy{MaskRequestHost: tc.mask})
 		if tc.bad {
-			if !errors.Is(err, service.ErrInvalid) {
-				t.Errorf("%q: err %v, want ErrInvalid", tc.mask, err)
+			if !errors.Is(err, sandpit.ErrInvalid) {
+				t.Errorf("%q: err %v, want sandpit.ErrInvalid", tc.mask, err)
 			}
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 )
 
@@ -116,7 +117,7 @@ func interpreterErr(id string, err error) error {
 	case errors.Is(err, interpreter.ErrUnavailable):
 		return noInterpreter(id)
 	case errors.As(err, &se) && se.Status/100 == 4:
-		return fmt.Errorf("%w: %s", ErrInvalid, se.Message)
+		return fmt.Errorf("%w: %s", sandpit.ErrInvalid, se.Message)
 	case errors.As(err, &se):
 		return fmt.Errorf("%w: %s", ErrAgentUnhealthy, se.Error())
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/distribution/reference"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // lateTemplates are the daemon's templates whose image was not built when it
@@ -161,7 +163,7 @@ func (s *Service) awaitLateTemplate(ctx context.Context, name string) error {
 			return nil
 		}
 		if !building {
-			return fmt.Errorf("%w: %q: the build of its image %s ended without making it (its log says why)", ErrUnknownTemplate, name, img)
+			return fmt.Errorf("%w: %q: the build of its image %s ended without making it (its log says why)", sandpit.ErrUnknownTemplate, name, img)
 		}
 		if progress != last {
 			s.log.Info("template image build progress", "template", name, "image", img, "build", progress)
@@ -169,7 +171,7 @@ func (s *Service) awaitLateTemplate(ctx context.Context, name string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: template %q: its image %s is being built (%s); the create stopped waiting: %w", ErrImageBuilding, name, img, progress, ctx.Err())
+			return fmt.Errorf("%w: template %q: its image %s is being built (%s); the create stopped waiting: %w", sandpit.ErrImageBuilding, name, img, progress, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/events"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/timing"
 )
 
@@ -245,7 +246,7 @@ func (s *Service) GetSandboxByIDOrName(ctx context.Context, idOrName string) (sa
 	sb, err := s.sandbox(ctx, idOrName)
 	if errors.Is(err, sandpit.ErrNotFound) {
 		sb, err = s.store.GetSandboxByName(ctx, idOrName)
-		if err == nil && !visibleTo(principalOf(ctx), sb) {
+		if err == nil && !identity.Visible(identity.Of(ctx), sb.Owner) {
 			return sandpit.Sandbox{}, fmt.Errorf("get sandbox by name %q: %w", idOrName, sandpit.ErrNotFound)
 		}
 	}

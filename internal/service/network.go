@@ -16,6 +16,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/egress"
 	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/router"
 )
 
@@ -186,7 +187,7 @@ func (s *Service) applyFirewall(ctx context.Context, sb sandpit.Sandbox, ip stri
 	}
 	if p.Intercept {
 		if s.cfg.Egress == nil {
-			return fmt.Errorf("%w: this daemon has no egress proxy, so it cannot enforce rules on names", ErrInvalid)
+			return fmt.Errorf("%w: this daemon has no egress proxy, so it cannot enforce rules on names", sandpit.ErrInvalid)
 		}
 		// The rules are in the proxy before the firewall sends it the
 		// sandbox's traffic, so no connection finds it without them.
@@ -281,7 +282,7 @@ func (s *Service) UpdateNetwork(ctx context.Context, id string, p sandpit.Networ
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}
-	if err := checkEgressGrant(principalOf(ctx), limits, np); err != nil {
+	if err := checkEgressGrant(identity.Of(ctx), limits, np); err != nil {
 		return sandpit.Sandbox{}, err
 	}
 	defer func() { s.audit(ctx, "sandbox.network", id, err) }()

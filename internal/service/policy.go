@@ -14,12 +14,12 @@ import (
 )
 
 // policyError is a request the operator's policy refuses (403): a private
-// range or an image the owner was not granted. It is ErrForbidden to
+// range or an image the owner was not granted. It is sandpit.ErrForbidden to
 // errors.Is, with a message of its own rather than the missing-scope one.
 type policyError struct{ msg string }
 
 func (e *policyError) Error() string        { return e.msg }
-func (e *policyError) Is(target error) bool { return target == ErrForbidden }
+func (e *policyError) Is(target error) bool { return target == sandpit.ErrForbidden }
 
 func policyf(format string, args ...any) error {
 	return &policyError{msg: fmt.Sprintf(format, args...)}

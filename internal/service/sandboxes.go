@@ -17,6 +17,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/events"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
@@ -140,18 +141,18 @@ func (s *Service) ResolveImage(image, template string) (string, error) {
 			if progress, building := s.late.build(img); building {
 				// A create waits for it (awaitLateTemplate); anything
 				// else that needs the image now is told to come back.
-				return "", fmt.Errorf("%w: %q: its image %s is being built (%s); the daemon serves it as soon as it exists", ErrImageBuilding, template, img, progress)
+				return "", fmt.Errorf("%w: %q: its image %s is being built (%s); the daemon serves it as soon as it exists", sandpit.ErrImageBuilding, template, img, progress)
 			}
 		}
 		if template == interpreterTemplate {
 			// The one template a new user asks for by name without making
 			// it (the code interpreter SDK's default): say how to get it.
-			return "", fmt.Errorf("%w: %q: its image is not built on this machine yet (scripts/build-code-interpreter-image.sh builds it, a few minutes; the daemon serves it as soon as it exists, no restart needed)", ErrUnknownTemplate, template)
+			return "", fmt.Errorf("%w: %q: its image is not built on this machine yet (scripts/build-code-interpreter-image.sh builds it, a few minutes; the daemon serves it as soon as it exists, no restart needed)", sandpit.ErrUnknownTemplate, template)
 		}
 		if _, ok := s.late.awaited(template); ok {
-			return "", fmt.Errorf("%w: %q: its image is not built on this machine yet; the daemon serves it as soon as it exists", ErrUnknownTemplate, template)
+			return "", fmt.Errorf("%w: %q: its image is not built on this machine yet; the daemon serves it as soon as it exists", sandpit.ErrUnknownTemplate, template)
 		}
-		return "", fmt.Errorf("%w: %q", ErrUnknownTemplate, template)
+		return "", fmt.Errorf("%w: %q", sandpit.ErrUnknownTemplate, template)
 	case s.cfg.DefaultImage != "":
 		return s.cfg.DefaultImage, nil
 	}
@@ -315,7 +316,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	// The operator's ceilings are checked before anything is made: the
 	// owner's per-sandbox caps, the images it may run and the private
 	// ranges it may open.
-	limits, err := s.store.GetOwnerLimits(ctx, ownerOf(ctx))
+	limits, err := s.store.GetOwnerLimits(ctx, identity.OwnerOf(ctx))
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}
@@ -329,11 +330,11 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		return sandpit.Sandbox{}, err
 	}
 	if owned == nil {
-		if err := s.checkImage(principalOf(ctx), image); err != nil {
+		if err := s.checkImage(identity.Of(ctx), image); err != nil {
 			return sandpit.Sandbox{}, err
 		}
 	}
-	if err := checkEgressGrant(principalOf(ctx), limits, req.Network); err != nil {
+	if err := checkEgressGrant(identity.Of(ctx), limits, req.Network); err != nil {
 		return sandpit.Sandbox{}, err
 	}
 	mounts, err := s.resolveMounts(ctx, req.Volumes)
@@ -368,7 +369,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		Env:          nonNil(req.Env),
 		CPU:          cpu,
 		MemoryMB:     memMB,
-		Owner:        ownerOf(ctx),
+		Owner:        identity.OwnerOf(ctx),
 		ContainerID:  s.sandboxContainerName(id),
 		AccessToken:  newToken(),
 		Network:      req.Network,
@@ -536,7 +537,7 @@ func (s *Service) createCold(ctx context.Context, sb *sandpit.Sandbox, req Creat
 	t0 := time.Now()
 	if _, err := s.rt.Create(ctx, spec); err != nil {
 		if errors.Is(err, driver.ErrImageNotFound) {
-			return fmt.Errorf("%w: %s", ErrUnknownImage, sb.Image)
+			return fmt.Errorf("%w: %s", sandpit.ErrUnknownImage, sb.Image)
 		}
 		return runtimeErr("create container", err)
 	}

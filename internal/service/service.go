@@ -36,13 +36,7 @@ import (
 // Sentinel errors of the service layer. The API maps them (and the store's) to
 // HTTP statuses in one place: internal/api.
 var (
-	ErrInvalid         = errors.New("invalid request")
-	ErrUnknownImage    = errors.New("unknown image")
-	ErrUnknownTemplate = errors.New("unknown template")
-	// ErrImageBuilding: the template's image is being built and the
-	// request ended before the build did.
-	ErrImageBuilding = errors.New("the template's image is still being built")
-	ErrNotRunning    = errors.New("sandbox is not running")
+	ErrNotRunning = errors.New("sandbox is not running")
 	// ErrPaused and ErrStopped: a call that needs a running sandbox met a
 	// paused or a stopped one. Both are ErrNotRunning as well, so a caller
 	// that only asks whether the sandbox runs need not tell them apart.
@@ -464,7 +458,7 @@ func newToken() string {
 }
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", sandpit.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 func containerName(id string) string { return "sandpit-" + id }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // DefaultMaxStreamsPerToken is how many sessions one personal access token
@@ -72,7 +73,7 @@ func (s *Service) OpenSession(ctx context.Context) (context.Context, func(), err
 	if s == nil {
 		return ctx, func() {}, nil
 	}
-	return s.sessions.open(ctx, principalOf(ctx))
+	return s.sessions.open(ctx, identity.Of(ctx))
 }
 
 // OpenSessions is how many sessions the token with this prefix holds open.
@@ -91,12 +92,12 @@ func (r *sessions) open(ctx context.Context, p sandpit.Principal) (context.Conte
 	}
 	now := r.now()
 	if !p.ExpiresAt.IsZero() && !now.Before(p.ExpiresAt) {
-		return nil, nil, fmt.Errorf("%w: token expired", ErrUnauthorized)
+		return nil, nil, fmt.Errorf("%w: token expired", sandpit.ErrUnauthorized)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.revoked[p.TokenPrefix] {
-		return nil, nil, fmt.Errorf("%w: token revoked", ErrUnauthorized)
+		return nil, nil, fmt.Errorf("%w: token revoked", sandpit.ErrUnauthorized)
 	}
 	ts := r.byToken[p.TokenPrefix]
 	if ts == nil {

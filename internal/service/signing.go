@@ -70,24 +70,24 @@ func FileSignature(key, method, path string, expires int64) string {
 // SignedFileSandbox checks a signed file URL of sandbox id: method and path
 // of the operation, expires (Unix seconds, "0" for never) and signature as
 // the URL carries them. It returns the sandbox, whose owner the request then
-// acts as for that one operation, or ErrUnauthorized when the signature is
+// acts as for that one operation, or sandpit.ErrUnauthorized when the signature is
 // not the sandbox's current key's, or has expired.
 func (s *Service) SignedFileSandbox(ctx context.Context, id, method, path, expires, signature string) (sandpit.Sandbox, error) {
 	exp, err := strconv.ParseInt(expires, 10, 64)
 	if err != nil || exp < 0 || path == "" {
-		return sandpit.Sandbox{}, fmt.Errorf("%w: a signed URL needs path, expires and signature", ErrUnauthorized)
+		return sandpit.Sandbox{}, fmt.Errorf("%w: a signed URL needs path, expires and signature", sandpit.ErrUnauthorized)
 	}
 	if exp != 0 && s.now().After(time.Unix(exp, 0)) {
-		return sandpit.Sandbox{}, fmt.Errorf("%w: the signed URL expired", ErrUnauthorized)
+		return sandpit.Sandbox{}, fmt.Errorf("%w: the signed URL expired", sandpit.ErrUnauthorized)
 	}
 	key, err := s.store.SigningKey(ctx, id)
 	if err != nil || key == "" {
 		// An unknown sandbox answers as a bad signature: a signed URL
 		// must not tell which sandbox ids exist.
-		return sandpit.Sandbox{}, fmt.Errorf("%w: the signature is not valid", ErrUnauthorized)
+		return sandpit.Sandbox{}, fmt.Errorf("%w: the signature is not valid", sandpit.ErrUnauthorized)
 	}
 	if !hmac.Equal([]byte(FileSignature(key, method, path, exp)), []byte(signature)) {
-		return sandpit.Sandbox{}, fmt.Errorf("%w: the signature is not valid", ErrUnauthorized)
+		return sandpit.Sandbox{}, fmt.Errorf("%w: the signature is not valid", sandpit.ErrUnauthorized)
 	}
 	return s.store.GetSandbox(ctx, id)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/events"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // SnapshotRequest asks for a snapshot of a sandbox's filesystem.
@@ -215,7 +216,7 @@ func (s *Service) snapshotImage(owner, buildID string) string {
 // source sandbox and of one name ("name" or "name:tag") when given.
 func (s *Service) Snapshots(ctx context.Context, source, name string) ([]sandpit.Template, error) {
 	owner := ""
-	if p := principalOf(ctx); !p.Admin {
+	if p := identity.Of(ctx); !p.Admin {
 		owner = p.Owner
 	}
 	name, _, _ = strings.Cut(name, ":")

@@ -20,6 +20,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // sshKeyNameRE is the grammar of a key's name: what `ssh-keygen -C` usually
@@ -90,7 +91,7 @@ func (s *Service) AddSSHKey(ctx context.Context, name, publicKey string) (k sand
 		return sandpit.SSHKey{}, 0, invalidf("key name must be 1-128 letters, digits, '_', '.', '@', ':', '+' or '-', and not start with %s", fingerprintPrefix)
 	}
 	return s.store.AddSSHKey(ctx, sandpit.SSHKey{
-		Fingerprint: fp, Owner: ownerOf(ctx), Name: name, Type: pk.Type(),
+		Fingerprint: fp, Owner: identity.OwnerOf(ctx), Name: name, Type: pk.Type(),
 		PublicKey: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pk))),
 	}, s.now())
 }
@@ -98,8 +99,8 @@ func (s *Service) AddSSHKey(ctx context.Context, name, publicKey string) (k sand
 // ListSSHKeys lists the caller's owner's keys; an admin's lists every
 // owner's.
 func (s *Service) ListSSHKeys(ctx context.Context) ([]sandpit.SSHKey, error) {
-	owner := ownerOf(ctx)
-	if principalOf(ctx).Admin {
+	owner := identity.OwnerOf(ctx)
+	if identity.Of(ctx).Admin {
 		owner = ""
 	}
 	return s.store.ListSSHKeys(ctx, owner)
@@ -118,8 +119,8 @@ func (s *Service) DeleteSSHKey(ctx context.Context, ref string) (err error) {
 		// has '/' and '+', and a '/' would split the path.
 		ref = fingerprintPrefix + strings.NewReplacer("_", "/", "-", "+").Replace(strings.TrimPrefix(ref, fingerprintPrefix))
 	}
-	owner := ownerOf(ctx)
-	if principalOf(ctx).Admin && strings.HasPrefix(ref, fingerprintPrefix) {
+	owner := identity.OwnerOf(ctx)
+	if identity.Of(ctx).Admin && strings.HasPrefix(ref, fingerprintPrefix) {
 		owner = ""
 	}
 	k, err := s.store.DeleteSSHKey(ctx, owner, ref)
@@ -135,7 +136,7 @@ func (s *Service) DeleteSSHKey(ctx context.Context, ref string) (err error) {
 // token on that owner's sandboxes only (never an admin's, even for a key
 // the admin registered). The login's sandbox decides which of them it is;
 // the key is accepted only for its owners' sandboxes. A key nobody
-// registered is ErrUnauthorized.
+// registered is sandpit.ErrUnauthorized.
 func (s *Service) SSHKeyPrincipals(ctx context.Context, pk ssh.PublicKey) ([]sandpit.Principal, error) {
 	fp := ssh.FingerprintSHA256(pk)
 	keys, err := s.store.SSHKeysByFingerprint(ctx, fp)
@@ -143,7 +144,7 @@ func (s *Service) SSHKeyPrincipals(ctx context.Context, pk ssh.PublicKey) ([]san
 		return nil, err
 	}
 	if len(keys) == 0 {
-		return nil, fmt.Errorf("%w: unknown SSH key %s", ErrUnauthorized, fp)
+		return nil, fmt.Errorf("%w: unknown SSH key %s", sandpit.ErrUnauthorized, fp)
 	}
 	out := make([]sandpit.Principal, 0, len(keys))
 	for _, k := range keys {
@@ -216,8 +217,8 @@ func (s *Service) ResolveSandbox(ctx context.Context, ref string) (sandpit.Sandb
 // refused (only the daemon talks to the agent). A server must listen on
 // the sandbox's interface (0.0.0.0), as for previews.
 func (s *Service) DialSandbox(ctx context.Context, id string, port int) (net.Conn, error) {
-	if !principalOf(ctx).May(sandpit.ActionExecute) {
-		return nil, fmt.Errorf("%w: forwarding to a sandbox's port needs the execute right", ErrForbidden)
+	if !identity.Of(ctx).May(sandpit.ActionExecute) {
+		return nil, fmt.Errorf("%w: forwarding to a sandbox's port needs the execute right", sandpit.ErrForbidden)
 	}
 	if port < 1 || port > 65535 {
 		return nil, invalidf("port must be 1-65535")
@@ -268,8 +269,8 @@ type SSHAccess struct {
 // Idempotency-Key is answered with the same token, so it mints one.
 func (s *Service) CreateSSHAccess(ctx context.Context, idOrName string, valid time.Duration) (out SSHAccess, err error) {
 	defer func() { s.audit(ctx, "ssh_access.create", out.SandboxID, err) }()
-	if !principalOf(ctx).May(sandpit.ActionExecute) {
-		return SSHAccess{}, fmt.Errorf("%w: SSH access needs the execute right", ErrForbidden)
+	if !identity.Of(ctx).May(sandpit.ActionExecute) {
+		return SSHAccess{}, fmt.Errorf("%w: SSH access needs the execute right", sandpit.ErrForbidden)
 	}
 	if valid == 0 {
 		valid = DefaultSSHAccess
@@ -289,7 +290,7 @@ func (s *Service) CreateSSHAccess(ctx context.Context, idOrName string, valid ti
 	sum := sha256.Sum256([]byte(token))
 	now := s.now()
 	t := sandpit.SSHToken{Prefix: token[len(sshTokenMarker) : len(sshTokenMarker)+sshTokenPrefixLen], SecretHash: sum[:],
-		Owner: sb.Owner, SandboxID: sb.ID, CreatedBy: principalOf(ctx).TokenName, ExpiresAt: now.Add(valid)}
+		Owner: sb.Owner, SandboxID: sb.ID, CreatedBy: identity.Of(ctx).TokenName, ExpiresAt: now.Add(valid)}
 	if err := s.store.CreateSSHToken(ctx, t, now); err != nil {
 		return SSHAccess{}, err
 	}
@@ -336,13 +337,13 @@ func (s *Service) RevokeSSHToken(ctx context.Context, idOrName, token string) (e
 // so that validation tells nothing about other owners' sandboxes.
 func (s *Service) ValidateSSHAccess(ctx context.Context, token string) (sandboxID string, valid bool, err error) {
 	p, id, err := s.SSHTokenPrincipal(ctx, token)
-	if errors.Is(err, ErrUnauthorized) {
+	if errors.Is(err, sandpit.ErrUnauthorized) {
 		return "", false, nil
 	}
 	if err != nil {
 		return "", false, err
 	}
-	if caller := principalOf(ctx); !caller.Admin && caller.Owner != p.Owner {
+	if caller := identity.Of(ctx); !caller.Admin && caller.Owner != p.Owner {
 		return "", false, nil
 	}
 	return id, true, nil
@@ -360,25 +361,25 @@ func LooksLikeSSHToken(s string) bool {
 // SSHTokenPrincipal is who a login with an SSH access token acts as, and
 // the one sandbox it may enter: the sandbox's owner, with the rights of a
 // sandboxes:write token. An unknown, wrong or expired token is
-// ErrUnauthorized.
+// sandpit.ErrUnauthorized.
 func (s *Service) SSHTokenPrincipal(ctx context.Context, token string) (sandpit.Principal, string, error) {
 	if !LooksLikeSSHToken(token) {
-		return sandpit.Principal{}, "", fmt.Errorf("%w: not an SSH token", ErrUnauthorized)
+		return sandpit.Principal{}, "", fmt.Errorf("%w: not an SSH token", sandpit.ErrUnauthorized)
 	}
 	prefix := token[len(sshTokenMarker) : len(sshTokenMarker)+sshTokenPrefixLen]
 	t, err := s.store.GetSSHToken(ctx, prefix)
 	if errors.Is(err, sandpit.ErrNotFound) {
-		return sandpit.Principal{}, "", fmt.Errorf("%w: unknown SSH token", ErrUnauthorized)
+		return sandpit.Principal{}, "", fmt.Errorf("%w: unknown SSH token", sandpit.ErrUnauthorized)
 	}
 	if err != nil {
 		return sandpit.Principal{}, "", err
 	}
 	sum := sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(sum[:], t.SecretHash) != 1 {
-		return sandpit.Principal{}, "", fmt.Errorf("%w: unknown SSH token", ErrUnauthorized)
+		return sandpit.Principal{}, "", fmt.Errorf("%w: unknown SSH token", sandpit.ErrUnauthorized)
 	}
 	if !s.now().Before(t.ExpiresAt) {
-		return sandpit.Principal{}, "", fmt.Errorf("%w: the SSH token expired", ErrUnauthorized)
+		return sandpit.Principal{}, "", fmt.Errorf("%w: the SSH token expired", sandpit.ErrUnauthorized)
 	}
 	return sandpit.Principal{
 		TokenName:   "ssh-token:" + prefix,

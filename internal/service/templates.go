@@ -31,6 +31,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // Errors of template builds.
@@ -362,12 +363,12 @@ func (s *Service) EnsureTemplate(ctx context.Context, spec TemplateSpec) (sandpi
 		// In a cluster the name is decided by the replicated index first:
 		// a template of this name made on another node gives its id here.
 		var err error
-		if claimed, err = s.cluster.claimTemplate(ctx, sandpit.Template{ID: id, Owner: ownerOf(ctx), Name: spec.Name, CPU: spec.CPU, MemoryMB: spec.MemoryMB}); err != nil {
+		if claimed, err = s.cluster.claimTemplate(ctx, sandpit.Template{ID: id, Owner: identity.OwnerOf(ctx), Name: spec.Name, CPU: spec.CPU, MemoryMB: spec.MemoryMB}); err != nil {
 			return sandpit.Template{}, 0, err
 		}
 	}
 	t, outcome, err := s.store.EnsureTemplate(ctx, sandpit.Template{
-		ID: claimed, Owner: ownerOf(ctx), Name: spec.Name, CPU: spec.CPU, MemoryMB: spec.MemoryMB,
+		ID: claimed, Owner: identity.OwnerOf(ctx), Name: spec.Name, CPU: spec.CPU, MemoryMB: spec.MemoryMB,
 		Kind: spec.Kind.Or(), SourceSandbox: spec.SourceSandbox,
 	}, s.now())
 	if err == nil && claimed != id {
@@ -413,7 +414,7 @@ func (s *Service) template(ctx context.Context, id string) (sandpit.Template, er
 	if err != nil {
 		return t, err
 	}
-	if p := principalOf(ctx); !p.Admin && p.Owner != t.Owner {
+	if p := identity.Of(ctx); !p.Admin && p.Owner != t.Owner {
 		return sandpit.Template{}, fmt.Errorf("get template %s: %w", id, sandpit.ErrNotFound)
 	}
 	if !s.inCluster(ctx, t) {
@@ -426,7 +427,7 @@ func (s *Service) template(ctx context.Context, id string) (sandpit.Template, er
 // finds the template; see ResolveTemplate for the image of a tag).
 func (s *Service) Template(ctx context.Context, ref string) (sandpit.Template, error) {
 	name, _, _ := strings.Cut(ref, ":")
-	if t, err := s.store.GetTemplateByName(ctx, ownerOf(ctx), name); err == nil && s.inCluster(ctx, t) {
+	if t, err := s.store.GetTemplateByName(ctx, identity.OwnerOf(ctx), name); err == nil && s.inCluster(ctx, t) {
 		return t, nil
 	} else if err == nil {
 		return sandpit.Template{}, fmt.Errorf("get template %q: deleted through another node: %w", name, sandpit.ErrNotFound)
@@ -446,7 +447,7 @@ func (s *Service) Template(ctx context.Context, ref string) (sandpit.Template, e
 // Templates lists the caller's templates (an admin's: everyone's).
 func (s *Service) Templates(ctx context.Context) ([]sandpit.Template, error) {
 	owner := ""
-	if p := principalOf(ctx); !p.Admin {
+	if p := identity.Of(ctx); !p.Admin {
 		owner = p.Owner
 	}
 	ts, err := s.store.ListTemplates(ctx, owner)
@@ -755,10 +756,10 @@ func (s *Service) CheckBuildDefinition(ctx context.Context, def BuildDefinition)
 	if err := s.buildsReady(); err != nil {
 		return err
 	}
-	if err := s.validateDefinition(ownerOf(ctx), &def); err != nil {
+	if err := s.validateDefinition(identity.OwnerOf(ctx), &def); err != nil {
 		return err
 	}
-	if err := s.checkBuildQuota(ctx, ownerOf(ctx)); err != nil {
+	if err := s.checkBuildQuota(ctx, identity.OwnerOf(ctx)); err != nil {
 		return err
 	}
 	return s.checkBuildBases(ctx, def.Dockerfile)
@@ -1141,7 +1142,7 @@ func (s *Service) HasTemplateFiles(owner, hash string) bool {
 
 // HasFiles reports whether the caller uploaded the archive.
 func (s *Service) HasFiles(ctx context.Context, hash string) bool {
-	return s.HasTemplateFiles(ownerOf(ctx), hash)
+	return s.HasTemplateFiles(identity.OwnerOf(ctx), hash)
 }
 
 // PutTemplateFiles stores an archive (a tar, gzipped or not) of build
@@ -1156,7 +1157,7 @@ func (s *Service) PutTemplateFiles(ctx context.Context, hash string, r io.Reader
 	if !fileHashRE.MatchString(hash) {
 		return invalidf("invalid files hash %q", hash)
 	}
-	dir := s.ownerDir(ownerOf(ctx))
+	dir := s.ownerDir(identity.OwnerOf(ctx))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -1493,7 +1494,7 @@ func (s *Service) resolveOwnedTemplate(ctx context.Context, ref string) (resolve
 		// below when this node lacks it.
 		return s.resolveShared(ctx, rec, ref, tag, tagged)
 	}
-	t, err := s.store.GetTemplateByName(ctx, ownerOf(ctx), name)
+	t, err := s.store.GetTemplateByName(ctx, identity.OwnerOf(ctx), name)
 	if errors.Is(err, sandpit.ErrNotFound) {
 		t, err = s.template(ctx, name)
 	}
@@ -1539,17 +1540,17 @@ func (s *Service) resolveOwnedTemplate(ctx context.Context, ref string) (resolve
 			}
 		}
 		if image == "" && !(tag == "default" && t.Image != "") {
-			return resolvedTemplate{}, true, fmt.Errorf("%w: %q has no tag %q", ErrUnknownTemplate, name, tag)
+			return resolvedTemplate{}, true, fmt.Errorf("%w: %q has no tag %q", sandpit.ErrUnknownTemplate, name, tag)
 		}
 		if image == "" {
 			image = t.Image
 		}
 	}
 	if image == "" {
-		return resolvedTemplate{}, true, fmt.Errorf("%w: %q has no ready build yet", ErrUnknownTemplate, ref)
+		return resolvedTemplate{}, true, fmt.Errorf("%w: %q has no ready build yet", sandpit.ErrUnknownTemplate, ref)
 	}
 	if ok, err := s.ensureImage(ctx, image, io.Discard); err != nil || !ok {
-		return resolvedTemplate{}, true, fmt.Errorf("%w: the image of template %q is not on this node: %v", ErrUnknownImage, ref, err)
+		return resolvedTemplate{}, true, fmt.Errorf("%w: the image of template %q is not on this node: %v", sandpit.ErrUnknownImage, ref, err)
 	}
 	return resolvedTemplate{t: t, image: image}, true, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -67,8 +68,8 @@ type CreatedToken struct {
 var ErrTokenNameTaken = store.ErrTokenNameTaken
 
 func requireAdmin(ctx context.Context) error {
-	if !principalOf(ctx).Admin {
-		return fmt.Errorf("%w: admin only", ErrForbidden)
+	if !identity.Of(ctx).Admin {
+		return fmt.Errorf("%w: admin only", sandpit.ErrForbidden)
 	}
 	return nil
 }
@@ -168,27 +169,27 @@ func (s *Service) RevokeToken(ctx context.Context, nameOrPrefix string) (_ sandp
 }
 
 // AuthenticateToken resolves a presented personal access token to its
-// principal, or fails with ErrUnauthorized (malformed, unknown, revoked or
+// principal, or fails with sandpit.ErrUnauthorized (malformed, unknown, revoked or
 // expired, deliberately not told apart). The error never contains the token.
 func (s *Service) AuthenticateToken(ctx context.Context, presented string) (sandpit.Principal, error) {
 	rest, ok := strings.CutPrefix(presented, tokenMarker)
 	if !ok || len(rest) < tokenPrefixLen+2 || rest[tokenPrefixLen] != '_' {
-		return sandpit.Principal{}, ErrUnauthorized
+		return sandpit.Principal{}, sandpit.ErrUnauthorized
 	}
 	t, err := s.store.GetTokenByPrefix(ctx, rest[:tokenPrefixLen])
 	if errors.Is(err, sandpit.ErrNotFound) {
-		return sandpit.Principal{}, ErrUnauthorized
+		return sandpit.Principal{}, sandpit.ErrUnauthorized
 	}
 	if err != nil {
 		return sandpit.Principal{}, err
 	}
 	sum := sha256.Sum256([]byte(presented))
 	if subtle.ConstantTimeCompare(sum[:], t.SecretHash) != 1 {
-		return sandpit.Principal{}, ErrUnauthorized
+		return sandpit.Principal{}, sandpit.ErrUnauthorized
 	}
 	now := s.now()
 	if !t.RevokedAt.IsZero() || (!t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt)) {
-		return sandpit.Principal{}, ErrUnauthorized
+		return sandpit.Principal{}, sandpit.ErrUnauthorized
 	}
 	// The row just read says when the token was last recorded, so the
 	// write (a write transaction on the one connection) happens only when
@@ -242,7 +243,7 @@ type OwnerUsage = store.OwnerUsage
 // OwnerLimits returns an owner's quotas and current usage (admin, or the
 // owner itself).
 func (s *Service) OwnerLimits(ctx context.Context, owner string) (sandpit.OwnerLimits, store.OwnerUsage, error) {
-	if p := principalOf(ctx); !p.Admin && p.Owner != owner {
+	if p := identity.Of(ctx); !p.Admin && p.Owner != owner {
 		return sandpit.OwnerLimits{}, store.OwnerUsage{}, fmt.Errorf("owner %q: %w", owner, sandpit.ErrNotFound)
 	}
 	l, err := s.store.GetOwnerLimits(ctx, owner)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // ErrVolumesUnavailable: the daemon's engine offers no named volumes.
@@ -82,7 +83,7 @@ func (s *Service) CreateVolume(ctx context.Context, name string, sizeMB int64) (
 	id := NewVolumeID()
 	v, outcome, err = s.store.CreateVolume(ctx, sandpit.Volume{
 		ID:         id,
-		Owner:      ownerOf(ctx),
+		Owner:      identity.OwnerOf(ctx),
 		Name:       name,
 		EngineName: volumeEnginePrefix + id,
 		State:      sandpit.VolumeCreating,
@@ -137,7 +138,7 @@ func (s *Service) GetVolume(ctx context.Context, ref string) (sandpit.Volume, er
 	if ref == "" {
 		return sandpit.Volume{}, fmt.Errorf("volume %q: %w", ref, sandpit.ErrNotFound)
 	}
-	v, err := s.store.GetVolumeByName(ctx, ownerOf(ctx), ref)
+	v, err := s.store.GetVolumeByName(ctx, identity.OwnerOf(ctx), ref)
 	if err == nil || !errors.Is(err, sandpit.ErrNotFound) {
 		return v, err
 	}
@@ -145,7 +146,7 @@ func (s *Service) GetVolume(ctx context.Context, ref string) (sandpit.Volume, er
 	if err != nil {
 		return sandpit.Volume{}, err
 	}
-	if p := principalOf(ctx); !p.Admin && p.Owner != v.Owner {
+	if p := identity.Of(ctx); !p.Admin && p.Owner != v.Owner {
 		return sandpit.Volume{}, fmt.Errorf("get volume %s: %w", ref, sandpit.ErrNotFound)
 	}
 	return v, nil
@@ -153,7 +154,7 @@ func (s *Service) GetVolume(ctx context.Context, ref string) (sandpit.Volume, er
 
 // ListVolumes lists the caller's volumes.
 func (s *Service) ListVolumes(ctx context.Context) ([]sandpit.Volume, error) {
-	return s.store.ListVolumes(ctx, ownerOf(ctx))
+	return s.store.ListVolumes(ctx, identity.OwnerOf(ctx))
 }
 
 // DeleteVolume deletes one of the caller's volumes. A volume that any
@@ -273,10 +274,10 @@ func (s *Service) resolveMounts(ctx context.Context, reqs []MountRequest) ([]san
 		if r.Volume == "" {
 			return nil, invalidf("mount at %q names no volume", r.Path)
 		}
-		v, err := s.store.GetVolumeByName(ctx, ownerOf(ctx), r.Volume)
+		v, err := s.store.GetVolumeByName(ctx, identity.OwnerOf(ctx), r.Volume)
 		if errors.Is(err, sandpit.ErrNotFound) {
 			v, err = s.store.GetVolume(ctx, r.Volume)
-			if err == nil && v.Owner != ownerOf(ctx) {
+			if err == nil && v.Owner != identity.OwnerOf(ctx) {
 				// Another owner's volume is never mounted, and not
 				// even said to exist.
 				err = fmt.Errorf("volume %q: %w", r.Volume, sandpit.ErrNotFound)

@@ -55,10 +55,10 @@ func newProblem(status int, format string, args ...any) *problem {
 	return &problem{status: status, message: fmt.Sprintf(format, args...)}
 }
 
-// badRequest is a 400 that wraps service.ErrInvalid, so that it classifies as
+// badRequest is a 400 that wraps sandpit.ErrInvalid, so that it classifies as
 // bad input wherever it ends up.
 func badRequest(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", service.ErrInvalid, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", sandpit.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 // WriteError renders an error in Daytona's shape: the Daytona surface's one

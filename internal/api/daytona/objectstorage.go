@@ -179,7 +179,7 @@ func s3Fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, service.ErrTooLarge):
 		writeS3Error(w, http.StatusBadRequest, "EntityTooLarge", "%v", err)
-	case errors.Is(err, service.ErrInvalid):
+	case errors.Is(err, sandpit.ErrInvalid):
 		writeS3Error(w, http.StatusBadRequest, "InvalidArgument", "%v", err)
 	case errors.Is(err, service.ErrBuildsUnavailable):
 		writeS3Error(w, http.StatusNotImplemented, "NotImplemented", "%v", err)

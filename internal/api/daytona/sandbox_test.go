@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 func TestImageFromDockerfile(t *testing.T) {
@@ -40,7 +39,7 @@ func TestImageFromDockerfile(t *testing.T) {
 	}
 	for in, want := range bad {
 		_, err := ImageFromDockerfile(in)
-		if err == nil || !errors.Is(err, service.ErrInvalid) || !strings.Contains(err.Error(), want) {
+		if err == nil || !errors.Is(err, sandpit.ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("ImageFromDockerfile(%q) error = %v; want ErrInvalid containing %q", in, err, want)
 		}
 	}
@@ -96,7 +95,7 @@ func TestServiceRequestRefusesWhatItCannotHonour(t *testing.T) {
 	}
 	for want, req := range cases {
 		_, _, err := serviceRequest(req)
-		if err == nil || !errors.Is(err, service.ErrInvalid) || !strings.Contains(err.Error(), want) {
+		if err == nil || !errors.Is(err, sandpit.ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error = %v", want, err)
 		}
 	}

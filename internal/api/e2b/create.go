@@ -13,6 +13,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -39,7 +40,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	// A template whose image is being built is not refused here: the
 	// create waits for the build.
-	if _, err := h.be.ResolveImage("", b.template()); err != nil && !errors.Is(err, service.ErrImageBuilding) && !(errors.Is(err, service.ErrUnknownTemplate) && h.ownsTemplate(r.Context(), b.template())) {
+	if _, err := h.be.ResolveImage("", b.template()); err != nil && !errors.Is(err, sandpit.ErrImageBuilding) && !(errors.Is(err, sandpit.ErrUnknownTemplate) && h.ownsTemplate(r.Context(), b.template())) {
 		fail(w, err, "")
 		return
 	}
@@ -106,7 +107,7 @@ func (b CreateBody) portAccess() sandpit.PortAccess {
 //   - an Idempotency-Key reused with a different body is refused.
 func (h *Handler) createDeduplicated(w http.ResponseWriter, r *http.Request, b CreateBody, fp, reqHash string, replayTTL time.Duration) {
 	req := idempotency.Request{
-		Scope: service.OwnerScope(r.Context(), Scope), Key: fp, RequestHash: reqHash,
+		Scope: identity.OwnerScope(r.Context(), Scope), Key: fp, RequestHash: reqHash,
 		PendingTTL: h.cfg.PendingTTL, Wait: h.cfg.WaitBudget, ReplayTTL: replayTTL,
 	}
 	resp, outcome, err := h.idem.Do(r.Context(), req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {

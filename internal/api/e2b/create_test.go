@@ -22,6 +22,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/filesig"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -43,7 +44,7 @@ func (f *fakeBackend) ResolveImage(image, template string) (string, error) {
 	if template == "base" || template == "other" {
 		return "img:" + template, nil
 	}
-	return "", fmt.Errorf("%w: %q", service.ErrUnknownTemplate, template)
+	return "", fmt.Errorf("%w: %q", sandpit.ErrUnknownTemplate, template)
 }
 
 func (f *fakeBackend) CreateSandbox(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, error) {
@@ -250,7 +251,7 @@ func (f *fixture) countSandboxes() int {
 func (f *fixture) claimRow(fp string) (sandpit.Claim, error) {
 	// Requests with the admin token claim in the admin owner's scope.
 	ctx := sandpit.WithPrincipal(context.Background(), api.AdminPrincipal())
-	return f.st.GetIdempotentRequest(ctx, service.OwnerScope(ctx, Scope), fp)
+	return f.st.GetIdempotentRequest(ctx, identity.OwnerScope(ctx, Scope), fp)
 }
 
 const body1 = `{"templateID":"base","metadata":{"run":"1"},"timeout":60}`
@@ -395,7 +396,7 @@ func TestWaitBudgetAnswers429(t *testing.T) {
 func deadDaemonClaim(t *testing.T, f *fixture, fp string) string {
 	t.Helper()
 	ctx := sandpit.WithPrincipal(context.Background(), api.AdminPrincipal())
-	scope := service.OwnerScope(ctx, Scope)
+	scope := identity.OwnerScope(ctx, Scope)
 	c, err := f.st.ClaimIdempotentRequest(ctx, sandpit.ClaimRequest{Scope: scope, Fingerprint: fp, PendingTTL: 2 * time.Minute}, time.Now())
 	if err != nil || c.Outcome != sandpit.Acquired {
 		t.Fatalf("claim: %+v %v", c, err)

@@ -32,7 +32,7 @@ type listQuery struct {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", service.ErrInvalid, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", sandpit.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 // parseMetadataFilter undoes the SDK's three layers of encoding: the query

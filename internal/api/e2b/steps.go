@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -61,7 +62,7 @@ var (
 
 // errSteps wraps a body the conversion refuses: a 400 in E2B's shape.
 func errSteps(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", service.ErrInvalid, fmt.Sprintf(format, a...))
+	return fmt.Errorf("%w: %s", sandpit.ErrInvalid, fmt.Sprintf(format, a...))
 }
 
 // runShell runs a RUN step's command as E2B does, through bash when the

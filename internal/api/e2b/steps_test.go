@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -155,7 +156,7 @@ func TestToDockerfile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := toDockerfile(tc.body, "sandpit/base:test")
 			if tc.bad != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.bad) || !errors.Is(err, service.ErrInvalid) {
+				if err == nil || !strings.Contains(err.Error(), tc.bad) || !errors.Is(err, sandpit.ErrInvalid) {
 					t.Fatalf("err = %v, want an invalid-request error containing %q", err, tc.bad)
 				}
 				return

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -95,7 +96,7 @@ const (
 // request of the caller's recorded it (a build made otherwise, or one whose
 // record expired after pendingLifetime).
 func (h *Handler) pending(ctx context.Context, buildID string) *pendingBuild {
-	resp, found, err := h.idem.Lookup(ctx, service.OwnerScope(ctx, scopeTemplatePending), buildID)
+	resp, found, err := h.idem.Lookup(ctx, identity.OwnerScope(ctx, scopeTemplatePending), buildID)
 	if err != nil || !found {
 		return nil
 	}
@@ -219,7 +220,7 @@ func (h *Handler) requestBuild(w http.ResponseWriter, r *http.Request) {
 	// the idempotency engine (store-backed, cluster-wide), so a retry, an
 	// identical request racing it, or one after a restart, gets the build
 	// the first made, until that build starts.
-	req := idempotency.Request{Scope: service.OwnerScope(ctx, scopeTemplateRequest), Key: key,
+	req := idempotency.Request{Scope: identity.OwnerScope(ctx, scopeTemplateRequest), Key: key,
 		PendingTTL: h.cfg.PendingTTL, Wait: h.cfg.WaitBudget, ReplayTTL: pendingLifetime}
 	resp, _, err := h.idem.Do(ctx, req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
 		t, _, err := tb.EnsureTemplate(ctx, service.TemplateSpec{Name: name, CPU: float64(body.CPUCount), MemoryMB: body.MemoryMB})
@@ -238,7 +239,7 @@ func (h *Handler) requestBuild(w http.ResponseWriter, r *http.Request) {
 		out := idempotency.Response{Status: http.StatusAccepted, Body: rec, TargetID: b.ID}
 		// What the build carries is recorded under its id as well, for
 		// its steps and its status, which name only the build.
-		byBuild := idempotency.Request{Scope: service.OwnerScope(ctx, scopeTemplatePending), Key: b.ID, PendingTTL: h.cfg.PendingTTL, ReplayTTL: pendingLifetime}
+		byBuild := idempotency.Request{Scope: identity.OwnerScope(ctx, scopeTemplatePending), Key: b.ID, PendingTTL: h.cfg.PendingTTL, ReplayTTL: pendingLifetime}
 		if _, _, err := h.idem.Do(ctx, byBuild, func(context.Context, *idempotency.Attempt) (idempotency.Response, error) {
 			return out, nil
 		}); err != nil {
@@ -379,7 +380,7 @@ func uploadKeyFrom(secret []byte) []byte {
 func (h *Handler) signedUpload(r *http.Request, rest string) (*http.Request, error) {
 	parts := strings.Split(strings.Trim(rest, "/"), "/")
 	if len(parts) != 4 || parts[0] != "templates" || parts[2] != "files" {
-		return r, fmt.Errorf("%w: not an upload URL", service.ErrUnauthorized)
+		return r, fmt.Errorf("%w: not an upload URL", sandpit.ErrUnauthorized)
 	}
 	q := r.URL.Query()
 	owner, exp := q.Get(paramUploadOwner), q.Get(paramUploadExpires)
@@ -488,7 +489,7 @@ func (h *Handler) startBuild(w http.ResponseWriter, r *http.Request) {
 		// A started build is no longer a request a retry may land on: the
 		// next identical request is a new build (which joins or replays
 		// this one by content).
-		if err := h.idem.Forget(ctx, service.OwnerScope(ctx, scopeTemplateRequest), p.Key); err != nil {
+		if err := h.idem.Forget(ctx, identity.OwnerScope(ctx, scopeTemplateRequest), p.Key); err != nil {
 			h.log.Warn("forget a started template request", "build", b.ID, "err", err)
 		}
 	}
@@ -567,7 +568,7 @@ func templateImage(ctx context.Context, tb TemplateBackend, ref string) (sandpit
 		}
 	}
 	if image == "" {
-		return t, "", fmt.Errorf("%w: template %q has no ready build", service.ErrInvalid, ref)
+		return t, "", fmt.Errorf("%w: template %q has no ready build", sandpit.ErrInvalid, ref)
 	}
 	return t, image, nil
 }
@@ -734,7 +735,7 @@ func (h *Handler) aliasExists(w http.ResponseWriter, r *http.Request, alias stri
 	name, _, _ := strings.Cut(alias, ":")
 	// A template whose image is being built exists: a create of it waits
 	// for the build.
-	if _, err := h.be.ResolveImage("", name); err == nil || errors.Is(err, service.ErrImageBuilding) {
+	if _, err := h.be.ResolveImage("", name); err == nil || errors.Is(err, sandpit.ErrImageBuilding) {
 		api.WriteJSON(w, http.StatusOK, AliasBody{TemplateID: name, Public: true})
 		return
 	}

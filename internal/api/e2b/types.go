@@ -114,14 +114,14 @@ func present(raw json.RawMessage) bool {
 // cannot succeed: a bad timeout or an option sandpit does not implement.
 func (b CreateBody) validate() error {
 	if t := b.timeoutSeconds(); t < 1 || t > maxTimeoutSeconds {
-		return fmt.Errorf("%w: timeout must be between 1 and %d seconds", service.ErrInvalid, maxTimeoutSeconds)
+		return fmt.Errorf("%w: timeout must be between 1 and %d seconds", sandpit.ErrInvalid, maxTimeoutSeconds)
 	}
 	unsupported := func(what string) error {
-		return fmt.Errorf("%w: %s is %w", service.ErrInvalid, what, errUnsupported)
+		return fmt.Errorf("%w: %s is %w", sandpit.ErrInvalid, what, errUnsupported)
 	}
 	switch {
 	case b.autoResume() && !b.autoPause():
-		return fmt.Errorf("%w: autoResume can only be true when onTimeout is 'pause'", service.ErrInvalid)
+		return fmt.Errorf("%w: autoResume can only be true when onTimeout is 'pause'", sandpit.ErrInvalid)
 	case present(b.IAM):
 		return unsupported("iam")
 	}

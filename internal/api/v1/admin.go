@@ -58,7 +58,7 @@ func (h *Handler) createToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.ExpiresInS < 0 {
-		fail(w, errors.Join(service.ErrInvalid, errors.New("expires_in_s must not be negative")))
+		fail(w, errors.Join(sandpit.ErrInvalid, errors.New("expires_in_s must not be negative")))
 		return
 	}
 	sreq := service.TokenRequest{Name: req.Name, Owner: req.Owner, Scopes: req.Scopes, ExpiresIn: time.Duration(req.ExpiresInS) * time.Second}
@@ -136,7 +136,7 @@ func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("after"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
-			fail(w, errors.Join(service.ErrInvalid, errors.New("after must be a non-negative integer")))
+			fail(w, errors.Join(sandpit.ErrInvalid, errors.New("after must be a non-negative integer")))
 			return
 		}
 		aq.AfterSeq = n
@@ -144,7 +144,7 @@ func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 1000 {
-			fail(w, errors.Join(service.ErrInvalid, errors.New("limit must be 1-1000")))
+			fail(w, errors.Join(sandpit.ErrInvalid, errors.New("limit must be 1-1000")))
 			return
 		}
 		aq.Limit = n

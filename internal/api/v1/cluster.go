@@ -12,7 +12,6 @@ import (
 	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
-	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // ClusterHandler serves the cluster's operator endpoints under /v1/cluster/
@@ -75,7 +74,7 @@ func adminOnly(auth *api.Auth, next http.Handler) http.Handler {
 		r, err := auth.Authorize(r, api.BearerToken(r))
 		if err == nil {
 			if p, _ := sandpit.PrincipalFrom(r.Context()); !p.Admin {
-				err = fmt.Errorf("%w: the cluster's endpoints need an admin token", service.ErrForbidden)
+				err = fmt.Errorf("%w: the cluster's endpoints need an admin token", sandpit.ErrForbidden)
 			}
 		}
 		if err != nil {

@@ -31,7 +31,7 @@ func (h *Handler) runCode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.TimeoutS < 0 {
-		fail(w, errors.Join(service.ErrInvalid, errors.New("timeout_s must not be negative")))
+		fail(w, errors.Join(sandpit.ErrInvalid, errors.New("timeout_s must not be negative")))
 		return
 	}
 	flusher, _ := w.(http.Flusher)

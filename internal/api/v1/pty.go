@@ -10,10 +10,10 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
-	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/proto/process"
 )
 
@@ -66,7 +66,7 @@ func ptySize(r *http.Request) (cols, rows int, err error) {
 		}
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxPTYSize {
-			return 0, 0, fmt.Errorf("%w: %s must be an integer from 1 to %d", service.ErrInvalid, f.name, maxPTYSize)
+			return 0, 0, fmt.Errorf("%w: %s must be an integer from 1 to %d", sandpit.ErrInvalid, f.name, maxPTYSize)
 		}
 		*f.v = n
 	}
@@ -84,7 +84,7 @@ func (h *Handler) pty(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !api.IsWebSocket(r) {
-		fail(w, fmt.Errorf("%w: this endpoint is a WebSocket (subprotocol %s)", service.ErrInvalid, PTYSubprotocol))
+		fail(w, fmt.Errorf("%w: this endpoint is a WebSocket (subprotocol %s)", sandpit.ErrInvalid, PTYSubprotocol))
 		return
 	}
 	// Everything that can be refused is refused before the upgrade, as a

@@ -50,7 +50,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		req.Count = 1
 	}
 	if req.TimeoutS < 0 {
-		fail(w, errors.Join(service.ErrInvalid, errors.New("timeout_s must not be negative")))
+		fail(w, errors.Join(sandpit.ErrInvalid, errors.New("timeout_s must not be negative")))
 		return
 	}
 	ctx := r.Context()

@@ -9,7 +9,6 @@ import (
 	"github.com/sandpit-dev/sandpit/apitypes"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
 // sshKeyRoutes are the owner's SSH public keys (docs/ssh.md). Adding or
@@ -36,7 +35,7 @@ func (h *Handler) createSSHAccess(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if req.ValidMinutes < 0 {
-		fail(w, errors.Join(service.ErrInvalid, errors.New("valid_minutes must not be negative")))
+		fail(w, errors.Join(sandpit.ErrInvalid, errors.New("valid_minutes must not be negative")))
 		return
 	}
 	a, err := h.svc.CreateSSHAccess(r.Context(), r.PathValue("id"), time.Duration(req.ValidMinutes)*time.Minute)

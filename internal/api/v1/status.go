@@ -52,7 +52,7 @@ func StatusHandler(auth *api.Auth, src StatusSource) http.Handler {
 		r, err := auth.Authorize(r, api.BearerToken(r))
 		if err == nil {
 			if p, _ := sandpit.PrincipalFrom(r.Context()); !p.Admin {
-				err = service.ErrForbidden
+				err = sandpit.ErrForbidden
 			}
 		}
 		if err != nil {

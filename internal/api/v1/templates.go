@@ -172,7 +172,7 @@ func (h *Handler) buildLogs(w http.ResponseWriter, r *http.Request) {
 	offset := 0
 	if v := r.URL.Query().Get("offset"); v != "" {
 		if offset, err = strconv.Atoi(v); err != nil || offset < 0 {
-			fail(w, errors.Join(service.ErrInvalid, errors.New("offset must be a non-negative integer")))
+			fail(w, errors.Join(sandpit.ErrInvalid, errors.New("offset must be a non-negative integer")))
 			return
 		}
 	}

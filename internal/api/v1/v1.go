@@ -157,7 +157,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.TimeoutS < 0 {
-		fail(w, errors.Join(service.ErrInvalid, errors.New("timeout_s must not be negative")))
+		fail(w, errors.Join(sandpit.ErrInvalid, errors.New("timeout_s must not be negative")))
 		return
 	}
 	creq := service.CreateRequest{
@@ -203,7 +203,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {
-			fail(w, errors.Join(service.ErrInvalid, errors.New("limit must be 1-1000")))
+			fail(w, errors.Join(sandpit.ErrInvalid, errors.New("limit must be 1-1000")))
 			return
 		}
 		opts.Limit = n
@@ -211,7 +211,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	for _, kv := range q["label"] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			fail(w, errors.Join(service.ErrInvalid, errors.New("label filter must be key=value")))
+			fail(w, errors.Join(sandpit.ErrInvalid, errors.New("label filter must be key=value")))
 			return
 		}
 		opts.Labels[k] = v
@@ -288,7 +288,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		mode = sandpit.PauseMemory
 	case sandpit.PauseMemory, sandpit.PauseFilesystem:
 	default:
-		fail(w, errors.Join(service.ErrInvalid, errors.New(`mode must be "memory" or "filesystem"`)))
+		fail(w, errors.Join(sandpit.ErrInvalid, errors.New(`mode must be "memory" or "filesystem"`)))
 		return
 	}
 	id := r.PathValue("id")
@@ -336,7 +336,7 @@ func (h *Handler) exec(w http.ResponseWriter, r *http.Request) {
 // agent's /files endpoint.
 func (h *Handler) files(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("path") == "" {
-		fail(w, errors.Join(service.ErrInvalid, errors.New("query parameter path is required")))
+		fail(w, errors.Join(sandpit.ErrInvalid, errors.New("query parameter path is required")))
 		return
 	}
 	addr, token, err := h.svc.AgentTarget(r.Context(), r.PathValue("id"))
@@ -455,7 +455,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) unexpose(w http.ResponseWriter, r *http.Request) {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil || port < 1 || port > 65535 {
-		fail(w, errors.Join(service.ErrInvalid, errors.New("port must be between 1 and 65535")))
+		fail(w, errors.Join(sandpit.ErrInvalid, errors.New("port must be between 1 and 65535")))
 		return
 	}
 	if err := h.svc.UnexposePort(r.Context(), r.PathValue("id"), port); err != nil {
