@@ -15,7 +15,7 @@ import { test, describe, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes, randomUUID } from 'node:crypto'
 import { Sandbox } from 'e2b'
-import { setup, teardown, startDaemon, containers } from './helpers.mjs'
+import { setup, teardown, startDaemon, containers, sleep } from './helpers.mjs'
 
 const T = 180_000
 let d
@@ -99,7 +99,11 @@ describe('E2B Idempotency-Key', () => {
     assert.equal(second.body.sandboxID, first.body.sandboxID, 'the fingerprint replay merged them')
     assert.equal(first.replayed, null)
     assert.equal(second.replayed, 'true', 'a fingerprint merge says so')
-    assert.match(d.log, /merged an identical create.*window=/)
+    // The daemon logs the merge before it answers, but its stderr reaches
+    // this process on its own schedule: wait for the line, then check it.
+    const merged = /merged an identical create.*window=/
+    for (let i = 0; i < 300 && !merged.test(d.log); i++) await sleep(100)
+    assert.match(d.log, merged)
     const twin = await call('POST', '/sandboxes', { templateID: 'base', metadata: { run, worker: '2' } })
     assert.notEqual(twin.body.sandboxID, first.body.sandboxID, 'distinct metadata makes a twin')
     assert.equal(twin.replayed, null)
