@@ -9,7 +9,6 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
-	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -72,7 +71,7 @@ type SandboxBackend interface {
 // ToolboxBackend is the toolbox's (files, git, LSP, execution, metrics).
 type ToolboxBackend interface {
 	AgentBackend
-	Stats(ctx context.Context, id string) (driver.Stats, error)
+	Stats(ctx context.Context, id string) (sandpit.Stats, error)
 }
 
 // ProcessBackend is the sessions', PTYs' and interpreters'.

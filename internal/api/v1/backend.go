@@ -9,7 +9,6 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
-	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -39,7 +38,7 @@ type Backend interface {
 
 	ExposePort(ctx context.Context, id string, port int, protocol string) (service.ExposeResult, error)
 	ListPorts(ctx context.Context, id string) ([]sandpit.ExposedPort, error)
-	Stats(ctx context.Context, id string) (driver.Stats, error)
+	Stats(ctx context.Context, id string) (sandpit.Stats, error)
 	UpdateNetwork(ctx context.Context, id string, p sandpit.NetworkPolicy) (sandpit.Sandbox, error)
 	ResizeSandbox(ctx context.Context, id string, r service.Resize) (sandpit.Sandbox, error)
 	NetworkDenials(ctx context.Context, id string) (service.NetworkReport, error)

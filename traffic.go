@@ -1,0 +1,49 @@
+package sandpit
+
+import (
+	"path"
+	"time"
+)
+
+// The request headers that carry a sandbox's credentials on its preview and
+// traffic hosts. They are part of the domain, not of one router: the API
+// surfaces name them in the links and answers they give, and every router
+// checks and strips them, so both layers read them here.
+const (
+	// TrafficTokenHeader carries a sandbox's traffic token to an any-port
+	// route that requires one (E2B's header name).
+	TrafficTokenHeader = "E2b-Traffic-Access-Token"
+	// PreviewTokenHeader carries a private port's preview token to its
+	// HTTP route (Daytona's header name).
+	PreviewTokenHeader = "X-Daytona-Preview-Token"
+	// AccessTokenHeader carries a sandbox's access token, as E2B's SDKs
+	// send it.
+	AccessTokenHeader = "X-Access-Token"
+)
+
+// The code interpreter's server port inside a sandbox, and its route that
+// runs code (E2B's): running code takes the sandbox's access token on
+// every way in, the gateway and the preview hosts alike.
+const (
+	InterpreterPort        = 49999
+	InterpreterExecutePath = "/execute"
+)
+
+// NeedsAccessToken reports whether a request for p on a sandbox's port
+// must carry the sandbox's access token.
+func NeedsAccessToken(port int, p string) bool {
+	return port == InterpreterPort && path.Clean("/"+p) == InterpreterExecutePath
+}
+
+// Stats is a point-in-time resource sample of a sandbox. The runtime
+// measures it and the surfaces present it, so it lives with the domain
+// types rather than in the runtime's seam.
+type Stats struct {
+	CPUCount   int
+	CPUUsedPct float64
+	MemUsed    int64
+	MemTotal   int64
+	DiskUsed   int64
+	DiskTotal  int64
+	Timestamp  time.Time
+}
