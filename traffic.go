@@ -2,6 +2,7 @@ package sandpit
 
 import (
 	"path"
+	"strings"
 	"time"
 )
 
@@ -20,6 +21,23 @@ const (
 	// send it.
 	AccessTokenHeader = "X-Access-Token"
 )
+
+// Headers the daemon consumes or sets for itself, which a sandbox never
+// receives, whichever way its request comes in (the API's relay to the
+// agent, a preview host).
+const (
+	// InternalHeaderPrefix starts the name of every header of the daemon's
+	// own (cluster forwarding marks, the forwarded principal).
+	InternalHeaderPrefix = "Sandpit-"
+	// APIKeyHeader is how the E2B SDK presents the daemon's token.
+	APIKeyHeader = "X-Api-Key"
+)
+
+// IsInternalHeader reports whether the header name is one of the daemon's
+// own (InternalHeaderPrefix, in any case).
+func IsInternalHeader(name string) bool {
+	return len(name) >= len(InternalHeaderPrefix) && strings.EqualFold(name[:len(InternalHeaderPrefix)], InternalHeaderPrefix)
+}
 
 // The code interpreter's server port inside a sandbox, and its route that
 // runs code (E2B's): running code takes the sandbox's access token on

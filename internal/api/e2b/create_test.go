@@ -136,13 +136,7 @@ func (f *fakeBackend) AgentAddr(context.Context, string) (string, error) {
 	return "", errors.New("no agents in unit tests")
 }
 
-func (f *fakeBackend) ForwardToAgent(w http.ResponseWriter, _ *http.Request, _, _, _ string, onError func(http.ResponseWriter, error)) {
-	onError(w, errors.New("no agents in unit tests"))
-}
-
-func (f *fakeBackend) ForwardToServer(w http.ResponseWriter, _ *http.Request, _, _, _ string, onError func(http.ResponseWriter, error)) {
-	onError(w, errors.New("no agents in unit tests"))
-}
+func (f *fakeBackend) AgentHTTP() *http.Client { return http.DefaultClient }
 
 // CreateOrAdopt applies the service's one adopt policy to the fake's rows.
 func (f *fakeBackend) CreateOrAdopt(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, bool, error) {

@@ -120,7 +120,7 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 	if port != agentapi.Port {
 		host = service.MaskHost(sb.Network, port)
 	}
-	h.be.ForwardToServer(w, r, addr, path, host, func(w http.ResponseWriter, err error) {
+	h.relay.ToServer(w, r, addr, path, host, func(w http.ResponseWriter, err error) {
 		if port == interpreter.Port && interpreter.Refused(err) {
 			// 404, not 502: the SDK reads 502 as "the sandbox timed out"
 			// and says so, which sends the user looking in the wrong place.

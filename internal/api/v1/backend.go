@@ -34,7 +34,9 @@ type Backend interface {
 	AgentTarget(ctx context.Context, id string) (addr, token string, err error)
 	Agent(ctx context.Context, id string) (agentapi.Agent, error)
 	Touch(ctx context.Context, id string, force bool)
-	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
+	// AgentHTTP is the client of the daemon's calls to the agents, whose
+	// transport the agent relay shares.
+	AgentHTTP() *http.Client
 
 	ExposePort(ctx context.Context, id string, port int, protocol string) (service.ExposeResult, error)
 	ListPorts(ctx context.Context, id string) ([]sandpit.ExposedPort, error)
