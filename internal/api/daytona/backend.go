@@ -3,7 +3,6 @@ package daytona
 import (
 	"context"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -26,7 +25,7 @@ type AgentBackend interface {
 	GetSandboxByIDOrName(ctx context.Context, idOrName string) (sandpit.Sandbox, error)
 	Touch(ctx context.Context, id string, force bool)
 	Agent(ctx context.Context, id string) (agentapi.Agent, error)
-	AgentHTTP() *http.Client
+	AgentHTTP() *agentapi.Link
 	OpenSession(ctx context.Context) (context.Context, func(), error)
 }
 

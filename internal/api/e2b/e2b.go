@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/api/agentrelay"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
@@ -53,7 +54,7 @@ type Backend interface {
 	AgentAddr(ctx context.Context, id string) (string, error)
 	// AgentHTTP is the client of the daemon's calls to the agents, whose
 	// transport the relay to the sandboxes' agents and servers shares.
-	AgentHTTP() *http.Client
+	AgentHTTP() *agentapi.Link
 	CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error
 	// SignedFilesSandbox finds, without a store query, the running sandbox
 	// whose token signed a /files URL ("" for none).
@@ -180,7 +181,7 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 		log:       cfg.Logger.With("surface", "e2b"),
 		mux:       http.NewServeMux(),
 		uploadKey: uploadKeyFrom(cfg.UploadKey),
-		relay:     agentrelay.New(be.AgentHTTP().Transport),
+		relay:     agentrelay.New(be.AgentHTTP().Transport()),
 	}
 	h.tpl, _ = be.(TemplateBackend)
 	// E2B's keys are the syntax its SDK documents for idempotencyKey, its

@@ -3,7 +3,6 @@ package v1
 import (
 	"context"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -36,7 +35,7 @@ type Backend interface {
 	Touch(ctx context.Context, id string, force bool)
 	// AgentHTTP is the client of the daemon's calls to the agents, whose
 	// transport the agent relay shares.
-	AgentHTTP() *http.Client
+	AgentHTTP() *agentapi.Link
 
 	ExposePort(ctx context.Context, id string, port int, protocol string) (service.ExposeResult, error)
 	ListPorts(ctx context.Context, id string) ([]sandpit.ExposedPort, error)

@@ -58,7 +58,7 @@ func (h *Handler) forwarding() {
 // scopes everything the request sees and makes. The keyed routes run through
 // idem (nil: Idempotency-Key is ignored).
 func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler, idem *api.Idempotency) *Handler {
-	h := &Handler{svc: svc, auth: auth, mux: http.NewServeMux(), relay: agentrelay.New(svc.AgentHTTP().Transport)}
+	h := &Handler{svc: svc, auth: auth, mux: http.NewServeMux(), relay: agentrelay.New(svc.AgentHTTP().Transport())}
 	// Where a sandbox's id goes, its name does too.
 	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) }, wrap).NamesToo().Keyed(keys(idem))
 	route, keyed := h.routes.Handle, h.routes.HandleKeyed
