@@ -27,11 +27,11 @@ type Route struct {
 	Resolve func(*http.Request) sandpit.Action `json:"-"`
 	// Note says, for the documentation, how Resolve decides.
 	Note string
-	// Keying says whether the route honours Idempotency-Key (HandleKeyed).
+	// Keying says whether the route honours Idempotency-Key (api.Routes.HandleKeyed).
 	Keying Keying
 	// Forwarding says how a cluster's gateway finds the node that serves
 	// the route; the zero value is the default its pattern implies (see
-	// Locator). A surface sets it with Routes.Forward, next to the route.
+	// Locator). A surface sets it with api.Routes.Forward, next to the route.
 	Forwarding `json:"-"`
 }
 
@@ -201,7 +201,7 @@ const (
 	Keyed
 	// KeyedCreate: as Keyed, and the route makes a resource whose id is
 	// chosen and recorded in the claim before anything is made (the handler
-	// reads it with TargetID), so the retry of a crashed attempt makes it
+	// reads it with api.TargetID), so the retry of a crashed attempt makes it
 	// under the same id rather than making a second one.
 	KeyedCreate
 	// KeyedByHandler: the handler reads the key itself (E2B's create, which
