@@ -65,7 +65,7 @@ var layers = []struct {
 	{"internal/firewall", []string{"."}, "the sandboxes' packet filter"},
 	{"internal/egress", []string{".", "internal/firewall", "internal/httpguard"}, "the egress proxy and DNS server that enforce rules on names"},
 	{"internal/metrics", []string{".", "internal/driver"}, "the Prometheus instrumentation"},
-	{"internal/cluster", []string{".", "apitypes", "internal/httpguard", "internal/crashpoint"}, "the Raft index and membership"},
+	{"internal/cluster", []string{".", "internal/httpguard", "internal/crashpoint"}, "the Raft index and membership"},
 	{"internal/idempotency", []string{".", "internal/store", "internal/metrics", "internal/crashpoint"}, "the idempotency engine"},
 	{"internal/events", []string{".", "internal/egress"}, "the bus every state change is published on"},
 	{"internal/identity", []string{".", "internal/store", "internal/idempotency"}, "who a request acts as: principals, owner scoping, audit"},
@@ -78,17 +78,22 @@ var layers = []struct {
 		"internal/events", "internal/timing", "internal/identity",
 	}, "the domain operations"},
 
-	// The HTTP surfaces: through the service, never the store or a runtime
-	// directly (the seams' types, such as driver.Stats, pass through).
+	// The HTTP surfaces: through the service, never the store, a runtime or
+	// a router (what they share with those, such as Stats and the preview
+	// headers, is the root package's).
 	{"internal/api/...", []string{
 		".", "apitypes", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
-		"internal/api", "internal/service", "internal/cluster", "internal/idempotency", "internal/driver", "internal/router", "internal/metrics",
+		"internal/api", "internal/service", "internal/cluster", "internal/idempotency", "internal/metrics",
 		"internal/interpreter", "internal/events", "internal/timing", "internal/identity",
+		"internal/api/route", "internal/api/agentrelay",
 	}, "an HTTP surface"},
+	// The route declarations are a leaf, so that the gateway reads them
+	// without compiling the surfaces' domain.
+	{"internal/api/route", []string{".", "apitypes"}, "the route declarations the surfaces make and the gateway reads"},
 	{"internal/sshd", []string{".", "internal/agentapi", "proto/..."}, "the SSH endpoint into sandboxes, through the service's interface"},
 	{"internal/gateway", []string{
 		".", "apitypes", "internal/httpguard", "internal/crashpoint",
-		"internal/api/...", "internal/cluster",
+		"internal/api/route", "internal/cluster",
 	}, "the cluster's HTTP gateway"},
 
 	// The MCP server acts through the Go SDK of /v1, so that owner
@@ -146,10 +151,49 @@ var invariants = []struct {
 		[]string{"internal/...", "."},
 	},
 	{
+		"no aggregate imports the sandbox service",
+		[]string{"internal/templates", "internal/identity", "internal/volumes", "internal/events"},
+		[]string{"internal/service"},
+	},
+	{
+		"the gateway compiles neither the service nor the store",
+		[]string{"internal/gateway"},
+		[]string{"internal/service", "internal/store"},
+	},
+	{
+		"the cluster speaks its own types, not the wire's",
+		[]string{"internal/cluster"},
+		[]string{"apitypes"},
+	},
+	{
 		"production code imports no test support",
 		[]string{".", "apitypes", "api/...", "client", "proto/...", "internal/...", "cmd/..."},
 		[]string{"internal/testenv/...", "test/..."},
 	},
+}
+
+// directRules are rules on a package's own imports, where a chain through
+// another layer is allowed: the surfaces reach the runtime through the
+// service, but name neither the runtime's nor the router's seam themselves.
+var directRules = []struct {
+	name  string
+	from  []string // the packages the rule is about
+	never []string // what they must not import themselves
+}{
+	{"the API surfaces import neither a runtime nor a router", []string{"internal/api/..."}, []string{"internal/driver/...", "internal/router/..."}},
+}
+
+// stdRules bound the standard library a layer may use. The domain decides;
+// the HTTP surfaces carry: a domain package that imports net/http has an
+// HTTP concern (a proxy, a page, a header) that belongs to the API layer.
+// Packages that do not exist yet (the aggregates being carved out) match
+// nothing.
+var stdRules = []struct {
+	name  string
+	from  []string // module-relative packages
+	never []string // standard library import paths; "p/..." is p and below
+}{
+	{"domain packages do not speak HTTP", []string{".", "internal/service", "internal/templates", "internal/identity", "internal/volumes", "internal/events"}, []string{"net/http/..."}},
 }
 
 // fileRules bound single files where the package they are in is too
@@ -162,7 +206,7 @@ var fileRules = []struct {
 }
 
 func TestLayering(t *testing.T) {
-	graph := moduleGraph(t)
+	graph, std := importGraphs(t)
 	for _, p := range sortedKeys(graph) {
 		row, ok := placeOf(p)
 		if !ok {
@@ -185,6 +229,16 @@ func TestLayering(t *testing.T) {
 			}
 		}
 	}
+	for _, dr := range directRules {
+		for _, v := range directViolations(graph, dr.from, dr.never) {
+			t.Errorf("%s: %s", dr.name, v)
+		}
+	}
+	for _, sr := range stdRules {
+		for _, v := range directViolations(std, sr.from, sr.never) {
+			t.Errorf("%s: %s", sr.name, v)
+		}
+	}
 	for _, fr := range fileRules {
 		for _, imp := range fileImports(t, fr.file) {
 			if !matchesAny(imp, fr.may) {
@@ -205,7 +259,7 @@ func TestLayeringRules(t *testing.T) {
 		{"internal/api/v1", "internal/service", true},
 		{"internal/api/v1", "internal/api", true},
 		{"internal/router/caddy", "internal/router/builtin", true},
-		{"internal/gateway", "internal/api/e2b", true},
+		{"internal/gateway", "internal/api/e2b", false}, // the gateway reads route declarations only
 		{"internal/store", "internal/service", false},
 		{"internal/service", "internal/api", false},
 		{"internal/api/daytona", "internal/store", false},
@@ -213,6 +267,14 @@ func TestLayeringRules(t *testing.T) {
 		{"internal/agent", ".", false},
 		{"internal/cluster", "internal/gateway", false},
 		{"internal/idempotency", "internal/service", false},
+		{"internal/api/e2b", "internal/driver", false},
+		{"internal/api/v1", "internal/router", false},
+		{"internal/api/v1", "internal/api/agentrelay", true},
+		{"internal/api/route", "internal/service", false},
+		{"internal/api/route", "internal/api", false},
+		{"internal/gateway", "internal/api/route", true},
+		{"internal/gateway", "internal/api", false},
+		{"internal/cluster", "apitypes", false},
 	} {
 		row, ok := placeOf(tc.pkg)
 		if !ok {
@@ -240,11 +302,75 @@ func TestLayeringRules(t *testing.T) {
 	if got := reach(graph, "internal/agentapi", []string{"internal/service"}); got != nil {
 		t.Errorf("chain %v from a package that imports nothing", got)
 	}
+
+	invariant := func(name string) []string {
+		for _, inv := range invariants {
+			if inv.name == name {
+				return inv.never
+			}
+		}
+		t.Fatalf("no invariant %q", name)
+		return nil
+	}
+	carved := map[string][]string{
+		"internal/templates": {"internal/events"},
+		"internal/events":    {"internal/service"},
+		"internal/service":   {"internal/store"},
+		"internal/gateway":   {"internal/api/route", "internal/cluster"},
+		"internal/api/route": {"."},
+		"internal/cluster":   {".", "internal/httpguard"},
+		"internal/httpguard": {"apitypes"},
+	}
+	if got, want := reach(carved, "internal/templates", invariant("no aggregate imports the sandbox service")), []string{"internal/templates", "internal/events", "internal/service"}; !slices.Equal(got, want) {
+		t.Errorf("an aggregate reaching the service through another: chain %v, want %v", got, want)
+	}
+	if got := reach(carved, "internal/gateway", invariant("the gateway compiles neither the service nor the store")); got != nil {
+		t.Errorf("the gateway over the route leaf reported: %v", got)
+	}
+	carved["internal/api/route"] = []string{"internal/service"}
+	if got := reach(carved, "internal/gateway", invariant("the gateway compiles neither the service nor the store")); len(got) != 3 {
+		t.Errorf("the gateway reaching the service through the route leaf: chain %v", got)
+	}
+	if got := reach(carved, "internal/cluster", invariant("the cluster speaks its own types, not the wire's")); len(got) != 3 {
+		t.Errorf("the cluster reaching apitypes through a leaf: chain %v", got)
+	}
+	if !matchesAny("internal/driver/docker", directRules[0].never) || !matchesAny("internal/router", directRules[0].never) || matchesAny("internal/service", directRules[0].never) {
+		t.Error("the surfaces' direct rule does not name the runtimes and routers alone")
+	}
+	std := map[string][]string{
+		".":                  {"errors", "time"},
+		"internal/service":   {"context", "net/http/httputil"},
+		"internal/templates": {"net/http"},
+		"internal/api":       {"net/http"},
+		"internal/volumes":   {"net/netip"},
+	}
+	violations := directViolations(std, stdRules[0].from, stdRules[0].never)
+	if want := []string{"internal/service imports net/http/httputil", "internal/templates imports net/http"}; !slices.Equal(violations, want) {
+		t.Errorf("net/http violations %q, want %q", violations, want)
+	}
 }
 
-// moduleGraph lists every package of the module with the module packages
-// its own (non-test) files import, in module-relative paths.
-func moduleGraph(t *testing.T) map[string][]string {
+// directViolations lists, for the packages of graph matching from, their
+// own imports that match never, in order.
+func directViolations(graph map[string][]string, from, never []string) []string {
+	var out []string
+	for _, p := range sortedKeys(graph) {
+		if !matchesAny(p, from) {
+			continue
+		}
+		for _, imp := range graph[p] {
+			if matchesAny(imp, never) {
+				out = append(out, p+" imports "+imp)
+			}
+		}
+	}
+	return out
+}
+
+// importGraphs lists every package of the module, in module-relative
+// paths, with the module packages its own (non-test) files import and
+// with the standard library packages they import.
+func importGraphs(t *testing.T) (module, std map[string][]string) {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Imports,Error", "./...")
 	var stderr bytes.Buffer
@@ -253,7 +379,7 @@ func moduleGraph(t *testing.T) map[string][]string {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, stderr.String())
 	}
-	graph := map[string][]string{}
+	graph, std := map[string][]string{}, map[string][]string{}
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
 		var p struct {
@@ -273,18 +399,20 @@ func moduleGraph(t *testing.T) map[string][]string {
 		if !ok {
 			continue
 		}
-		var imps []string
+		var imps, stds []string
 		for _, imp := range p.Imports {
 			if r, ok := relative(imp); ok {
 				imps = append(imps, r)
+			} else if first, _, _ := strings.Cut(imp, "/"); !strings.Contains(first, ".") {
+				stds = append(stds, imp) // the standard library's paths have no dot in their first element
 			}
 		}
-		graph[rel] = imps
+		graph[rel], std[rel] = imps, stds
 	}
 	if len(graph) == 0 {
 		t.Fatal("go list found no packages of the module")
 	}
-	return graph
+	return graph, std
 }
 
 // fileImports returns the module packages one file imports.

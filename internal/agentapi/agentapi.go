@@ -11,6 +11,7 @@ package agentapi
 
 import (
 	"net/http"
+	"path"
 
 	"connectrpc.com/connect"
 
@@ -125,4 +126,11 @@ func NewRequest[T any](msg *T, token string) *connect.Request[T] {
 	req := connect.NewRequest(msg)
 	req.Header().Set(AccessTokenHeader, token)
 	return req
+}
+
+// DaemonOnlyPath reports whether a request for p on a sandbox's port is
+// one only the daemon makes: the agent's init call, which replaces its
+// access token and environment. Surfaces and the preview proxy refuse it.
+func DaemonOnlyPath(port int, p string) bool {
+	return port == Port && path.Clean("/"+p) == InitPath
 }

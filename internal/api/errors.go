@@ -13,6 +13,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/apitypes"
 
+	"github.com/sandpit-dev/sandpit/internal/api/route"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -60,6 +61,12 @@ func Classify(err error) Problem {
 	var decided Problem
 	if errors.As(err, &decided) {
 		return decided
+	}
+	// The gateway decides its problems in the route declarations' leaf,
+	// which it shares with the surfaces without compiling them.
+	var routed route.Problem
+	if errors.As(err, &routed) {
+		return Problem(routed)
 	}
 	msg := err.Error()
 	switch {

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/sandpit-dev/sandpit/internal/api/route"
 )
 
 // MaxBodyBytes bounds control-plane JSON bodies; file uploads have their own.
@@ -42,17 +44,9 @@ func DecodeJSON(r *http.Request, v any, strict bool) error {
 	return nil
 }
 
-// WriteJSON writes v with the given status.
-func WriteJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		http.Error(w, `{"error":{"code":"internal","message":"encode response"}}`, http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
+// WriteJSON writes v as a JSON answer with status (route.WriteJSON, which
+// the gateway shares).
+func WriteJSON(w http.ResponseWriter, status int, v any) { route.WriteJSON(w, status, v) }
 
 // TokenEqual compares a presented token with the daemon's in constant time.
 func TokenEqual(got, want string) bool {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/apitypes"
 
+	"github.com/sandpit-dev/sandpit/internal/api/route"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -36,31 +37,19 @@ const ReplayedHeader = "Idempotent-Replayed"
 // MarkReplayed says on w that its answer is a replay.
 func MarkReplayed(w http.ResponseWriter) { w.Header().Set(ReplayedHeader, "true") }
 
-// KeyMode says whether and how a route honours Idempotency-Key.
-type KeyMode int
-
-const (
-	// NotKeyed: the header is ignored.
-	NotKeyed KeyMode = iota
-	// Keyed: the first completed answer is stored and replayed.
-	Keyed
-	// KeyedCreate: as Keyed, and the route makes a resource whose id is
-	// chosen and recorded in the claim before anything is made (the handler
-	// reads it with TargetID), so the retry of a crashed attempt makes it
-	// under the same id rather than making a second one.
-	KeyedCreate
-	// KeyedByHandler: the handler reads the key itself (E2B's create, which
-	// also merges identical creates by their fingerprint); the route is
-	// keyed for the documentation, and the wrapper leaves it alone.
-	KeyedByHandler
+// KeyMode and Keying, a route's Idempotency-Key declaration, are part of
+// the route declarations (package route).
+type (
+	KeyMode = route.KeyMode
+	Keying  = route.Keying
 )
 
-// Keying is a route's Idempotency-Key declaration.
-type Keying struct {
-	Mode KeyMode
-	// Prefix goes before a KeyedCreate's chosen id (a template's "tpl-").
-	Prefix string
-}
+const (
+	NotKeyed       = route.NotKeyed
+	Keyed          = route.Keyed
+	KeyedCreate    = route.KeyedCreate
+	KeyedByHandler = route.KeyedByHandler
+)
 
 // KeyFormat is the Idempotency-Key syntax a wire accepts.
 type KeyFormat int

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/apitypes"
 )
 
 // Headers of a request one node forwards to another over the cluster port.
@@ -92,10 +92,11 @@ func (c *Cluster) ServeForwarded(ctx context.Context, h http.Handler) {
 			if err := json.Unmarshal([]byte(r.Header.Get(HeaderPrincipal)), &p); err != nil || r.Header.Get(HeaderForwardedBy) == "" {
 				// Only a node of this cluster reaches this port, and every
 				// node sends both headers: this is a bug, not a client's
-				// error, so it is answered in the native shape alone.
+				// error, so it is answered in the native shape alone,
+				// written out here because the cluster knows no wire type.
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)
-				_ = json.NewEncoder(w).Encode(apitypes.ErrorBody{Error: apitypes.ErrorDetail{Code: apitypes.CodeBadRequest, Message: "forwarded request without its principal"}})
+				_, _ = io.WriteString(w, `{"error":{"code":"bad_request","message":"forwarded request without its principal"}}`+"\n")
 				return
 			}
 			r = r.WithContext(WithForwarded(r.Context(), p))

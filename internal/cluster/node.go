@@ -18,7 +18,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
 )
 
@@ -370,8 +369,24 @@ func (c *Cluster) RefreshCapacity() {
 	}
 }
 
+// MemberStatus is a member as this node sees it: what gossip knows of it,
+// its Raft role and what the index says of it. The API renders it on the
+// wire; the cluster keeps its own type so that it depends on no wire.
+type MemberStatus struct {
+	Member
+	Voter  bool
+	Leader bool
+	// Draining: the member takes no new sandboxes (cluster drain); the
+	// index's flag, which placement obeys.
+	Draining bool
+	// MaxSandboxes is the member's --max-sandboxes (0 = no cap).
+	MaxSandboxes int
+	// Placements is how many sandboxes the cluster places on the member.
+	Placements int
+}
+
 // Members lists the members gossip knows, with their Raft role.
-func (c *Cluster) Members() []apitypes.ClusterMember {
+func (c *Cluster) Members() []MemberStatus {
 	voters := map[string]bool{}
 	if cf := c.rep.raft.GetConfiguration(); cf.Error() == nil {
 		for _, s := range cf.Configuration().Servers {
@@ -379,9 +394,9 @@ func (c *Cluster) Members() []apitypes.ClusterMember {
 		}
 	}
 	_, leader := c.rep.Leader()
-	var out []apitypes.ClusterMember
+	var out []MemberStatus
 	for _, m := range c.gossip.Members() {
-		ms := apitypes.ClusterMember{Name: m.Name, Gossip: m.Gossip, State: m.State, Meta: apitypes.ClusterMemberMeta(m.Meta), Voter: voters[m.Name], Leader: string(leader) == m.Name, Placements: c.rep.fsm.CountOn(m.Name)}
+		ms := MemberStatus{Member: m, Voter: voters[m.Name], Leader: string(leader) == m.Name, Placements: c.rep.fsm.CountOn(m.Name)}
 		if n, ok := c.rep.fsm.Node(m.Name); ok {
 			ms.Draining, ms.MaxSandboxes = n.Draining, n.MaxSandboxes
 		}
@@ -390,8 +405,25 @@ func (c *Cluster) Members() []apitypes.ClusterMember {
 	return out
 }
 
+// NodeStatus is one node's view of the cluster: its Raft state and the
+// digest and counts of its copy of the replicated index.
+type NodeStatus struct {
+	Node         string
+	State        string // Raft state: Leader, Follower, Candidate
+	Leader       string
+	Term         string
+	AppliedIndex uint64
+	Digest       string
+	Placements   int
+	Names        int
+	Hostnames    int
+	Claims       int
+	// Draining names the drained nodes.
+	Draining []string
+}
+
 // Status reports this node's Raft state and the digest of its index.
-func (c *Cluster) Status() apitypes.ClusterNodeStatus {
+func (c *Cluster) Status() NodeStatus {
 	_, leader := c.rep.Leader()
 	p, n, h, cl := c.rep.fsm.Counts()
 	var draining []string
@@ -400,7 +432,7 @@ func (c *Cluster) Status() apitypes.ClusterNodeStatus {
 			draining = append(draining, node.ID)
 		}
 	}
-	return apitypes.ClusterNodeStatus{
+	return NodeStatus{
 		Draining:     draining,
 		Node:         c.cfg.NodeName,
 		State:        c.rep.raft.State().String(),

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
@@ -39,7 +40,7 @@ func newRouter(cfg Config, log *slog.Logger, adminToken string) *builtin.Builtin
 		DaemonCredential: func(v string) bool {
 			return strings.HasPrefix(v, service.TokenMarker) || adminToken != "" && subtle.ConstantTimeCompare([]byte(v), []byte(adminToken)) == 1
 		},
-		DaemonOnly: service.DaemonOnlyAgentPath,
+		DaemonOnly: agentapi.DaemonOnlyPath,
 	})
 }
 

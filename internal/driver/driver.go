@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Labels every managed container carries, so a restarted daemon can reconcile
@@ -99,16 +101,9 @@ type Event struct {
 	ExitCode    int // EventDie only
 }
 
-// Stats is a point-in-time resource sample.
-type Stats struct {
-	CPUCount   int
-	CPUUsedPct float64
-	MemUsed    int64
-	MemTotal   int64
-	DiskUsed   int64
-	DiskTotal  int64
-	Timestamp  time.Time
-}
+// Stats is a point-in-time resource sample (sandpit.Stats); the name
+// stays for the runtimes that measure it.
+type Stats = sandpit.Stats
 
 // Driver creates and controls sandbox containers.
 type Driver interface {

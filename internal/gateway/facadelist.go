@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/route"
 )
 
 // serveMerged answers a listing or an event stream for the whole cluster,
@@ -22,7 +22,7 @@ func (g *Gateway) serveMerged(w http.ResponseWriter, r *http.Request, local http
 	}
 	client := &http.Client{Transport: transport}
 	switch {
-	case rt.Locate == api.LocateEvents:
+	case rt.Locate == route.LocateEvents:
 		g.serveEvents(w, r, local, p, client)
 	case rt.Merge != nil:
 		g.serveFacadeList(w, r, local, p, client, rt.Merge, rt.Ask)
@@ -38,9 +38,9 @@ func (g *Gateway) serveMerged(w http.ResponseWriter, r *http.Request, local http
 // cluster, the way the native listing is: every live node lists its own
 // sandboxes, and the surface's merge combines the pages in its own shape and
 // order.
-func (g *Gateway) serveFacadeList(w http.ResponseWriter, r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client, merge func(http.ResponseWriter, *http.Request, []api.NodePage), ask http.Header) {
+func (g *Gateway) serveFacadeList(w http.ResponseWriter, r *http.Request, local http.Handler, p sandpit.Principal, client *http.Client, merge func(http.ResponseWriter, *http.Request, []route.NodePage), ask http.Header) {
 	var (
-		pages   []api.NodePage
+		pages   []route.NodePage
 		missing []string
 	)
 	asked := r
@@ -53,7 +53,7 @@ func (g *Gateway) serveFacadeList(w http.ResponseWriter, r *http.Request, local 
 	for _, a := range g.fanOut(asked, local, p, client) {
 		switch {
 		case a.Err == nil:
-			pages = append(pages, api.NodePage{Node: a.Node, Header: a.Header, Body: a.Body})
+			pages = append(pages, route.NodePage{Node: a.Node, Header: a.Header, Body: a.Body})
 		case a.Local != nil:
 			// This node's refusal (a bad filter, a bad cursor) is the
 			// answer: every node would refuse the same query.

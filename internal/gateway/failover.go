@@ -6,7 +6,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/apitypes"
-	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/route"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 )
 
@@ -27,7 +27,7 @@ func (g *Gateway) serveFailedOver(w http.ResponseWriter, r *http.Request, local 
 	}
 	if p.State == cluster.PlacementRecreating {
 		w.Header().Set("Retry-After", "2")
-		cfg.WriteError(w, r, api.Problem{Status: http.StatusServiceUnavailable, Code: apitypes.CodeServiceUnavailable,
+		cfg.WriteError(w, r, route.Problem{Status: http.StatusServiceUnavailable, Code: apitypes.CodeServiceUnavailable,
 			Message: "sandbox " + p.SandboxID + " is being re-created on node " + p.Node})
 		return
 	}

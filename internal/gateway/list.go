@@ -17,7 +17,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/apitypes"
-	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/route"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 )
 
@@ -112,7 +112,7 @@ func (g *Gateway) listAll(w http.ResponseWriter, r *http.Request, local http.Han
 		slices.Sort(missing)
 		w.Header().Set(HeaderPartial, strings.Join(missing, ","))
 	}
-	api.WriteJSON(w, http.StatusOK, out)
+	route.WriteJSON(w, http.StatusOK, out)
 }
 
 // NodeAnswer is one node's answer to a request the router sent to every

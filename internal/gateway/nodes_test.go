@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/route"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 )
@@ -70,20 +71,20 @@ func knowsClusterPort(c *cluster.Cluster, node string) bool {
 // surface behind it.
 func surfacesTable() *Table {
 	native := api.NewRoutes(http.NewServeMux(), nil, nil).NamesToo()
-	native.Declare("POST /v1/sandboxes", api.Forwarding{Locate: api.LocateCreate})
-	native.Declare("GET /v1/sandboxes", api.Forwarding{Locate: api.LocateList})
-	native.Declare("/v1/sandboxes/{id}", api.Forwarding{Locate: api.LocateSandbox})
-	native.Declare("/v1/sandboxes/{id}/", api.Forwarding{Locate: api.LocateSandbox})
+	native.Declare("POST /v1/sandboxes", route.Forwarding{Locate: route.LocateCreate})
+	native.Declare("GET /v1/sandboxes", route.Forwarding{Locate: route.LocateList})
+	native.Declare("/v1/sandboxes/{id}", route.Forwarding{Locate: route.LocateSandbox})
+	native.Declare("/v1/sandboxes/{id}/", route.Forwarding{Locate: route.LocateSandbox})
 	e2b := api.NewRoutes(http.NewServeMux(), nil, nil)
-	e2b.Declare("/sandboxes/{id}", api.Forwarding{Locate: api.LocateSandbox})
-	e2b.Declare("/sandboxes/{id}/", api.Forwarding{Locate: api.LocateSandbox})
-	e2b.Declare("/envd/", api.Forwarding{Locate: api.LocateHeader, Header: "E2b-Sandbox-Id"})
+	e2b.Declare("/sandboxes/{id}", route.Forwarding{Locate: route.LocateSandbox})
+	e2b.Declare("/sandboxes/{id}/", route.Forwarding{Locate: route.LocateSandbox})
+	e2b.Declare("/envd/", route.Forwarding{Locate: route.LocateHeader, Header: "E2b-Sandbox-Id"})
 	root := api.NewRoutes(http.NewServeMux(), nil, nil)
-	root.Declare("/files", api.Forwarding{Locate: api.LocateHeader, Header: "E2b-Sandbox-Id", Signature: "signature"})
+	root.Declare("/files", route.Forwarding{Locate: route.LocateHeader, Header: "E2b-Sandbox-Id", Signature: "signature"})
 	daytona := api.NewRoutes(http.NewServeMux(), nil, nil)
-	daytona.Declare("/sandbox/{idOrName}", api.Forwarding{Locate: api.LocateSandbox})
-	daytona.Declare("/sandbox/{idOrName}/", api.Forwarding{Locate: api.LocateSandbox})
-	daytona.Declare("/toolbox/{id}/", api.Forwarding{Locate: api.LocateSandbox})
+	daytona.Declare("/sandbox/{idOrName}", route.Forwarding{Locate: route.LocateSandbox})
+	daytona.Declare("/sandbox/{idOrName}/", route.Forwarding{Locate: route.LocateSandbox})
+	daytona.Declare("/toolbox/{id}/", route.Forwarding{Locate: route.LocateSandbox})
 	return NewTable(
 		Surface{Routes: native.Forwarded()},
 		Surface{Mount: "/e2b", Routes: e2b.Forwarded()},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	sandpitapi "github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 )
 
@@ -171,7 +172,7 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 
 	// The E2B gateway takes no API credential: its calls go to the owner
 	// as the zero principal, with the sandbox's own token untouched.
-	router := httptest.NewServer(New(n1).API(local, Config{Routes: surfacesTable(), Authenticate: func(*http.Request) (sandpit.Principal, error) {
+	router := httptest.NewServer(New(n1).API(local, Config{Routes: surfacesTable(), WriteError: sandpitapi.WriteError, Authenticate: func(*http.Request) (sandpit.Principal, error) {
 		return sandpit.Principal{}, errors.New("no credential")
 	}}))
 	defer router.Close()

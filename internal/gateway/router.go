@@ -16,7 +16,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/apitypes"
-	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/route"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 )
 
@@ -47,7 +47,7 @@ type Config struct {
 	// that does not authenticate is never forwarded (this node refuses it).
 	Authenticate func(r *http.Request) (sandpit.Principal, error)
 	// Routes is the surfaces' route table: it says, for each request, how
-	// the node that serves it is found (see api.Forwarding).
+	// the node that serves it is found (see route.Forwarding).
 	Routes *Table
 	// ListToken, when set, makes GET /v1/sandboxes list the whole cluster:
 	// it returns the page token that continues after a row.
@@ -57,8 +57,9 @@ type Config struct {
 	ListPosition func(token string) (time.Time, string, error)
 	// WriteError writes an error the gateway decided itself (no node can
 	// take a create, the owner did not answer, a lost sandbox) in the shape
-	// of the surface r belongs to, with the status of api.Classify. Nil
-	// writes the native shape (api.WriteError).
+	// of the surface r belongs to, with the status of the API's Classify.
+	// It is required: only the API layer maps domain errors to statuses,
+	// and the gateway compiles no more of it than the route declarations.
 	WriteError func(w http.ResponseWriter, r *http.Request, err error)
 	// Lost answers a request about a lost sandbox in its surface's shape:
 	// 410 sandbox_lost, or, when deleted is true, the surface's answer to a
@@ -79,7 +80,9 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 		cfg.Logger = g.log
 	}
 	if cfg.WriteError == nil {
-		cfg.WriteError = api.WriteError
+		// A programming error of the assembly, found by any test that
+		// builds a gateway.
+		panic("gateway: Config.WriteError is required")
 	}
 	transport := g.cl.Transport()
 	proxy := &httputil.ReverseProxy{
@@ -104,7 +107,7 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 			// The client's retry (same key) will find the owner back, or
 			// the cluster changed.
 			w.Header().Set("Retry-After", "1")
-			cfg.WriteError(w, r, api.Problem{Status: http.StatusServiceUnavailable, Code: apitypes.CodeOwnerUnreachable,
+			cfg.WriteError(w, r, route.Problem{Status: http.StatusServiceUnavailable, Code: apitypes.CodeOwnerUnreachable,
 				Message: "the node that owns this sandbox did not answer: " + err.Error()})
 		},
 	}
@@ -117,19 +120,19 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 			return
 		}
 		switch rt.Locate {
-		case api.LocateList, api.LocateEvents:
+		case route.LocateList, route.LocateEvents:
 			if !forwarded && r.Method == http.MethodGet && g.serveMerged(w, r, local, cfg, transport, rt) {
 				return
 			}
 			local.ServeHTTP(w, r)
 			return
-		case api.LocateSandbox, api.LocateCreate:
-		case api.LocateNode:
+		case route.LocateSandbox, route.LocateCreate:
+		case route.LocateNode:
 			if forwarded || rt.Node == "" || rt.Node == g.node {
 				local.ServeHTTP(w, r)
 				return
 			}
-		case api.LocateHeader:
+		case route.LocateHeader:
 			if rt.Sandbox == "" && !rt.Signed {
 				local.ServeHTTP(w, r)
 				return
@@ -138,14 +141,14 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 			local.ServeHTTP(w, r)
 			return
 		}
-		if rt.Locate == api.LocateSandbox && rt.Sandbox == "" {
+		if rt.Locate == route.LocateSandbox && rt.Sandbox == "" {
 			local.ServeHTTP(w, r)
 			return
 		}
-		anonymous := rt.Locate == api.LocateHeader
+		anonymous := rt.Locate == route.LocateHeader
 		var target string
 		switch {
-		case rt.Locate == api.LocateNode:
+		case rt.Locate == route.LocateNode:
 			target = rt.Node
 		case rt.Signed:
 			if forwarded {
@@ -157,7 +160,7 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 				local.ServeHTTP(w, r)
 				return
 			}
-		case rt.Locate == api.LocateCreate:
+		case rt.Locate == route.LocateCreate:
 			if forwarded {
 				// Placement already chose this node.
 				local.ServeHTTP(w, r)
@@ -255,7 +258,7 @@ func (g *Gateway) API(local http.Handler, cfg Config) http.Handler {
 		if forwarded {
 			// One hop only: the forwarding node thought this node owns the
 			// sandbox and this node thinks otherwise; the index is moving.
-			cfg.WriteError(w, r, api.Problem{Status: http.StatusMisdirectedRequest, Code: apitypes.CodeMisdirected,
+			cfg.WriteError(w, r, route.Problem{Status: http.StatusMisdirectedRequest, Code: apitypes.CodeMisdirected,
 				Message: "sandbox is owned by " + target + ", not by this node"})
 			return
 		}

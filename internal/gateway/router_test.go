@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 )
 
@@ -26,7 +27,7 @@ func TestRouterServesLocallyAndRefusesASecondHop(t *testing.T) {
 		t.Fatal(err)
 	}
 	local := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
-	h := New(n1).API(local, Config{Routes: surfacesTable(), Authenticate: func(*http.Request) (sandpit.Principal, error) {
+	h := New(n1).API(local, Config{Routes: surfacesTable(), WriteError: api.WriteError, Authenticate: func(*http.Request) (sandpit.Principal, error) {
 		return sandpit.Principal{Owner: "admin", Admin: true}, nil
 	}})
 	forwarded := cluster.WithForwarded(context.Background(), sandpit.Principal{Owner: "admin"})

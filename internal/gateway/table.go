@@ -2,7 +2,7 @@
 // to the node that must serve it, answers listings and event streams for the
 // whole cluster, and hands previews to the owner's proxy. It reads the
 // surfaces' own route tables (each surface declares, next to its routes, how
-// a request finds its sandbox and how its listings merge: api.Forwarding),
+// a request finds its sandbox and how its listings merge: route.Forwarding),
 // so a route added to a surface is forwarded without editing this package.
 // The Raft index, membership, placement and the cluster port stay in
 // internal/cluster. It may import api and cluster; nothing below the daemon
@@ -14,14 +14,14 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/route"
 )
 
 // Surface is one surface's routes as registered, with the prefix its mux is
 // mounted under ("" when the patterns carry the full path).
 type Surface struct {
 	Mount  string
-	Routes []api.Route
+	Routes []route.Route
 }
 
 // Table finds a request's route among the surfaces' routes by the same
@@ -35,14 +35,14 @@ type Table struct {
 type Target struct {
 	// Forwarding is the route's declaration; its Locate is the effective
 	// locator (never LocateDefault).
-	api.Forwarding
+	route.Forwarding
 	// Sandbox is the id (or name) the route names, from its path or its
 	// header; "" for a route that names none.
 	Sandbox string
 	// Root is true when the path names the sandbox itself (its GET, its
 	// delete), not something inside it.
 	Root bool
-	// Signed: a signed URL that names no sandbox (see api.Forwarding's
+	// Signed: a signed URL that names no sandbox (see route.Forwarding's
 	// Signature).
 	Signed bool
 	// Node is the node a LocateNode route names ("" = here).
@@ -75,12 +75,12 @@ func NewTable(surfaces ...Surface) *Table {
 				}
 				out.matched, out.Forwarding = true, fw
 				switch fw.Locate {
-				case api.LocateSandbox:
+				case route.LocateSandbox:
 					out.Sandbox, out.Root = r.PathValue(param), root
-				case api.LocateHeader:
+				case route.LocateHeader:
 					out.Sandbox = r.Header.Get(fw.Header)
 					out.Signed = out.Sandbox == "" && fw.Signature != "" && r.URL.Query().Get(fw.Signature) != ""
-				case api.LocateNode:
+				case route.LocateNode:
 					if fw.Node != nil {
 						out.Node = fw.Node(r)
 					}

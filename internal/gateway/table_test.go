@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/route"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/gateway"
 )
@@ -70,7 +71,7 @@ func TestNewSandboxRouteIsForwardedToTheOwner(t *testing.T) {
 
 	// Both nodes serve the same surface, with a route added in this build
 	// only; each answers with its own name.
-	surface := func(node string) (http.Handler, []api.Route) {
+	surface := func(node string) (http.Handler, []route.Route) {
 		mux := http.NewServeMux()
 		rs := api.NewRoutes(mux, func(w http.ResponseWriter, _ *http.Request, err error) {
 			http.Error(w, err.Error(), http.StatusForbidden)
@@ -91,7 +92,8 @@ func TestNewSandboxRouteIsForwardedToTheOwner(t *testing.T) {
 	h1, routes := surface("n1")
 	table := gateway.NewTable(gateway.Surface{Routes: routes})
 	front := httptest.NewServer(gateway.New(n1).API(h1, gateway.Config{
-		Routes: table,
+		Routes:     table,
+		WriteError: api.WriteError,
 		Authenticate: func(*http.Request) (sandpit.Principal, error) {
 			return sandpit.Principal{Owner: "admin", Admin: true}, nil
 		},

@@ -3,38 +3,25 @@ package router
 import (
 	"net/http"
 	"strings"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Headers the daemon consumes or sets for itself, which a sandbox never
 // receives. Every header whose name starts with InternalHeaderPrefix is one
 // of the daemon's own (cluster forwarding marks, the forwarded principal).
 const (
-	InternalHeaderPrefix = "Sandpit-"
+	InternalHeaderPrefix = sandpit.InternalHeaderPrefix
 	// apiKeyHeader is how the E2B SDK presents the daemon's token.
-	apiKeyHeader = "X-Api-Key"
+	apiKeyHeader = sandpit.APIKeyHeader
 	// previewTokenHeader is how the Daytona SDK presents a preview token,
 	// a credential for the daemon's edge, not for the sandbox.
-	previewTokenHeader = "X-Daytona-Preview-Token"
+	previewTokenHeader = sandpit.PreviewTokenHeader
 	// ReservedCookiePrefix starts the names of cookies that belong to the
 	// daemon. Sandpit sets no cookie today; the names are reserved so that
 	// one it sets later is never handed to a sandbox.
 	ReservedCookiePrefix = "sandpit"
 )
-
-// StripForAgent removes from h, a request on its way from the API listener
-// to a sandbox (the E2B envd gateway, the native agent routes, a forwarded
-// cluster call), every credential and internal header the daemon consumed:
-// Authorization unless it is the Basic pair the E2B SDK names the process
-// user with, every cookie (the API origin sets none a sandbox may read),
-// the API key and preview token headers and every Sandpit-* header.
-func StripForAgent(h http.Header) {
-	if !strings.HasPrefix(h.Get("Authorization"), "Basic ") {
-		h.Del("Authorization")
-	}
-	h.Del("Cookie")
-	h.Del(apiKeyHeader)
-	stripCommon(h)
-}
 
 // StripForPreview removes from h, a request on its way from the preview
 // proxy to a sandbox's server, what belongs to the daemon and not to the
@@ -67,7 +54,7 @@ func stripCommon(h http.Header) {
 	h.Del(previewTokenHeader)
 	h.Del(TrafficTokenHeader)
 	for k := range h {
-		if len(k) >= len(InternalHeaderPrefix) && strings.EqualFold(k[:len(InternalHeaderPrefix)], InternalHeaderPrefix) {
+		if sandpit.IsInternalHeader(k) {
 			delete(h, k)
 		}
 	}

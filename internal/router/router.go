@@ -6,8 +6,9 @@ package router
 import (
 	"context"
 	"errors"
-	"path"
 	"strconv"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // ErrNotInstalled is returned when removing or resolving a route that is not
@@ -27,30 +28,19 @@ const (
 	KindAnyPort Kind = "any-port"
 )
 
-// TrafficTokenHeader carries a sandbox's traffic token to a KindAnyPort
-// route that requires one (E2B's header name).
-const TrafficTokenHeader = "E2b-Traffic-Access-Token"
-
-// PreviewTokenHeader carries a private port's preview token to its KindHTTP
-// route (Daytona's header name).
-const PreviewTokenHeader = "X-Daytona-Preview-Token"
-
-// AccessTokenHeader carries a sandbox's access token, as E2B's SDKs send it.
-const AccessTokenHeader = "X-Access-Token"
-
-// The code interpreter's server port inside a sandbox, and its route that
-// runs code (E2B's): running code takes the sandbox's access token on
-// every way in, the gateway and the preview hosts alike.
+// The header names and the interpreter's route are the domain's (see the
+// root package); the routers name them through these for their own use.
 const (
-	InterpreterPort        = 49999
-	InterpreterExecutePath = "/execute"
+	TrafficTokenHeader     = sandpit.TrafficTokenHeader
+	PreviewTokenHeader     = sandpit.PreviewTokenHeader
+	AccessTokenHeader      = sandpit.AccessTokenHeader
+	InterpreterPort        = sandpit.InterpreterPort
+	InterpreterExecutePath = sandpit.InterpreterExecutePath
 )
 
 // NeedsAccessToken reports whether a request for p on a sandbox's port
-// must carry the sandbox's access token.
-func NeedsAccessToken(port int, p string) bool {
-	return port == InterpreterPort && path.Clean("/"+p) == InterpreterExecutePath
-}
+// must carry the sandbox's access token (sandpit.NeedsAccessToken).
+func NeedsAccessToken(port int, p string) bool { return sandpit.NeedsAccessToken(port, p) }
 
 // PortPlaceholder stands for the port in a KindAnyPort route's Host (E2B's
 // maskRequestHost syntax); the router puts in the port each request names.

@@ -103,7 +103,7 @@ func (s *Service) interpreterTarget(ctx context.Context, id string) (addr, token
 }
 
 func (s *Service) interpreterClient() interpreter.Client {
-	return interpreter.Client{HTTP: s.agents.http}
+	return interpreter.Client{HTTP: s.agents.Client()}
 }
 
 // noInterpreter explains ErrUnavailable in the terms of what to do.

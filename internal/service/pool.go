@@ -1,16 +1,11 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -291,28 +286,16 @@ const initTimeout = 3 * time.Second
 // initAgent gives an adopted container's agent the sandbox's environment and
 // access token, authenticated with the pool-only token it started with.
 func (s *Service) initAgent(ctx context.Context, ip, poolToken string, sb sandpit.Sandbox) error {
-	body, err := json.Marshal(agentapi.InitRequest{EnvVars: sb.Env, AccessToken: sb.AccessToken})
-	if err != nil {
-		return err
-	}
 	// A pooled agent answers init in a millisecond or two; one that does
 	// not answer within the budget is given up on (the create goes cold).
 	ctx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
-	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(agentapi.Port)) + agentapi.InitPath
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set(agentapi.AccessTokenHeader, poolToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.agents.http.Do(req)
+	refused, err := s.agents.Init(ctx, ip, poolToken, agentapi.InitRequest{EnvVars: sb.Env, AccessToken: sb.AccessToken})
 	if err != nil {
 		return fmt.Errorf("%w: init: %v", ErrAgentUnhealthy, err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("%w: init answered %s", ErrAgentUnhealthy, resp.Status)
+	if refused != "" {
+		return fmt.Errorf("%w: init answered %s", ErrAgentUnhealthy, refused)
 	}
 	return nil
 }
@@ -680,11 +663,5 @@ func (s *Service) healthyNow(ctx context.Context, ip string) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(ip, strconv.Itoa(agentapi.Port))+agentapi.HealthPath, nil)
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode < 300
+	return s.agents.Healthy(ctx, ip)
 }

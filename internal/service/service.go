@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -223,9 +222,8 @@ type Service struct {
 	rt     driver.Driver
 	router router.Router
 	log    *slog.Logger
-	http   *http.Client
 	// agents carries every call the daemon makes to sandbox agents.
-	agents *agentLink
+	agents *agentapi.Link
 	// agentClients are the Connect clients of each agent address, built on
 	// first use; guarded by mu and dropped with the address.
 	agentClients map[string]agentapi.Clients
@@ -397,8 +395,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		rt:              rt,
 		router:          rtr,
 		log:             cfg.Logger,
-		http:            &http.Client{Timeout: 2 * time.Second},
-		agents:          newAgentLink(),
+		agents:          agentapi.NewLink(),
 		agentClients:    map[string]agentapi.Clients{},
 		ips:             map[string]string{},
 		touched:         map[string]time.Time{},
@@ -545,7 +542,7 @@ func (s *Service) forgetIP(id string) {
 	// (its network namespace is gone), and the engine hands its address to
 	// the next container: reusing it would reach that one, or get a reset.
 	// Idle connections are cheap to remake, so all of them go.
-	s.agents.http.CloseIdleConnections()
+	s.agents.CloseIdleConnections()
 }
 
 // leave marks a sandbox's agent as going away (see Service.leaving) until
@@ -588,17 +585,11 @@ func healthDelay(elapsed, prev time.Duration) time.Duration {
 func (s *Service) waitHealthy(ctx context.Context, ip string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.HealthTimeout)
 	defer cancel()
-	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(agentapi.Port)) + "/health"
 	start := time.Now()
 	var delay time.Duration
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := s.http.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode < 300 {
-				return nil
-			}
+		if s.agents.Healthy(ctx, ip) {
+			return nil
 		}
 		delay = healthDelay(time.Since(start), delay)
 		select {

@@ -1563,7 +1563,7 @@ func (s *Service) startTemplate(ctx context.Context, sb sandpit.Sandbox, t sandp
 	if err != nil {
 		return runtimeErr("inspect container", err)
 	}
-	c2 := agentapi.NewClients(s.agents.http, net.JoinHostPort(c.IP, strconv.Itoa(agentapi.Port)))
+	c2 := agentapi.NewClients(s.agents.Client(), net.JoinHostPort(c.IP, strconv.Itoa(agentapi.Port)))
 	agent := agentapi.Agent{Addr: net.JoinHostPort(c.IP, strconv.Itoa(agentapi.Port)), Token: sb.AccessToken, Process: c2.Process, Filesystem: c2.Filesystem}
 	if t.StartCmd != "" {
 		// A background job with every stream redirected: the agent's exec

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -39,7 +38,7 @@ type Backend interface {
 	ResolveSandbox(ctx context.Context, ref string) (sandpit.Sandbox, error)
 	OpenSession(ctx context.Context) (context.Context, func(), error)
 	Agent(ctx context.Context, id string) (agentapi.Agent, error)
-	AgentHTTP() *http.Client
+	AgentHTTP() *agentapi.Link
 	DialSandbox(ctx context.Context, id string, port int) (net.Conn, error)
 	ValidateEnv(env map[string]string) error
 }

@@ -52,7 +52,7 @@ func (s *Server) serveSFTP(ctx context.Context, id string, ch ssh.Channel) int {
 type files struct {
 	ctx     context.Context
 	agent   agentapi.Agent
-	hc      *http.Client
+	hc      *agentapi.Link
 	maxFile int64
 }
 

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -59,7 +58,7 @@ func (f *fake) Agent(context.Context, string) (agentapi.Agent, error) {
 	return agentapi.Agent{}, errors.New("no agent in this test")
 }
 
-func (f *fake) AgentHTTP() *http.Client { return http.DefaultClient }
+func (f *fake) AgentHTTP() *agentapi.Link { return agentapi.NewLink() }
 
 func (f *fake) DialSandbox(ctx context.Context, id string, port int) (net.Conn, error) {
 	if id != "sbdemo" || port != 80 {

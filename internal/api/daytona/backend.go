@@ -3,13 +3,11 @@ package daytona
 import (
 	"context"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
-	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -27,7 +25,7 @@ type AgentBackend interface {
 	GetSandboxByIDOrName(ctx context.Context, idOrName string) (sandpit.Sandbox, error)
 	Touch(ctx context.Context, id string, force bool)
 	Agent(ctx context.Context, id string) (agentapi.Agent, error)
-	AgentHTTP() *http.Client
+	AgentHTTP() *agentapi.Link
 	OpenSession(ctx context.Context) (context.Context, func(), error)
 }
 
@@ -72,7 +70,7 @@ type SandboxBackend interface {
 // ToolboxBackend is the toolbox's (files, git, LSP, execution, metrics).
 type ToolboxBackend interface {
 	AgentBackend
-	Stats(ctx context.Context, id string) (driver.Stats, error)
+	Stats(ctx context.Context, id string) (sandpit.Stats, error)
 }
 
 // ProcessBackend is the sessions', PTYs' and interpreters'.

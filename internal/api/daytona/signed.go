@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/router"
 )
 
 // Signed preview URLs: http://<port>-<token>.<domain>, where the token is
@@ -250,9 +250,9 @@ func (h *sandboxAPI) previewGate(next http.Handler, parse func(label string) (id
 					}
 					h.svc.Touch(r.Context(), id, false)
 					r.Host = h.svc.PreviewHost(id, port)
-					r.Header.Del(router.PreviewTokenHeader)
+					r.Header.Del(sandpit.PreviewTokenHeader)
 					if ptok != "" {
-						r.Header.Set(router.PreviewTokenHeader, ptok)
+						r.Header.Set(sandpit.PreviewTokenHeader, ptok)
 					}
 					next.ServeHTTP(w, r)
 					return

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/filesig"
@@ -136,13 +137,7 @@ func (f *fakeBackend) AgentAddr(context.Context, string) (string, error) {
 	return "", errors.New("no agents in unit tests")
 }
 
-func (f *fakeBackend) ForwardToAgent(w http.ResponseWriter, _ *http.Request, _, _, _ string, onError func(http.ResponseWriter, error)) {
-	onError(w, errors.New("no agents in unit tests"))
-}
-
-func (f *fakeBackend) ForwardToServer(w http.ResponseWriter, _ *http.Request, _, _, _ string, onError func(http.ResponseWriter, error)) {
-	onError(w, errors.New("no agents in unit tests"))
-}
+func (f *fakeBackend) AgentHTTP() *agentapi.Link { return agentapi.NewLink() }
 
 // CreateOrAdopt applies the service's one adopt policy to the fake's rows.
 func (f *fakeBackend) CreateOrAdopt(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, bool, error) {

@@ -17,8 +17,9 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
+	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/api/agentrelay"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
@@ -49,12 +50,11 @@ type Backend interface {
 	WakeOnTraffic(ctx context.Context, id string) (service.WakeOutcome, error)
 	SetTimeout(ctx context.Context, id string, timeout time.Duration) (sandpit.Sandbox, error)
 	UpdateNetwork(ctx context.Context, id string, p sandpit.NetworkPolicy) (sandpit.Sandbox, error)
-	Stats(ctx context.Context, id string) (driver.Stats, error)
+	Stats(ctx context.Context, id string) (sandpit.Stats, error)
 	AgentAddr(ctx context.Context, id string) (string, error)
-	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
-	// ForwardToServer is ForwardToAgent for a sandbox's own server, which
-	// sees host as the Host header ("" for its address).
-	ForwardToServer(w http.ResponseWriter, r *http.Request, addr, path, host string, onError func(http.ResponseWriter, error))
+	// AgentHTTP is the client of the daemon's calls to the agents, whose
+	// transport the relay to the sandboxes' agents and servers shares.
+	AgentHTTP() *agentapi.Link
 	CheckPortAccess(ctx context.Context, sb sandpit.Sandbox, port int, trafficToken string) error
 	// SignedFilesSandbox finds, without a store query, the running sandbox
 	// whose token signed a /files URL ("" for none).
@@ -137,6 +137,8 @@ type Handler struct {
 	// the backend has none); uploadKey signs its upload URLs.
 	tpl       TemplateBackend
 	uploadKey []byte
+	// relay carries the sandbox gateway's requests to the sandboxes.
+	relay *agentrelay.Relay
 }
 
 // Routes lists the control plane's routes, relative to /e2b, and their
@@ -179,6 +181,7 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 		log:       cfg.Logger.With("surface", "e2b"),
 		mux:       http.NewServeMux(),
 		uploadKey: uploadKeyFrom(cfg.UploadKey),
+		relay:     agentrelay.New(be.AgentHTTP().Transport()),
 	}
 	h.tpl, _ = be.(TemplateBackend)
 	// E2B's keys are the syntax its SDK documents for idempotencyKey, its

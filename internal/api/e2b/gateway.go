@@ -11,7 +11,6 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
-	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -82,16 +81,16 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 	// the sandbox's E2B public-traffic setting says.
 	// A private port (one a Daytona signed preview URL was made for) takes
 	// its preview token, in Daytona's header, instead of the traffic token.
-	cred := r.Header.Get(router.TrafficTokenHeader)
-	if tok := r.Header.Get(router.PreviewTokenHeader); tok != "" {
+	cred := r.Header.Get(sandpit.TrafficTokenHeader)
+	if tok := r.Header.Get(sandpit.PreviewTokenHeader); tok != "" {
 		cred = tok
 	}
 	if err := h.be.CheckPortAccess(r.Context(), sb, port, cred); err != nil {
 		fail(w, err, id)
 		return
 	}
-	r.Header.Del(router.TrafficTokenHeader)
-	r.Header.Del(router.PreviewTokenHeader)
+	r.Header.Del(sandpit.TrafficTokenHeader)
+	r.Header.Del(sandpit.PreviewTokenHeader)
 	addr, err := h.be.AgentAddr(r.Context(), id)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, "sandbox "+id+" is not reachable: "+err.Error())
@@ -108,11 +107,11 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 	if path == "" {
 		path = "/"
 	}
-	if sb.AccessToken != "" && router.NeedsAccessToken(port, path) &&
-		subtle.ConstantTimeCompare([]byte(r.Header.Get(router.AccessTokenHeader)), []byte(sb.AccessToken)) != 1 {
+	if sb.AccessToken != "" && sandpit.NeedsAccessToken(port, path) &&
+		subtle.ConstantTimeCompare([]byte(r.Header.Get(sandpit.AccessTokenHeader)), []byte(sb.AccessToken)) != 1 {
 		// Running code takes the sandbox's access token, as the agent's
 		// routes do; the server itself checks none (see images/code-interpreter).
-		writeError(w, http.StatusUnauthorized, "running code needs the sandbox's access token in the "+router.AccessTokenHeader+" header")
+		writeError(w, http.StatusUnauthorized, "running code needs the sandbox's access token in the "+sandpit.AccessTokenHeader+" header")
 		return
 	}
 	// The sandbox's servers see its host mask (maskRequestHost), as they
@@ -121,7 +120,7 @@ func (h *Handler) gateway(w http.ResponseWriter, r *http.Request, path string) {
 	if port != agentapi.Port {
 		host = service.MaskHost(sb.Network, port)
 	}
-	h.be.ForwardToServer(w, r, addr, path, host, func(w http.ResponseWriter, err error) {
+	h.relay.ToServer(w, r, addr, path, host, func(w http.ResponseWriter, err error) {
 		if port == interpreter.Port && interpreter.Refused(err) {
 			// 404, not 502: the SDK reads 502 as "the sandbox timed out"
 			// and says so, which sends the user looking in the wrong place.

@@ -12,7 +12,6 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -459,7 +458,7 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 		fail(w, err, id)
 		return
 	}
-	var samples []driver.Stats
+	var samples []sandpit.Stats
 	if hist := h.cfg.Metrics; hist != nil {
 		var err error
 		if samples, err = hist.Window(r.Context(), id, start, end); err != nil {

@@ -3,13 +3,11 @@ package v1
 import (
 	"context"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
-	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -35,11 +33,13 @@ type Backend interface {
 	AgentTarget(ctx context.Context, id string) (addr, token string, err error)
 	Agent(ctx context.Context, id string) (agentapi.Agent, error)
 	Touch(ctx context.Context, id string, force bool)
-	ForwardToAgent(w http.ResponseWriter, r *http.Request, addr, path, token string, onError func(http.ResponseWriter, error))
+	// AgentHTTP is the client of the daemon's calls to the agents, whose
+	// transport the agent relay shares.
+	AgentHTTP() *agentapi.Link
 
 	ExposePort(ctx context.Context, id string, port int, protocol string) (service.ExposeResult, error)
 	ListPorts(ctx context.Context, id string) ([]sandpit.ExposedPort, error)
-	Stats(ctx context.Context, id string) (driver.Stats, error)
+	Stats(ctx context.Context, id string) (sandpit.Stats, error)
 	UpdateNetwork(ctx context.Context, id string, p sandpit.NetworkPolicy) (sandpit.Sandbox, error)
 	ResizeSandbox(ctx context.Context, id string, r service.Resize) (sandpit.Sandbox, error)
 	NetworkDenials(ctx context.Context, id string) (service.NetworkReport, error)

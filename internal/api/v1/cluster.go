@@ -22,10 +22,10 @@ import (
 func ClusterHandler(cl *cluster.Cluster, auth *api.Auth, leave func()) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/cluster/members", func(w http.ResponseWriter, r *http.Request) {
-		api.WriteJSON(w, http.StatusOK, apitypes.ClusterMembers{Node: cl.NodeName(), Members: cl.Members()})
+		api.WriteJSON(w, http.StatusOK, apitypes.ClusterMembers{Node: cl.NodeName(), Members: wireMembers(cl.Members())})
 	})
 	mux.HandleFunc("GET /v1/cluster/status", func(w http.ResponseWriter, r *http.Request) {
-		api.WriteJSON(w, http.StatusOK, cl.Status())
+		api.WriteJSON(w, http.StatusOK, wireStatus(cl.Status()))
 	})
 	mux.HandleFunc("GET /v1/cluster/digest", func(w http.ResponseWriter, r *http.Request) {
 		st := cl.Status()
@@ -83,4 +83,24 @@ func adminOnly(auth *api.Auth, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// wireMembers is the members' answer on the wire.
+func wireMembers(ms []cluster.MemberStatus) []apitypes.ClusterMember {
+	var out []apitypes.ClusterMember
+	for _, m := range ms {
+		out = append(out, apitypes.ClusterMember{
+			Name: m.Name, Gossip: m.Gossip, State: m.State, Meta: apitypes.ClusterMemberMeta(m.Meta),
+			Voter: m.Voter, Leader: m.Leader, Draining: m.Draining, MaxSandboxes: m.MaxSandboxes, Placements: m.Placements,
+		})
+	}
+	return out
+}
+
+// wireStatus is a node's status on the wire.
+func wireStatus(st cluster.NodeStatus) apitypes.ClusterNodeStatus {
+	return apitypes.ClusterNodeStatus{
+		Node: st.Node, State: st.State, Leader: st.Leader, Term: st.Term, AppliedIndex: st.AppliedIndex, Digest: st.Digest,
+		Placements: st.Placements, Names: st.Names, Hostnames: st.Hostnames, Claims: st.Claims, Draining: st.Draining,
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sandpit-dev/sandpit/apitypes"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/agentrelay"
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
@@ -28,6 +29,8 @@ type Handler struct {
 	routes *api.Routes
 	// surfaces are the facades' route lists, for GET /v1/scopes.
 	surfaces []Surface
+	// relay carries the agent routes' requests to the agents.
+	relay *agentrelay.Relay
 }
 
 // Routes lists the native API's routes and their actions.
@@ -55,7 +58,7 @@ func (h *Handler) forwarding() {
 // scopes everything the request sees and makes. The keyed routes run through
 // idem (nil: Idempotency-Key is ignored).
 func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler, idem *api.Idempotency) *Handler {
-	h := &Handler{svc: svc, auth: auth, mux: http.NewServeMux()}
+	h := &Handler{svc: svc, auth: auth, mux: http.NewServeMux(), relay: agentrelay.New(svc.AgentHTTP().Transport())}
 	// Where a sandbox's id goes, its name does too.
 	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) }, wrap).NamesToo().Keyed(keys(idem))
 	route, keyed := h.routes.Handle, h.routes.HandleKeyed
@@ -350,7 +353,7 @@ func (h *Handler) files(w http.ResponseWriter, r *http.Request) {
 			r.Header.Set("Content-Type", "application/octet-stream")
 		}
 	}
-	h.svc.ForwardToAgent(w, r, addr, "/files", token, agentUnreachable)
+	h.relay.ToAgent(w, r, addr, "/files", token, agentUnreachable)
 }
 
 // agent proxies the whole agent protocol (Connect RPC and /files) so native
@@ -361,7 +364,7 @@ func (h *Handler) agent(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	h.svc.ForwardToAgent(w, r, addr, "/"+r.PathValue("rest"), token, agentUnreachable)
+	h.relay.ToAgent(w, r, addr, "/"+r.PathValue("rest"), token, agentUnreachable)
 }
 
 // agentAction is what a request through the agent passthrough does, by the

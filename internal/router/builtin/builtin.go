@@ -305,7 +305,7 @@ func (b *Builtin) Handler() http.Handler {
 		// the body-size bound still applies.
 		httpguard.LiftReadDeadline(w)
 		// Keep the request body flowing upstream after the response starts
-		// (streaming RPCs through preview hosts); see service.ForwardToAgent.
+		// (streaming RPCs through preview hosts); see agentrelay.Relay.
 		_ = http.NewResponseController(w).EnableFullDuplex()
 		rp := &httputil.ReverseProxy{
 			Transport:     b.transport,

@@ -1,10 +1,12 @@
-package service
+package agentrelay_test
 
 import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/api/agentrelay"
 )
 
 // TestRelayFromAHostileAgent: whatever a hijacked agent answers, the daemon
@@ -23,7 +25,7 @@ func TestRelayFromAHostileAgent(t *testing.T) {
 	}))
 	defer agent.Close()
 	addr := strings.TrimPrefix(agent.URL, "http://")
-	s := &Service{agents: newAgentLink()}
+	rl := agentrelay.New(nil)
 
 	for _, tc := range []struct{ name, method, path string }{
 		{"file download", http.MethodGet, "/files"},
@@ -41,7 +43,7 @@ func TestRelayFromAHostileAgent(t *testing.T) {
 			req.Header.Set("X-Daytona-Preview-Token", "preview")
 			req.Header.Set("X-Access-Token", "client's")
 			rec := httptest.NewRecorder()
-			s.ForwardToAgent(rec, req, addr, tc.path, "agent-token", func(w http.ResponseWriter, err error) {
+			rl.ToAgent(rec, req, addr, tc.path, "agent-token", func(w http.ResponseWriter, err error) {
 				t.Errorf("agent unreachable: %v", err)
 			})
 			for _, h := range []string{"Authorization", "X-Api-Key", "Cookie", "Sandpit-Principal", "Sandpit-Forwarded-By", "X-Daytona-Preview-Token"} {
@@ -72,7 +74,7 @@ func TestRelayFromAHostileAgent(t *testing.T) {
 	// Basic auth names the process user for the E2B SDK and passes.
 	req := httptest.NewRequest(http.MethodPost, "http://api.test/e2b/envd/process.Process/List", nil)
 	req.SetBasicAuth("user", "")
-	s.ForwardToAgent(httptest.NewRecorder(), req, addr, "/process.Process/List", "", func(http.ResponseWriter, error) {})
+	rl.ToAgent(httptest.NewRecorder(), req, addr, "/process.Process/List", "", func(http.ResponseWriter, error) {})
 	if u, _, ok := (&http.Request{Header: got}).BasicAuth(); !ok || u != "user" {
 		t.Errorf("Basic auth of the process user did not pass: %q", got.Get("Authorization"))
 	}
@@ -89,18 +91,18 @@ func TestAgentInitIsDaemonOnly(t *testing.T) {
 	defer agent.Close()
 	addr := strings.TrimPrefix(agent.URL, "http://")
 	_, port, _ := strings.Cut(addr, ":")
-	s := &Service{agents: newAgentLink()}
+	rl := agentrelay.New(nil)
 	for _, p := range []string{"/init", "init", "//init", "/./init", "/x/../init"} {
 		rec := httptest.NewRecorder()
 		// The test agent is not on the agent's port: name that port.
-		s.ForwardToAgent(rec, httptest.NewRequest(http.MethodPost, "http://api.test/x", strings.NewReader(`{"accessToken":"mine"}`)), "127.0.0.1:49983", p, "t", func(http.ResponseWriter, error) {})
+		rl.ToAgent(rec, httptest.NewRequest(http.MethodPost, "http://api.test/x", strings.NewReader(`{"accessToken":"mine"}`)), "127.0.0.1:49983", p, "t", func(http.ResponseWriter, error) {})
 		if rec.Code != http.StatusNotFound {
 			t.Errorf("init as %q: %d, want 404", p, rec.Code)
 		}
 	}
 	// The same path on another port is the sandbox's own server's.
 	rec := httptest.NewRecorder()
-	s.ForwardToAgent(rec, httptest.NewRequest(http.MethodPost, "http://api.test/x", nil), "127.0.0.1:"+port, "/init", "t", func(http.ResponseWriter, error) {})
+	rl.ToAgent(rec, httptest.NewRequest(http.MethodPost, "http://api.test/x", nil), "127.0.0.1:"+port, "/init", "t", func(http.ResponseWriter, error) {})
 	if !called || rec.Code != http.StatusNoContent {
 		t.Errorf("/init on port %s: %d, called %v; want it passed", port, rec.Code, called)
 	}
