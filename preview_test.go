@@ -94,3 +94,21 @@ func TestResolvePreviewHost(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPreviewHost compares reading a host with getting back the
+// reading an earlier handler carried: what each handler behind the first
+// costs now, against what each paid parsing the host itself.
+func BenchmarkPreviewHost(b *testing.B) {
+	const host, domain = "49983-sbx0123456789abcdef.sandpit.example.com:443", "sandpit.example.com"
+	b.Run("parse", func(b *testing.B) {
+		for range b.N {
+			_ = sandpit.ParsePreviewHost(host, domain)
+		}
+	})
+	_, carried, _ := sandpit.ResolvePreviewHost(context.Background(), host, domain)
+	b.Run("carried", func(b *testing.B) {
+		for range b.N {
+			_, _, _ = sandpit.ResolvePreviewHost(carried, host, domain)
+		}
+	})
+}
