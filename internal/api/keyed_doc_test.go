@@ -1,44 +1,58 @@
 package api_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/api/daytona"
+	"github.com/sandpit-dev/sandpit/internal/api/e2b"
+	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
+	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
-// keyedDecl finds the keyed route declarations of a surface's source:
-// keyed("METHOD /path", ...), as Routes.HandleKeyed is called.
-var keyedDecl = regexp.MustCompile(`keyed\("((?:GET|POST|PUT|DELETE|PATCH) [^"]*)"`)
+// keyedRoutes are the keyed routes the three wires register, as their
+// handlers hold them (Routes.HandleKeyed), with the mount each is served
+// under: the declarations themselves, not a reading of their source.
+func keyedRoutes(t *testing.T) map[string]api.KeyMode {
+	svc, _ := testenv.FuzzService(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	auth := api.NewAuth(svc, "tok")
+	idem := api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{})
+	surfaces := []struct {
+		mount  string
+		routes []api.Route
+	}{
+		{"", v1.New(svc, auth, nil, idem).Routes()},
+		{e2b.Prefix, e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Keys: idem}).Routes()},
+		{daytona.DefaultPrefix, daytona.New(ctx, svc, auth, daytona.Options{Idempotency: idem}).Routes()},
+	}
+	keyed := map[string]api.KeyMode{}
+	for _, s := range surfaces {
+		for _, rt := range s.routes {
+			if rt.Keying.Mode == api.NotKeyed {
+				continue
+			}
+			method, path, _ := strings.Cut(rt.Pattern, " ")
+			keyed[method+" "+s.mount+path] = rt.Keying.Mode
+		}
+	}
+	return keyed
+}
 
 // TestKeyedRoutesDocumented: docs/idempotency.md's table of keyed routes is
 // exactly the keyed routes the three wires declare, so a route cannot take a
 // key undocumented, nor the document promise one a route ignores.
 func TestKeyedRoutesDocumented(t *testing.T) {
-	declared := map[string]bool{}
-	for surface, mount := range map[string]string{"v1": "", "e2b": "/e2b", "daytona": "/daytona"} {
-		files, err := filepath.Glob(filepath.Join(surface, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			src, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range keyedDecl.FindAllStringSubmatch(string(src), -1) {
-				method, path, _ := strings.Cut(m[1], " ")
-				declared[method+" "+mount+path] = true
-			}
-		}
-	}
+	declared := keyedRoutes(t)
 	if len(declared) < 30 {
-		t.Fatalf("found only %d keyed routes: has the registration style changed?", len(declared))
+		t.Fatalf("found only %d keyed routes: has a wire stopped declaring its keyed routes?", len(declared))
 	}
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "idempotency.md"))
 	if err != nil {
@@ -49,18 +63,25 @@ func TestKeyedRoutesDocumented(t *testing.T) {
 	if !ok1 || !ok2 {
 		t.Fatal("docs/idempotency.md has no keyed-routes table")
 	}
-	documented := map[string]bool{}
-	for _, m := range regexp.MustCompile("(?m)^\\| [^|]+ \\| `([^`]+)` \\|").FindAllStringSubmatch(table, -1) {
-		documented[m[1]] = true
+	// Each row says what a retry gets: a create's row says so, every other
+	// row that the stored answer is replayed.
+	documented := map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| [^|]+ \\| `([^`]+)` \\| ([^|]+) \\|").FindAllStringSubmatch(table, -1) {
+		documented[m[1]] = m[2]
 	}
 	var missing, extra []string
-	for r := range declared {
-		if !documented[r] {
+	for r, mode := range declared {
+		retry, ok := documented[r]
+		if !ok {
 			missing = append(missing, r)
+			continue
+		}
+		if create := mode == api.KeyedCreate || mode == api.KeyedByHandler; create != strings.HasPrefix(retry, "create:") {
+			t.Errorf("%s: docs/idempotency.md says a retry gets %q, but the route is declared with key mode %d", r, retry, mode)
 		}
 	}
 	for r := range documented {
-		if !declared[r] {
+		if _, ok := declared[r]; !ok {
 			extra = append(extra, r)
 		}
 	}

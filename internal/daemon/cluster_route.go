@@ -3,10 +3,11 @@ package daemon
 import (
 	"net/http"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/gateway"
-	"github.com/sandpit-dev/sandpit/internal/router/builtin"
 )
 
 // clusterPreview fronts the builtin proxy of a cluster node: previews and
@@ -19,16 +20,16 @@ func clusterPreview(cl *cluster.Cluster, cfg Config, local http.Handler) http.Ha
 	return gateway.New(cl).Preview(local, gateway.PreviewConfig{Domain: cfg.Domain, SandboxIDs: previewSandboxIDs})
 }
 
-// previewSandboxIDs reads a preview host label as an ordinary preview
-// ("<id>-<port>" or "<port>-<id>") and as a Daytona signed one
-// ("<port>-<id>-<expiry>-<mac>"); the signed reading is tried second, since
-// an ordinary label never has the signed shape's MAC.
-func previewSandboxIDs(label string) []string {
+// previewSandboxIDs names the sandboxes a preview host may be for: its
+// ordinary reading ("<id>-<port>" or "<port>-<id>") and its reading as a
+// Daytona signed label ("<port>-<id>-<expiry>-<mac>"); the signed reading is
+// tried second, since an ordinary label never has the signed shape's MAC.
+func previewSandboxIDs(p sandpit.PreviewHost) []string {
 	var ids []string
-	if id, _, ok := builtin.ParsePreviewLabel(label); ok {
-		ids = append(ids, id)
+	if p.OK {
+		ids = append(ids, p.SandboxID)
 	}
-	if id, ok := daytona.SignedPreviewSandbox(label); ok {
+	if id, ok := daytona.SignedPreviewSandbox(p.Label); ok {
 		ids = append(ids, id)
 	}
 	return ids

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/apitypes"
 
 	"github.com/sandpit-dev/sandpit/internal/agentbin"
@@ -703,11 +704,11 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 	if d.proxyLn != nil {
 		// The Daytona gate checks signed preview hosts and records preview
 		// traffic as sandbox activity before the router proxies a request.
-		resolve := func(string) bool { return true }
+		resolve := func(sandpit.PreviewHost) bool { return true }
 		if b, ok := d.edg.Router.(*builtin.Builtin); ok {
-			resolve = func(host string) bool { _, ok := b.Resolve(host); return ok }
+			resolve = func(p sandpit.PreviewHost) bool { _, ok := b.ResolvePreview(p); return ok }
 		}
-		d.previewLocal = dt.PreviewGate(wakeOnPreview(svc, d.log, d.edg.proxy, builtin.ParsePreviewLabel, resolve), builtin.ParsePreviewLabel)
+		d.previewLocal = dt.PreviewGate(wakeOnPreview(svc, d.log, d.edg.proxy, resolve))
 		d.validSignedHost = dt.ValidSignedPreviewHost
 		d.proxyHandler = clusterPreview(d.cl, cfg, d.previewLocal)
 	}
@@ -804,7 +805,7 @@ func (d *daemon) serveHTTP(context.Context) error {
 		d.proxySrv = d.newServer(d.inflight.wrap(httpguard.Guard(d.proxyHandler, guard)))
 		d.proxySrv.ConnState = d.proxyLim.ConnState
 		if d.tls != nil {
-			d.proxySrv.Handler = splitAPIHost(apiHost(cfg), d.apiSrv.Handler, d.proxySrv.Handler)
+			d.proxySrv.Handler = splitAPIHost(cfg, d.apiSrv.Handler, d.proxySrv.Handler)
 		}
 	}
 	if d.forwardLn != nil && d.cl != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -19,9 +18,10 @@ import (
 // wakeOnPreview wraps the preview proxy: a request for a paused sandbox made
 // with auto-resume resumes it and waits, then goes on to the proxy, which
 // finds the sandbox's routes installed again. A paused sandbox without
-// auto-resume is left paused. parse splits a preview label into sandbox id
-// and port (the router's own parser); resolve reports whether the router
-// has a route for a host.
+// auto-resume is left paused. It reads the host as the handlers in front of
+// it read it (sandpit.ResolvePreviewHost: the Daytona gate always stands in
+// front, so the reading is carried, never made here); resolve reports
+// whether the router has a route for the host so read.
 //
 // A host in E2B's form, <port>-<id>.<domain>, that has no route is answered
 // from the sandbox's state (service.TrafficFor), as E2B's edge answers it
@@ -29,30 +29,24 @@ import (
 // gets E2B's 502, which the SDK reads as "not running" (isRunning, a
 // command cut off by a kill), rather than the router's plain 404. Hosts in
 // Sandpit's own form keep the router's answers.
-func wakeOnPreview(svc *service.Service, log *slog.Logger, next http.Handler, parse func(label string) (id string, port int, ok bool), resolve func(host string) bool) http.Handler {
-	suffix := "." + strings.TrimSuffix(strings.ToLower(svc.Config().Domain), ".")
+func wakeOnPreview(svc *service.Service, log *slog.Logger, next http.Handler, resolve func(sandpit.PreviewHost) bool) http.Handler {
+	domain := svc.Config().Domain
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
+		p, ctx, fresh := sandpit.ResolvePreviewHost(r.Context(), r.Host, domain)
+		if fresh {
+			r = r.WithContext(ctx)
 		}
-		host = strings.TrimSuffix(strings.ToLower(host), ".")
-		label, ok := strings.CutSuffix(host, suffix)
-		if !ok || strings.Contains(label, ".") {
+		if !p.OK {
 			next.ServeHTTP(w, r)
 			return
 		}
-		id, _, ok := parse(label)
-		if !ok {
-			next.ServeHTTP(w, r)
-			return
-		}
+		id := p.SandboxID
 		if _, err := svc.WakeOnTraffic(r.Context(), id); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			log.Warn("auto-resume", "sandbox", id, "err", err)
 			http.Error(w, "sandpit: the sandbox could not be resumed", http.StatusBadGateway)
 			return
 		}
-		if e2bLabel(label) && !resolve(r.Host) {
+		if p.PortFirst() && !resolve(p) {
 			st, state, err := svc.TrafficFor(r.Context(), id)
 			switch {
 			case err != nil:
@@ -69,21 +63,6 @@ func wakeOnPreview(svc *service.Service, log *slog.Logger, next http.Handler, pa
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// e2bLabel reports whether a preview label is in E2B's form, port first
-// ("49983-<id>"), as E2B's SDKs build it.
-func e2bLabel(label string) bool {
-	first, _, ok := strings.Cut(label, "-")
-	if !ok || first == "" || len(first) > 5 {
-		return false
-	}
-	for _, c := range first {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // probeCheckpoints finds out, once at start, whether the engine host could

@@ -5,11 +5,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
@@ -142,14 +143,17 @@ func apiHost(c Config) string { return "api." + c.Domain }
 // splitAPIHost routes the proxy listener's requests by Host: api.<domain>
 // to the API's handler, everything else to the preview proxy. The E2B
 // facade, which the SDK addresses at the origin's root, gets every path the
-// native API and the other facades do not own.
-func splitAPIHost(host string, apiHandler, preview http.Handler) http.Handler {
+// native API and the other facades do not own. With TLS on it is the first
+// handler of a preview, so it reads the host (sandpit.ResolvePreviewHost)
+// and the request carries the reading to the preview handlers behind it.
+func splitAPIHost(cfg Config, apiHandler, preview http.Handler) http.Handler {
+	host := apiHost(cfg)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := r.Host
-		if hh, _, err := net.SplitHostPort(h); err == nil {
-			h = hh
-		}
-		if strings.TrimSuffix(strings.ToLower(h), ".") != host {
+		p, ctx, fresh := sandpit.ResolvePreviewHost(r.Context(), r.Host, cfg.Domain)
+		if p.Host != host {
+			if fresh {
+				r = r.WithContext(ctx)
+			}
 			preview.ServeHTTP(w, r)
 			return
 		}

@@ -2,10 +2,10 @@ package gateway
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httputil"
-	"strings"
+
+	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
@@ -15,10 +15,10 @@ import (
 type PreviewConfig struct {
 	// Domain is the preview domain: hosts <label>.<Domain> are previews.
 	Domain string
-	// SandboxIDs returns the sandbox ids a preview host label may name, most
+	// SandboxIDs returns the sandbox ids a preview host may name, most
 	// likely first (a label can be read as an ordinary preview or as a
 	// signed one).
-	SandboxIDs func(label string) []string
+	SandboxIDs func(p sandpit.PreviewHost) []string
 }
 
 // Preview wraps the node's preview proxy: a request for a sandbox that
@@ -34,7 +34,6 @@ type PreviewConfig struct {
 // reachable between nodes, and it carries the client's address as a header
 // the owner can trust.
 func (g *Gateway) Preview(local http.Handler, cfg PreviewConfig) http.Handler {
-	suffix := "." + strings.TrimSuffix(strings.ToLower(cfg.Domain), ".")
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			target, _ := pr.In.Context().Value(previewTargetKey{}).(string)
@@ -62,7 +61,14 @@ func (g *Gateway) Preview(local http.Handler, cfg PreviewConfig) http.Handler {
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		target := g.previewOwner(r, suffix, cfg.SandboxIDs)
+		// The gateway is the first handler of a preview: it reads the
+		// host, and the request carries the reading to the handlers of
+		// this node's proxy behind it.
+		p, ctx, fresh := sandpit.ResolvePreviewHost(r.Context(), r.Host, cfg.Domain)
+		if fresh {
+			r = r.WithContext(ctx)
+		}
+		target := g.previewOwner(r, p, cfg.SandboxIDs)
 		if target == "" {
 			local.ServeHTTP(w, r)
 			return
@@ -85,22 +91,16 @@ type previewTargetKey struct{}
 // "placed" (reserved, or a state another part of the cluster gives it, which
 // this node's proxy answers itself). A request that arrived forwarded is
 // never forwarded again.
-func (g *Gateway) previewOwner(r *http.Request, suffix string, ids func(string) []string) string {
+func (g *Gateway) previewOwner(r *http.Request, host sandpit.PreviewHost, ids func(sandpit.PreviewHost) []string) string {
 	if _, forwarded := cluster.Forwarded(r.Context()); forwarded {
 		return ""
 	}
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	p, found := g.idx.PlacementByHostname(host)
+	p, found := g.idx.PlacementByHostname(host.Host)
 	if !found {
-		label, ok := strings.CutSuffix(host, suffix)
-		if !ok || label == "" || strings.Contains(label, ".") || ids == nil {
+		if host.Label == "" || ids == nil {
 			return ""
 		}
-		for _, id := range ids(label) {
+		for _, id := range ids(host) {
 			if p, found = g.idx.Placement(id); found {
 				break
 			}

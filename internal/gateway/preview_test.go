@@ -102,7 +102,8 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 	go n2.ServeForwarded(sctx, ForwardedSplit(api, owner))
 
 	local := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "n1") })
-	front := httptest.NewServer(New(n1).Preview(local, PreviewConfig{Domain: "sandpit.test", SandboxIDs: func(label string) []string {
+	front := httptest.NewServer(New(n1).Preview(local, PreviewConfig{Domain: "sandpit.test", SandboxIDs: func(p sandpit.PreviewHost) []string {
+		label := p.Label
 		if id, rest, ok := strings.Cut(label, "-"); ok && rest == "8080" {
 			return []string{id}
 		}
@@ -166,7 +167,7 @@ func TestPreviewRouterForwardsToTheOwner(t *testing.T) {
 	fw := httptest.NewRequest(http.MethodGet, "/", nil)
 	fw.Host = "theirs-8080.sandpit.test"
 	fw = fw.WithContext(cluster.WithForwarded(fw.Context(), sandpit.Principal{}))
-	if got := New(n1).previewOwner(fw, ".sandpit.test", func(l string) []string { return []string{"theirs"} }); got != "" {
+	if got := New(n1).previewOwner(fw, sandpit.ParsePreviewHost(fw.Host, "sandpit.test"), func(sandpit.PreviewHost) []string { return []string{"theirs"} }); got != "" {
 		t.Errorf("a forwarded request would go to %q", got)
 	}
 

@@ -20,7 +20,6 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
-	"github.com/sandpit-dev/sandpit/internal/router/builtin"
 	"github.com/sandpit-dev/sandpit/internal/timing"
 )
 
@@ -776,14 +775,11 @@ func (s *Service) HostnameBound(ctx context.Context, host string) (bool, error) 
 	} else if !errors.Is(err, sandpit.ErrNotFound) {
 		return false, err
 	}
-	label, ok := strings.CutSuffix(host, "."+s.cfg.Domain)
-	if !ok || strings.Contains(label, ".") {
+	ph := sandpit.ParsePreviewHost(host, s.cfg.Domain)
+	if !ph.OK {
 		return false, nil
 	}
-	id, port, ok := builtin.ParsePreviewLabel(label)
-	if !ok {
-		return false, nil
-	}
+	id, port := ph.SandboxID, ph.Port
 	// A paused sandbox's hosts keep their certificate: a request to one
 	// wakes a sandbox made with auto-resume, and is told the sandbox is not
 	// running otherwise (E2B's 502, which its SDK relies on), neither of

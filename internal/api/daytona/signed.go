@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -108,11 +107,7 @@ func SignedPreviewSandbox(label string) (string, bool) {
 // the builtin router's TLS issues certificates for such hosts only, so a
 // forged label costs no certificate.
 func (h *Handler) ValidSignedPreviewHost(host string) bool {
-	label, ok := strings.CutSuffix(strings.TrimSuffix(strings.ToLower(host), "."), "."+h.svc.Config().Domain)
-	if !ok || strings.Contains(label, ".") {
-		return false
-	}
-	portS, token, found := strings.Cut(label, "-")
+	portS, token, found := strings.Cut(sandpit.ParsePreviewHost(host, h.svc.Config().Domain).Label, "-")
 	if !found {
 		return false
 	}
@@ -203,22 +198,23 @@ func (h *sandboxAPI) expireSignedPreviewURL(w http.ResponseWriter, r *http.Reque
 // rewritten to the port's ordinary host (a forged or expired one is a 403
 // that never reaches the sandbox), and every request for a sandbox counts
 // as activity for its auto-stop. A revoked token is a 403 too; when the
-// store cannot say whether it was revoked the gate fails closed (503). parse splits an ordinary preview label
-// into sandbox id and port (the router's own parser).
-func (h *Handler) PreviewGate(next http.Handler, parse func(label string) (id string, port int, ok bool)) http.Handler {
-	return h.sandboxes.previewGate(next, parse)
+// store cannot say whether it was revoked the gate fails closed (503). The
+// host is read once (sandpit.ResolvePreviewHost): by the cluster's gateway
+// in front of the gate when there is one, else here, and the reading goes on
+// with the request to the handlers behind the gate.
+func (h *Handler) PreviewGate(next http.Handler) http.Handler {
+	return h.sandboxes.previewGate(next)
 }
 
-func (h *sandboxAPI) previewGate(next http.Handler, parse func(label string) (id string, port int, ok bool)) http.Handler {
-	suffix := "." + h.svc.Config().Domain
+func (h *sandboxAPI) previewGate(next http.Handler) http.Handler {
+	domain := h.svc.Config().Domain
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
-		if hh, _, err := net.SplitHostPort(host); err == nil {
-			host = hh
+		p, ctx, fresh := sandpit.ResolvePreviewHost(r.Context(), r.Host, domain)
+		if fresh {
+			r = r.WithContext(ctx)
 		}
-		host = strings.TrimSuffix(strings.ToLower(host), ".")
-		label, ok := strings.CutSuffix(host, suffix)
-		if !ok || strings.Contains(label, ".") {
+		label := p.Label
+		if label == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -249,7 +245,10 @@ func (h *sandboxAPI) previewGate(next http.Handler, parse func(label string) (id
 						return
 					}
 					h.svc.Touch(r.Context(), id, false)
+					// The request now names the port's ordinary host;
+					// the reading behind the gate is of that host.
 					r.Host = h.svc.PreviewHost(id, port)
+					r = r.WithContext(sandpit.WithPreviewHost(r.Context(), sandpit.ParsePreviewHost(r.Host, domain)))
 					r.Header.Del(sandpit.PreviewTokenHeader)
 					if ptok != "" {
 						r.Header.Set(sandpit.PreviewTokenHeader, ptok)
@@ -259,8 +258,8 @@ func (h *sandboxAPI) previewGate(next http.Handler, parse func(label string) (id
 				}
 			}
 		}
-		if id, _, ok := parse(label); ok {
-			h.svc.Touch(r.Context(), id, false)
+		if p.OK {
+			h.svc.Touch(r.Context(), p.SandboxID, false)
 		}
 		next.ServeHTTP(w, r)
 	})

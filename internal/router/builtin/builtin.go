@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/router"
 )
@@ -194,27 +196,22 @@ func (b *Builtin) Close() error {
 
 // Resolve finds the upstream for a Host header.
 func (b *Builtin) Resolve(host string) (router.Route, bool) {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	return b.ResolvePreview(sandpit.ParsePreviewHost(host, b.opts.Domain))
+}
+
+// ResolvePreview finds the upstream for a Host already read against the
+// preview domain (sandpit.ResolvePreviewHost), so a handler in front of the
+// proxy that has the reading does not parse the host again.
+func (b *Builtin) ResolvePreview(p sandpit.PreviewHost) (router.Route, bool) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	if r, ok := b.domains[host]; ok {
+	if r, ok := b.domains[p.Host]; ok {
 		return r, true
 	}
-	suffix := "." + b.opts.Domain
-	if !strings.HasSuffix(host, suffix) {
+	if !p.OK {
 		return router.Route{}, false
 	}
-	label := strings.TrimSuffix(host, suffix)
-	if strings.Contains(label, ".") {
-		return router.Route{}, false
-	}
-	id, port, ok := ParsePreviewLabel(label)
-	if !ok {
-		return router.Route{}, false
-	}
+	id, port := p.SandboxID, p.Port
 	if r, ok := b.http[httpKey(id, port)]; ok {
 		return r, true
 	}
@@ -234,46 +231,13 @@ func (b *Builtin) Resolve(host string) (router.Route, bool) {
 	return r, true
 }
 
-// ParsePreviewLabel splits "<id>-<port>" (Sandpit's form) or "<port>-<id>"
-// (the form E2B clients build) into id and port. Sandbox ids never start with
-// a digit, so the two forms cannot be confused.
-func ParsePreviewLabel(label string) (id string, port int, ok bool) {
-	if first, rest, found := strings.Cut(label, "-"); found {
-		if p, isPort := portLabel(first); isPort && rest != "" {
-			return rest, p, true
-		}
-	}
-	i := strings.LastIndexByte(label, '-')
-	if i <= 0 {
-		return "", 0, false
-	}
-	p, isPort := portLabel(label[i+1:])
-	if !isPort {
-		return "", 0, false
-	}
-	return label[:i], p, true
-}
-
-// portLabel reads a port written as plain decimal digits, 1-65535. Atoi
-// alone would also take a sign ("+80"), which no URL this proxy hands out
-// contains, and which made one host parse as two different previews.
-func portLabel(s string) (int, bool) {
-	if s == "" || len(s) > 5 {
-		return 0, false
-	}
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-	}
-	p, err := strconv.Atoi(s)
-	return p, err == nil && p > 0 && p < 65536
-}
-
 // Handler is the HTTP side of the proxy.
 func (b *Builtin) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rt, ok := b.Resolve(r.Host)
+		// The host was read by the first handler in front of the proxy;
+		// a request that reaches the proxy directly is read here.
+		p, _, _ := sandpit.ResolvePreviewHost(r.Context(), r.Host, b.opts.Domain)
+		rt, ok := b.ResolvePreview(p)
 		if !ok {
 			http.Error(w, "sandpit: no route for host "+r.Host, http.StatusNotFound)
 			return

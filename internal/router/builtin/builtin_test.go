@@ -15,32 +15,6 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
 )
 
-func TestParsePreviewLabel(t *testing.T) {
-	cases := []struct {
-		label  string
-		id     string
-		port   int
-		wantOK bool
-	}{
-		{"sbabc-8080", "sbabc", 8080, true},
-		{"49983-sbabc", "sbabc", 49983, true},
-		{"sb-with-dashes-3000", "sb-with-dashes", 3000, true},
-		{"sbabc", "", 0, false},
-		{"sbabc-0", "", 0, false},
-		{"sbabc-70000", "", 0, false},
-		{"-8080", "", 0, false},
-		{"8080-", "", 0, false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.label, func(t *testing.T) {
-			id, port, ok := builtin.ParsePreviewLabel(tc.label)
-			if ok != tc.wantOK || (ok && (id != tc.id || port != tc.port)) {
-				t.Fatalf("ParsePreviewLabel(%q) = %q %d %v, want %q %d %v", tc.label, id, port, ok, tc.id, tc.port, tc.wantOK)
-			}
-		})
-	}
-}
-
 // TestRoutesByHost installs routes towards a real upstream and sends real
 // requests through the proxy handler.
 func TestRoutesByHost(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandpit-dev/sandpit"
+
 	"github.com/sandpit-dev/sandpit/internal/router"
 )
 
@@ -21,14 +23,14 @@ func FuzzPreviewHost(f *testing.F) {
 	_ = b.Install(ctx, router.Route{Kind: router.KindHTTP, SandboxID: "sbabc", Port: 3000, Upstream: "127.0.0.1:1"})
 	_ = b.Install(ctx, router.Route{Kind: router.KindDomain, SandboxID: "sbabc", Port: 80, Hostname: "a.example.com", Upstream: "127.0.0.1:1"})
 	f.Fuzz(func(t *testing.T, s string) {
-		if id, port, ok := ParsePreviewLabel(s); ok {
+		if id, port, ok := sandpit.ParsePreviewLabel(s); ok {
 			if id == "" || port < 1 || port > 65535 {
 				t.Fatalf("ParsePreviewLabel(%q) = %q, %d", s, id, port)
 			}
 			if !strings.Contains(s, id) || !strings.Contains(s, strconv.Itoa(port)) {
 				t.Fatalf("ParsePreviewLabel(%q) = %q, %d: not parts of the label", s, id, port)
 			}
-			if id2, port2, ok2 := ParsePreviewLabel(id + "-" + strconv.Itoa(port)); !ok2 || id2 != id || port2 != port {
+			if id2, port2, ok2 := sandpit.ParsePreviewLabel(id + "-" + strconv.Itoa(port)); !ok2 || id2 != id || port2 != port {
 				if id[0] < '0' || id[0] > '9' {
 					t.Fatalf("%q-%d does not parse back: %q %d %v", id, port, id2, port2, ok2)
 				}
