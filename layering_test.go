@@ -68,14 +68,15 @@ var layers = []struct {
 	{"internal/cluster", []string{".", "internal/httpguard", "internal/crashpoint"}, "the Raft index and membership"},
 	{"internal/idempotency", []string{".", "internal/store", "internal/metrics", "internal/crashpoint"}, "the idempotency engine"},
 	{"internal/events", []string{".", "internal/egress"}, "the bus every state change is published on"},
-	{"internal/identity", []string{".", "internal/store", "internal/idempotency"}, "who a request acts as: principals, owner scoping, audit"},
+	{"internal/identity", []string{".", "internal/store", "internal/idempotency"}, "who a request acts as: principals, owner scoping, audit, tokens, owners' limits, sessions, SSH keys"},
+	{"internal/volumes", []string{".", "internal/store", "internal/driver", "internal/identity", "internal/events", "internal/cluster", "internal/crashpoint"}, "the volumes aggregate"},
 
 	// The service: domain operations over everything below it.
 	{"internal/service", []string{
 		".", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/store", "internal/driver", "internal/router/...", "internal/cluster", "internal/idempotency",
 		"internal/metrics", "internal/firewall", "internal/egress", "internal/interpreter", "internal/dockerfile",
-		"internal/events", "internal/timing", "internal/identity",
+		"internal/events", "internal/timing", "internal/identity", "internal/volumes",
 	}, "the domain operations"},
 
 	// The HTTP surfaces: through the service, never the store, a runtime or
@@ -84,7 +85,7 @@ var layers = []struct {
 	{"internal/api/...", []string{
 		".", "apitypes", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/api", "internal/service", "internal/cluster", "internal/idempotency", "internal/metrics",
-		"internal/interpreter", "internal/events", "internal/timing", "internal/identity",
+		"internal/interpreter", "internal/events", "internal/timing", "internal/identity", "internal/volumes",
 		"internal/api/route", "internal/api/agentrelay",
 	}, "an HTTP surface"},
 	// The route declarations are a leaf, so that the gateway reads them
@@ -109,7 +110,7 @@ var layers = []struct {
 	}, "the daemon's assembly"},
 	{"cmd/sandpit", []string{
 		".", "apitypes", "client", "internal/agent", "internal/agentapi", "internal/httpguard",
-		"internal/cluster", "internal/service", "internal/daemon", "internal/mcp",
+		"internal/cluster", "internal/service", "internal/daemon", "internal/mcp", "internal/identity",
 	}, "the binary's subcommands"},
 	{"cmd/sandpit-agent", []string{"internal/agent"}, "the small in-sandbox agent binary"},
 
@@ -130,8 +131,14 @@ var invariants = []struct {
 		"nothing below the surfaces imports them",
 		[]string{".", "apitypes", "proto/...", "internal/agentapi", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 			"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/egress", "internal/metrics",
-			"internal/cluster", "internal/idempotency", "internal/service", "internal/agent", "client"},
+			"internal/cluster", "internal/idempotency", "internal/service", "internal/agent", "client",
+			"internal/identity", "internal/volumes"},
 		[]string{"internal/api/...", "internal/gateway", "internal/daemon", "cmd/...", "internal/sshd"},
+	},
+	{
+		"no aggregate beside the sandboxes imports the sandbox service",
+		[]string{"internal/identity", "internal/volumes"},
+		[]string{"internal/service"},
 	},
 	{
 		"the store imports neither the service nor the surfaces",

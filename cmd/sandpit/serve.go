@@ -13,6 +13,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/daemon"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/service"
 )
 
@@ -220,7 +221,7 @@ func serveCmd() *cobra.Command {
 	f.Float64Var(&cfg.AuthFailureRateLimit, "auth-failure-rate-limit", httpguard.DefaultFailureRate, "refused credentials (401s) per second (bursts of five times that) one client address may cause; past it every request from it gets 429 until the budget refills; 0 means no limit")
 	f.DurationVar(&cfg.AuthFailureDelay, "auth-failure-delay", httpguard.DefaultFailureDelay, "how long a refused request (401, or 429 of the limits above) is held before it is answered, so a flood that waits for its answers slows down; 0 means none")
 	f.StringArrayVar(&rateExempt, "rate-limit-exempt", nil, "client address or CIDR the per-client rate limits do not apply to, such as a reverse proxy in front of the API (repeatable)")
-	f.IntVar(&cfg.MaxStreamsPerToken, "max-streams-per-token", service.DefaultMaxStreamsPerToken, "event streams, sockets, terminals and interpreter runs one personal access token may hold open at once; beyond it 429; 0 means no cap")
+	f.IntVar(&cfg.MaxStreamsPerToken, "max-streams-per-token", identity.DefaultMaxStreamsPerToken, "event streams, sockets, terminals and interpreter runs one personal access token may hold open at once; beyond it 429; 0 means no cap")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's runtime profiles under /debug/pprof/ (admin token required), e.g. go tool pprof -http=: 'http://HOST/debug/pprof/profile?seconds=10' with the token in an Authorization header")
 	f.BoolVar(&cfg.MetricsPublic, "metrics-public", false, "serve /metrics without a token (default: the admin token is required)")
 	f.DurationVar(&cfg.IntervalUnit, "daytona-interval-unit", time.Minute, "length of one minute of the lifecycle intervals (tests only)")

@@ -8,7 +8,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/cluster"
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // Auth turns a presented credential into the principal a request acts as.
@@ -19,14 +19,23 @@ import (
 // the owner from.
 type Auth struct {
 	admin string
-	// svc resolves personal access tokens; nil accepts the admin token only
-	// (unit tests of a facade over a fake backend).
-	svc *service.Service
+	// ids resolves personal access tokens and registers the sessions
+	// opened with them; nil accepts the admin token only and registers
+	// nothing (unit tests of a facade over a fake backend).
+	ids *identity.Service
 }
 
 // NewAuth builds the authenticator.
-func NewAuth(svc *service.Service, adminToken string) *Auth {
-	return &Auth{admin: adminToken, svc: svc}
+func NewAuth(ids *identity.Service, adminToken string) *Auth {
+	return &Auth{admin: adminToken, ids: ids}
+}
+
+// OpenSession registers a long-lived session (an event stream, a socket, a
+// terminal) of the credential the request in ctx authenticated with; see
+// identity.Service.OpenSession. Every surface opens its streams here, where
+// the credential was resolved, so that revoking it ends them.
+func (a *Auth) OpenSession(ctx context.Context) (context.Context, func(), error) {
+	return a.ids.OpenSession(ctx)
 }
 
 // AdminPrincipal is the principal of the daemon's own token.
@@ -50,10 +59,10 @@ func (a *Auth) Principal(ctx context.Context, presented string) (sandpit.Princip
 	if TokenEqual(presented, a.admin) {
 		return AdminPrincipal(), nil
 	}
-	if a.svc == nil {
+	if a.ids == nil {
 		return sandpit.Principal{}, sandpit.ErrUnauthorized
 	}
-	return a.svc.AuthenticateToken(ctx, presented)
+	return a.ids.AuthenticateToken(ctx, presented)
 }
 
 // Authorize authenticates presented for r and returns r with the principal

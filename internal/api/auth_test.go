@@ -14,6 +14,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
@@ -21,7 +22,7 @@ import (
 const adminToken = "sp_admin_for_tests"
 
 // newAuth returns an authenticator over a real store and a minted token.
-func newAuth(t testing.TB, req service.TokenRequest) (*api.Auth, *service.Service, string) {
+func newAuth(t testing.TB, req identity.TokenRequest) (*api.Auth, *service.Service, string) {
 	t.Helper()
 	st, err := store.Open(context.Background(), t.TempDir())
 	if err != nil {
@@ -30,15 +31,15 @@ func newAuth(t testing.TB, req service.TokenRequest) (*api.Auth, *service.Servic
 	t.Cleanup(func() { _ = st.Close() })
 	svc := service.New(service.Config{Logger: slog.New(slog.DiscardHandler)}, st, nil, nil)
 	ctx := sandpit.WithPrincipal(context.Background(), api.AdminPrincipal())
-	ct, err := svc.CreateToken(ctx, req)
+	ct, err := svc.Identity().CreateToken(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return api.NewAuth(svc, adminToken), svc, ct.Secret
+	return api.NewAuth(svc.Identity(), adminToken), svc, ct.Secret
 }
 
 func TestAuthResolvesAndRefuses(t *testing.T) {
-	a, svc, tok := newAuth(t, service.TokenRequest{Name: "ci", Owner: "team", Scopes: []string{sandpit.ScopeSandboxesRead}})
+	a, svc, tok := newAuth(t, identity.TokenRequest{Name: "ci", Owner: "team", Scopes: []string{sandpit.ScopeSandboxesRead}})
 	ctx := context.Background()
 	p, err := a.Principal(ctx, tok)
 	if err != nil || p.Owner != "team" || p.TokenName != "ci" || p.Admin {
@@ -98,7 +99,7 @@ func TestAuthResolvesAndRefuses(t *testing.T) {
 		t.Errorf("%d routes listed, want 3", got)
 	}
 	// Revocation is effective on the next call.
-	if _, err := svc.RevokeToken(sandpit.WithPrincipal(ctx, api.AdminPrincipal()), "ci"); err != nil {
+	if _, err := svc.Identity().RevokeToken(sandpit.WithPrincipal(ctx, api.AdminPrincipal()), "ci"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Principal(ctx, tok); !errors.Is(err, sandpit.ErrUnauthorized) {
@@ -135,7 +136,7 @@ func TestScopeGrants(t *testing.T) {
 }
 
 func TestAuthRefusesExpiredToken(t *testing.T) {
-	a, _, tok := newAuth(t, service.TokenRequest{Name: "short", ExpiresIn: time.Second})
+	a, _, tok := newAuth(t, identity.TokenRequest{Name: "short", ExpiresIn: time.Second})
 	if _, err := a.Principal(context.Background(), tok); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestAuthRefusesExpiredToken(t *testing.T) {
 // in memory) with a personal access token (an indexed lookup by prefix and a
 // SHA-256), the per-request cost tokens add.
 func BenchmarkAuth(b *testing.B) {
-	a, _, tok := newAuth(b, service.TokenRequest{Name: "bench"})
+	a, _, tok := newAuth(b, identity.TokenRequest{Name: "bench"})
 	ctx := context.Background()
 	for _, c := range []struct{ name, tok string }{{"admin", adminToken}, {"personal", tok}} {
 		b.Run(c.name, func(b *testing.B) {

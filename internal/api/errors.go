@@ -16,7 +16,9 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/route"
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/volumes"
 )
 
 // Problem is a classified error: the HTTP status, a stable machine code (one
@@ -77,7 +79,7 @@ func Classify(err error) Problem {
 		return Problem{http.StatusForbidden, apitypes.CodeForbidden, msg}
 	case errors.Is(err, sandpit.ErrQuotaExceeded):
 		return Problem{http.StatusTooManyRequests, apitypes.CodeQuotaExceeded, msg}
-	case errors.Is(err, service.ErrTokenNameTaken):
+	case errors.Is(err, identity.ErrTokenNameTaken):
 		return Problem{http.StatusConflict, apitypes.CodeTokenNameConflict, msg}
 	case errors.Is(err, ErrBodyTooLarge):
 		return Problem{http.StatusRequestEntityTooLarge, apitypes.CodeBodyTooLarge, msg}
@@ -113,7 +115,7 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, apitypes.CodeVolumeInUse, msg}
 	case errors.Is(err, sandpit.ErrVolumeNotReady):
 		return Problem{http.StatusConflict, apitypes.CodeConflict, msg}
-	case errors.Is(err, service.ErrVolumesUnavailable):
+	case errors.Is(err, volumes.ErrVolumesUnavailable):
 		return Problem{http.StatusNotImplemented, apitypes.CodeServiceUnavailable, msg}
 	case errors.Is(err, sandpit.ErrBuildConflict):
 		return Problem{http.StatusConflict, apitypes.CodeBuildConflict, msg}

@@ -23,7 +23,7 @@ func keyedRoutes(t *testing.T) map[string]api.KeyMode {
 	svc, _ := testenv.FuzzService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	auth := api.NewAuth(svc, "tok")
+	auth := api.NewAuth(svc.Identity(), "tok")
 	idem := api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{})
 	surfaces := []struct {
 		mount  string

@@ -585,7 +585,7 @@ func (d *daemon) newService(context.Context) error {
 		BuildLogMax:       mib(cfg.BuildLogMaxMB),
 		ContextQuota:      mib(cfg.BuildContextQuotaMB),
 	}, d.st, d.mets.Driver(d.rt), d.edg.Router)
-	d.auth = api.NewAuth(d.svc, d.token)
+	d.auth = api.NewAuth(d.svc.Identity(), d.token)
 	watchSources(d.mets, d.st, d.edg.Router, d.svc)
 	d.bg, d.stopBG = context.WithCancel(d.serving)
 	return nil
@@ -631,7 +631,7 @@ func (d *daemon) reconcile(ctx context.Context) error {
 	// Volumes half made or half deleted by the previous process are
 	// settled before the API serves, so a retry of their create finds
 	// nothing half made.
-	if err := svc.ReconcileVolumes(ctx); err != nil {
+	if err := svc.Volumes().ReconcileVolumes(ctx); err != nil {
 		log.Warn("reconcile volumes", "err", err)
 	}
 	if err := svc.StartReconcile(d.bg); err != nil {
@@ -751,7 +751,7 @@ func (d *daemon) startLoops(context.Context) error {
 		func() { svc.RunDiskWatcher(bg, cfg.DiskWatchInterval) },
 		func() { d.history.Run(bg) },
 		func() { reapIdempotency(bg, d.st, d.log) },
-		func() { svc.RunAuditRetention(bg, cfg.AuditRetention, time.Hour) },
+		func() { svc.Identity().RunAuditRetention(bg, cfg.AuditRetention, time.Hour) },
 		// In a cluster: re-create what the leader moved here, drop what
 		// moved away (a no-op on a single node).
 		func() { svc.RunFailover(bg, 2*time.Second) },

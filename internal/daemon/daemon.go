@@ -174,7 +174,7 @@ type Config struct {
 	// 429) that long before answering: 0 means the default, negative none.
 	AuthFailureDelay time.Duration
 	// MaxStreamsPerToken bounds the sessions one personal token holds
-	// open (0: service.DefaultMaxStreamsPerToken; negative: no bound).
+	// open (0: identity.DefaultMaxStreamsPerToken; negative: no bound).
 	MaxStreamsPerToken int
 	// Version is the binary's version, reported by /v1/status.
 	Version string

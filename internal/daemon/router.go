@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
@@ -38,7 +39,7 @@ func tcpBindHost(cfg Config) string {
 func newRouter(cfg Config, log *slog.Logger, adminToken string) *builtin.Builtin {
 	return builtin.New(builtin.Options{Domain: cfg.Domain, TCPBindHost: tcpBindHost(cfg), Logger: log,
 		DaemonCredential: func(v string) bool {
-			return strings.HasPrefix(v, service.TokenMarker) || adminToken != "" && subtle.ConstantTimeCompare([]byte(v), []byte(adminToken)) == 1
+			return strings.HasPrefix(v, identity.TokenMarker) || adminToken != "" && subtle.ConstantTimeCompare([]byte(v), []byte(adminToken)) == 1
 		},
 		DaemonOnly: agentapi.DaemonOnlyPath,
 	})

@@ -22,7 +22,7 @@ func (d *daemon) startSSH(context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv, err := sshd.New(sshd.Config{Backend: d.svc, HostKey: key, MaxFileBytes: d.cfg.MaxUploadMB << 20, Logger: d.log})
+	srv, err := sshd.New(sshd.Config{Backend: d.svc, Identity: d.svc.Identity(), HostKey: key, MaxFileBytes: d.cfg.MaxUploadMB << 20, Logger: d.log})
 	if err != nil {
 		return err
 	}

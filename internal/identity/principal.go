@@ -1,7 +1,10 @@
 // Package identity holds who a request acts as and what it may see: the
 // principal a context carries, owner scoping, and the audit log of what
 // each principal attempted. Every aggregate (sandboxes, templates, volumes)
-// scopes by owner through it, so the rule is written once.
+// scopes by owner through it, so the rule is written once. Its Service is
+// the identity aggregate: personal access tokens, owners and their limits,
+// the audit log's reading and retention, the sessions each credential holds
+// open, and the SSH keys logins present.
 package identity
 
 import (

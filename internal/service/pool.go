@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/timing"
 )
@@ -316,7 +317,7 @@ func (s *Service) reinitAdopted(ctx context.Context, sb sandpit.Sandbox, ip stri
 
 // PoolStatus reports the pool's counters and free slots; admin only.
 func (s *Service) PoolStatus(ctx context.Context) (PoolStatus, error) {
-	if err := requireAdmin(ctx); err != nil {
+	if err := identity.RequireAdmin(ctx); err != nil {
 		return PoolStatus{}, err
 	}
 	return s.poolStatus(ctx)

@@ -336,7 +336,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	if err := checkEgressGrant(identity.Of(ctx), limits, req.Network); err != nil {
 		return sandpit.Sandbox{}, err
 	}
-	mounts, err := s.resolveMounts(ctx, req.Volumes)
+	mounts, err := s.mounts.ResolveMounts(ctx, req.Volumes)
 	if err != nil {
 		return sandpit.Sandbox{}, err
 	}

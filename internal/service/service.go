@@ -27,9 +27,11 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/firewall"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/volumes"
 )
 
 // Sentinel errors of the service layer. The API maps them (and the store's) to
@@ -210,7 +212,7 @@ type Config struct {
 
 	// MaxStreamsPerToken bounds the sessions (event streams, sockets,
 	// terminals, interpreter runs) one personal access token holds open at
-	// once; 0 means DefaultMaxStreamsPerToken, negative means no bound.
+	// once; 0 means identity.DefaultMaxStreamsPerToken, negative means no bound.
 	MaxStreamsPerToken int
 }
 
@@ -287,9 +289,13 @@ type Service struct {
 	// snapshots serialises the commits of each sandbox (snapshots.go).
 	snapshots snapshotState
 
-	// sessions are the long-lived sessions open per personal access token,
-	// ended when the token is revoked or expires.
-	sessions *sessions
+	// ids is the identity aggregate: the sessions the SSH access tokens
+	// made here end through it.
+	ids *identity.Service
+	// vols is the volumes aggregate; mounts is the port a create resolves
+	// its volumes through (vols, unless a test swaps it).
+	vols   *volumes.Service
+	mounts Mounter
 }
 
 // New builds a Service.
@@ -382,13 +388,12 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		cfg.ReadyTimeout = 2 * time.Minute
 	}
 	if cfg.MaxStreamsPerToken == 0 {
-		cfg.MaxStreamsPerToken = DefaultMaxStreamsPerToken
+		cfg.MaxStreamsPerToken = identity.DefaultMaxStreamsPerToken
 	}
 	idem := idempotency.New(claimStore(cfg, st), cfg.Now, cfg.Logger, cfg.Metrics)
 	s := &Service{
 		late:            newLateTemplates(cfg.LateTemplates, cfg.ImageBuildDir),
 		cluster:         singleNode{},
-		sessions:        newSessions(cfg.MaxStreamsPerToken, cfg.Now),
 		pool:            pool,
 		cfg:             cfg,
 		store:           st,
@@ -414,6 +419,11 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	if cfg.Cluster != nil {
 		s.cluster = &replicated{s: s, r: cfg.Cluster}
 	}
+	s.ids = identity.New(identity.Config{Store: st, Log: cfg.Logger, Now: cfg.Now, MaxStreamsPerToken: cfg.MaxStreamsPerToken,
+		CheckGrants: normalizeGrants})
+	s.vols = volumes.New(volumes.Config{Store: st, Engine: cfg.Volumes, Log: cfg.Logger, Now: cfg.Now, SizeMB: cfg.VolumeSizeMB,
+		Instance: cfg.Instance, ExtraLabels: cfg.ExtraLabels, EngineError: runtimeErr})
+	s.mounts = s.vols
 	return s
 }
 

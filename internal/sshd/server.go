@@ -29,18 +29,24 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 )
 
-// Backend is what the SSH endpoint needs of the service layer;
+// Backend is what the SSH endpoint needs of the sandbox aggregate;
 // *service.Service implements it.
 type Backend interface {
-	SSHKeyPrincipals(ctx context.Context, pk ssh.PublicKey) ([]sandpit.Principal, error)
-	SSHKeyUsed(ctx context.Context, owner string, pk ssh.PublicKey)
 	SSHTokenPrincipal(ctx context.Context, token string) (sandpit.Principal, string, error)
 	ResolveSandbox(ctx context.Context, ref string) (sandpit.Sandbox, error)
-	OpenSession(ctx context.Context) (context.Context, func(), error)
 	Agent(ctx context.Context, id string) (agentapi.Agent, error)
 	AgentHTTP() *agentapi.Link
 	DialSandbox(ctx context.Context, id string, port int) (net.Conn, error)
 	ValidateEnv(env map[string]string) error
+}
+
+// Identity is what the SSH endpoint needs of the identity aggregate: whom a
+// key logs in as, and the sessions its logins hold open; *identity.Service
+// implements it.
+type Identity interface {
+	SSHKeyPrincipals(ctx context.Context, pk ssh.PublicKey) ([]sandpit.Principal, error)
+	SSHKeyUsed(ctx context.Context, owner string, pk ssh.PublicKey)
+	OpenSession(ctx context.Context) (context.Context, func(), error)
 }
 
 // HostKeyFile is the host key's file name inside the data directory.
@@ -48,7 +54,8 @@ const HostKeyFile = "ssh_host_ed25519_key"
 
 // Config configures the server.
 type Config struct {
-	Backend Backend
+	Backend  Backend
+	Identity Identity
 	// HostKey signs the handshakes (LoadHostKey).
 	HostKey ssh.Signer
 	// MaxFileBytes bounds one file an SFTP client writes, as the HTTP
@@ -60,6 +67,7 @@ type Config struct {
 // Server serves SSH connections until Close.
 type Server struct {
 	be      Backend
+	ids     Identity
 	log     *slog.Logger
 	cfg     *ssh.ServerConfig
 	maxFile int64
@@ -91,13 +99,13 @@ const maxHandshakes = 64
 
 // New builds the server.
 func New(cfg Config) (*Server, error) {
-	if cfg.Backend == nil || cfg.HostKey == nil {
-		return nil, errors.New("sshd: a backend and a host key are required")
+	if cfg.Backend == nil || cfg.Identity == nil || cfg.HostKey == nil {
+		return nil, errors.New("sshd: a backend, an identity and a host key are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{be: cfg.Backend, log: cfg.Logger, maxFile: cfg.MaxFileBytes, conns: map[net.Conn]struct{}{},
+	s := &Server{be: cfg.Backend, ids: cfg.Identity, log: cfg.Logger, maxFile: cfg.MaxFileBytes, conns: map[net.Conn]struct{}{},
 		handshakes: make(chan struct{}, maxHandshakes)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cfg = &ssh.ServerConfig{
@@ -124,7 +132,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) authenticate(meta ssh.ConnMetadata, pk ssh.PublicKey) (*ssh.Permissions, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	ps, err := s.be.SSHKeyPrincipals(ctx, pk)
+	ps, err := s.ids.SSHKeyPrincipals(ctx, pk)
 	if err != nil {
 		s.log.Info("ssh: key refused", "remote", meta.RemoteAddr().String(), "user", meta.User(), "fingerprint", ssh.FingerprintSHA256(pk), "err", err)
 		return nil, errors.New("key refused")
@@ -149,7 +157,7 @@ func (s *Server) authenticate(meta ssh.ConnMetadata, pk ssh.PublicKey) (*ssh.Per
 		s.log.Info("ssh: the user name names sandboxes of several of the key's owners; use the sandbox id", "remote", meta.RemoteAddr().String(), "user", meta.User())
 		return nil, errors.New("key refused")
 	}
-	s.be.SSHKeyUsed(ctx, owner, pk)
+	s.ids.SSHKeyUsed(ctx, owner, pk)
 	return &ssh.Permissions{Extensions: map[string]string{extKey: string(pk.Marshal()), extOwner: owner, extSandbox: sb.ID}}, nil
 }
 
@@ -201,7 +209,7 @@ func (s *Server) principal(perms *ssh.Permissions) (sandpit.Principal, error) {
 	if err != nil {
 		return sandpit.Principal{}, err
 	}
-	ps, err := s.be.SSHKeyPrincipals(s.ctx, pk)
+	ps, err := s.ids.SSHKeyPrincipals(s.ctx, pk)
 	if err != nil {
 		return sandpit.Principal{}, err
 	}
@@ -292,7 +300,7 @@ func (s *Server) handle(nc net.Conn) {
 	if err != nil {
 		return
 	}
-	ctx, release, err := s.be.OpenSession(sandpit.WithPrincipal(s.ctx, p))
+	ctx, release, err := s.ids.OpenSession(sandpit.WithPrincipal(s.ctx, p))
 	if err != nil {
 		s.log.Info("ssh: session refused", "owner", p.Owner, "err", err)
 		return

@@ -90,7 +90,7 @@ func serve(t *testing.T, f *fake) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := sshd.New(sshd.Config{Backend: f, HostKey: host, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := sshd.New(sshd.Config{Backend: f, Identity: f, HostKey: host, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

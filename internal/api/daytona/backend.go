@@ -11,6 +11,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/volumes"
 )
 
 // The facade owns the interfaces it takes of the service layer, one per
@@ -26,7 +27,6 @@ type AgentBackend interface {
 	Touch(ctx context.Context, id string, force bool)
 	Agent(ctx context.Context, id string) (agentapi.Agent, error)
 	AgentHTTP() *agentapi.Link
-	OpenSession(ctx context.Context) (context.Context, func(), error)
 }
 
 // SandboxBackend is the control plane's: sandboxes, their intervals, labels
@@ -86,7 +86,6 @@ type ProcessBackend interface {
 // EventBackend is the event socket's.
 type EventBackend interface {
 	Events() *events.Bus
-	OpenSession(ctx context.Context) (context.Context, func(), error)
 }
 
 // TemplateBackend is the snapshots' and image builds': the caller's
@@ -115,10 +114,11 @@ type Backend interface {
 	ToolboxBackend
 	ProcessBackend
 	EventBackend
-	VolumeBackend
+	// Volumes is the volumes aggregate, which /volumes serves.
+	Volumes() *volumes.Service
 }
 
-// VolumeBackend is the volumes'.
+// VolumeBackend is the volumes'; *volumes.Service implements it.
 type VolumeBackend interface {
 	CreateVolume(ctx context.Context, name string, sizeMB int64) (sandpit.Volume, sandpit.AddOutcome, error)
 	GetVolume(ctx context.Context, ref string) (sandpit.Volume, error)

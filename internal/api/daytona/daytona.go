@@ -126,6 +126,9 @@ type toolboxAPI struct {
 type processAPI struct {
 	*core
 	svc ProcessBackend
+	// auth opens the sessions of the streams, under the credential it
+	// authenticated.
+	auth *api.Auth
 }
 
 // eventAPI is the Socket.IO event socket.
@@ -173,7 +176,7 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 			defaultTemplate: opts.DefaultTemplate, templateUser: opts.DefaultUser,
 			sshAddr: opts.SSHAddr, sshHost: opts.SSHHost},
 		toolbox:   &toolboxAPI{core: c, svc: svc, lspTimeout: opts.LSPTimeout},
-		processes: &processAPI{core: c, svc: svc},
+		processes: &processAPI{core: c, svc: svc, auth: auth},
 	}
 	h.storage = newObjectStore(h.sandboxes.signKey, svc, opts.Prefix)
 	h.events = &eventAPI{core: c, svc: svc, auth: auth, sandboxes: h.sandboxes, hub: newHub(), authTimeout: opts.AuthTimeout}
@@ -183,7 +186,7 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	// Daytona's error shape.
 	h.routes = api.NewRoutes(h.mux, WriteError, nil).Mount(p).Keyed(opts.Idempotency.For(keyScope, api.KeyPrintable, WriteError))
 	route, keyed := h.routes.Handle, h.routes.HandleKeyed
-	vols := &volumeAPI{svc: svc}
+	vols := &volumeAPI{svc: svc.Volumes()}
 	keyed("POST /volumes", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, vols.create)
 	route("GET /volumes", sandpit.ActionRead, vols.list)
 	route("GET /volumes/by-name/{name}", sandpit.ActionRead, vols.getByName)

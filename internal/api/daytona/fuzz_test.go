@@ -59,7 +59,7 @@ func FuzzDaytonaRequests(f *testing.F) {
 	svc, _ := testenv.FuzzService(f)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.Cleanup(cancel)
-	h := New(ctx, svc, api.NewAuth(svc, "tok"), Options{})
+	h := New(ctx, svc, api.NewAuth(svc.Identity(), "tok"), Options{})
 	f.Fuzz(func(t *testing.T, route uint8, query string, body []byte) {
 		rt := daytonaRoutes[int(route)%len(daytonaRoutes)]
 		u := &url.URL{Path: rt.path, RawQuery: query}

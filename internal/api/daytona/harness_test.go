@@ -83,7 +83,7 @@ func newEnv(t *testing.T) *env {
 		ExtraLabels:   labels,
 		Logger:        log,
 	}, st, rt, nil)
-	h := New(ctx, svc, api.NewAuth(svc, testToken), Options{Logger: log})
+	h := New(ctx, svc, api.NewAuth(svc.Identity(), testToken), Options{Logger: log})
 	mux := http.NewServeMux()
 	mux.Handle(DefaultPrefix+"/", h)
 	srv := httptest.NewServer(mux)

@@ -78,7 +78,7 @@ func storageEnv(t *testing.T, limit int64) (*httptest.Server, *Handler, *service
 		DefaultImage: "unused", AgentBinary: agentBinary, Logger: log,
 		Images: rt, TemplateDir: t.TempDir(), MaxContextBytes: limit,
 	}, st, rt, nil)
-	h := New(ctx, svc, api.NewAuth(svc, testToken), Options{Logger: log})
+	h := New(ctx, svc, api.NewAuth(svc.Identity(), testToken), Options{Logger: log})
 	mux := http.NewServeMux()
 	mux.Handle(DefaultPrefix+"/", h)
 	srv := httptest.NewServer(mux)

@@ -11,7 +11,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // TestHubSendsEventsToTheOwnerOnly: a socket receives the events of its own
@@ -39,7 +39,7 @@ func TestEventStreamIsScopedByOwner(t *testing.T) {
 	e := newEnv(t)
 	adminCtx := sandpit.WithPrincipal(context.Background(), api.AdminPrincipal())
 	mint := func(name string) string {
-		ct, err := e.svc.CreateToken(adminCtx, service.TokenRequest{Name: name, Owner: name})
+		ct, err := e.svc.Identity().CreateToken(adminCtx, identity.TokenRequest{Name: name, Owner: name})
 		if err != nil {
 			t.Fatal(err)
 		}

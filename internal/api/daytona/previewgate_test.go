@@ -21,7 +21,7 @@ func TestPreviewGateCarriesTheReading(t *testing.T) {
 	svc, _ := testenv.FuzzService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	h := New(ctx, svc, api.NewAuth(svc, testToken), Options{PreviewKey: []byte("preview key")})
+	h := New(ctx, svc, api.NewAuth(svc.Identity(), testToken), Options{PreviewKey: []byte("preview key")})
 	domain := svc.Config().Domain
 	signed := "8080-" + h.sandboxes.signPreview("sbabc", 8080, time.Now().Add(time.Hour)) + "." + domain
 	cases := []struct {

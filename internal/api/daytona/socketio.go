@@ -19,7 +19,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/events"
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // This file serves the Daytona event socket: the Engine.IO v4 / Socket.IO v5
@@ -126,7 +126,7 @@ type sioConn struct {
 	authed atomic.Bool
 	// refused is set when the socket is closed for a bad token.
 	refused atomic.Bool
-	// session is the socket's session of its token (service.OpenSession),
+	// session is the socket's session of its token (identity.Service.OpenSession),
 	// set with who; release ends it. ended is closed when the session
 	// ends, which closes the socket.
 	session context.Context
@@ -299,17 +299,17 @@ func (h *eventAPI) socketMessage(c *sioConn, sid, pkt string) bool {
 		// The socket is a session of the token: revoking or expiring the
 		// token closes it, and a token holding its cap of sessions is
 		// refused.
-		sess, release, err := h.svc.OpenSession(sandpit.WithPrincipal(h.ctx, p))
+		sess, release, err := h.auth.OpenSession(sandpit.WithPrincipal(h.ctx, p))
 		if err != nil {
 			msg := "Unauthorized"
-			if errors.Is(err, service.ErrTooManyStreams) {
+			if errors.Is(err, identity.ErrTooManyStreams) {
 				msg = "Too many open streams for this token"
 			}
 			c.refuse(`44{"message":"` + msg + `"}`)
 			return false
 		}
 		context.AfterFunc(sess, func() {
-			if cause := context.Cause(sess); errors.Is(cause, service.ErrTokenRevoked) || errors.Is(cause, service.ErrTokenExpired) {
+			if cause := context.Cause(sess); errors.Is(cause, identity.ErrTokenRevoked) || errors.Is(cause, identity.ErrTokenExpired) {
 				close(c.ended)
 			}
 		})

@@ -198,7 +198,7 @@ func TestSocketAuthTimeout(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	h := New(ctx, e.svc, api.NewAuth(e.svc, testToken), Options{AuthTimeout: 300 * time.Millisecond})
+	h := New(ctx, e.svc, api.NewAuth(e.svc.Identity(), testToken), Options{AuthTimeout: 300 * time.Millisecond})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 
@@ -219,7 +219,7 @@ func TestSocketAuthTimeout(t *testing.T) {
 func TestSocketClosesWithTheDaemon(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	h := New(ctx, e.svc, api.NewAuth(e.svc, testToken), Options{})
+	h := New(ctx, e.svc, api.NewAuth(e.svc.Identity(), testToken), Options{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	c, _ := handshake(t, srv)

@@ -21,7 +21,7 @@ func (h *processAPI) openStream(w http.ResponseWriter, r *http.Request) (context
 	if p, ok := sandpit.PrincipalFrom(r.Context()); ok {
 		base = sandpit.WithPrincipal(base, p)
 	}
-	ctx, release, err := h.svc.OpenSession(base)
+	ctx, release, err := h.auth.OpenSession(base)
 	if err != nil {
 		WriteError(w, r, err)
 		return nil, nil, false

@@ -26,6 +26,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/volumes"
 )
 
 const testToken = "sp_test_token"
@@ -652,15 +653,6 @@ func TestUnimplementedEndpointIsNotANotFound(t *testing.T) {
 	}
 }
 
-// The fake has no volumes.
-func (f *fakeBackend) CreateVolume(context.Context, string, int64) (sandpit.Volume, sandpit.AddOutcome, error) {
-	return sandpit.Volume{}, 0, service.ErrVolumesUnavailable
-}
-func (f *fakeBackend) GetVolume(context.Context, string) (sandpit.Volume, error) {
-	return sandpit.Volume{}, sandpit.ErrNotFound
-}
-func (f *fakeBackend) ListVolumes(context.Context) ([]sandpit.Volume, error) { return nil, nil }
-func (f *fakeBackend) DeleteVolume(context.Context, string) error            { return sandpit.ErrNotFound }
-func (f *fakeBackend) SandboxMounts(context.Context, string) ([]sandpit.VolumeMount, error) {
-	return nil, nil
-}
+// The fake's volumes are the real aggregate over its store, with no engine:
+// a volume create is refused as on a daemon without volumes.
+func (f *fakeBackend) Volumes() *volumes.Service { return volumes.New(volumes.Config{Store: f.st}) }

@@ -22,6 +22,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/agentrelay"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/volumes"
 )
 
 // Prefix is where the daemon mounts the facade.
@@ -37,11 +38,8 @@ type Backend interface {
 	GetSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	ListSandboxes(ctx context.Context, opts sandpit.ListOptions) ([]sandpit.Sandbox, string, error)
 	DeleteSandbox(ctx context.Context, id string) error
-	CreateVolume(ctx context.Context, name string, sizeMB int64) (sandpit.Volume, sandpit.AddOutcome, error)
-	GetVolume(ctx context.Context, ref string) (sandpit.Volume, error)
-	ListVolumes(ctx context.Context) ([]sandpit.Volume, error)
-	DeleteVolume(ctx context.Context, ref string) error
-	SandboxMounts(ctx context.Context, id string) ([]sandpit.VolumeMount, error)
+	// Volumes is the volumes aggregate, which /volumes serves.
+	Volumes() *volumes.Service
 	PauseSandbox(ctx context.Context, id string, mode sandpit.PauseMode) (sandpit.Sandbox, error)
 	StartSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
 	StopSandbox(ctx context.Context, id string) (sandpit.Sandbox, error)
@@ -127,6 +125,7 @@ func DomainFor(domain string, proxyPort int) string {
 // Handler serves everything under /e2b.
 type Handler struct {
 	be   Backend
+	vols *volumes.Service
 	idem *idempotency.Engine
 	cfg  Config
 	log  *slog.Logger
@@ -176,6 +175,7 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 	}
 	h := &Handler{
 		be:        be,
+		vols:      be.Volumes(),
 		idem:      idem,
 		cfg:       cfg,
 		log:       cfg.Logger.With("surface", "e2b"),

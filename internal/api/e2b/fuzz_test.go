@@ -88,7 +88,7 @@ func FuzzE2BRequests(f *testing.F) {
 	f.Add(uint8(3), "query=%7B%22a%22%3A%221%22%7D", []byte(nil))
 	f.Add(uint8(4), "", []byte(`{"timeout":10}`))
 	svc, st := testenv.FuzzService(f)
-	h := New(svc, svc.Idempotency(), Config{Auth: api.NewAuth(svc, "tok")})
+	h := New(svc, svc.Idempotency(), Config{Auth: api.NewAuth(svc.Identity(), "tok")})
 	_ = st
 	f.Fuzz(func(t *testing.T, route uint8, query string, body []byte) {
 		rt := e2bRoutes[int(route)%len(e2bRoutes)]

@@ -70,7 +70,7 @@ func (h *Handler) createVolume(w http.ResponseWriter, r *http.Request) {
 		fail(w, err, "")
 		return
 	}
-	v, outcome, err := h.be.CreateVolume(r.Context(), b.Name, 0)
+	v, outcome, err := h.vols.CreateVolume(r.Context(), b.Name, 0)
 	if err != nil {
 		fail(w, err, "")
 		return
@@ -83,7 +83,7 @@ func (h *Handler) createVolume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) listVolumes(w http.ResponseWriter, r *http.Request) {
-	vs, err := h.be.ListVolumes(r.Context())
+	vs, err := h.vols.ListVolumes(r.Context())
 	if err != nil {
 		fail(w, err, "")
 		return
@@ -97,7 +97,7 @@ func (h *Handler) listVolumes(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) getVolume(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("volumeID")
-	v, err := h.be.GetVolume(r.Context(), id)
+	v, err := h.vols.GetVolume(r.Context(), id)
 	if err != nil {
 		failVolume(w, err, id)
 		return
@@ -107,7 +107,7 @@ func (h *Handler) getVolume(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) deleteVolume(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("volumeID")
-	if err := h.be.DeleteVolume(r.Context(), id); err != nil {
+	if err := h.vols.DeleteVolume(r.Context(), id); err != nil {
 		failVolume(w, err, id)
 		return
 	}
@@ -129,7 +129,7 @@ func toVolumeInfo(v sandpit.Volume) VolumeInfo {
 // withMounts fills a listed sandbox's volumes, which a listing's rows do
 // not carry.
 func (h *Handler) withMounts(r *http.Request, sb sandpit.Sandbox) sandpit.Sandbox {
-	if ms, err := h.be.SandboxMounts(r.Context(), sb.ID); err == nil {
+	if ms, err := h.vols.SandboxMounts(r.Context(), sb.ID); err == nil {
 		sb.Volumes = ms
 	}
 	return sb

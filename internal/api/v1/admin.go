@@ -10,7 +10,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // adminRoutes mounts token, owner-limit and audit administration. Tokens,
@@ -61,11 +61,11 @@ func (h *Handler) createToken(w http.ResponseWriter, r *http.Request) {
 		fail(w, errors.Join(sandpit.ErrInvalid, errors.New("expires_in_s must not be negative")))
 		return
 	}
-	sreq := service.TokenRequest{Name: req.Name, Owner: req.Owner, Scopes: req.Scopes, ExpiresIn: time.Duration(req.ExpiresInS) * time.Second}
+	sreq := identity.TokenRequest{Name: req.Name, Owner: req.Owner, Scopes: req.Scopes, ExpiresIn: time.Duration(req.ExpiresInS) * time.Second}
 	if req.Limits != nil {
 		sreq.Limits = limitsOf(*req.Limits, req.Owner)
 	}
-	ct, err := h.svc.CreateToken(r.Context(), sreq)
+	ct, err := h.ids.CreateToken(r.Context(), sreq)
 	if err != nil {
 		fail(w, err)
 		return
@@ -77,7 +77,7 @@ func (h *Handler) createToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) listTokens(w http.ResponseWriter, r *http.Request) {
-	ts, err := h.svc.ListTokens(r.Context(), r.URL.Query().Get("include_revoked") == "true")
+	ts, err := h.ids.ListTokens(r.Context(), r.URL.Query().Get("include_revoked") == "true")
 	if err != nil {
 		fail(w, err)
 		return
@@ -90,7 +90,7 @@ func (h *Handler) listTokens(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request) {
-	t, err := h.svc.RevokeToken(r.Context(), r.PathValue("name"))
+	t, err := h.ids.RevokeToken(r.Context(), r.PathValue("name"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -99,7 +99,7 @@ func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) writeLimits(w http.ResponseWriter, r *http.Request, owner string) {
-	l, u, err := h.svc.OwnerLimits(r.Context(), owner)
+	l, u, err := h.ids.OwnerLimits(r.Context(), owner)
 	if err != nil {
 		fail(w, err)
 		return
@@ -123,7 +123,7 @@ func (h *Handler) putLimits(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	owner := r.PathValue("owner")
-	if err := h.svc.SetOwnerLimits(r.Context(), limitsOf(req, owner)); err != nil {
+	if err := h.ids.SetOwnerLimits(r.Context(), limitsOf(req, owner)); err != nil {
 		fail(w, err)
 		return
 	}
@@ -149,7 +149,7 @@ func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) {
 		}
 		aq.Limit = n
 	}
-	es, err := h.svc.ListAudit(r.Context(), aq)
+	es, err := h.ids.ListAudit(r.Context(), aq)
 	if err != nil {
 		fail(w, err)
 		return

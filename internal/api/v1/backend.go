@@ -9,8 +9,10 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/agentapi"
 	"github.com/sandpit-dev/sandpit/internal/events"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/volumes"
 )
 
 // Backend is what the native API needs of the service layer, declared here
@@ -18,7 +20,10 @@ import (
 // it.
 type Backend interface {
 	Config() service.Config
-	OpenSession(ctx context.Context) (context.Context, func(), error)
+	// Identity and Volumes are the aggregates the admin, SSH key and volume
+	// routes serve.
+	Identity() *identity.Service
+	Volumes() *volumes.Service
 
 	CreateSandbox(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, error)
 	CreateOrAdopt(ctx context.Context, req service.CreateRequest) (sandpit.Sandbox, bool, error)
@@ -53,13 +58,6 @@ type Backend interface {
 	DebugState(ctx context.Context) (service.State, error)
 	PoolStatus(ctx context.Context) (service.PoolStatus, error)
 
-	CreateToken(ctx context.Context, req service.TokenRequest) (service.CreatedToken, error)
-	ListTokens(ctx context.Context, includeRevoked bool) ([]sandpit.Token, error)
-	RevokeToken(ctx context.Context, nameOrPrefix string) (sandpit.Token, error)
-	ListAudit(ctx context.Context, q sandpit.AuditQuery) ([]sandpit.AuditEntry, error)
-	OwnerLimits(ctx context.Context, owner string) (sandpit.OwnerLimits, service.OwnerUsage, error)
-	SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits) error
-
 	PutTemplateFiles(ctx context.Context, hash string, r io.Reader, verify bool) error
 	HasFiles(ctx context.Context, hash string) bool
 	EnsureTemplate(ctx context.Context, spec service.TemplateSpec) (sandpit.Template, sandpit.AddOutcome, error)
@@ -79,15 +77,6 @@ type Backend interface {
 	CodeContexts(ctx context.Context, id string) ([]service.CodeContext, error)
 	DeleteCodeContext(ctx context.Context, id, name string) error
 
-	CreateVolume(ctx context.Context, name string, sizeMB int64) (sandpit.Volume, sandpit.AddOutcome, error)
-	GetVolume(ctx context.Context, ref string) (sandpit.Volume, error)
-	ListVolumes(ctx context.Context) ([]sandpit.Volume, error)
-	DeleteVolume(ctx context.Context, ref string) error
-	SandboxMounts(ctx context.Context, id string) ([]sandpit.VolumeMount, error)
-
-	AddSSHKey(ctx context.Context, name, publicKey string) (sandpit.SSHKey, sandpit.AddOutcome, error)
-	ListSSHKeys(ctx context.Context) ([]sandpit.SSHKey, error)
-	DeleteSSHKey(ctx context.Context, ref string) error
 	CreateSSHAccess(ctx context.Context, idOrName string, valid time.Duration) (service.SSHAccess, error)
 	RevokeSSHAccess(ctx context.Context, idOrName string) error
 	Build(ctx context.Context, buildID string) (sandpit.TemplateBuild, error)

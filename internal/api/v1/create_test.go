@@ -79,7 +79,7 @@ func newRig(t *testing.T, pendingTTL time.Duration) *rig {
 	idem := api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{
 		Wait: time.Minute, PendingTTL: pendingTTL, Logger: log,
 	})
-	srv := httptest.NewServer(v1.New(svc, api.NewAuth(svc, token), nil, idem))
+	srv := httptest.NewServer(v1.New(svc, api.NewAuth(svc.Identity(), token), nil, idem))
 	t.Cleanup(srv.Close)
 	return &rig{srv: srv, st: st, drv: drv}
 }

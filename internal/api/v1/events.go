@@ -43,7 +43,7 @@ func toEvent(e events.Event) apitypes.Event {
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	// The stream is a session of the token: it ends when the token is
 	// revoked or expires, and counts against the token's cap.
-	ctx, release, err := h.svc.OpenSession(r.Context())
+	ctx, release, err := h.auth.OpenSession(r.Context())
 	if err != nil {
 		fail(w, err)
 		return

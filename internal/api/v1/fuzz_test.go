@@ -33,7 +33,7 @@ func FuzzV1Requests(f *testing.F) {
 	f.Add(uint8(4), "", []byte(`{"cmd":"true","timeout_s":-1}`), "")
 	f.Add(uint8(6), "", []byte(nil), "")
 	svc, st := testenv.FuzzService(f)
-	h := New(svc, api.NewAuth(svc, "tok"), nil, api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{}))
+	h := New(svc, api.NewAuth(svc.Identity(), "tok"), nil, api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{}))
 	_ = st
 	f.Fuzz(func(t *testing.T, route uint8, query string, body []byte, key string) {
 		rt := v1Routes[int(route)%len(v1Routes)]

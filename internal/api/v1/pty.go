@@ -98,7 +98,7 @@ func (h *Handler) pty(w http.ResponseWriter, r *http.Request) {
 	}
 	// The terminal is a session of the token: it ends when the token is
 	// revoked or expires, and counts against the token's cap of streams.
-	ctx, release, err := h.svc.OpenSession(r.Context())
+	ctx, release, err := h.auth.OpenSession(r.Context())
 	if err != nil {
 		fail(w, err)
 		return

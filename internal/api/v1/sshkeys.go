@@ -60,7 +60,7 @@ func (h *Handler) addSSHKey(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	k, outcome, err := h.svc.AddSSHKey(r.Context(), req.Name, req.PublicKey)
+	k, outcome, err := h.ids.AddSSHKey(r.Context(), req.Name, req.PublicKey)
 	if err != nil {
 		fail(w, err)
 		return
@@ -73,7 +73,7 @@ func (h *Handler) addSSHKey(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) listSSHKeys(w http.ResponseWriter, r *http.Request) {
-	ks, err := h.svc.ListSSHKeys(r.Context())
+	ks, err := h.ids.ListSSHKeys(r.Context())
 	if err != nil {
 		fail(w, err)
 		return
@@ -86,7 +86,7 @@ func (h *Handler) listSSHKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) deleteSSHKey(w http.ResponseWriter, r *http.Request) {
-	if err := h.svc.DeleteSSHKey(r.Context(), r.PathValue("key")); err != nil {
+	if err := h.ids.DeleteSSHKey(r.Context(), r.PathValue("key")); err != nil {
 		fail(w, err)
 		return
 	}

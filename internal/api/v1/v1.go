@@ -16,12 +16,16 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/api/agentrelay"
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
+	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/volumes"
 )
 
 // Handler serves /v1.
 type Handler struct {
 	svc  Backend
+	ids  *identity.Service
+	vols *volumes.Service
 	auth *api.Auth
 	mux  *http.ServeMux
 	// routes declares what every route does; the scope check happens when a
@@ -58,7 +62,7 @@ func (h *Handler) forwarding() {
 // scopes everything the request sees and makes. The keyed routes run through
 // idem (nil: Idempotency-Key is ignored).
 func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler, idem *api.Idempotency) *Handler {
-	h := &Handler{svc: svc, auth: auth, mux: http.NewServeMux(), relay: agentrelay.New(svc.AgentHTTP().Transport())}
+	h := &Handler{svc: svc, ids: svc.Identity(), vols: svc.Volumes(), auth: auth, mux: http.NewServeMux(), relay: agentrelay.New(svc.AgentHTTP().Transport())}
 	// Where a sandbox's id goes, its name does too.
 	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) }, wrap).NamesToo().Keyed(keys(idem))
 	route, keyed := h.routes.Handle, h.routes.HandleKeyed
@@ -192,7 +196,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	if len(sb.Volumes) == 0 && len(creq.Volumes) > 0 {
 		// An adopted sandbox is read back from its row, which does not
 		// carry its mounts.
-		if ms, err := h.svc.SandboxMounts(r.Context(), sb.ID); err == nil {
+		if ms, err := h.vols.SandboxMounts(r.Context(), sb.ID); err == nil {
 			sb.Volumes = ms
 		}
 	}

@@ -25,7 +25,7 @@ func (h *Handler) createVolume(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	v, outcome, err := h.svc.CreateVolume(r.Context(), req.Name, req.SizeMB)
+	v, outcome, err := h.vols.CreateVolume(r.Context(), req.Name, req.SizeMB)
 	if err != nil {
 		fail(w, err)
 		return
@@ -38,7 +38,7 @@ func (h *Handler) createVolume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) listVolumes(w http.ResponseWriter, r *http.Request) {
-	vs, err := h.svc.ListVolumes(r.Context())
+	vs, err := h.vols.ListVolumes(r.Context())
 	if err != nil {
 		fail(w, err)
 		return
@@ -51,7 +51,7 @@ func (h *Handler) listVolumes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) getVolume(w http.ResponseWriter, r *http.Request) {
-	v, err := h.svc.GetVolume(r.Context(), r.PathValue("name"))
+	v, err := h.vols.GetVolume(r.Context(), r.PathValue("name"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -60,7 +60,7 @@ func (h *Handler) getVolume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) deleteVolume(w http.ResponseWriter, r *http.Request) {
-	if err := h.svc.DeleteVolume(r.Context(), r.PathValue("name")); err != nil {
+	if err := h.vols.DeleteVolume(r.Context(), r.PathValue("name")); err != nil {
 		fail(w, err)
 		return
 	}

@@ -1,4 +1,4 @@
-package service
+package identity
 
 import (
 	"context"
@@ -17,7 +17,6 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 
-	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
@@ -67,16 +66,9 @@ type CreatedToken struct {
 // ErrTokenNameTaken is a create of a name a live token already has.
 var ErrTokenNameTaken = store.ErrTokenNameTaken
 
-func requireAdmin(ctx context.Context) error {
-	if !identity.Of(ctx).Admin {
-		return fmt.Errorf("%w: admin only", sandpit.ErrForbidden)
-	}
-	return nil
-}
-
 // CreateToken mints a personal access token (admin only).
 func (s *Service) CreateToken(ctx context.Context, req TokenRequest) (_ CreatedToken, err error) {
-	if err := requireAdmin(ctx); err != nil {
+	if err := RequireAdmin(ctx); err != nil {
 		return CreatedToken{}, err
 	}
 	defer func() { s.audit(ctx, "token.create", req.Name, err) }()
@@ -140,7 +132,7 @@ func (s *Service) CreateToken(ctx context.Context, req TokenRequest) (_ CreatedT
 
 // ListTokens lists tokens (admin only); never their secrets.
 func (s *Service) ListTokens(ctx context.Context, includeRevoked bool) ([]sandpit.Token, error) {
-	if err := requireAdmin(ctx); err != nil {
+	if err := RequireAdmin(ctx); err != nil {
 		return nil, err
 	}
 	return s.store.ListTokens(ctx, includeRevoked)
@@ -151,7 +143,7 @@ func (s *Service) ListTokens(ctx context.Context, includeRevoked bool) ([]sandpi
 // and the event streams, sockets and terminals opened with it are closed
 // (see OpenSession).
 func (s *Service) RevokeToken(ctx context.Context, nameOrPrefix string) (_ sandpit.Token, err error) {
-	if err := requireAdmin(ctx); err != nil {
+	if err := RequireAdmin(ctx); err != nil {
 		return sandpit.Token{}, err
 	}
 	t, err := s.store.RevokeToken(ctx, nameOrPrefix, s.now())
@@ -207,7 +199,7 @@ func (s *Service) AuthenticateToken(ctx context.Context, presented string) (sand
 // them. Lowering a limit below what the owner holds removes nothing: it
 // refuses the owner's next create.
 func (s *Service) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits) (err error) {
-	if err := requireAdmin(ctx); err != nil {
+	if err := RequireAdmin(ctx); err != nil {
 		return err
 	}
 	defer func() { s.audit(ctx, "owner.limits", l.Owner, err) }()
@@ -228,7 +220,7 @@ func (s *Service) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits) (er
 	if l.DefaultMemoryMB > 0 && l.DefaultMemoryMB < 16 {
 		return invalidf("default_memory_mb must be at least 16")
 	}
-	cidrs, err := normalizeGrants(l.AllowPrivateCIDRs)
+	cidrs, err := s.checkGrants(l.AllowPrivateCIDRs)
 	if err != nil {
 		return err
 	}
@@ -237,13 +229,13 @@ func (s *Service) SetOwnerLimits(ctx context.Context, l sandpit.OwnerLimits) (er
 }
 
 // OwnerUsage is what an owner holds now. The surfaces name it through the
-// service, which keeps them from importing the store.
+// identity aggregate, which keeps them from importing the store.
 type OwnerUsage = store.OwnerUsage
 
 // OwnerLimits returns an owner's quotas and current usage (admin, or the
 // owner itself).
 func (s *Service) OwnerLimits(ctx context.Context, owner string) (sandpit.OwnerLimits, store.OwnerUsage, error) {
-	if p := identity.Of(ctx); !p.Admin && p.Owner != owner {
+	if p := Of(ctx); !p.Admin && p.Owner != owner {
 		return sandpit.OwnerLimits{}, store.OwnerUsage{}, fmt.Errorf("owner %q: %w", owner, sandpit.ErrNotFound)
 	}
 	l, err := s.store.GetOwnerLimits(ctx, owner)
@@ -256,7 +248,7 @@ func (s *Service) OwnerLimits(ctx context.Context, owner string) (sandpit.OwnerL
 
 // ListAudit reads the audit log (admin only).
 func (s *Service) ListAudit(ctx context.Context, q sandpit.AuditQuery) ([]sandpit.AuditEntry, error) {
-	if err := requireAdmin(ctx); err != nil {
+	if err := RequireAdmin(ctx); err != nil {
 		return nil, err
 	}
 	return s.store.ListAudit(ctx, q)

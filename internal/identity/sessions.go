@@ -1,4 +1,4 @@
-package service
+package identity
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/internal/identity"
 )
 
 // DefaultMaxStreamsPerToken is how many sessions one personal access token
@@ -73,7 +72,7 @@ func (s *Service) OpenSession(ctx context.Context) (context.Context, func(), err
 	if s == nil {
 		return ctx, func() {}, nil
 	}
-	return s.sessions.open(ctx, identity.Of(ctx))
+	return s.sessions.open(ctx, Of(ctx))
 }
 
 // OpenSessions is how many sessions the token with this prefix holds open.
@@ -160,3 +159,9 @@ func (r *sessions) end(prefix string, cause error, revoked bool) {
 		sess.cancel(cause)
 	}
 }
+
+// EndSessions ends every session registered under key with cause; the
+// credential itself stays usable for new ones. The sandbox aggregate ends
+// the sessions of the SSH access tokens it removes this way (see
+// SSHSession).
+func (s *Service) EndSessions(key string, cause error) { s.sessions.end(key, cause, false) }

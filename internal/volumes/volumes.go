@@ -1,4 +1,8 @@
-package service
+// Package volumes is the volumes aggregate: an owner's named volumes, their
+// engine volumes and rows, the reconcile of what an interrupted create or
+// delete left, and the resolution of a sandbox create's volume references to
+// mounts, which the sandbox aggregate asks for through a port of its own.
+package volumes
 
 import (
 	"context"
@@ -6,7 +10,10 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"path"
+	"regexp"
 	"strings"
 	"time"
 
@@ -15,7 +22,66 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/identity"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
+
+// Config configures the volumes aggregate.
+type Config struct {
+	Store *store.Store
+	// Engine makes the engine's named volumes; nil means no volumes.
+	Engine driver.Volumes
+	Log    *slog.Logger
+	Now    func() time.Time
+	// SizeMB is the default and largest size of a volume (the daemon's
+	// --volume-size-mb; 0: unbounded).
+	SizeMB int64
+	// Instance is this daemon's instance id: the node a volume is made on,
+	// and the label that tells its engine volumes from another daemon's.
+	Instance string
+	// ExtraLabels are added to every engine volume (a test run's label).
+	ExtraLabels map[string]string
+	// EngineError wraps a failure of the engine, so that the API answers
+	// it as the sandbox aggregate's engine failures are answered; nil
+	// leaves it as it is.
+	EngineError func(what string, err error) error
+}
+
+// Service is the volumes aggregate.
+type Service struct {
+	store *store.Store
+	cfg   Config
+	log   *slog.Logger
+}
+
+// New builds the volumes aggregate.
+func New(cfg Config) *Service {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.EngineError == nil {
+		cfg.EngineError = func(what string, err error) error { return fmt.Errorf("%s: %w", what, err) }
+	}
+	return &Service{store: cfg.Store, cfg: cfg, log: cfg.Log}
+}
+
+func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
+
+func (s *Service) audit(ctx context.Context, action, resource string, opErr error) {
+	identity.Audit{Store: s.store, Log: s.log, Now: s.now}.Record(ctx, action, resource, opErr)
+}
+
+// nameRE is a volume name's grammar: a sandbox name's.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+// minSizeMB is the smallest volume, as it is the smallest disk.
+const minSizeMB = 16
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", sandpit.ErrInvalid, fmt.Sprintf(format, args...))
+}
 
 // ErrVolumesUnavailable: the daemon's engine offers no named volumes.
 var ErrVolumesUnavailable = errors.New("volumes are not available on this daemon")
@@ -69,15 +135,25 @@ func ValidateVolumeName(name string) error {
 // also the most it may be). A create of a name the owner has with another
 // size is a name conflict, not a retry.
 func (s *Service) CreateVolume(ctx context.Context, name string, sizeMB int64) (v sandpit.Volume, outcome sandpit.AddOutcome, err error) {
-	defer func() { s.audit(ctx, "volume.create", auditResource(v.ID, "", name), err) }()
+	defer func() {
+		resource := v.ID
+		if resource == "" {
+			resource = name
+		}
+		s.audit(ctx, "volume.create", resource, err)
+	}()
 	if err := ValidateVolumeName(name); err != nil {
 		return sandpit.Volume{}, 0, err
 	}
-	limit := s.cfg.VolumeSizeMB
-	if err := validateSize("size_mb", "--volume-size-mb", "bounds no volume", sizeMB, limit); err != nil {
-		return sandpit.Volume{}, 0, err
+	limit := s.cfg.SizeMB
+	switch {
+	case sizeMB == 0:
+	case limit == 0:
+		return sandpit.Volume{}, 0, invalidf("size_mb: this daemon bounds no volume (--volume-size-mb 0), so a create cannot ask for one")
+	case sizeMB < minSizeMB || sizeMB > limit:
+		return sandpit.Volume{}, 0, invalidf("size_mb must be 0 (the default, %d MiB) or between %d and %d MiB (the daemon's --volume-size-mb), got %d", limit, minSizeMB, limit, sizeMB)
 	}
-	if s.cfg.Volumes == nil {
+	if s.cfg.Engine == nil {
 		return sandpit.Volume{}, 0, ErrVolumesUnavailable
 	}
 	id := NewVolumeID()
@@ -88,12 +164,12 @@ func (s *Service) CreateVolume(ctx context.Context, name string, sizeMB int64) (
 		EngineName: volumeEnginePrefix + id,
 		State:      sandpit.VolumeCreating,
 		Node:       s.cfg.Instance,
-		SizeMB:     limitOr(sizeMB, limit),
+		SizeMB:     sizeOr(sizeMB, limit),
 	}, s.now())
 	if err != nil {
 		return sandpit.Volume{}, 0, err
 	}
-	if got := limitOr(v.SizeMB, limit); outcome == sandpit.AlreadyBound && sizeMB != 0 && got != sizeMB {
+	if got := sizeOr(v.SizeMB, limit); outcome == sandpit.AlreadyBound && sizeMB != 0 && got != sizeMB {
 		return sandpit.Volume{}, 0, fmt.Errorf("%w: volume %q exists with size %d MiB, not %d", sandpit.ErrNameConflict, name, got, sizeMB)
 	}
 	switch v.State {
@@ -103,7 +179,7 @@ func (s *Service) CreateVolume(ctx context.Context, name string, sizeMB int64) (
 		return sandpit.Volume{}, 0, fmt.Errorf("volume %q is being deleted: %w", name, sandpit.ErrVolumeNotReady)
 	}
 	crashpoint.Hit(crashpoint.AfterVolumeRow)
-	if err := s.cfg.Volumes.CreateVolume(ctx, v.EngineName, s.volumeLabels(v.ID)); err != nil {
+	if err := s.cfg.Engine.CreateVolume(ctx, v.EngineName, s.volumeLabels(v.ID)); err != nil {
 		if outcome == sandpit.Added {
 			// Nobody else learnt of the row yet... except concurrent
 			// creates of the name, which finish it themselves or fail
@@ -114,7 +190,7 @@ func (s *Service) CreateVolume(ctx context.Context, name string, sizeMB int64) (
 				s.log.Error("rollback: delete volume row", "volume", v.ID, "err", derr)
 			}
 		}
-		return sandpit.Volume{}, 0, runtimeErr("create volume", err)
+		return sandpit.Volume{}, 0, s.cfg.EngineError("create volume", err)
 	}
 	crashpoint.Hit(crashpoint.AfterVolumeCreate)
 	if err := s.store.MarkVolumeReady(ctx, v.ID, s.now()); err != nil {
@@ -125,9 +201,16 @@ func (s *Service) CreateVolume(ctx context.Context, name string, sizeMB int64) (
 }
 
 // volumeLabels are the labels of an engine volume: the daemon's extra labels
-// (a test run's), its instance and the volume's id.
+// (a test run's), its instance and the volume's id, as a sandbox's container
+// carries them.
 func (s *Service) volumeLabels(id string) map[string]string {
-	l := s.containerLabels()
+	l := maps.Clone(s.cfg.ExtraLabels)
+	if l == nil {
+		l = map[string]string{}
+	}
+	if s.cfg.Instance != "" {
+		l[driver.LabelInstance] = s.cfg.Instance
+	}
 	l[driver.LabelVolumeID] = id
 	return l
 }
@@ -175,8 +258,8 @@ func (s *Service) DeleteVolume(ctx context.Context, ref string) (err error) {
 }
 
 func (s *Service) finishVolumeDelete(ctx context.Context, v sandpit.Volume) error {
-	if s.cfg.Volumes != nil {
-		if err := s.cfg.Volumes.RemoveVolume(ctx, v.EngineName); err != nil {
+	if s.cfg.Engine != nil {
+		if err := s.cfg.Engine.RemoveVolume(ctx, v.EngineName); err != nil {
 			if errors.Is(err, driver.ErrVolumeBusy) {
 				// A container the store no longer knows still holds it
 				// (a sandbox removal that has not reached the engine):
@@ -184,7 +267,7 @@ func (s *Service) finishVolumeDelete(ctx context.Context, v sandpit.Volume) erro
 				// finishes it.
 				return fmt.Errorf("volume %s: %w: %v", v.ID, sandpit.ErrVolumeInUse, err)
 			}
-			return runtimeErr("remove volume", err)
+			return s.cfg.EngineError("remove volume", err)
 		}
 	}
 	if err := s.store.DeleteVolumeRow(ctx, v.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
@@ -193,13 +276,21 @@ func (s *Service) finishVolumeDelete(ctx context.Context, v sandpit.Volume) erro
 	return nil
 }
 
+// sizeOr is a volume's size: its own, else the daemon's default.
+func sizeOr(mb, def int64) int64 {
+	if mb <= 0 || def == 0 {
+		return def
+	}
+	return mb
+}
+
 // ReconcileVolumes runs when the daemon starts, before it serves: a create
 // the previous process did not finish (its row still creating) is undone,
 // engine volume and row, so a retry makes it whole; a delete it did not
 // finish is finished; an engine volume of this instance with no row is
 // removed.
 func (s *Service) ReconcileVolumes(ctx context.Context) error {
-	if s.cfg.Volumes == nil {
+	if s.cfg.Engine == nil {
 		return nil
 	}
 	rows, err := s.store.ListVolumes(ctx, "")
@@ -212,7 +303,7 @@ func (s *Service) ReconcileVolumes(ctx context.Context) error {
 		switch v.State {
 		case sandpit.VolumeCreating:
 			s.log.Warn("removing the leftover of an interrupted volume create", "volume", v.ID, "name", v.Name)
-			if err := s.cfg.Volumes.RemoveVolume(ctx, v.EngineName); err != nil {
+			if err := s.cfg.Engine.RemoveVolume(ctx, v.EngineName); err != nil {
 				s.log.Error("reconcile: remove volume", "volume", v.ID, "err", err)
 				continue
 			}
@@ -230,7 +321,7 @@ func (s *Service) ReconcileVolumes(ctx context.Context) error {
 		// apart from another daemon's.
 		return nil
 	}
-	engine, err := s.cfg.Volumes.ListVolumes(ctx, map[string]string{driver.LabelManaged: "true", driver.LabelInstance: s.cfg.Instance})
+	engine, err := s.cfg.Engine.ListVolumes(ctx, map[string]string{driver.LabelManaged: "true", driver.LabelInstance: s.cfg.Instance})
 	if err != nil {
 		return err
 	}
@@ -239,23 +330,23 @@ func (s *Service) ReconcileVolumes(ctx context.Context) error {
 			continue
 		}
 		s.log.Warn("removing an engine volume the store does not know", "volume", ev.Name)
-		if err := s.cfg.Volumes.RemoveVolume(ctx, ev.Name); err != nil {
+		if err := s.cfg.Engine.RemoveVolume(ctx, ev.Name); err != nil {
 			s.log.Error("reconcile: remove orphan volume", "volume", ev.Name, "err", err)
 		}
 	}
 	return nil
 }
 
-// resolveMounts checks a create's mounts and finds their volumes, before
+// ResolveMounts checks a create's mounts and finds their volumes, before
 // any row or container is made: each path absolute, clean, not / and not
 // over the agent's or the kernel's paths, no path twice, and each volume
 // the caller's own and ready. The store checks owner and state again when
 // it writes the mounts with the sandbox row.
-func (s *Service) resolveMounts(ctx context.Context, reqs []MountRequest) ([]sandpit.VolumeMount, error) {
+func (s *Service) ResolveMounts(ctx context.Context, reqs []MountRequest) ([]sandpit.VolumeMount, error) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	if s.cfg.Volumes == nil {
+	if s.cfg.Engine == nil {
 		return nil, ErrVolumesUnavailable
 	}
 	if len(reqs) > maxMounts {
@@ -317,33 +408,7 @@ func ValidateMountPath(p string) error {
 	return nil
 }
 
-// driverMounts are the engine mounts of a sandbox's volumes.
-func driverMounts(ms []sandpit.VolumeMount) []driver.Mount {
-	if len(ms) == 0 {
-		return nil
-	}
-	out := make([]driver.Mount, 0, len(ms))
-	for _, m := range ms {
-		out = append(out, driver.Mount{Source: m.EngineName, Target: m.Path, ReadOnly: m.ReadOnly})
-	}
-	return out
-}
-
 // SandboxMounts returns the volumes a sandbox mounts.
 func (s *Service) SandboxMounts(ctx context.Context, id string) ([]sandpit.VolumeMount, error) {
 	return s.store.SandboxMounts(ctx, id)
-}
-
-// withMounts fills a read sandbox's volumes, which its row does not carry.
-func (s *Service) withMounts(ctx context.Context, sb sandpit.Sandbox) sandpit.Sandbox {
-	if sb.ID == "" {
-		return sb
-	}
-	ms, err := s.store.SandboxMounts(ctx, sb.ID)
-	if err != nil {
-		s.log.Warn("reading a sandbox's mounts", "sandbox", sb.ID, "err", err)
-		return sb
-	}
-	sb.Volumes = ms
-	return sb
 }
