@@ -16,6 +16,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/cluster"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // Problem is a classified error: the HTTP status, a stable machine code (one
@@ -112,9 +113,9 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, apitypes.CodeBuildConflict, msg}
 	case errors.Is(err, sandpit.ErrSnapshotInUse):
 		return Problem{http.StatusConflict, apitypes.CodeInUse, msg}
-	case errors.Is(err, service.ErrTooLarge):
+	case errors.Is(err, templates.ErrTooLarge):
 		return Problem{http.StatusRequestEntityTooLarge, apitypes.CodeBodyTooLarge, msg}
-	case errors.Is(err, service.ErrBuildsUnavailable):
+	case errors.Is(err, templates.ErrBuildsUnavailable):
 		return Problem{http.StatusNotImplemented, apitypes.CodeServiceUnavailable, msg}
 	case errors.Is(err, service.ErrPortInUse):
 		return Problem{http.StatusConflict, apitypes.CodeConflict, msg}

@@ -21,6 +21,7 @@ import (
 // Handler serves /v1.
 type Handler struct {
 	svc  Backend
+	tpl  TemplateBackend
 	auth *api.Auth
 	mux  *http.ServeMux
 	// routes declares what every route does; the scope check happens when a
@@ -50,12 +51,12 @@ func (h *Handler) forwarding() {
 	h.routes.Declare("/v1/sandboxes/{id}/", api.Forwarding{Locate: api.LocateSandbox})
 }
 
-// New builds the /v1 handler. Every route needs "Authorization: Bearer
+// New builds the /v1 handler; tpl serves its templates, snapshots and builds. Every route needs "Authorization: Bearer
 // <token>": the daemon's admin token or a personal access token, whose owner
 // scopes everything the request sees and makes. The keyed routes run through
 // idem (nil: Idempotency-Key is ignored).
-func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler, idem *api.Idempotency) *Handler {
-	h := &Handler{svc: svc, auth: auth, mux: http.NewServeMux()}
+func New(svc Backend, tpl TemplateBackend, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler, idem *api.Idempotency) *Handler {
+	h := &Handler{svc: svc, tpl: tpl, auth: auth, mux: http.NewServeMux()}
 	// Where a sandbox's id goes, its name does too.
 	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) }, wrap).NamesToo().Keyed(keys(idem))
 	route, keyed := h.routes.Handle, h.routes.HandleKeyed
