@@ -576,7 +576,6 @@ func (d *daemon) newService(context.Context) error {
 
 		Images:       d.dk,
 		Volumes:      d.dk,
-		Registry:     cfg.Registry,
 		ReadyTimeout: cfg.ReadyTimeout,
 	}, d.st, d.mets.Driver(d.rt), d.edg.Router)
 	// The template aggregate shares the service's idempotency engine and

@@ -176,8 +176,8 @@ type Config struct {
 	// and the daemon's status and log say where the build is. Empty: no
 	// build is ever seen, and such a create fails at once.
 	ImageBuildDir string
-	// Images reads the start commands images declare (imageStart); nil
-	// (unit tests) reads none.
+	// Images commits archived sandboxes and reads the start commands
+	// images declare (imageStart); nil (unit tests) does neither.
 	Images driver.Images
 	// Volumes makes the engine's named volumes; nil means no volumes.
 	Volumes driver.Volumes
@@ -185,9 +185,6 @@ type Config struct {
 	// most one may name; the disk watcher stops a sandbox writing into a
 	// volume past its size. 0 means volumes are unbounded.
 	VolumeSizeMB int64
-	// Registry, when set (HOST:PORT), is where built images are pushed and
-	// pulled from, so every cluster node can run every template.
-	Registry string
 	// ReadyTimeout bounds how long a create waits for a template's ready
 	// command (default 2 minutes).
 	ReadyTimeout time.Duration
