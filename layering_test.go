@@ -70,12 +70,20 @@ var layers = []struct {
 	{"internal/events", []string{".", "internal/egress"}, "the bus every state change is published on"},
 	{"internal/identity", []string{".", "internal/store", "internal/idempotency"}, "who a request acts as: principals, owner scoping, audit"},
 
+	// The template aggregate: builds, contexts, logs, snapshot images and
+	// their replication; beside the service, never through it.
+	{"internal/templates", []string{
+		".", "internal/crashpoint", "internal/store", "internal/driver", "internal/cluster", "internal/idempotency",
+		"internal/metrics", "internal/dockerfile", "internal/events", "internal/identity",
+	}, "the template aggregate"},
+
 	// The service: domain operations over everything below it.
 	{"internal/service", []string{
 		".", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/store", "internal/driver", "internal/router/...", "internal/cluster", "internal/idempotency",
 		"internal/metrics", "internal/firewall", "internal/egress", "internal/interpreter", "internal/dockerfile",
 		"internal/events", "internal/timing", "internal/identity",
+		"internal/templates",
 	}, "the domain operations"},
 
 	// The HTTP surfaces: through the service, never the store or a runtime
@@ -84,6 +92,7 @@ var layers = []struct {
 		".", "apitypes", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/api", "internal/service", "internal/cluster", "internal/idempotency", "internal/driver", "internal/router", "internal/metrics",
 		"internal/interpreter", "internal/events", "internal/timing", "internal/identity",
+		"internal/templates",
 	}, "an HTTP surface"},
 	{"internal/sshd", []string{".", "internal/agentapi", "proto/..."}, "the SSH endpoint into sandboxes, through the service's interface"},
 	{"internal/gateway", []string{
@@ -101,10 +110,12 @@ var layers = []struct {
 		"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/egress", "internal/metrics", "internal/cluster", "internal/idempotency",
 		"internal/service", "internal/api/...", "internal/gateway", "internal/agentbin", "internal/sshd",
 		"internal/mcp", "internal/events", "internal/identity",
+		"internal/templates",
 	}, "the daemon's assembly"},
 	{"cmd/sandpit", []string{
 		".", "apitypes", "client", "internal/agent", "internal/agentapi", "internal/httpguard",
 		"internal/cluster", "internal/service", "internal/daemon", "internal/mcp",
+		"internal/templates",
 	}, "the binary's subcommands"},
 	{"cmd/sandpit-agent", []string{"internal/agent"}, "the small in-sandbox agent binary"},
 
@@ -125,8 +136,14 @@ var invariants = []struct {
 		"nothing below the surfaces imports them",
 		[]string{".", "apitypes", "proto/...", "internal/agentapi", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 			"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/egress", "internal/metrics",
-			"internal/cluster", "internal/idempotency", "internal/service", "internal/agent", "client"},
+			"internal/cluster", "internal/idempotency", "internal/service", "internal/agent", "client",
+			"internal/templates"},
 		[]string{"internal/api/...", "internal/gateway", "internal/daemon", "cmd/...", "internal/sshd"},
+	},
+	{
+		"the template aggregate does not import the sandbox aggregate",
+		[]string{"internal/templates"},
+		[]string{"internal/service"},
 	},
 	{
 		"the store imports neither the service nor the surfaces",
