@@ -12,7 +12,6 @@ import (
 	"encoding/base32"
 	"fmt"
 	"log/slog"
-	"maps"
 	"strings"
 	"time"
 
@@ -142,14 +141,7 @@ func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
 
 // imageLabels are the labels of every image this daemon makes.
 func (s *Service) imageLabels() map[string]string {
-	l := maps.Clone(s.cfg.ExtraLabels)
-	if l == nil {
-		l = map[string]string{}
-	}
-	if s.cfg.Instance != "" {
-		l[driver.LabelInstance] = s.cfg.Instance
-	}
-	return l
+	return driver.InstanceLabels(s.cfg.ExtraLabels, s.cfg.Instance)
 }
 
 // newID returns a random id safe as a DNS label, in the form of a
