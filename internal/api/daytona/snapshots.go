@@ -18,7 +18,7 @@ import (
 // Snapshots: Daytona's snapshots are the images sandboxes start from. The
 // daemon's own templates (name -> image) and its default image are listed
 // read-only, always active. Every other snapshot is one of the caller's
-// templates (see service/templates.go): POST /snapshots builds it from the
+// templates (see internal/templates): POST /snapshots builds it from the
 // Dockerfile the SDK's Image generates, or from an existing image, and its
 // state is that of its newest build.
 
