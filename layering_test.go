@@ -71,12 +71,19 @@ var layers = []struct {
 	{"internal/identity", []string{".", "internal/store", "internal/idempotency"}, "who a request acts as: principals, owner scoping, audit, tokens, owners' limits, sessions, SSH keys"},
 	{"internal/volumes", []string{".", "internal/store", "internal/driver", "internal/identity", "internal/events", "internal/cluster", "internal/crashpoint"}, "the volumes aggregate"},
 
+	// The template aggregate: builds, contexts, logs, snapshot images and
+	// their replication; beside the service, never through it.
+	{"internal/templates", []string{
+		".", "internal/crashpoint", "internal/store", "internal/driver", "internal/cluster", "internal/idempotency",
+		"internal/metrics", "internal/dockerfile", "internal/events", "internal/identity",
+	}, "the template aggregate"},
+
 	// The service: domain operations over everything below it.
 	{"internal/service", []string{
 		".", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/store", "internal/driver", "internal/router/...", "internal/cluster", "internal/idempotency",
 		"internal/metrics", "internal/firewall", "internal/egress", "internal/interpreter", "internal/dockerfile",
-		"internal/events", "internal/timing", "internal/identity", "internal/volumes",
+		"internal/events", "internal/timing", "internal/identity", "internal/volumes", "internal/templates",
 	}, "the domain operations"},
 
 	// The HTTP surfaces: through the service, never the store, a runtime or
@@ -86,7 +93,7 @@ var layers = []struct {
 		".", "apitypes", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/api", "internal/service", "internal/cluster", "internal/idempotency", "internal/metrics",
 		"internal/interpreter", "internal/events", "internal/timing", "internal/identity", "internal/volumes",
-		"internal/api/route", "internal/api/agentrelay",
+		"internal/templates", "internal/api/route", "internal/api/agentrelay",
 	}, "an HTTP surface"},
 	// The route declarations are a leaf, so that the gateway reads them
 	// without compiling the surfaces' domain.
@@ -107,10 +114,12 @@ var layers = []struct {
 		"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/egress", "internal/metrics", "internal/cluster", "internal/idempotency",
 		"internal/service", "internal/api/...", "internal/gateway", "internal/agentbin", "internal/sshd",
 		"internal/mcp", "internal/events", "internal/identity",
+		"internal/templates",
 	}, "the daemon's assembly"},
 	{"cmd/sandpit", []string{
 		".", "apitypes", "client", "internal/agent", "internal/agentapi", "internal/httpguard",
 		"internal/cluster", "internal/service", "internal/daemon", "internal/mcp", "internal/identity",
+		"internal/templates",
 	}, "the binary's subcommands"},
 	{"cmd/sandpit-agent", []string{"internal/agent"}, "the small in-sandbox agent binary"},
 
@@ -132,12 +141,12 @@ var invariants = []struct {
 		[]string{".", "apitypes", "proto/...", "internal/agentapi", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 			"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/egress", "internal/metrics",
 			"internal/cluster", "internal/idempotency", "internal/service", "internal/agent", "client",
-			"internal/identity", "internal/volumes"},
+			"internal/identity", "internal/volumes", "internal/templates"},
 		[]string{"internal/api/...", "internal/gateway", "internal/daemon", "cmd/...", "internal/sshd"},
 	},
 	{
 		"no aggregate beside the sandboxes imports the sandbox service",
-		[]string{"internal/identity", "internal/volumes"},
+		[]string{"internal/identity", "internal/volumes", "internal/templates"},
 		[]string{"internal/service"},
 	},
 	{

@@ -15,6 +15,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	tpl "github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // envOr returns the environment variable's value, or def.
@@ -192,12 +193,12 @@ func serveCmd() *cobra.Command {
 	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes the daemon holds, in any state but paused; a create beyond it gets 429 quota_exceeded; 0 means no cap")
 	f.IntVar(&cfg.MaxConcurrentCreates, "max-concurrent-creates", 8, "creates in progress at once; more wait their turn")
 	f.StringVar(&cfg.Registry, "registry", os.Getenv("SANDPIT_REGISTRY"), "image registry HOST:PORT templates' images are pushed to and pulled from, so every cluster node runs every template (default: images stay on the node that built them)")
-	f.DurationVar(&cfg.BuildTimeout, "build-timeout", service.DefaultBuildTimeout, "longest a template build may take before it fails")
-	f.Int64Var(&cfg.MaxBuildContextMB, "max-build-context-mb", service.DefaultMaxContextBytes>>20, "largest uploaded template build context (one archive), MiB")
-	f.Int64Var(&cfg.BuildLogMaxMB, "build-log-max-mb", service.DefaultBuildLogMax>>20, "log one template build keeps, in memory and on disk, MiB (its head and tail; the middle is dropped with a line saying how much); negative means no bound")
-	f.Int64Var(&cfg.BuildContextQuotaMB, "build-context-quota-mb", service.DefaultContextQuota>>20, "uploaded build contexts one owner may keep, MiB in all; an upload beyond it gets 429 quota_exceeded; negative means no bound")
-	f.IntVar(&cfg.MaxBuilds, "max-builds", service.DefaultMaxBuilds, "template builds the daemon runs at once; more wait for a slot")
-	f.IntVar(&cfg.MaxBuildsPerOwner, "max-builds-per-owner", service.DefaultMaxBuildsPerOwner, "template builds one owner may run at once; more are refused with 429; negative means no cap")
+	f.DurationVar(&cfg.BuildTimeout, "build-timeout", tpl.DefaultBuildTimeout, "longest a template build may take before it fails")
+	f.Int64Var(&cfg.MaxBuildContextMB, "max-build-context-mb", tpl.DefaultMaxContextBytes>>20, "largest uploaded template build context (one archive), MiB")
+	f.Int64Var(&cfg.BuildLogMaxMB, "build-log-max-mb", tpl.DefaultBuildLogMax>>20, "log one template build keeps, in memory and on disk, MiB (its head and tail; the middle is dropped with a line saying how much); negative means no bound")
+	f.Int64Var(&cfg.BuildContextQuotaMB, "build-context-quota-mb", tpl.DefaultContextQuota>>20, "uploaded build contexts one owner may keep, MiB in all; an upload beyond it gets 429 quota_exceeded; negative means no bound")
+	f.IntVar(&cfg.MaxBuilds, "max-builds", tpl.DefaultMaxBuilds, "template builds the daemon runs at once; more wait for a slot")
+	f.IntVar(&cfg.MaxBuildsPerOwner, "max-builds-per-owner", tpl.DefaultMaxBuildsPerOwner, "template builds one owner may run at once; more are refused with 429; negative means no cap")
 	f.DurationVar(&cfg.ReadyTimeout, "template-ready-timeout", 2*time.Minute, "how long a create from a template waits for the template's ready command")
 	f.StringVar(&cfg.OCIRuntime, "oci-runtime", envOr("SANDPIT_OCI_RUNTIME", "runc"), "OCI runtime registered with Docker to run sandboxes under (runc, runsc for gVisor)")
 	f.Int64Var(&cfg.MaxUploadMB, "max-upload-mb", 1024, "largest request body (file uploads included), MiB")

@@ -18,6 +18,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 	"github.com/sandpit-dev/sandpit/internal/volumes"
 )
 
@@ -121,9 +122,9 @@ func Classify(err error) Problem {
 		return Problem{http.StatusConflict, apitypes.CodeBuildConflict, msg}
 	case errors.Is(err, sandpit.ErrSnapshotInUse):
 		return Problem{http.StatusConflict, apitypes.CodeInUse, msg}
-	case errors.Is(err, service.ErrTooLarge):
+	case errors.Is(err, templates.ErrTooLarge):
 		return Problem{http.StatusRequestEntityTooLarge, apitypes.CodeBodyTooLarge, msg}
-	case errors.Is(err, service.ErrBuildsUnavailable):
+	case errors.Is(err, templates.ErrBuildsUnavailable):
 		return Problem{http.StatusNotImplemented, apitypes.CodeServiceUnavailable, msg}
 	case errors.Is(err, service.ErrPortInUse):
 		return Problem{http.StatusConflict, apitypes.CodeConflict, msg}

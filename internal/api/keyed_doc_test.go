@@ -13,6 +13,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -20,18 +21,19 @@ import (
 // handlers hold them (Routes.HandleKeyed), with the mount each is served
 // under: the declarations themselves, not a reading of their source.
 func keyedRoutes(t *testing.T) map[string]api.KeyMode {
-	svc, _ := testenv.FuzzService(t)
+	svc, st := testenv.FuzzService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	tpl := templates.New(templates.Config{}, st, svc.Idempotency(), svc.Events(), svc)
 	auth := api.NewAuth(svc.Identity(), "tok")
 	idem := api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{})
 	surfaces := []struct {
 		mount  string
 		routes []api.Route
 	}{
-		{"", v1.New(svc, auth, nil, idem).Routes()},
-		{e2b.Prefix, e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Keys: idem}).Routes()},
-		{daytona.DefaultPrefix, daytona.New(ctx, svc, auth, daytona.Options{Idempotency: idem}).Routes()},
+		{"", v1.New(svc, tpl, auth, nil, idem).Routes()},
+		{e2b.Prefix, e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Keys: idem, Templates: tpl}).Routes()},
+		{daytona.DefaultPrefix, daytona.New(ctx, svc, auth, daytona.Options{Idempotency: idem, Templates: tpl}).Routes()},
 	}
 	keyed := map[string]api.KeyMode{}
 	for _, s := range surfaces {

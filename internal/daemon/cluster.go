@@ -20,6 +20,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // ClusterConfig is what `serve --cluster` adds to a daemon.
@@ -135,7 +136,7 @@ func clusterNodeName(c *cluster.Cluster) string {
 // clusterRouter sends each request about a sandbox to the node that owns it
 // and each create to the node placement picks. The credential is checked
 // here, with this node's tokens, before anything is forwarded.
-func clusterRouter(cl *cluster.Cluster, auth *api.Auth, svc *service.Service, local http.Handler, routes *gateway.Table) http.Handler {
+func clusterRouter(cl *cluster.Cluster, auth *api.Auth, svc *service.Service, tpl *templates.Service, local http.Handler, routes *gateway.Table) http.Handler {
 	return gateway.New(cl).API(local, gateway.Config{
 		// Each surface's route table says where a request is served.
 		Routes: routes,
@@ -165,7 +166,7 @@ func clusterRouter(cl *cluster.Cluster, auth *api.Auth, svc *service.Service, lo
 		Lost:       answerLost,
 		// Without a registry a template's image is on the node that built
 		// it only, and its creates are placed there.
-		TemplateNodes: svc.TemplateNodes,
+		TemplateNodes: tpl.TemplateNodes,
 	})
 }
 

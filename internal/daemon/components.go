@@ -37,6 +37,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/sshd"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 	"github.com/sandpit-dev/sandpit/internal/ui"
 )
 
@@ -86,6 +87,7 @@ type daemon struct {
 	mets            *metrics.Metrics
 	cl              *cluster.Cluster
 	svc             *service.Service
+	tpl             *templates.Service
 	auth            *api.Auth // the one authenticator of every surface
 	bg              context.Context
 	// validSignedHost is the Daytona facade's check of a signed preview
@@ -573,18 +575,32 @@ func (d *daemon) newService(context.Context) error {
 
 		PoolRefillConcurrency: cfg.PoolRefillConcurrency,
 
+		Images:       d.dk,
+		Volumes:      d.dk,
+		ReadyTimeout: cfg.ReadyTimeout,
+	}, d.st, d.mets.Driver(d.rt), d.edg.Router)
+	// The template aggregate shares the service's idempotency engine and
+	// event bus, and asks it which images an owner may build on.
+	d.tpl = templates.New(templates.Config{
 		Images:            d.dk,
-		Volumes:           d.dk,
 		TemplateDir:       filepath.Join(cfg.DataDir, "templates"),
+		DaemonTemplates:   cfg.Templates,
 		Registry:          cfg.Registry,
 		BuildTimeout:      cfg.BuildTimeout,
 		MaxContextBytes:   cfg.MaxBuildContextMB << 20,
 		MaxBuilds:         cfg.MaxBuilds,
 		MaxBuildsPerOwner: cfg.MaxBuildsPerOwner,
-		ReadyTimeout:      cfg.ReadyTimeout,
 		BuildLogMax:       mib(cfg.BuildLogMaxMB),
 		ContextQuota:      mib(cfg.BuildContextQuotaMB),
-	}, d.st, d.mets.Driver(d.rt), d.edg.Router)
+		PidsLimit:         cfg.PidsLimit,
+		Instance:          d.instance,
+		ExtraLabels:       cfg.ExtraLabels,
+		Cluster:           clusterReplica(d.cl),
+		NodeName:          clusterNodeName(d.cl),
+		Metrics:           d.mets,
+		Logger:            d.log,
+	}, d.st, d.svc.Idempotency(), d.svc.Events(), d.svc)
+	d.svc.UseTemplates(d.tpl)
 	d.auth = api.NewAuth(d.svc.Identity(), d.token)
 	watchSources(d.mets, d.st, d.edg.Router, d.svc)
 	d.bg, d.stopBG = context.WithCancel(d.serving)
@@ -622,7 +638,7 @@ func (d *daemon) reconcile(ctx context.Context) error {
 	// sandbox not checked yet shows as starting, and a call that needs it
 	// checks it first. Caddy's route sync and the cluster's reconcile work
 	// from the checked store, so with either the start waits for the checks.
-	if err := svc.RecoverBuilds(d.bg); err != nil {
+	if err := d.tpl.RecoverBuilds(d.bg); err != nil {
 		return fmt.Errorf("reconcile template builds: %w", err)
 	}
 	// The checkpoint probe runs a program that may take a moment; the
@@ -675,7 +691,7 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	d.history = service.NewMetricsHistory(svc, 0, 0)
-	dt, routes := surfaces(ctx, mux, cfg, svc, d.auth, d.previewKey, d.history, max(d.diskMB, d.diskWatchMB))
+	dt, routes := surfaces(ctx, mux, cfg, svc, d.tpl, d.auth, d.previewKey, d.history, max(d.diskMB, d.diskWatchMB))
 	mux.Handle("GET /metrics", metricsHandler(d.mets, d.auth, cfg.MetricsPublic))
 	if cfg.Pprof {
 		mux.Handle("GET /debug/pprof/", pprofHandler(d.auth))
@@ -699,7 +715,7 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 	if cl := d.cl; cl != nil {
 		// `cluster leave` ends serving from inside, once it is done.
 		mux.Handle("/v1/cluster/", v1.ClusterHandler(cl, d.auth, d.stopServing))
-		d.handler = clusterRouter(cl, d.auth, svc, mux, routes)
+		d.handler = clusterRouter(cl, d.auth, svc, d.tpl, mux, routes)
 	}
 	if d.proxyLn != nil {
 		// The Daytona gate checks signed preview hosts and records preview
@@ -862,3 +878,8 @@ func mib(n int64) int64 {
 	}
 	return n << 20
 }
+
+// The template aggregate is what the sandbox aggregate resolves templates
+// through; the check is here because internal/templates may not import
+// internal/service.
+var _ service.TemplateResolver = (*templates.Service)(nil)

@@ -33,6 +33,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // Config is everything `sandpit serve` takes.
@@ -528,20 +529,20 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 
 // surfaces mounts the native API and the facades, and returns the Daytona
 // facade, whose preview gate fronts the builtin proxy.
-func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, auth *api.Auth, previewKey string, metrics *service.MetricsHistory, diskMB int64) (*daytona.Handler, *gateway.Table) {
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, tpl *templates.Service, auth *api.Auth, previewKey string, metrics *service.MetricsHistory, diskMB int64) (*daytona.Handler, *gateway.Table) {
 	// One Idempotency-Key layer for every wire: the same engine, store and
 	// cluster claims, the same replay, mismatch and in-flight answers.
 	idem := api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, PendingTTL: cfg.IdempotencyLock, Logger: cfg.Logger,
 	})
-	native := v1.New(svc, auth, v1RouteWrap, idem)
+	native := v1.New(svc, tpl, auth, v1RouteWrap, idem)
 	mux.Handle("/v1/", native)
-	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Keys: idem, KeyRetention: cfg.IdempotencyRetention, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics, NodeName: svc.Config().NodeName, UploadKey: []byte(previewKey)})
+	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Templates: tpl, Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Keys: idem, KeyRetention: cfg.IdempotencyRetention, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics, NodeName: svc.Config().NodeName, UploadKey: []byte(previewKey)})
 	mux.Handle(e2b.Prefix+"/", e2bAPI)
 	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
 	// origin, i.e. here.
 	mux.HandleFunc("/files", e2bAPI.SignedFiles)
-	dt := daytona.New(ctx, svc, auth, daytona.Options{PreviewKey: []byte(previewKey), Logger: cfg.Logger, DefaultTemplate: cfg.DaytonaTemplate, DefaultUser: daytonaUser(cfg), SSHAddr: cfg.SSHListen, SSHHost: cfg.PublicHost, LSPTimeout: cfg.DaytonaLSPTimeout, Idempotency: idem})
+	dt := daytona.New(ctx, svc, auth, daytona.Options{PreviewKey: []byte(previewKey), Logger: cfg.Logger, DefaultTemplate: cfg.DaytonaTemplate, DefaultUser: daytonaUser(cfg), SSHAddr: cfg.SSHListen, SSHHost: cfg.PublicHost, LSPTimeout: cfg.DaytonaLSPTimeout, Idempotency: idem, Templates: tpl})
 	mux.Handle(daytona.DefaultPrefix+"/", dt)
 	native.AddSurface(v1.Surface{Mount: e2b.Prefix, Routes: e2bAPI.Routes()})
 	native.AddSurface(v1.Surface{Mount: daytona.DefaultPrefix, Routes: dt.Routes()})

@@ -5,6 +5,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"maps"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
@@ -24,6 +25,21 @@ const (
 	// LabelRun is optional: tests set it to tag what one test run created.
 	LabelRun = "sandpit.run"
 )
+
+// InstanceLabels are the labels of everything a daemon makes in the engine
+// (containers, images): the operator's extra labels (tests tag their runs)
+// and, when set, the daemon's instance, which reconcile and the janitors
+// match.
+func InstanceLabels(extra map[string]string, instance string) map[string]string {
+	l := maps.Clone(extra)
+	if l == nil {
+		l = map[string]string{}
+	}
+	if instance != "" {
+		l[LabelInstance] = instance
+	}
+	return l
+}
 
 var (
 	// ErrNotFound: the engine has no such container.

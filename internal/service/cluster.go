@@ -45,8 +45,6 @@ type clusterMode interface {
 	reconcile(ctx context.Context, since time.Time, keep time.Duration) error
 	sync(ctx context.Context) error
 	dropStale(ctx context.Context) error
-	// templateCluster replicates named templates (clustertemplates.go).
-	templateCluster
 }
 
 // singleNode is a daemon on its own: its store alone decides names and

@@ -32,8 +32,3 @@ func (s *Service) publish(typ events.Type, sb sandpit.Sandbox, old sandpit.State
 	}
 	s.bus.Publish(events.Event{Type: typ, Sandbox: sb, OldState: old, Time: s.now(), Node: s.cfg.NodeName})
 }
-
-// publishBuild announces a change of a template build.
-func (s *Service) publishBuild(typ events.Type, t sandpit.Template, b sandpit.TemplateBuild) {
-	s.bus.Publish(events.Event{Type: typ, Template: t, Build: b, Time: s.now(), Node: s.cfg.NodeName})
-}

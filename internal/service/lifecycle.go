@@ -188,14 +188,7 @@ func (s *Service) ownLabels() map[string]string {
 
 // containerLabels are the extra labels of every container this daemon makes.
 func (s *Service) containerLabels() map[string]string {
-	l := maps.Clone(s.cfg.ExtraLabels)
-	if l == nil {
-		l = map[string]string{}
-	}
-	if s.cfg.Instance != "" {
-		l[driver.LabelInstance] = s.cfg.Instance
-	}
-	return l
+	return driver.InstanceLabels(s.cfg.ExtraLabels, s.cfg.Instance)
 }
 
 func nonNil(m map[string]string) map[string]string {

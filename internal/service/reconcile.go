@@ -564,8 +564,7 @@ func (s *Service) Janitor(ctx context.Context) int {
 		n++
 	}
 	s.janitorContainers(ctx)
-	n += s.janitorImages(ctx)
-	s.sweepContexts(ctx)
+	n += s.tpl.Janitor(ctx)
 	return n
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/metrics"
 	"github.com/sandpit-dev/sandpit/internal/router"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 	"github.com/sandpit-dev/sandpit/internal/timing"
 )
 
@@ -281,24 +282,24 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 	// An owner's own template (built through any surface) comes before the
 	// daemon's; it gives the create its image, its default limits and user,
 	// and the start command run below.
-	var owned *resolvedTemplate
+	var owned *templates.Resolved
 	if req.Image == "" && req.Template != "" {
 		if _, daemons := s.cfg.Templates[req.Template]; !daemons {
-			rt, found, err := s.resolveOwnedTemplate(ctx, req.Template)
+			rt, found, err := s.tpl.ResolveOwned(ctx, req.Template)
 			if err != nil {
 				return sandpit.Sandbox{}, err
 			}
 			if found {
 				owned = &rt
-				req.Image = rt.image
+				req.Image = rt.Image
 				if req.CPU == 0 {
-					req.CPU = rt.t.CPU
+					req.CPU = rt.Template.CPU
 				}
 				if req.MemoryMB == 0 {
-					req.MemoryMB = rt.t.MemoryMB
+					req.MemoryMB = rt.Template.MemoryMB
 				}
 				if req.User == "" {
-					req.User = rt.t.User
+					req.User = rt.Template.User
 				}
 			}
 		}
@@ -481,8 +482,8 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 			return fail(err)
 		}
 	}
-	if owned != nil && (owned.t.StartCmd != "" || owned.t.ReadyCmd != "") {
-		if err := s.startTemplate(ctx, sb, owned.t); err != nil {
+	if owned != nil && (owned.Template.StartCmd != "" || owned.Template.ReadyCmd != "") {
+		if err := s.startTemplate(ctx, sb, owned.Template); err != nil {
 			return fail(err)
 		}
 	} else if adopted {

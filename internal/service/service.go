@@ -177,35 +177,15 @@ type Config struct {
 	// and the daemon's status and log say where the build is. Empty: no
 	// build is ever seen, and such a create fails at once.
 	ImageBuildDir string
-	// Images builds templates' images; nil (unit tests) or an empty
-	// TemplateDir (where uploaded build files and build logs are kept)
-	// means no builds.
-	Images      driver.Images
-	TemplateDir string
+	// Images commits archived sandboxes and reads the start commands
+	// images declare (imageStart); nil (unit tests) does neither.
+	Images driver.Images
 	// Volumes makes the engine's named volumes; nil means no volumes.
 	Volumes driver.Volumes
 	// VolumeSizeMB is the size of a volume whose create names none and the
 	// most one may name; the disk watcher stops a sandbox writing into a
 	// volume past its size. 0 means volumes are unbounded.
 	VolumeSizeMB int64
-	// Registry, when set (HOST:PORT), is where built images are pushed and
-	// pulled from, so every cluster node can run every template.
-	Registry string
-	// Build limits: the time one build may take (default 30 minutes), the
-	// size of an uploaded context archive (default 512 MiB), and the builds
-	// running at once in the daemon (default 2; more wait for a slot) and
-	// per owner (default 2; more are refused).
-	BuildTimeout      time.Duration
-	MaxContextBytes   int64
-	MaxBuilds         int
-	MaxBuildsPerOwner int
-	// BuildLogMax bounds the log one build keeps, in memory and on disk
-	// (default 8 MiB): its head and its tail, with a line saying how much
-	// was dropped between them. Negative means no bound.
-	BuildLogMax int64
-	// ContextQuota bounds the uploaded build contexts one owner keeps, in
-	// bytes (default 2 GiB); negative means no bound.
-	ContextQuota int64
 	// ReadyTimeout bounds how long a create waits for a template's ready
 	// command (default 2 minutes).
 	ReadyTimeout time.Duration
@@ -284,8 +264,8 @@ type Service struct {
 	// its first failed attempt was; guarded by mu.
 	recreateFailing map[string]time.Time
 
-	// builds are the template builds running in this process.
-	builds *builds
+	// tpl is the template aggregate (noTemplates until UseTemplates).
+	tpl TemplateResolver
 	// snapshots serialises the commits of each sandbox (snapshots.go).
 	snapshots snapshotState
 
@@ -366,24 +346,6 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		cfg.WarmPool = specs
 		pool = newWarmPool(specs, cfg.Runtime, cfg.PoolRefillConcurrency)
 	}
-	if cfg.BuildTimeout <= 0 {
-		cfg.BuildTimeout = DefaultBuildTimeout
-	}
-	if cfg.MaxContextBytes <= 0 {
-		cfg.MaxContextBytes = DefaultMaxContextBytes
-	}
-	if cfg.BuildLogMax == 0 {
-		cfg.BuildLogMax = DefaultBuildLogMax
-	}
-	if cfg.ContextQuota == 0 {
-		cfg.ContextQuota = DefaultContextQuota
-	}
-	if cfg.MaxBuilds <= 0 {
-		cfg.MaxBuilds = DefaultMaxBuilds
-	}
-	if cfg.MaxBuildsPerOwner == 0 {
-		cfg.MaxBuildsPerOwner = DefaultMaxBuildsPerOwner
-	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
 	}
@@ -412,7 +374,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		reconcileCtx:    context.Background(),
 		recreateFailing: map[string]time.Time{},
 		idem:            idem,
-		builds:          newBuilds(cfg.MaxBuilds),
+		tpl:             noTemplates{},
 		bus:             events.NewBus(),
 		creates:         make(chan struct{}, cfg.MaxConcurrentCreates),
 	}

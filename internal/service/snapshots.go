@@ -3,20 +3,13 @@ package service
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
-
-	"github.com/sandpit-dev/sandpit/internal/crashpoint"
-	"github.com/sandpit-dev/sandpit/internal/driver"
-	"github.com/sandpit-dev/sandpit/internal/events"
-	"github.com/sandpit-dev/sandpit/internal/identity"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // SnapshotRequest asks for a snapshot of a sandbox's filesystem.
@@ -83,7 +76,7 @@ func (st *snapshotState) lock(id string) func() {
 func (s *Service) CreateSnapshot(ctx context.Context, sandboxID string, req SnapshotRequest) (_ sandpit.Template, err error) {
 	defer func() { s.audit(ctx, "snapshot.create", sandboxID, err) }()
 	if req.Name != "" {
-		if err := ValidTemplateName(req.Name); err != nil {
+		if err := templates.ValidName(req.Name); err != nil {
 			return sandpit.Template{}, err
 		}
 	}
@@ -91,7 +84,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, sandboxID string, req Snap
 	if err != nil {
 		return sandpit.Template{}, err
 	}
-	t, err := s.snapshot(ctx, sb, TemplateSpec{ID: req.ID, Name: req.Name, Kind: sandpit.KindSnapshot})
+	t, err := s.snapshot(ctx, sb, templates.Spec{ID: req.ID, Name: req.Name, Kind: sandpit.KindSnapshot})
 	return t, err
 }
 
@@ -113,166 +106,25 @@ func (s *Service) snapshotSource(ctx context.Context, id string) (sandpit.Sandbo
 }
 
 // snapshot makes (or, for the retry of a request that made it, finds) the
-// template and commits sb's container as its new build.
-func (s *Service) snapshot(ctx context.Context, sb sandpit.Sandbox, spec TemplateSpec) (sandpit.Template, error) {
-	spec.CPU, spec.MemoryMB, spec.SourceSandbox = sb.CPU, sb.MemoryMB, sb.ID
-	t, outcome, err := s.EnsureTemplate(ctx, spec)
-	if err != nil {
-		return sandpit.Template{}, err
-	}
-	if t.Kind.Or() != spec.Kind {
-		return sandpit.Template{}, fmt.Errorf("%q is a %s template, not a snapshot: %w", t.Name, t.Kind.Or(), sandpit.ErrNameConflict)
-	}
-	if outcome == sandpit.AlreadyBound && spec.ID != "" && t.ID == spec.ID && t.Image != "" {
-		// The retry of a request whose snapshot was made: nothing to redo.
-		return t, nil
-	}
-	b, err := s.NewBuild(ctx, t.ID)
-	if err != nil {
-		return sandpit.Template{}, err
-	}
-	defer s.snapshots.lock(sb.ID)()
-	def, _ := json.Marshal(map[string]string{"snapshot_of": sb.ID})
-	b.State, b.ContentHash, b.Definition = sandpit.BuildBuilding, "snapshot:"+sb.ID, string(def)
-	b.CPU, b.MemoryMB = sb.CPU, sb.MemoryMB
-	if src, found, err := s.resolveOwnedTemplate(ctx, sb.Template); err == nil && found {
-		// A copy of a sandbox made from a template starts the way its
-		// template starts it.
-		b.StartCmd, b.ReadyCmd, b.Workdir = src.t.StartCmd, src.t.ReadyCmd, src.t.Workdir
-	}
-	// Its copies act as the account the sandbox acts as, which the row
-	// does not record: the container does.
-	if c, err := s.rt.Inspect(ctx, sb.ContainerID); err == nil {
-		b.User = c.AgentUser
-	}
-	if err := s.store.StartBuild(ctx, b, s.now()); err != nil {
-		_ = s.store.FinishBuild(context.WithoutCancel(ctx), b.ID, sandpit.BuildError, "", "another snapshot of this name was being taken", s.now())
-		if errors.Is(err, sandpit.ErrBuildConflict) {
-			return sandpit.Template{}, fmt.Errorf("another snapshot named %q is being taken: %w", t.Name, sandpit.ErrBuildConflict)
+// template and commits sb's container as its new build. The commit is the
+// template aggregate's; what it needs of the sandbox (its container, the
+// account it acts as) is read here, and the sandbox's snapshots are taken
+// one at a time.
+func (s *Service) snapshot(ctx context.Context, sb sandpit.Sandbox, spec templates.Spec) (sandpit.Template, error) {
+	src := templates.SnapshotSource{ID: sb.ID, ContainerID: sb.ContainerID, Template: sb.Template, CPU: sb.CPU, MemoryMB: sb.MemoryMB}
+	t, err := s.tpl.Snapshot(ctx, spec, src, func() (user string, release func()) {
+		release = s.snapshots.lock(sb.ID)
+		// Its copies act as the account the sandbox acts as, which the
+		// row does not record: the container does.
+		if c, err := s.rt.Inspect(ctx, sb.ContainerID); err == nil {
+			user = c.AgentUser
 		}
-		return sandpit.Template{}, err
+		return user, release
+	})
+	if ce := (*templates.CommitError)(nil); errors.As(err, &ce) {
+		return t, runtimeErr("snapshot", ce.Err)
 	}
-	s.publishBuild(events.BuildStarted, t, b)
-	start := time.Now()
-	image := s.snapshotImage(t.Owner, b.ID)
-	// From here on the commit runs to its end even if the caller hangs
-	// up: a half-taken snapshot is worse than a finished one nobody asked
-	// for twice.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.BuildTimeout)
-	defer cancel()
-	labels := s.containerLabels()
-	labels[driver.LabelTemplateBuild] = b.ID
-	_, cerr := s.cfg.Images.Commit(cctx, sb.ContainerID, image, labels)
-	if cerr == nil && s.cfg.Registry != "" {
-		cerr = s.cfg.Images.Push(cctx, image, discardLog{})
-	}
-	crashpoint.Hit(crashpoint.AfterSnapshotCommit)
-	state, reason := sandpit.BuildReady, ""
-	if cerr != nil {
-		state, reason, image = sandpit.BuildError, cerr.Error(), ""
-	} else {
-		s.cluster.publishTemplate(cctx, t.ID, &readyBuild{image: image, def: BuildDefinition{
-			StartCmd: b.StartCmd, ReadyCmd: b.ReadyCmd, User: b.User, Workdir: b.Workdir, CPU: b.CPU, MemoryMB: b.MemoryMB,
-		}})
-	}
-	if err := s.store.FinishBuild(cctx, b.ID, state, image, reason, s.now()); err != nil {
-		return sandpit.Template{}, err
-	}
-	s.cfg.Metrics.BuildDone(string(state), time.Since(start))
-	done, _ := s.store.GetBuild(cctx, b.ID)
-	t, err = s.store.GetTemplate(cctx, t.ID)
-	if err != nil {
-		return sandpit.Template{}, err
-	}
-	if cerr != nil {
-		s.publishBuild(events.BuildError, t, done)
-		if outcome == sandpit.Added {
-			// A snapshot that never had an image is not left behind.
-			_ = s.store.DeleteTemplate(cctx, t.ID)
-			_ = s.cluster.forgetTemplate(cctx, t)
-		}
-		return sandpit.Template{}, runtimeErr("snapshot", cerr)
-	}
-	s.publishBuild(events.BuildReady, t, done)
-	s.log.Info("snapshot taken", "sandbox", sb.ID, "snapshot", t.ID, "image", image, "took", time.Since(start).Round(time.Millisecond))
-	return t, nil
-}
-
-type discardLog struct{}
-
-func (discardLog) Write(p []byte) (int, error) { return len(p), nil }
-
-// snapshotImage is the engine's name for one snapshot build's image.
-func (s *Service) snapshotImage(owner, buildID string) string {
-	o := sha256.Sum256([]byte(owner))
-	ref := templateRepo + "/" + hex.EncodeToString(o[:6]) + ":snap-" + strings.TrimPrefix(buildID, "bld")
-	if s.cfg.Registry != "" {
-		ref = s.cfg.Registry + "/" + ref
-	}
-	return ref
-}
-
-// Snapshots lists the caller's snapshots (an admin's: everyone's), of one
-// source sandbox and of one name ("name" or "name:tag") when given.
-func (s *Service) Snapshots(ctx context.Context, source, name string) ([]sandpit.Template, error) {
-	owner := ""
-	if p := identity.Of(ctx); !p.Admin {
-		owner = p.Owner
-	}
-	name, _, _ = strings.Cut(name, ":")
-	ts, err := s.store.ListSnapshots(ctx, owner, source, "")
-	if err != nil {
-		return nil, err
-	}
-	if name == "" {
-		return ts, nil
-	}
-	kept := ts[:0]
-	for _, t := range ts {
-		if t.Name == name || t.ID == name {
-			kept = append(kept, t)
-		}
-	}
-	return kept, nil
-}
-
-// DeleteSnapshot deletes one of the caller's snapshots, refused while a
-// sandbox still runs from one of its images: that sandbox would lose what
-// it needs to start again.
-func (s *Service) DeleteSnapshot(ctx context.Context, id string) error {
-	t, err := s.template(ctx, id)
-	if err != nil {
-		return err
-	}
-	if t.Kind.Or() != sandpit.KindSnapshot {
-		return fmt.Errorf("snapshot %s: %w", id, sandpit.ErrNotFound)
-	}
-	return s.DeleteTemplate(ctx, t.ID)
-}
-
-// snapshotInUse returns ErrSnapshotInUse when a sandbox runs from one of a
-// snapshot's images.
-func (s *Service) snapshotInUse(ctx context.Context, t sandpit.Template) error {
-	if t.Kind.Or() == sandpit.KindBuild {
-		return nil
-	}
-	bs, err := s.store.ListBuilds(ctx, t.ID)
-	if err != nil {
-		return err
-	}
-	for _, b := range bs {
-		if b.Image == "" {
-			continue
-		}
-		ids, err := s.store.SandboxesRunning(ctx, b.Image)
-		if err != nil {
-			return err
-		}
-		if len(ids) > 0 {
-			return fmt.Errorf("%w: sandbox %s runs from snapshot %s; delete it first", sandpit.ErrSnapshotInUse, ids[0], t.ID)
-		}
-	}
-	return nil
+	return t, err
 }
 
 // Fork snapshots the parent once and makes Count sandboxes from that
@@ -304,7 +156,7 @@ func (s *Service) Fork(ctx context.Context, parentID string, req ForkRequest) (_
 		sum := sha256.Sum256([]byte(seed + "/" + fmt.Sprint(i)))
 		ids[i] = DeriveSandboxID(sum[:])
 	}
-	base, err := s.snapshot(ctx, parent, TemplateSpec{ID: TemplateIDPrefix + seed, Kind: sandpit.KindFork})
+	base, err := s.snapshot(ctx, parent, templates.Spec{ID: templates.IDPrefix + seed, Kind: sandpit.KindFork})
 	if err != nil {
 		return nil, err
 	}
@@ -351,26 +203,8 @@ func (s *Service) collectForkBases(ctx context.Context) {
 				continue
 			}
 		}
-		if err := s.DeleteTemplate(ctx, t.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
+		if err := s.tpl.DeleteTemplate(ctx, t.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 			s.log.Warn("remove a fork's base snapshot", "template", t.ID, "err", err)
 		}
-	}
-}
-
-// recoverSnapshot ends a snapshot the previous process left being taken.
-// The image the engine may have committed just before the crash is removed,
-// and a snapshot that never had an image goes with it: the retry of the
-// request makes it again, under the same id when the request was keyed.
-func (s *Service) recoverSnapshot(ctx context.Context, t sandpit.Template, b sandpit.TemplateBuild) {
-	if s.cfg.Images != nil {
-		if err := s.cfg.Images.RemoveImage(ctx, s.snapshotImage(t.Owner, b.ID)); err != nil {
-			s.log.Warn("remove the image of an unfinished snapshot", "snapshot", t.ID, "err", err)
-		}
-	}
-	if t.Image == "" {
-		if err := s.store.DeleteTemplate(ctx, t.ID); err != nil {
-			s.log.Warn("remove an unfinished snapshot", "snapshot", t.ID, "err", err)
-		}
-		_ = s.cluster.forgetTemplate(ctx, t)
 	}
 }

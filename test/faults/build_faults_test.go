@@ -14,6 +14,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/driver"
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // vanishingBuilds is the real engine's image side, except that its first
@@ -63,20 +64,25 @@ func TestBuildRetriesVanishedCacheImage(t *testing.T) {
 			svc := service.New(service.Config{
 				DefaultImage: f.image, AgentBinary: agentBin, HealthTimeout: 10 * time.Second,
 				ExtraLabels: f.labels, Instance: f.labels[driver.LabelRun],
-				Images: images, TemplateDir: t.TempDir(),
+				Images: images,
 			}, f.st, f.rt, f.rtr)
-			if err := svc.RecoverBuilds(ctx); err != nil {
+			tpls := templates.New(templates.Config{
+				ExtraLabels: f.labels, Instance: f.labels[driver.LabelRun],
+				Images: images, TemplateDir: t.TempDir(),
+			}, f.st, svc.Idempotency(), svc.Events(), svc)
+			svc.UseTemplates(tpls)
+			if err := tpls.RecoverBuilds(ctx); err != nil {
 				t.Fatal(err)
 			}
-			tpl, _, err := svc.EnsureTemplate(ctx, service.TemplateSpec{Name: "vanish-" + fmt.Sprint(tc.fail)})
+			tpl, _, err := tpls.EnsureTemplate(ctx, templates.Spec{Name: "vanish-" + fmt.Sprint(tc.fail)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := svc.NewBuild(ctx, tpl.ID)
+			b, err := tpls.NewBuild(ctx, tpl.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := svc.StartBuild(ctx, b.ID, service.BuildDefinition{Dockerfile: tc.dockerfile, Source: tc.dockerfile}); err != nil {
+			if _, err := tpls.StartBuild(ctx, b.ID, templates.BuildDefinition{Dockerfile: tc.dockerfile, Source: tc.dockerfile}); err != nil {
 				t.Fatal(err)
 			}
 			for !b.State.Done() {
@@ -85,7 +91,7 @@ func TestBuildRetriesVanishedCacheImage(t *testing.T) {
 					t.Fatalf("build still %s", b.State)
 				case <-time.After(100 * time.Millisecond):
 				}
-				if b, err = svc.Build(ctx, b.ID); err != nil {
+				if b, err = tpls.Build(ctx, b.ID); err != nil {
 					t.Fatal(err)
 				}
 			}

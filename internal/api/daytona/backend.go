@@ -11,13 +11,15 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/events"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 	"github.com/sandpit-dev/sandpit/internal/volumes"
 )
 
 // The facade owns the interfaces it takes of the service layer, one per
 // area, so that each area's dependencies are stated where it is written and
 // a new route cannot reach for more without saying so. *service.Service
-// implements them all.
+// implements them all but TemplateBackend, which *templates.Service
+// implements (Options.Templates).
 
 // AgentBackend is what every toolbox area needs: the sandbox a request
 // names, its agent, and the streams held open on it.
@@ -91,13 +93,13 @@ type EventBackend interface {
 // TemplateBackend is the snapshots' and image builds': the caller's
 // templates, their builds and logs, and the uploaded build contexts.
 type TemplateBackend interface {
-	Config() service.Config
-	EnsureTemplate(ctx context.Context, spec service.TemplateSpec) (sandpit.Template, sandpit.AddOutcome, error)
+	Config() templates.Config
+	EnsureTemplate(ctx context.Context, spec templates.Spec) (sandpit.Template, sandpit.AddOutcome, error)
 	NewBuild(ctx context.Context, templateID string) (sandpit.TemplateBuild, error)
-	StartBuild(ctx context.Context, buildID string, def service.BuildDefinition) (sandpit.TemplateBuild, error)
+	StartBuild(ctx context.Context, buildID string, def templates.BuildDefinition) (sandpit.TemplateBuild, error)
 	Build(ctx context.Context, buildID string) (sandpit.TemplateBuild, error)
-	BuildLog(ctx context.Context, buildID string, offset int) ([]service.BuildLogEntry, bool, error)
-	FollowBuildLog(ctx context.Context, buildID string, offset int, fn func(service.BuildLogEntry) error) error
+	BuildLog(ctx context.Context, buildID string, offset int) ([]templates.LogEntry, bool, error)
+	FollowBuildLog(ctx context.Context, buildID string, offset int, fn func(templates.LogEntry) error) error
 	WaitBuild(ctx context.Context, buildID string) (sandpit.TemplateBuild, error)
 	Template(ctx context.Context, ref string) (sandpit.Template, error)
 	Templates(ctx context.Context) ([]sandpit.Template, error)
@@ -110,7 +112,6 @@ type TemplateBackend interface {
 // Backend is everything the facade takes: what New is given.
 type Backend interface {
 	SandboxBackend
-	TemplateBackend
 	ToolboxBackend
 	ProcessBackend
 	EventBackend

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // Images built on the fly: daytona.create({image: Image...}) sends the
@@ -130,7 +131,7 @@ func contentName(bi BuildInfo) string {
 // createBuilt answers a create whose image must be built first.
 func (h *sandboxAPI) createBuilt(w http.ResponseWriter, r *http.Request, bi BuildInfo, sreq service.CreateRequest) {
 	ctx := r.Context()
-	def := service.BuildDefinition{Dockerfile: bi.DockerfileContent, Files: contextFiles(bi.ContextHashes)}
+	def := templates.BuildDefinition{Dockerfile: bi.DockerfileContent, Files: contextFiles(bi.ContextHashes)}
 	src, _ := json.Marshal(snapshotSource{BuildInfo: &bi})
 	def.Source = string(src)
 	if err := h.checkContext(ctx, def.Files); err != nil {
@@ -154,7 +155,7 @@ func (h *sandboxAPI) createBuilt(w http.ResponseWriter, r *http.Request, bi Buil
 	if sreq.Name == "" {
 		sreq.Name = sreq.ID
 	}
-	t, _, err := h.tpl.EnsureTemplate(ctx, service.TemplateSpec{Name: contentName(bi)})
+	t, _, err := h.tpl.EnsureTemplate(ctx, templates.Spec{Name: contentName(bi)})
 	if err != nil {
 		WriteError(w, r, err)
 		return
@@ -409,7 +410,7 @@ func (h *sandboxAPI) streamBuildLog(w http.ResponseWriter, r *http.Request, buil
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	_ = rc.Flush()
-	write := func(e service.BuildLogEntry) error {
+	write := func(e templates.LogEntry) error {
 		if _, err := io.WriteString(w, e.Message+"\n"); err != nil {
 			return err
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // DefaultPrefix is the path the daemon mounts the facade under.
@@ -54,6 +54,9 @@ type Options struct {
 	// Idempotency is the daemon's Idempotency-Key layer, which the keyed
 	// routes run through; nil ignores the header.
 	Idempotency *api.Idempotency
+	// Templates is the template aggregate: snapshots, image builds and
+	// their uploaded contexts.
+	Templates TemplateBackend
 }
 
 // Handler serves the facade. It is safe for concurrent use. It only
@@ -172,13 +175,13 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 		core: c,
 		auth: auth,
 		mux:  http.NewServeMux(),
-		sandboxes: &sandboxAPI{core: c, svc: svc, tpl: svc, pending: newPendingCreates(), signKey: signingKey(opts.PreviewKey), started: time.Now(),
+		sandboxes: &sandboxAPI{core: c, svc: svc, tpl: opts.Templates, pending: newPendingCreates(), signKey: signingKey(opts.PreviewKey), started: time.Now(),
 			defaultTemplate: opts.DefaultTemplate, templateUser: opts.DefaultUser,
 			sshAddr: opts.SSHAddr, sshHost: opts.SSHHost},
 		toolbox:   &toolboxAPI{core: c, svc: svc, lspTimeout: opts.LSPTimeout},
 		processes: &processAPI{core: c, svc: svc, auth: auth},
 	}
-	h.storage = newObjectStore(h.sandboxes.signKey, svc, opts.Prefix)
+	h.storage = newObjectStore(h.sandboxes.signKey, opts.Templates, opts.Prefix)
 	h.events = &eventAPI{core: c, svc: svc, auth: auth, sandboxes: h.sandboxes, hub: newHub(), authTimeout: opts.AuthTimeout}
 	go h.events.relayEvents(ctx, svc.Events().Subscribe(eventBuffer))
 	p := h.prefix
@@ -201,7 +204,7 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	keyed("POST /sandbox/{idOrName}/archive", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.sandboxes.archive)
 	route("PUT /sandbox/{idOrName}/labels", sandpit.ActionManage, h.sandboxes.setLabels)
 	keyed("POST /sandbox/{idOrName}/fork", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate}, h.sandboxes.fork)
-	keyed("POST /sandbox/{idOrName}/snapshot", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate, Prefix: service.TemplateIDPrefix}, h.sandboxes.snapshot)
+	keyed("POST /sandbox/{idOrName}/snapshot", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate, Prefix: templates.IDPrefix}, h.sandboxes.snapshot)
 	route("GET /sandbox/{idOrName}/toolbox-proxy-url", sandpit.ActionRead, h.sandboxes.toolboxProxyURL)
 	route("GET /sandbox/{idOrName}/ports/{port}/preview-url", sandpit.ActionExpose, h.sandboxes.previewURL)
 	route("POST /sandbox/{idOrName}/autostop/{interval}", sandpit.ActionManage, h.sandboxes.setInterval(sandpit.IntervalAutoStop))

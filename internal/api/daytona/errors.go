@@ -9,7 +9,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // ErrorBody is Daytona's error shape. The SDK shows message and picks the
@@ -69,7 +69,7 @@ func badRequest(format string, args ...any) error {
 // into the sentences Daytona's own server uses, which users may match on.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	var p *problem
-	if errors.Is(err, service.ErrBuildsUnavailable) {
+	if errors.Is(err, templates.ErrBuildsUnavailable) {
 		// A daemon without an image builder cannot build an Image.
 		p = &problem{status: http.StatusNotImplemented, message: err.Error(), code: codeNotImplemented}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
@@ -83,7 +84,9 @@ func newEnv(t *testing.T) *env {
 		ExtraLabels:   labels,
 		Logger:        log,
 	}, st, rt, nil)
-	h := New(ctx, svc, api.NewAuth(svc.Identity(), testToken), Options{Logger: log})
+	tpl := templates.New(templates.Config{DaemonTemplates: map[string]string{"base": image}, Logger: log}, st, svc.Idempotency(), svc.Events(), svc)
+	svc.UseTemplates(tpl)
+	h := New(ctx, svc, api.NewAuth(svc.Identity(), testToken), Options{Logger: log, Templates: tpl})
 	mux := http.NewServeMux()
 	mux.Handle(DefaultPrefix+"/", h)
 	srv := httptest.NewServer(mux)

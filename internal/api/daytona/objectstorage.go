@@ -24,7 +24,7 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // Object storage: before it asks for a build, the SDK uploads each of an
@@ -177,11 +177,11 @@ func writeXML(w http.ResponseWriter, v any) {
 // s3Fail renders a service error as S3 does.
 func s3Fail(w http.ResponseWriter, err error) {
 	switch {
-	case errors.Is(err, service.ErrTooLarge):
+	case errors.Is(err, templates.ErrTooLarge):
 		writeS3Error(w, http.StatusBadRequest, "EntityTooLarge", "%v", err)
 	case errors.Is(err, sandpit.ErrInvalid):
 		writeS3Error(w, http.StatusBadRequest, "InvalidArgument", "%v", err)
-	case errors.Is(err, service.ErrBuildsUnavailable):
+	case errors.Is(err, templates.ErrBuildsUnavailable):
 		writeS3Error(w, http.StatusNotImplemented, "NotImplemented", "%v", err)
 	default:
 		writeS3Error(w, http.StatusInternalServerError, "InternalError", "%v", err)

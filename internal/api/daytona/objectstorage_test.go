@@ -21,6 +21,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -55,9 +56,9 @@ func TestObjectStorageToken(t *testing.T) {
 	}
 }
 
-// storageEnv is the facade over a service that stores build files (in a
+// storageEnv is the facade over a template aggregate that stores build files (in a
 // t.TempDir()) with a small context limit.
-func storageEnv(t *testing.T, limit int64) (*httptest.Server, *Handler, *service.Service) {
+func storageEnv(t *testing.T, limit int64) (*httptest.Server, *Handler, *templates.Service) {
 	t.Helper()
 	// The service needs an engine, like the rest of the package's tests
 	// that start one: skipped without it, failed in CI.
@@ -76,14 +77,16 @@ func storageEnv(t *testing.T, limit int64) (*httptest.Server, *Handler, *service
 	log := slog.New(slog.DiscardHandler)
 	svc := service.New(service.Config{
 		DefaultImage: "unused", AgentBinary: agentBinary, Logger: log,
-		Images: rt, TemplateDir: t.TempDir(), MaxContextBytes: limit,
+		Images: rt,
 	}, st, rt, nil)
-	h := New(ctx, svc, api.NewAuth(svc.Identity(), testToken), Options{Logger: log})
+	tpl := templates.New(templates.Config{Images: rt, TemplateDir: t.TempDir(), MaxContextBytes: limit, Logger: log}, st, svc.Idempotency(), svc.Events(), svc)
+	svc.UseTemplates(tpl)
+	h := New(ctx, svc, api.NewAuth(svc.Identity(), testToken), Options{Logger: log, Templates: tpl})
 	mux := http.NewServeMux()
 	mux.Handle(DefaultPrefix+"/", h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return srv, h, svc
+	return srv, h, tpl
 }
 
 func tarOf(t *testing.T, name string, size int) []byte {
@@ -106,7 +109,7 @@ func tarOf(t *testing.T, name string, size int) []byte {
 // out of order, then complete; the archive becomes the caller's build
 // files, and only the caller's.
 func TestObjectStorageMultipart(t *testing.T) {
-	srv, h, svc := storageEnv(t, 64<<10)
+	srv, h, tpl := storageEnv(t, 64<<10)
 	req, _ := http.NewRequest("GET", srv.URL+"/daytona/object-storage/push-access", nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	resp, err := http.DefaultClient.Do(req)
@@ -173,7 +176,7 @@ func TestObjectStorageMultipart(t *testing.T) {
 		t.Fatalf("list after: %d %s", code, body)
 	}
 	admin := sandpit.WithPrincipal(context.Background(), sandpit.Principal{Owner: sandpit.AdminOwner})
-	if !svc.HasFiles(admin, hash) {
+	if !tpl.HasFiles(admin, hash) {
 		t.Fatal("the assembled archive is not the owner's build files")
 	}
 	if code, body, _ := s3("GET", list, otherTok, nil); code != 200 || !strings.Contains(body, "<KeyCount>0</KeyCount>") {

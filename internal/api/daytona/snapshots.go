@@ -12,13 +12,13 @@ import (
 	"github.com/sandpit-dev/sandpit"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // Snapshots: Daytona's snapshots are the images sandboxes start from. The
 // daemon's own templates (name -> image) and its default image are listed
 // read-only, always active. Every other snapshot is one of the caller's
-// templates (see service/templates.go): POST /snapshots builds it from the
+// templates (see internal/templates): POST /snapshots builds it from the
 // Dockerfile the SDK's Image generates, or from an existing image, and its
 // state is that of its newest build.
 
@@ -204,7 +204,7 @@ func (h *sandboxAPI) snapshotOf(ctx context.Context, t sandpit.Template) Snapsho
 func (h *sandboxAPI) allSnapshots(ctx context.Context) ([]Snapshot, error) {
 	out := h.snapshots()
 	ts, err := h.tpl.Templates(ctx)
-	if errors.Is(err, service.ErrBuildsUnavailable) {
+	if errors.Is(err, templates.ErrBuildsUnavailable) {
 		return out, nil
 	}
 	if err != nil {
@@ -276,7 +276,7 @@ func (h *sandboxAPI) lookupSnapshot(r *http.Request) (s Snapshot, t sandpit.Temp
 		}
 	}
 	t, err = h.tpl.Template(r.Context(), x)
-	if errors.Is(err, sandpit.ErrNotFound) || errors.Is(err, service.ErrBuildsUnavailable) {
+	if errors.Is(err, sandpit.ErrNotFound) || errors.Is(err, templates.ErrBuildsUnavailable) {
 		return s, t, false, snapshotNotFound(x)
 	}
 	if err != nil {
@@ -347,7 +347,7 @@ func (h *sandboxAPI) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	// The name is the template: a retry of this request, or a rebuild of
 	// the name, lands on the same one, and a build of a content already
 	// built or being built is joined or replayed, never run twice.
-	t, _, err := h.tpl.EnsureTemplate(ctx, service.TemplateSpec{Name: req.Name, CPU: def.CPU, MemoryMB: def.MemoryMB})
+	t, _, err := h.tpl.EnsureTemplate(ctx, templates.Spec{Name: req.Name, CPU: def.CPU, MemoryMB: def.MemoryMB})
 	if errors.Is(err, sandpit.ErrNameConflict) {
 		err = newProblem(http.StatusConflict, "Snapshot with name %q already exists for this organization", req.Name)
 	}
@@ -372,7 +372,7 @@ func (h *sandboxAPI) createSnapshot(w http.ResponseWriter, r *http.Request) {
 // startBuild adds a build of def to the template and starts it. Two starts
 // of one content at once (concurrent creates of one Image) join one build:
 // the service reserves the run before either starts it.
-func (h *sandboxAPI) startBuild(ctx context.Context, t sandpit.Template, def service.BuildDefinition) (sandpit.TemplateBuild, error) {
+func (h *sandboxAPI) startBuild(ctx context.Context, t sandpit.Template, def templates.BuildDefinition) (sandpit.TemplateBuild, error) {
 	b, err := h.tpl.NewBuild(ctx, t.ID)
 	if err != nil {
 		return b, err
@@ -382,7 +382,7 @@ func (h *sandboxAPI) startBuild(ctx context.Context, t sandpit.Template, def ser
 
 // checkContext refuses a build whose context archives were not uploaded
 // before a build row is made for it.
-func (h *sandboxAPI) checkContext(ctx context.Context, files []service.ContextFiles) error {
+func (h *sandboxAPI) checkContext(ctx context.Context, files []templates.ContextFiles) error {
 	for _, f := range files {
 		if !h.tpl.HasFiles(ctx, f.Hash) {
 			return badRequest("the build context %s was not uploaded (the SDK uploads it through GET /object-storage/push-access first)", f.Hash)
@@ -392,12 +392,12 @@ func (h *sandboxAPI) checkContext(ctx context.Context, files []service.ContextFi
 }
 
 // snapshotDefinition validates a POST /snapshots and turns it into a build.
-func snapshotDefinition(req CreateSnapshotRequest) (service.BuildDefinition, error) {
-	var def service.BuildDefinition
+func snapshotDefinition(req CreateSnapshotRequest) (templates.BuildDefinition, error) {
+	var def templates.BuildDefinition
 	switch {
 	case req.Name == "":
 		return def, badRequest("name is required")
-	case len(req.Name) > maxSnapshotNameLen || service.ValidTemplateName(req.Name) != nil:
+	case len(req.Name) > maxSnapshotNameLen || templates.ValidName(req.Name) != nil:
 		return def, badRequest("Invalid snapshot name format %q: Sandpit's snapshot names are 1-63 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit", req.Name)
 	case req.BuildInfo != nil && req.ImageName != "":
 		return def, badRequest("give either imageName or buildInfo, not both")
@@ -438,13 +438,13 @@ func snapshotDefinition(req CreateSnapshotRequest) (service.BuildDefinition, err
 
 // contextFiles places every uploaded context archive at the context's
 // root: their entries carry the paths the Image's COPY lines name.
-func contextFiles(hashes []string) []service.ContextFiles {
-	var out []service.ContextFiles
+func contextFiles(hashes []string) []templates.ContextFiles {
+	var out []templates.ContextFiles
 	seen := map[string]bool{}
 	for _, h := range hashes {
 		if !seen[h] {
 			seen[h] = true
-			out = append(out, service.ContextFiles{Hash: h})
+			out = append(out, templates.ContextFiles{Hash: h})
 		}
 	}
 	return out

@@ -65,6 +65,9 @@ var _ Backend = (*service.Service)(nil)
 
 // Config configures the facade.
 type Config struct {
+	// Templates is the template aggregate the Template API and snapshots
+	// go through; nil answers them 501.
+	Templates TemplateBackend
 	// Token is the daemon's admin token, used when Auth is nil (unit tests).
 	Token string
 	// Auth authenticates X-API-KEY: the admin token or a personal access
@@ -183,7 +186,7 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 		uploadKey: uploadKeyFrom(cfg.UploadKey),
 		relay:     agentrelay.New(be.AgentHTTP().Transport()),
 	}
-	h.tpl, _ = be.(TemplateBackend)
+	h.tpl = cfg.Templates
 	// E2B's keys are the syntax its SDK documents for idempotencyKey, its
 	// refusals E2B's error shape.
 	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err, "") }, nil).

@@ -11,12 +11,12 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // SnapshotBackend is what the snapshot and fork routes need of the service.
 type SnapshotBackend interface {
 	CreateSnapshot(ctx context.Context, sandboxID string, req service.SnapshotRequest) (sandpit.Template, error)
-	Snapshots(ctx context.Context, source, name string) ([]sandpit.Template, error)
 	Fork(ctx context.Context, parentID string, req service.ForkRequest) ([]service.ForkResult, error)
 }
 
@@ -29,7 +29,7 @@ const defaultForkTimeout = 15 * time.Second
 // through DELETE /templates/{id}, which refuses while a sandbox runs from it.
 func (h *Handler) snapshotRoutes() {
 	route, keyed := h.routes.Handle, h.routes.HandleKeyed
-	keyed("POST /sandboxes/{id}/snapshots", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate, Prefix: service.TemplateIDPrefix}, h.createSnapshot)
+	keyed("POST /sandboxes/{id}/snapshots", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate, Prefix: templates.IDPrefix}, h.createSnapshot)
 	keyed("POST /sandboxes/{id}/fork", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate}, h.fork)
 	route("GET /snapshots", sandpit.ActionRead, h.listSnapshots)
 }
@@ -86,8 +86,7 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
 // listSnapshots serves GET /snapshots, filtered by sandboxID and name and
 // paged with limit and the X-Next-Token header (the token is the offset).
 func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
-	be, ok := h.snapshots(w)
-	if !ok {
+	if _, ok := h.snapshots(w); !ok {
 		return
 	}
 	q := r.URL.Query()
@@ -108,7 +107,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		}
 		offset = n
 	}
-	ts, err := be.Snapshots(r.Context(), q.Get("sandboxID"), q.Get("name"))
+	ts, err := h.tpl.Snapshots(r.Context(), q.Get("sandboxID"), q.Get("name"))
 	if err != nil {
 		fail(w, err, "")
 		return

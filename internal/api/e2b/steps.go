@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // BuildStartBody is POST /v2/templates/{templateID}/builds/{buildID}: the
@@ -41,7 +41,7 @@ const defaultBaseImage = "e2bdev/base"
 // converted is a build body turned into what the service builds.
 type converted struct {
 	Dockerfile string
-	Files      []service.ContextFiles
+	Files      []templates.ContextFiles
 	User       string
 	Workdir    string
 	NoCache    bool
@@ -184,13 +184,13 @@ func toDockerfile(b BuildStartBody, baseImage string) (converted, error) {
 // it copies. So the context holds, under a directory of the step's own,
 // the source already named as it must land in dest's parent, and the COPY
 // copies that directory.
-func convertCopy(i int, st BuildStep, cur string, emit func(label, line string), restore func() string) (service.ContextFiles, error) {
+func convertCopy(i int, st BuildStep, cur string, emit func(label, line string), restore func() string) (templates.ContextFiles, error) {
 	label := strconv.Itoa(i + 1)
 	if len(st.Args) < 2 || len(st.Args) > 4 {
-		return service.ContextFiles{}, errSteps("step %d: COPY takes a source, a destination, a user and a mode", i+1)
+		return templates.ContextFiles{}, errSteps("step %d: COPY takes a source, a destination, a user and a mode", i+1)
 	}
 	if st.FilesHash == "" {
-		return service.ContextFiles{}, errSteps("step %d: COPY has no filesHash", i+1)
+		return templates.ContextFiles{}, errSteps("step %d: COPY has no filesHash", i+1)
 	}
 	src, dest := st.Args[0], st.Args[1]
 	user, mode := "", ""
@@ -207,19 +207,19 @@ func convertCopy(i int, st BuildStep, cur string, emit func(label, line string),
 	}
 	clean := path.Clean(strings.TrimPrefix(src, "./"))
 	if src == "" || path.IsAbs(src) || clean == ".." || strings.HasPrefix(clean, "../") {
-		return service.ContextFiles{}, errSteps("step %d: invalid COPY source %q: it must stay within the context directory", i+1, src)
+		return templates.ContextFiles{}, errSteps("step %d: invalid COPY source %q: it must stay within the context directory", i+1, src)
 	}
 	if dest == "" {
-		return service.ContextFiles{}, errSteps("step %d: COPY needs a destination", i+1)
+		return templates.ContextFiles{}, errSteps("step %d: COPY needs a destination", i+1)
 	}
 	if user != "" && !userRE.MatchString(user) {
-		return service.ContextFiles{}, errSteps("step %d: invalid COPY user %q", i+1, user)
+		return templates.ContextFiles{}, errSteps("step %d: invalid COPY user %q", i+1, user)
 	}
 	if mode != "" && !modeRE.MatchString(mode) {
-		return service.ContextFiles{}, errSteps("step %d: invalid COPY mode %q", i+1, mode)
+		return templates.ContextFiles{}, errSteps("step %d: invalid COPY mode %q", i+1, mode)
 	}
 	source := globBase(clean)
-	files := service.ContextFiles{Prefix: st.FilesHash + "." + label, Hash: st.FilesHash, Select: source}
+	files := templates.ContextFiles{Prefix: st.FilesHash + "." + label, Hash: st.FilesHash, Select: source}
 	// into: dest is a directory the source goes into under its own name
 	// (a directory's contents go there as they are).
 	into := strings.HasSuffix(dest, "/") || path.Clean(dest) == "/" || path.Clean(dest) == "."
@@ -242,7 +242,7 @@ func convertCopy(i int, st BuildStep, cur string, emit func(label, line string),
 	// The engine's classic builder has no COPY --chmod: the mode is set by
 	// a step of its own, on what the COPY made.
 	if source != clean {
-		return service.ContextFiles{}, errSteps("step %d: a COPY mode with a wildcard source is not supported by sandpit", i+1)
+		return templates.ContextFiles{}, errSteps("step %d: a COPY mode with a wildcard source is not supported by sandpit", i+1)
 	}
 	emit(label, "USER root")
 	emit(label, "RUN "+execForm("chmod", mode, target))

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/sandpit-dev/sandpit"
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 func TestToDockerfile(t *testing.T) {
@@ -21,7 +21,7 @@ func TestToDockerfile(t *testing.T) {
 		labels  []string // the step label of every line, FROM's included
 		user    string
 		workdir string
-		files   []service.ContextFiles
+		files   []templates.ContextFiles
 		noCache bool
 		bad     string // a substring of the refusal
 	}{
@@ -94,7 +94,7 @@ func TestToDockerfile(t *testing.T) {
 				`COPY ["` + h1 + `.7/","a/b/"]`,
 			},
 			labels: []string{"base", "1", "2", "3", "4", "5", "6", "7"},
-			files: []service.ContextFiles{
+			files: []templates.ContextFiles{
 				{Prefix: h1 + ".1", Hash: h1, Select: "dir", As: "dir"},
 				{Prefix: h2 + ".2", Hash: h2, Select: "a.txt"},
 				{Prefix: h2 + ".3", Hash: h2, Select: "."},
@@ -113,7 +113,7 @@ func TestToDockerfile(t *testing.T) {
 			want:   []string{"USER user", `COPY --chown=user ["` + h1 + `.2/","./"]`},
 			labels: []string{"base", "1", "2"},
 			user:   "user",
-			files:  []service.ContextFiles{{Prefix: h1 + ".2", Hash: h1, Select: "a.txt", As: "b.txt"}},
+			files:  []templates.ContextFiles{{Prefix: h1 + ".2", Hash: h1, Select: "a.txt", As: "b.txt"}},
 		},
 		{
 			name: "copy with a mode sets it as root and returns",
@@ -124,7 +124,7 @@ func TestToDockerfile(t *testing.T) {
 			want:   []string{"USER user", `COPY --chown=user ["` + h1 + `.2/","/app/"]`, "USER root", `RUN ["chmod","0644","/app/a.txt"]`, "USER user"},
 			labels: []string{"base", "1", "2", "2", "2", "2"},
 			user:   "user",
-			files:  []service.ContextFiles{{Prefix: h1 + ".2", Hash: h1, Select: "a.txt"}},
+			files:  []templates.ContextFiles{{Prefix: h1 + ".2", Hash: h1, Select: "a.txt"}},
 		},
 		{
 			name:    "force anywhere builds without the cache",

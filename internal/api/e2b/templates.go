@@ -24,21 +24,21 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
 	"github.com/sandpit-dev/sandpit/internal/identity"
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
-// TemplateBackend is what the E2B Template API needs of the service: the
-// template core every surface builds through. *service.Service implements
-// it; a backend without it (the facade's unit-test fake) answers the
-// template routes with 501.
+// TemplateBackend is what the E2B Template API needs of the template
+// aggregate every surface builds through; *templates.Service implements
+// it. Without one (Config.Templates nil: the facade's unit-test fake) the
+// template routes answer 501.
 type TemplateBackend interface {
-	EnsureTemplate(ctx context.Context, spec service.TemplateSpec) (sandpit.Template, sandpit.AddOutcome, error)
+	EnsureTemplate(ctx context.Context, spec templates.Spec) (sandpit.Template, sandpit.AddOutcome, error)
 	NewBuild(ctx context.Context, templateID string) (sandpit.TemplateBuild, error)
 	HasFiles(ctx context.Context, hash string) bool
 	PutTemplateFiles(ctx context.Context, hash string, r io.Reader, verify bool) error
-	StartBuild(ctx context.Context, buildID string, def service.BuildDefinition) (sandpit.TemplateBuild, error)
+	StartBuild(ctx context.Context, buildID string, def templates.BuildDefinition) (sandpit.TemplateBuild, error)
 	Build(ctx context.Context, buildID string) (sandpit.TemplateBuild, error)
-	BuildLog(ctx context.Context, buildID string, offset int) ([]service.BuildLogEntry, bool, error)
+	BuildLog(ctx context.Context, buildID string, offset int) ([]templates.LogEntry, bool, error)
 	Template(ctx context.Context, ref string) (sandpit.Template, error)
 	Templates(ctx context.Context) ([]sandpit.Template, error)
 	TemplateBuilds(ctx context.Context, templateID string) ([]sandpit.TemplateBuild, error)
@@ -46,7 +46,10 @@ type TemplateBackend interface {
 	TagBuild(ctx context.Context, buildID string, tags []string) error
 	UntagTemplate(ctx context.Context, templateID string, tags []string) error
 	DeleteTemplate(ctx context.Context, id string) error
+	Snapshots(ctx context.Context, source, name string) ([]sandpit.Template, error)
 }
+
+var _ TemplateBackend = (*templates.Service)(nil)
 
 // defaultTag is E2B's tag of a name given without one.
 const defaultTag = "default"
@@ -144,9 +147,9 @@ func failTemplate(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, sandpit.ErrBuildConflict):
 		writeError(w, http.StatusConflict, err.Error())
-	case errors.Is(err, service.ErrTooLarge):
+	case errors.Is(err, templates.ErrTooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
-	case errors.Is(err, service.ErrBuildsUnavailable):
+	case errors.Is(err, templates.ErrBuildsUnavailable):
 		writeError(w, http.StatusNotImplemented, err.Error())
 	default:
 		WriteError(w, nil, err)
@@ -193,7 +196,7 @@ func (h *Handler) requestBuild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "a template name (name or name:tag) is required")
 		return
 	}
-	if err := service.ValidTemplateName(name); err != nil {
+	if err := templates.ValidName(name); err != nil {
 		failTemplate(w, err)
 		return
 	}
@@ -223,7 +226,7 @@ func (h *Handler) requestBuild(w http.ResponseWriter, r *http.Request) {
 	req := idempotency.Request{Scope: identity.OwnerScope(ctx, scopeTemplateRequest), Key: key,
 		PendingTTL: h.cfg.PendingTTL, Wait: h.cfg.WaitBudget, ReplayTTL: pendingLifetime}
 	resp, _, err := h.idem.Do(ctx, req, func(ctx context.Context, a *idempotency.Attempt) (idempotency.Response, error) {
-		t, _, err := tb.EnsureTemplate(ctx, service.TemplateSpec{Name: name, CPU: float64(body.CPUCount), MemoryMB: body.MemoryMB})
+		t, _, err := tb.EnsureTemplate(ctx, templates.Spec{Name: name, CPU: float64(body.CPUCount), MemoryMB: body.MemoryMB})
 		if err != nil {
 			return idempotency.Response{}, err
 		}
@@ -463,7 +466,7 @@ func (h *Handler) startBuild(w http.ResponseWriter, r *http.Request) {
 		failTemplate(w, err)
 		return
 	}
-	def := service.BuildDefinition{
+	def := templates.BuildDefinition{
 		Dockerfile: conv.Dockerfile, Files: conv.Files, StartCmd: body.StartCmd, ReadyCmd: body.ReadyCmd,
 		User: conv.User, Workdir: conv.Workdir, CPU: t.CPU, MemoryMB: t.MemoryMB, Tags: []string{defaultTag},
 		NoCache: conv.NoCache, Source: string(raw),

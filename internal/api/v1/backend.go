@@ -12,6 +12,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/identity"
 	"github.com/sandpit-dev/sandpit/internal/interpreter"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 	"github.com/sandpit-dev/sandpit/internal/volumes"
 )
 
@@ -58,19 +59,7 @@ type Backend interface {
 	DebugState(ctx context.Context) (service.State, error)
 	PoolStatus(ctx context.Context) (service.PoolStatus, error)
 
-	PutTemplateFiles(ctx context.Context, hash string, r io.Reader, verify bool) error
-	HasFiles(ctx context.Context, hash string) bool
-	EnsureTemplate(ctx context.Context, spec service.TemplateSpec) (sandpit.Template, sandpit.AddOutcome, error)
-	NewBuild(ctx context.Context, templateID string) (sandpit.TemplateBuild, error)
-	StartBuild(ctx context.Context, buildID string, def service.BuildDefinition) (sandpit.TemplateBuild, error)
-	CheckBuildDefinition(ctx context.Context, def service.BuildDefinition) error
-	Template(ctx context.Context, ref string) (sandpit.Template, error)
-	Templates(ctx context.Context) ([]sandpit.Template, error)
-	TemplateTags(ctx context.Context, templateID string) (map[string]string, error)
-	DeleteTemplate(ctx context.Context, id string) error
 	CreateSnapshot(ctx context.Context, sandboxID string, req service.SnapshotRequest) (sandpit.Template, error)
-	Snapshots(ctx context.Context, source, name string) ([]sandpit.Template, error)
-	DeleteSnapshot(ctx context.Context, id string) error
 	Fork(ctx context.Context, parentID string, req service.ForkRequest) ([]service.ForkResult, error)
 
 	RunCode(ctx context.Context, id string, req service.CodeRequest, fn func(interpreter.Event) error) error
@@ -79,11 +68,31 @@ type Backend interface {
 
 	CreateSSHAccess(ctx context.Context, idOrName string, valid time.Duration) (service.SSHAccess, error)
 	RevokeSSHAccess(ctx context.Context, idOrName string) error
+}
+
+var _ Backend = (*service.Service)(nil)
+
+// TemplateBackend is what the handler needs of the template aggregate
+// (*templates.Service): templates, snapshots, builds, their logs and the
+// uploaded build contexts.
+type TemplateBackend interface {
+	PutTemplateFiles(ctx context.Context, hash string, r io.Reader, verify bool) error
+	HasFiles(ctx context.Context, hash string) bool
+	EnsureTemplate(ctx context.Context, spec templates.Spec) (sandpit.Template, sandpit.AddOutcome, error)
+	NewBuild(ctx context.Context, templateID string) (sandpit.TemplateBuild, error)
+	StartBuild(ctx context.Context, buildID string, def templates.BuildDefinition) (sandpit.TemplateBuild, error)
+	CheckBuildDefinition(ctx context.Context, def templates.BuildDefinition) error
+	Template(ctx context.Context, ref string) (sandpit.Template, error)
+	Templates(ctx context.Context) ([]sandpit.Template, error)
+	TemplateTags(ctx context.Context, templateID string) (map[string]string, error)
+	DeleteTemplate(ctx context.Context, id string) error
+	Snapshots(ctx context.Context, source, name string) ([]sandpit.Template, error)
+	DeleteSnapshot(ctx context.Context, id string) error
 	Build(ctx context.Context, buildID string) (sandpit.TemplateBuild, error)
-	BuildLog(ctx context.Context, buildID string, offset int) ([]service.BuildLogEntry, bool, error)
-	FollowBuildLog(ctx context.Context, buildID string, offset int, fn func(service.BuildLogEntry) error) error
+	BuildLog(ctx context.Context, buildID string, offset int) ([]templates.LogEntry, bool, error)
+	FollowBuildLog(ctx context.Context, buildID string, offset int, fn func(templates.LogEntry) error) error
 	// BuildNode names the cluster node that runs a build ("" = this one).
 	BuildNode(ctx context.Context, buildID string) string
 }
 
-var _ Backend = (*service.Service)(nil)
+var _ TemplateBackend = (*templates.Service)(nil)

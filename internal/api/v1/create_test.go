@@ -22,6 +22,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/driver/docker"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 	"github.com/sandpit-dev/sandpit/test/harness"
 )
@@ -79,7 +80,7 @@ func newRig(t *testing.T, pendingTTL time.Duration) *rig {
 	idem := api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{
 		Wait: time.Minute, PendingTTL: pendingTTL, Logger: log,
 	})
-	srv := httptest.NewServer(v1.New(svc, api.NewAuth(svc.Identity(), token), nil, idem))
+	srv := httptest.NewServer(v1.New(svc, templates.New(templates.Config{Logger: log}, st, svc.Idempotency(), svc.Events(), svc), api.NewAuth(svc.Identity(), token), nil, idem))
 	t.Cleanup(srv.Close)
 	return &rig{srv: srv, st: st, drv: drv}
 }

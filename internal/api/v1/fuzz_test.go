@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
 
@@ -33,8 +34,8 @@ func FuzzV1Requests(f *testing.F) {
 	f.Add(uint8(4), "", []byte(`{"cmd":"true","timeout_s":-1}`), "")
 	f.Add(uint8(6), "", []byte(nil), "")
 	svc, st := testenv.FuzzService(f)
-	h := New(svc, api.NewAuth(svc.Identity(), "tok"), nil, api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{}))
-	_ = st
+	tpl := templates.New(templates.Config{}, st, svc.Idempotency(), svc.Events(), svc)
+	h := New(svc, tpl, api.NewAuth(svc.Identity(), "tok"), nil, api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{}))
 	f.Fuzz(func(t *testing.T, route uint8, query string, body []byte, key string) {
 		rt := v1Routes[int(route)%len(v1Routes)]
 		u := &url.URL{Path: rt.path, RawQuery: query}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // snapshotRoutes are the native snapshot and fork API. A snapshot and a
@@ -18,7 +19,7 @@ import (
 // snapshots themselves are templates, found as templates are.
 func (h *Handler) snapshotRoutes() {
 	route, keyed := h.routes.Handle, h.routes.HandleKeyed
-	keyed("POST /v1/sandboxes/{id}/snapshots", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate, Prefix: service.TemplateIDPrefix}, h.createSnapshot)
+	keyed("POST /v1/sandboxes/{id}/snapshots", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate, Prefix: templates.IDPrefix}, h.createSnapshot)
 	keyed("POST /v1/sandboxes/{id}/fork", sandpit.ActionManage, api.Keying{Mode: api.KeyedCreate}, h.fork)
 	route("GET /v1/snapshots", sandpit.ActionRead, h.listSnapshots)
 	route("GET /v1/snapshots/{name}", sandpit.ActionRead, h.getSnapshot)
@@ -76,7 +77,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	ts, err := h.svc.Snapshots(r.Context(), q.Get("sandbox"), q.Get("name"))
+	ts, err := h.tpl.Snapshots(r.Context(), q.Get("sandbox"), q.Get("name"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -90,7 +91,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 
 // snapshot finds the path's snapshot: a template of kind snapshot.
 func (h *Handler) snapshot(r *http.Request) (sandpit.Template, error) {
-	t, err := h.svc.Template(r.Context(), r.PathValue("name"))
+	t, err := h.tpl.Template(r.Context(), r.PathValue("name"))
 	if err == nil && t.Kind.Or() != sandpit.KindSnapshot {
 		err = api.Problem{Status: http.StatusNotFound, Code: apitypes.CodeNotFound, Message: "no snapshot " + r.PathValue("name")}
 	}
@@ -109,7 +110,7 @@ func (h *Handler) getSnapshot(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	t, err := h.snapshot(r)
 	if err == nil {
-		err = h.svc.DeleteSnapshot(r.Context(), t.ID)
+		err = h.tpl.DeleteSnapshot(r.Context(), t.ID)
 	}
 	if err != nil {
 		fail(w, err)

@@ -11,7 +11,7 @@ import (
 	"github.com/sandpit-dev/sandpit/apitypes"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
-	"github.com/sandpit-dev/sandpit/internal/service"
+	"github.com/sandpit-dev/sandpit/internal/templates"
 )
 
 // templateRoutes are the native template API. A build runs the caller's
@@ -20,7 +20,7 @@ func (h *Handler) templateRoutes() {
 	route, keyed := h.routes.Handle, h.routes.HandleKeyed
 	route("PUT /v1/templates/files/{hash}", sandpit.ActionExecute, h.putTemplateFiles)
 	route("GET /v1/templates/files/{hash}", sandpit.ActionRead, h.hasTemplateFiles)
-	keyed("POST /v1/templates", sandpit.ActionExecute, api.Keying{Mode: api.KeyedCreate, Prefix: service.TemplateIDPrefix}, h.buildTemplate)
+	keyed("POST /v1/templates", sandpit.ActionExecute, api.Keying{Mode: api.KeyedCreate, Prefix: templates.IDPrefix}, h.buildTemplate)
 	route("GET /v1/templates", sandpit.ActionRead, h.listTemplates)
 	route("GET /v1/templates/{name}", sandpit.ActionRead, h.getTemplate)
 	keyed("DELETE /v1/templates/{name}", sandpit.ActionManage, api.Keying{Mode: api.Keyed}, h.deleteTemplate)
@@ -30,7 +30,7 @@ func (h *Handler) templateRoutes() {
 	// index has every named one), a build runs on the node its request
 	// reached, and a build's status and log are served by the node that
 	// runs it, which holds them.
-	buildNode := func(r *http.Request) string { return h.svc.BuildNode(r.Context(), r.PathValue("build")) }
+	buildNode := func(r *http.Request) string { return h.tpl.BuildNode(r.Context(), r.PathValue("build")) }
 	h.routes.Forward("GET /v1/templates/{name}/builds/{build}", api.Forwarding{Locate: api.LocateNode, Node: buildNode})
 	h.routes.Forward("GET /v1/templates/{name}/builds/{build}/logs", api.Forwarding{Locate: api.LocateNode, Node: buildNode})
 }
@@ -39,7 +39,7 @@ func (h *Handler) templateRoutes() {
 // daemon checks. Uploads are idempotent by content: the same bytes again
 // change nothing.
 func (h *Handler) putTemplateFiles(w http.ResponseWriter, r *http.Request) {
-	if err := h.svc.PutTemplateFiles(r.Context(), r.PathValue("hash"), r.Body, true); err != nil {
+	if err := h.tpl.PutTemplateFiles(r.Context(), r.PathValue("hash"), r.Body, true); err != nil {
 		fail(w, err)
 		return
 	}
@@ -47,7 +47,7 @@ func (h *Handler) putTemplateFiles(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) hasTemplateFiles(w http.ResponseWriter, r *http.Request) {
-	if !h.svc.HasFiles(r.Context(), r.PathValue("hash")) {
+	if !h.tpl.HasFiles(r.Context(), r.PathValue("hash")) {
 		fail(w, api.Problem{Status: http.StatusNotFound, Code: apitypes.CodeNotFound, Message: "no uploaded files " + r.PathValue("hash")})
 		return
 	}
@@ -61,39 +61,39 @@ func (h *Handler) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	def := service.BuildDefinition{
+	def := templates.BuildDefinition{
 		Dockerfile: req.Dockerfile, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, User: req.User, Workdir: req.Workdir,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Tags: req.Tags, NoCache: req.NoCache,
 	}
 	if req.Context != "" {
-		def.Files = append(def.Files, service.ContextFiles{Hash: req.Context})
+		def.Files = append(def.Files, templates.ContextFiles{Hash: req.Context})
 	}
 	for _, f := range req.Files {
-		def.Files = append(def.Files, service.ContextFiles{Prefix: f.Prefix, Hash: f.Hash})
+		def.Files = append(def.Files, templates.ContextFiles{Prefix: f.Prefix, Hash: f.Hash})
 	}
 	src, _ := json.Marshal(req)
 	def.Source = string(src)
 	// A definition that cannot build is refused before anything is made.
-	if err := h.svc.CheckBuildDefinition(ctx, def); err != nil {
+	if err := h.tpl.CheckBuildDefinition(ctx, def); err != nil {
 		fail(w, err)
 		return
 	}
-	t, _, err := h.svc.EnsureTemplate(ctx, service.TemplateSpec{ID: IDFromContext(ctx), Name: req.Name, CPU: req.CPU, MemoryMB: req.MemoryMB})
+	t, _, err := h.tpl.EnsureTemplate(ctx, templates.Spec{ID: IDFromContext(ctx), Name: req.Name, CPU: req.CPU, MemoryMB: req.MemoryMB})
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	b, err := h.svc.NewBuild(ctx, t.ID)
+	b, err := h.tpl.NewBuild(ctx, t.ID)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	b, err = h.svc.StartBuild(ctx, b.ID, def)
+	b, err = h.tpl.StartBuild(ctx, b.ID, def)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	t, err = h.svc.Template(ctx, t.ID)
+	t, err = h.tpl.Template(ctx, t.ID)
 	if err != nil {
 		fail(w, err)
 		return
@@ -102,7 +102,7 @@ func (h *Handler) buildTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) listTemplates(w http.ResponseWriter, r *http.Request) {
-	ts, err := h.svc.Templates(r.Context())
+	ts, err := h.tpl.Templates(r.Context())
 	if err != nil {
 		fail(w, err)
 		return
@@ -115,7 +115,7 @@ func (h *Handler) listTemplates(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) getTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := h.svc.Template(r.Context(), r.PathValue("name"))
+	t, err := h.tpl.Template(r.Context(), r.PathValue("name"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -124,9 +124,9 @@ func (h *Handler) getTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := h.svc.Template(r.Context(), r.PathValue("name"))
+	t, err := h.tpl.Template(r.Context(), r.PathValue("name"))
 	if err == nil {
-		err = h.svc.DeleteTemplate(r.Context(), t.ID)
+		err = h.tpl.DeleteTemplate(r.Context(), t.ID)
 	}
 	if err != nil {
 		fail(w, err)
@@ -137,11 +137,11 @@ func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 
 // build finds the path's build, which must be of the path's template.
 func (h *Handler) build(r *http.Request) (sandpit.TemplateBuild, error) {
-	t, err := h.svc.Template(r.Context(), r.PathValue("name"))
+	t, err := h.tpl.Template(r.Context(), r.PathValue("name"))
 	if err != nil {
 		return sandpit.TemplateBuild{}, err
 	}
-	b, err := h.svc.Build(r.Context(), r.PathValue("build"))
+	b, err := h.tpl.Build(r.Context(), r.PathValue("build"))
 	if err != nil {
 		return b, err
 	}
@@ -180,7 +180,7 @@ func (h *Handler) buildLogs(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
-	write := func(e service.BuildLogEntry) error {
+	write := func(e templates.LogEntry) error {
 		if err := enc.Encode(apitypes.BuildLogEntry{Time: e.Time, Level: e.Level, Message: e.Message}); err != nil {
 			return err
 		}
@@ -190,10 +190,10 @@ func (h *Handler) buildLogs(w http.ResponseWriter, r *http.Request) {
 		return nil
 	}
 	if follow {
-		_ = h.svc.FollowBuildLog(r.Context(), b.ID, offset, write)
+		_ = h.tpl.FollowBuildLog(r.Context(), b.ID, offset, write)
 		return
 	}
-	lines, _, err := h.svc.BuildLog(r.Context(), b.ID, offset)
+	lines, _, err := h.tpl.BuildLog(r.Context(), b.ID, offset)
 	if err != nil {
 		return
 	}
@@ -208,11 +208,11 @@ func (h *Handler) toTemplate(r *http.Request, t sandpit.Template) apitypes.Templ
 	out := apitypes.Template{ID: t.ID, Name: t.Name, Owner: t.Owner, Image: t.Image, CPU: t.CPU, MemoryMB: t.MemoryMB,
 		StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd, User: t.User, Workdir: t.Workdir, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 		Kind: string(t.Kind.Or()), SourceSandbox: t.SourceSandbox}
-	if tags, err := h.svc.TemplateTags(r.Context(), t.ID); err == nil && len(tags) > 0 {
+	if tags, err := h.tpl.TemplateTags(r.Context(), t.ID); err == nil && len(tags) > 0 {
 		out.Tags = tags
 	}
 	if t.BuildID != "" {
-		if b, err := h.svc.Build(r.Context(), t.BuildID); err == nil {
+		if b, err := h.tpl.Build(r.Context(), t.BuildID); err == nil {
 			ab := toBuild(b)
 			out.Build = &ab
 		}

@@ -26,6 +26,7 @@ type Handler struct {
 	svc  Backend
 	ids  *identity.Service
 	vols *volumes.Service
+	tpl  TemplateBackend
 	auth *api.Auth
 	mux  *http.ServeMux
 	// routes declares what every route does; the scope check happens when a
@@ -57,12 +58,12 @@ func (h *Handler) forwarding() {
 	h.routes.Declare("/v1/sandboxes/{id}/", api.Forwarding{Locate: api.LocateSandbox})
 }
 
-// New builds the /v1 handler. Every route needs "Authorization: Bearer
+// New builds the /v1 handler; tpl serves its templates, snapshots and builds. Every route needs "Authorization: Bearer
 // <token>": the daemon's admin token or a personal access token, whose owner
 // scopes everything the request sees and makes. The keyed routes run through
 // idem (nil: Idempotency-Key is ignored).
-func New(svc Backend, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler, idem *api.Idempotency) *Handler {
-	h := &Handler{svc: svc, ids: svc.Identity(), vols: svc.Volumes(), auth: auth, mux: http.NewServeMux(), relay: agentrelay.New(svc.AgentHTTP().Transport())}
+func New(svc Backend, tpl TemplateBackend, auth *api.Auth, wrap func(pattern string, h http.HandlerFunc) http.Handler, idem *api.Idempotency) *Handler {
+	h := &Handler{svc: svc, ids: svc.Identity(), vols: svc.Volumes(), tpl: tpl, auth: auth, mux: http.NewServeMux(), relay: agentrelay.New(svc.AgentHTTP().Transport())}
 	// Where a sandbox's id goes, its name does too.
 	h.routes = api.NewRoutes(h.mux, func(w http.ResponseWriter, _ *http.Request, err error) { fail(w, err) }, wrap).NamesToo().Keyed(keys(idem))
 	route, keyed := h.routes.Handle, h.routes.HandleKeyed

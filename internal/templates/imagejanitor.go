@@ -1,4 +1,4 @@
-package service
+package templates
 
 import (
 	"context"
@@ -82,4 +82,13 @@ func (s *Service) buildInProcess(id string) bool {
 	s.builds.mu.Lock()
 	defer s.builds.mu.Unlock()
 	return s.builds.byBuild[id] != nil
+}
+
+// Janitor is the template aggregate's part of the daemon's periodic
+// janitor: the images no row accounts for and the build contexts past
+// their time. It returns the images removed.
+func (s *Service) Janitor(ctx context.Context) int {
+	n := s.janitorImages(ctx)
+	s.sweepContexts(ctx)
+	return n
 }

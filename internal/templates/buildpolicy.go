@@ -1,4 +1,4 @@
-package service
+package templates
 
 import (
 	"context"
@@ -60,7 +60,7 @@ func (s *Service) mayBuildOn(ctx context.Context, owner, image string) bool {
 	if image == "" || dockerfile.IsImageID(image) {
 		return false
 	}
-	if s.checkImage(identity.Of(ctx), image) == nil {
+	if s.policy.CheckImage(identity.Of(ctx), image) == nil {
 		return true
 	}
 	own, err := s.store.ImageOwnedBy(ctx, owner, image)
@@ -83,7 +83,7 @@ func (s *Service) buildBounds(ctx context.Context, owner string) (driver.BuildLi
 	if err != nil {
 		return driver.BuildLimits{}, nil, err
 	}
-	cpu, memMB, err := s.ownerResources(CreateRequest{}, l)
+	cpu, memMB, err := s.policy.DefaultResources(l)
 	if err != nil {
 		return driver.BuildLimits{}, nil, err
 	}

@@ -1,4 +1,4 @@
-package service
+package templates
 
 import (
 	"context"
@@ -24,8 +24,11 @@ import (
 // pulls the image from --registry (ensureImage). Without a registry only the
 // node that built an image has it: TemplateNodes tells placement which.
 
-// templateCluster is the part of clusterMode about templates.
+// templateCluster is how cluster mode enters the template aggregate:
+// singleNode is a daemon on its own, replicated a node of a cluster.
 type templateCluster interface {
+	// clustered reports whether this daemon is a node of a cluster.
+	clustered() bool
 	// claimTemplate takes t's name for its owner cluster-wide and returns
 	// the id the name holds (t.ID when the claim is the first).
 	claimTemplate(ctx context.Context, t sandpit.Template) (string, error)
@@ -51,6 +54,11 @@ type templateCluster interface {
 	catchUp(ctx context.Context) error
 }
 
+// singleNode is a daemon on its own: its store alone decides names.
+type singleNode struct{}
+
+func (singleNode) clustered() bool { return false }
+
 func (singleNode) claimTemplate(_ context.Context, t sandpit.Template) (string, error) {
 	return t.ID, nil
 }
@@ -63,6 +71,15 @@ func (singleNode) sharedTemplate(string, string) (cluster.TemplateRecord, bool) 
 func (singleNode) sharedTemplates(string) []cluster.TemplateRecord { return nil }
 func (singleNode) buildNode(context.Context, string) string        { return "" }
 func (singleNode) catchUp(context.Context) error                   { return nil }
+
+// replicated is a node of a cluster: r is the replicated index, s the
+// node's template aggregate.
+type replicated struct {
+	s *Service
+	r *cluster.Replica
+}
+
+func (*replicated) clustered() bool { return true }
 
 func (c *replicated) claimTemplate(ctx context.Context, t sandpit.Template) (string, error) {
 	rec, err := c.r.ClaimTemplate(ctx, cluster.TemplateRecord{ID: t.ID, Owner: t.Owner, Name: t.Name, CPU: t.CPU, MemoryMB: t.MemoryMB})
@@ -247,7 +264,7 @@ func (s *Service) TemplateNodes(ctx context.Context, ref string) []string {
 		return nil
 	}
 	name, tag, tagged := strings.Cut(ref, ":")
-	if _, ok := s.cfg.Templates[name]; ok {
+	if _, ok := s.cfg.DaemonTemplates[name]; ok {
 		return nil
 	}
 	rec, ok := s.sharedTemplate(ctx, name)
@@ -273,7 +290,7 @@ func (s *Service) TemplateNodes(ctx context.Context, ref string) []string {
 
 // resolveShared is resolveOwnedTemplate for a template found in the
 // cluster's index.
-func (s *Service) resolveShared(ctx context.Context, rec cluster.TemplateRecord, ref, tag string, tagged bool) (resolvedTemplate, bool, error) {
+func (s *Service) resolveShared(ctx context.Context, rec cluster.TemplateRecord, ref, tag string, tagged bool) (Resolved, bool, error) {
 	if (sharedRecord{rec}).imageOf(tag, tagged) == "" && s.cluster.catchUp(ctx) == nil {
 		// A build that ended on another node a moment ago.
 		if again, ok := s.sharedTemplate(ctx, rec.Name); ok && again.ID == rec.ID {
@@ -285,16 +302,16 @@ func (s *Service) resolveShared(ctx context.Context, rec cluster.TemplateRecord,
 		if img, ok := rec.Tags[tag]; ok {
 			image = img
 		} else if tag != "default" {
-			return resolvedTemplate{}, true, fmt.Errorf("%w: %q has no tag %q", sandpit.ErrUnknownTemplate, rec.Name, tag)
+			return Resolved{}, true, fmt.Errorf("%w: %q has no tag %q", sandpit.ErrUnknownTemplate, rec.Name, tag)
 		}
 	}
 	if image == "" {
-		return resolvedTemplate{}, true, fmt.Errorf("%w: %q has no ready build yet", sandpit.ErrUnknownTemplate, ref)
+		return Resolved{}, true, fmt.Errorf("%w: %q has no ready build yet", sandpit.ErrUnknownTemplate, ref)
 	}
 	if ok, err := s.ensureImage(ctx, image, io.Discard); err != nil || !ok {
-		return resolvedTemplate{}, true, fmt.Errorf("%w: the image of template %q is not on this node (it was built on %s; without --registry only that node runs it): %v", sandpit.ErrUnknownImage, ref, rec.ImageNodes[image], err)
+		return Resolved{}, true, fmt.Errorf("%w: the image of template %q is not on this node (it was built on %s; without --registry only that node runs it): %v", sandpit.ErrUnknownImage, ref, rec.ImageNodes[image], err)
 	}
-	return resolvedTemplate{t: recordTemplate(rec), image: image}, true, nil
+	return Resolved{Template: recordTemplate(rec), Image: image}, true, nil
 }
 
 // sharedRecord reads a template record's image for a tag.
