@@ -3,9 +3,13 @@ package service
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+
+	"github.com/sandpit-dev/sandpit/internal/driver"
+	"github.com/sandpit-dev/sandpit/internal/store"
 )
 
 // DefaultDiskWatchInterval is how often the disk watcher measures the
@@ -82,30 +86,44 @@ func (s *Service) RunDiskWatcher(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = DefaultDiskWatchInterval
 	}
-	every(ctx, interval, func() { s.watchDisk(ctx) })
+	w := &diskWatcher{cfg: s.cfg, store: s.store, rt: s.rt, log: s.log, svc: s}
+	every(ctx, interval, func() { w.watchDisk(ctx) })
 }
 
-func (s *Service) watchDisk(ctx context.Context) {
+// diskWatcher is RunDiskWatcher's round: it measures the running sandboxes'
+// writable layers and writable volumes and stops those past their limits.
+type diskWatcher struct {
+	cfg   Config
+	store *store.Store
+	rt    driver.Driver
+	log   *slog.Logger
+	// svc is the service whose lifecycle stops a sandbox: a stop for disk
+	// takes the sandbox's lock and stops it exactly as any other stop does,
+	// so the watcher calls those operations rather than keeping copies.
+	svc *Service
+}
+
+func (w *diskWatcher) watchDisk(ctx context.Context) {
 	// A volume mounted by several sandboxes is measured once a round.
 	volumes := map[string]int64{}
 	token := ""
 	for ctx.Err() == nil {
-		page, next, err := s.store.ListSandboxes(ctx, sandpit.ListOptions{Limit: 500, PageToken: token, States: []sandpit.State{sandpit.StateRunning}})
+		page, next, err := w.store.ListSandboxes(ctx, sandpit.ListOptions{Limit: 500, PageToken: token, States: []sandpit.State{sandpit.StateRunning}})
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn("disk watcher: list sandboxes", "err", err)
+				w.log.Warn("disk watcher: list sandboxes", "err", err)
 			}
 			return
 		}
 		for _, sb := range page {
-			if s.cfg.DiskWatchMB > 0 {
-				limit := s.cfg.DiskLimitMB(sb.DiskMB)
-				if used, err := s.rt.DiskUsage(ctx, sb.ContainerID); err == nil && used > limit<<20 {
-					s.stopForDisk(ctx, sb.ID, sandpit.ReasonDiskLimit, "", used, limit)
+			if w.cfg.DiskWatchMB > 0 {
+				limit := w.cfg.DiskLimitMB(sb.DiskMB)
+				if used, err := w.rt.DiskUsage(ctx, sb.ContainerID); err == nil && used > limit<<20 {
+					w.stopForDisk(ctx, sb.ID, sandpit.ReasonDiskLimit, "", used, limit)
 					continue
 				}
 			}
-			s.watchVolumes(ctx, sb.ID, volumes)
+			w.watchVolumes(ctx, sb.ID, volumes)
 		}
 		if next == "" {
 			return
@@ -116,11 +134,11 @@ func (s *Service) watchDisk(ctx context.Context) {
 
 // watchVolumes stops sandbox id if a volume it mounts writable holds more
 // than its size. used caches each volume's usage over one round.
-func (s *Service) watchVolumes(ctx context.Context, id string, used map[string]int64) {
-	if s.cfg.VolumeSizeMB <= 0 || s.cfg.Volumes == nil {
+func (w *diskWatcher) watchVolumes(ctx context.Context, id string, used map[string]int64) {
+	if w.cfg.VolumeSizeMB <= 0 || w.cfg.Volumes == nil {
 		return
 	}
-	mounts, err := s.store.SandboxMounts(ctx, id)
+	mounts, err := w.store.SandboxMounts(ctx, id)
 	if err != nil {
 		return
 	}
@@ -130,13 +148,13 @@ func (s *Service) watchVolumes(ctx context.Context, id string, used map[string]i
 		}
 		u, ok := used[m.VolumeID]
 		if !ok {
-			if u, err = s.cfg.Volumes.VolumeUsage(ctx, m.EngineName); err != nil {
-				s.log.Warn("disk watcher: cannot measure a volume; its size is not enforced", "volume", m.VolumeID, "err", err)
+			if u, err = w.cfg.Volumes.VolumeUsage(ctx, m.EngineName); err != nil {
+				w.log.Warn("disk watcher: cannot measure a volume; its size is not enforced", "volume", m.VolumeID, "err", err)
 			}
 			used[m.VolumeID] = u
 		}
-		if size := s.cfg.VolumeLimitMB(m.SizeMB); u > size<<20 {
-			s.stopForDisk(ctx, id, sandpit.ReasonVolumeSize, m.VolumeID, u, size)
+		if size := w.cfg.VolumeLimitMB(m.SizeMB); u > size<<20 {
+			w.stopForDisk(ctx, id, sandpit.ReasonVolumeSize, m.VolumeID, u, size)
 			return
 		}
 	}
@@ -144,8 +162,8 @@ func (s *Service) watchVolumes(ctx context.Context, id string, used map[string]i
 
 // stopForDisk stops a sandbox that wrote past its disk limit or into a
 // volume past its size (volume names it), for reason.
-func (s *Service) stopForDisk(ctx context.Context, id, reason, volume string, used, limitMB int64) {
-	sb, unlock, err := s.lockRow(ctx, id)
+func (w *diskWatcher) stopForDisk(ctx context.Context, id, reason, volume string, used, limitMB int64) {
+	sb, unlock, err := w.svc.lockRow(ctx, id)
 	if err != nil {
 		return
 	}
@@ -154,11 +172,11 @@ func (s *Service) stopForDisk(ctx context.Context, id, reason, volume string, us
 		return
 	}
 	if volume == "" {
-		s.log.Warn("disk watcher: sandbox past its disk limit; stopping it", "sandbox", id, "used_mb", used>>20, "limit_mb", limitMB)
+		w.log.Warn("disk watcher: sandbox past its disk limit; stopping it", "sandbox", id, "used_mb", used>>20, "limit_mb", limitMB)
 	} else {
-		s.log.Warn("disk watcher: sandbox writes into a volume past its size; stopping it", "sandbox", id, "volume", volume, "used_mb", used>>20, "size_mb", limitMB)
+		w.log.Warn("disk watcher: sandbox writes into a volume past its size; stopping it", "sandbox", id, "volume", volume, "used_mb", used>>20, "size_mb", limitMB)
 	}
-	if _, err := s.stopLockedFor(ctx, sb, reason); err != nil && !errors.Is(err, ErrDeletedOnStop) {
-		s.log.Error("disk watcher: stop", "sandbox", id, "err", err)
+	if _, err := w.svc.stopLockedFor(ctx, sb, reason); err != nil && !errors.Is(err, ErrDeletedOnStop) {
+		w.log.Error("disk watcher: stop", "sandbox", id, "err", err)
 	}
 }

@@ -75,7 +75,7 @@ func (s *Service) onEngineEvent(ctx context.Context, ev driver.Event) {
 	s.background(func() {
 		// A pooled container is labelled with its slot: a free one is the
 		// pool's to replace, an adopted one's death is its sandbox's.
-		id := s.poolEvent(ctx, ev.SandboxID)
+		id := s.pool.poolEvent(ctx, ev.SandboxID)
 		if id == "" {
 			return
 		}

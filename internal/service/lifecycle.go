@@ -83,7 +83,7 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 		}
 		// An adopted pooled container's agent starts again with its pool
 		// token and no sandbox settings; they are given to it again first.
-		if err := s.reinitAdopted(ctx, *sb, c.IP); err != nil {
+		if err := s.pool.reinitAdopted(ctx, *sb, c.IP); err != nil {
 			return err
 		}
 		// What the image runs at start runs again: a stop ended it.

@@ -6,6 +6,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,9 +51,25 @@ type PoolSpecStatus struct {
 	Starting int
 }
 
-// warmPool is the service's pool bookkeeping; the slots themselves live in
-// the store (pool_slots), which decides every adoption.
+// warmPool is the warm pool: its bookkeeping and the machinery that keeps
+// it filled (refills, engine events, the janitor's and reconcile's look at
+// pooled containers). The slots themselves live in the store (pool_slots),
+// which decides every adoption. It exists even without configured specs:
+// the slots and containers a previous process's pool left must still be
+// recognised and removed.
 type warmPool struct {
+	cfg    Config
+	store  *store.Store
+	rt     driver.Driver
+	log    *slog.Logger
+	agents *agentapi.Link
+	// svc is the service whose sandbox machinery a pooled container is
+	// made with (its name, labels, firewall, agent health wait and image
+	// start) and whose reconcile checks a refill waits for: a slot's
+	// container must be made exactly as a sandbox's is, so the pool calls
+	// those operations rather than keeping copies of them.
+	svc *Service
+
 	specs []PoolSpec
 	// runtime is the OCI runtime every container of the daemon, pooled or
 	// not, runs under; it is part of each pool key, so that slots made
@@ -76,18 +93,28 @@ type warmPool struct {
 	ips map[string]string
 }
 
-func newWarmPool(specs []PoolSpec, runtime string, concurrency int) *warmPool {
+func newWarmPool(s *Service, specs []PoolSpec, concurrency int) *warmPool {
 	if concurrency <= 0 {
 		concurrency = 1
 	}
 	return &warmPool{
+		cfg:     s.cfg,
+		store:   s.store,
+		rt:      s.rt,
+		log:     s.log,
+		agents:  s.agents,
+		svc:     s,
 		specs:   specs,
-		runtime: runtime,
+		runtime: s.cfg.Runtime,
 		refill:  make(chan struct{}, concurrency),
 		kick:    make(chan struct{}, 1),
 		ips:     map[string]string{},
 	}
 }
+
+// enabled reports whether the daemon keeps a warm pool (any spec is
+// configured).
+func (p *warmPool) enabled() bool { return len(p.specs) > 0 }
 
 // refillGrace is how long after the last create a refill waits: the
 // client's first command usually follows its create at once.
@@ -100,9 +127,6 @@ func (p *warmPool) busy() bool {
 
 // enter marks a create in progress until the returned function runs.
 func (p *warmPool) enter() func() {
-	if p == nil {
-		return func() {}
-	}
 	p.foreground.Add(1)
 	return func() {
 		p.lastCreate.Store(time.Now().UnixNano())
@@ -111,9 +135,6 @@ func (p *warmPool) enter() func() {
 }
 
 func (p *warmPool) wake() {
-	if p == nil {
-		return
-	}
 	select {
 	case p.kick <- struct{}{}:
 	default:
@@ -127,9 +148,6 @@ func (p *warmPool) key(image, user string) string { return image + "|" + user + 
 
 // forget drops a slot's cached address.
 func (p *warmPool) forget(id string) {
-	if p == nil {
-		return
-	}
 	p.mu.Lock()
 	delete(p.ips, id)
 	p.mu.Unlock()
@@ -163,7 +181,7 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 	p := s.pool
 	// Until reconcile's checks end, the slots the previous process left
 	// are not known to have containers: creates go cold meanwhile.
-	if p == nil || !s.checksDone() {
+	if !p.enabled() || !s.checksDone() {
 		return false, nil
 	}
 	// A pooled container was made without mounts, and the engine cannot
@@ -240,7 +258,7 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 		updated <- err
 	}()
 	t0 = time.Now()
-	initErr := s.initAgent(ctx, ip, slot.Token, *sb)
+	initErr := p.initAgent(ctx, ip, slot.Token, *sb)
 	timing.Phase(ctx, "agent", t0)
 	if err := errors.Join(<-updated, initErr); err != nil {
 		return true, err
@@ -286,12 +304,12 @@ const initTimeout = 3 * time.Second
 
 // initAgent gives an adopted container's agent the sandbox's environment and
 // access token, authenticated with the pool-only token it started with.
-func (s *Service) initAgent(ctx context.Context, ip, poolToken string, sb sandpit.Sandbox) error {
+func (p *warmPool) initAgent(ctx context.Context, ip, poolToken string, sb sandpit.Sandbox) error {
 	// A pooled agent answers init in a millisecond or two; one that does
 	// not answer within the budget is given up on (the create goes cold).
 	ctx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
-	refused, err := s.agents.Init(ctx, ip, poolToken, agentapi.InitRequest{EnvVars: sb.Env, AccessToken: sb.AccessToken})
+	refused, err := p.agents.Init(ctx, ip, poolToken, agentapi.InitRequest{EnvVars: sb.Env, AccessToken: sb.AccessToken})
 	if err != nil {
 		return fmt.Errorf("%w: init: %v", ErrAgentUnhealthy, err)
 	}
@@ -304,15 +322,15 @@ func (s *Service) initAgent(ctx context.Context, ip, poolToken string, sb sandpi
 // reinitAdopted gives the agent of an adopted container, started again,
 // the sandbox's settings: it comes back up with the pool token its
 // container was made with.
-func (s *Service) reinitAdopted(ctx context.Context, sb sandpit.Sandbox, ip string) error {
-	slot, err := s.store.GetPoolSlotOf(ctx, sb.ID)
+func (p *warmPool) reinitAdopted(ctx context.Context, sb sandpit.Sandbox, ip string) error {
+	slot, err := p.store.GetPoolSlotOf(ctx, sb.ID)
 	if errors.Is(err, sandpit.ErrNotFound) {
 		return nil // made cold: its container carries its settings
 	}
 	if err != nil {
 		return err
 	}
-	return s.initAgent(ctx, ip, slot.Token, sb)
+	return p.initAgent(ctx, ip, slot.Token, sb)
 }
 
 // PoolStatus reports the pool's counters and free slots; admin only.
@@ -320,16 +338,16 @@ func (s *Service) PoolStatus(ctx context.Context) (PoolStatus, error) {
 	if err := identity.RequireAdmin(ctx); err != nil {
 		return PoolStatus{}, err
 	}
-	return s.poolStatus(ctx)
+	return s.pool.poolStatus(ctx)
 }
 
 // PoolEnabled reports whether the daemon keeps a warm pool.
-func (s *Service) PoolEnabled() bool { return s.pool != nil }
+func (s *Service) PoolEnabled() bool { return s.pool.enabled() }
 
 // PoolReady counts the ready free slots per image, for the status page and
 // the metrics.
 func (s *Service) PoolReady(ctx context.Context) (map[string]int, error) {
-	st, err := s.poolStatus(ctx)
+	st, err := s.pool.poolStatus(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -340,21 +358,21 @@ func (s *Service) PoolReady(ctx context.Context) (map[string]int, error) {
 	return out, nil
 }
 
-func (s *Service) poolStatus(ctx context.Context) (PoolStatus, error) {
+func (p *warmPool) poolStatus(ctx context.Context) (PoolStatus, error) {
 	var st PoolStatus
-	if s.pool == nil {
+	if !p.enabled() {
 		return st, nil
 	}
-	st.Hits, st.Misses = s.pool.hits.Load(), s.pool.misses.Load()
-	slots, err := s.store.ListFreePoolSlots(ctx)
+	st.Hits, st.Misses = p.hits.Load(), p.misses.Load()
+	slots, err := p.store.ListFreePoolSlots(ctx)
 	if err != nil {
 		return st, err
 	}
-	for _, spec := range s.pool.specs {
+	for _, spec := range p.specs {
 		ps := PoolSpecStatus{Image: spec.Image, User: spec.User, Size: spec.Size}
 		for _, sl := range slots {
 			switch {
-			case sl.Key != s.pool.key(spec.Image, spec.User):
+			case sl.Key != p.key(spec.Image, spec.User):
 			case sl.Ready:
 				ps.Ready++
 			default:
@@ -369,14 +387,17 @@ func (s *Service) poolStatus(ctx context.Context) (PoolStatus, error) {
 // RunPool keeps every pool at its size until ctx ends: after each adoption,
 // and every few seconds in case a refill failed. It logs the pool's size and
 // hit and miss counts when they change, at most every 10 s.
-func (s *Service) RunPool(ctx context.Context) {
-	if s.pool == nil {
+func (s *Service) RunPool(ctx context.Context) { s.pool.run(ctx) }
+
+// run is RunPool's loop.
+func (p *warmPool) run(ctx context.Context) {
+	if !p.enabled() {
 		return
 	}
 	// Reconcile's checks keep or remove the slots the previous process
 	// left; refills start after them, or a new slot could be taken for a
 	// stale one.
-	if err := s.WaitChecked(ctx); err != nil {
+	if err := p.svc.WaitChecked(ctx); err != nil {
 		return
 	}
 	var wg sync.WaitGroup
@@ -385,22 +406,22 @@ func (s *Service) RunPool(ctx context.Context) {
 	defer t.Stop()
 	last, lastAt := "", time.Time{}
 	for {
-		s.refillPools(ctx, &wg)
+		p.refillPools(ctx, &wg)
 		// The state is logged when it changed, at most every 10 s: a busy
 		// daemon changes it with every create.
-		if st, err := s.poolStatus(ctx); err == nil && time.Since(lastAt) >= 10*time.Second {
+		if st, err := p.poolStatus(ctx); err == nil && time.Since(lastAt) >= 10*time.Second {
 			if line := fmt.Sprint(st); line != last {
 				last, lastAt = line, time.Now()
-				for _, p := range st.Pools {
-					s.log.Info("warm pool", "image", p.Image, "user", p.User, "size", p.Size, "ready", p.Ready,
-						"starting", p.Starting, "hits", st.Hits, "misses", st.Misses)
+				for _, ps := range st.Pools {
+					p.log.Info("warm pool", "image", ps.Image, "user", ps.User, "size", ps.Size, "ready", ps.Ready,
+						"starting", ps.Starting, "hits", st.Hits, "misses", st.Misses)
 				}
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.pool.kick:
+		case <-p.kick:
 		case <-t.C:
 		}
 	}
@@ -409,38 +430,38 @@ func (s *Service) RunPool(ctx context.Context) {
 // refillPools starts making the slots each pool lacks. Each missing slot's
 // row is written before its container is made, so the next pass counts it
 // and a daemon that dies meanwhile finds the row at restart.
-func (s *Service) refillPools(ctx context.Context, wg *sync.WaitGroup) {
-	free, err := s.store.ListFreePoolSlots(ctx)
+func (p *warmPool) refillPools(ctx context.Context, wg *sync.WaitGroup) {
+	free, err := p.store.ListFreePoolSlots(ctx)
 	if err != nil {
-		s.log.Error("warm pool: list slots", "err", err)
+		p.log.Error("warm pool: list slots", "err", err)
 		return
 	}
 	have := map[string]int{}
 	for _, sl := range free {
 		have[sl.Key]++
 	}
-	for _, spec := range s.pool.specs {
-		key := s.pool.key(spec.Image, spec.User)
+	for _, spec := range p.specs {
+		key := p.key(spec.Image, spec.User)
 		for range spec.Size - have[key] {
 			slot := store.PoolSlot{
 				ID: newSlotID(), Key: key, Image: spec.Image, AgentUser: spec.User,
-				CPU: spec.CPU, MemoryMB: spec.MemoryMB, Token: newToken(), CreatedAt: s.now(),
+				CPU: spec.CPU, MemoryMB: spec.MemoryMB, Token: newToken(), CreatedAt: p.cfg.Now().UTC(),
 			}
 			// Named as a sandbox's container is: in a cluster the name
 			// carries this node's instance, so nodes sharing one engine
 			// never contend for a name, and an adopted container keeps a
 			// name no other node's copy of its sandbox can take.
-			slot.ContainerID = s.sandboxContainerName(slot.ID)
-			if err := s.store.AddPoolSlot(ctx, slot); err != nil {
-				s.log.Error("warm pool: add slot", "err", err)
+			slot.ContainerID = p.svc.sandboxContainerName(slot.ID)
+			if err := p.store.AddPoolSlot(ctx, slot); err != nil {
+				p.log.Error("warm pool: add slot", "err", err)
 				return
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := s.fillSlot(ctx, slot); err != nil {
-					s.log.Warn("warm pool: make pooled sandbox", "image", spec.Image, "err", err)
-					s.dropSlot(context.WithoutCancel(ctx), slot.ID, slot.ContainerID)
+				if err := p.fillSlot(ctx, slot); err != nil {
+					p.log.Warn("warm pool: make pooled sandbox", "image", spec.Image, "err", err)
+					p.dropSlot(context.WithoutCancel(ctx), slot.ID, slot.ContainerID)
 				}
 			}()
 		}
@@ -451,21 +472,21 @@ func (s *Service) refillPools(ctx context.Context, wg *sync.WaitGroup) {
 // agent answers. It waits for a refill turn, and while cold creates are in
 // progress (for at most a few seconds), so refills do not compete with them
 // for the engine.
-func (s *Service) fillSlot(ctx context.Context, slot store.PoolSlot) error {
+func (p *warmPool) fillSlot(ctx context.Context, slot store.PoolSlot) error {
 	select {
-	case s.pool.refill <- struct{}{}:
+	case p.refill <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-s.pool.refill }()
-	for deadline := time.Now().Add(3 * time.Second); s.pool.busy() && time.Now().Before(deadline); {
+	defer func() { <-p.refill }()
+	for deadline := time.Now().Add(3 * time.Second); p.busy() && time.Now().Before(deadline); {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	labels := s.containerLabels()
+	labels := p.svc.containerLabels()
 	labels[driver.LabelPool] = slot.Key
 	spec := driver.Spec{
 		SandboxID:   slot.ID,
@@ -473,60 +494,60 @@ func (s *Service) fillSlot(ctx context.Context, slot store.PoolSlot) error {
 		Image:       slot.Image,
 		CPU:         slot.CPU,
 		MemoryMB:    slot.MemoryMB,
-		DiskMB:      s.cfg.DiskMB,
-		Runtime:     s.cfg.Runtime,
+		DiskMB:      p.cfg.DiskMB,
+		Runtime:     p.cfg.Runtime,
 		Labels:      labels,
-		PidsLimit:   s.cfg.PidsLimit,
-		AgentBinary: s.cfg.AgentBinary,
+		PidsLimit:   p.cfg.PidsLimit,
+		AgentBinary: p.cfg.AgentBinary,
 		AgentToken:  slot.Token,
 		AgentUser:   slot.AgentUser,
 	}
-	if _, err := s.rt.Create(ctx, spec); err != nil {
+	if _, err := p.rt.Create(ctx, spec); err != nil {
 		return err
 	}
-	if err := s.rt.Start(ctx, slot.ContainerID); err != nil {
+	if err := p.rt.Start(ctx, slot.ContainerID); err != nil {
 		return err
 	}
-	c, err := s.rt.Inspect(ctx, slot.ContainerID)
+	c, err := p.rt.Inspect(ctx, slot.ContainerID)
 	if err != nil {
 		return err
 	}
 	// The daemon's default policy, asserted for the slot's address: it
 	// also drops rules a sandbox that held the address before may have
 	// left behind.
-	if err := s.applyFirewall(ctx, sandpit.Sandbox{ID: slot.ID}, c.IP); err != nil {
+	if err := p.svc.applyFirewall(ctx, sandpit.Sandbox{ID: slot.ID}, c.IP); err != nil {
 		return err
 	}
-	if err := s.waitHealthy(ctx, c.IP); err != nil {
+	if err := p.svc.waitHealthy(ctx, c.IP); err != nil {
 		return err
 	}
 	// What the image runs at start (the code interpreter's server) runs
 	// in the slot, so that an adopted slot is ready as soon as it is
 	// taken; the slot is ready only once that is.
-	if err := s.startImage(ctx, sandpit.Sandbox{ID: slot.ID, ContainerID: slot.ContainerID, Image: slot.Image, AccessToken: slot.Token}, false); err != nil {
+	if err := p.svc.startImage(ctx, sandpit.Sandbox{ID: slot.ID, ContainerID: slot.ContainerID, Image: slot.Image, AccessToken: slot.Token}, false); err != nil {
 		return err
 	}
-	s.pool.mu.Lock()
-	s.pool.ips[slot.ID] = c.IP
-	s.pool.mu.Unlock()
-	return s.store.MarkPoolSlotReady(ctx, slot.ID)
+	p.mu.Lock()
+	p.ips[slot.ID] = c.IP
+	p.mu.Unlock()
+	return p.store.MarkPoolSlotReady(ctx, slot.ID)
 }
 
 // dropSlot removes a free slot's container and row; an adopted slot is its
 // sandbox's and is left alone.
-func (s *Service) dropSlot(ctx context.Context, id, containerID string) {
-	sl, err := s.store.GetPoolSlot(ctx, id)
+func (p *warmPool) dropSlot(ctx context.Context, id, containerID string) {
+	sl, err := p.store.GetPoolSlot(ctx, id)
 	if err == nil && sl.SandboxID != "" {
 		return
 	}
-	if err := s.rt.Remove(ctx, containerID); err != nil {
-		s.log.Error("warm pool: remove container", "slot", id, "err", err)
+	if err := p.rt.Remove(ctx, containerID); err != nil {
+		p.log.Error("warm pool: remove container", "slot", id, "err", err)
 		return
 	}
-	s.pool.forget(id)
-	s.removeFirewall(ctx, id)
-	if err := s.store.DeletePoolSlot(ctx, id); err != nil {
-		s.log.Error("warm pool: delete slot", "slot", id, "err", err)
+	p.forget(id)
+	p.svc.removeFirewall(ctx, id)
+	if err := p.store.DeletePoolSlot(ctx, id); err != nil {
+		p.log.Error("warm pool: delete slot", "slot", id, "err", err)
 	}
 }
 
@@ -534,8 +555,8 @@ func (s *Service) dropSlot(ctx context.Context, id, containerID string) {
 // pooled container carries its slot's id: an adopted one's events are its
 // sandbox's, whose id it returns; a free one's are the pool's and are handled
 // here, and then it returns "". Any other id is returned as it is.
-func (s *Service) poolEvent(ctx context.Context, id string) string {
-	sl, err := s.store.GetPoolSlot(ctx, id)
+func (p *warmPool) poolEvent(ctx context.Context, id string) string {
+	sl, err := p.store.GetPoolSlot(ctx, id)
 	if err != nil {
 		return id
 	}
@@ -543,7 +564,7 @@ func (s *Service) poolEvent(ctx context.Context, id string) string {
 		return sl.SandboxID
 	}
 	if sl.Ready {
-		s.checkPooled(ctx, sl)
+		p.checkPooled(ctx, sl)
 	}
 	// A slot still being made is its refill's business, which sees the
 	// failure itself.
@@ -553,41 +574,41 @@ func (s *Service) poolEvent(ctx context.Context, id string) string {
 // checkPooled replaces a free pooled container that no longer runs (killed
 // behind the daemon's back, say). The event that led here may be stale, or
 // caused by the daemon's own removal, so the container's state decides.
-func (s *Service) checkPooled(ctx context.Context, sl store.PoolSlot) {
-	c, err := s.rt.Inspect(ctx, sl.ContainerID)
+func (p *warmPool) checkPooled(ctx context.Context, sl store.PoolSlot) {
+	c, err := p.rt.Inspect(ctx, sl.ContainerID)
 	switch {
 	case err == nil && c.State == "running":
 		return
 	case err != nil && !errors.Is(err, driver.ErrNotFound):
-		s.log.Error("warm pool: inspect pooled container", "slot", sl.ID, "err", err)
+		p.log.Error("warm pool: inspect pooled container", "slot", sl.ID, "err", err)
 		return
 	}
-	s.log.Warn("warm pool: pooled container stopped; replacing it", "slot", sl.ID)
-	s.dropSlot(ctx, sl.ID, sl.ContainerID)
-	s.pool.wake()
+	p.log.Warn("warm pool: pooled container stopped; replacing it", "slot", sl.ID)
+	p.dropSlot(ctx, sl.ID, sl.ContainerID)
+	p.wake()
 }
 
 // janitorPooled is the janitor's look at a pooled container: it returns the
 // sandbox an adopted one belongs to, or "" when the pool deals with it (a
 // free one that stopped is replaced, one without a slot is removed).
-func (s *Service) janitorPooled(ctx context.Context, c driver.Container) string {
-	sl, err := s.store.GetPoolSlot(ctx, c.SandboxID)
+func (p *warmPool) janitorPooled(ctx context.Context, c driver.Container) string {
+	sl, err := p.store.GetPoolSlot(ctx, c.SandboxID)
 	switch {
 	case errors.Is(err, sandpit.ErrNotFound):
 		// Slots are written before their container is made and deleted
 		// after it is removed, so this container's removal failed earlier.
-		s.log.Warn("janitor: removing orphan pooled container", "container", c.ID, "slot", c.SandboxID)
-		if err := s.rt.Remove(ctx, c.ID); err != nil {
-			s.log.Error("janitor: remove orphan pooled container", "container", c.ID, "err", err)
+		p.log.Warn("janitor: removing orphan pooled container", "container", c.ID, "slot", c.SandboxID)
+		if err := p.rt.Remove(ctx, c.ID); err != nil {
+			p.log.Error("janitor: remove orphan pooled container", "container", c.ID, "err", err)
 		}
 		return ""
 	case err != nil:
-		s.log.Error("janitor: pool slot", "slot", c.SandboxID, "err", err)
+		p.log.Error("janitor: pool slot", "slot", c.SandboxID, "err", err)
 		return ""
 	case sl.SandboxID != "":
 		return sl.SandboxID
 	case sl.Ready && c.State != "running":
-		s.checkPooled(ctx, sl)
+		p.checkPooled(ctx, sl)
 	}
 	return ""
 }
@@ -597,8 +618,8 @@ func (s *Service) janitorPooled(ctx context.Context, c driver.Container) string 
 // its slot, and a slot without its container goes. It returns the
 // containers that belong to sandboxes, each adopted one under its sandbox's
 // id.
-func (s *Service) reconcilePool(ctx context.Context, containers []driver.Container) ([]driver.Container, error) {
-	slots, err := s.store.ListPoolSlots(ctx)
+func (p *warmPool) reconcilePool(ctx context.Context, containers []driver.Container) ([]driver.Container, error) {
+	slots, err := p.store.ListPoolSlots(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -619,30 +640,30 @@ func (s *Service) reconcilePool(ctx context.Context, containers []driver.Contain
 		case ok && sl.SandboxID != "":
 			c.SandboxID = sl.SandboxID
 			out = append(out, c)
-		case ok && s.pool != nil && c.State == "running" && s.healthyNow(ctx, c.IP) && s.stillWanted(sl):
-			s.pool.mu.Lock()
-			s.pool.ips[sl.ID] = c.IP
-			s.pool.mu.Unlock()
-			if err := s.store.MarkPoolSlotReady(ctx, sl.ID); err != nil {
+		case ok && p.enabled() && c.State == "running" && p.healthyNow(ctx, c.IP) && p.stillWanted(sl):
+			p.mu.Lock()
+			p.ips[sl.ID] = c.IP
+			p.mu.Unlock()
+			if err := p.store.MarkPoolSlotReady(ctx, sl.ID); err != nil {
 				return nil, err
 			}
-			s.log.Info("warm pool: kept pooled sandbox", "slot", sl.ID)
+			p.log.Info("warm pool: kept pooled sandbox", "slot", sl.ID)
 		default:
 			// One container the engine will not remove is skipped, as
 			// reconcile skips a sandbox: the janitor tries it again.
-			s.log.Warn("warm pool: removing pooled container", "container", c.ID, "slot", c.SandboxID)
-			if err := s.rt.Remove(ctx, c.ID); err != nil {
-				s.log.Error("warm pool: remove pooled container", "container", c.ID, "err", err)
+			p.log.Warn("warm pool: removing pooled container", "container", c.ID, "slot", c.SandboxID)
+			if err := p.rt.Remove(ctx, c.ID); err != nil {
+				p.log.Error("warm pool: remove pooled container", "container", c.ID, "err", err)
 				continue
 			}
-			if err := s.store.DeletePoolSlot(ctx, c.SandboxID); err != nil {
+			if err := p.store.DeletePoolSlot(ctx, c.SandboxID); err != nil {
 				return nil, err
 			}
 		}
 	}
 	for _, sl := range slots {
 		if !seen[sl.ID] && sl.SandboxID == "" {
-			if err := s.store.DeletePoolSlot(ctx, sl.ID); err != nil {
+			if err := p.store.DeletePoolSlot(ctx, sl.ID); err != nil {
 				return nil, err
 			}
 		}
@@ -652,17 +673,17 @@ func (s *Service) reconcilePool(ctx context.Context, containers []driver.Contain
 
 // stillWanted reports whether a slot's pool is still configured, with the
 // same limits.
-func (s *Service) stillWanted(sl store.PoolSlot) bool {
-	spec, ok := s.pool.spec(sl.Key)
+func (p *warmPool) stillWanted(sl store.PoolSlot) bool {
+	spec, ok := p.spec(sl.Key)
 	return ok && spec.CPU == sl.CPU && spec.MemoryMB == sl.MemoryMB
 }
 
 // healthyNow asks a kept pooled container's agent once, briefly.
-func (s *Service) healthyNow(ctx context.Context, ip string) bool {
+func (p *warmPool) healthyNow(ctx context.Context, ip string) bool {
 	if ip == "" {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	return s.agents.Healthy(ctx, ip)
+	return p.agents.Healthy(ctx, ip)
 }

@@ -135,7 +135,7 @@ func (s *Service) checkAll(ctx context.Context, all []sandpit.Sandbox) {
 	if err == nil {
 		// Free pooled containers are kept or removed here; adopted ones
 		// come back under their sandbox's id.
-		containers, err = s.reconcilePool(ctx, containers)
+		containers, err = s.pool.reconcilePool(ctx, containers)
 	}
 	if err != nil {
 		// Each sandbox is then inspected on its own.
@@ -584,7 +584,7 @@ func (s *Service) janitorContainers(ctx context.Context) {
 		}
 		id := c.SandboxID
 		if c.Labels[driver.LabelPool] != "" {
-			if id = s.janitorPooled(ctx, c); id == "" {
+			if id = s.pool.janitorPooled(ctx, c); id == "" {
 				continue
 			}
 		}

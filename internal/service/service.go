@@ -257,7 +257,7 @@ type Service struct {
 	// slot from before its row is inserted until it returns.
 	creates chan struct{}
 
-	// pool is nil without a configured warm pool.
+	// pool is the warm pool, without specs when none is configured.
 	pool *warmPool
 
 	// recreateFailing is, per sandbox this node fails to re-create, when
@@ -328,12 +328,12 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	if cfg.IntervalUnit <= 0 {
 		cfg.IntervalUnit = time.Minute
 	}
-	var pool *warmPool
+	var specs []PoolSpec
 	if len(cfg.WarmPool) > 0 {
 		// A pool without limits of its own takes the defaults a create
 		// naming none gets, so that such a create adopts without a live
 		// update.
-		specs := make([]PoolSpec, len(cfg.WarmPool))
+		specs = make([]PoolSpec, len(cfg.WarmPool))
 		for i, p := range cfg.WarmPool {
 			if p.CPU <= 0 {
 				p.CPU = min(cfg.DefaultCPU, cfg.MaxCPU)
@@ -344,7 +344,6 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 			specs[i] = p
 		}
 		cfg.WarmPool = specs
-		pool = newWarmPool(specs, cfg.Runtime, cfg.PoolRefillConcurrency)
 	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
@@ -356,7 +355,6 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	s := &Service{
 		late:            newLateTemplates(cfg.LateTemplates, cfg.ImageBuildDir),
 		cluster:         singleNode{},
-		pool:            pool,
 		cfg:             cfg,
 		store:           st,
 		rt:              rt,
@@ -378,6 +376,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		bus:             events.NewBus(),
 		creates:         make(chan struct{}, cfg.MaxConcurrentCreates),
 	}
+	s.pool = newWarmPool(s, specs, cfg.PoolRefillConcurrency)
 	if cfg.Cluster != nil {
 		s.cluster = &replicated{s: s, r: cfg.Cluster}
 	}
