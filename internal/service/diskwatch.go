@@ -41,17 +41,17 @@ func limitOr(mb, def int64) int64 {
 
 // quotaMB is the size the engine's quota gives sb's writable layer: its
 // limit where the engine enforces one, else 0 (the watcher's mode, or none).
-func (s *Service) quotaMB(sb sandpit.Sandbox) int64 {
-	if s.cfg.DiskMB <= 0 {
+func (c Config) quotaMB(sb sandpit.Sandbox) int64 {
+	if c.DiskMB <= 0 {
 		return 0
 	}
-	return s.cfg.DiskLimitMB(sb.DiskMB)
+	return c.DiskLimitMB(sb.DiskMB)
 }
 
 // validateDisk checks a create's disk_mb: 0 takes the default, else it
 // lies between minDiskMB and the daemon's --disk-mb.
-func (s *Service) validateDisk(mb int64) error {
-	return validateSize("disk_mb", "--disk-mb", "limits no sandbox's disk", mb, s.cfg.MaxDiskMB())
+func (c Config) validateDisk(mb int64) error {
+	return validateSize("disk_mb", "--disk-mb", "limits no sandbox's disk", mb, c.MaxDiskMB())
 }
 
 // validateSize checks a create's size field of mb MiB against the daemon's

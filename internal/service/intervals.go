@@ -33,7 +33,7 @@ func (s *Service) SetInterval(ctx context.Context, id string, which sandpit.Inte
 // twelfth of the interval unit (five seconds for minutes), which keeps the
 // recorded idleness within a few percent of the truth at one write per
 // burst of calls.
-func (s *Service) touchEvery() time.Duration { return s.cfg.IntervalUnit / 12 }
+func (c Config) touchEvery() time.Duration { return c.IntervalUnit / 12 }
 
 // Touch records activity on a sandbox: it resets its auto-stop countdown.
 // Writes are throttled per sandbox; force writes regardless (an explicit
@@ -43,7 +43,7 @@ func (s *Service) Touch(ctx context.Context, id string, force bool) {
 	now := s.now()
 	s.mu.Lock()
 	last, ok := s.touched[id]
-	if ok && !force && now.Sub(last) < s.touchEvery() {
+	if ok && !force && now.Sub(last) < s.cfg.touchEvery() {
 		s.mu.Unlock()
 		return
 	}
@@ -93,7 +93,7 @@ func (s *Service) SweepLifecycle(ctx context.Context) (int, error) {
 			}
 			s.log.Info("sandbox auto-stopped", "sandbox", sb.ID, "idle_since", sb.IdleSince())
 		case sandpit.StateStopped:
-			if !s.due(sb, sb.AutoDelete, sandpit.AutoDeleteNever) {
+			if !s.cfg.due(sb, sb.AutoDelete, sandpit.AutoDeleteNever) {
 				// Due for its auto-archive only.
 				if _, err := s.ArchiveSandbox(ctx, sb.ID); err != nil && !errors.Is(err, sandpit.ErrNotFound) {
 					s.log.Error("sweep: auto-archive", "sandbox", sb.ID, "err", err)
@@ -124,7 +124,7 @@ func (s *Service) forgetTouch(id string) {
 
 // due reports whether a stopped sandbox has been stopped for interval
 // (in the interval unit); never is the interval's "never" value.
-func (s *Service) due(sb sandpit.Sandbox, interval, never int) bool {
+func (c Config) due(sb sandpit.Sandbox, interval, never int) bool {
 	return interval != never && !sb.StoppedAt.IsZero() &&
-		!s.now().Before(sb.StoppedAt.Add(time.Duration(interval)*s.cfg.IntervalUnit))
+		!c.Now().UTC().Before(sb.StoppedAt.Add(time.Duration(interval)*c.IntervalUnit))
 }

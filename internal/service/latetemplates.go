@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/distribution/reference"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/internal/driver"
 )
 
 // lateTemplates are the daemon's templates whose image was not built when it
@@ -29,10 +31,14 @@ type lateTemplates struct {
 	// buildDir is where the build scripts record their progress; empty
 	// when the daemon looks for none.
 	buildDir string
+	// engine says whether an image exists; nil without an
+	// engine (unit tests), when no late template ever becomes ready.
+	engine driver.Images
+	log    *slog.Logger
 }
 
-func newLateTemplates(pending map[string]string, buildDir string) *lateTemplates {
-	return &lateTemplates{pending: maps.Clone(pending), ready: map[string]string{}, buildDir: buildDir}
+func newLateTemplates(pending map[string]string, buildDir string, images driver.Images, log *slog.Logger) *lateTemplates {
+	return &lateTemplates{pending: maps.Clone(pending), ready: map[string]string{}, buildDir: buildDir, engine: images, log: log}
 }
 
 // image is the image of a late template that is ready.
@@ -126,47 +132,47 @@ func (s *Service) AwaitedTemplates() map[string]AwaitedTemplate {
 	return out
 }
 
-// lateImageReady asks the engine whether a late template's image exists,
+// imageReady asks the engine whether a late template's image exists,
 // and makes the template available when it does.
-func (s *Service) lateImageReady(ctx context.Context, name, img string) bool {
-	ok, err := s.cfg.Images.HasImage(ctx, img)
+func (l *lateTemplates) imageReady(ctx context.Context, name, img string) bool {
+	ok, err := l.engine.HasImage(ctx, img)
 	if err != nil || !ok {
 		return false
 	}
-	if s.late.markReady(name, img) {
-		s.log.Info("template available: its image was built", "template", name, "image", img)
+	if l.markReady(name, img) {
+		l.log.Info("template available: its image was built", "template", name, "image", img)
 	}
 	return true
 }
 
-// awaitLateTemplate holds a create of a late template whose image is being
+// await holds a create of a late template whose image is being
 // built until the build ends or ctx does (the request's own bound), saying
 // in the log what it waits for and where the build is. A template that is
 // not late, or whose image nobody builds, is left to ResolveImage to
 // answer at once.
-func (s *Service) awaitLateTemplate(ctx context.Context, name string) error {
-	img, ok := s.late.awaited(name)
-	if !ok || s.cfg.Images == nil {
+func (l *lateTemplates) await(ctx context.Context, name string) error {
+	img, ok := l.awaited(name)
+	if !ok || l.engine == nil {
 		return nil
 	}
-	progress, building := s.late.build(img)
+	progress, building := l.build(img)
 	if !building {
 		return nil
 	}
-	s.log.Info("create waits for its template's image to be built", "template", name, "image", img, "build", progress)
+	l.log.Info("create waits for its template's image to be built", "template", name, "image", img, "build", progress)
 	for last := progress; ; {
 		// The build's end is read before the engine is asked: a build
 		// script tags the image before it exits, so an ended build whose
 		// image the engine lacks has failed.
-		progress, building = s.late.build(img)
-		if s.lateImageReady(ctx, name, img) {
+		progress, building = l.build(img)
+		if l.imageReady(ctx, name, img) {
 			return nil
 		}
 		if !building {
 			return fmt.Errorf("%w: %q: the build of its image %s ended without making it (its log says why)", sandpit.ErrUnknownTemplate, name, img)
 		}
 		if progress != last {
-			s.log.Info("template image build progress", "template", name, "image", img, "build", progress)
+			l.log.Info("template image build progress", "template", name, "image", img, "build", progress)
 			last = progress
 		}
 		select {
@@ -192,7 +198,7 @@ func (s *Service) WatchLateTemplates(ctx context.Context, interval time.Duration
 			return
 		}
 		for name, img := range pending {
-			s.lateImageReady(ctx, name, img)
+			s.late.imageReady(ctx, name, img)
 		}
 		select {
 		case <-ctx.Done():

@@ -191,7 +191,7 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 	}
 	// Nor can it resize a quota: under one, a pooled container has the
 	// daemon's default, so a sandbox asking for another limit goes cold.
-	if q := s.quotaMB(*sb); q != 0 && q != s.cfg.DiskMB {
+	if q := s.cfg.quotaMB(*sb); q != 0 && q != s.cfg.DiskMB {
 		return false, nil
 	}
 	key := p.key(sb.Image, req.User)
@@ -252,7 +252,9 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 		// applies it after start; a failure fails the adoption, which then
 		// goes cold.
 		if err == nil {
-			err = s.adoptNetworkPolicy(ctx, *sb, ip)
+			// It replaces whatever rules the address had: pooled
+			// containers run under the daemon's default policy.
+			err = s.applyFirewall(ctx, *sb, ip)
 		}
 		timing.Phase(ctx, "engine", t0)
 		updated <- err
@@ -288,15 +290,6 @@ func (s *Service) abandonAdoption(ctx context.Context, sb *sandpit.Sandbox) erro
 	s.removeFirewall(ctx, sb.ID)
 	sb.ContainerID = s.sandboxContainerName(sb.ID)
 	return s.store.AbandonPoolSlot(ctx, sb.ID, sb.ContainerID)
-}
-
-// adoptNetworkPolicy applies the adopted sandbox's network policy to its
-// container's address, replacing whatever rules that address had. Pooled
-// containers run under the daemon's default policy; a per-sandbox policy
-// goes in here, before the create answers, as a cold create's goes in after
-// start.
-func (s *Service) adoptNetworkPolicy(ctx context.Context, sb sandpit.Sandbox, ip string) error {
-	return s.applyFirewall(ctx, sb, ip)
 }
 
 // initTimeout bounds an adopted agent's init call.

@@ -139,7 +139,7 @@ func (s *Service) ResolveImage(image, template string) (string, error) {
 		}
 		if img, ok := s.late.awaited(template); ok {
 			if progress, building := s.late.build(img); building {
-				// A create waits for it (awaitLateTemplate); anything
+				// A create waits for it (lateTemplates.await); anything
 				// else that needs the image now is told to come back.
 				return "", fmt.Errorf("%w: %q: its image %s is being built (%s); the daemon serves it as soon as it exists", sandpit.ErrImageBuilding, template, img, progress)
 			}
@@ -191,7 +191,7 @@ func (s *Service) validateCreate(req *CreateRequest) error {
 	default:
 		return invalidf("invalid port access %q", req.PortAccess)
 	}
-	if err := s.validateDisk(req.DiskMB); err != nil {
+	if err := s.cfg.validateDisk(req.DiskMB); err != nil {
 		return err
 	}
 	for which, v := range map[sandpit.Interval]*int{sandpit.IntervalAutoStop: req.AutoStop, sandpit.IntervalAutoArchive: req.AutoArchive, sandpit.IntervalAutoDelete: req.AutoDelete} {
@@ -305,7 +305,7 @@ func (s *Service) CreateSandbox(ctx context.Context, req CreateRequest) (out san
 		}
 	}
 	if owned == nil && req.Image == "" && req.Template != "" {
-		if err := s.awaitLateTemplate(ctx, req.Template); err != nil {
+		if err := s.late.await(ctx, req.Template); err != nil {
 			return sandpit.Sandbox{}, err
 		}
 	}
@@ -521,7 +521,7 @@ func (s *Service) containerSpec(sb sandpit.Sandbox, image string, mounts []sandp
 		Labels:      s.containerLabels(),
 		CPU:         sb.CPU,
 		MemoryMB:    sb.MemoryMB,
-		DiskMB:      s.quotaMB(sb),
+		DiskMB:      s.cfg.quotaMB(sb),
 		Runtime:     s.cfg.Runtime,
 		PidsLimit:   s.cfg.PidsLimit,
 		AgentBinary: s.cfg.AgentBinary,

@@ -353,7 +353,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 	}
 	idem := idempotency.New(claimStore(cfg, st), cfg.Now, cfg.Logger, cfg.Metrics)
 	s := &Service{
-		late:            newLateTemplates(cfg.LateTemplates, cfg.ImageBuildDir),
+		late:            newLateTemplates(cfg.LateTemplates, cfg.ImageBuildDir, cfg.Images, cfg.Logger),
 		cluster:         singleNode{},
 		cfg:             cfg,
 		store:           st,
