@@ -54,14 +54,17 @@ func Eventually(t testing.TB, budget time.Duration, what string, check func() er
 // the ports it had leaves them free for a moment, and a port of the
 // ephemeral range can then be taken by any outbound connection on the
 // machine (a test holding 25,000 of them took one); below the range only
-// an explicit bind can take it.
+// an explicit bind can take it. It is also below 22000: the default host-port
+// pool (22000-23000) and the pools tests choose (harness.FreeRange, from
+// 23001) lie above it, so a daemon's API port is never one its own pool, or
+// another test daemon's, hands to an exposure (one was, and the exposure
+// failed with "address already in use").
 func FreePort(t testing.TB) int {
 	t.Helper()
-	low := ephemeralLow()
-	const floor = 10000
-	if low > floor+1000 {
+	const floor, top = 10000, 22000
+	if ephemeralLow() > top {
 		for range 200 {
-			port := floor + rand.IntN(low-floor)
+			port := floor + rand.IntN(top-floor)
 			if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
 				ln.Close()
 				return port
