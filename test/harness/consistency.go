@@ -52,17 +52,25 @@ type engineContainer struct {
 
 // engineContainers lists this daemon's containers through the docker CLI.
 func (d *Daemon) engineContainers(ctx context.Context) ([]engineContainer, error) {
-	ids, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--no-trunc", "--filter", "label=sandpit.run="+d.Label).Output()
-	if err != nil {
-		return nil, fmt.Errorf("docker ps: %w", err)
-	}
-	if len(strings.Fields(string(ids))) == 0 {
-		return nil, nil
-	}
-	args := append([]string{"inspect", "-f", `{{.Id}} {{.Name}} {{if index .Config.Labels "sandpit.pool"}}pooled{{else}}-{{end}} {{index .Config.Labels "sandpit.sandbox-id"}} {{.State.Status}} {{range .NetworkSettings.Networks}}{{.IPAddress}},{{end}}`}, strings.Fields(string(ids))...)
-	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
-	if err != nil {
-		// A container removed between ps and inspect: the caller retries.
+	var out []byte
+	for attempt := 1; ; attempt++ {
+		ids, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--no-trunc", "--filter", "label=sandpit.run="+d.Label).Output()
+		if err != nil {
+			return nil, fmt.Errorf("docker ps: %w", err)
+		}
+		if len(strings.Fields(string(ids))) == 0 {
+			return nil, nil
+		}
+		args := append([]string{"inspect", "-f", `{{.Id}} {{.Name}} {{if index .Config.Labels "sandpit.pool"}}pooled{{else}}-{{end}} {{index .Config.Labels "sandpit.sandbox-id"}} {{.State.Status}} {{range .NetworkSettings.Networks}}{{.IPAddress}},{{end}}`}, strings.Fields(string(ids))...)
+		out, err = exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+		if err == nil {
+			break
+		}
+		// A container removed between ps and inspect (a warm pool replaces
+		// its slots on its own): list again.
+		if attempt < 5 && strings.Contains(string(out), "No such object") {
+			continue
+		}
 		return nil, fmt.Errorf("docker inspect: %v: %s", err, out)
 	}
 	var cs []engineContainer
