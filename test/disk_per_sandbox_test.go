@@ -3,6 +3,7 @@ package sandpit_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -214,5 +215,65 @@ func TestVolumeSize(t *testing.T) {
 	awaitStopped(t, events, hog.ID)
 	if got, err := c.Get(ctx, quiet.ID); err != nil || got.State != "running" {
 		t.Errorf("the sandbox within its volume's size: %+v %v", got, err)
+	}
+}
+
+// TestDiskQuotaPerSandbox is TestDiskLimitPerSandbox where the engine has a
+// quota (harness.QuotaEngine: btrfs with qgroups, which this machine's own
+// engine lacks): the daemon finds it and says quota mode, and a sandbox
+// with disk_mb 512 cannot put 900 MB in /tmp plus 900 MB in its root. The
+// write itself is refused past the limit (the writer gets "Disk quota
+// exceeded"), not stopped afterwards, so the sandbox runs on and its other
+// processes are untouched.
+func TestDiskQuotaPerSandbox(t *testing.T) {
+	t.Parallel()
+	host := harness.QuotaEngine(t, "sandpit/base:test")
+	d := harness.Start(t, sandpitBin, harness.Options{
+		Env:  []string{"DOCKER_HOST=" + host},
+		Args: []string{"--disk-mb", "1024", "--network-pool", harness.QuotaNetworkPool},
+	})
+	ctx := ctxFor(t, 5*time.Minute)
+	c := d.Client()
+	var status struct {
+		Disk struct {
+			Mode    string `json:"mode"`
+			LimitMB int64  `json:"limit_mb"`
+		} `json:"disk"`
+	}
+	if st := raw(t, ctx, d, d.Token, http.MethodGet, "/v1/status", ""); json.Unmarshal(st.Body, &status) != nil || status.Disk.Mode != "quota" || status.Disk.LimitMB != 1024 {
+		t.Fatalf("status on a btrfs engine: %s, want disk mode quota with a 1024 MiB limit", st.Body)
+	}
+	if !strings.Contains(d.Logs(), `disk_mode=quota`) {
+		t.Errorf("the start log does not say quota mode:\n%s", d.Logs())
+	}
+
+	sb, err := c.Create(ctx, client.CreateRequest{DiskMB: 512})
+	if err != nil || sb.DiskMB != 512 {
+		t.Fatalf("create with disk_mb 512: %+v %v", sb, err)
+	}
+	// 900 MB into /tmp, then 900 MB into the root, in 10 MB chunks, each
+	// part going on until a write fails; the output counts the chunks.
+	fill := `w() { i=0; while [ $i -lt 90 ]; do dd if=/dev/zero of=$1.$i bs=1048576 count=10 2>/dev/null || break; i=$((i+1)); done; echo $i; }; ` +
+		`echo tmp=$(w /tmp/fill) root=$(w /root/fill)`
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c", fill}, TimeoutS: 240})
+	if err != nil {
+		t.Fatalf("fill: %v", err)
+	}
+	var tmpChunks, rootChunks int
+	if _, err := fmt.Sscanf(strings.TrimSpace(res.Stdout), "tmp=%d root=%d", &tmpChunks, &rootChunks); err != nil {
+		t.Fatalf("fill's output %q: %v", res.Stdout, err)
+	}
+	// At most 512 MiB of whole chunks fit (the layer's own files take a
+	// little of it).
+	if written := (tmpChunks + rootChunks) * 10; written > 540 || tmpChunks >= 90 {
+		t.Fatalf("%d MB written (%d in /tmp, %d in /) under a 512 MiB quota", written, tmpChunks*10, rootChunks*10)
+	}
+	t.Logf("under the 512 MiB quota: %d MB in /tmp, then %d MB in /", tmpChunks*10, rootChunks*10)
+	// The quota refused the writes; nothing stopped the sandbox.
+	if got, err := c.Get(ctx, sb.ID); err != nil || got.State != "running" {
+		t.Errorf("the sandbox after its quota refused a write: %+v %v, want running", got, err)
+	}
+	if again, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "rm -f /tmp/fill.* && dd if=/dev/zero of=/root/after bs=1048576 count=10 2>&1 && echo wrote"}, TimeoutS: 60}); err != nil || !strings.Contains(again.Stdout, "wrote") {
+		t.Errorf("freeing /tmp did not make room again: %+v %v", again, err)
 	}
 }

@@ -168,9 +168,12 @@ func NetworkArgs(network string) []string {
 // Uninstall removes a test daemon's network and firewall rules. The daemon
 // keeps both while sandboxes run (they must stay confined), so call it once
 // the daemon and its containers are gone.
-func Uninstall(t testing.TB, bin, network string) {
+func Uninstall(t testing.TB, bin, network string, env ...string) {
 	t.Helper()
-	out, err := exec.Command(bin, "uninstall", "--network-name", network).CombinedOutput()
+	cmd := exec.Command(bin, "uninstall", "--network-name", network)
+	// env names the engine (DOCKER_HOST) of a daemon on another engine.
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
 	switch {
 	case err == nil:
 	case strings.Contains(string(out), docker.StaleEndpoints):
@@ -289,8 +292,8 @@ func Start(t testing.TB, bin string, opts Options) *Daemon {
 	}
 	t.Cleanup(func() {
 		d.Stop()
-		RemoveLabelled(d.Label)
-		Uninstall(t, d.bin, d.Network)
+		RemoveLabelled(d.Label, d.opts.Env...)
+		Uninstall(t, d.bin, d.Network, d.opts.Env...)
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.Logs())
 		}
@@ -487,24 +490,30 @@ func (d *Daemon) Containers(t testing.TB, filters ...string) []string {
 }
 
 // RemoveLabelled force-removes every container of one test run, and the
-// images its template builds made (they carry the run's label too).
-func RemoveLabelled(label string) {
+// images its template builds made (they carry the run's label too). env
+// names the engine (DOCKER_HOST) of a daemon on another engine.
+func RemoveLabelled(label string, env ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label=sandpit.run="+label).Output(); err == nil {
+	engine := func(ctx context.Context, args ...string) *exec.Cmd {
+		c := exec.CommandContext(ctx, "docker", args...)
+		c.Env = append(os.Environ(), env...)
+		return c
+	}
+	if out, err := engine(ctx, "ps", "-aq", "--filter", "label=sandpit.run="+label).Output(); err == nil {
 		if ids := strings.Fields(string(out)); len(ids) > 0 {
-			_ = exec.CommandContext(ctx, "docker", append([]string{"rm", "-f"}, ids...)...).Run()
+			_ = engine(ctx, append([]string{"rm", "-f"}, ids...)...).Run()
 		}
 	}
-	if out, err := exec.CommandContext(ctx, "docker", "images", "-q", "--no-trunc", "--filter", "label=sandpit.run="+label).Output(); err == nil {
+	if out, err := engine(ctx, "images", "-q", "--no-trunc", "--filter", "label=sandpit.run="+label).Output(); err == nil {
 		if ids := strings.Fields(string(out)); len(ids) > 0 {
-			_ = exec.CommandContext(ctx, "docker", append([]string{"rmi", "-f"}, ids...)...).Run()
+			_ = engine(ctx, append([]string{"rmi", "-f"}, ids...)...).Run()
 		}
 	}
 	// Volumes go after the containers that mounted them.
-	if out, err := exec.CommandContext(ctx, "docker", "volume", "ls", "-q", "--filter", "label=sandpit.run="+label).Output(); err == nil {
+	if out, err := engine(ctx, "volume", "ls", "-q", "--filter", "label=sandpit.run="+label).Output(); err == nil {
 		if names := strings.Fields(string(out)); len(names) > 0 {
-			_ = exec.CommandContext(ctx, "docker", append([]string{"volume", "rm", "-f"}, names...)...).Run()
+			_ = engine(ctx, append([]string{"volume", "rm", "-f"}, names...)...).Run()
 		}
 	}
 }

@@ -352,7 +352,10 @@ func (d *Docker) DiskQuota(ctx context.Context, image string) DiskQuota {
 			backing = kv[1]
 		}
 	}
-	where := fmt.Sprintf("storage driver %s on %s", info.Driver, backing)
+	where := "storage driver " + info.Driver
+	if backing != "" {
+		where += " on " + backing
+	}
 	switch {
 	case slices.Contains([]string{"btrfs", "zfs", "devicemapper", "windowsfilter"}, info.Driver):
 		return DiskQuota{Supported: true, Reason: where}
