@@ -109,9 +109,9 @@ func TestDiskLimitPerSandbox(t *testing.T) {
 	// The watcher measures every --disk-watch-interval and then stops the
 	// sandbox: a bound in time, not in bytes. Where the disk writes 1.8 GB
 	// faster than a round and a stop (CI did), both writes complete before
-	// the stop; only an engine quota refuses the write itself (see
-	// docs/limits.md), so the test says which happened rather than
-	// asserting a race.
+	// the stop; only an engine quota refuses the write itself
+	// (TestDiskQuotaPerSandbox shows that it does), so this test says which
+	// happened rather than asserting a race.
 	if res := <-done; strings.Contains(res.Stdout, "root-full") {
 		t.Logf("both writes completed before the watcher's stop (watcher mode bounds time, not bytes): %q", res.Stdout)
 	} else {
