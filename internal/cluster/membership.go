@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/sandpit-dev/sandpit/internal/httpguard"
 )
 
 // Meta is what a node tells the others by gossip: where to reach it and how
@@ -69,12 +71,16 @@ type MembershipConfig struct {
 	Logger *slog.Logger
 	// Fast shortens the failure detector's timers (tests).
 	Fast bool
+	// ConnLimits bound the TCP connections the gossip port holds (see
+	// cappedTransport); zero means none.
+	ConnLimits httpguard.ConnLimits
 }
 
 // Membership is this node's view of the cluster's members, kept by
 // memberlist with every message encrypted and authenticated by the keyring.
 type Membership struct {
 	ml  *memberlist.Memberlist
+	tr  *cappedTransport
 	cfg MembershipConfig
 	mu  sync.Mutex
 	// alive holds the live members as of the last event about each; gone
@@ -131,14 +137,23 @@ func StartMembership(cfg MembershipConfig) (*Membership, error) {
 	mc.Keyring = kr
 	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	mc.Logger = slog.NewLogLogger(cfg.Logger.With("component", "gossip").Handler(), slog.LevelDebug)
+	tr, err := newCappedTransport(host, port, cfg.ConnLimits, mc.Logger, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("--gossip-listen %s: %w", cfg.Bind, err)
+	}
+	mc.Transport = tr
+	if port == 0 {
+		mc.BindPort = tr.GetAutoBindPort()
+	}
 	m := &Membership{cfg: cfg, alive: map[string]Member{}, gone: map[string]Member{}, spread: 10 * mc.GossipInterval}
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = tr.Shutdown()
 		return nil, fmt.Errorf("start gossip: %w", err)
 	}
-	m.ml = ml
+	m.ml, m.tr = ml, tr
 	return m, nil
 }
 

@@ -28,7 +28,8 @@ type Config struct {
 	// RaftListen is the cluster port: Raft, forwarded entries and forwarded
 	// API requests, all over TLS keyed by the cluster key.
 	RaftListen string
-	// ConnLimits bound the connections the cluster port holds (see Listen).
+	// ConnLimits bound the connections the cluster port holds (see Listen),
+	// and, apart, those of the gossip port.
 	ConnLimits   httpguard.ConnLimits
 	GossipListen string
 	// Advertise is the host other nodes reach this one at; empty uses the
@@ -156,6 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	g, err := StartMembership(MembershipConfig{
 		NodeName: cfg.NodeName, Bind: cfg.GossipListen, Advertise: gossipAdv, Keys: cfg.Keys,
 		Meta: c.meta, OnChange: c.poke, OnDown: c.lives.down, OnUp: c.lives.up, Logger: log, Fast: cfg.Fast,
+		ConnLimits: cfg.ConnLimits,
 	})
 	if err != nil {
 		c.closeRaft()

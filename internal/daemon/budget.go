@@ -63,8 +63,9 @@ func raiseNoFile(log *slog.Logger) uint64 {
 type connBudget struct {
 	limit, reserve          uint64
 	api, proxy, ssh, egress httpguard.ConnLimits
-	// cluster is the cluster port's (serve --cluster): a twentieth, like
-	// SSH, since its peers are a handful of nodes.
+	// cluster is the cluster port's (serve --cluster), and apart the
+	// gossip port's: a twentieth each, like SSH, since their peers are a
+	// handful of nodes.
 	cluster httpguard.ConnLimits
 }
 
