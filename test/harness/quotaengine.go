@@ -29,15 +29,15 @@ const QuotaNetworkPool = "10.204.0.0/16"
 //
 // The engine runs beside the machine's without touching it: its own data
 // and exec roots (so its own containerd), an empty configuration file (the
-// machine's /etc/docker/daemon.json is not its), no default bridge, no
-// iptables rules (the machine's engine owns the shared chains, which an
+// machine's /etc/docker/daemon.json is not its), a default bridge of its
+// own (never docker0, which is the machine's engine's), no iptables rules (the machine's engine owns the shared chains, which an
 // engine starting with iptables would recreate), and address pools apart
 // from the machine's. images are copied into it from the machine's engine.
 // Everything is removed when the test ends.
 func QuotaEngine(t testing.TB, images ...string) string {
 	t.Helper()
 	RequireDocker(t)
-	for _, tool := range []string{"mkfs.btrfs", "btrfs", "dockerd", "mount", "umount"} {
+	for _, tool := range []string{"mkfs.btrfs", "btrfs", "dockerd", "mount", "umount", "ip"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") == "true" {
 				t.Fatalf("%s missing in CI (apt-get install btrfs-progs): %v", tool, err)
@@ -93,6 +93,25 @@ func QuotaEngine(t testing.TB, images ...string) string {
 	})
 	run("btrfs", "quota", "enable", mnt)
 
+	// The engine's default bridge is a device of the test's own: with
+	// --bridge none an engine deletes the device named docker0 at start,
+	// which is the machine's engine's.
+	hadDocker0 := exec.Command("ip", "link", "show", "docker0").Run() == nil
+	t.Cleanup(func() {
+		if hadDocker0 && exec.Command("ip", "link", "show", "docker0").Run() != nil {
+			t.Error("the machine's engine's bridge docker0 is gone")
+		}
+	})
+	bridge := "spq" + randHex(4)
+	run("ip", "link", "add", bridge, "type", "bridge")
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "link", "del", bridge).CombinedOutput(); err != nil {
+			t.Errorf("ip link del %s: %v\n%s", bridge, err, out)
+		}
+	})
+	run("ip", "addr", "add", "10.205.255.1/24", "dev", bridge)
+	run("ip", "link", "set", bridge, "up")
+
 	config := filepath.Join(dir, "daemon.json")
 	if err := os.WriteFile(config, []byte("{}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -103,8 +122,8 @@ func QuotaEngine(t testing.TB, images ...string) string {
 	}
 	cmd := exec.Command("dockerd", "--config-file", config, "--data-root", filepath.Join(mnt, "docker"),
 		"--exec-root", execRoot, "--pidfile", filepath.Join(dir, "dockerd.pid"), "-H", host,
-		"--storage-driver", "btrfs", "--bridge", "none", "--iptables=false", "--ip-masq=false",
-		"--default-address-pool", "base=10.205.0.0/16,size=24", "--log-level", "warn")
+		"--storage-driver", "btrfs", "--bridge", bridge, "--iptables=false", "--ip-masq=false",
+		"--default-address-pool", "base=10.205.0.0/17,size=24", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group, so that a signal meant for the test's
 	// terminal never reaches it before its cleanup has run.
