@@ -98,6 +98,14 @@ type WarmPoolStatus struct {
 	Hits   int64  `json:"hits"`
 	Misses int64  `json:"misses"`
 	Pools  []Pool `json:"pools"`
+	// Auto: images no --warm-pool pins get pools sized from their
+	// creates, each at most AutoMax, all together at most AutoTotal.
+	Auto      bool `json:"auto"`
+	AutoMax   int  `json:"auto_max,omitempty"`
+	AutoTotal int  `json:"auto_total,omitempty"`
+	// MemoryLimitMB is the sum of the free pooled sandboxes' memory
+	// limits: the most the pool may take (at rest, a few MiB each).
+	MemoryLimitMB int64 `json:"memory_limit_mb"`
 }
 
 // Pool is one configured warm pool.
@@ -107,6 +115,8 @@ type Pool struct {
 	Size     int    `json:"size"`
 	Ready    int    `json:"ready"`
 	Starting int    `json:"starting"`
+	// Auto: the size follows the image's creates (it is not pinned).
+	Auto bool `json:"auto,omitempty"`
 }
 
 // ScopeTable is the body of GET /v1/scopes: what each token scope allows,

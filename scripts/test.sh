@@ -43,6 +43,11 @@ scripts/update-ui-vendor.sh --check
 step "scripts/build.sh (sandpit with the small agent embedded)"
 scripts/build.sh -o bin/sandpit
 
+# Test daemons run without the warm pool sized from demand (on by default
+# for users), so that every container a test's daemon holds is one of its
+# sandboxes; the pool's own tests turn it on with --warm-pool-auto.
+export SANDPIT_WARM_POOL_AUTO=false
+
 step "Caddy with caddy-l4 (built once per tools/caddy-l4/go.sum, cached)"
 SANDPIT_CADDY_L4="$(scripts/build-caddy-l4.sh)"
 export SANDPIT_CADDY_L4

@@ -33,7 +33,7 @@ func serveCmd() *cobra.Command {
 		templates, labels, pools               []string
 		rateExempt                             []string
 		e2bPending, e2bReplay, idemWait, idemR time.Duration
-		clustered                              bool
+		clustered, autoPool                    bool
 		cc                                     daemon.ClusterConfig
 		configFile                             string
 	)
@@ -92,6 +92,7 @@ func serveCmd() *cobra.Command {
 			if cfg.MaxStreamsPerToken == 0 {
 				cfg.MaxStreamsPerToken = -1
 			}
+			cfg.NoAutoPool = !autoPool
 			for _, p := range pools {
 				spec, err := daemon.ParseWarmPool(p)
 				if err != nil {
@@ -242,6 +243,9 @@ func serveCmd() *cobra.Command {
 	f.StringArrayVar(&pools, "warm-pool", nil, "keep N started sandboxes of TEMPLATE_OR_IMAGE for creates to adopt: TEMPLATE_OR_IMAGE=N[,user=NAME][,cpu=CORES][,memory=MIB] (repeatable; E2B creates act as user=user; creates asking for the pool's cpu and memory skip a live update)")
 	f.IntVar(&cfg.WarmPoolMax, "warm-pool-max", 64, "upper bound of the warm pools' total size")
 	f.IntVar(&cfg.PoolRefillConcurrency, "warm-pool-refill", 1, "pooled sandboxes made at once while refilling")
+	f.BoolVar(&autoPool, "warm-pool-auto", envOr("SANDPIT_WARM_POOL_AUTO", "true") != "false", "size a warm pool from demand for each image no --warm-pool pins: the default image from its first create, another from its second within a minute; one slot plus one per four creates in the last minute")
+	f.IntVar(&cfg.AutoPoolMax, "warm-pool-auto-max", service.DefaultPoolAutoMax, "most started sandboxes --warm-pool-auto keeps of one image")
+	f.DurationVar(&cfg.AutoPoolIdle, "warm-pool-idle", service.DefaultPoolAutoIdle, "how long --warm-pool-auto keeps an image's sandboxes after its last create")
 	f.StringVar(&logLevel, "log-level", envOr("SANDPIT_LOG_LEVEL", "info"), "debug, info, warn or error")
 	return cmd
 }

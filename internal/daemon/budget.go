@@ -1,7 +1,11 @@
 package daemon
 
 import (
+	"errors"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -116,4 +120,21 @@ func (b connBudget) log(log *slog.Logger) {
 	log.Info("connection budget", "fd_limit", b.limit, "fd_reserve", b.reserve,
 		"api", b.api.Total, "proxy", b.proxy.Total, "ssh", b.ssh.Total, "cluster", b.cluster.Total, "egress", b.egress.Total,
 		"per_source", b.api.PerSource, "egress_per_sandbox", b.egress.PerSource)
+}
+
+// memAvailableMB reads the host's available memory (MemAvailable in
+// /proc/meminfo), which bounds the warm pool's growth.
+func memAvailableMB() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "MemAvailable:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb >> 10, err
+		}
+	}
+	return 0, errors.New("/proc/meminfo has no MemAvailable")
 }

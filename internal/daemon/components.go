@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -574,6 +575,10 @@ func (d *daemon) newService(context.Context) error {
 		Metrics:              d.mets,
 
 		PoolRefillConcurrency: cfg.PoolRefillConcurrency,
+		PoolAuto: service.PoolAuto{
+			Enabled: !cfg.NoAutoPool, Max: cfg.AutoPoolMax, Idle: cfg.AutoPoolIdle,
+			Total: min(service.DefaultPoolAutoTotal, cmp.Or(cfg.WarmPoolMax, 64)), MemAvailableMB: memAvailableMB,
+		},
 
 		Images:       d.dk,
 		Volumes:      d.dk,

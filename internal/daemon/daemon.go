@@ -190,6 +190,13 @@ type Config struct {
 	WarmPool              []service.PoolSpec
 	WarmPoolMax           int
 	PoolRefillConcurrency int
+	// NoAutoPool turns off the pools sized from demand (service.PoolAuto)
+	// for the images no --warm-pool pins; AutoPoolMax is the most slots
+	// one image gets, AutoPoolIdle how long they stay after its last
+	// create.
+	NoAutoPool   bool
+	AutoPoolMax  int
+	AutoPoolIdle time.Duration
 
 	SweepInterval time.Duration
 	// IntervalUnit is the unit of the lifecycle intervals (Daytona's

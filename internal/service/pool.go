@@ -32,6 +32,8 @@ type PoolSpec struct {
 	Size     int
 	CPU      float64
 	MemoryMB int64
+	// Auto: the size follows demand (PoolAuto), not a pin.
+	Auto bool
 }
 
 // PoolStatus is the pool's state for operators and tests.
@@ -39,6 +41,13 @@ type PoolStatus struct {
 	Hits   int64
 	Misses int64
 	Pools  []PoolSpecStatus
+	// Auto tells whether pools are sized from demand, AutoMax and
+	// AutoTotal their bounds.
+	Auto               bool
+	AutoMax, AutoTotal int
+	// MemoryLimitMB is the sum of the free slots' memory limits: the most
+	// the pool's containers may take (at rest they take a few MiB each).
+	MemoryLimitMB int64
 }
 
 // PoolSpecStatus counts one spec's free slots.
@@ -46,6 +55,7 @@ type PoolSpecStatus struct {
 	Image string
 	User  string
 	Size  int
+	Auto  bool
 	Ready int // started, agent healthy, adoptable
 	// Starting slots are being made by the refill.
 	Starting int
@@ -70,7 +80,11 @@ type warmPool struct {
 	// those operations rather than keeping copies of them.
 	svc *Service
 
-	specs []PoolSpec
+	// specs are the pinned pools (--warm-pool); auto the pools sized from
+	// demand as of the last refill pass (under mu), demand what sizes them.
+	specs  []PoolSpec
+	auto   []PoolSpec
+	demand poolDemand
 	// runtime is the OCI runtime every container of the daemon, pooled or
 	// not, runs under; it is part of each pool key, so that slots made
 	// under another runtime (before a restart with another --oci-runtime)
@@ -113,8 +127,8 @@ func newWarmPool(s *Service, specs []PoolSpec, concurrency int) *warmPool {
 }
 
 // enabled reports whether the daemon keeps a warm pool (any spec is
-// configured).
-func (p *warmPool) enabled() bool { return len(p.specs) > 0 }
+// pinned, or pools are sized from demand).
+func (p *warmPool) enabled() bool { return len(p.specs) > 0 || p.cfg.PoolAuto.Enabled }
 
 // refillGrace is how long after the last create a refill waits: the
 // client's first command usually follows its create at once.
@@ -195,8 +209,14 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 		return false, nil
 	}
 	key := p.key(sb.Image, req.User)
-	if _, ok := p.spec(key); !ok {
-		return false, nil
+	if _, pinned := p.spec(key); !pinned {
+		if !s.cfg.PoolAuto.Enabled {
+			return false, nil
+		}
+		// This create is demand for its image's pool; the refill pass
+		// sizes the pool from it (after the create, as always).
+		p.demand.note(key, sb.Image, req.User, s.now())
+		defer p.wake()
 	}
 	// What a pooled image started at fill time started without the
 	// sandbox's environment (a kernel would not see the create's
@@ -357,12 +377,16 @@ func (p *warmPool) poolStatus(ctx context.Context) (PoolStatus, error) {
 		return st, nil
 	}
 	st.Hits, st.Misses = p.hits.Load(), p.misses.Load()
+	st.Auto, st.AutoMax, st.AutoTotal = p.cfg.PoolAuto.Enabled, p.cfg.PoolAuto.Max, p.cfg.PoolAuto.Total
 	slots, err := p.store.ListFreePoolSlots(ctx)
 	if err != nil {
 		return st, err
 	}
-	for _, spec := range p.specs {
-		ps := PoolSpecStatus{Image: spec.Image, User: spec.User, Size: spec.Size}
+	for _, sl := range slots {
+		st.MemoryLimitMB += sl.MemoryMB
+	}
+	for _, spec := range p.currentSpecs() {
+		ps := PoolSpecStatus{Image: spec.Image, User: spec.User, Size: spec.Size, Auto: spec.Auto}
 		for _, sl := range slots {
 			switch {
 			case sl.Key != p.key(spec.Image, spec.User):
@@ -433,7 +457,27 @@ func (p *warmPool) refillPools(ctx context.Context, wg *sync.WaitGroup) {
 	for _, sl := range free {
 		have[sl.Key]++
 	}
-	for _, spec := range p.specs {
+	if p.cfg.PoolAuto.Enabled {
+		byState, err := p.store.CountSandboxesByState(ctx)
+		if err != nil {
+			p.log.Error("warm pool: count sandboxes", "err", err)
+			return
+		}
+		live := 0
+		for _, n := range byState {
+			live += n
+		}
+		auto := p.autoSpecs(p.cfg.Now(), have, live)
+		sizes := map[string]int{}
+		for _, a := range auto {
+			sizes[p.key(a.Image, a.User)] = a.Size
+		}
+		p.mu.Lock()
+		p.auto = auto
+		p.mu.Unlock()
+		p.retireExtra(ctx, free, sizes)
+	}
+	for _, spec := range p.currentSpecs() {
 		key := p.key(spec.Image, spec.User)
 		for range spec.Size - have[key] {
 			slot := store.PoolSlot{
@@ -634,6 +678,9 @@ func (p *warmPool) reconcilePool(ctx context.Context, containers []driver.Contai
 			c.SandboxID = sl.SandboxID
 			out = append(out, c)
 		case ok && p.enabled() && c.State == "running" && p.healthyNow(ctx, c.IP) && p.stillWanted(sl):
+			if _, pinned := p.spec(sl.Key); !pinned {
+				p.demand.keep(sl.Key, sl.Image, sl.AgentUser, p.cfg.Now())
+			}
 			p.mu.Lock()
 			p.ips[sl.ID] = c.IP
 			p.mu.Unlock()
@@ -668,7 +715,10 @@ func (p *warmPool) reconcilePool(ctx context.Context, containers []driver.Contai
 // same limits.
 func (p *warmPool) stillWanted(sl store.PoolSlot) bool {
 	spec, ok := p.spec(sl.Key)
-	return ok && spec.CPU == sl.CPU && spec.MemoryMB == sl.MemoryMB
+	if !ok {
+		return p.autoKeyWanted(sl)
+	}
+	return spec.CPU == sl.CPU && spec.MemoryMB == sl.MemoryMB
 }
 
 // healthyNow asks a kept pooled container's agent once, briefly.

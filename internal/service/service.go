@@ -164,6 +164,8 @@ type Config struct {
 	// made at once (default 1).
 	WarmPool              []PoolSpec
 	PoolRefillConcurrency int
+	// PoolAuto sizes pools from demand for the images no pin names.
+	PoolAuto PoolAuto
 	Logger                *slog.Logger
 	Now                   func() time.Time
 
@@ -344,6 +346,15 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 			specs[i] = p
 		}
 		cfg.WarmPool = specs
+	}
+	if cfg.PoolAuto.Max <= 0 {
+		cfg.PoolAuto.Max = DefaultPoolAutoMax
+	}
+	if cfg.PoolAuto.Total <= 0 {
+		cfg.PoolAuto.Total = DefaultPoolAutoTotal
+	}
+	if cfg.PoolAuto.Idle <= 0 {
+		cfg.PoolAuto.Idle = DefaultPoolAutoIdle
 	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 2 * time.Minute

@@ -165,6 +165,18 @@ func (s *Store) DeletePoolSlot(ctx context.Context, id string) error {
 	return nil
 }
 
+// RetirePoolSlot removes a ready free slot whose pool no longer wants it and
+// reports whether it did: a slot adopted (or not yet ready) at the same
+// moment stays, and its container with it.
+func (s *Store) RetirePoolSlot(ctx context.Context, id string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM pool_slots WHERE id = ? AND sandbox_id IS NULL AND ready = 1`, id)
+	if err != nil {
+		return false, fmt.Errorf("retire pool slot %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 func scanPoolSlot(r rowScanner) (PoolSlot, error) {
 	var (
 		p       PoolSlot

@@ -345,7 +345,11 @@ func (d *Daemon) start(env []string) error {
 		"--log-level", "debug",
 		// The small busybox image: fast to start, and what these tests'
 		// commands (httpd, nc) are written for. Options.Args may override.
-		"--default-image", "sandpit/base:test"}, append(append(NetworkArgs(d.Network), d.opts.Args...), d.portArgs...)...)
+		"--default-image", "sandpit/base:test",
+		// No warm pool sized from demand (on for users): every container a
+		// test's daemon holds is one of its sandboxes. The pool's tests turn
+		// it on (Options.Args come after and win).
+		"--warm-pool-auto=false"}, append(append(NetworkArgs(d.Network), d.opts.Args...), d.portArgs...)...)
 	cmd := exec.Command(d.bin, args...)
 	cmd.Env = append(append(os.Environ(), d.opts.Env...), env...)
 	stderr, _ := cmd.StderrPipe()

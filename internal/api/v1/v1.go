@@ -523,9 +523,13 @@ func (h *Handler) poolStatus(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	out := apitypes.WarmPoolStatus{Hits: st.Hits, Misses: st.Misses, Pools: []apitypes.Pool{}}
+	out := apitypes.WarmPoolStatus{Hits: st.Hits, Misses: st.Misses, Pools: []apitypes.Pool{},
+		Auto: st.Auto, AutoMax: st.AutoMax, AutoTotal: st.AutoTotal, MemoryLimitMB: st.MemoryLimitMB}
+	if !st.Auto {
+		out.AutoMax, out.AutoTotal = 0, 0
+	}
 	for _, p := range st.Pools {
-		out.Pools = append(out.Pools, apitypes.Pool{Image: p.Image, User: p.User, Size: p.Size, Ready: p.Ready, Starting: p.Starting})
+		out.Pools = append(out.Pools, apitypes.Pool{Image: p.Image, User: p.User, Size: p.Size, Ready: p.Ready, Starting: p.Starting, Auto: p.Auto})
 	}
 	api.WriteJSON(w, http.StatusOK, out)
 }
