@@ -65,13 +65,7 @@ func benchCreateToFirstExec(b *testing.B, d *harness.Daemon, req client.CreateRe
 func BenchmarkDockerCreateStart(b *testing.B) {
 	harness.RequireDocker(b)
 	ctx := context.Background()
-	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
-	label := "bench-" + time.Now().Format("150405.000000")
-	b.Cleanup(func() { harness.RemoveLabelled(label) })
+	cli, label := benchEngine(b)
 	samples := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -99,13 +93,7 @@ func BenchmarkColdCreateVsEngine(b *testing.B) {
 	d := harness.Start(b, sandpitBin, harness.Options{})
 	c := d.Client()
 	ctx := context.Background()
-	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
-	label := "bench-" + time.Now().Format("150405.000000")
-	b.Cleanup(func() { harness.RemoveLabelled(label) })
+	cli, label := benchEngine(b)
 	var engine, engineNet, create []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -134,6 +122,22 @@ func BenchmarkColdCreateVsEngine(b *testing.B) {
 
 // engineCreateStart times the bare engine's create+start of the test image
 // with hostCfg, then removes the container outside the timer.
+// benchEngine is a client of the machine's engine for a benchmark's
+// baseline, and the label its containers carry, removed when it ends.
+func benchEngine(b *testing.B) (*dockerclient.Client, string) {
+	b.Helper()
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		b.Fatal(err)
+	}
+	label := "bench-" + time.Now().Format("150405.000000")
+	b.Cleanup(func() {
+		harness.RemoveLabelled(label)
+		cli.Close()
+	})
+	return cli, label
+}
+
 func engineCreateStart(ctx context.Context, b *testing.B, cli *dockerclient.Client, label string, hostCfg *container.HostConfig) time.Duration {
 	b.Helper()
 	start := time.Now()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	dockerclient "github.com/docker/docker/client"
 
 	"github.com/sandpit-dev/sandpit/apitypes"
 	"github.com/sandpit-dev/sandpit/client"
@@ -121,13 +120,7 @@ func BenchmarkDefaultPoolSteadyStream(b *testing.B) {
 			d := harness.Start(b, sandpitBin, harness.Options{Args: []string{"--warm-pool-auto=true"}})
 			c := d.Client()
 			ctx := context.Background()
-			cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer cli.Close()
-			label := "bench-" + time.Now().Format("150405.000000")
-			b.Cleanup(func() { harness.RemoveLabelled(label) })
+			cli, label := benchEngine(b)
 			var first time.Duration
 			var rest, engine []time.Duration
 			warm := 0
