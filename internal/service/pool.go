@@ -453,9 +453,12 @@ func (p *warmPool) refillPools(ctx context.Context, wg *sync.WaitGroup) {
 		p.log.Error("warm pool: list slots", "err", err)
 		return
 	}
-	have := map[string]int{}
+	have, ready := map[string]int{}, map[string]int{}
 	for _, sl := range free {
 		have[sl.Key]++
+		if sl.Ready {
+			ready[sl.Key]++
+		}
 	}
 	if p.cfg.PoolAuto.Enabled {
 		byState, err := p.store.CountSandboxesByState(ctx)
@@ -493,10 +496,14 @@ func (p *warmPool) refillPools(ctx context.Context, wg *sync.WaitGroup) {
 				p.log.Error("warm pool: add slot", "err", err)
 				return
 			}
+			// A pool with no ready slot makes every create cold until a
+			// refill ends, so its refill does not wait for creates to
+			// pause: under a steady stream they never do.
+			urgent := ready[key] == 0
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := p.fillSlot(ctx, slot); err != nil {
+				if err := p.fillSlot(ctx, slot, urgent); err != nil {
 					p.log.Warn("warm pool: make pooled sandbox", "image", spec.Image, "err", err)
 					p.dropSlot(context.WithoutCancel(ctx), slot.ID, slot.ContainerID)
 				}
@@ -506,17 +513,17 @@ func (p *warmPool) refillPools(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // fillSlot makes and starts a slot's container and marks it ready once its
-// agent answers. It waits for a refill turn, and while cold creates are in
-// progress (for at most a few seconds), so refills do not compete with them
-// for the engine.
-func (p *warmPool) fillSlot(ctx context.Context, slot store.PoolSlot) error {
+// agent answers. It waits for a refill turn, and, unless urgent, while cold
+// creates are in progress (for at most a few seconds), so refills do not
+// compete with them for the engine.
+func (p *warmPool) fillSlot(ctx context.Context, slot store.PoolSlot, urgent bool) error {
 	select {
 	case p.refill <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	defer func() { <-p.refill }()
-	for deadline := time.Now().Add(3 * time.Second); p.busy() && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(3 * time.Second); !urgent && p.busy() && time.Now().Before(deadline); {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
