@@ -166,8 +166,8 @@ type Config struct {
 	PoolRefillConcurrency int
 	// PoolAuto sizes pools from demand for the images no pin names.
 	PoolAuto PoolAuto
-	Logger                *slog.Logger
-	Now                   func() time.Time
+	Logger   *slog.Logger
+	Now      func() time.Time
 
 	// LateTemplates are daemon templates (name -> image) whose image did
 	// not exist at start; each is served once the engine has its image
