@@ -273,8 +273,15 @@ func (s *Service) adoptPooled(ctx context.Context, sb *sandpit.Sandbox, req Crea
 		// goes cold.
 		if err == nil {
 			// It replaces whatever rules the address had: pooled
-			// containers run under the daemon's default policy.
-			err = s.applyFirewall(ctx, *sb, ip)
+			// containers run under the daemon's default policy. A sandbox
+			// whose policy is that default needs nothing: the slot's own
+			// apply at fill time cleared the address of any earlier
+			// sandbox's rules, and no other container can have held the
+			// address since, so the two listings of the tables (a third
+			// of a warm create's time) are skipped.
+			if p, perr := toFirewall(sb.Network); perr != nil || !p.IsZero() {
+				err = s.applyFirewall(ctx, *sb, ip)
+			}
 		}
 		timing.Phase(ctx, "engine", t0)
 		updated <- err
