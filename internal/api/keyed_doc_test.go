@@ -29,13 +29,14 @@ func keyedRoutes(t *testing.T) map[string]api.KeyMode {
 	auth := api.NewAuth(svc.Identity(), "tok")
 	idem := api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{})
 	native := v1.New(svc, tpl, auth, nil, idem)
-	native.ServeSecrets(secrets.New(secrets.Config{Store: st}))
+	sec := secrets.New(secrets.Config{Store: st})
+	native.ServeSecrets(sec)
 	surfaces := []struct {
 		mount  string
 		routes []api.Route
 	}{
 		{"", native.Routes()},
-		{e2b.Prefix, e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Keys: idem, Templates: tpl}).Routes()},
+		{e2b.Prefix, e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Keys: idem, Templates: tpl, Secrets: sec}).Routes()},
 		{daytona.DefaultPrefix, daytona.New(ctx, svc, auth, daytona.Options{Idempotency: idem, Templates: tpl}).Routes()},
 	}
 	keyed := map[string]api.KeyMode{}

@@ -539,7 +539,7 @@ func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.
 	native := v1.New(svc, tpl, auth, v1RouteWrap, idem)
 	native.ServeSecrets(sec)
 	mux.Handle("/v1/", native)
-	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Templates: tpl, Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Keys: idem, KeyRetention: cfg.IdempotencyRetention, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics, NodeName: svc.Config().NodeName, UploadKey: []byte(previewKey)})
+	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Templates: tpl, Secrets: sec, Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Keys: idem, KeyRetention: cfg.IdempotencyRetention, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics, NodeName: svc.Config().NodeName, UploadKey: []byte(previewKey)})
 	mux.Handle(e2b.Prefix+"/", e2bAPI)
 	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
 	// origin, i.e. here.
