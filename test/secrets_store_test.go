@@ -204,3 +204,53 @@ func TestSecretsStore(t *testing.T) {
 		t.Fatalf("alice's delete took bob's secret: %+v", got)
 	}
 }
+
+// TestSecretCLI: sandpit secret set reads the value from stdin (dropping
+// the line break echo adds), and sets it again as a new version; ls prints
+// names and versions, never a value; rm removes it.
+func TestSecretCLI(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, time.Minute)
+	value, value2 := secretValue(t), secretValue(t)
+	var outputs []string
+	run := func(stdin string, want int, args ...string) string {
+		t.Helper()
+		out, errOut, code := runCLI(t, ctx, d, []byte(stdin), args...)
+		outputs = append(outputs, out, errOut)
+		if code != want {
+			t.Fatalf("sandpit %v: exit %d, want %d\n%s%s", args, code, want, out, errOut)
+		}
+		return out
+	}
+	id := strings.TrimSpace(run(value+"\n", 0, "secret", "set", "NPM_TOKEN"))
+	if !strings.HasPrefix(id, "sec_") {
+		t.Fatalf("secret set printed %q, not an id", id)
+	}
+	if again := strings.TrimSpace(run(value2, 0, "secret", "set", "npm_token")); again != id {
+		t.Fatalf("setting a new value printed %q, not %q", again, id)
+	}
+	run("", 1, "secret", "set", "empty")
+	ls := run("", 0, "secret", "ls")
+	if !strings.Contains(ls, "npm_token") || !strings.Contains(ls, id) || strings.Contains(ls, "empty") {
+		t.Fatalf("secret ls:\n%s", ls)
+	}
+	s, err := d.Client().Secret(ctx, "npm_token")
+	if err != nil || s.Version != 2 {
+		t.Fatalf("after two sets: %+v, %v", s, err)
+	}
+	run("", 0, "secret", "rm", "npm_token")
+	if ls := run("", 0, "secret", "ls"); strings.Contains(ls, "npm_token") {
+		t.Fatalf("secret ls after rm:\n%s", ls)
+	}
+	for _, v := range []string{value, value2} {
+		for _, o := range outputs {
+			if strings.Contains(o, v) {
+				t.Fatalf("the CLI printed a secret's value: %s", o)
+			}
+		}
+		if strings.Contains(d.Logs(), v) {
+			t.Fatal("the daemon's log holds a secret's value")
+		}
+	}
+}
