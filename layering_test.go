@@ -69,6 +69,7 @@ var layers = []struct {
 	{"internal/idempotency", []string{".", "internal/store", "internal/metrics", "internal/crashpoint"}, "the idempotency engine"},
 	{"internal/events", []string{".", "internal/egress"}, "the bus every state change is published on"},
 	{"internal/identity", []string{".", "internal/store", "internal/idempotency"}, "who a request acts as: principals, owner scoping, audit, tokens, owners' limits, sessions, SSH keys"},
+	{"internal/secrets", []string{".", "internal/store", "internal/identity"}, "the secrets aggregate: owners' sealed values and their key"},
 	{"internal/volumes", []string{".", "internal/store", "internal/driver", "internal/identity", "internal/events", "internal/cluster", "internal/crashpoint"}, "the volumes aggregate"},
 
 	// The template aggregate: builds, contexts, logs, snapshot images and
@@ -93,7 +94,7 @@ var layers = []struct {
 		".", "apitypes", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/api", "internal/service", "internal/cluster", "internal/idempotency", "internal/metrics",
 		"internal/interpreter", "internal/events", "internal/timing", "internal/identity", "internal/volumes",
-		"internal/templates", "internal/api/route", "internal/api/agentrelay",
+		"internal/templates", "internal/secrets", "internal/api/route", "internal/api/agentrelay",
 	}, "an HTTP surface"},
 	// The route declarations are a leaf, so that the gateway reads them
 	// without compiling the surfaces' domain.
@@ -114,7 +115,7 @@ var layers = []struct {
 		"internal/store", "internal/driver/...", "internal/router/...", "internal/firewall", "internal/egress", "internal/metrics", "internal/cluster", "internal/idempotency",
 		"internal/service", "internal/api/...", "internal/gateway", "internal/agentbin", "internal/sshd",
 		"internal/mcp", "internal/events", "internal/identity",
-		"internal/templates",
+		"internal/templates", "internal/secrets",
 	}, "the daemon's assembly"},
 	{"cmd/sandpit", []string{
 		".", "apitypes", "client", "internal/agent", "internal/agentapi", "internal/httpguard",

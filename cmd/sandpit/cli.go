@@ -74,7 +74,7 @@ func printJSON(w io.Writer, v any) error {
 
 func clientCmds(e *cliEnv) []*cobra.Command {
 	cmds := []*cobra.Command{createCmd(e), lsCmd(e), execCmd(e), cpCmd(e), rmCmd(e), exposeCmd(e), portsCmd(e), unexposeCmd(e), domainCmd(e),
-		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e), statusCmd(e), clusterCmd(e), templateCmd(e), snapshotCmd(e), forkCmd(e), volumeCmd(e), networkCmd(e), sshKeyCmd(e), sshAccessCmd(e)}
+		eventsCmd(e), tokenCmd(e), auditCmd(e), ownerCmd(e), statusCmd(e), clusterCmd(e), templateCmd(e), snapshotCmd(e), forkCmd(e), volumeCmd(e), secretCmd(e), networkCmd(e), sshKeyCmd(e), sshAccessCmd(e)}
 	return append(cmds, lifecycleCmds(e)...)
 }
 

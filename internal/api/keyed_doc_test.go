@@ -13,6 +13,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/daytona"
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	v1 "github.com/sandpit-dev/sandpit/internal/api/v1"
+	"github.com/sandpit-dev/sandpit/internal/secrets"
 	"github.com/sandpit-dev/sandpit/internal/templates"
 	"github.com/sandpit-dev/sandpit/internal/testenv"
 )
@@ -27,12 +28,15 @@ func keyedRoutes(t *testing.T) map[string]api.KeyMode {
 	tpl := templates.New(templates.Config{}, st, svc.Idempotency(), svc.Events(), svc)
 	auth := api.NewAuth(svc.Identity(), "tok")
 	idem := api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{})
+	native := v1.New(svc, tpl, auth, nil, idem)
+	sec := secrets.New(secrets.Config{Store: st})
+	native.ServeSecrets(sec)
 	surfaces := []struct {
 		mount  string
 		routes []api.Route
 	}{
-		{"", v1.New(svc, tpl, auth, nil, idem).Routes()},
-		{e2b.Prefix, e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Keys: idem, Templates: tpl}).Routes()},
+		{"", native.Routes()},
+		{e2b.Prefix, e2b.New(svc, svc.Idempotency(), e2b.Config{Auth: auth, Keys: idem, Templates: tpl, Secrets: sec}).Routes()},
 		{daytona.DefaultPrefix, daytona.New(ctx, svc, auth, daytona.Options{Idempotency: idem, Templates: tpl}).Routes()},
 	}
 	keyed := map[string]api.KeyMode{}

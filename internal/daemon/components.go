@@ -35,6 +35,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/router"
 	"github.com/sandpit-dev/sandpit/internal/router/builtin"
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
+	"github.com/sandpit-dev/sandpit/internal/secrets"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/sshd"
 	"github.com/sandpit-dev/sandpit/internal/store"
@@ -696,7 +697,10 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	d.history = service.NewMetricsHistory(svc, 0, 0)
-	dt, routes := surfaces(ctx, mux, cfg, svc, d.tpl, d.auth, d.previewKey, d.history, max(d.diskMB, d.diskWatchMB))
+	// The secrets aggregate reads or makes its key at its first use of a
+	// value, so that a daemon whose owners keep no secrets makes no key.
+	sec := secrets.New(secrets.Config{Store: d.st, KeyPath: filepath.Join(cfg.DataDir, secrets.KeyFile), Log: d.log})
+	dt, routes := surfaces(ctx, mux, cfg, svc, d.tpl, sec, d.auth, d.previewKey, d.history, max(d.diskMB, d.diskWatchMB))
 	mux.Handle("GET /metrics", metricsHandler(d.mets, d.auth, cfg.MetricsPublic))
 	if cfg.Pprof {
 		mux.Handle("GET /debug/pprof/", pprofHandler(d.auth))

@@ -31,6 +31,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/gateway"
 	"github.com/sandpit-dev/sandpit/internal/httpguard"
 	"github.com/sandpit-dev/sandpit/internal/router/caddy"
+	"github.com/sandpit-dev/sandpit/internal/secrets"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/store"
 	"github.com/sandpit-dev/sandpit/internal/templates"
@@ -536,15 +537,16 @@ func reapIdempotency(ctx context.Context, st *store.Store, log *slog.Logger) {
 
 // surfaces mounts the native API and the facades, and returns the Daytona
 // facade, whose preview gate fronts the builtin proxy.
-func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, tpl *templates.Service, auth *api.Auth, previewKey string, metrics *service.MetricsHistory, diskMB int64) (*daytona.Handler, *gateway.Table) {
+func surfaces(ctx context.Context, mux *http.ServeMux, cfg Config, svc *service.Service, tpl *templates.Service, sec *secrets.Service, auth *api.Auth, previewKey string, metrics *service.MetricsHistory, diskMB int64) (*daytona.Handler, *gateway.Table) {
 	// One Idempotency-Key layer for every wire: the same engine, store and
 	// cluster claims, the same replay, mismatch and in-flight answers.
 	idem := api.NewIdempotency(svc.Idempotency(), api.IdempotencyConfig{
 		Wait: cfg.IdempotencyWait, Retention: cfg.IdempotencyRetention, PendingTTL: cfg.IdempotencyLock, Logger: cfg.Logger,
 	})
 	native := v1.New(svc, tpl, auth, v1RouteWrap, idem)
+	native.ServeSecrets(sec)
 	mux.Handle("/v1/", native)
-	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Templates: tpl, Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Keys: idem, KeyRetention: cfg.IdempotencyRetention, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics, NodeName: svc.Config().NodeName, UploadKey: []byte(previewKey)})
+	e2bAPI := e2b.New(svc, svc.Idempotency(), e2b.Config{Templates: tpl, Secrets: sec, Auth: auth, Domain: e2b.DomainFor(cfg.Domain, svc.Config().ProxyPort), PendingTTL: cfg.E2BPendingTTL, ReplayWindow: cfg.E2BReplayWindow, Keys: idem, KeyRetention: cfg.IdempotencyRetention, DiskSizeMB: diskMB, Logger: cfg.Logger, Metrics: metrics, NodeName: svc.Config().NodeName, UploadKey: []byte(previewKey)})
 	mux.Handle(e2b.Prefix+"/", e2bAPI)
 	// The E2B SDK puts signed file URLs at the root of E2B_SANDBOX_URL's
 	// origin, i.e. here.

@@ -21,6 +21,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api"
 	"github.com/sandpit-dev/sandpit/internal/api/agentrelay"
 	"github.com/sandpit-dev/sandpit/internal/idempotency"
+	"github.com/sandpit-dev/sandpit/internal/secrets"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/volumes"
 )
@@ -109,6 +110,9 @@ type Config struct {
 	// NodeName is this daemon's cluster node name, reported as clientID;
 	// "" outside a cluster.
 	NodeName string
+	// Secrets is the secrets aggregate /secrets serves; nil answers those
+	// routes 501.
+	Secrets *secrets.Service
 	// UploadKey is the daemon's secret the Template API's upload URLs are
 	// signed with (a key derived from it); nil makes a key for this
 	// process only.
@@ -217,6 +221,7 @@ func New(be Backend, idem *idempotency.Engine, cfg Config) *Handler {
 	route("GET /sandboxes/{id}/metrics", sandpit.ActionRead, h.metrics)
 	h.templateRoutes()
 	h.snapshotRoutes()
+	h.secretRoutes()
 	h.forwarding()
 	m := h.mux
 	// Any other path is an E2B feature sandpit lacks (logs, say). It answers 501, not

@@ -17,6 +17,7 @@ import (
 	"github.com/sandpit-dev/sandpit/internal/api/agentrelay"
 	"github.com/sandpit-dev/sandpit/internal/crashpoint"
 	"github.com/sandpit-dev/sandpit/internal/identity"
+	"github.com/sandpit-dev/sandpit/internal/secrets"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/internal/volumes"
 )
@@ -27,8 +28,10 @@ type Handler struct {
 	ids  *identity.Service
 	vols *volumes.Service
 	tpl  TemplateBackend
-	auth *api.Auth
-	mux  *http.ServeMux
+	// secrets is the secrets aggregate, once ServeSecrets mounted it.
+	secrets *secrets.Service
+	auth    *api.Auth
+	mux     *http.ServeMux
 	// routes declares what every route does; the scope check happens when a
 	// route is matched.
 	routes *api.Routes
