@@ -158,9 +158,9 @@ func loadSideBySide(b *testing.B, ctx context.Context, pid int, direct, proxied 
 			continue
 		}
 		before, cBefore := daemonCPU(b, pid), selfCPU(b)
-		directRun.add(direct.run(b, ctx, n))
+		directRun.add(direct.run(b, ctx, n, proxyBenchConns))
 		mid, cMid := daemonCPU(b, pid), selfCPU(b)
-		proxyRun.add(proxied.run(b, ctx, n))
+		proxyRun.add(proxied.run(b, ctx, n, proxyBenchConns))
 		after, cAfter := daemonCPU(b, pid), selfCPU(b)
 		directCPU = directCPU.plus(mid.minus(before))
 		proxyCPU = proxyCPU.plus(after.minus(mid))
@@ -260,8 +260,8 @@ func (tg loadTarget) warm(ctx context.Context, budget time.Duration) error {
 	}
 }
 
-// run makes n requests over proxyBenchConns connections at once.
-func (tg loadTarget) run(b *testing.B, ctx context.Context, n int) loadRun {
+// run makes n requests over conns connections at once.
+func (tg loadTarget) run(b *testing.B, ctx context.Context, n, conns int) loadRun {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -274,11 +274,11 @@ func (tg loadTarget) run(b *testing.B, ctx context.Context, n int) loadRun {
 	}
 	close(left)
 	start := time.Now()
-	for range proxyBenchConns {
+	for range conns {
 		wg.Go(func() {
 			hc := tg.client()
 			defer hc.CloseIdleConnections()
-			mine := make([]time.Duration, 0, n/proxyBenchConns+1)
+			mine := make([]time.Duration, 0, n/conns+1)
 			for range left {
 				t0 := time.Now()
 				if err := tg.get(ctx, hc); err != nil {
