@@ -47,6 +47,14 @@ func writeConfig(t *testing.T, body string) string {
 
 // Every flag of serve is a key of the config file, and sets the flag.
 func TestConfigHonoursEveryKey(t *testing.T) {
+	// The file is what this test reads, and a flag's environment variable
+	// wins over it: the environment must say nothing here (the test runner
+	// sets SANDPIT_WARM_POOL_AUTO for the daemons of the other suites).
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "SANDPIT_") {
+			t.Setenv(k, "")
+		}
+	}
 	flags := serveCmd().Flags()
 	var body strings.Builder
 	want := map[string]string{}
