@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -252,5 +253,75 @@ func TestSecretCLI(t *testing.T) {
 		if strings.Contains(d.Logs(), v) {
 			t.Fatal("the daemon's log holds a secret's value")
 		}
+	}
+}
+
+// TestSecretsStormAndOwnerBound: ten concurrent unkeyed creates of one name
+// and value make one secret (the unique index decides, not a lookup), and an
+// owner holds at most secrets.MaxPerOwner (1000): the next create is a 429
+// that writes nothing, while a retry of a secret the owner has still
+// answers as a retry.
+func TestSecretsStormAndOwnerBound(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	ctx := ctxFor(t, 3*time.Minute)
+	value := secretValue(t)
+	body := `{"name":"storm","value":"` + value + `"}`
+	type answer struct {
+		status int
+		id     string
+	}
+	answers := make(chan answer, 10)
+	for range 10 {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.URL()+"/v1/secrets", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+d.Token)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				answers <- answer{}
+				return
+			}
+			defer resp.Body.Close()
+			var s apitypes.Secret
+			_ = json.NewDecoder(resp.Body).Decode(&s)
+			answers <- answer{resp.StatusCode, s.ID}
+		}()
+	}
+	ids := map[string]bool{}
+	created := 0
+	for range 10 {
+		a := <-answers
+		if a.status != http.StatusCreated && a.status != http.StatusOK {
+			t.Fatalf("a create of the storm: %d", a.status)
+		}
+		if a.status == http.StatusCreated {
+			created++
+		}
+		ids[a.id] = true
+	}
+	if created != 1 || len(ids) != 1 {
+		t.Fatalf("the storm: %d created, ids %v; want one secret", created, ids)
+	}
+
+	// Fill the owner's bound (1000, the storm's secret included).
+	for i := 1; i < 1000; i++ {
+		if st, b := call(t, ctx, d, d.Token, http.MethodPost, "/v1/secrets", `{"name":"s`+strconv.Itoa(i)+`","value":"v"}`, ""); st != http.StatusCreated {
+			t.Fatalf("secret %d of 1000: %d %s", i, st, b)
+		}
+	}
+	st, b := call(t, ctx, d, d.Token, http.MethodPost, "/v1/secrets", `{"name":"one-too-many","value":"v"}`, "")
+	if st != http.StatusTooManyRequests || !strings.Contains(string(b), "quota_exceeded") {
+		t.Fatalf("the 1001st secret: %d %s, want 429 quota_exceeded", st, b)
+	}
+	if st, _ := call(t, ctx, d, d.Token, http.MethodGet, "/v1/secrets/one-too-many", "", ""); st != http.StatusNotFound {
+		t.Errorf("the refused secret: GET %d, want 404 (nothing written)", st)
+	}
+	if st, _ := call(t, ctx, d, d.Token, http.MethodPost, "/v1/secrets", body, ""); st != http.StatusOK {
+		t.Errorf("a retry of a secret the owner has, at the bound: %d, want 200", st)
+	}
+	var list apitypes.ListSecretsResponse
+	if st, b := call(t, ctx, d, d.Token, http.MethodGet, "/v1/secrets", "", ""); st != http.StatusOK || json.Unmarshal(b, &list) != nil || len(list.Secrets) != 1000 {
+		t.Errorf("list at the bound: %d, %d secrets, want 1000", st, len(list.Secrets))
 	}
 }

@@ -109,6 +109,10 @@ const idPrefix = "sec_"
 // maxValue bounds a value: it goes into a request header.
 const maxValue = 8 << 10
 
+// MaxPerOwner bounds how many secrets one owner keeps, so that no tenant can
+// grow the store without limit (at most 8 MiB of values an owner).
+const MaxPerOwner = 1000
+
 // Metadata's bounds, as E2B states them.
 const (
 	maxMetaEntries = 32
@@ -208,7 +212,7 @@ func (s *Service) Create(ctx context.Context, name, value string, metadata map[s
 	if err != nil {
 		return Secret{}, 0, err
 	}
-	row, inserted, err := s.cfg.Store.InsertSecret(ctx, store.Secret{ID: id, Owner: owner, Name: name, Sealed: sealed, Metadata: metadata}, s.now())
+	row, inserted, err := s.cfg.Store.InsertSecret(ctx, store.Secret{ID: id, Owner: owner, Name: name, Sealed: sealed, Metadata: metadata}, s.now(), MaxPerOwner)
 	if err != nil {
 		return Secret{}, 0, err
 	}

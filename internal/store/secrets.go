@@ -32,7 +32,11 @@ const secretColumns = `id, owner, name, sealed, metadata, version, created_at, u
 // unique index on (owner, name) decides, not a lookup that could race: when
 // the name is taken, the row that holds it is returned with inserted false,
 // so that the caller tells a retry (the same value) from a conflict.
-func (s *Store) InsertSecret(ctx context.Context, sec Secret, now time.Time) (got Secret, inserted bool, err error) {
+//
+// An owner holds at most maxPerOwner secrets (0: no bound): the count is
+// part of the insert itself, so concurrent creates cannot pass it together;
+// a create past it is ErrQuotaExceeded and writes nothing.
+func (s *Store) InsertSecret(ctx context.Context, sec Secret, now time.Time, maxPerOwner int) (got Secret, inserted bool, err error) {
 	if sec.ID == "" || sec.Owner == "" || sec.Name == "" || len(sec.Sealed) == 0 {
 		return Secret{}, false, errors.New("insert secret: id, owner, name and a sealed value are required")
 	}
@@ -41,8 +45,23 @@ func (s *Store) InsertSecret(ctx context.Context, sec Secret, now time.Time) (go
 		return Secret{}, false, err
 	}
 	at := toNanos(clock(now))
-	_, err = s.db.ExecContext(ctx, `INSERT INTO secrets (`+secretColumns+`) VALUES (?,?,?,?,?,1,?,?)`,
-		sec.ID, sec.Owner, sec.Name, sec.Sealed, meta, at, at)
+	bound := int64(maxPerOwner)
+	if maxPerOwner <= 0 {
+		bound = -1
+	}
+	res, err := s.db.ExecContext(ctx, `INSERT INTO secrets (`+secretColumns+`)
+		SELECT ?,?,?,?,?,1,?,? WHERE ? < 0 OR (SELECT count(*) FROM secrets WHERE owner = ?) < ?`,
+		sec.ID, sec.Owner, sec.Name, sec.Sealed, meta, at, at, bound, sec.Owner, bound)
+	if err == nil {
+		if n, _ := res.RowsAffected(); n == 0 {
+			// At the bound: a retry of a secret the owner has is still a
+			// retry, anything else is refused.
+			if got, gerr := s.GetSecret(ctx, sec.Owner, sec.Name); gerr == nil {
+				return got, false, nil
+			}
+			return Secret{}, false, fmt.Errorf("secrets: owner holds %d, the most one may: %w", maxPerOwner, sandpit.ErrQuotaExceeded)
+		}
+	}
 	switch {
 	case err == nil:
 		got, err := s.GetSecret(ctx, sec.Owner, sec.ID)
