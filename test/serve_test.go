@@ -164,6 +164,8 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"failover without cluster", []string{"--failover", "recreate"}, "cluster flags need --cluster"},
 		{"recreate give-up without cluster", []string{"--recreate-give-up", "1m"}, "cluster flags need --cluster"},
 		{"warm pool", []string{"--warm-pool", "busybox"}, "--warm-pool"},
+		{"auto pool size", []string{"--warm-pool-auto-max", "-1"}, "--warm-pool-auto-max"},
+		{"auto pool idle", []string{"--warm-pool-idle", "-1s"}, "--warm-pool-idle"},
 		{"allow cidr", []string{"--allow-cidr", "10.0.0.0/33"}, "--allow-cidr"},
 		{"allow link-local", []string{"--allow-cidr", "169.254.169.254"}, "link-local"},
 		{"subnet", []string{"--network-subnet", "fd00::/64"}, "--network-subnet"},

@@ -652,6 +652,8 @@ func validResources(cfg Config) error {
 	case cfg.DefaultCPU < 0 || cfg.MaxCPU < 0 || cfg.DefaultMemoryMB < 0 || cfg.MaxMemoryMB < 0 ||
 		cfg.PidsLimit < 0 || cfg.DiskMB < 0 || cfg.VolumeSizeMB < 0 || cfg.MaxSandboxes < 0 || cfg.MaxConcurrentCreates < 0 || cfg.MaxUploadMB < 0:
 		return errors.New("resource flags must not be negative")
+	case cfg.AutoPoolMax < 0 || cfg.AutoPoolIdle < 0:
+		return fmt.Errorf("--warm-pool-auto-max (%d) and --warm-pool-idle (%s) must not be negative", cfg.AutoPoolMax, cfg.AutoPoolIdle)
 	case cfg.MaxCPU > 0 && cfg.DefaultCPU > cfg.MaxCPU:
 		return fmt.Errorf("--default-cpu %g exceeds --max-cpu %g", cfg.DefaultCPU, cfg.MaxCPU)
 	case cfg.MaxMemoryMB > 0 && cfg.DefaultMemoryMB > cfg.MaxMemoryMB:
