@@ -11,7 +11,7 @@
 
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, FilesystemEventType, SandboxError, TimeoutError } from 'e2b'
+import { Sandbox, Secret, FilesystemEventType, SandboxError, TimeoutError } from 'e2b'
 import { dropInSuite, restartDaemon } from './dropin.mjs'
 import { randomBytes } from 'node:crypto'
 import { sleep, runId } from './helpers.mjs'
@@ -79,6 +79,20 @@ function cases() {
     } finally {
       await sbx.kill()
     }
+  })
+
+  test('Secret API with E2B_DOMAIN only: create, list, getInfo, destroy; the value in no answer', async () => {
+    const name = `dropin-${randomBytes(4).toString('hex')}`
+    const value = `v-${randomBytes(12).toString('hex')}`
+    const created = await Secret.create(name, value)
+    assert.ok(!JSON.stringify(created).includes(value))
+    const listed = await Secret.list().nextItems()
+    assert.ok(listed.some((s) => s.name === name))
+    assert.ok(!JSON.stringify(listed).includes(value))
+    const info = await Secret.getInfo(name)
+    assert.equal(info.name, name)
+    assert.ok(!JSON.stringify(info).includes(value))
+    assert.equal(await Secret.destroy(name), true)
   })
 
   test('watchDir: a rewrite of a watched file is one WRITE of it; recursive; entry info', async () => {
