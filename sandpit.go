@@ -257,6 +257,27 @@ type NetworkPolicy struct {
 	// for the port; empty keeps the host the client asked for. It is about
 	// traffic in, not out, and changes no egress rule.
 	MaskRequestHost string `json:"mask_request_host,omitempty"`
+	// Rules are per-host transforms the egress proxy applies to the
+	// sandbox's HTTP and HTTPS requests (E2B's network.rules): the key is
+	// a host name or "*.example.com", the value the rules in order. A
+	// rule grants no access of its own: the allow and deny lists decide
+	// whether the host is reached at all.
+	Rules map[string][]NetworkRule `json:"rules,omitempty"`
+}
+
+// NetworkRule is one rule of a host.
+type NetworkRule struct {
+	Transform *NetworkTransform `json:"transform,omitempty"`
+}
+
+// NetworkTransform is what a rule changes in a request on its way out.
+// Header values may hold placeholders ({{secret:NAME}}, or E2B's
+// ${e2b.secrets.NAME}) that the egress proxy fills with the owner's
+// secret, so that the value never enters the sandbox.
+type NetworkTransform struct {
+	// Headers are set on the request, replacing any the sandbox sent
+	// under the same name.
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 // NetworkModeLearn allows every name and records those a sandbox used.
@@ -270,7 +291,7 @@ func (p NetworkPolicy) IsZero() bool {
 // ByName reports a policy with rules on names, which the daemon's egress
 // proxy and DNS server enforce.
 func (p NetworkPolicy) ByName() bool {
-	return len(p.AllowDomains) > 0 || len(p.DenyDomains) > 0 || len(p.Profiles) > 0 || p.Mode == NetworkModeLearn
+	return len(p.AllowDomains) > 0 || len(p.DenyDomains) > 0 || len(p.Profiles) > 0 || p.Mode == NetworkModeLearn || len(p.Rules) > 0
 }
 
 // ListOptions filters and pages a sandbox listing. Paging is stable: rows are

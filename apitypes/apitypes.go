@@ -355,4 +355,20 @@ type Network struct {
 	DenyDomains  []string `json:"deny_domains,omitempty"`
 	Mode         string   `json:"mode,omitempty"`
 	Profiles     []string `json:"profiles,omitempty"`
+	// Rules transform the requests to a host on their way out: the key
+	// is a host name or "*.example.com", each rule's transform sets
+	// headers whose values may hold {{secret:NAME}} placeholders, which the
+	// daemon's egress proxy fills with the owner's secret for that host
+	// alone (see docs/secrets.md). A rule grants no access by itself.
+	Rules map[string][]NetworkRule `json:"rules,omitempty"`
+}
+
+// NetworkRule is one rule of a host in Network.Rules.
+type NetworkRule struct {
+	Transform *NetworkTransform `json:"transform,omitempty"`
+}
+
+// NetworkTransform is what a rule changes in a request.
+type NetworkTransform struct {
+	Headers map[string]string `json:"headers,omitempty"`
 }

@@ -37,6 +37,10 @@ type (
 	Event = apitypes.Event
 	// Network is a sandbox's own egress policy.
 	Network = apitypes.Network
+	// NetworkRule is one rule of a host in Network.Rules.
+	NetworkRule = apitypes.NetworkRule
+	// NetworkTransform is what a rule changes in a request.
+	NetworkTransform = apitypes.NetworkTransform
 	// Lifecycle is what a sandbox's deadline does.
 	Lifecycle = apitypes.Lifecycle
 )

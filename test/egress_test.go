@@ -35,6 +35,7 @@ import (
 //	sni IP NAME      TLS to IP:443 presenting NAME ("" for none), then GET
 //	resolve NAME     look NAME up through the sandbox's DNS
 //	bench IP NAME N  request medians (µs): fresh connections, then kept alive
+//	hget URL [H V]   GET with the sandbox's own trust store, header H: V
 //	hold IP NAME N   open N connections to IP:80, one request for NAME on
 //	                 each, and hold them (idle) until killed
 const egressProbeSrc = `package main
@@ -109,6 +110,23 @@ func main() {
 		}
 		fresh := median(false)
 		fmt.Println("OK", fresh, median(true))
+	case "hget":
+		// hget URL [NAME VALUE]: GET trusting what the sandbox's trust
+		// store and SSL_CERT_FILE say (not the test CA), with one header.
+		req, err := http.NewRequest("GET", os.Args[2], nil)
+		if err != nil {
+			fail(err)
+		}
+		if len(os.Args) > 4 {
+			req.Header.Set(os.Args[3], os.Args[4])
+		}
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
+		resp, err := c.Do(req)
+		if err != nil {
+			fail(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		fmt.Println("OK", resp.StatusCode, string(b))
 	case "hold":
 		n, _ := strconv.Atoi(os.Args[4])
 		var held []net.Conn
@@ -178,6 +196,29 @@ type testInternet struct {
 	caPEM  []byte
 	dnsURL string // host:port of the DNS server
 	names  map[string]string
+
+	mu   sync.Mutex
+	seen []seenRequest // what reached the servers, for rules' tests
+}
+
+// seenRequest is one request the test's internet received.
+type seenRequest struct {
+	Host, Path string
+	TLS        bool
+	Header     http.Header
+}
+
+// requests returns the requests received for host so far.
+func (ti *testInternet) requests(host string) []seenRequest {
+	ti.mu.Lock()
+	defer ti.mu.Unlock()
+	var out []seenRequest
+	for _, r := range ti.seen {
+		if r.Host == host {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // newTestInternet serves, on every fake address, a page naming the host it
@@ -222,6 +263,9 @@ func newTestInternet(t testing.TB) *testInternet {
 		if err != nil {
 			host = r.Host
 		}
+		ti.mu.Lock()
+		ti.seen = append(ti.seen, seenRequest{Host: host, Path: r.URL.Path, TLS: r.TLS != nil, Header: r.Header.Clone()})
+		ti.mu.Unlock()
 		fmt.Fprintf(w, "hello %s", host)
 	})
 	for _, addr := range []string{fn.internet, fn.internet2, fn.lan, fn.linkLocal} {

@@ -102,10 +102,12 @@ func Main(ctx context.Context, args []string) int {
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	env := environMap(os.Environ())
+	trustDaemonCA(env, log)
 	cfg := Config{
 		Listen: *listen,
 		Token:  token,
-		Env:    environMap(os.Environ()),
+		Env:    env,
 		Logger: log,
 		// Empty, or a name the image lacks, means root.
 		DefaultUser: defaultUser,

@@ -134,3 +134,9 @@ func NewRequest[T any](msg *T, token string) *connect.Request[T] {
 func DaemonOnlyPath(port int, p string) bool {
 	return port == Port && path.Clean("/"+p) == InitPath
 }
+
+// CAPath is where the daemon mounts, read-only, the certificate of its
+// egress CA, which signs what its egress proxy presents for the hosts whose
+// requests a sandbox's rules transform. The agent adds it to the image's
+// trust store at start and points the usual variables at it.
+const CAPath = "/.sandpit/ca.pem"

@@ -3,6 +3,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -84,6 +85,9 @@ type daemon struct {
 	netw            docker.Network
 	fw              *firewall.Firewall
 	egress          *egress.Server
+	egressCA        *egress.CA
+	egressRoots     *x509.CertPool
+	sec             *secrets.Service
 	edg             *edge
 	tls             *builtin.TLS // --tls internal or auto
 	mets            *metrics.Metrics
@@ -334,6 +338,9 @@ func (d *daemon) loadSecrets(context.Context) error {
 	if d.exe, err = filepath.EvalSymlinks(exe); err != nil {
 		return fmt.Errorf("locate own executable: %w", err)
 	}
+	if err := d.loadEgressTrust(); err != nil {
+		return err
+	}
 	return d.installAgent()
 }
 
@@ -429,6 +436,7 @@ func (d *daemon) setupNetwork(ctx context.Context) error {
 	// service gives the server sandboxes to apply rules to.
 	d.egress = egress.New(egress.Config{Upstream: d.pn.egressResolvers, Operator: d.pn.allow, Logger: d.log,
 		MaxConns: d.budget.egress.Total, MaxConnsPerSandbox: d.budget.egress.PerSource, IdleTimeout: d.cfg.EgressIdleTimeout,
+		CA: d.egressCA, UpstreamRoots: d.egressRoots, Secrets: d.sec,
 		OnDenied: func(den egress.Denial) {
 			if d.svc != nil {
 				d.svc.EgressDenied(den)
@@ -540,6 +548,7 @@ func (d *daemon) newService(context.Context) error {
 		Templates:      cfg.Templates,
 		WarmPool:       d.pool,
 		AgentBinary:    d.agent,
+		TrustCAFile:    filepath.Join(cfg.DataDir, egress.CACertFile),
 		Domain:         cfg.Domain,
 		ProxyPort:      d.proxyPort,
 		PublicHost:     cfg.PublicHost,
@@ -697,10 +706,7 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 		api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	d.history = service.NewMetricsHistory(svc, 0, 0)
-	// The secrets aggregate reads or makes its key at its first use of a
-	// value, so that a daemon whose owners keep no secrets makes no key.
-	sec := secrets.New(secrets.Config{Store: d.st, KeyPath: filepath.Join(cfg.DataDir, secrets.KeyFile), Log: d.log})
-	dt, routes := surfaces(ctx, mux, cfg, svc, d.tpl, sec, d.auth, d.previewKey, d.history, max(d.diskMB, d.diskWatchMB))
+	dt, routes := surfaces(ctx, mux, cfg, svc, d.tpl, d.sec, d.auth, d.previewKey, d.history, max(d.diskMB, d.diskWatchMB))
 	mux.Handle("GET /metrics", metricsHandler(d.mets, d.auth, cfg.MetricsPublic))
 	if cfg.Pprof {
 		mux.Handle("GET /debug/pprof/", pprofHandler(d.auth))

@@ -49,6 +49,10 @@ type NetworkConfig struct {
 	// EgressProfiles are "name=domain,domain,..." lists a sandbox's policy
 	// may name; they add to (and may replace) DefaultEgressProfiles.
 	EgressProfiles []string
+	// EgressCAs are PEM files of CAs the egress proxy trusts, besides the
+	// host's trust store, when it verifies the upstream of a connection it
+	// intercepts (a host whose requests a sandbox's rules transform).
+	EgressCAs []string
 }
 
 // DefaultEgressProfiles are the domain lists every daemon knows: what

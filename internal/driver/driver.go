@@ -75,6 +75,10 @@ type Spec struct {
 	AgentUser string
 	// Mounts are the engine volumes mounted into the container.
 	Mounts []Mount
+	// CAFile is the host path of the daemon's egress CA certificate,
+	// bind-mounted read-only at agentapi.CAPath for the agent to trust;
+	// "" mounts none.
+	CAFile string
 }
 
 // Container is the engine's view of one sandbox.

@@ -123,6 +123,10 @@ func (s *Server) handle(lc net.Conn) {
 		reset(c)
 		return
 	}
+	if t, ok := r.transformFor(name); ok {
+		s.intercept(c, br, dst, name, t, r)
+		return
+	}
 	up, err := net.DialTimeout("tcp4", dst.String(), 10*time.Second)
 	if err != nil {
 		reset(c)

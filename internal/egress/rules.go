@@ -11,7 +11,8 @@
 //   - a transparent proxy that reads the server name of each connection (the
 //     TLS ClientHello's SNI, or the HTTP Host header), decides by it and by
 //     the connection's original destination, and then either splices the
-//     connection to that destination or resets it. TLS is never terminated.
+//     connection to that destination or resets it. TLS is terminated only
+//     for the hosts a sandbox's rules transform (intercept.go).
 //
 // Every refusal is recorded for the sandbox (recent, bounded) and reported,
 // so a user can see why a connection failed. In learn mode nothing is
@@ -56,6 +57,10 @@ type Rules struct {
 	None bool
 	// Learn allows every name and records those used.
 	Learn bool
+	// Transforms are the per-host request transforms; a connection to a
+	// host with one is intercepted (TLS terminated with the daemon's
+	// egress CA) so that the transform can be applied.
+	Transforms []HostTransform
 }
 
 // maxDomain is the longest DNS name.

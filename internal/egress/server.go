@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,6 +70,21 @@ type Config struct {
 	// IdleTimeout closes a spliced connection through which nothing has
 	// passed, either way, for this long; default DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// CA signs the certificates the proxy presents for the hosts whose
+	// requests a rule transforms; nil refuses such connections.
+	CA *CA
+	// UpstreamRoots verify the upstream of an intercepted connection: the
+	// host's trust store plus the operator's --egress-ca. Nil means the
+	// host's alone.
+	UpstreamRoots *x509.CertPool
+	// Secrets fills a transform's placeholders with an owner's secret.
+	Secrets SecretSource
+}
+
+// SecretSource reveals an owner's secret to the proxy, for the requests
+// whose rules name it; it is the only way a value leaves the store.
+type SecretSource interface {
+	Reveal(ctx context.Context, owner, name string) (string, error)
 }
 
 // DefaultIdleTimeout is how long a spliced connection may stay silent.

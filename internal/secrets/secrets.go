@@ -312,3 +312,23 @@ func (s *Service) Delete(ctx context.Context, ref string) (err error) {
 	row, err = s.cfg.Store.DeleteSecret(ctx, identity.OwnerOf(ctx), strings.ToLower(ref))
 	return err
 }
+
+// Reveal opens owner's secret named name for the egress proxy, which puts it
+// into a request whose rule names it. It is the only way out for a value,
+// and it neither logs nor audits one: the proxy's request is not the
+// owner's call.
+func (s *Service) Reveal(ctx context.Context, owner, name string) (string, error) {
+	row, err := s.cfg.Store.GetSecret(ctx, owner, strings.ToLower(name))
+	if err != nil {
+		return "", err
+	}
+	sealer, err := s.seal()
+	if err != nil {
+		return "", err
+	}
+	v, err := sealer.Open(row.Sealed, bound(row.Owner, row.ID))
+	if err != nil {
+		return "", fmt.Errorf("secret %q: %w", row.Name, err)
+	}
+	return string(v), nil
+}

@@ -50,6 +50,9 @@ func NormalizeNetwork(p sandpit.NetworkPolicy) (sandpit.NetworkPolicy, error) {
 	if out.MaskRequestHost, err = normalizeHostMask(p.MaskRequestHost); err != nil {
 		return sandpit.NetworkPolicy{}, err
 	}
+	if out.Rules, err = egress.NormalizeRules(p.Rules); err != nil {
+		return sandpit.NetworkPolicy{}, invalidf("%v", err)
+	}
 	switch p.Mode {
 	case "":
 	case sandpit.NetworkModeLearn:
@@ -130,7 +133,7 @@ func SplitAddressesAndNames(list []string) (cidrs, names []string) {
 // egressRules are a sandbox's rules in the egress server's terms.
 func egressRules(sb sandpit.Sandbox, fp firewall.Policy) egress.Rules {
 	r := egress.Rules{SandboxID: sb.ID, Owner: sb.Owner, AllowDomains: sb.Network.AllowDomains, DenyDomains: sb.Network.DenyDomains,
-		AllowCIDRs: fp.Allow, DenyCIDRs: fp.Deny, Learn: sb.Network.Mode == sandpit.NetworkModeLearn}
+		AllowCIDRs: fp.Allow, DenyCIDRs: fp.Deny, Learn: sb.Network.Mode == sandpit.NetworkModeLearn, Transforms: egress.Transforms(sb.Network.Rules)}
 	r.None = fp.Egress == firewall.EgressNone || slices.ContainsFunc(fp.Deny, func(p netip.Prefix) bool { return p.Bits() == 0 })
 	return r
 }

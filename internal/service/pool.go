@@ -552,6 +552,7 @@ func (p *warmPool) fillSlot(ctx context.Context, slot store.PoolSlot, urgent boo
 		AgentBinary: p.cfg.AgentBinary,
 		AgentToken:  slot.Token,
 		AgentUser:   slot.AgentUser,
+		CAFile:      p.cfg.TrustCAFile,
 	}
 	if _, err := p.rt.Create(ctx, spec); err != nil {
 		return err

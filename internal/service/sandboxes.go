@@ -527,6 +527,7 @@ func (s *Service) containerSpec(sb sandpit.Sandbox, image string, mounts []sandp
 		AgentBinary: s.cfg.AgentBinary,
 		AgentToken:  sb.AccessToken,
 		Mounts:      driverMounts(mounts),
+		CAFile:      s.cfg.TrustCAFile,
 	}
 }
 

@@ -81,11 +81,14 @@ func NotRunning(sb sandpit.Sandbox) error {
 
 // Config is the service's configuration. Zero values take the defaults noted.
 type Config struct {
-	DefaultImage  string            // image used when a create names none
-	Templates     map[string]string // template/snapshot name -> image
-	AgentBinary   string            // host path of the sandpit executable
-	HealthTimeout time.Duration     // default 30s
-	PidsLimit     int64             // default 1024
+	DefaultImage string            // image used when a create names none
+	Templates    map[string]string // template/snapshot name -> image
+	AgentBinary  string            // host path of the sandpit executable
+	// TrustCAFile is the host path of the daemon's egress CA certificate,
+	// which every sandbox is made to trust ("" for none).
+	TrustCAFile   string
+	HealthTimeout time.Duration // default 30s
+	PidsLimit     int64         // default 1024
 	// DefaultCPU and DefaultMemoryMB apply to a create that names no limit;
 	// MaxCPU and MaxMemoryMB bound what a create may ask for (a create above
 	// them is refused, not clamped). Zero defaults mean 1 core and 1024 MiB;

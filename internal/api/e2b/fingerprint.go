@@ -61,6 +61,9 @@ type networkPosture struct {
 	PrivateTraffic bool `json:"privateTraffic,omitempty"`
 	// MaskRequestHost is omitted when empty, for the same reason.
 	MaskRequestHost string `json:"maskRequestHost,omitempty"`
+	// Rules are omitted when empty, for the same reason; a map encodes
+	// with its keys sorted, so equal rules hash equal.
+	Rules map[string][]sandpit.NetworkRule `json:"rules,omitempty"`
 }
 
 // Fingerprint hashes the parts of a create that decide whether two creates
@@ -89,6 +92,7 @@ func Fingerprint(keyIdentity string, b CreateBody) string {
 		in.Network.AllowOut = sortedSet(b.Network.AllowOut)
 		in.Network.DenyOut = sortedSet(b.Network.DenyOut)
 		in.Network.MaskRequestHost = b.Network.MaskRequestHost
+		in.Network.Rules = b.Network.Rules
 	}
 	in.Network.PrivateTraffic = b.portAccess() == sandpit.PortAccessToken
 	in.VolumeMounts = sortedMounts(b.VolumeMounts)

@@ -276,7 +276,7 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		fail(w, err, id)
 		return
 	}
-	if _, err := h.be.UpdateNetwork(r.Context(), id, egressPolicy(b.AllowInternetAccess, b.AllowOut, b.DenyOut)); err != nil {
+	if _, err := h.be.UpdateNetwork(r.Context(), id, b.policy()); err != nil {
 		fail(w, err, id)
 		return
 	}

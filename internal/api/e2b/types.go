@@ -88,7 +88,10 @@ type Network struct {
 	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
 	MaskRequestHost    string          `json:"maskRequestHost"`
 	EgressProxy        json.RawMessage `json:"egressProxy"`
-	Rules              json.RawMessage `json:"rules"`
+	// Rules are E2B's per-host transforms: {host: [{transform: {headers:
+	// {name: value}}}]}, values holding ${e2b.secrets.NAME} placeholders
+	// the egress proxy fills.
+	Rules map[string][]sandpit.NetworkRule `json:"rules"`
 }
 
 func (b CreateBody) template() string {
@@ -132,8 +135,6 @@ func (b CreateBody) validate() error {
 		switch {
 		case present(n.EgressProxy):
 			return unsupported("network.egressProxy")
-		case present(n.Rules):
-			return unsupported("network.rules")
 		}
 	}
 	return nil
@@ -166,6 +167,7 @@ func (b CreateBody) network() sandpit.NetworkPolicy {
 	}
 	p := egressPolicy(b.AllowInternetAccess, n.AllowOut, n.DenyOut)
 	p.MaskRequestHost = n.MaskRequestHost
+	p.Rules = n.Rules
 	return p
 }
 
@@ -185,9 +187,17 @@ func egressPolicy(internet *bool, allowOut, denyOut []string) sandpit.NetworkPol
 // (sbx.updateNetwork): the whole new egress policy; a field left out
 // clears its rules.
 type NetworkUpdate struct {
-	AllowOut            []string `json:"allowOut"`
-	DenyOut             []string `json:"denyOut"`
-	AllowInternetAccess *bool    `json:"allow_internet_access"`
+	AllowOut            []string                         `json:"allowOut"`
+	DenyOut             []string                         `json:"denyOut"`
+	AllowInternetAccess *bool                            `json:"allow_internet_access"`
+	Rules               map[string][]sandpit.NetworkRule `json:"rules"`
+}
+
+// policy is the update's whole new egress policy.
+func (u NetworkUpdate) policy() sandpit.NetworkPolicy {
+	p := egressPolicy(u.AllowInternetAccess, u.AllowOut, u.DenyOut)
+	p.Rules = u.Rules
+	return p
 }
 
 // CreatedSandbox is the response of a create or a connect.
@@ -368,11 +378,14 @@ type NetworkInfo struct {
 	DenyOut            []string `json:"denyOut,omitempty"`
 	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
 	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
+	// Rules are the per-host transforms as they were given: placeholders,
+	// never a secret's value.
+	Rules map[string][]sandpit.NetworkRule `json:"rules,omitempty"`
 }
 
 func networkInfo(sb sandpit.Sandbox) *NetworkInfo {
 	n := sb.Network
-	out := &NetworkInfo{AllowPublicTraffic: sb.PortAccess != sandpit.PortAccessToken, MaskRequestHost: n.MaskRequestHost}
+	out := &NetworkInfo{AllowPublicTraffic: sb.PortAccess != sandpit.PortAccessToken, MaskRequestHost: n.MaskRequestHost, Rules: n.Rules}
 	out.AllowOut = append(append(out.AllowOut, n.Allow...), n.AllowDomains...)
 	out.DenyOut = append(append(out.DenyOut, n.Deny...), n.DenyDomains...)
 	if n.Egress == sandpit.EgressNone && !slices.Contains(out.DenyOut, "0.0.0.0/0") {

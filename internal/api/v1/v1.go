@@ -135,8 +135,43 @@ func networkPolicy(n *apitypes.Network) sandpit.NetworkPolicy {
 	if n == nil {
 		return sandpit.NetworkPolicy{}
 	}
-	return sandpit.NetworkPolicy{Egress: n.Egress, Allow: n.Allow, Deny: n.Deny, AllowDomains: n.AllowDomains, DenyDomains: n.DenyDomains,
+	p := sandpit.NetworkPolicy{Egress: n.Egress, Allow: n.Allow, Deny: n.Deny, AllowDomains: n.AllowDomains, DenyDomains: n.DenyDomains,
 		Mode: n.Mode, Profiles: n.Profiles}
+	for host, list := range n.Rules {
+		if p.Rules == nil {
+			p.Rules = map[string][]sandpit.NetworkRule{}
+		}
+		rules := make([]sandpit.NetworkRule, 0, len(list))
+		for _, r := range list {
+			var nr sandpit.NetworkRule
+			if r.Transform != nil {
+				nr.Transform = &sandpit.NetworkTransform{Headers: r.Transform.Headers}
+			}
+			rules = append(rules, nr)
+		}
+		p.Rules[host] = rules
+	}
+	return p
+}
+
+// wireRules renders a policy's rules: as given, placeholders and all.
+func wireRules(in map[string][]sandpit.NetworkRule) map[string][]apitypes.NetworkRule {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[string][]apitypes.NetworkRule, len(in))
+	for host, list := range in {
+		rules := make([]apitypes.NetworkRule, 0, len(list))
+		for _, r := range list {
+			var wr apitypes.NetworkRule
+			if r.Transform != nil {
+				wr.Transform = &apitypes.NetworkTransform{Headers: r.Transform.Headers}
+			}
+			rules = append(rules, wr)
+		}
+		out[host] = rules
+	}
+	return out
 }
 
 // toSandbox renders a sandbox of this node; in a cluster it names the node,
@@ -150,7 +185,7 @@ func (h *Handler) toSandbox(ctx context.Context, sb sandpit.Sandbox) apitypes.Sa
 	}
 	if !sb.Network.IsZero() {
 		out.Network = &apitypes.Network{Egress: sb.Network.Egress, Allow: sb.Network.Allow, Deny: sb.Network.Deny,
-			AllowDomains: sb.Network.AllowDomains, DenyDomains: sb.Network.DenyDomains, Mode: sb.Network.Mode}
+			AllowDomains: sb.Network.AllowDomains, DenyDomains: sb.Network.DenyDomains, Mode: sb.Network.Mode, Rules: wireRules(sb.Network.Rules)}
 	}
 	out.PauseMode = string(sb.PauseMode)
 	if sb.TimeoutAction() != sandpit.OnTimeoutKill || sb.AutoResume {

@@ -280,6 +280,12 @@ func (d *Docker) configs(spec driver.Spec) (*container.Config, *container.HostCo
 			PidsLimit: &pids,
 		},
 	}
+	if spec.CAFile != "" {
+		if !filepath.IsAbs(spec.CAFile) {
+			return nil, nil, fmt.Errorf("spec: CA file %q is not an absolute path", spec.CAFile)
+		}
+		hostCfg.Mounts = append(hostCfg.Mounts, mount.Mount{Type: mount.TypeBind, Source: spec.CAFile, Target: agentapi.CAPath, ReadOnly: true})
+	}
 	for _, m := range spec.Mounts {
 		if m.Source == "" || !filepath.IsAbs(m.Target) {
 			return nil, nil, fmt.Errorf("spec: mount %q at %q: need a volume name and an absolute path", m.Source, m.Target)

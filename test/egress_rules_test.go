@@ -1,0 +1,178 @@
+package sandpit_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/test/harness"
+)
+
+// withHeader is a host's rules setting one header.
+func withHeader(name, value string) []client.NetworkRule {
+	return []client.NetworkRule{{Transform: &client.NetworkTransform{Headers: map[string]string{name: value}}}}
+}
+
+// lastHeader is header name of the last request host received over tls (or
+// plain HTTP), and whether there was one.
+func lastHeader(ti *testInternet, host string, tls bool, name string) (string, bool) {
+	reqs := ti.requests(host)
+	for i := len(reqs) - 1; i >= 0; i-- {
+		if reqs[i].TLS == tls {
+			return reqs[i].Header.Get(name), true
+		}
+	}
+	return "", false
+}
+
+// TestSecretInjectedAtEgress: a secret set on /v1 reaches the one host a
+// sandbox's rule names, over HTTPS (the egress proxy intercepts with the
+// daemon's CA, which the sandbox trusts through its own trust store) and
+// over HTTP, in the header the rule sets, replacing what the sandbox sent.
+// The sandbox never holds the value: not in its environment, any
+// process's /proc/*/environ, any file it can read, or any output; nor does
+// the daemon's log. A placeholder the sandbox sends to another host arrives
+// as typed. A live update that drops the rule stops the injection for the
+// next connection; another owner's rule naming the secret gets a refusal,
+// not the value; a rule with a bad placeholder is refused with nothing made.
+func TestSecretInjectedAtEgress(t *testing.T) {
+	t.Parallel()
+	ti := newTestInternet(t)
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(caFile, ti.caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--egress-resolver", ti.dnsURL, "--egress-ca", caFile}})
+	ctx := ctxFor(t, 5*time.Minute)
+	tokens, _ := ownerTokens(t, ctx, d.Client(), "alice", "bob")
+	alice, bob := client.New(d.URL(), tokens["alice"]), client.New(d.URL(), tokens["bob"])
+	value := secretValue(t)
+	if _, err := alice.CreateSecret(ctx, "api-key", value); err != nil {
+		t.Fatal(err)
+	}
+
+	allow := []string{"allowed.test", "other.test"}
+	policy := client.Network{AllowDomains: allow, Rules: map[string][]client.NetworkRule{
+		"allowed.test": withHeader("Authorization", "Bearer {{secret:api-key}}"),
+	}}
+	sb, err := alice.Create(ctx, client.CreateRequest{Network: &policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sb.Network; got == nil || got.Rules["allowed.test"] == nil || got.Rules["allowed.test"][0].Transform.Headers["Authorization"] != "Bearer {{secret:api-key}}" {
+		t.Fatalf("stored policy %+v", got)
+	}
+	if err := alice.WriteFile(ctx, sb.ID, "/tmp/egress-probe", egressProbeBinary(t)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := alice.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "chmod", Args: []string{"+x", "/tmp/egress-probe"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("chmod the probe: %v %+v", err, res)
+	}
+	var outputs []string
+	probe := func(c *client.Client, id string, args ...string) (bool, string) {
+		t.Helper()
+		ok, out := egressRun(t, ctx, c, id, args...)
+		outputs = append(outputs, out)
+		return ok, out
+	}
+
+	// HTTPS and HTTP to the ruled host: the secret is in the header, the
+	// sandbox's own value of it replaced.
+	for _, tc := range []struct {
+		url string
+		tls bool
+	}{{"https://allowed.test/headers", true}, {"http://allowed.test/headers", false}} {
+		if ok, out := probe(alice, sb.ID, "hget", tc.url, "Authorization", "Bearer sandbox-typed"); !ok || !strings.HasPrefix(out, "OK 200 hello allowed.test") {
+			t.Fatalf("%s through the intercepting proxy: %s", tc.url, out)
+		}
+		if got, ok := lastHeader(ti, "allowed.test", tc.tls, "Authorization"); !ok || got != "Bearer "+value {
+			t.Fatalf("%s: the upstream got Authorization %q, want the secret", tc.url, got)
+		}
+	}
+	// Another host: TLS passes through untouched (the sandbox trusts the
+	// test CA only through the probe's get), and a placeholder the sandbox
+	// typed arrives as typed.
+	if ok, out := probe(alice, sb.ID, "hget", "http://other.test/headers", "Authorization", "Bearer {{secret:api-key}}"); !ok {
+		t.Fatalf("other.test: %s", out)
+	}
+	if got, _ := lastHeader(ti, "other.test", false, "Authorization"); got != "Bearer {{secret:api-key}}" {
+		t.Fatalf("other.test got Authorization %q, want the placeholder as typed", got)
+	}
+	if ok, out := probe(alice, sb.ID, "hget", "https://other.test/headers"); ok {
+		t.Fatalf("a host without a rule was intercepted (the sandbox trusts only the daemon's CA here): %s", out)
+	}
+
+	// No trace of the value inside the sandbox.
+	for _, cmd := range [][]string{
+		{"env"},
+		{"sh", "-c", "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"},
+		{"sh", "-c", "grep -r -l -F '" + value + "' / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; echo done"},
+	} {
+		res, err := alice.Exec(ctx, sb.ID, client.ExecRequest{Cmd: cmd[0], Args: cmd[1:], TimeoutS: 60})
+		if err != nil {
+			t.Fatal(err)
+		}
+		outputs = append(outputs, string(res.Stdout)+string(res.Stderr))
+		if cmd[0] == "env" && !strings.Contains(string(res.Stdout), "SSL_CERT_FILE=") {
+			t.Errorf("the sandbox's environment names no trust store:\n%s", res.Stdout)
+		}
+	}
+	for _, out := range outputs {
+		if strings.Contains(out, value) {
+			t.Fatalf("the sandbox saw the secret's value: %s", out)
+		}
+	}
+
+	// A live update without the rule: the next connection carries the
+	// sandbox's own header.
+	if _, err := alice.UpdateNetwork(ctx, sb.ID, client.Network{AllowDomains: allow}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, out := probe(alice, sb.ID, "hget", "http://allowed.test/headers", "Authorization", "Bearer sandbox-typed"); !ok {
+		t.Fatalf("after the update: %s", out)
+	}
+	if got, _ := lastHeader(ti, "allowed.test", false, "Authorization"); got != "Bearer sandbox-typed" {
+		t.Fatalf("after the rule was removed the upstream got Authorization %q", got)
+	}
+
+	// Bob names alice's secret: his request is refused by the proxy, and
+	// nothing with the value reaches the upstream.
+	before := len(ti.requests("allowed.test"))
+	bsb, err := bob.Create(ctx, client.CreateRequest{Network: &policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bob.WriteFile(ctx, bsb.ID, "/tmp/egress-probe", egressProbeBinary(t)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := bob.Exec(ctx, bsb.ID, client.ExecRequest{Cmd: "chmod", Args: []string{"+x", "/tmp/egress-probe"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("chmod the probe: %v %+v", err, res)
+	}
+	if _, out := probe(bob, bsb.ID, "hget", "https://allowed.test/headers"); !strings.HasPrefix(out, "OK 502") || strings.Contains(out, value) {
+		t.Fatalf("bob's rule naming alice's secret: %s", out)
+	}
+	if after := len(ti.requests("allowed.test")); after != before {
+		t.Fatalf("bob's request reached the upstream (%d requests, was %d)", after, before)
+	}
+
+	// Bad rules are refused, with no sandbox made.
+	n := sandboxCount(t, ctx, d)
+	for _, rules := range []map[string][]client.NetworkRule{
+		{"allowed.test": withHeader("Authorization", "Bearer {{secret:api-key")},
+		{"allowed.test": withHeader("Host", "x")},
+		{"*": withHeader("X", "y")},
+	} {
+		if _, err := alice.Create(ctx, client.CreateRequest{Network: &client.Network{Rules: rules}}); apiCode(err) != "bad_request" {
+			t.Errorf("create with rules %+v: %v, want bad_request", rules, err)
+		}
+	}
+	if sandboxCount(t, ctx, d) != n {
+		t.Error("a refused create made a sandbox")
+	}
+	if strings.Contains(d.Logs(), value) {
+		t.Fatal("the daemon's log holds the secret's value")
+	}
+}
