@@ -1,6 +1,7 @@
 package sandpit_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -174,5 +175,62 @@ func TestSecretInjectedAtEgress(t *testing.T) {
 	}
 	if strings.Contains(d.Logs(), value) {
 		t.Fatal("the daemon's log holds the secret's value")
+	}
+}
+
+// TestSecretInjectedAtEgressE2B: the same through the official e2b SDK,
+// unchanged: Secret.create, a create whose network.rules set a header to
+// Secret.fill(name) (with allowOut from the rules' keys), a request over
+// HTTPS from the sandbox that arrives with the value; getInfo shows the
+// rule with its placeholder, Secret.list names only, and an update that
+// leaves the rules out clears them.
+func TestSecretInjectedAtEgressE2B(t *testing.T) {
+	t.Parallel()
+	e2bDir := harness.SDKDir(t, "e2b", "e2b")
+	ti := newTestInternet(t)
+	dir := t.TempDir()
+	caFile, probePath := filepath.Join(dir, "upstream-ca.pem"), filepath.Join(dir, "probe")
+	if err := os.WriteFile(caFile, ti.caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(probePath, egressProbeBinary(t), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--egress-resolver", ti.dnsURL, "--egress-ca", caFile}})
+	ctx := ctxFor(t, 3*time.Minute)
+	value := secretValue(t)
+	var res struct {
+		Info struct {
+			AllowOut []string
+			Rules    map[string][]client.NetworkRule
+		}
+		HTTPS, Env, Cleared sdkReach
+		List                []map[string]any
+	}
+	harness.RunSDK(t, ctx, e2bDir, "secrets-egress-sdk.mjs",
+		[]string{"SANDPIT_URL=" + d.URL(), "SANDPIT_TOKEN=" + d.Token, "PROBE=" + probePath, "VALUE=" + value}, &res)
+	if !res.HTTPS.OK || !strings.HasPrefix(res.HTTPS.Out, "OK 200 hello allowed.test") {
+		t.Fatalf("the request through the rule: %+v", res.HTTPS)
+	}
+	reqs := ti.requests("allowed.test")
+	if len(reqs) == 0 || !reqs[0].TLS || reqs[0].Header.Get("X-Api-Key") != value || reqs[0].Header.Get("X-Static") != "static-value" {
+		t.Fatalf("the upstream received %+v, want X-Api-Key the secret and X-Static", reqs)
+	}
+	if !res.Cleared.OK {
+		t.Fatalf("after the update: %+v", res.Cleared)
+	}
+	if got, _ := lastHeader(ti, "allowed.test", false, "X-Api-Key"); got != "sandbox-typed" {
+		t.Fatalf("after the update cleared the rules the upstream got X-Api-Key %q", got)
+	}
+	h := res.Info.Rules["allowed.test"]
+	if len(h) != 1 || h[0].Transform == nil || h[0].Transform.Headers["X-Api-Key"] != "${e2b.secrets.upstream-key}" || strings.Join(res.Info.AllowOut, ",") != "allowed.test" {
+		t.Errorf("getInfo().network: %+v", res.Info)
+	}
+	if len(res.List) != 1 || res.List[0]["name"] != "upstream-key" {
+		t.Errorf("Secret.list: %+v", res.List)
+	}
+	all := fmt.Sprint(res)
+	if strings.Contains(all, value) || strings.Contains(d.Logs(), value) {
+		t.Fatal("the value reached the sandbox, an answer or the daemon's log")
 	}
 }
