@@ -54,7 +54,12 @@ import (
 )
 
 func main() {
-	pool := x509.NewCertPool()
+	// The sandbox's own trust store (SSL_CERT_FILE: the daemon's egress CA
+	// among others) plus the test's CA, when it was copied in.
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
 	if pem, err := os.ReadFile("/tmp/egress-ca.pem"); err == nil {
 		pool.AppendCertsFromPEM(pem)
 	}
@@ -97,7 +102,10 @@ func main() {
 			var ds []int64
 			for i := 0; i < n; i++ {
 				t0 := time.Now()
-				resp, err := c.Get(url)
+				// The Host header names the host, as a client's would.
+				req, _ := http.NewRequest("GET", url, nil)
+				req.Host = os.Args[3]
+				resp, err := c.Do(req)
 				if err != nil {
 					fail(err)
 				}
