@@ -8,6 +8,10 @@ package sandpit
 import (
 	"context"
 	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -656,4 +660,61 @@ type AuditQuery struct {
 	Owner    string // "" = all
 	AfterSeq int64  // entries with a larger seq only
 	Limit    int    // <= 0 means 100, at most 1000
+}
+
+// secretPlaceholder matches a placeholder in a network rule's header value:
+// Sandpit's {{secret:NAME}} and E2B's ${e2b.secrets.NAME}. A name follows
+// the secrets store's grammar, so it holds neither braces nor dots.
+var secretPlaceholder = regexp.MustCompile(`\{\{secret:([A-Za-z0-9][A-Za-z0-9_-]{0,63})\}\}|\$\{e2b\.secrets\.([A-Za-z0-9][A-Za-z0-9_-]{0,63})\}`)
+
+// SecretRefs are the secrets a header value's placeholders name, lower
+// case, in order, with repeats.
+func SecretRefs(value string) []string {
+	var out []string
+	for _, m := range secretPlaceholder.FindAllStringSubmatch(value, -1) {
+		out = append(out, strings.ToLower(m[1]+m[2]))
+	}
+	return out
+}
+
+// FillSecrets replaces a header value's placeholders with what lookup
+// gives for each name (lower case); the first error stops it.
+func FillSecrets(value string, lookup func(name string) (string, error)) (string, error) {
+	var firstErr error
+	out := secretPlaceholder.ReplaceAllStringFunc(value, func(m string) string {
+		sub := secretPlaceholder.FindStringSubmatch(m)
+		name := strings.ToLower(sub[1] + sub[2])
+		v, err := lookup(name)
+		if err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("secret %q: %w", name, err)
+		}
+		return v
+	})
+	if firstErr != nil {
+		return "", firstErr
+	}
+	return out, nil
+}
+
+// WithoutSecretRefs is value with its whole placeholders taken out, for
+// checking that no broken one is left.
+func WithoutSecretRefs(value string) string { return secretPlaceholder.ReplaceAllString(value, "") }
+
+// RuleHosts are the hosts of a policy's rules whose headers name secret.
+func (p NetworkPolicy) RuleHosts(secret string) []string {
+	var out []string
+	for host, list := range p.Rules {
+		for _, r := range list {
+			if r.Transform == nil {
+				continue
+			}
+			for _, v := range r.Transform.Headers {
+				if slices.Contains(SecretRefs(v), secret) && !slices.Contains(out, host) {
+					out = append(out, host)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }

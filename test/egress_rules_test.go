@@ -66,6 +66,9 @@ func TestSecretInjectedAtEgress(t *testing.T) {
 	if got := sb.Network; got == nil || got.Rules["allowed.test"] == nil || got.Rules["allowed.test"][0].Transform.Headers["Authorization"] != "Bearer {{secret:api-key}}" {
 		t.Fatalf("stored policy %+v", got)
 	}
+	if s, err := alice.Secret(ctx, "api-key"); err != nil || strings.Join(s.Hosts, ",") != "allowed.test" {
+		t.Fatalf("the secret's hosts: %+v %v, want allowed.test", s, err)
+	}
 	if err := alice.WriteFile(ctx, sb.ID, "/tmp/egress-probe", egressProbeBinary(t)); err != nil {
 		t.Fatal(err)
 	}

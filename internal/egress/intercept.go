@@ -14,6 +14,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/sandpit-dev/sandpit"
 )
 
 // Reasons an intercepted request is refused, as users read them.
@@ -108,7 +110,7 @@ func (s *Server) intercept(c *net.TCPConn, br *bufio.Reader, dst netip.AddrPort,
 			return
 		}
 		for _, h := range t.Headers {
-			v, err := fill(h.Value, func(n string) (string, error) {
+			v, err := sandpit.FillSecrets(h.Value, func(n string) (string, error) {
 				if s.cfg.Secrets == nil {
 					return "", ErrNoSecret
 				}

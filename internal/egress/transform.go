@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -42,11 +41,9 @@ const (
 var reservedHeaders = []string{"Host", "Connection", "Content-Length", "Transfer-Encoding", "Upgrade", "Te", "Trailer",
 	"Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "Expect"}
 
-// Placeholders a header value may hold: ours, and E2B's on its wire. A
-// secret's name is the secrets store's grammar, so the two forms hold the
-// same names.
+// Placeholders a header value may hold are ours and E2B's on its wire (see
+// sandpit.SecretRefs).
 var (
-	placeholderRE = regexp.MustCompile(`\{\{secret:([A-Za-z0-9][A-Za-z0-9_-]{0,63})\}\}|\$\{e2b\.secrets\.([A-Za-z0-9][A-Za-z0-9_-]{0,63})\}`)
 	// openers start something that looks like a placeholder; one that is
 	// not a whole placeholder is refused, so a typo is an error at create
 	// rather than a literal "{{secret:..." sent to an API.
@@ -107,7 +104,7 @@ func checkHeader(name, value string) error {
 	case !httpguts.ValidHeaderFieldValue(value):
 		return fmt.Errorf("%w: header %s: the value holds a character a header cannot (a line break or a control character)", ErrInvalid, name)
 	}
-	rest := placeholderRE.ReplaceAllString(value, "")
+	rest := sandpit.WithoutSecretRefs(value)
 	for _, o := range openers {
 		if strings.Contains(rest, o) {
 			if o == "${e2b.identity." {
@@ -175,27 +172,6 @@ func (r *Rules) transformFor(name string) (HostTransform, bool) {
 // ErrNoSecret: a placeholder names a secret its owner does not have.
 var ErrNoSecret = errors.New("no such secret")
 
-// fill puts the owner's secrets into a header value's placeholders.
-func fill(value string, lookup func(name string) (string, error)) (string, error) {
-	var firstErr error
-	out := placeholderRE.ReplaceAllStringFunc(value, func(m string) string {
-		sub := placeholderRE.FindStringSubmatch(m)
-		name := sub[1]
-		if name == "" {
-			name = sub[2]
-		}
-		v, err := lookup(strings.ToLower(name))
-		if err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("secret %q: %w", strings.ToLower(name), err)
-		}
-		return v
-	})
-	if firstErr != nil {
-		return "", firstErr
-	}
-	return out, nil
-}
-
 // SecretNames are the secrets a policy's rules name, sorted, without
 // repeats.
 func SecretNames(rules map[string][]sandpit.NetworkRule) []string {
@@ -206,8 +182,7 @@ func SecretNames(rules map[string][]sandpit.NetworkRule) []string {
 				continue
 			}
 			for _, v := range r.Transform.Headers {
-				for _, sub := range placeholderRE.FindAllStringSubmatch(v, -1) {
-					n := strings.ToLower(sub[1] + sub[2])
+				for _, n := range sandpit.SecretRefs(v) {
 					if !slices.Contains(out, n) {
 						out = append(out, n)
 					}

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -43,8 +44,8 @@ type Secret struct {
 	Version   int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
-	// Hosts are the hosts that may receive the secret. Until network rules
-	// name secrets, there are none.
+	// Hosts are the hosts that may receive the secret: those of the
+	// owner's sandboxes' network rules whose headers name it.
 	Hosts []string
 }
 
@@ -242,7 +243,30 @@ func (s *Service) Get(ctx context.Context, ref string) (Secret, error) {
 	if err != nil {
 		return Secret{}, err
 	}
-	return toSecret(row), nil
+	out := []Secret{toSecret(row)}
+	if err := s.addHosts(ctx, row.Owner, out); err != nil {
+		return Secret{}, err
+	}
+	return out[0], nil
+}
+
+// addHosts fills each secret's Hosts from owner's network rules.
+func (s *Service) addHosts(ctx context.Context, owner string, secs []Secret) error {
+	policies, err := s.cfg.Store.NetworkPoliciesWithRules(ctx, owner)
+	if err != nil {
+		return err
+	}
+	for i := range secs {
+		for _, p := range policies {
+			for _, h := range p.RuleHosts(secs[i].Name) {
+				if !slices.Contains(secs[i].Hosts, h) {
+					secs[i].Hosts = append(secs[i].Hosts, h)
+				}
+			}
+		}
+		slices.Sort(secs[i].Hosts)
+	}
+	return nil
 }
 
 // List returns the caller's secrets, by name.
@@ -254,6 +278,9 @@ func (s *Service) List(ctx context.Context) ([]Secret, error) {
 	out := make([]Secret, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, toSecret(r))
+	}
+	if err := s.addHosts(ctx, identity.OwnerOf(ctx), out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -731,3 +731,26 @@ func (s *Store) ResizeSandbox(ctx context.Context, id string, cpu float64, memor
 	}
 	return tx.Commit()
 }
+
+// NetworkPoliciesWithRules returns the egress policies of owner's sandboxes
+// that hold network rules (which may name the owner's secrets).
+func (s *Store) NetworkPoliciesWithRules(ctx context.Context, owner string) ([]sandpit.NetworkPolicy, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT network FROM sandboxes WHERE owner = ? AND json_extract(network, '$.rules') IS NOT NULL`, owner)
+	if err != nil {
+		return nil, fmt.Errorf("list network rules: %w", err)
+	}
+	defer rows.Close()
+	var out []sandpit.NetworkPolicy
+	for rows.Next() {
+		var raw string
+		if err := rows.Scan(&raw); err != nil {
+			return nil, err
+		}
+		var p sandpit.NetworkPolicy
+		if err := json.Unmarshal([]byte(raw), &p); err != nil {
+			return nil, fmt.Errorf("network policy: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
