@@ -2,6 +2,7 @@ package sandpit_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -235,5 +236,72 @@ func TestSecretInjectedAtEgressE2B(t *testing.T) {
 	all := fmt.Sprint(res)
 	if strings.Contains(all, value) || strings.Contains(d.Logs(), value) {
 		t.Fatal("the value reached the sandbox, an answer or the daemon's log")
+	}
+}
+
+// headersServer is a server for the realistic image answering go-httpbin's
+// /headers shape on port 8080.
+const headersServer = `import http.server, json
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        out = {}
+        for k, v in self.headers.items():
+            out.setdefault(k, []).append(v)
+        b = json.dumps({"headers": out}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+http.server.ThreadingHTTPServer(("0.0.0.0", 8080), H).serve_forever()
+`
+
+// TestPreviewHostFromSandbox: with a preview domain of its own and --tls
+// internal, a sandbox whose egress the daemon handles resolves another
+// sandbox's preview host to the daemon and reaches its public port over
+// HTTPS by name, trusting the internal CA; a rule on that host sets its
+// header on the way.
+func TestPreviewHostFromSandbox(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--tls", "internal", "--domain", "sandpit.test"}})
+	ctx := ctxFor(t, 3*time.Minute)
+	c := d.Client()
+	sidecar, err := c.Create(ctx, client.CreateRequest{Image: sshBaseImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(ctx, sidecar.ID, "/tmp/headers.py", []byte(headersServer)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, sidecar.ID, client.ExecRequest{Cmd: "sh", Args: []string{"-c", "nohup python3 /tmp/headers.py >/tmp/headers.log 2>&1 &"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ExposePort(ctx, sidecar.ID, 8080, "http"); err != nil {
+		t.Fatal(err)
+	}
+	_, proxyPort, _ := net.SplitHostPort(d.ProxyAddr)
+	host := "8080-" + sidecar.ID + ".sandpit.test"
+	sb, err := c.Create(ctx, client.CreateRequest{Image: sshBaseImage, Network: &client.Network{Rules: map[string][]client.NetworkRule{
+		host: withHeader("X-Test-Token", "tok-123"),
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "https://" + host + ":" + proxyPort + "/headers"
+	var out string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "curl", Args: []string{"-sS", "--max-time", "10", url}, TimeoutS: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = string(res.Stdout) + string(res.Stderr)
+		if res.ExitCode == 0 && strings.Contains(out, "headers") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if !strings.Contains(out, `"X-Test-Token": ["tok-123"]`) {
+		t.Fatalf("curl %s from the sandbox:\n%s", url, out)
 	}
 }

@@ -444,7 +444,7 @@ func (d *daemon) setupNetwork(ctx context.Context) error {
 		}})
 	netw, fw, err := setupNetwork(ctx, d.dk, d.pn, d.instance, []firewall.PortRange{
 		{Lo: d.proxyPort, Hi: d.proxyPort}, {Lo: d.cfg.PortRange.Lo, Hi: d.cfg.PortRange.Hi},
-	}, tcpBindHost(d.cfg), d.egress, d.log)
+	}, tcpBindHost(d.cfg), d.egress, previewPortForSandboxes(d.cfg, d.proxyPort), d.log)
 	if err != nil {
 		d.egress.Close()
 		return fmt.Errorf("sandbox network: %w", err)
@@ -537,6 +537,10 @@ func (d *daemon) newService(context.Context) error {
 	if err != nil {
 		return err
 	}
+	trust, err := d.writeSandboxTrust()
+	if err != nil {
+		return err
+	}
 	if d.edg.caddy != nil {
 		domains.HostTaken = d.edg.caddy.HostTaken
 	}
@@ -548,7 +552,7 @@ func (d *daemon) newService(context.Context) error {
 		Templates:      cfg.Templates,
 		WarmPool:       d.pool,
 		AgentBinary:    d.agent,
-		TrustCAFile:    filepath.Join(cfg.DataDir, egress.CACertFile),
+		TrustCAFile:    trust,
 		Domain:         cfg.Domain,
 		ProxyPort:      d.proxyPort,
 		PublicHost:     cfg.PublicHost,
@@ -740,6 +744,9 @@ func (d *daemon) buildHandlers(ctx context.Context) error {
 			resolve = func(p sandpit.PreviewHost) bool { _, ok := b.ResolvePreview(p); return ok }
 		}
 		d.previewLocal = dt.PreviewGate(wakeOnPreview(svc, d.log, d.edg.proxy, resolve))
+		if err := d.servePreviewToSandboxes(); err != nil {
+			return err
+		}
 		d.validSignedHost = dt.ValidSignedPreviewHost
 		d.proxyHandler = clusterPreview(d.cl, cfg, d.previewLocal)
 	}

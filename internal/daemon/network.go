@@ -212,7 +212,7 @@ func hostAddrs(bindHost string, gateway netip.Addr) []netip.Addr {
 // setupNetwork makes sure the sandbox network exists and its firewall is in
 // place. hostPorts are the ports of the host sandboxes may reach (the proxy
 // and the TCP pool), on bindHost, the host they listen on.
-func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, instance string, hostPorts []firewall.PortRange, bindHost string, eg *egress.Server, log *slog.Logger) (docker.Network, *firewall.Firewall, error) {
+func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, instance string, hostPorts []firewall.PortRange, bindHost string, eg *egress.Server, previewPort int, log *slog.Logger) (docker.Network, *firewall.Firewall, error) {
 	netw, err := rt.EnsureNetwork(ctx, docker.NetworkSpec{
 		Name: pn.name, Subnet: pn.subnet, Pool: pn.pool,
 		Labels: map[string]string{driver.LabelInstance: instance},
@@ -232,7 +232,7 @@ func setupNetwork(ctx context.Context, rt *docker.Docker, pn parsedNetwork, inst
 		if err != nil {
 			return netw, nil, err
 		}
-		intercept = &firewall.Intercept{Addr: ports.Addr, ProxyPort: ports.ProxyPort, DNSPort: ports.DNSPort}
+		intercept = &firewall.Intercept{Addr: ports.Addr, ProxyPort: ports.ProxyPort, DNSPort: ports.DNSPort, PreviewPort: previewPort}
 	}
 	fw, err := firewall.New(firewall.Config{
 		Network: netw.Name, Bridge: netw.Bridge, Egress: pn.egress, Allow: pn.allow,

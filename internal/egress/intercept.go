@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -33,7 +34,7 @@ const (
 // destination, over TLS verified against the upstream roots for name when
 // the sandbox spoke TLS. The destination was already judged by decide: the
 // interception changes what is sent, never where.
-func (s *Server) intercept(c *net.TCPConn, br *bufio.Reader, dst netip.AddrPort, name string, t HostTransform, r Rules) {
+func (s *Server) intercept(c *net.TCPConn, br *bufio.Reader, dst netip.AddrPort, target string, roots *x509.CertPool, name string, t HostTransform, r Rules) {
 	first, err := br.Peek(1)
 	if err != nil {
 		reset(c)
@@ -69,9 +70,9 @@ func (s *Server) intercept(c *net.TCPConn, br *bufio.Reader, dst netip.AddrPort,
 		Proxy: nil,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			d := net.Dialer{Timeout: upstreamDialWait}
-			return d.DialContext(ctx, "tcp4", dst.String())
+			return d.DialContext(ctx, "tcp4", target)
 		},
-		TLSClientConfig:     &tls.Config{ServerName: name, RootCAs: s.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		TLSClientConfig:     &tls.Config{ServerName: name, RootCAs: roots, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout: upstreamDialWait,
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     s.cfg.IdleTimeout,

@@ -110,7 +110,7 @@ func TestIntercept(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				s.intercept(proxySide, bufio.NewReaderSize(proxySide, maxPeek), dst, "example.com", r.Transforms[0], r)
+				s.intercept(proxySide, bufio.NewReaderSize(proxySide, maxPeek), dst, dst.String(), tc.roots, "example.com", r.Transforms[0], r)
 			}()
 			var conn net.Conn = client
 			if !tc.plain {
@@ -177,7 +177,8 @@ func TestInterceptRefusesWithoutTrust(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.intercept(proxySide, bufio.NewReaderSize(proxySide, maxPeek), netip.MustParseAddrPort(up.Listener.Addr().String()), "example.com", r.Transforms[0], r)
+		dst := netip.MustParseAddrPort(up.Listener.Addr().String())
+		s.intercept(proxySide, bufio.NewReaderSize(proxySide, maxPeek), dst, dst.String(), nil, "example.com", r.Transforms[0], r)
 	}()
 	_ = client.SetDeadline(time.Now().Add(10 * time.Second))
 	if err := tls.Client(client, &tls.Config{ServerName: "example.com", RootCAs: x509.NewCertPool()}).Handshake(); err == nil {
@@ -242,9 +243,9 @@ func TestNormalizeRules(t *testing.T) {
 	hdr := func(k, v string) []sandpit.NetworkRule {
 		return []sandpit.NetworkRule{{Transform: &sandpit.NetworkTransform{Headers: map[string]string{k: v}}}}
 	}
-	good := map[string][]sandpit.NetworkRule{"API.Example.com": hdr("Authorization", "Bearer {{secret:tok}} ${e2b.secrets.other}")}
+	good := map[string][]sandpit.NetworkRule{"API.Example.com": hdr("Authorization", "Bearer {{secret:tok}} ${e2b.secrets.other}"), "b.example.com:8443": hdr("X", "y")}
 	out, err := NormalizeRules(good)
-	if err != nil || out["api.example.com"] == nil {
+	if err != nil || out["api.example.com"] == nil || out["b.example.com"] == nil {
 		t.Fatalf("%v %v", out, err)
 	}
 	if got := SecretNames(out); strings.Join(got, ",") != "other,tok" {

@@ -106,8 +106,10 @@ func (s *Server) handle(lc net.Conn) {
 		return
 	}
 	dst, err := originalDst(c)
-	if err != nil || dst.Addr() == srcAddr(c.LocalAddr()) {
-		// Not redirected: someone dialled the proxy itself.
+	if err != nil || dst == localAddrPort(c) {
+		// Not redirected: someone dialled the proxy itself. (A connection
+		// to another port of the proxy's address, the preview proxy's,
+		// is redirected here too.)
 		reset(c)
 		return
 	}
@@ -115,24 +117,40 @@ func (s *Server) handle(lc net.Conn) {
 	br := bufio.NewReaderSize(c, maxPeek)
 	name := serverName(br)
 	_ = c.SetReadDeadline(time.Time{})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	why := s.decide(ctx, r, name, dst)
-	cancel()
-	if why != "" {
-		s.deny(Denial{SandboxID: r.SandboxID, Kind: KindTCP, Name: name, Addr: dst.Addr().String(), Port: int(dst.Port()), Reason: why})
-		reset(c)
-		return
+	target, roots := dst.String(), s.cfg.UpstreamRoots
+	if p, ok := s.previewTarget(name, dst); ok {
+		// A preview host the sandbox's DNS sent to the daemon: the
+		// daemon's proxy serves it, as it serves anyone.
+		target, roots = p.Upstream, p.Roots
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		why := s.decide(ctx, r, name, dst)
+		cancel()
+		if why != "" {
+			s.deny(Denial{SandboxID: r.SandboxID, Kind: KindTCP, Name: name, Addr: dst.Addr().String(), Port: int(dst.Port()), Reason: why})
+			reset(c)
+			return
+		}
 	}
 	if t, ok := r.transformFor(name); ok {
-		s.intercept(c, br, dst, name, t, r)
+		s.intercept(c, br, dst, target, roots, name, t, r)
 		return
 	}
-	up, err := net.DialTimeout("tcp4", dst.String(), 10*time.Second)
+	up, err := net.DialTimeout("tcp4", target, 10*time.Second)
 	if err != nil {
 		reset(c)
 		return
 	}
 	splice(c, br, up.(*net.TCPConn), s.cfg.IdleTimeout)
+}
+
+// localAddrPort is the address and port a connection was accepted on.
+func localAddrPort(c *net.TCPConn) netip.AddrPort {
+	ap, err := netip.ParseAddrPort(c.LocalAddr().String())
+	if err != nil {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // underlyingTCP is the TCP connection under a listener's wrapper.

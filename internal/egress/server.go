@@ -125,6 +125,9 @@ type Server struct {
 	records map[string]*record
 	names   map[string]cached // name -> addresses the upstream gave
 
+	preview Preview    // under mu
+	addr    netip.Addr // where the server listens: the sandboxes' gateway
+
 	proxyLn net.Listener
 	dnsUDP  *dns.Server
 	dnsTCP  *dns.Server
@@ -186,6 +189,9 @@ func (s *Server) Listen(addr netip.Addr) (Ports, error) {
 	}
 	// A sandbox has one address on the network, so the per-source bound is
 	// the per-sandbox one.
+	s.mu.Lock()
+	s.addr = addr
+	s.mu.Unlock()
 	s.proxyLn = httpguard.LimitListener(ln, "egress proxy", httpguard.ConnLimits{Total: s.cfg.MaxConns, PerSource: s.cfg.MaxConnsPerSandbox}, s.log)
 	h := dns.HandlerFunc(s.serveDNS)
 	s.dnsUDP = &dns.Server{PacketConn: pc, Handler: h}
@@ -370,6 +376,19 @@ func (s *Server) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 	name := canonical(qq.Name)
 	if r.Learn {
 		s.learn(r.SandboxID, name)
+	}
+	if addr, ok := s.previewAddr(name); ok {
+		// The daemon's own preview hosts lead to the daemon, whatever the
+		// public DNS says: a sandbox reaches another's public port as
+		// anyone would, through the preview proxy, with its rules applied
+		// on the way (see handle).
+		reply.SetReply(q)
+		reply.Authoritative = true
+		if qq.Qtype == dns.TypeA {
+			reply.Answer = append(reply.Answer, &dns.A{Hdr: dns.RR_Header{Name: qq.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: addr.AsSlice()})
+		}
+		_ = w.WriteMsg(reply)
+		return
 	}
 	if ok, why := r.resolvable(name); !ok {
 		s.deny(Denial{SandboxID: r.SandboxID, Kind: KindDNS, Name: name, Reason: why})

@@ -3,6 +3,7 @@ package egress
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -62,6 +63,11 @@ func NormalizeRules(rules map[string][]sandpit.NetworkRule) (map[string][]sandpi
 	}
 	out := make(map[string][]sandpit.NetworkRule, len(rules))
 	for host, list := range rules {
+		// A port in the key (E2B's getHost gives host:port when the
+		// domain has one) is dropped: a rule is the host's on every port.
+		if h, port, err := net.SplitHostPort(host); err == nil && port != "" && strings.Trim(port, "0123456789") == "" {
+			host = h
+		}
 		h, err := NormalizeDomain(host)
 		if err != nil {
 			return nil, fmt.Errorf("network rules: %w (a rule's key is a host name or \"*.example.com\")", err)

@@ -80,7 +80,7 @@ func (f *Firewall) Ensure(ctx context.Context) error {
 	}
 	var intercept string
 	if ic := f.cfg.Intercept; ic != nil {
-		intercept = fmt.Sprintf("%s proxy %d dns %d", ic.Addr, ic.ProxyPort, ic.DNSPort)
+		intercept = fmt.Sprintf("%s proxy %d dns %d preview %d", ic.Addr, ic.ProxyPort, ic.DNSPort, ic.PreviewPort)
 	}
 	f.log.Info("firewall ready", "network", f.cfg.Network, "bridge", f.cfg.Bridge, "egress", f.cfg.Egress, "chains", f.prefix+"*",
 		"host_addrs", f.cfg.HostAddrs, "intercept", intercept, "ipv6_rules", f.ipv6, "other_daemons", len(others))

@@ -115,6 +115,11 @@ type Intercept struct {
 	// DNSPort is the DNS server's port, on UDP and TCP alike; port 53 goes
 	// there.
 	DNSPort int
+	// PreviewPort, when set, is the daemon's preview proxy port: TCP to it
+	// on Addr goes to the egress proxy too, which the sandbox's DNS sent
+	// there for a preview host (a preview domain with a port in it, as in
+	// a drop-in E2B_DOMAIN), so that rules apply to it as to 443.
+	PreviewPort int
 }
 
 // PortRange is an inclusive range of host ports sandboxes may connect to on

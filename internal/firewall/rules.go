@@ -197,11 +197,15 @@ func (f *Firewall) NATRules(sandboxID string, ip netip.Addr, p Policy) []string 
 	mark := " -m comment --comment " + f.Comment(sandboxID)
 	proxy := " -j DNAT --to-destination " + netip.AddrPortFrom(ic.Addr, uint16(ic.ProxyPort)).String()
 	dns := " -j DNAT --to-destination " + netip.AddrPortFrom(ic.Addr, uint16(ic.DNSPort)).String()
-	return []string{
+	out := []string{
 		head + " -p tcp -m multiport --dports 80,443" + mark + proxy,
 		head + " -p udp --dport 53" + mark + dns,
 		head + " -p tcp --dport 53" + mark + dns,
 	}
+	if pp := ic.PreviewPort; pp > 0 && pp != 80 && pp != 443 {
+		out = append(out, head+" -d "+ic.Addr.String()+"/32 -p tcp --dport "+strconv.Itoa(pp)+mark+proxy)
+	}
+	return out
 }
 
 func (f *Firewall) dispatchRule(sandboxID string, ip netip.Addr) string {

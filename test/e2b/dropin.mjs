@@ -25,6 +25,7 @@ import assert from 'node:assert/strict'
 import { setup, teardown, startDaemon } from './helpers.mjs'
 
 export const dropInDomain = 'sandpit.test'
+export const baseImage = process.env.SANDPIT_BASE_IMAGE_REF || 'sandpit/base:latest'
 export const isChild = process.env.SANDPIT_DROPIN_CHILD === '1'
 
 // runDropIn is the parent's side: it starts a daemon in the drop-in
@@ -33,7 +34,9 @@ export const isChild = process.env.SANDPIT_DROPIN_CHILD === '1'
 export async function runDropIn(file) {
   await setup()
   try {
-    const d = await startDaemon({ name: 'dropin', args: ['--tls', 'internal', '--domain', dropInDomain] })
+    // The realistic image (curl, python3) is the template `debian`, for
+    // the tests that need a real client or server inside a sandbox.
+    const d = await startDaemon({ name: 'dropin', args: ['--tls', 'internal', '--domain', dropInDomain, '--template', `debian=${baseImage}`] })
     const env = { ...process.env }
     for (const k of Object.keys(env)) if (k.startsWith('E2B_') || k.startsWith('NODE_TEST')) delete env[k]
     Object.assign(env, {

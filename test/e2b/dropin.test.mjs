@@ -81,6 +81,49 @@ function cases() {
     }
   })
 
+  // E2B's own "firewall transform injects headers": a sidecar serves
+  // go-httpbin's /headers shape on 8080; a sandbox whose network.rules set
+  // a header for the sidecar's getHost(8080) curls it over https, by name,
+  // and the header arrives. The sandbox's DNS answers the preview host with
+  // the daemon, the egress proxy intercepts with the daemon's CA (which the
+  // sandbox trusts) and hands the request to the preview proxy, verified
+  // against the internal CA.
+  test('a rule\'s transform reaches another sandbox\'s preview host by name over https', async () => {
+    const sidecar = await Sandbox.create('debian', uniq('sidecar'))
+    const token = `tok-${randomBytes(8).toString('hex')}`
+    let sbx
+    try {
+      await sidecar.files.write('/tmp/headers.py', [
+        'import http.server, json',
+        'class H(http.server.BaseHTTPRequestHandler):',
+        '    def do_GET(self):',
+        '        out = {}',
+        '        for k, v in self.headers.items():',
+        '            out.setdefault(k, []).append(v)',
+        '        b = json.dumps({"headers": out}).encode()',
+        '        self.send_response(200)',
+        '        self.send_header("Content-Type", "application/json")',
+        '        self.send_header("Content-Length", str(len(b)))',
+        '        self.end_headers()',
+        '        self.wfile.write(b)',
+        'http.server.ThreadingHTTPServer(("0.0.0.0", 8080), H).serve_forever()',
+      ].join('\n'))
+      await sidecar.commands.run('python3 /tmp/headers.py', { background: true })
+      const host = sidecar.getHost(8080)
+      await until('the sidecar answers', async () => {
+        const r = await fetch(`https://${host}/headers`).catch((e) => e)
+        return r.status === 200 ? null : String(r.status ?? r)
+      })
+      sbx = await Sandbox.create('debian', { ...uniq('transform'), network: { rules: { [host]: [{ transform: { headers: { 'X-Test-Token': token } } }] } } })
+      const r = await sbx.commands.run(`curl -sS --max-time 20 https://${host}/headers`)
+      const headers = JSON.parse(r.stdout).headers
+      assert.deepEqual(headers['X-Test-Token'], [token], r.stdout)
+    } finally {
+      await sbx?.kill()
+      await sidecar.kill()
+    }
+  })
+
   test('Secret API with E2B_DOMAIN only: create, list, getInfo, destroy; the value in no answer', async () => {
     const name = `dropin-${randomBytes(4).toString('hex')}`
     const value = `v-${randomBytes(12).toString('hex')}`
