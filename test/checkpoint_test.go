@@ -1,0 +1,163 @@
+package sandpit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandpit-dev/sandpit/client"
+	"github.com/sandpit-dev/sandpit/internal/testenv/testkit"
+	"github.com/sandpit-dev/sandpit/test/harness"
+)
+
+// checkpointRuntime is the runtime scripts/ensure-runsc-checkpoint.sh
+// registers: a runsc that can checkpoint Sandpit's sandboxes.
+const checkpointRuntime = "runsc-ckpt"
+
+// startCounter runs a shell loop that holds a counter in a shell variable
+// only, and writes it to /tmp/count on every tick so the test can read it.
+// A sandbox booted anew would have no such loop (the file would stand
+// still), and one whose loop started again would count from 1.
+func startCounter(t *testing.T, ctx context.Context, c *client.Client, id string) {
+	t.Helper()
+	sh(t, ctx, c, id, "(i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 &")
+}
+
+// readCount reads the counter, retrying while the file is being written
+// (it is empty for a moment on every tick).
+func readCount(t *testing.T, ctx context.Context, c *client.Client, id string) int {
+	t.Helper()
+	var n int
+	testkit.Eventually(t, 30*time.Second, "the counter of "+id, func() error {
+		res, err := c.Exec(ctx, id, client.ExecRequest{Cmd: "cat", Args: []string{"/tmp/count"}, TimeoutS: 30})
+		if err != nil {
+			return err
+		}
+		n, err = strconv.Atoi(strings.TrimSpace(res.Stdout))
+		return err
+	})
+	return n
+}
+
+// countPast waits until the counter is past n.
+func countPast(t *testing.T, ctx context.Context, c *client.Client, id string, n int) int {
+	t.Helper()
+	var got int
+	testkit.Eventually(t, 60*time.Second, fmt.Sprintf("the counter of %s past %d", id, n), func() error {
+		if got = readCount(t, ctx, c, id); got <= n {
+			return fmt.Errorf("counter at %d", got)
+		}
+		return nil
+	})
+	return got
+}
+
+// TestCheckpointPause: under the runsc-ckpt runtime a memory pause writes
+// the sandbox's processes into the data directory and stops its container;
+// the pause outlives a SIGKILL of the daemon; the resume restores the
+// processes, so a counter held only in memory goes on from where it was and
+// a server answers again through its preview URL; a delete removes the
+// checkpoint. GET /v1/status says that this runtime checkpoints, and that
+// runc freezes.
+func TestCheckpointPause(t *testing.T) {
+	harness.RequireRuntime(t, checkpointRuntime)
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--oci-runtime", checkpointRuntime}})
+	c := d.Client()
+	ctx := ctxFor(t, 5*time.Minute)
+
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pause.Runtime != checkpointRuntime || st.Pause.Memory != "checkpoint" {
+		t.Fatalf("status pause %+v, want %s checkpoint", st.Pause, checkpointRuntime)
+	}
+
+	id := newSandbox(t, ctx, c)
+	startCounter(t, ctx, c, id)
+	startHTTPD(t, ctx, c, id, 8080, "restored")
+	p, err := c.ExposePort(ctx, id, 8080, "http")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "the preview before the pause", func() error {
+		return servesPage(ctx, d, p.PublicURL, "restored")
+	})
+	before := countPast(t, ctx, c, id, 20)
+
+	sb, err := c.Pause(ctx, id, "memory")
+	if err != nil || sb.State != "paused" || sb.PauseMode != "memory" {
+		t.Fatalf("pause: %+v %v", sb, err)
+	}
+	if st := engineState(t, id); st != "exited" {
+		t.Fatalf("container of a checkpointed pause is %s, want exited", st)
+	}
+	ckpt := filepath.Join(d.DataDir, "checkpoints", id)
+	if fi, err := os.Stat(ckpt); err != nil || !fi.IsDir() {
+		t.Fatalf("checkpoint %s: %v", ckpt, err)
+	}
+	if status, _, err := proxyGet(ctx, d, p.PublicURL); err == nil && status == http.StatusOK {
+		t.Fatal("the preview answered while the sandbox was paused")
+	}
+
+	d.Kill()
+	d.Restart(nil)
+	wantPaused(t, ctx, c, id, "memory", "")
+	if st := engineState(t, id); st != "exited" {
+		t.Fatalf("container after the daemon's restart is %s, want exited", st)
+	}
+	d.CheckConsistent(t)
+
+	sb, err = c.Resume(ctx, id)
+	if err != nil || sb.State != "running" {
+		t.Fatalf("resume: %+v %v", sb, err)
+	}
+	// The routes are back when the resume answers: no wait.
+	if err := servesPage(ctx, d, p.PublicURL, "restored"); err != nil {
+		t.Fatalf("preview right after the resume: %v", err)
+	}
+	if after := readCount(t, ctx, c, id); after < before {
+		t.Fatalf("counter %d after the resume, %d before the pause: the processes were not restored", after, before)
+	}
+	countPast(t, ctx, c, id, before+10)
+	if _, err := os.Stat(ckpt); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("checkpoint after the resume: %v, want it gone", err)
+	}
+
+	// A second checkpoint of the restored sandbox, removed by the delete.
+	if _, err := c.Pause(ctx, id, "memory"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ckpt); err != nil {
+		t.Fatalf("second checkpoint: %v", err)
+	}
+	if err := c.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ckpt); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("checkpoint after the delete: %v, want it gone", err)
+	}
+	d.CheckConsistent(t)
+}
+
+// TestPauseKindInStatus: under runc GET /v1/status says a memory pause
+// freezes, and why it cannot checkpoint.
+func TestPauseKindInStatus(t *testing.T) {
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{})
+	st, err := d.Client().Status(ctxFor(t, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pause.Memory != "freezer" || st.Pause.Why == "" {
+		t.Fatalf("status pause under runc %+v, want freezer with a reason", st.Pause)
+	}
+}
