@@ -12,9 +12,14 @@
 # version (SANDPIT_CACHE_DIR moves the cache; default /var/cache/sandpit when
 # writable, else ~/.cache/sandpit).
 #
-# The runtime is registered with --platform=ptrace only (no KVM here), so
-# gVisor runs its own network stack inside the namespace Docker makes:
-# runsc cannot checkpoint host-network sockets. It runs through the wrapper
+# The runtime is registered with --platform=ptrace (no KVM here) and without
+# --network=host, so gVisor runs its own network stack inside the namespace
+# Docker makes: runsc cannot checkpoint host-network sockets. --overlay2=none:
+# this runsc's default (root:self) keeps what a sandbox writes to its root
+# filesystem in a file of its own that a new sandbox does not read, so a stop
+# and start (a filesystem pause, a restart) would lose every file, and a
+# snapshot (docker commit) would not see them; with none the writes go to the
+# container's overlayfs layer on the host, as under runc. It runs through the wrapper
 # scripts/runsc-ckpt, installed as /usr/local/libexec/sandpit/runsc-ckpt,
 # which turns the engine's start into a restore when the daemon has left a
 # marker: see that file.
@@ -69,7 +74,7 @@ sed "s|^RUNSC=.*|RUNSC=$RUNSC|" "$here/runsc-ckpt" >"$tmpw"
 chmod 0755 "$tmpw"
 mv "$tmpw" "$WRAPPER"
 
-want=$(jq -nc --arg p "$WRAPPER" '{path: $p, runtimeArgs: ["--platform=ptrace"]}')
+want=$(jq -nc --arg p "$WRAPPER" '{path: $p, runtimeArgs: ["--platform=ptrace", "--overlay2=none"]}')
 mkdir -p "$(dirname "$CONF")"
 [[ -s "$CONF" ]] || echo '{}' >"$CONF"
 have=$(jq -c --arg n "$NAME" '.runtimes[$n] // empty' "$CONF")
@@ -84,10 +89,10 @@ if [[ "$have" != "$want" ]]; then
 fi
 
 # The engine's view must match the file: a runtime re-registered with
-# another path is reloaded too, not only a missing one.
+# another path or other arguments is reloaded too, not only a missing one.
 registered() {
 	docker info --format '{{json .Runtimes}}' 2>/dev/null |
-		jq -e --arg n "$NAME" --arg w "$WRAPPER" 'has($n) and .[$n].path == $w' >/dev/null
+		jq -e --arg n "$NAME" --argjson r "$want" 'has($n) and .[$n].path == $r.path and .[$n].runtimeArgs == $r.runtimeArgs' >/dev/null
 }
 if ((changed)) || ! registered; then
 	pid=$(pidof dockerd || true)

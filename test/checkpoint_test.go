@@ -63,8 +63,8 @@ func countPast(t *testing.T, ctx context.Context, c *client.Client, id string, n
 // the sandbox's processes into the data directory and stops its container;
 // the pause outlives a SIGKILL of the daemon; the resume restores the
 // processes, so a counter held only in memory goes on from where it was and
-// a server answers again through its preview URL; a delete removes the
-// checkpoint. GET /v1/status says that this runtime checkpoints, and that
+// a server answers again through its preview URL; files are kept across
+// both kinds of pause; a delete removes the checkpoint. GET /v1/status says that this runtime checkpoints, and that
 // runc freezes.
 func TestCheckpointPause(t *testing.T) {
 	harness.RequireRuntime(t, checkpointRuntime)
@@ -82,6 +82,7 @@ func TestCheckpointPause(t *testing.T) {
 	}
 
 	id := newSandbox(t, ctx, c)
+	sh(t, ctx, c, id, "echo kept > /root/kept")
 	startCounter(t, ctx, c, id)
 	startHTTPD(t, ctx, c, id, 8080, "restored")
 	p, err := c.ExposePort(ctx, id, 8080, "http")
@@ -128,11 +129,27 @@ func TestCheckpointPause(t *testing.T) {
 		t.Fatalf("counter %d after the resume, %d before the pause: the processes were not restored", after, before)
 	}
 	countPast(t, ctx, c, id, before+10)
+	if got := readFileIn(t, ctx, c, id, "/root/kept"); got != "kept\n" {
+		t.Fatalf("file after the resume: %q", got)
+	}
 	if _, err := os.Stat(ckpt); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("checkpoint after the resume: %v, want it gone", err)
 	}
 
-	// A second checkpoint of the restored sandbox, removed by the delete.
+	// A filesystem pause under this runtime keeps the files too: the
+	// runtime writes them to the container's layer on the host, not to a
+	// store of gVisor's own that a new sandbox does not read.
+	if _, err := c.Pause(ctx, id, "filesystem"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFileIn(t, ctx, c, id, "/root/kept"); got != "kept\n" {
+		t.Fatalf("file after a filesystem pause: %q", got)
+	}
+
+	// A second checkpoint, removed by the delete.
 	if _, err := c.Pause(ctx, id, "memory"); err != nil {
 		t.Fatal(err)
 	}
