@@ -178,3 +178,82 @@ func TestPauseKindInStatus(t *testing.T) {
 		t.Fatalf("status pause under runc %+v, want freezer with a reason", st.Pause)
 	}
 }
+
+// TestCheckpointCrashPoints kills the daemon at each step of a checkpointed
+// pause and of its resume. After the restart the sandbox is running or
+// paused, never lost: a checkpoint not yet complete is dropped and the
+// sandbox runs again (booted anew, with its files); a complete one is kept
+// as a memory pause whose resume restores the processes; a restore whose
+// row was not written yet is recorded as resumed. A retry with the same key
+// finishes the call.
+func TestCheckpointCrashPoints(t *testing.T) {
+	harness.RequireRuntime(t, checkpointRuntime)
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--oci-runtime", checkpointRuntime}})
+	c := d.Client()
+	ctx := ctxFor(t, 6*time.Minute)
+	id := newSandbox(t, ctx, c)
+	sh(t, ctx, c, id, "echo kept > /root/kept")
+	ckpt := filepath.Join(d.DataDir, "checkpoints", id)
+	crashAt := func(point, path, key string) {
+		t.Helper()
+		d.Stop()
+		d.Restart([]string{"SANDPIT_TEST_CRASH_POINT=" + point})
+		a, err := keyed(ctx, d, http.MethodPost, "/v1/sandboxes/"+id+path, `{"mode":"memory"}`, key)
+		if !d.Wait(60 * time.Second) {
+			t.Fatalf("daemon did not exit at %s: answered %d %s %v", point, a.Status, a.Body, err)
+		}
+		d.Restart(nil)
+	}
+	consistent := func() {
+		t.Helper()
+		testkit.Eventually(t, 30*time.Second, "consistent", func() error {
+			if v, err := d.Inconsistencies(ctx); err != nil || len(v) > 0 {
+				return fmt.Errorf("%v %v", v, err)
+			}
+			return nil
+		})
+	}
+
+	// The checkpoint is written but not complete: it goes, and the
+	// sandbox runs again.
+	crashAt("after-checkpoint-write", "/pause", "pause-1")
+	wantState(t, ctx, c, id, "running", "")
+	consistent()
+	for _, p := range []string{ckpt, ckpt + ".partial"} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s after the restart: %v, want it gone", p, err)
+		}
+	}
+	if got := readFileIn(t, ctx, c, id, "/root/kept"); got != "kept\n" {
+		t.Fatalf("file after the interrupted checkpoint: %q", got)
+	}
+
+	// The checkpoint is complete, the row still says running: the
+	// restart records the memory pause, and the resume restores it.
+	startCounter(t, ctx, c, id)
+	before := countPast(t, ctx, c, id, 20)
+	crashAt("after-checkpoint", "/pause", "pause-2")
+	wantPaused(t, ctx, c, id, "memory", "")
+	consistent()
+	if a := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes/"+id+"/pause", `{"mode":"memory"}`, "pause-2"); a.Status != http.StatusOK {
+		t.Fatalf("retried pause: %d %s", a.Status, a.Body)
+	}
+
+	// The restore ran, the row still says paused: the restart records
+	// the resume, and the processes go on.
+	crashAt("after-resume-start", "/resume", "resume-1")
+	wantState(t, ctx, c, id, "running", "")
+	consistent()
+	if a := mustKeyed(t, ctx, d, http.MethodPost, "/v1/sandboxes/"+id+"/resume", `{"mode":"memory"}`, "resume-1"); a.Status != http.StatusOK {
+		t.Fatalf("retried resume: %d %s", a.Status, a.Body)
+	}
+	if after := readCount(t, ctx, c, id); after < before {
+		t.Fatalf("counter %d after the interrupted resume, %d before: the processes were not restored", after, before)
+	}
+	countPast(t, ctx, c, id, before+10)
+	if _, err := os.Stat(ckpt); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("checkpoint after the resume: %v, want it gone", err)
+	}
+	d.CheckConsistent(t)
+}
