@@ -257,3 +257,37 @@ func TestCheckpointCrashPoints(t *testing.T) {
 	}
 	d.CheckConsistent(t)
 }
+
+// TestCheckpointAutoPauseAndWake: under runsc-ckpt the sweeper's pause at
+// the deadline (on_timeout pause, keep_memory, as E2B's default) is a
+// checkpoint, and a request to the sandbox's preview URL (auto_resume)
+// restores it and is answered by the server that was running.
+func TestCheckpointAutoPauseAndWake(t *testing.T) {
+	harness.RequireRuntime(t, checkpointRuntime)
+	t.Parallel()
+	d := harness.Start(t, sandpitBin, harness.Options{Args: []string{"--oci-runtime", checkpointRuntime}})
+	c := d.Client()
+	ctx := ctxFor(t, 4*time.Minute)
+	sb, err := c.Create(ctx, client.CreateRequest{TimeoutS: 10, Lifecycle: &client.Lifecycle{OnTimeout: "pause", KeepMemory: true, AutoResume: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startHTTPD(t, ctx, c, sb.ID, 8080, "woken")
+	p, err := c.ExposePort(ctx, sb.ID, 8080, "http")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPaused(t, ctx, c, sb.ID, "memory", "timeout")
+	if _, err := os.Stat(filepath.Join(d.DataDir, "checkpoints", sb.ID)); err != nil {
+		t.Fatalf("checkpoint of the auto-pause: %v", err)
+	}
+	if st := engineState(t, sb.ID); st != "exited" {
+		t.Fatalf("container of the auto-paused sandbox is %s, want exited", st)
+	}
+	// The first request wakes it: the httpd that was running answers.
+	if err := servesPage(ctx, d, p.PublicURL, "woken"); err != nil {
+		t.Fatalf("preview of the auto-paused sandbox: %v", err)
+	}
+	wantState(t, ctx, c, sb.ID, "running", "")
+	d.CheckConsistent(t)
+}
