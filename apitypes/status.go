@@ -10,6 +10,7 @@ type Status struct {
 	Pool    PoolStatus    `json:"pool"`
 	Cluster ClusterStatus `json:"cluster"`
 	Disk    DiskStatus    `json:"disk"`
+	Pause   PauseStatus   `json:"pause"`
 	// AwaitedTemplates are the daemon's templates whose image is not built
 	// yet (name -> image): served as soon as it is.
 	AwaitedTemplates map[string]string `json:"awaited_templates,omitempty"`
@@ -29,6 +30,18 @@ type DiskStatus struct {
 	Mode        string `json:"mode"`
 	Enforceable bool   `json:"enforceable"`
 	Warning     string `json:"warning,omitempty"`
+}
+
+// PauseStatus says what a memory pause does under the daemon's OCI runtime:
+// Memory is "checkpoint" (the processes are written to the data directory
+// and the container stops, so the sandbox holds no memory while paused,
+// and the pause outlives engine restarts) or "freezer" (the processes are
+// frozen in place and keep their memory). Why says, for the freezer, why
+// the runtime cannot checkpoint.
+type PauseStatus struct {
+	Runtime string `json:"runtime"`
+	Memory  string `json:"memory"`
+	Why     string `json:"why,omitempty"`
 }
 
 // EngineStatus is the container engine's answer to a ping.

@@ -24,6 +24,13 @@ const (
 	// AfterResumeStart: the resume of a filesystem pause started the
 	// container, and the store still says paused.
 	AfterResumeStart = "after-resume-start"
+	// AfterCheckpointWrite: runsc wrote a memory pause's checkpoint into
+	// its .partial directory (the container exited), which is not yet
+	// named complete, and the store still says running.
+	AfterCheckpointWrite = "after-checkpoint-write"
+	// AfterCheckpoint: the checkpoint is complete (its directory has its
+	// final name), and the store still says running.
+	AfterCheckpoint = "after-checkpoint"
 	// AfterArchiveCommit: an archive committed the container's filesystem
 	// to an image, and the store does not know it yet.
 	AfterArchiveCommit = "after-archive-commit"

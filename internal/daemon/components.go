@@ -67,6 +67,11 @@ type daemon struct {
 	serving     context.Context
 	stopServing context.CancelFunc
 
+	// checkpoints writes memory-paused sandboxes to disk, when the runtime
+	// can (nil: the freezer); pause says which, for the status.
+	checkpoints driver.Checkpointer
+	pause       apitypes.PauseStatus
+
 	dk              *docker.Docker
 	rt              driver.Driver // dk, every call under a time limit
 	pool            []service.PoolSpec
@@ -217,7 +222,14 @@ func (d *daemon) sandboxDefaults(ctx context.Context) error {
 	if ok, err := dk.HasRuntime(ctx, cfg.OCIRuntime); err != nil {
 		return fmt.Errorf("docker: %w", err)
 	} else if !ok {
-		return fmt.Errorf("--oci-runtime %s: the Docker engine has no such runtime registered (see scripts/ensure-runsc.sh for gVisor)", cfg.OCIRuntime)
+		return fmt.Errorf("--oci-runtime %s: the Docker engine has no such runtime registered (see scripts/ensure-runsc.sh for gVisor, scripts/ensure-runsc-checkpoint.sh for gVisor with checkpoints)", cfg.OCIRuntime)
+	}
+	d.pause = apitypes.PauseStatus{Runtime: cfg.OCIRuntime, Memory: "freezer"}
+	if ck, err := dk.Checkpoints(ctx, cfg.OCIRuntime); err != nil {
+		d.pause.Why = err.Error()
+	} else {
+		d.checkpoints = ck
+		d.pause.Memory = "checkpoint"
 	}
 	// An operator's --default-image is the image of every surface, the
 	// Daytona facade's too.
@@ -586,6 +598,8 @@ func (d *daemon) newService(context.Context) error {
 		MaxSandboxes:         cfg.MaxSandboxes,
 		MaxConcurrentCreates: cfg.MaxConcurrentCreates,
 		Runtime:              cfg.OCIRuntime,
+		Checkpoints:          d.checkpoints,
+		CheckpointDir:        filepath.Join(cfg.DataDir, "checkpoints"),
 		Metrics:              d.mets,
 
 		PoolRefillConcurrency: cfg.PoolRefillConcurrency,
@@ -662,7 +676,7 @@ func (d *daemon) reconcile(ctx context.Context) error {
 	}
 	// The checkpoint probe runs a program that may take a moment; the
 	// start does not wait for its log line.
-	go probeCheckpoints(d.bg, d.log)
+	go probeCheckpoints(d.bg, d.log, d.pause)
 	// Volumes half made or half deleted by the previous process are
 	// settled before the API serves, so a retry of their create finds
 	// nothing half made.
@@ -763,6 +777,7 @@ func (d *daemon) statusSource() v1.StatusSource {
 		DataDir: d.st.Dir(), Disk: d.diskStatus,
 		PingEngine: d.dk.Ping, SandboxesByState: d.st.CountSandboxesByState, StoreStats: d.st.Stats,
 		AwaitedTemplates: d.svc.AwaitedTemplates,
+		Pause:            d.pause,
 	}
 	if d.svc.PoolEnabled() {
 		src.PoolReady = d.svc.PoolReady

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit"
+	"github.com/sandpit-dev/sandpit/apitypes"
 
 	"github.com/sandpit-dev/sandpit/internal/api/e2b"
 	"github.com/sandpit-dev/sandpit/internal/service"
@@ -65,17 +66,22 @@ func wakeOnPreview(svc *service.Service, log *slog.Logger, next http.Handler, re
 	})
 }
 
-// probeCheckpoints finds out, once at start, whether the engine host could
-// write a paused sandbox's memory to disk (CRIU), and logs the decision.
-// Sandpit does not checkpoint either way today: a memory pause is the
-// cgroup freezer, which outlives a daemon restart but not an engine
-// restart; the log line says so, so that an operator knows what a restart
-// of dockerd does to memory-paused sandboxes.
-func probeCheckpoints(ctx context.Context, log *slog.Logger) {
+// probeCheckpoints logs, once at start, what a memory pause does under the
+// daemon's runtime (pause: see Checkpoints in internal/driver/docker). Under
+// the freezer it also says whether the engine host has a working CRIU,
+// which runc would need to checkpoint: Sandpit does not use CRIU, and the
+// log line tells an operator what a restart of dockerd does to
+// memory-paused sandboxes.
+func probeCheckpoints(ctx context.Context, log *slog.Logger, pause apitypes.PauseStatus) {
+	if pause.Memory == "checkpoint" {
+		log.Info("pause: memory pauses write the sandbox's processes to the data directory and stop its container; they survive daemon and engine restarts",
+			"runtime", pause.Runtime)
+		return
+	}
 	path, err := exec.LookPath("criu")
 	if err != nil {
 		log.Info("pause: memory pauses use the freezer; they survive a daemon restart, and become filesystem pauses when the engine restarts",
-			"criu", "not installed")
+			"runtime", pause.Runtime, "checkpoint", pause.Why, "criu", "not installed")
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -86,7 +92,7 @@ func probeCheckpoints(ctx context.Context, log *slog.Logger) {
 		reason = "criu check failed: " + firstLine(string(out))
 	}
 	log.Info("pause: memory pauses use the freezer; they survive a daemon restart, and become filesystem pauses when the engine restarts",
-		"criu", reason)
+		"runtime", pause.Runtime, "checkpoint", pause.Why, "criu", reason)
 }
 
 func firstLine(s string) string {

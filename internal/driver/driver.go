@@ -154,3 +154,19 @@ type Driver interface {
 	// (0 leaves a limit as it is), for a pooled container a create adopts.
 	Update(ctx context.Context, containerID string, cpu float64, memoryMB int64) error
 }
+
+// Checkpointer writes a running container's processes to disk and has a
+// later start of that container restore them, memory, open files and
+// listening sockets included (gVisor's runsc with its own network stack).
+// A driver whose runtime cannot do this offers none; a memory pause then
+// freezes the processes in place.
+type Checkpointer interface {
+	// Checkpoint writes the container's processes into dir, an empty
+	// directory, and ends them: the container has exited when it returns,
+	// whether or not the checkpoint succeeded.
+	Checkpoint(ctx context.Context, containerID, dir string) error
+	// RestoreAtNextStart makes the next Start of the container restore
+	// the checkpoint in dir instead of booting the container; "" makes
+	// the next Start boot it.
+	RestoreAtNextStart(containerID, dir string) error
+}

@@ -136,6 +136,14 @@ func (s *Service) checkContainer(ctx context.Context, id string) error {
 		return nil // its container is stopped on purpose
 	case c.State == "running" || c.State == "paused" || c.State == "restarting":
 		return nil
+	case s.ckpt.has(id):
+		// The container exited because its processes were written to
+		// disk: a checkpointed memory pause (recorded, or about to be).
+		if sb.State == sandpit.StatePaused {
+			return nil
+		}
+		_, err := s.transition(ctx, change{typ: events.Paused, from: sb, state: sandpit.StatePaused, mode: sandpit.PauseMemory, reread: true})
+		return err
 	case sb.State == sandpit.StatePaused:
 		// A memory pause whose frozen processes went (the engine
 		// restarted under a running daemon): the files are left, and the

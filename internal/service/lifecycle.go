@@ -50,9 +50,19 @@ func (e *EngineError) Unwrap() error { return e.Err }
 // startAndAwait starts the container, learns its address, waits for the agent
 // and (re)installs the sandbox's routes, which point at that address. On
 // failure the container is stopped again, so a failed start never leaves a
-// running container under a row that says otherwise.
-func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error {
+// running container under a row that says otherwise. restored says that the
+// start restores a checkpoint (checkpoints.resume), whose agent and image
+// command were restored running, and are neither given their settings nor
+// started again.
+func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox, restored bool) error {
 	s.forgetIP(sb.ID)
+	if !restored {
+		// A marker a killed resume left would make this start restore a
+		// checkpoint nobody asked for.
+		if err := s.ckpt.clearMarker(sb.ContainerID); err != nil {
+			return runtimeErr("clear restore marker", err)
+		}
+	}
 	t0 := time.Now()
 	if err := s.rt.Start(ctx, sb.ContainerID); err != nil {
 		return runtimeErr("start container", err)
@@ -81,14 +91,17 @@ func (s *Service) startAndAwait(ctx context.Context, sb *sandpit.Sandbox) error 
 		if err := s.awaitAgent(ctx, sb, c.IP); err != nil {
 			return err
 		}
-		// An adopted pooled container's agent starts again with its pool
-		// token and no sandbox settings; they are given to it again first.
-		if err := s.pool.reinitAdopted(ctx, *sb, c.IP); err != nil {
-			return err
-		}
-		// What the image runs at start runs again: a stop ended it.
-		if err := s.startImage(ctx, *sb, false); err != nil {
-			return err
+		if !restored {
+			// An adopted pooled container's agent starts again with its
+			// pool token and no sandbox settings; they are given to it
+			// again first.
+			if err := s.pool.reinitAdopted(ctx, *sb, c.IP); err != nil {
+				return err
+			}
+			// What the image runs at start runs again: a stop ended it.
+			if err := s.startImage(ctx, *sb, false); err != nil {
+				return err
+			}
 		}
 		timing.Phase(ctx, "agent", t0)
 		s.mu.Lock()
@@ -347,6 +360,7 @@ func (s *Service) teardown(ctx context.Context, sb sandpit.Sandbox) error {
 	if sb.ArchiveImage != "" {
 		s.removeArchiveImages(ctx, sb.ID)
 	}
+	s.ckpt.drop(sb.ID)
 	return nil
 }
 
@@ -396,7 +410,8 @@ func (s *Service) stopLockedFor(ctx context.Context, sb sandpit.Sandbox, reason 
 	// that one under this sandbox's URL.
 	s.removeRoutes(ctx, id)
 	s.forgetIP(id)
-	if sb.State == sandpit.StatePaused && sb.PauseMode != sandpit.PauseFilesystem {
+	checkpointed := s.ckpt.has(id)
+	if sb.State == sandpit.StatePaused && sb.PauseMode != sandpit.PauseFilesystem && !checkpointed {
 		if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
 			return sb, runtimeErr("unpause", err)
 		}
@@ -409,6 +424,10 @@ func (s *Service) stopLockedFor(ctx context.Context, sb sandpit.Sandbox, reason 
 	}
 	s.removeFirewall(ctx, id)
 	after, err := s.transition(ctx, change{typ: events.Stopped, from: sb, state: sandpit.StateStopped, reason: reason, reread: true})
+	if checkpointed && err == nil {
+		// A stopped sandbox starts anew: its checkpoint is of no use.
+		s.ckpt.drop(id)
+	}
 	if err != nil || after.AutoDelete != 0 {
 		return after, err
 	}
@@ -480,7 +499,7 @@ func (s *Service) StartSandbox(ctx context.Context, id string) (_ sandpit.Sandbo
 			return sb, err
 		}
 	}
-	if err := s.startAndAwait(ctx, &sb); err != nil {
+	if err := s.startAndAwait(ctx, &sb, false); err != nil {
 		return sb, err
 	}
 	// The event names the state the sandbox was started from as stopped,
@@ -530,6 +549,9 @@ func (s *Service) pauseLocked(ctx context.Context, sb sandpit.Sandbox, mode sand
 		return sb, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, sb.State)
 	}
 	s.removeRoutes(ctx, id)
+	if mode == sandpit.PauseMemory && s.ckpt.enabled() {
+		return s.ckpt.pause(ctx, sb, reason)
+	}
 	if mode == sandpit.PauseMemory {
 		// The frozen container keeps its address (and its kernels), but
 		// no call may reach it from now on: one sent there would wait for
@@ -587,7 +609,7 @@ func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit
 		}
 	}
 	if sb.PauseMode == sandpit.PauseFilesystem {
-		if err := s.startAndAwait(ctx, &sb); err != nil {
+		if err := s.startAndAwait(ctx, &sb, false); err != nil {
 			return sb, err
 		}
 		// Dying here leaves a paused row over a running container, which
@@ -599,6 +621,9 @@ func (s *Service) resumeLocked(ctx context.Context, sb sandpit.Sandbox) (sandpit
 			return sb, err
 		}
 		return after, err
+	}
+	if s.ckpt.has(sb.ID) {
+		return s.ckpt.resume(ctx, sb)
 	}
 	if err := s.rt.Unpause(ctx, sb.ContainerID); err != nil {
 		return sb, runtimeErr("unpause", err)

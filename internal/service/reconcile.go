@@ -49,7 +49,10 @@ func (s *Service) Reconcile(ctx context.Context) error {
 //   - running row, paused container: the row becomes paused;
 //   - memory-paused row, exited container (the engine restarted, and the
 //     frozen processes with it): the row stays paused, as a filesystem
-//     pause with the reason memory lost;
+//     pause with the reason memory lost, unless the sandbox has a complete
+//     checkpoint, whose pause is kept as it is;
+//   - running row, exited container, complete checkpoint (a checkpointed
+//     pause died before its row): the row becomes memory-paused;
 //   - filesystem-paused row, exited container: nothing to do;
 //   - filesystem-paused row, running container (a resume died after its
 //     start): the row becomes running and the agent is awaited;
@@ -401,9 +404,20 @@ func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver
 		}
 	case sb.State == sandpit.StateRunning && c.State == "paused":
 		return false, s.reconciled(ctx, events.Paused, sb, sandpit.StatePaused, "")
+	case sb.State == sandpit.StateRunning && c.State != "running" && s.ckpt.has(sb.ID):
+		// A memory pause died after its checkpoint was complete and before
+		// the row said paused: the processes are on disk.
+		s.log.Warn("reconcile: finishing an interrupted checkpointed pause", "sandbox", sb.ID)
+		return false, s.reconciled(ctx, events.Paused, sb, sandpit.StatePaused, "")
 	case sb.State == sandpit.StateRunning && c.State != "running":
+		// A checkpoint that died before it was complete left its partial
+		// directory; the container starts again, booted anew.
+		s.ckpt.drop(sb.ID)
 		return true, nil
 	case sb.State == sandpit.StatePaused && c.State == "running":
+		// A resume from a checkpoint died after its start: the checkpoint
+		// was restored, and goes.
+		s.ckpt.drop(sb.ID)
 		if sb.PauseMode == sandpit.PauseFilesystem {
 			// A resume died after its start: the sandbox runs, and its
 			// agent is checked like any running sandbox's.
@@ -421,6 +435,9 @@ func (s *Service) reconcileOne(ctx context.Context, sb sandpit.Sandbox, c driver
 		}
 	case sb.State == sandpit.StatePaused && sb.PauseMode == sandpit.PauseFilesystem:
 		// A filesystem pause's container is stopped: nothing to do.
+	case sb.State == sandpit.StatePaused && s.ckpt.has(sb.ID):
+		// A checkpointed memory pause: its container is stopped on
+		// purpose, its processes are on disk.
 	case sb.State == sandpit.StatePaused && c.State != "paused":
 		// The frozen processes did not outlive the engine (a dockerd or
 		// host restart kills them): the filesystem is all that is left,
@@ -480,7 +497,7 @@ func (s *Service) restartOne(ctx context.Context, id string) {
 	if err != nil || sb.State != sandpit.StateRunning {
 		return
 	}
-	if err := s.startAndAwait(ctx, &sb); err != nil {
+	if err := s.startAndAwait(ctx, &sb, false); err != nil {
 		if ctx.Err() != nil {
 			// The daemon is shutting down, which is no fault of the
 			// sandbox: its row stays running and the next start retries.

@@ -544,7 +544,7 @@ func (s *Service) createCold(ctx context.Context, sb *sandpit.Sandbox, req Creat
 	}
 	timing.Phase(ctx, "engine", t0)
 	crashpoint.Hit(crashpoint.AfterContainerCreate)
-	return s.startAndAwait(ctx, sb)
+	return s.startAndAwait(ctx, sb, false)
 }
 
 // ErrCreateInProgress: a resumed create found its sandbox still being created

@@ -121,10 +121,16 @@ type Config struct {
 	MaxConcurrentCreates int
 	// Runtime is the OCI runtime containers run under ("" = the engine's
 	// default, runc).
-	Runtime    string
-	Domain     string // default "localhost"
-	ProxyPort  int    // port of the proxy, for URLs; 80 (443 with TLS) omits it
-	PublicHost string // host in tcp:// URLs; default 127.0.0.1
+	Runtime string
+	// Checkpoints, when set (a runtime that can checkpoint: runsc with
+	// its own network stack), makes a memory pause write the sandbox's
+	// processes into CheckpointDir and stop its container, instead of
+	// freezing them in place.
+	Checkpoints   driver.Checkpointer
+	CheckpointDir string
+	Domain        string // default "localhost"
+	ProxyPort     int    // port of the proxy, for URLs; 80 (443 with TLS) omits it
+	PublicHost    string // host in tcp:// URLs; default 127.0.0.1
 	// Domains is the policy on custom hostnames (reserved names, the
 	// suffixes owners may bind, the ownership proof).
 	Domains     DomainPolicy
@@ -264,6 +270,9 @@ type Service struct {
 
 	// pool is the warm pool, without specs when none is configured.
 	pool *warmPool
+	// ckpt is the memory pause that checkpoints (checkpoint.go); without
+	// a Checkpointer memory pauses freeze.
+	ckpt *checkpoints
 
 	// recreateFailing is, per sandbox this node fails to re-create, when
 	// its first failed attempt was; guarded by mu.
@@ -391,6 +400,7 @@ func New(cfg Config, st *store.Store, rt driver.Driver, rtr router.Router) *Serv
 		creates:         make(chan struct{}, cfg.MaxConcurrentCreates),
 	}
 	s.pool = newWarmPool(s, specs, cfg.PoolRefillConcurrency)
+	s.ckpt = &checkpoints{svc: s, log: s.log, ck: cfg.Checkpoints, dir: cfg.CheckpointDir}
 	if cfg.Cluster != nil {
 		s.cluster = &replicated{s: s, r: cfg.Cluster}
 	}

@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -143,6 +145,11 @@ func (d *Daemon) Inconsistencies(ctx context.Context) ([]string, error) {
 		}
 		if sb.State == "paused" && sb.PauseMode == "filesystem" {
 			// A filesystem pause keeps its container stopped.
+			engineState = "exited"
+		}
+		if sb.State == "paused" && sb.PauseMode == "memory" && d.checkpointed(sb.ID) {
+			// A checkpointed memory pause (runsc-ckpt) keeps its
+			// processes on disk and its container stopped.
 			engineState = "exited"
 		}
 		if sb.State != "error" && c.State != engineState {
@@ -317,6 +324,13 @@ func (d *Daemon) previewStatus(ctx context.Context, id string, port int) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// checkpointed reports whether the daemon's data directory holds a complete
+// checkpoint of the sandbox (internal/service/checkpoint.go).
+func (d *Daemon) checkpointed(id string) bool {
+	fi, err := os.Stat(filepath.Join(d.DataDir, "checkpoints", id))
+	return err == nil && fi.IsDir()
 }
 
 // CheckConsistent fails the test unless the store, the router, the TCP

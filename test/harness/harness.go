@@ -600,7 +600,8 @@ func (d *Daemon) RSSKiB(t testing.TB) int {
 
 // RequireRuntime skips the test when the Docker engine has no OCI runtime of
 // that name registered, except in CI, where .ci/run registers gVisor's runsc
-// (scripts/ensure-runsc.sh) and its absence is a failure.
+// (scripts/ensure-runsc.sh) and runsc-ckpt (scripts/ensure-runsc-checkpoint.sh)
+// and their absence is a failure.
 func RequireRuntime(t testing.TB, name string) {
 	t.Helper()
 	RequireDocker(t)
@@ -609,7 +610,15 @@ func RequireRuntime(t testing.TB, name string) {
 		return
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatalf("OCI runtime %s not registered with Docker in CI (scripts/ensure-runsc.sh): %v %s", name, err, out)
+		t.Fatalf("OCI runtime %s not registered with Docker in CI (%s): %v %s", name, ensureScript(name), err, out)
 	}
-	t.Skipf("OCI runtime %s not registered with Docker (run scripts/ensure-runsc.sh)", name)
+	t.Skipf("OCI runtime %s not registered with Docker (run %s)", name, ensureScript(name))
+}
+
+// ensureScript is the script that registers the runtime name.
+func ensureScript(name string) string {
+	if name == "runsc-ckpt" {
+		return "scripts/ensure-runsc-checkpoint.sh"
+	}
+	return "scripts/ensure-runsc.sh"
 }

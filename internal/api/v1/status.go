@@ -39,6 +39,8 @@ type StatusSource struct {
 	// AwaitedTemplates are the daemon's templates whose image is not built
 	// yet, with their builds' progress.
 	AwaitedTemplates func() map[string]service.AwaitedTemplate
+	// Pause says what a memory pause does under the daemon's runtime.
+	Pause apitypes.PauseStatus
 }
 
 // StatusHandler serves GET /v1/status to the admin: the version, the
@@ -69,6 +71,7 @@ func StatusHandler(auth *api.Auth, src StatusSource) http.Handler {
 			Store:   apitypes.StoreStatus{DataDir: src.DataDir, Sandboxes: map[string]int64{}},
 			Cluster: apitypes.ClusterStatus{Node: src.Node, Nodes: 1},
 			Disk:    src.Disk,
+			Pause:   src.Pause,
 		}
 		if src.Cluster != nil {
 			out.Cluster = src.Cluster()
