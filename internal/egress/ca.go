@@ -76,12 +76,21 @@ func LoadOrCreateCA(dir string, now func() time.Time) (*CA, error) {
 	return &CA{cert: cert, key: key, certPEM: certPEM, now: now, leaves: map[string]*tls.Certificate{}}, nil
 }
 
-func createCA(certPath, keyPath string, now func() time.Time) (*CA, error) {
+// newKey makes a P-256 key and a random serial for a certificate.
+func newKey() (*ecdsa.PrivateKey, *big.Int, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	if err != nil {
+		return nil, nil, err
+	}
+	return key, serial, nil
+}
+
+func createCA(certPath, keyPath string, now func() time.Time) (*CA, error) {
+	key, serial, err := newKey()
 	if err != nil {
 		return nil, err
 	}
@@ -137,11 +146,7 @@ func (c *CA) Leaf(name string) (*tls.Certificate, error) {
 	if l := c.leaves[name]; l != nil && l.Leaf.NotAfter.After(now.Add(time.Hour)) {
 		return l, nil
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	key, serial, err := newKey()
 	if err != nil {
 		return nil, err
 	}
