@@ -1,11 +1,15 @@
 // Daytona's computer use through the official SDK, unmodified, on a real
 // daemon and Docker: a sandbox from the `desktop` snapshot (images/desktop,
 // scripts/build-desktop-image.sh), sandbox.computerUse's start, status,
-// processes, screenshots (full, region, compressed), mouse, keyboard and
-// display, all served by the toolbox running the X11 tools in the sandbox.
+// processes, screenshots (full, region, compressed), mouse, keyboard,
+// display and recordings, all served by the toolbox running the X11 tools
+// and ffmpeg in the sandbox.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
 import { openSuite, closeSuite, proxyGet } from './daemon.mjs';
 import { desktopImage } from '../desktop-image.mjs';
 
@@ -163,8 +167,46 @@ test('noVNC answers on port 6080 through the preview proxy', { timeout: 60_000 }
   assert.match(res.body, /noVNC/);
 });
 
-test('recordings are refused with 501, saying what is served', { timeout: 60_000 }, async () => {
-  await assert.rejects(sb.computerUse.recording.list(), (e) => e.statusCode === 501 && /recordings/.test(e.message));
+test('recordings: start, list, stop, get, download a video with a duration, delete', { timeout: 180_000 }, async () => {
+  const started = await sb.computerUse.recording.start('demo run');
+  assert.equal(started.status, 'recording');
+  assert.match(started.fileName, new RegExp(`^${started.id}_demo run_\\d{8}_\\d{6}\\.mp4$`));
+  assert.ok(started.filePath.endsWith(`/.daytona/recordings/${started.fileName}`), started.filePath);
+  assert.ok((await sb.computerUse.recording.list()).recordings.some((r) => r.id === started.id && r.status === 'recording'));
+  for (let i = 0; i < 4; i++) {
+    await sb.computerUse.mouse.move(100 + 100 * i, 100 + 50 * i);
+    await sleep(500);
+  }
+  const stopped = await sb.computerUse.recording.stop(started.id);
+  assert.equal(stopped.status, 'completed');
+  assert.ok(stopped.durationSeconds >= 1.5, `duration ${stopped.durationSeconds}`);
+  assert.ok(stopped.sizeBytes > 0);
+  assert.deepEqual(await sb.computerUse.recording.get(started.id), stopped);
+  await assert.rejects(sb.computerUse.recording.stop(started.id), (e) => e.statusCode === 400);
+
+  const local = join(mkdtempSync(join(tmpdir(), 'sandpit-rec-')), 'rec.mp4');
+  await sb.computerUse.recording.download(started.id, local);
+  const bytes = readFileSync(local);
+  assert.equal(bytes.length, stopped.sizeBytes);
+  assert.equal(bytes.subarray(4, 8).toString('latin1'), 'ftyp', 'an MP4 file');
+  // ffprobe (in the image) reads it as an H.264 video with a duration.
+  await sb.fs.uploadFile(bytes, '/tmp/downloaded.mp4');
+  const probe = await sb.process.executeCommand('ffprobe -v error -show_entries format=duration:stream=codec_name,width,height -of json /tmp/downloaded.mp4');
+  assert.equal(probe.exitCode, 0, probe.result);
+  const info = JSON.parse(probe.result);
+  assert.equal(info.streams[0].codec_name, 'h264');
+  assert.equal(info.streams[0].width, 1024);
+  assert.ok(Number(info.format.duration) > 1, info.format.duration);
+  rmSync(dirname(local), { recursive: true, force: true });
+
+  await sb.computerUse.recording.delete(started.id);
+  await assert.rejects(sb.computerUse.recording.get(started.id), (e) => e.statusCode === 404);
+  assert.ok(!(await sb.computerUse.recording.list()).recordings.some((r) => r.id === started.id));
+  await assert.rejects(sb.computerUse.recording.start('../escape'), (e) => e.statusCode === 400);
+});
+
+test('the accessibility tree is refused with 501, saying what is served', { timeout: 60_000 }, async () => {
+  await assert.rejects(sb.computerUse.accessibility.getTree(), (e) => e.statusCode === 501 && /accessibility/.test(e.message));
 });
 
 test('restartProcess, then stop: everything ends and input is refused until the next start', { timeout: 180_000 }, async () => {

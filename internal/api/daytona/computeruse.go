@@ -748,7 +748,7 @@ func (h *toolboxAPI) cuWindows(w http.ResponseWriter, r *http.Request, c *sandbo
 // cuNotServed answers the computer-use calls Sandpit does not serve yet.
 func cuNotServed(what string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, r, notImplemented("computer use: "+what+" are not served by Sandpit yet; screenshots, the pointer, the keyboard and the display are"))
+		WriteError(w, r, notImplemented("computer use: "+what+" is not served by Sandpit yet; screenshots, recordings, the pointer, the keyboard and the display are"))
 	}
 }
 
@@ -781,10 +781,12 @@ func (h *Handler) computerUseRoutes(route func(pattern string, action sandpit.Ac
 	route("POST "+p+"/keyboard/hotkey", sandpit.ActionExecute, t.cuHandler(t.cuKeyboard("hotkey")))
 	route("GET "+p+"/display/info", sandpit.ActionReadFiles, t.cuHandler(t.cuDisplayInfo))
 	route("GET "+p+"/display/windows", sandpit.ActionReadFiles, t.cuHandler(t.cuWindows))
-	for _, pat := range []string{"POST " + p + "/recordings/start", "POST " + p + "/recordings/stop", "GET " + p + "/recordings",
-		"GET " + p + "/recordings/{recordingId}", "GET " + p + "/recordings/{recordingId}/download", "DELETE " + p + "/recordings/{recordingId}"} {
-		route(pat, sandpit.ActionRead, cuNotServed("recordings"))
-	}
+	route("POST "+p+"/recordings/start", sandpit.ActionExecute, t.cuHandler(t.cuRecStart))
+	route("POST "+p+"/recordings/stop", sandpit.ActionExecute, t.cuHandler(t.cuRecStop))
+	route("GET "+p+"/recordings", sandpit.ActionReadFiles, t.cuHandler(t.cuRecList))
+	route("GET "+p+"/recordings/{recordingId}", sandpit.ActionReadFiles, t.cuHandler(t.cuRecGet))
+	route("GET "+p+"/recordings/{recordingId}/download", sandpit.ActionReadFiles, t.cuHandler(t.cuRecDownload))
+	route("DELETE "+p+"/recordings/{recordingId}", sandpit.ActionExecute, t.cuHandler(t.cuRecDelete))
 	for _, pat := range []string{"GET " + p + "/a11y/tree", "POST " + p + "/a11y/find", "POST " + p + "/a11y/node/focus",
 		"POST " + p + "/a11y/node/invoke", "POST " + p + "/a11y/node/value"} {
 		route(pat, sandpit.ActionRead, cuNotServed("the accessibility tree"))
