@@ -16,12 +16,21 @@ import { test, before } from 'node:test'
 import assert from 'node:assert/strict'
 import tls from 'node:tls'
 import { randomBytes } from 'node:crypto'
+import { existsSync, mkdirSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import puppeteer from 'puppeteer-core'
 import { Sandbox } from '@e2b/desktop'
 import { dropInSuite, isChild } from './dropin.mjs'
 import { sleep, runId } from './helpers.mjs'
 import { desktopImage } from '../desktop-image.mjs'
 
 const T = 600_000
+// The stream is watched in Debian's Chromium, as test/ui drives it, and its
+// screenshot kept as an artefact (SANDPIT_ARTIFACTS, default
+// test/e2b/artifacts).
+const chromium = process.env.CHROMIUM || ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find(existsSync)
+const artifacts = process.env.SANDPIT_ARTIFACTS || join(dirname(fileURLToPath(import.meta.url)), 'artifacts')
 
 if (!isChild) before(desktopImage, { timeout: 3_600_000 })
 
@@ -252,6 +261,55 @@ function cases() {
       const left = [await count(sbx, 'x11vnc'), await listeners(sbx, 6080)]
       return left[0] + left[1] === 0 ? null : `x11vnc ${left[0]}, port 6080 listened on ${left[1]} times`
     }, 20_000)
+  })
+
+  test('a headless Chromium that opens the stream URL connects and shows the desktop', async () => {
+    assert.ok(chromium, 'Debian chromium is not installed (apt-get install chromium), or set CHROMIUM')
+    await sbx.stream.start({ requireAuth: true })
+    const url = sbx.stream.getUrl({ authKey: sbx.stream.getAuthKey() })
+    const u = new URL(url)
+    const browser = await puppeteer.launch({
+      executablePath: chromium,
+      headless: true,
+      // The daemon's CA is trusted by node (NODE_EXTRA_CA_CERTS), not by
+      // Chromium; the test domain resolves to loopback as for node.
+      args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu', '--ignore-certificate-errors',
+        `--host-resolver-rules=MAP *.${u.hostname.split('.').slice(-2).join('.')} 127.0.0.1`],
+    })
+    try {
+      const page = await browser.newPage()
+      const said = []
+      page.on('console', (m) => said.push(`console ${m.type()}: ${m.text()}`))
+      page.on('pageerror', (e) => said.push(`page error: ${e}`))
+      page.on('requestfailed', (r) => said.push(`request failed: ${r.url()} ${r.failure()?.errorText}`))
+      await page.setViewport({ width: 1024, height: 768 })
+      await page.goto(url, { waitUntil: 'load' })
+      mkdirSync(artifacts, { recursive: true })
+      // noVNC marks the page connected once the VNC password was accepted
+      // and the first frame drawn.
+      try {
+        await page.waitForFunction(() => document.documentElement.classList.contains('noVNC_connected'), { timeout: 60_000 })
+      } catch (err) {
+        await page.screenshot({ path: join(artifacts, 'desktop-stream-failed.png') })
+        const status = await page.evaluate(() => `${document.documentElement.className} | ${document.getElementById('noVNC_status')?.textContent}`)
+        throw new Error(`noVNC did not connect (${status}): ${err.message}\n${said.join('\n')}`)
+      }
+      // The canvas is the remote screen: its size, and more than one colour.
+      const canvas = await page.waitForFunction(() => {
+        const c = document.querySelector('#noVNC_container canvas')
+        if (!c || c.width !== 1024 || c.height !== 768) return null
+        const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data
+        const colours = new Set()
+        for (let i = 0; i < px.length; i += 4 * 997) colours.add((px[i] << 16) | (px[i + 1] << 8) | px[i + 2])
+        return colours.size > 4 ? { width: c.width, height: c.height, colours: colours.size } : null
+      }, { timeout: 60_000 })
+      const seen = await canvas.jsonValue()
+      assert.equal(seen.width, 1024)
+      await page.screenshot({ path: join(artifacts, 'desktop-stream.png') })
+    } finally {
+      await browser.close()
+      await sbx.stream.stop()
+    }
   })
 
   test('kill', async () => {
