@@ -3,6 +3,7 @@ package daytona
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sandpit-dev/sandpit"
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/desktop"
 	"github.com/sandpit-dev/sandpit/internal/service"
 	"github.com/sandpit-dev/sandpit/proto/process"
 )
@@ -26,110 +28,16 @@ import (
 // :0 at 1024x768, the VNC server on 5901 and noVNC on 6080, each process's
 // output under ~/.daytona/computeruse.
 
-const (
-	cuDisplay    = ":0"
-	cuResolution = "1024x768"
-	cuVNCPort    = "5901"
-	cuNoVNCPort  = "6080"
-	// cuTimeout bounds one call's commands in the sandbox; start waits for
-	// the display and the servers within it.
-	cuTimeout = 60 * time.Second
-)
-
-// cuProcess is one of the desktop's processes: Daytona's name for it, the
-// process name it runs as (what pgrep finds), and the command that starts
-// it. Priority is Daytona's start order, reported in the status.
-type cuProcess struct {
-	name, exe, start string
-	priority         int
-}
-
-// cuProcesses are the desktop's processes in their start order. The
-// session gets a D-Bus session bus of its own from startxfce4.
-var cuProcesses = []cuProcess{
-	{"xvfb", "Xvfb", "Xvfb " + cuDisplay + " -screen 0 " + cuResolution + "x24 -nolisten tcp", 100},
-	{"xfce4", "xfce4-session", "startxfce4", 200},
-	{"x11vnc", "x11vnc", "x11vnc -display " + cuDisplay + " -forever -shared -rfbport " + cuVNCPort + " -nopw", 300},
-	{"novnc", "websockify", "/opt/noVNC/utils/novnc_proxy --vnc localhost:" + cuVNCPort + " --listen " + cuNoVNCPort + " --web /opt/noVNC", 400},
-}
-
-func cuLookup(name string) (cuProcess, bool) {
-	for _, p := range cuProcesses {
-		if p.name == name {
-			return p, true
-		}
-	}
-	return cuProcess{}, false
-}
-
-// cuPrelude is the start of every script: the display, the log directory,
-// and the helpers. Scripts take their variable input as arguments ("$1"...)
-// and never have it spliced into their text.
-const cuPrelude = `set -u
-export DISPLAY=` + cuDisplay + `
-dir="$HOME/.daytona/computeruse"
-mkdir -p "$dir"
-pid_of() { pgrep -x -o "$1" || true; }
-# launch NAME COMMAND starts COMMAND in a session of its own, detached from
-# the script and from the lock (fd 9), its output in NAME's log files.
-launch() { name=$1; shift; setsid sh -c "exec $*" >>"$dir/$name.log" 2>>"$dir/$name.err" </dev/null 9>&- & }
-need_display() { xdpyinfo >/dev/null 2>&1 || { echo "the display ` + cuDisplay + ` is not running: start computer use first (POST /computeruse/start)" >&2; exit 3; }; }
-`
-
-// cuStatusScript prints "name pid" (pid empty when not running) for each
-// process.
-func cuStatusScript() string {
-	var b strings.Builder
-	for _, p := range cuProcesses {
-		fmt.Fprintf(&b, "echo %s $(pid_of %s)\n", p.name, p.exe)
-	}
-	return b.String()
-}
-
-// cuStartScript starts each process that is not running, in order, under
-// a lock so that concurrent starts make one of each: the display first
-// (waited for), then the session and the servers, waited for until their
-// ports listen.
-func cuStartScript(only string) string {
-	var b strings.Builder
-	b.WriteString("exec 9>\"$dir/.lock\"\nflock 9\n")
-	for _, p := range cuProcesses {
-		if only != "" && p.name != only {
-			continue
-		}
-		fmt.Fprintf(&b, "[ -n \"$(pid_of %s)\" ] || launch %s %s\n", p.exe, p.name, p.start)
-		if p.name == "xvfb" {
-			b.WriteString("i=0; until xdpyinfo >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 200 ] || { echo 'Xvfb did not start' >&2; exit 1; }; sleep 0.1; done\n")
-		}
-	}
-	if only == "" || only == "x11vnc" || only == "novnc" {
-		b.WriteString("i=0; until netstat -tln | grep -q ':" + cuVNCPort + " ' && netstat -tln | grep -q ':" + cuNoVNCPort + " '; do i=$((i+1)); [ $i -lt 200 ] || break; sleep 0.1; done\n")
-	}
-	return b.String()
-}
-
-// cuStopScript ends the processes (all, or one), the last started first,
-// and waits for them to go.
-func cuStopScript(only string) string {
-	var b strings.Builder
-	b.WriteString("exec 9>\"$dir/.lock\"\nflock 9\n")
-	for i := len(cuProcesses) - 1; i >= 0; i-- {
-		p := cuProcesses[i]
-		if only != "" && p.name != only {
-			continue
-		}
-		fmt.Fprintf(&b, "pkill -x %s || true\n", p.exe)
-		fmt.Fprintf(&b, "i=0; while [ -n \"$(pid_of %s)\" ] && [ $i -lt 50 ]; do i=$((i+1)); sleep 0.1; done; [ -z \"$(pid_of %s)\" ] || pkill -KILL -x %s || true\n", p.exe, p.exe, p.exe)
-	}
-	return b.String()
-}
+// cuTimeout bounds one call's commands in the sandbox; start waits for the
+// display and the servers within it.
+const cuTimeout = 60 * time.Second
 
 // cuRun runs script (after the prelude) in the sandbox with args as its
 // positional parameters, and returns what it printed on stdout and stderr.
 // A script that exits 3 found no display: a 409 saying to start computer
 // use; any other failure is a 400 carrying its stderr.
 func (h *toolboxAPI) cuRun(ctx context.Context, c *sandboxConn, script string, args ...string) (stdout, stderr []byte, err error) {
-	cfg := &process.ProcessConfig{Cmd: "/bin/sh", Args: append([]string{"-c", cuPrelude + script, "sh"}, args...), Envs: map[string]string{"DISPLAY": cuDisplay}}
+	cfg := &process.ProcessConfig{Cmd: "/bin/sh", Args: append([]string{"-c", desktop.Prelude + script, "sh"}, args...), Envs: map[string]string{"DISPLAY": desktop.Display}}
 	res, err := h.runProc(ctx, c.Agent, cfg, cuTimeout)
 	if err != nil {
 		return nil, nil, err
@@ -138,7 +46,7 @@ func (h *toolboxAPI) cuRun(ctx context.Context, c *sandboxConn, script string, a
 	switch res.exitCode {
 	case 0:
 		return res.stdout, res.stderr, nil
-	case 3:
+	case desktop.ExitNoDisplay:
 		return nil, nil, newProblem(http.StatusConflict, "%s", msg)
 	default:
 		if msg == "" {
@@ -171,13 +79,13 @@ type CUProcessStatus struct {
 
 // cuStatus reads which of the processes run.
 func (h *toolboxAPI) cuStatus(ctx context.Context, c *sandboxConn) (map[string]CUProcessStatus, error) {
-	out, _, err := h.cuRun(ctx, c, cuStatusScript())
+	out, _, err := h.cuRun(ctx, c, desktop.StatusScript())
 	if err != nil {
 		return nil, err
 	}
 	st := map[string]CUProcessStatus{}
-	for _, p := range cuProcesses {
-		st[p.name] = CUProcessStatus{Priority: p.priority}
+	for _, p := range desktop.Processes {
+		st[p.Name] = CUProcessStatus{Priority: p.Priority}
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		name, pidText, _ := strings.Cut(strings.TrimSpace(line), " ")
@@ -200,7 +108,7 @@ type CUStartStopResponse struct {
 }
 
 func (h *toolboxAPI) cuStart(w http.ResponseWriter, r *http.Request, c *sandboxConn) error {
-	if _, _, err := h.cuRun(r.Context(), c, cuStartScript("")); err != nil {
+	if _, _, err := h.cuRun(r.Context(), c, desktop.StartScript("")); err != nil {
 		return err
 	}
 	st, err := h.cuStatus(r.Context(), c)
@@ -208,9 +116,9 @@ func (h *toolboxAPI) cuStart(w http.ResponseWriter, r *http.Request, c *sandboxC
 		return err
 	}
 	var failed []string
-	for _, p := range cuProcesses {
-		if !st[p.name].Running {
-			failed = append(failed, p.name)
+	for _, p := range desktop.Processes {
+		if !st[p.Name].Running {
+			failed = append(failed, p.Name)
 		}
 	}
 	if len(failed) > 0 {
@@ -221,7 +129,7 @@ func (h *toolboxAPI) cuStart(w http.ResponseWriter, r *http.Request, c *sandboxC
 }
 
 func (h *toolboxAPI) cuStop(w http.ResponseWriter, r *http.Request, c *sandboxConn) error {
-	if _, _, err := h.cuRun(r.Context(), c, cuStopScript("")); err != nil {
+	if _, _, err := h.cuRun(r.Context(), c, desktop.StopScript("")); err != nil {
 		return err
 	}
 	st, err := h.cuStatus(r.Context(), c)
@@ -250,7 +158,7 @@ func (h *toolboxAPI) cuGetStatus(w http.ResponseWriter, r *http.Request, c *sand
 	switch n {
 	case 0:
 		status = "inactive"
-	case len(cuProcesses):
+	case len(desktop.Processes):
 		status = "active"
 	}
 	api.WriteJSON(w, http.StatusOK, map[string]string{"status": status})
@@ -258,9 +166,9 @@ func (h *toolboxAPI) cuGetStatus(w http.ResponseWriter, r *http.Request, c *sand
 }
 
 // cuNamed resolves the {processName} path value.
-func cuNamed(r *http.Request) (cuProcess, error) {
+func cuNamed(r *http.Request) (desktop.Process, error) {
 	name := r.PathValue("processName")
-	p, ok := cuLookup(name)
+	p, ok := desktop.Lookup(name)
 	if !ok {
 		return p, newProblem(http.StatusNotFound, "process %s not found (computer use runs xvfb, xfce4, x11vnc and novnc)", name)
 	}
@@ -276,7 +184,7 @@ func (h *toolboxAPI) cuProcessStatus(w http.ResponseWriter, r *http.Request, c *
 	if err != nil {
 		return err
 	}
-	api.WriteJSON(w, http.StatusOK, map[string]any{"processName": p.name, "running": st[p.name].Running})
+	api.WriteJSON(w, http.StatusOK, map[string]any{"processName": p.Name, "running": st[p.Name].Running})
 	return nil
 }
 
@@ -285,10 +193,10 @@ func (h *toolboxAPI) cuRestart(w http.ResponseWriter, r *http.Request, c *sandbo
 	if err != nil {
 		return err
 	}
-	if _, _, err := h.cuRun(r.Context(), c, cuStopScript(p.name)+"exec 9>&-\n"+cuStartScript(p.name)); err != nil {
+	if _, _, err := h.cuRun(r.Context(), c, desktop.StopScript(p.Name)+"exec 9>&-\n"+desktop.StartScript(p.Name)); err != nil {
 		return err
 	}
-	api.WriteJSON(w, http.StatusOK, map[string]string{"message": "Process " + p.name + " restarted successfully", "processName": p.name})
+	api.WriteJSON(w, http.StatusOK, map[string]string{"message": "Process " + p.Name + " restarted successfully", "processName": p.Name})
 	return nil
 }
 
@@ -300,55 +208,28 @@ func (h *toolboxAPI) cuProcessOutput(field, ext string) func(w http.ResponseWrit
 		if err != nil {
 			return err
 		}
-		out, _, err := h.cuRun(r.Context(), c, `cat "$dir/$1" 2>/dev/null || true`, p.name+ext)
+		out, _, err := h.cuRun(r.Context(), c, `cat "$dir/$1" 2>/dev/null || true`, p.Name+ext)
 		if err != nil {
 			return err
 		}
-		api.WriteJSON(w, http.StatusOK, map[string]string{"processName": p.name, field: string(out)})
+		api.WriteJSON(w, http.StatusOK, map[string]string{"processName": p.Name, field: string(out)})
 		return nil
 	}
 }
 
-// CUPosition is a point on the screen.
-type CUPosition struct {
-	X int `json:"x"`
-	Y int `json:"y"`
-}
-
-// cuMouseLocation is the script text that prints the pointer's position
-// on stderr as xdotool's shell assignments (X=..., Y=...).
-const cuMouseLocation = "xdotool getmouselocation --shell >&2\n"
-
-// parseLocation reads X= and Y= from xdotool's --shell output.
-func parseLocation(b []byte) (CUPosition, error) {
-	var p CUPosition
-	found := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "X":
-			p.X, found = n, found|1
-		case "Y":
-			p.Y, found = n, found|2
-		}
-	}
-	if found != 3 {
-		return p, fmt.Errorf("%w: computer use: no pointer position in %q", service.ErrRuntime, string(b))
+// parseLocation reads the pointer's position a script left on stderr.
+func parseLocation(b []byte) (desktop.Position, error) {
+	p, err := desktop.ParseLocation(b)
+	if err != nil {
+		return p, fmt.Errorf("%w: computer use: %v", service.ErrRuntime, err)
 	}
 	return p, nil
 }
 
 // cuPointer runs script (which must leave the pointer's position on
-// stderr, see cuMouseLocation) and answers the position.
+// stderr, see desktop.MouseLocation) and answers the position.
 func (h *toolboxAPI) cuPointer(w http.ResponseWriter, r *http.Request, c *sandboxConn, script string, args ...string) error {
-	_, errOut, err := h.cuRun(r.Context(), c, "need_display\n"+script+cuMouseLocation, args...)
+	_, errOut, err := h.cuRun(r.Context(), c, "need_display\n"+script+desktop.MouseLocation, args...)
 	if err != nil {
 		return err
 	}
@@ -396,13 +277,8 @@ func decodeMouse(r *http.Request) (MouseRequest, error) {
 
 // buttonNumber is X's number for a Daytona button name.
 func buttonNumber(name string) (string, error) {
-	switch strings.ToLower(name) {
-	case "", "left":
-		return "1", nil
-	case "middle":
-		return "2", nil
-	case "right":
-		return "3", nil
+	if b := desktop.ButtonNumber(name); b != "" {
+		return b, nil
 	}
 	return "", badRequest("button must be left, middle or right, not %q", name)
 }
@@ -450,8 +326,7 @@ func (h *toolboxAPI) cuMouseScroll(w http.ResponseWriter, r *http.Request, c *sa
 	if err != nil {
 		return err
 	}
-	// X's wheel is buttons: 4 up, 5 down, 6 left, 7 right.
-	button := map[string]string{"up": "4", "down": "5", "left": "6", "right": "7"}[strings.ToLower(req.Direction)]
+	button := desktop.ScrollButton(req.Direction)
 	if button == "" {
 		return badRequest("direction must be up, down, left or right, not %q", req.Direction)
 	}
@@ -481,52 +356,14 @@ type KeyboardRequest struct {
 	Keys      string   `json:"keys"`
 }
 
-// keyNames maps the key names Daytona's SDK documents (lower case) to X
-// keysym names; a name not listed passes as it is (a letter, a digit, or
-// already a keysym such as "Return").
-var keyNames = map[string]string{
-	"enter": "Return", "return": "Return", "tab": "Tab", "esc": "Escape", "escape": "Escape",
-	"backspace": "BackSpace", "delete": "Delete", "del": "Delete", "insert": "Insert", "space": "space",
-	"up": "Up", "down": "Down", "left": "Left", "right": "Right", "home": "Home", "end": "End",
-	"pageup": "Page_Up", "page_up": "Page_Up", "pagedown": "Page_Down", "page_down": "Page_Down",
-	"ctrl": "ctrl", "control": "ctrl", "alt": "alt", "shift": "shift", "cmd": "super", "command": "super",
-	"super": "super", "win": "super", "meta": "super", "capslock": "Caps_Lock", "printscreen": "Print",
-	"menu": "Menu",
-}
-
-var keyName = regexp.MustCompile(`^[A-Za-z0-9_]{1,32}$`)
-
-// keysym translates one key name, or refuses it.
-func keysym(k string) (string, error) {
-	k = strings.TrimSpace(k)
-	if s, ok := keyNames[strings.ToLower(k)]; ok {
-		return s, nil
-	}
-	if len(k) > 1 && (k[0] == 'f' || k[0] == 'F') {
-		if n, err := strconv.Atoi(k[1:]); err == nil && n >= 1 && n <= 24 {
-			return "F" + k[1:], nil
-		}
-	}
-	if len([]rune(k)) == 1 || keyName.MatchString(k) {
-		return k, nil
-	}
-	return "", badRequest("unknown key %q", k)
-}
-
-// chord joins keys into xdotool's "mod+mod+key".
+// chord joins key names into xdotool's "mod+mod+key"; a name that is no
+// key is the caller's mistake.
 func chord(keys []string) (string, error) {
-	out := make([]string, 0, len(keys))
-	for _, k := range keys {
-		s, err := keysym(k)
-		if err != nil {
-			return "", err
-		}
-		out = append(out, s)
+	k, err := desktop.Chord(keys)
+	if errors.Is(err, desktop.ErrBadKey) {
+		return "", badRequest("%v", err)
 	}
-	if len(out) == 0 {
-		return "", badRequest("a key is required")
-	}
-	return strings.Join(out, "+"), nil
+	return k, err
 }
 
 func (h *toolboxAPI) cuKeyboard(kind string) func(w http.ResponseWriter, r *http.Request, c *sandboxConn) error {
@@ -577,33 +414,10 @@ func (h *toolboxAPI) cuKeyboard(kind string) func(w http.ResponseWriter, r *http
 // CUScreenshotResponse is a screenshot: the image in base64, the pointer
 // where it was, and the image's size.
 type CUScreenshotResponse struct {
-	Screenshot     string     `json:"screenshot"`
-	CursorPosition CUPosition `json:"cursorPosition"`
-	SizeBytes      int        `json:"sizeBytes"`
+	Screenshot     string           `json:"screenshot"`
+	CursorPosition desktop.Position `json:"cursorPosition"`
+	SizeBytes      int              `json:"sizeBytes"`
 }
-
-// cuScreenshotScript captures the screen (or the region "$2", x,y,w,h)
-// with scrot, the pointer drawn when "$1" is 1, then re-encodes it with
-// ffmpeg when "$3" (png, jpeg or webp) and "$4" (quality, 1-100) and "$5"
-// (scale) ask for it, prints the image on stdout and the pointer's position
-// on stderr.
-const cuScreenshotScript = `need_display
-f=$(mktemp -d /tmp/.computeruse-shot-XXXXXX)
-trap 'rm -rf "$f"' EXIT
-opts=""
-[ "$1" = 1 ] && opts="--pointer"
-if [ -n "$2" ]; then scrot --overwrite $opts --autoselect "$2" "$f/shot.png" >&2; else scrot --overwrite $opts "$f/shot.png" >&2; fi
-out="$f/shot.png"
-if [ -n "$3" ]; then
-	q=$4; filter="scale=trunc(iw*$5/2)*2:trunc(ih*$5/2)*2"
-	case "$3" in
-	png) ffmpeg -loglevel error -i "$f/shot.png" -vf "$filter" "$f/out.png" && out="$f/out.png" ;;
-	jpeg) ffmpeg -loglevel error -i "$f/shot.png" -vf "$filter" -q:v $((2 + (100 - q) * 29 / 100)) "$f/out.jpg" && out="$f/out.jpg" ;;
-	webp) ffmpeg -loglevel error -i "$f/shot.png" -vf "$filter" -quality "$q" "$f/out.webp" && out="$f/out.webp" ;;
-	esac || exit 1
-fi
-cat "$out"
-` + cuMouseLocation
 
 // cuScreenshot serves the four screenshot calls: region adds x, y, width
 // and height; compressed adds format, quality and scale.
@@ -658,7 +472,7 @@ func (h *toolboxAPI) cuScreenshot(region, compressed bool) func(w http.ResponseW
 				scale = strconv.FormatFloat(f, 'f', -1, 64)
 			}
 		}
-		img, errOut, err := h.cuRun(r.Context(), c, cuScreenshotScript, showCursor, area, format, quality, scale)
+		img, errOut, err := h.cuRun(r.Context(), c, desktop.ScreenshotScript, showCursor, area, format, quality, scale)
 		if err != nil {
 			return err
 		}

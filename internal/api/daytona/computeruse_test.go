@@ -1,8 +1,9 @@
 package daytona
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/sandpit-dev/sandpit/internal/desktop"
 )
 
 // TestComputerUseKeys: Daytona's key names become the keysyms xdotool
@@ -42,34 +43,12 @@ func TestComputerUseKeys(t *testing.T) {
 // output without a position.
 func TestComputerUseLocation(t *testing.T) {
 	got, err := parseLocation([]byte("X=300\nY=400\nSCREEN=0\nWINDOW=123\n"))
-	if err != nil || got != (CUPosition{X: 300, Y: 400}) {
+	if err != nil || got != (desktop.Position{X: 300, Y: 400}) {
 		t.Errorf("parseLocation = %+v, %v", got, err)
 	}
 	for _, out := range []string{"", "X=1\n", "Can't open display\n"} {
 		if _, err := parseLocation([]byte(out)); err == nil {
 			t.Errorf("parseLocation(%q): no error", out)
 		}
-	}
-}
-
-// TestComputerUseScripts: a start starts only what is not running, under
-// the lock, the display first; a stop ends the processes last started
-// first.
-func TestComputerUseScripts(t *testing.T) {
-	start := cuStartScript("")
-	for _, want := range []string{`flock 9`, `[ -n "$(pid_of Xvfb)" ] || launch xvfb Xvfb :0`, `[ -n "$(pid_of x11vnc)" ] || launch x11vnc x11vnc -display :0`} {
-		if !strings.Contains(start, want) {
-			t.Errorf("start script lacks %q:\n%s", want, start)
-		}
-	}
-	if i, j := strings.Index(start, "launch xvfb"), strings.Index(start, "launch xfce4"); i < 0 || j < i {
-		t.Errorf("start script starts the session before the display:\n%s", start)
-	}
-	stop := cuStopScript("")
-	if i, j := strings.Index(stop, "pkill -x websockify"), strings.Index(stop, "pkill -x Xvfb"); i < 0 || j < i {
-		t.Errorf("stop script ends the display before the stream:\n%s", stop)
-	}
-	if one := cuStopScript("x11vnc"); strings.Contains(one, "Xvfb") {
-		t.Errorf("stopping x11vnc touches Xvfb:\n%s", one)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandpit-dev/sandpit/internal/api"
+	"github.com/sandpit-dev/sandpit/internal/desktop"
 )
 
 // Computer use's screen recordings (/computeruse/recordings*): ffmpeg
@@ -62,7 +63,7 @@ const cuRecStart = `need_display
 size=$(xdpyinfo | awk '/dimensions:/ {print $2; exit}')
 printf '%s\n' "$2" >"$rec/.$1.name"
 date +%s.%N >"$rec/.$1.times"
-setsid ffmpeg -nostdin -loglevel error -f x11grab -framerate 30 -video_size "$size" -i ` + cuDisplay + ` \
+setsid ffmpeg -nostdin -loglevel error -f x11grab -framerate 30 -video_size "$size" -i ` + desktop.Display + ` \
 	-c:v libx264 -preset ultrafast -pix_fmt yuv420p -movflags +faststart -y "$rec/$2" \
 	</dev/null >"$rec/.$1.log" 2>&1 9>&- &
 echo $! >"$rec/.$1.pid"
