@@ -23,7 +23,8 @@ scripts/build-base-image.sh
 # noVNC and Chromium, about 5 minutes to build when its recipe changed;
 # cached by its recipe's hash like the others): built in the background
 # while the rest of the run goes on, since only the desktop tests need it
-# (test/e2b/desktop.test.mjs, test/daytona/computer-use.test.mjs). They
+# (test/e2b/desktop.test.mjs, test/daytona/computer-use.test.mjs,
+# test/mcp/desktop.test.mjs). They
 # wait for the status file (test/desktop-image.mjs) and fail with the
 # build's log when the build failed; the run fails then too.
 step "desktop image (in the background)"

@@ -1,5 +1,6 @@
 // The desktop template's image for the SDK suites that need it
-// (test/e2b/desktop.test.mjs, test/daytona/computer-use.test.mjs).
+// (test/e2b/desktop.test.mjs, test/daytona/computer-use.test.mjs,
+// test/mcp/desktop.test.mjs).
 //
 // It takes minutes to build. Under scripts/test.sh its build runs in the
 // background from the start of the run, and SANDPIT_DESKTOP_BUILD names the
