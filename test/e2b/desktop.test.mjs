@@ -278,21 +278,39 @@ function cases() {
     })
     try {
       const page = await browser.newPage()
-      const said = []
+      let said = []
+      let networkChanged = false
       page.on('console', (m) => said.push(`console ${m.type()}: ${m.text()}`))
       page.on('pageerror', (e) => said.push(`page error: ${e}`))
-      page.on('requestfailed', (r) => said.push(`request failed: ${r.url()} ${r.failure()?.errorText}`))
+      page.on('requestfailed', (r) => {
+        said.push(`request failed: ${r.url()} ${r.failure()?.errorText}`)
+        networkChanged ||= r.failure()?.errorText === 'net::ERR_NETWORK_CHANGED'
+      })
       await page.setViewport({ width: 1024, height: 768 })
-      await page.goto(url, { waitUntil: 'load' })
       mkdirSync(artifacts, { recursive: true })
       // noVNC marks the page connected once the VNC password was accepted
-      // and the first frame drawn.
-      try {
-        await page.waitForFunction(() => document.documentElement.classList.contains('noVNC_connected'), { timeout: 60_000 })
-      } catch (err) {
-        await page.screenshot({ path: join(artifacts, 'desktop-stream-failed.png') })
-        const status = await page.evaluate(() => `${document.documentElement.className} | ${document.getElementById('noVNC_status')?.textContent}`)
-        throw new Error(`noVNC did not connect (${status}): ${err.message}\n${said.join('\n')}`)
+      // and the first frame drawn. Chromium aborts what it is loading when
+      // the host's network interfaces change (ERR_NETWORK_CHANGED), which
+      // the engine does whenever a sandbox of a test running beside this
+      // one starts or ends; then, and only then, the page is loaded again.
+      for (let attempt = 1; ; attempt++) {
+        said = []
+        networkChanged = false
+        try {
+          await page.goto(url, { waitUntil: 'load' })
+        } catch (err) {
+          if (/ERR_NETWORK_CHANGED/.test(err.message) && attempt < 4) continue
+          throw err
+        }
+        try {
+          await page.waitForFunction(() => document.documentElement.classList.contains('noVNC_connected'), { timeout: 30_000 })
+          break
+        } catch (err) {
+          if (networkChanged && attempt < 4) continue
+          await page.screenshot({ path: join(artifacts, 'desktop-stream-failed.png') })
+          const status = await page.evaluate(() => `${document.documentElement.className} | ${document.getElementById('noVNC_status')?.textContent}`)
+          throw new Error(`noVNC did not connect (${status}): ${err.message}\n${said.join('\n')}`)
+        }
       }
       // The canvas is the remote screen: its size, and more than one colour.
       const canvas = await page.waitForFunction(() => {
