@@ -68,6 +68,7 @@ var layers = []struct {
 	{"internal/cluster", []string{".", "internal/httpguard", "internal/crashpoint"}, "the Raft index and membership"},
 	{"internal/idempotency", []string{".", "internal/store", "internal/metrics", "internal/crashpoint"}, "the idempotency engine"},
 	{"internal/events", []string{".", "internal/egress"}, "the bus every state change is published on"},
+	{"internal/desktop", nil, "the scripts that drive a sandbox's desktop, which the surfaces run through its agent"},
 	{"internal/identity", []string{".", "internal/store", "internal/idempotency"}, "who a request acts as: principals, owner scoping, audit, tokens, owners' limits, sessions, SSH keys"},
 	{"internal/secrets", []string{".", "internal/store", "internal/identity"}, "the secrets aggregate: owners' sealed values and their key"},
 	{"internal/volumes", []string{".", "internal/store", "internal/driver", "internal/identity", "internal/events", "internal/cluster", "internal/crashpoint"}, "the volumes aggregate"},
@@ -94,7 +95,7 @@ var layers = []struct {
 		".", "apitypes", "internal/agentapi", "proto/...", "internal/crashpoint", "internal/filesig", "internal/httpguard",
 		"internal/api", "internal/service", "internal/cluster", "internal/idempotency", "internal/metrics",
 		"internal/interpreter", "internal/events", "internal/timing", "internal/identity", "internal/volumes",
-		"internal/templates", "internal/secrets", "internal/api/route", "internal/api/agentrelay",
+		"internal/templates", "internal/secrets", "internal/api/route", "internal/api/agentrelay", "internal/desktop",
 	}, "an HTTP surface"},
 	// The route declarations are a leaf, so that the gateway reads them
 	// without compiling the surfaces' domain.
@@ -107,7 +108,7 @@ var layers = []struct {
 
 	// The MCP server acts through the Go SDK of /v1, so that owner
 	// scoping, scopes and idempotency apply to it exactly as to /v1.
-	{"internal/mcp", []string{"client"}, "the MCP server"},
+	{"internal/mcp", []string{"client", "internal/desktop"}, "the MCP server"},
 
 	// The assembly and the binary.
 	{"internal/daemon", []string{

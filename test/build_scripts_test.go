@@ -35,6 +35,7 @@ func TestBuildScriptsSayWhatTheyWaitFor(t *testing.T) {
 		{"build-base-image.sh", []string{"SANDPIT_BASE_IMAGE=" + throwaway}, "build-base-image.lock", ""},
 		{"build-code-interpreter-image.sh", []string{"SANDPIT_INTERPRETER_IMAGE=" + throwaway}, "build-code-interpreter-image.lock", ""},
 		{"build-daytona-image.sh", []string{"SANDPIT_DAYTONA_IMAGE=" + throwaway}, "build-daytona-image.lock", "npm"},
+		{"build-desktop-image.sh", []string{"SANDPIT_DESKTOP_IMAGE=" + throwaway}, "build-desktop-image.lock", ""},
 		{"build-test-image.sh", []string{"SANDPIT_TEST_IMAGE=" + throwaway + ":test"}, "sandpit-build-test-image.lock", ""},
 	}
 	for _, tc := range cases {

@@ -251,6 +251,7 @@ func (d *daemon) sandboxDefaults(ctx context.Context) error {
 		interp = InterpreterImage
 	}
 	registerImageTemplate(ctx, dk, cfg.Templates, d.lateTemplates, InterpreterTemplate, interp, "scripts/build-code-interpreter-image.sh", log)
+	registerImageTemplate(ctx, dk, cfg.Templates, d.lateTemplates, DesktopTemplate, DesktopImage, "scripts/build-desktop-image.sh", log)
 	registerImageTemplate(ctx, dk, cfg.Templates, nil, DaytonaTemplate, DaytonaImage, "scripts/build-daytona-image.sh", log)
 	if cfg.DaytonaTemplate == "" && !explicitDefault && cfg.Templates[DaytonaTemplate] != "" {
 		cfg.DaytonaTemplate = DaytonaTemplate

@@ -449,6 +449,15 @@ const (
 	InterpreterTemplate = "code-interpreter-v1"
 )
 
+// The desktop template: the image scripts/build-desktop-image.sh builds (an
+// X server, Xfce, xdotool, a VNC server with noVNC, Chromium), registered
+// under the name @e2b/desktop's Sandbox.create() asks for, which is also
+// the Daytona snapshot computer use runs on.
+const (
+	DesktopImage    = "sandpit/desktop:latest"
+	DesktopTemplate = "desktop"
+)
+
 // The Daytona facade's default template: the image
 // scripts/build-daytona-image.sh builds (the base image with Daytona's
 // `daytona` account, `python` and a TypeScript language server), and the

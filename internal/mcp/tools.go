@@ -301,6 +301,7 @@ func (s *server) addTools(srv *sdk.Server) {
 	sdk.AddTool(srv, &sdk.Tool{Name: "delete_sandbox", Description: "Delete a sandbox and everything in it.", Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true}},
 		s.deleteSandbox)
 	s.addLifecycleTools(srv)
+	s.addDesktopTools(srv)
 }
 
 func readOnly() *sdk.ToolAnnotations { return &sdk.ToolAnnotations{ReadOnlyHint: true} }

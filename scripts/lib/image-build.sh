@@ -122,3 +122,47 @@ record_build_progress() {
 		fi
 	}
 }
+
+# What a template image built on the base image does besides its own build
+# (scripts/build-desktop-image.sh uses these; the older scripts carry their
+# own copies, which stay as they are because their text is in their images'
+# recipe hashes).
+
+# default_cache_dir sets SANDPIT_CACHE_DIR, when unset, to where the base
+# image's script keeps its cache (/var/cache/sandpit as root, else the
+# user's cache directory), and makes it.
+default_cache_dir() {
+	if [[ -z "${SANDPIT_CACHE_DIR:-}" ]]; then
+		if [[ $(id -u) -eq 0 ]]; then SANDPIT_CACHE_DIR=/var/cache/sandpit; else SANDPIT_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/sandpit"; fi
+	fi
+	export SANDPIT_CACHE_DIR
+	mkdir -p "$SANDPIT_CACHE_DIR"
+}
+
+# base_image_hash ROOT BASE_REPO builds the base image when missing
+# (ROOT/scripts/build-base-image.sh) and prints its recipe hash, which a
+# template image's own hash includes so that a new base rebuilds it.
+base_image_hash() {
+	local root="$1" repo="$2" hash
+	"$root/scripts/build-base-image.sh"
+	hash="$(docker image inspect -f '{{index .Config.Labels "sandpit.base-image.hash"}}' "$repo:latest")"
+	if [[ -z "$hash" ]]; then
+		printf '%s: %s:latest carries no recipe hash\n' "$(basename "$0" .sh)" "$repo" >&2
+		return 1
+	fi
+	printf '%s\n' "$hash"
+}
+
+# point_latest REPO TAG moves REPO:latest to TAG and drops the image of an
+# older recipe it pointed at (tagged REPO:<16 hex digits>), so recipe
+# changes do not pile up images.
+point_latest() {
+	local repo="$1" tag="$2" old
+	old="$(docker image inspect -f '{{.Id}}' "$repo:latest" 2>/dev/null || true)"
+	docker tag "$tag" "$repo:latest"
+	printf '%s: %s:latest is %s\n' "$(basename "$0" .sh)" "$repo" "$tag" >&2
+	if [[ -n "$old" && "$old" != "$(docker image inspect -f '{{.Id}}' "$tag")" ]]; then
+		docker image inspect -f '{{range .RepoTags}}{{println .}}{{end}}' "$old" 2>/dev/null |
+			grep -E "^$repo:[0-9a-f]{16}\$" | xargs -r docker image rm >/dev/null 2>&1 || true
+	fi
+}

@@ -284,6 +284,7 @@ func New(ctx context.Context, svc Backend, auth *api.Auth, opts Options) *Handle
 	route("GET /toolbox/{id}/git/config", sandpit.ActionReadFiles, h.toolbox.gitHandlerPath(h.toolbox.gitGetConfig, false))
 	route("POST /toolbox/{id}/git/config/user", sandpit.ActionExecute, h.toolbox.gitHandlerPath(h.toolbox.gitConfigureUser, false))
 	route("POST /toolbox/{id}/git/credentials", sandpit.ActionExecute, h.toolbox.gitAuthenticate)
+	h.computerUseRoutes(route)
 	route("GET /snapshots", sandpit.ActionRead, h.sandboxes.listSnapshots)
 	route("GET /snapshots/{idOrName}", sandpit.ActionRead, h.sandboxes.getSnapshot)
 	// A build runs the caller's commands on the engine, so it takes the
